@@ -1,0 +1,348 @@
+//! The cluster: servers (nodes), each with GPUs of one type, CPUs and memory.
+//!
+//! GPUs are numbered densely across the cluster (`GpuId`), node by node, so that the simulator can keep
+//! per-GPU state in flat vectors.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{InputError, Source};
+
+/// Index of a GPU type in [`Cluster::gpu_types`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GpuTypeId(pub u16);
+
+/// Index of a node in [`Cluster::nodes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct NodeId(pub u32);
+
+/// A GPU, numbered densely across the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct GpuId(pub u32);
+
+/// One server.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Node {
+    pub gpu_type: GpuTypeId,
+    pub gpus: u32,
+    pub cpus: u32,
+    pub memory_gb: f64,
+}
+
+/// CPUs and memory per GPU when a spec does not say: Synergy's default server (8 GPUs, 24 CPUs, 500 GB).
+pub const DEFAULT_CPUS_PER_GPU: u32 = 3;
+pub const DEFAULT_MEMORY_GB_PER_GPU: f64 = 62.5;
+
+/// A set of nodes. Immutable once built; the simulator keeps what is free.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Cluster {
+    gpu_types: Vec<String>,
+    nodes: Vec<Node>,
+    #[serde(skip)]
+    first_gpu: Vec<u32>,
+    #[serde(skip)]
+    gpu_node: Vec<NodeId>,
+    #[serde(skip)]
+    capacity: Vec<u32>,
+}
+
+/// One group of identical nodes in a cluster file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NodeGroup {
+    gpu_type: String,
+    /// Number of nodes in the group.
+    #[serde(default = "one")]
+    count: u32,
+    /// GPUs per node.
+    gpus: u32,
+    cpus: Option<u32>,
+    memory_gb: Option<f64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClusterFile {
+    nodes: Vec<NodeGroup>,
+}
+
+impl Cluster {
+    /// Builds a cluster from `(gpu type name, node)` pairs; type names are interned in first-seen order.
+    pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = (&'a str, u32, u32, f64)>) -> Self {
+        let mut builder = ClusterBuilder::default();
+        for (name, gpus, cpus, memory_gb) in nodes {
+            builder.add_nodes(name, 1, gpus, cpus, memory_gb);
+        }
+        builder.build()
+    }
+
+    /// Parses `TYPE=N` (N GPUs, `gpus_per_node` per node) and `TYPE=NxG` (N nodes of G GPUs) items,
+    /// comma-separated: `v100=36,p100=36,k80=36` or `a100=4x8,t4=16x4`.
+    pub fn parse_spec(spec: &str, gpus_per_node: u32) -> Result<Self, InputError> {
+        let source = Source(format!("--cluster {spec}"));
+        if gpus_per_node == 0 {
+            return Err(InputError::whole(
+                &source,
+                "--gpus-per-node must be at least 1",
+            ));
+        }
+        let mut builder = ClusterBuilder::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let bad = |msg: &str| {
+                InputError::whole(
+                    &source,
+                    format!("item `{item}`: {msg} (expected TYPE=N or TYPE=NxG)"),
+                )
+            };
+            let (name, count) = item.split_once('=').ok_or_else(|| bad("missing `=`"))?;
+            let name = name.trim();
+            if name.is_empty() {
+                return Err(bad("empty GPU type name"));
+            }
+            let parse = |s: &str| {
+                s.trim()
+                    .parse::<u32>()
+                    .map_err(|_| bad("not a whole number"))
+            };
+            let (nodes, gpus) = match count.split_once(['x', 'X']) {
+                Some((n, g)) => (parse(n)?, parse(g)?),
+                None => {
+                    let total = parse(count)?;
+                    if total % gpus_per_node != 0 {
+                        return Err(bad(&format!(
+                            "{total} GPUs do not divide into nodes of {gpus_per_node}"
+                        )));
+                    }
+                    (total / gpus_per_node, gpus_per_node)
+                }
+            };
+            if nodes == 0 || gpus == 0 {
+                return Err(bad("a group needs at least one node of at least one GPU"));
+            }
+            builder.add_nodes(
+                name,
+                nodes,
+                gpus,
+                gpus * DEFAULT_CPUS_PER_GPU,
+                f64::from(gpus) * DEFAULT_MEMORY_GB_PER_GPU,
+            );
+        }
+        if builder.nodes.is_empty() {
+            return Err(InputError::whole(&source, "the cluster has no GPUs"));
+        }
+        Ok(builder.build())
+    }
+
+    /// Parses a TOML cluster file: `[[nodes]] gpu_type = "v100", count = 36, gpus = 1, cpus = 3, memory_gb = 62.5`.
+    pub fn parse_toml(source: &Source, text: &str) -> Result<Self, InputError> {
+        let file: ClusterFile = toml_from_str(text).map_err(|e| InputError::whole(source, e))?;
+        let mut builder = ClusterBuilder::default();
+        for (i, group) in file.nodes.iter().enumerate() {
+            if group.gpus == 0 || group.count == 0 || group.gpu_type.trim().is_empty() {
+                return Err(InputError::whole(
+                    source,
+                    format!("nodes[{i}]: needs a gpu_type, count >= 1 and gpus >= 1"),
+                ));
+            }
+            builder.add_nodes(
+                &group.gpu_type,
+                group.count,
+                group.gpus,
+                group.cpus.unwrap_or(group.gpus * DEFAULT_CPUS_PER_GPU),
+                group
+                    .memory_gb
+                    .unwrap_or(f64::from(group.gpus) * DEFAULT_MEMORY_GB_PER_GPU),
+            );
+        }
+        if builder.nodes.is_empty() {
+            return Err(InputError::whole(source, "the cluster file lists no nodes"));
+        }
+        Ok(builder.build())
+    }
+
+    pub fn gpu_types(&self) -> &[String] {
+        &self.gpu_types
+    }
+
+    pub fn gpu_type_name(&self, t: GpuTypeId) -> &str {
+        &self.gpu_types[t.0 as usize]
+    }
+
+    pub fn gpu_type_id(&self, name: &str) -> Option<GpuTypeId> {
+        self.gpu_types
+            .iter()
+            .position(|n| n.eq_ignore_ascii_case(name))
+            .map(|i| GpuTypeId(i as u16))
+    }
+
+    pub fn num_gpu_types(&self) -> usize {
+        self.gpu_types.len()
+    }
+
+    pub fn nodes(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.0 as usize]
+    }
+
+    pub fn num_gpus(&self) -> u32 {
+        self.gpu_node.len() as u32
+    }
+
+    /// Total GPUs of each type, indexed by `GpuTypeId`.
+    pub fn capacity(&self) -> &[u32] {
+        &self.capacity
+    }
+
+    pub fn node_of(&self, gpu: GpuId) -> NodeId {
+        self.gpu_node[gpu.0 as usize]
+    }
+
+    pub fn gpu_type_of(&self, gpu: GpuId) -> GpuTypeId {
+        self.node(self.node_of(gpu)).gpu_type
+    }
+
+    /// The GPUs of a node, as a range of ids.
+    pub fn gpus_of(&self, node: NodeId) -> impl Iterator<Item = GpuId> + use<> {
+        let first = self.first_gpu[node.0 as usize];
+        (first..first + self.nodes[node.0 as usize].gpus).map(GpuId)
+    }
+
+    /// A one-line description, such as `36 v100 (36x1) + 36 p100 (36x1)`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        for (t, name) in self.gpu_types.iter().enumerate() {
+            let nodes: Vec<&Node> = self
+                .nodes
+                .iter()
+                .filter(|n| n.gpu_type.0 as usize == t)
+                .collect();
+            let mut shapes: Vec<u32> = nodes.iter().map(|n| n.gpus).collect();
+            shapes.sort_unstable();
+            shapes.dedup();
+            let shapes: Vec<String> = shapes
+                .iter()
+                .map(|g| {
+                    let count = nodes.iter().filter(|n| n.gpus == *g).count();
+                    format!("{count}x{g}")
+                })
+                .collect();
+            parts.push(format!(
+                "{} {name} ({})",
+                self.capacity[t],
+                shapes.join(",")
+            ));
+        }
+        parts.join(" + ")
+    }
+}
+
+fn toml_from_str(text: &str) -> Result<ClusterFile, String> {
+    toml::from_str(text).map_err(|e| e.to_string())
+}
+
+#[derive(Default)]
+struct ClusterBuilder {
+    gpu_types: Vec<String>,
+    nodes: Vec<Node>,
+}
+
+impl ClusterBuilder {
+    fn add_nodes(&mut self, name: &str, count: u32, gpus: u32, cpus: u32, memory_gb: f64) {
+        let name = name.trim().to_ascii_lowercase();
+        let t = match self.gpu_types.iter().position(|n| *n == name) {
+            Some(i) => i,
+            None => {
+                self.gpu_types.push(name);
+                self.gpu_types.len() - 1
+            }
+        };
+        for _ in 0..count {
+            self.nodes.push(Node {
+                gpu_type: GpuTypeId(t as u16),
+                gpus,
+                cpus,
+                memory_gb,
+            });
+        }
+    }
+
+    fn build(self) -> Cluster {
+        let mut first_gpu = Vec::with_capacity(self.nodes.len());
+        let mut gpu_node = Vec::new();
+        let mut capacity = vec![0; self.gpu_types.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            first_gpu.push(gpu_node.len() as u32);
+            gpu_node.extend(std::iter::repeat_n(NodeId(i as u32), node.gpus as usize));
+            capacity[node.gpu_type.0 as usize] += node.gpus;
+        }
+        Cluster {
+            gpu_types: self.gpu_types,
+            nodes: self.nodes,
+            first_gpu,
+            gpu_node,
+            capacity,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_gpu_counts_and_node_shapes() {
+        let c = Cluster::parse_spec("v100=36,p100=4x8", 1).unwrap();
+        assert_eq!(c.gpu_types(), ["v100", "p100"]);
+        assert_eq!(c.capacity(), [36, 32]);
+        assert_eq!(c.nodes().len(), 40);
+        assert_eq!(c.num_gpus(), 68);
+        let last = NodeId(39);
+        assert_eq!(c.gpus_of(last).collect::<Vec<_>>().len(), 8);
+        assert_eq!(c.gpu_type_of(GpuId(67)), GpuTypeId(1));
+        assert_eq!(c.describe(), "36 v100 (36x1) + 32 p100 (4x8)");
+    }
+
+    #[test]
+    fn gpus_per_node_groups_plain_counts() {
+        let c = Cluster::parse_spec("generic=16", 4).unwrap();
+        assert_eq!(c.nodes().len(), 4);
+        assert!(Cluster::parse_spec("generic=10", 4).is_err());
+    }
+
+    #[test]
+    fn bad_specs_name_the_item() {
+        for (spec, needle) in [
+            ("v100", "missing `=`"),
+            ("v100=abc", "not a whole number"),
+            ("=4", "empty GPU type"),
+            ("v100=0", "at least one"),
+            ("", "no GPUs"),
+        ] {
+            let err = Cluster::parse_spec(spec, 1).unwrap_err().to_string();
+            assert!(err.contains(needle), "{spec}: {err}");
+        }
+    }
+
+    #[test]
+    fn reads_a_toml_cluster_file() {
+        let text = "# a mixed cluster\n[[nodes]]\ngpu_type = \"v100\"\ncount = 2\ngpus = 8\ncpus = 48\n\n[[nodes]]\ngpu_type = \"t4\"\ngpus = 4\nmemory_gb = 192.5\n";
+        let c = Cluster::parse_toml(&Source("c.toml".into()), text).unwrap();
+        assert_eq!(c.capacity(), [16, 4]);
+        assert_eq!(c.nodes()[0].cpus, 48);
+        assert_eq!(c.nodes()[2].memory_gb, 192.5);
+        assert_eq!(c.nodes()[2].cpus, 4 * DEFAULT_CPUS_PER_GPU);
+        let err = Cluster::parse_toml(
+            &Source("c.toml".into()),
+            "[[nodes]]\ngpu_type = \"v100\"\nbogus = 1\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("c.toml") && err.contains("bogus"), "{err}");
+    }
+}

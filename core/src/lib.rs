@@ -1,0 +1,14 @@
+//! gangway-core: the scheduling model that both the simulator and the live control plane use.
+//!
+//! - [`cluster`]: servers with GPUs of one type, CPUs and memory.
+//! - [`job`] and [`trace`]: jobs and the trace formats they come from.
+//! - [`throughput`]: how fast a job runs on an allocation.
+//! - [`policy`]: the [`policy::Policy`] trait, its single input struct, and the policies.
+//! - [`sim`]: the deterministic discrete-event simulator.
+//! - [`metrics`]: JCT, fairness and utilization over a job-id window.
+
+pub mod cluster;
+pub mod error;
+pub mod job;
+pub mod throughput;
+pub mod trace;

@@ -1,0 +1,50 @@
+//! Throughput models: how fast a job runs on a given number of GPUs of a given type.
+//!
+//! Work is counted in steps (see [`crate::job::WorkUnit`]); a model turns an allocation into steps per
+//! second. Two models ship here:
+//! - [`TableModel`]: Gavel's measured table, per job type, scale factor and GPU type, with the
+//!   space-sharing pair entries kept for packing policies;
+//! - [`DurationModel`]: for traces that give only durations, every GPU type runs a job at one
+//!   "second of work" per second at its requested size.
+
+mod table;
+
+pub use table::{TableModel, ThroughputTable};
+
+use crate::cluster::GpuTypeId;
+use crate::job::Job;
+
+/// How fast jobs run. The simulator asks once per job and GPU type and caches the answer.
+pub trait ThroughputModel: Send + Sync {
+    /// Steps per second of `job` alone on `gpus` GPUs of `gpu_type`; `None` where it cannot run there.
+    fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64>;
+}
+
+/// Duration-only traces: one unit of work per second on any GPU type, scaled by an optional per-type speed.
+#[derive(Clone, Debug)]
+pub struct DurationModel {
+    speed: Vec<f64>,
+}
+
+impl DurationModel {
+    /// Every type runs at the speed the trace's durations were measured at.
+    pub fn uniform(num_gpu_types: usize) -> Self {
+        DurationModel {
+            speed: vec![1.0; num_gpu_types],
+        }
+    }
+
+    /// A relative speed per GPU type (1.0 = the speed the durations were measured at).
+    pub fn with_speeds(speed: Vec<f64>) -> Self {
+        DurationModel { speed }
+    }
+}
+
+impl ThroughputModel for DurationModel {
+    fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
+        // A duration is measured at the job's requested gang; other sizes are not modelled here.
+        (gpus == job.gpus)
+            .then(|| self.speed.get(gpu_type.0 as usize).copied())
+            .flatten()
+    }
+}

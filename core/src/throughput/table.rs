@@ -1,0 +1,255 @@
+//! Gavel's throughput table: `{gpu_type: {"('<job type>', <scale factor>)": {"null": steps_per_s,
+//! "('<other type>', <sf>)": [steps_per_s_self, steps_per_s_other]}}}`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use super::ThroughputModel;
+use crate::cluster::{Cluster, GpuTypeId};
+use crate::error::{InputError, Source};
+use crate::job::{Job, JobTypeId, Trace};
+
+/// A job type at a scale factor, as the table keys it.
+pub type TableKey = (String, u32);
+
+/// One row of the table: the rate alone, and the rates when packed with another job on the same GPUs.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TableEntry {
+    pub alone: f64,
+    pub packed: BTreeMap<TableKey, (f64, f64)>,
+}
+
+/// The whole table, by GPU type name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ThroughputTable {
+    pub source: String,
+    pub gpu_types: BTreeMap<String, BTreeMap<TableKey, TableEntry>>,
+}
+
+fn parse_key(source: &Source, key: &str) -> Result<TableKey, InputError> {
+    let bad = || {
+        InputError::whole(
+            source,
+            format!("key `{key}` is not of the form ('<job type>', <scale factor>)"),
+        )
+    };
+    let inner = key
+        .trim()
+        .strip_prefix("('")
+        .and_then(|s| s.strip_suffix(')'))
+        .ok_or_else(bad)?;
+    let (name, sf) = inner.rsplit_once("',").ok_or_else(bad)?;
+    let sf = sf.trim().parse::<u32>().map_err(|_| bad())?;
+    Ok((name.to_owned(), sf))
+}
+
+impl ThroughputTable {
+    /// Parses the JSON text of a table. Errors name the GPU type and key.
+    pub fn parse(source: &Source, text: &str) -> Result<Self, InputError> {
+        let root: Value = serde_json::from_str(text)
+            .map_err(|e| InputError::row(source, e.line() as u64, format!("invalid JSON: {e}")))?;
+        let root = root
+            .as_object()
+            .ok_or_else(|| InputError::whole(source, "expected an object of GPU types"))?;
+        let mut gpu_types = BTreeMap::new();
+        for (gpu_type, jobs) in root {
+            let jobs = jobs.as_object().ok_or_else(|| {
+                InputError::whole(
+                    source,
+                    format!("`{gpu_type}`: expected an object of job types"),
+                )
+            })?;
+            let mut entries = BTreeMap::new();
+            for (key, row) in jobs {
+                let where_ = || format!("`{gpu_type}` / `{key}`");
+                let row = row.as_object().ok_or_else(|| {
+                    InputError::whole(source, format!("{}: expected an object", where_()))
+                })?;
+                let mut entry = TableEntry::default();
+                for (other, value) in row {
+                    if other == "null" {
+                        entry.alone = positive(value).ok_or_else(|| {
+                            InputError::whole(
+                                source,
+                                format!("{}: `null` must be a rate >= 0", where_()),
+                            )
+                        })?;
+                        continue;
+                    }
+                    let pair = value
+                        .as_array()
+                        .filter(|a| a.len() == 2)
+                        .and_then(|a| Some((positive(&a[0])?, positive(&a[1])?)))
+                        .ok_or_else(|| {
+                            InputError::whole(
+                                source,
+                                format!(
+                                    "{} / `{other}`: expected [rate_self, rate_other]",
+                                    where_()
+                                ),
+                            )
+                        })?;
+                    entry.packed.insert(parse_key(source, other)?, pair);
+                }
+                entries.insert(parse_key(source, key)?, entry);
+            }
+            gpu_types.insert(gpu_type.to_ascii_lowercase(), entries);
+        }
+        Ok(ThroughputTable {
+            source: source.to_string(),
+            gpu_types,
+        })
+    }
+
+    /// Steps per second of a job type at a scale factor alone on a GPU type.
+    pub fn alone(&self, gpu_type: &str, job_type: &str, scale_factor: u32) -> Option<f64> {
+        self.entry(gpu_type, job_type, scale_factor)
+            .map(|e| e.alone)
+    }
+
+    /// Steps per second of two jobs packed on the same GPUs: `(rate of a, rate of b)`.
+    pub fn packed(&self, gpu_type: &str, a: (&str, u32), b: (&str, u32)) -> Option<(f64, f64)> {
+        self.entry(gpu_type, a.0, a.1)?
+            .packed
+            .get(&(b.0.to_owned(), b.1))
+            .copied()
+    }
+
+    fn entry(&self, gpu_type: &str, job_type: &str, scale_factor: u32) -> Option<&TableEntry> {
+        self.gpu_types
+            .get(gpu_type)?
+            .get(&(job_type.to_owned(), scale_factor))
+    }
+
+    /// Job types (at scale factor 1) in the table, sorted, and whether each also runs distributed.
+    pub fn job_types(&self) -> Vec<(String, bool)> {
+        let mut types: BTreeMap<&str, bool> = BTreeMap::new();
+        for (name, sf) in self.gpu_types.values().flat_map(|jobs| jobs.keys()) {
+            let distributed = types.entry(name).or_default();
+            *distributed |= *sf > 1;
+        }
+        types.into_iter().map(|(n, d)| (n.to_owned(), d)).collect()
+    }
+}
+
+fn positive(v: &Value) -> Option<f64> {
+    v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
+}
+
+/// [`ThroughputTable`] resolved against one trace and one cluster, for O(1) look-ups.
+#[derive(Clone, Debug)]
+pub struct TableModel {
+    rates: HashMap<(JobTypeId, GpuTypeId, u32), f64>,
+}
+
+impl TableModel {
+    /// Resolves every (job type, scale factor) of `trace` on every GPU type of `cluster`. A job that runs
+    /// on none of the cluster's GPU types is an error that names it.
+    pub fn new(
+        table: &ThroughputTable,
+        trace: &Trace,
+        cluster: &Cluster,
+    ) -> Result<Self, InputError> {
+        let mut rates = HashMap::new();
+        let mut checked = std::collections::HashSet::new();
+        for job in &trace.jobs {
+            if !checked.insert((job.job_type, job.gpus)) {
+                continue;
+            }
+            let name = trace.job_type_name(job.job_type);
+            let mut runs_somewhere = false;
+            for (t, gpu_type) in cluster.gpu_types().iter().enumerate() {
+                if let Some(rate) = table.alone(gpu_type, name, job.gpus).filter(|r| *r > 0.0) {
+                    rates.insert((job.job_type, GpuTypeId(t as u16), job.gpus), rate);
+                    runs_somewhere = true;
+                }
+            }
+            if !runs_somewhere {
+                return Err(InputError::whole(
+                    &Source(table.source.clone()),
+                    format!(
+                        "no throughput for job type `{name}` at scale factor {} (job {}) on any GPU type of the cluster ({})",
+                        job.gpus,
+                        job.id,
+                        cluster.gpu_types().join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(TableModel { rates })
+    }
+}
+
+impl ThroughputModel for TableModel {
+    fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
+        self.rates.get(&(job.job_type, gpu_type, gpus)).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TABLE: &str = r#"{"v100": {"('LM (batch size 5)', 1)": {"null": 10.0,
+        "('LM (batch size 5)', 1)": [6.0, 6.0]}, "('LM (batch size 5)', 2)": {"null": 18.0}},
+        "k80": {"('LM (batch size 5)', 1)": {"null": 2.5}}}"#;
+
+    #[test]
+    fn reads_rates_and_pairs() {
+        let t = ThroughputTable::parse(&Source("t.json".into()), TABLE).unwrap();
+        assert_eq!(t.alone("v100", "LM (batch size 5)", 2), Some(18.0));
+        assert_eq!(t.alone("k80", "LM (batch size 5)", 2), None);
+        assert_eq!(
+            t.packed("v100", ("LM (batch size 5)", 1), ("LM (batch size 5)", 1)),
+            Some((6.0, 6.0))
+        );
+        assert_eq!(t.job_types(), vec![("LM (batch size 5)".to_owned(), true)]);
+    }
+
+    #[test]
+    fn bad_tables_say_where() {
+        let err =
+            ThroughputTable::parse(&Source("t.json".into()), r#"{"v100": {"LM": {"null": 1}}}"#)
+                .unwrap_err()
+                .to_string();
+        assert!(err.contains("t.json") && err.contains("`LM`"), "{err}");
+        let err = ThroughputTable::parse(
+            &Source("t.json".into()),
+            r#"{"v100": {"('LM', 1)": {"null": "fast"}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("`v100` / `('LM', 1)`"), "{err}");
+        let err = ThroughputTable::parse(&Source("t.json".into()), "{\n\"v100\": [}")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("t.json:2: invalid JSON"), "{err}");
+    }
+
+    #[test]
+    fn model_resolves_trace_types_on_cluster_types() {
+        let table = ThroughputTable::parse(&Source("t.json".into()), TABLE).unwrap();
+        let cluster = Cluster::parse_spec("v100=2,k80=2", 1).unwrap();
+        let mut trace = Trace::new("x", crate::job::WorkUnit::Steps);
+        let lm = trace.intern_job_type("LM (batch size 5)");
+        let tenant = trace.intern_tenant("default");
+        let job = Job {
+            id: crate::job::JobId(0),
+            arrival: 0.0,
+            job_type: lm,
+            gpus: 1,
+            total_steps: 1.0,
+            weight: 1.0,
+            tenant,
+        };
+        trace.jobs.push(job.clone());
+        let model = TableModel::new(&table, &trace, &cluster).unwrap();
+        assert_eq!(model.steps_per_second(&job, GpuTypeId(1), 1), Some(2.5));
+        trace.jobs.push(Job { gpus: 4, ..job });
+        let err = TableModel::new(&table, &trace, &cluster)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("scale factor 4"), "{err}");
+    }
+}

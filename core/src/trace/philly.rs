@@ -1,0 +1,77 @@
+//! The Philly-derived CSV (as Pollux and Gavel derived it): `timestamp,duration,num_gpus,gpu_time,cluster`.
+//!
+//! Arrivals are seconds since the earliest timestamp; jobs are numbered in arrival order; the virtual
+//! cluster becomes the tenant.
+
+use chrono::NaiveDateTime;
+
+use super::rows::for_each_row;
+use crate::error::{InputError, Source};
+use crate::job::{Job, JobId, Trace, WorkUnit};
+
+pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
+    let mut trace = Trace::new(source.to_string(), WorkUnit::Seconds);
+    let job_type = trace.intern_job_type("philly");
+    let mut stamps = Vec::new();
+    for_each_row(source, text, b',', None, |row| {
+        let stamp = row.text("timestamp")?;
+        let when = NaiveDateTime::parse_from_str(stamp, "%Y-%m-%d %H:%M:%S").map_err(|e| {
+            InputError::field(
+                source,
+                row.line,
+                "timestamp",
+                format!("`{stamp}` is not a `YYYY-MM-DD HH:MM:SS` time ({e})"),
+            )
+        })?;
+        stamps.push(when.and_utc().timestamp());
+        let tenant = match row.names.contains(&"cluster") {
+            true => trace.intern_tenant(row.text("cluster")?),
+            false => trace.intern_tenant("default"),
+        };
+        trace.jobs.push(Job {
+            id: JobId(0),
+            arrival: 0.0,
+            job_type,
+            gpus: row.gpu_count("num_gpus")?,
+            total_steps: row.number_at_least("duration", 0.0)?,
+            weight: 1.0,
+            tenant,
+        });
+        Ok(())
+    })?;
+    let start = stamps.iter().copied().min().unwrap_or(0);
+    for (job, stamp) in trace.jobs.iter_mut().zip(&stamps) {
+        job.arrival = (stamp - start) as f64;
+    }
+    trace.sort_by_arrival();
+    trace.renumber();
+    Ok(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arrivals_are_relative_and_ids_follow_arrival_order() {
+        let text = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+            2017-10-09 07:01:55,66.0,1,66.0,11cb48\n\
+            2017-10-09 06:13:03,2951.0,4,11804.0,6214e9\n";
+        let t = parse(&Source("p.csv".into()), text).unwrap();
+        assert_eq!(t.jobs[0].arrival, 0.0);
+        assert_eq!(t.jobs[1].arrival, (48 * 60 + 52) as f64);
+        assert_eq!(
+            (t.jobs[0].id, t.jobs[0].gpus, t.jobs[0].total_steps),
+            (JobId(0), 4, 2951.0)
+        );
+        assert_eq!(t.tenant_name(t.jobs[0].tenant), "6214e9");
+        let bad = text.replace("2017-10-09 06:13:03", "yesterday");
+        let err = parse(&Source("p.csv".into()), &bad)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("p.csv:3: field `timestamp`: `yesterday`"),
+            "{err}"
+        );
+    }
+}

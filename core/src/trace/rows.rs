@@ -1,0 +1,138 @@
+//! Typed access to CSV rows, with errors that name the file, line and field.
+
+use std::str::FromStr;
+
+use csv::StringRecord;
+
+use crate::error::{InputError, Source};
+
+/// One row of a trace, remembering where it came from.
+pub(crate) struct Row<'a> {
+    pub source: &'a Source,
+    pub line: u64,
+    pub record: &'a StringRecord,
+    pub names: &'a [&'a str],
+}
+
+impl Row<'_> {
+    /// The raw text of the field `name`.
+    pub fn text(&self, name: &str) -> Result<&str, InputError> {
+        let index = self.names.iter().position(|n| *n == name).ok_or_else(|| {
+            InputError::row(self.source, self.line, format!("no column `{name}`"))
+        })?;
+        self.record.get(index).map(str::trim).ok_or_else(|| {
+            InputError::field(
+                self.source,
+                self.line,
+                name,
+                "missing (the row is too short)",
+            )
+        })
+    }
+
+    /// The field `name` parsed as `T`.
+    pub fn parse<T: FromStr>(&self, name: &str) -> Result<T, InputError> {
+        let text = self.text(name)?;
+        text.parse().map_err(|_| {
+            InputError::field(
+                self.source,
+                self.line,
+                name,
+                format!("`{text}` is not a valid {}", type_word::<T>()),
+            )
+        })
+    }
+
+    /// A finite number that is at least `min`.
+    pub fn number_at_least(&self, name: &str, min: f64) -> Result<f64, InputError> {
+        let value: f64 = self.parse(name)?;
+        if !value.is_finite() || value < min {
+            return Err(InputError::field(
+                self.source,
+                self.line,
+                name,
+                format!("{value} is out of range (must be a finite number >= {min})"),
+            ));
+        }
+        Ok(value)
+    }
+
+    /// A whole number of GPUs, at least one.
+    pub fn gpu_count(&self, name: &str) -> Result<u32, InputError> {
+        let value: u32 = self.parse(name)?;
+        if value == 0 {
+            return Err(InputError::field(
+                self.source,
+                self.line,
+                name,
+                "a job needs at least one GPU",
+            ));
+        }
+        Ok(value)
+    }
+}
+
+fn type_word<T>() -> &'static str {
+    let name = std::any::type_name::<T>();
+    if name.starts_with('u') || name.starts_with('i') {
+        "whole number"
+    } else if name.starts_with('f') {
+        "number"
+    } else {
+        "value"
+    }
+}
+
+/// Visits every data row of CSV text. `names` are the column names: `None` takes them from a header line.
+pub(crate) fn for_each_row(
+    source: &Source,
+    text: &str,
+    delimiter: u8,
+    names: Option<&[&str]>,
+    mut visit: impl FnMut(&Row<'_>) -> Result<(), InputError>,
+) -> Result<(), InputError> {
+    let mut reader = csv::ReaderBuilder::new()
+        .delimiter(delimiter)
+        .has_headers(names.is_none())
+        .flexible(true)
+        .from_reader(text.as_bytes());
+    let header: Vec<String> = match names {
+        Some(n) => n.iter().map(|s| s.to_string()).collect(),
+        None => reader
+            .headers()
+            .map_err(|e| InputError::row(source, 1, e.to_string()))?
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .collect(),
+    };
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut record = StringRecord::new();
+    loop {
+        match reader.read_record(&mut record) {
+            Ok(false) => return Ok(()),
+            Ok(true) => {
+                let line = record.position().map_or(0, |p| p.line());
+                if record.iter().all(|f| f.trim().is_empty()) {
+                    continue;
+                }
+                if record.len() != header.len() {
+                    return Err(InputError::row(
+                        source,
+                        line,
+                        format!("expected {} fields, found {}", header.len(), record.len()),
+                    ));
+                }
+                visit(&Row {
+                    source,
+                    line,
+                    record: &record,
+                    names: &header,
+                })?;
+            }
+            Err(e) => {
+                let line = e.position().map_or(0, |p| p.line());
+                return Err(InputError::row(source, line, e.to_string()));
+            }
+        }
+    }
+}

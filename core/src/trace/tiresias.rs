@@ -1,0 +1,56 @@
+//! The Tiresias simulator's job CSVs (`60_job.csv`, `tf_job.csv`): `job_id, num_gpu, submit_time, ..., duration`.
+
+use super::rows::for_each_row;
+use crate::error::{InputError, Source};
+use crate::job::{Job, JobId, Trace, WorkUnit};
+
+pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
+    let mut trace = Trace::new(source.to_string(), WorkUnit::Seconds);
+    let tenant = trace.intern_tenant("default");
+    for_each_row(source, text, b',', None, |row| {
+        let job_type = match row.names.contains(&"model_name") {
+            true => trace.intern_job_type(row.text("model_name")?),
+            false => trace.intern_job_type("unknown"),
+        };
+        trace.jobs.push(Job {
+            id: JobId(row.parse("job_id")?),
+            arrival: row.number_at_least("submit_time", 0.0)?,
+            job_type,
+            gpus: row.gpu_count("num_gpu")?,
+            total_steps: row.number_at_least("duration", 0.0)?,
+            weight: 1.0,
+            tenant,
+        });
+        Ok(())
+    })?;
+    trace.sort_by_arrival();
+    Ok(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_sixty_job_format() {
+        let text = "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n\
+            0,1,0,606,vgg19,164,30\n1,8,30,133,vgg11,147,23\n";
+        let t = parse(&Source("60_job.csv".into()), text).unwrap();
+        assert_eq!(t.jobs.len(), 2);
+        assert_eq!(
+            (t.jobs[1].gpus, t.jobs[1].arrival, t.jobs[1].total_steps),
+            (8, 30.0, 147.0)
+        );
+        assert_eq!(t.job_type_name(t.jobs[1].job_type), "vgg11");
+        let err = parse(
+            &Source("60_job.csv".into()),
+            &text.replace(",8,30,", ",0,30,"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "60_job.csv:3: field `num_gpu`: a job needs at least one GPU"
+        );
+    }
+}

@@ -1,0 +1,1 @@
+pub use gangway_core as core;
