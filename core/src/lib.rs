@@ -10,5 +10,8 @@
 pub mod cluster;
 pub mod error;
 pub mod job;
+pub mod metrics;
+pub mod policy;
+pub mod sim;
 pub mod throughput;
 pub mod trace;

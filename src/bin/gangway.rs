@@ -1,1 +1,272 @@
-fn main() {}
+//! The `gangway` command line.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand, ValueEnum};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use gangway::compare;
+use gangway::core::metrics::Window;
+use gangway::core::policy;
+use gangway::core::sim::{SimConfig, Simulation};
+use gangway::core::trace::{TraceFormat, TraceOptions};
+use gangway::report;
+use gangway::scenario;
+
+#[derive(Parser)]
+#[command(
+    name = "gangway",
+    version,
+    about = "Schedules deep-learning training jobs onto shared GPU clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Replays a trace under one or more policies and compares them.
+    ///
+    /// With no arguments it replays the bundled Gavel trace (continuous-single, seed 0) at 2 jobs/hour on
+    /// 36 V100 + 36 P100 + 36 K80 GPUs, measuring jobs 4000..5000 as Gavel does.
+    Simulate(SimulateArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Table,
+    Json,
+}
+
+#[derive(clap::Args)]
+struct SimulateArgs {
+    /// Trace file, or `synthetic:jobs=N,seed=S[,rate=R][,multi=true]`. Default: the bundled Gavel trace.
+    #[arg(long, value_name = "PATH")]
+    trace: Option<String>,
+    /// Trace format, when it cannot be told from the first line.
+    #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(TraceFormatArg))]
+    trace_format: Option<TraceFormatArg>,
+    /// Input job rate in jobs/hour, for Gavel's continuous traces and synthetic ones. Default with the
+    /// bundled trace: 2.0.
+    #[arg(long, value_name = "JOBS_PER_HOUR")]
+    rate: Option<f64>,
+    /// Gavel-format throughput table (JSON). Default: the bundled Gavel table.
+    #[arg(long, value_name = "PATH")]
+    throughputs: Option<PathBuf>,
+    /// Cluster as `TYPE=N` (N GPUs, --gpus-per-node each node) or `TYPE=NxG` (N nodes of G GPUs), comma-separated.
+    #[arg(long, default_value = "v100=36,p100=36,k80=36", value_name = "SPEC")]
+    cluster: String,
+    /// Cluster as a TOML file of `[[nodes]]` groups (gpu_type, count, gpus, cpus, memory_gb); overrides --cluster.
+    #[arg(long, value_name = "PATH")]
+    cluster_file: Option<PathBuf>,
+    /// GPUs per node for `TYPE=N` items.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    gpus_per_node: u32,
+    /// Policies to compare, comma-separated; `help` lists them.
+    #[arg(
+        long,
+        default_value = "fifo,max_min_fairness",
+        value_delimiter = ',',
+        value_name = "NAMES"
+    )]
+    policy: Vec<String>,
+    /// Round length in seconds.
+    #[arg(long, default_value_t = 360.0, value_name = "SECONDS")]
+    round: f64,
+    /// Job ids to measure, as START..END (END excluded). Default: all jobs; 4000..5000 with the bundled trace.
+    #[arg(long, value_name = "A..B", value_parser = Window::parse)]
+    window: Option<Window>,
+    /// Seed for every random choice.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Seconds to checkpoint a preempted job.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    preempt_cost: f64,
+    /// Seconds to restore a job from its checkpoint.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    restore_cost: f64,
+    /// Seconds lost when a running job moves to other GPUs.
+    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    migrate_cost: f64,
+    /// Also schedule when a job arrives, not only at round boundaries.
+    #[arg(long)]
+    schedule_on_arrival: bool,
+    /// Also schedule when a job finishes, not only at round boundaries.
+    #[arg(long)]
+    schedule_on_completion: bool,
+    /// Skip the `isolated` reference run, and with it finish-time fairness (rho).
+    #[arg(long)]
+    no_ftf: bool,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Write per-job CSVs, summary.json and SVG plots (JCT CDF, utilization) here.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Pollux's profiles/ folder, for Pollux workloads (default: ../profiles next to the workload).
+    #[arg(long, value_name = "DIR")]
+    pollux_profiles: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TraceFormatArg(TraceFormat);
+
+impl std::str::FromStr for TraceFormatArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(TraceFormatArg)
+    }
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Simulate(args) => simulate(args),
+    };
+    if let Err(e) = outcome {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn list_policies() {
+    println!("Policies (use their names, comma-separated, with --policy):");
+    for p in policy::registry() {
+        let aliases = if p.aliases.is_empty() {
+            String::new()
+        } else {
+            format!(" (alias: {})", p.aliases.join(", "))
+        };
+        println!("  {:<20} {}{}", p.name, p.summary, aliases);
+    }
+}
+
+fn simulate(args: SimulateArgs) -> Result<()> {
+    if args.policy.iter().any(|p| p == "help") {
+        list_policies();
+        return Ok(());
+    }
+    if !(args.round.is_finite() && args.round > 0.0) {
+        bail!("--round must be a positive number of seconds");
+    }
+    for (name, v) in [
+        ("--preempt-cost", args.preempt_cost),
+        ("--restore-cost", args.restore_cost),
+        ("--migrate-cost", args.migrate_cost),
+    ] {
+        if !(v.is_finite() && v >= 0.0) {
+            bail!("{name} must be a number of seconds >= 0");
+        }
+    }
+    let embedded = args.trace.is_none();
+    let options = TraceOptions {
+        format: args.trace_format.map(|f| f.0),
+        rate: args.rate.or(embedded.then_some(2.0)),
+        pollux_profiles: args.pollux_profiles.clone(),
+    };
+    let table = scenario::load_throughputs(args.throughputs.as_deref())?;
+    let trace = scenario::load_trace(args.trace.as_deref(), &options, &table)?;
+    let cluster = scenario::load_cluster(
+        &args.cluster,
+        args.cluster_file.as_deref(),
+        args.gpus_per_node,
+    )?;
+    let model = scenario::model_for(&trace, &cluster, &table)?;
+    let window = args.window.clone().unwrap_or_else(|| {
+        if embedded {
+            Window(Some(4000..5000))
+        } else {
+            Window::default()
+        }
+    });
+    if embedded {
+        eprintln!(
+            "gangway: no --trace given: replaying the bundled Gavel trace (continuous-single, seed 0, {} jobs) at {} jobs/hour, measuring jobs {window}",
+            trace.jobs.len(),
+            options.rate.unwrap_or_default()
+        );
+    }
+    eprintln!(
+        "gangway: {} jobs from {} on {} GPUs: {}",
+        trace.jobs.len(),
+        trace.source,
+        cluster.num_gpus(),
+        cluster.describe()
+    );
+    let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
+    simulation.config = SimConfig {
+        round_length: args.round,
+        preempt_cost: args.preempt_cost,
+        restore_cost: args.restore_cost,
+        migrate_cost: args.migrate_cost,
+        schedule_on_arrival: args.schedule_on_arrival,
+        schedule_on_completion: args.schedule_on_completion,
+        seed: args.seed,
+    };
+    simulation.window = window;
+
+    let bars = Mutex::new(MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+    let factory = |name: &str| -> Box<dyn FnMut(usize, usize) + Send> {
+        let bar = bars
+            .lock()
+            .expect("progress lock")
+            .add(ProgressBar::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>20} [{bar:30}] {pos}/{len} jobs {elapsed}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(name.to_owned());
+        let started = std::time::Instant::now();
+        let mut shown = false;
+        Box::new(move |done, total| {
+            // Only runs longer than a second get a bar.
+            if !shown && started.elapsed() > Duration::from_secs(1) {
+                bar.set_length(total as u64);
+                bar.enable_steady_tick(Duration::from_millis(200));
+                shown = true;
+            }
+            if shown && (done % 64 == 0 || done == total) {
+                bar.set_position(done as u64);
+            }
+            if done == total {
+                bar.finish_and_clear();
+            }
+        })
+    };
+    let results = compare::run_policies(&simulation, &args.policy, !args.no_ftf, &factory)?;
+    for (result, summary) in &results {
+        if !result.unschedulable.is_empty() {
+            eprintln!(
+                "gangway: warning: {}: {} jobs need more GPUs of one type than the cluster has and never ran (first: job {})",
+                summary.policy,
+                result.unschedulable.len(),
+                result.unschedulable[0]
+            );
+        }
+    }
+    let summaries: Vec<_> = results.iter().map(|(_, s)| s.clone()).collect();
+    match args.format {
+        Format::Table => print!("{}", report::table(&summaries)),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&summaries).context("encoding JSON")?
+        ),
+    }
+    if let Some(dir) = &args.out {
+        report::write_outputs(dir, &results)?;
+        eprintln!(
+            "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg and utilization.svg to {}",
+            dir.display()
+        );
+    }
+    Ok(())
+}

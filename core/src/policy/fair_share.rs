@@ -1,0 +1,209 @@
+//! Heterogeneity-agnostic fair sharing, as time shares for the round mechanism:
+//! - `max_min_fairness` (LAS): Gavel's max-min fairness with every GPU type treated as equal. Each job's
+//!   total share s_j maximizes min_j (gpus_j * s_j / weight_j) subject to s_j <= 1 and the cluster's GPU
+//!   count; that is water-filling, solved exactly here without an LP. Jobs that have received least
+//!   run first, because the mechanism divides a share by the time received.
+//! - `isolated`: each job gets 1/N of every GPU type (N = active jobs), capped at one full gang: the
+//!   reference that finish-time fairness (rho) is measured against.
+//!
+//! A share is split across GPU types in proportion to their GPU counts, which is what an agnostic policy
+//! can do, and what Gavel's solver returns on a cluster with equal counts per type.
+
+use super::{
+    Allocation, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares, TypePreference,
+};
+
+/// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
+fn split(view: &JobView<'_>, capacity: &[u32], s: f64) -> Vec<f64> {
+    let usable: f64 = capacity
+        .iter()
+        .zip(view.rates)
+        .filter(|(_, r)| **r > 0.0)
+        .map(|(n, _)| f64::from(*n))
+        .sum();
+    capacity
+        .iter()
+        .zip(view.rates)
+        .map(|(n, r)| {
+            if *r > 0.0 && usable > 0.0 {
+                s * f64::from(*n) / usable
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+/// Max-min fair total shares: the largest level L with sum_j min(gpus_j, L * weight_j) <= total GPUs,
+/// then s_j = min(1, L * weight_j / gpus_j).
+pub fn max_min_shares(jobs: &[JobView<'_>], total_gpus: f64) -> Vec<f64> {
+    let demand: f64 = jobs.iter().map(|v| f64::from(v.job.gpus)).sum();
+    if demand <= total_gpus {
+        return vec![1.0; jobs.len()];
+    }
+    // Each job saturates (s_j = 1) at level gpus_j / weight_j. Walk the saturation points in order.
+    let mut points: Vec<(f64, f64, f64)> = jobs
+        .iter()
+        .map(|v| {
+            (
+                f64::from(v.job.gpus) / v.job.weight,
+                f64::from(v.job.gpus),
+                v.job.weight,
+            )
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut saturated_gpus = 0.0;
+    let mut open_weight: f64 = points.iter().map(|p| p.2).sum();
+    let mut level = 0.0;
+    for &(at, gpus, weight) in &points {
+        // Below `at`, the unsaturated jobs use L * open_weight GPUs.
+        let needed = saturated_gpus + at * open_weight;
+        if needed > total_gpus {
+            break;
+        }
+        level = at;
+        saturated_gpus += gpus;
+        open_weight -= weight;
+    }
+    if open_weight > 0.0 {
+        level = ((total_gpus - saturated_gpus) / open_weight).max(level);
+    }
+    jobs.iter()
+        .map(|v| (level * v.job.weight / f64::from(v.job.gpus)).min(1.0))
+        .collect()
+}
+
+/// Least attained service via max-min fair time shares (Gavel's heterogeneity-agnostic `max_min_fairness`).
+#[derive(Default)]
+pub struct MaxMinFairness;
+
+impl Policy for MaxMinFairness {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+        let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
+        let shares = max_min_shares(input.jobs, total);
+        Allocation::TimeShares(TimeShares {
+            shares: input
+                .jobs
+                .iter()
+                .zip(shares)
+                .map(|(v, s)| (v.id(), split(v, input.capacity, s)))
+                .collect(),
+            type_preference: TypePreference::Interchangeable,
+        })
+    }
+}
+
+/// Each job alone on 1/N of the cluster (Gavel's `isolated`): the reference for finish-time fairness.
+#[derive(Default)]
+pub struct Isolated;
+
+impl Policy for Isolated {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+        let m = input.jobs.len().max(1) as f64;
+        let shares = input
+            .jobs
+            .iter()
+            .map(|v| {
+                let mut row: Vec<f64> = input
+                    .capacity
+                    .iter()
+                    .zip(v.rates)
+                    .map(|(&n, &r)| {
+                        if r > 0.0 {
+                            f64::from(n) / m / f64::from(v.job.gpus)
+                        } else {
+                            0.0
+                        }
+                    })
+                    .collect();
+                let sum: f64 = row.iter().sum();
+                if sum > 1.0 {
+                    row.iter_mut().for_each(|x| *x /= sum);
+                }
+                (v.id(), row)
+            })
+            .collect();
+        Allocation::TimeShares(TimeShares {
+            shares,
+            type_preference: TypePreference::Interchangeable,
+        })
+    }
+}
+
+pub(super) static POLICIES: &[PolicyInfo] = &[
+    PolicyInfo {
+        name: "max_min_fairness",
+        aliases: &["las"],
+        summary: "least attained service: max-min fair time shares, GPU types treated as equal (Gavel's LAS)",
+        build: |_: &PolicyConfig| Box::new(MaxMinFairness),
+    },
+    PolicyInfo {
+        name: "isolated",
+        aliases: &[],
+        summary: "each job on 1/N of every GPU type: the reference for finish-time fairness (rho)",
+        build: |_: &PolicyConfig| Box::new(Isolated),
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{Job, JobId, JobTypeId, TenantId};
+
+    fn job(id: u32, gpus: u32, weight: f64) -> Job {
+        Job {
+            id: JobId(id),
+            arrival: 0.0,
+            job_type: JobTypeId(0),
+            gpus,
+            total_steps: 100.0,
+            weight,
+            tenant: TenantId(0),
+        }
+    }
+
+    fn view<'a>(job: &'a Job, rates: &'a [f64]) -> JobView<'a> {
+        JobView {
+            job,
+            rates,
+            steps_done: 0.0,
+            remaining_steps: job.total_steps,
+            attained_gpu_seconds: 0.0,
+            attained_seconds: 0.0,
+            running: None,
+            queued_since: 0.0,
+            last_run_seconds: 0.0,
+            preemptions: 0,
+        }
+    }
+
+    #[test]
+    fn water_filling_is_max_min_fair() {
+        let jobs = [job(0, 1, 1.0), job(1, 4, 1.0), job(2, 1, 2.0)];
+        let rates = [1.0];
+        let views: Vec<JobView<'_>> = jobs.iter().map(|j| view(j, &rates)).collect();
+        // Plenty of room: everyone runs all the time.
+        assert_eq!(max_min_shares(&views, 6.0), vec![1.0, 1.0, 1.0]);
+        // 3 GPUs: level L with min(1,L) + min(4,L) + min(1,2L) = 3 -> job 2 saturates at L = 0.5, then
+        // L + L + 1 = 3 -> L = 1, so job 0 gets 1, job 1 gets 1/4, job 2 gets 1.
+        let s = max_min_shares(&views, 3.0);
+        assert!(
+            (s[0] - 1.0).abs() < 1e-12 && (s[1] - 0.25).abs() < 1e-12 && s[2] == 1.0,
+            "{s:?}"
+        );
+        let used: f64 = s
+            .iter()
+            .zip(&jobs)
+            .map(|(s, j)| s * f64::from(j.gpus))
+            .sum();
+        assert!((used - 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn shares_split_by_type_size_and_skip_types_a_job_cannot_use() {
+        let j = job(0, 1, 1.0);
+        let v = view(&j, &[2.0, 0.0, 1.0]);
+        assert_eq!(split(&v, &[30, 50, 10], 0.8), vec![0.6, 0.0, 0.2]);
+    }
+}

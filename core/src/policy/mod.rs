@@ -1,0 +1,206 @@
+//! Scheduling policies and the one input they all share.
+//!
+//! # Design note: one input, two kinds of answer
+//!
+//! Every policy implements [`Policy::allocate`], which takes a [`RoundInput`]: the time, the round length,
+//! the cluster's capacity per GPU type, and every active job as a [`JobView`] with its attained service
+//! (GPU-seconds and seconds), its steps done and remaining, its throughput on each GPU type, where it runs
+//! now, and its queueing history. Nothing else reaches a policy, and no code branches on a policy's name:
+//! the simulator and the live control plane only ever see the trait.
+//!
+//! A policy answers with an [`Allocation`], in one of two forms:
+//! - [`Allocation::Grants`]: concrete "job j gets n GPUs of type t" decisions for the next round, in
+//!   priority order. The simulator keeps running jobs on their GPUs where the grant is unchanged, preempts
+//!   the rest, and places new grants in order, skipping any that no longer fit.
+//! - [`Allocation::TimeShares`]: Gavel's form, a fraction of time X\[j\]\[t\] per job and GPU type. The
+//!   round mechanism ([`timeshare`]) realizes it: a job's priority on a type is its target share divided by
+//!   the share it has received so far, and jobs are granted greedily in priority order.
+//!
+//! How the policies in the literature fit, without changing this shape:
+//! - **FIFO, SJF, SRTF, LAS** (here): order the jobs by arrival, size, remaining work or attained
+//!   service, and grant in that order ([`ordered`]).
+//! - **Tiresias** (2DAS, Gittins): a key from `attained_gpu_seconds` and the queue thresholds; starvation
+//!   promotion from `queued_since` and `last_run_seconds`; preemption costs come from the simulator config.
+//! - **Gandiva**: grants, with packing expressed as grants of a shared GPU (the throughput model's pair
+//!   rates) and migration as a changed placement; time-slicing is what rounds already do.
+//! - **Themis**: `rho` needs each job's ideal finish time, which comes from `rates` and the capacity
+//!   (1/N of the cluster); the auction picks winners among the worst-rho jobs and returns grants.
+//! - **Gavel's heterogeneity-aware LPs** (`*_perf`, `*_packed`): solve for X over `rates` and return
+//!   time shares; the mechanism is shared. They re-solve only when `input.jobs_changed` is set.
+//! - **Sia / Pollux**: goodput per (type, GPU count) comes from a goodput model behind the same
+//!   throughput trait; the answer is grants whose GPU count may differ from the job's request.
+//! - **Synergy**: the cluster carries CPUs and memory per node; a grant can carry a CPU and memory
+//!   demand when that lands, and the placer checks it.
+
+pub mod fair_share;
+pub mod ordered;
+pub mod timeshare;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Cluster, GpuId, GpuTypeId};
+use crate::error::SimError;
+use crate::job::{Job, JobId};
+
+/// A scheduling policy. Implementations keep whatever state they need between rounds.
+pub trait Policy: Send {
+    /// Decides who runs in the next round.
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation;
+}
+
+/// Everything a policy sees, every round.
+pub struct RoundInput<'a> {
+    /// Simulated (or wall-clock) seconds since the start.
+    pub now: f64,
+    /// Length of a round in seconds.
+    pub round_length: f64,
+    pub cluster: &'a Cluster,
+    /// GPUs of each type that can be allocated (healthy capacity), indexed by `GpuTypeId`.
+    pub capacity: &'a [u32],
+    /// Active jobs (arrived, not finished), in arrival order.
+    pub jobs: &'a [JobView<'a>],
+    /// Whether a job arrived or finished since the previous call.
+    pub jobs_changed: bool,
+}
+
+/// One active job, as policies see it.
+#[derive(Clone, Debug)]
+pub struct JobView<'a> {
+    pub job: &'a Job,
+    /// Steps per second alone at the requested gang size, per GPU type; 0 where it cannot run.
+    pub rates: &'a [f64],
+    pub steps_done: f64,
+    /// Remaining steps. Only oracle policies (SRTF, SJF) should look at this.
+    pub remaining_steps: f64,
+    /// GPU-seconds received so far (Tiresias' 2D attained service).
+    pub attained_gpu_seconds: f64,
+    /// Seconds run so far (1-D LAS).
+    pub attained_seconds: f64,
+    /// Where it runs now, if it runs.
+    pub running: Option<Running<'a>>,
+    /// When it last started or was queued, whichever is later (for starvation checks).
+    pub queued_since: f64,
+    /// Length of its most recent uninterrupted run, in seconds.
+    pub last_run_seconds: f64,
+    pub preemptions: u32,
+}
+
+/// The GPUs a job holds now.
+#[derive(Clone, Copy, Debug)]
+pub struct Running<'a> {
+    pub gpu_type: GpuTypeId,
+    pub gpus: &'a [GpuId],
+}
+
+impl JobView<'_> {
+    pub fn id(&self) -> JobId {
+        self.job.id
+    }
+
+    /// The fastest GPU type for this job, with ties going to the lower type id.
+    pub fn fastest_type(&self) -> Option<GpuTypeId> {
+        let mut best: Option<(usize, f64)> = None;
+        for (t, &r) in self.rates.iter().enumerate() {
+            if r > 0.0 && best.is_none_or(|(_, b)| r > b) {
+                best = Some((t, r));
+            }
+        }
+        best.map(|(t, _)| GpuTypeId(t as u16))
+    }
+}
+
+/// A concrete decision: `job` runs on `gpus` GPUs of `gpu_type` next round.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Grant {
+    pub job: JobId,
+    pub gpu_type: GpuTypeId,
+    pub gpus: u32,
+}
+
+/// A policy's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Allocation {
+    /// Concrete grants in priority order; ones that do not fit are skipped.
+    Grants(Vec<Grant>),
+    /// Target time fractions per job and GPU type, realized by the round mechanism.
+    TimeShares(TimeShares),
+}
+
+/// Gavel's allocation: X[j][t], the fraction of time job j should spend on GPU type t (rows sum to <= 1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimeShares {
+    pub shares: Vec<(JobId, Vec<f64>)>,
+    pub type_preference: TypePreference,
+}
+
+/// The order in which the mechanism offers GPU types to jobs each round.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypePreference {
+    /// The policy cannot tell types apart (heterogeneity-agnostic): a fresh random order every round.
+    Interchangeable,
+    /// Most preferred first.
+    Ordered(Vec<GpuTypeId>),
+}
+
+/// Knobs a policy may read when it is built.
+#[derive(Clone, Debug)]
+pub struct PolicyConfig {
+    pub seed: u64,
+}
+
+/// A policy the registry knows.
+pub struct PolicyInfo {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub summary: &'static str,
+    pub build: fn(&PolicyConfig) -> Box<dyn Policy>,
+}
+
+/// Every policy, by name.
+pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
+    ordered::POLICIES.iter().chain(fair_share::POLICIES)
+}
+
+/// Builds the policy called `name` (or one of its aliases).
+pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, SimError> {
+    let info = find(name)?;
+    Ok((info.build)(config))
+}
+
+/// The registry entry for `name` or one of its aliases.
+pub fn find(name: &str) -> Result<&'static PolicyInfo, SimError> {
+    registry()
+        .find(|p| p.name == name || p.aliases.contains(&name))
+        .ok_or_else(|| SimError::UnknownPolicy {
+            name: name.to_owned(),
+            known: registry().map(|p| p.name).collect::<Vec<_>>().join(", "),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_names_are_unique() {
+        let mut names: Vec<&str> = registry()
+            .flat_map(|p| std::iter::once(p.name).chain(p.aliases.iter().copied()))
+            .collect();
+        let total = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), total, "duplicate policy name or alias");
+    }
+
+    #[test]
+    fn unknown_policy_lists_the_known_ones() {
+        let err = build("nope", &PolicyConfig { seed: 0 })
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("unknown policy `nope`") && err.contains("fifo"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,604 @@
+//! The trace-driven discrete-event simulator.
+//!
+//! Virtual time advances from event to event: arrivals (read in order from the trace), completions (a
+//! priority queue), and round boundaries every `round_length` seconds. At a round boundary the policy
+//! decides, the simulator preempts, migrates and places, and each running job's completion time is
+//! pushed as an event. Nothing scans the whole trace per event: only active jobs are visited, once per
+//! scheduling pass.
+//!
+//! Semantics (those of Gavel's simulator, where they matter for its published numbers):
+//! - a job that arrives mid-round waits for the next boundary (unless `schedule_on_arrival`);
+//! - a job that finishes mid-round finishes at its exact time, and its GPUs idle until the next boundary
+//!   (unless `schedule_on_completion`);
+//! - when nothing is active, time jumps to the next arrival and rounds restart from there.
+//!
+//! Costs: a preempted job pays `preempt_cost + restore_cost` seconds of no progress when it next starts
+//! (the checkpoint is charged with the restore, so that GPU accounting stays per round); a job moved to
+//! other GPUs between two consecutive rounds pays `migrate_cost`.
+
+pub mod free;
+pub mod placer;
+
+use std::collections::{BTreeSet, HashMap};
+
+use rustc_hash::FxHashMap;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{Cluster, GpuId, GpuTypeId};
+use crate::job::{JobId, Trace};
+use crate::metrics::{self, JobRecord, RunTotals, Summary, Window};
+use crate::policy::timeshare::Mechanism;
+use crate::policy::{Allocation, Grant, JobView, Policy, RoundInput, Running};
+use crate::throughput::ThroughputModel;
+
+pub use free::FreeGpus;
+pub use placer::{PackingPlacer, Placer};
+
+/// Simulator settings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SimConfig {
+    /// Seconds per round (Gavel: 360).
+    pub round_length: f64,
+    /// Seconds to checkpoint a preempted job.
+    pub preempt_cost: f64,
+    /// Seconds to restore a job from its checkpoint when it starts again.
+    pub restore_cost: f64,
+    /// Seconds lost when a running job moves to other GPUs.
+    pub migrate_cost: f64,
+    /// Run a scheduling pass when a job arrives, not only at round boundaries.
+    pub schedule_on_arrival: bool,
+    /// Run a scheduling pass when a job finishes, not only at round boundaries.
+    pub schedule_on_completion: bool,
+    /// Seeds every random choice (mechanism type order, random placers).
+    pub seed: u64,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            round_length: 360.0,
+            preempt_cost: 0.0,
+            restore_cost: 0.0,
+            migrate_cost: 0.0,
+            schedule_on_arrival: false,
+            schedule_on_completion: false,
+            seed: 0,
+        }
+    }
+}
+
+/// Everything a run produces.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimResult {
+    pub records: Vec<JobRecord>,
+    /// (time, busy GPUs) whenever the number of busy GPUs changes.
+    pub utilization: Vec<(f64, u32)>,
+    pub gpu_types: Vec<String>,
+    pub capacity_gpus: u32,
+    pub busy_gpu_seconds: f64,
+    /// First arrival to last event.
+    pub span_seconds: f64,
+    pub wall_seconds: f64,
+    pub window: Window,
+    /// Jobs whose gang is larger than any GPU type's capacity; they never run.
+    pub unschedulable: Vec<JobId>,
+    pub rounds: u64,
+}
+
+impl SimResult {
+    /// Summarizes the run over its window, with rho against `isolated` where given.
+    pub fn summary(&self, policy: &str, isolated: Option<&SimResult>) -> Summary {
+        let iso_jct: Option<Vec<Option<f64>>> = isolated.map(|iso| {
+            let by_id: HashMap<JobId, Option<f64>> =
+                iso.records.iter().map(|r| (r.id, r.jct())).collect();
+            self.records
+                .iter()
+                .map(|r| by_id.get(&r.id).copied().flatten())
+                .collect()
+        });
+        metrics::summarize(
+            policy,
+            &self.records,
+            &self.window,
+            iso_jct.as_deref(),
+            &RunTotals {
+                busy_gpu_seconds: self.busy_gpu_seconds,
+                capacity_gpus: self.capacity_gpus,
+                span_seconds: self.span_seconds,
+                wall_seconds: self.wall_seconds,
+            },
+        )
+    }
+}
+
+/// A job's current run.
+#[derive(Clone, Debug)]
+struct Run {
+    gpu_type: GpuTypeId,
+    gpus: Vec<GpuId>,
+    rate: f64,
+    /// Accounting is settled up to here.
+    settled_to: f64,
+    /// Progress starts here (after restore or migration costs).
+    progress_from: f64,
+    /// When this run started (for `last_run_seconds`).
+    started: f64,
+}
+
+#[derive(Clone, Debug)]
+struct JobState {
+    steps_done: f64,
+    attained_gpu_seconds: f64,
+    attained_seconds: f64,
+    run: Option<Run>,
+    last_gpus: Vec<GpuId>,
+    /// Seconds of no progress owed at the next start.
+    overhead_due: f64,
+    queued_since: f64,
+    last_run_seconds: f64,
+    /// This pass's grant, while a pass runs.
+    grant: Option<Grant>,
+    /// Lost its GPUs in this pass and has not (yet) been placed again.
+    displaced: bool,
+    /// Key of its pending completion in `World::completions`.
+    completion: Option<(u64, usize)>,
+    record: JobRecord,
+}
+
+/// Orders non-negative times as integers, so that completions can live in a `BTreeSet` and be removed
+/// when a run ends early (preemption, migration) instead of going stale.
+fn time_key(t: f64) -> u64 {
+    debug_assert!(t >= 0.0);
+    t.max(0.0).to_bits()
+}
+
+/// Progress reports: (jobs finished, jobs in the trace).
+pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
+
+/// One simulation: a trace on a cluster under a throughput model.
+pub struct Simulation<'a> {
+    pub trace: &'a Trace,
+    pub cluster: &'a Cluster,
+    pub model: &'a dyn ThroughputModel,
+    pub config: SimConfig,
+    pub window: Window,
+}
+
+/// The mutable state of a run.
+struct World<'a> {
+    sim: &'a Simulation<'a>,
+    /// rates[i * types + t]: steps/s of job i alone on its gang of type t (0 = cannot run).
+    rates: Vec<f64>,
+    jobs: Vec<JobState>,
+    /// Indices of active jobs, in arrival order.
+    active: Vec<usize>,
+    index_of: FxHashMap<JobId, usize>,
+    free: FreeGpus,
+    /// Pending completions of running jobs: (time key, job index).
+    completions: BTreeSet<(u64, usize)>,
+    mechanism: Mechanism,
+    /// Whether the mechanism is in use (the last allocation was time shares).
+    time_shared: bool,
+    busy_gpus: u32,
+    busy_gpu_seconds: f64,
+    last_busy_change: f64,
+    utilization: Vec<(f64, u32)>,
+    finished: usize,
+    jobs_changed: bool,
+}
+
+impl<'a> Simulation<'a> {
+    pub fn new(trace: &'a Trace, cluster: &'a Cluster, model: &'a dyn ThroughputModel) -> Self {
+        Simulation {
+            trace,
+            cluster,
+            model,
+            config: SimConfig::default(),
+            window: Window::default(),
+        }
+    }
+
+    /// Runs `policy` with `placer` to the end of the trace.
+    pub fn run(
+        &self,
+        policy: &mut dyn Policy,
+        placer: &mut dyn Placer,
+        progress: Progress<'_>,
+    ) -> SimResult {
+        let wall = Instant::now();
+        let mut world = World::new(self);
+        let round = self.config.round_length.max(1e-6);
+        let trace_jobs = &self.trace.jobs;
+        let mut unschedulable = Vec::new();
+        let mut next_arrival = 0usize;
+        let mut now = trace_jobs.first().map_or(0.0, |j| j.arrival);
+        let start = now;
+        let mut next_round = now;
+        let mut rounds = 0u64;
+        let mut last_event = now;
+        loop {
+            // The next event: a completion, an arrival, or the round boundary.
+            let arrival_at = trace_jobs.get(next_arrival).map(|j| j.arrival);
+            let completion_at = world.peek_completion();
+            if world.active.is_empty() && completion_at.is_none() {
+                match arrival_at {
+                    // Idle: jump to the next arrival and restart rounds there.
+                    Some(t) => next_round = next_round.max(t),
+                    None => break,
+                }
+            }
+            let t = [completion_at, arrival_at, Some(next_round)]
+                .into_iter()
+                .flatten()
+                .fold(f64::INFINITY, f64::min);
+            now = t;
+            last_event = last_event.max(now);
+            let mut pass = false;
+            while let Some(i) = world.pop_completion_at(now) {
+                world.complete(i, now);
+                progress(world.finished, trace_jobs.len());
+                pass |= self.config.schedule_on_completion;
+            }
+            while next_arrival < trace_jobs.len() && trace_jobs[next_arrival].arrival <= now {
+                let i = next_arrival;
+                next_arrival += 1;
+                if world.can_ever_run(i) {
+                    world.admit(i, trace_jobs[i].arrival);
+                    pass |= self.config.schedule_on_arrival;
+                } else {
+                    unschedulable.push(trace_jobs[i].id);
+                }
+            }
+            if now >= next_round {
+                pass = true;
+                rounds += 1;
+                next_round = now + round;
+            }
+            if pass && !world.active.is_empty() {
+                world.schedule(policy, placer, now);
+            }
+        }
+        world.note_busy(now);
+        let records = world.jobs.into_iter().map(|j| j.record).collect();
+        SimResult {
+            records,
+            utilization: world.utilization,
+            gpu_types: self.cluster.gpu_types().to_vec(),
+            capacity_gpus: self.cluster.num_gpus(),
+            busy_gpu_seconds: world.busy_gpu_seconds,
+            span_seconds: last_event - start,
+            wall_seconds: wall.elapsed().as_secs_f64(),
+            window: self.window.clone(),
+            unschedulable,
+            rounds,
+        }
+    }
+}
+
+impl<'a> World<'a> {
+    fn new(sim: &'a Simulation<'a>) -> Self {
+        let types = sim.cluster.num_gpu_types();
+        let mut rates = Vec::with_capacity(sim.trace.jobs.len() * types);
+        for job in &sim.trace.jobs {
+            for t in 0..types {
+                let r = sim
+                    .model
+                    .steps_per_second(job, GpuTypeId(t as u16), job.gpus);
+                rates.push(r.filter(|r| r.is_finite() && *r > 0.0).unwrap_or(0.0));
+            }
+        }
+        let jobs = sim
+            .trace
+            .jobs
+            .iter()
+            .map(|job| JobState {
+                steps_done: 0.0,
+                attained_gpu_seconds: 0.0,
+                attained_seconds: 0.0,
+                run: None,
+                last_gpus: Vec::new(),
+                overhead_due: 0.0,
+                queued_since: job.arrival,
+                last_run_seconds: 0.0,
+                completion: None,
+                grant: None,
+                displaced: false,
+                record: JobRecord {
+                    id: job.id,
+                    job_type: sim.trace.job_type_name(job.job_type).to_owned(),
+                    gpus: job.gpus,
+                    arrival: job.arrival,
+                    first_start: None,
+                    finish: None,
+                    gpu_seconds: vec![0.0; types],
+                    preemptions: 0,
+                    migrations: 0,
+                },
+            })
+            .collect();
+        World {
+            sim,
+            rates,
+            jobs,
+            active: Vec::new(),
+            index_of: sim
+                .trace
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(i, j)| (j.id, i))
+                .collect(),
+            free: FreeGpus::new(sim.cluster),
+            completions: BTreeSet::new(),
+            mechanism: Mechanism::new(types, sim.config.seed),
+            time_shared: false,
+            busy_gpus: 0,
+            busy_gpu_seconds: 0.0,
+            last_busy_change: sim.trace.jobs.first().map_or(0.0, |j| j.arrival),
+            utilization: Vec::new(),
+            finished: 0,
+            jobs_changed: false,
+        }
+    }
+
+    fn types(&self) -> usize {
+        self.sim.cluster.num_gpu_types()
+    }
+
+    fn job_rates(&self, i: usize) -> &[f64] {
+        let t = self.types();
+        &self.rates[i * t..(i + 1) * t]
+    }
+
+    /// A job can run if some type it has a rate on has room for its whole gang.
+    fn can_ever_run(&self, i: usize) -> bool {
+        let gpus = self.sim.trace.jobs[i].gpus;
+        self.job_rates(i)
+            .iter()
+            .zip(self.sim.cluster.capacity())
+            .any(|(r, &cap)| *r > 0.0 && cap >= gpus)
+    }
+
+    fn admit(&mut self, i: usize, now: f64) {
+        self.jobs[i].queued_since = now;
+        self.active.push(i);
+        self.jobs_changed = true;
+    }
+
+    fn peek_completion(&self) -> Option<f64> {
+        self.completions
+            .first()
+            .map(|&(key, _)| f64::from_bits(key))
+    }
+
+    /// The job index of the earliest completion, if it is due by `now`.
+    fn pop_completion_at(&mut self, now: f64) -> Option<usize> {
+        match self.completions.first() {
+            Some(&(key, i)) if f64::from_bits(key) <= now => Some(i),
+            _ => None,
+        }
+    }
+
+    /// Brings a running job's accounting up to `now`.
+    fn settle(&mut self, i: usize, now: f64) {
+        let Some(run) = self.jobs[i].run.as_mut() else {
+            return;
+        };
+        let from = run.settled_to;
+        if now <= from {
+            return;
+        }
+        let held = now - from;
+        let progressing = (now - run.progress_from.max(from)).max(0.0);
+        let gpus = run.gpus.len() as f64;
+        let (gpu_type, rate) = (run.gpu_type, run.rate);
+        run.settled_to = now;
+        let state = &mut self.jobs[i];
+        state.steps_done += progressing * rate;
+        state.attained_seconds += held;
+        state.attained_gpu_seconds += held * gpus;
+        state.record.gpu_seconds[gpu_type.0 as usize] += held * gpus;
+        if self.time_shared {
+            self.mechanism
+                .charge(self.sim.trace.jobs[i].id, gpu_type, held);
+        }
+    }
+
+    fn note_busy(&mut self, now: f64) {
+        self.busy_gpu_seconds += f64::from(self.busy_gpus) * (now - self.last_busy_change).max(0.0);
+        self.last_busy_change = now;
+    }
+
+    /// Ends job `i`'s run at `now`, returning its GPUs.
+    fn stop(&mut self, i: usize, now: f64) -> Run {
+        self.settle(i, now);
+        let state = &mut self.jobs[i];
+        let run = state
+            .run
+            .take()
+            .expect("stop() on a job that is not running");
+        if let Some(key) = state.completion.take() {
+            self.completions.remove(&key);
+        }
+        state.last_run_seconds = now - run.started;
+        state.last_gpus = run.gpus.clone();
+        self.note_busy(now);
+        self.busy_gpus -= run.gpus.len() as u32;
+        self.free.release(self.sim.cluster, &run.gpus);
+        run
+    }
+
+    fn complete(&mut self, i: usize, now: f64) {
+        self.stop(i, now);
+        let state = &mut self.jobs[i];
+        state.steps_done = self.sim.trace.jobs[i].total_steps;
+        state.record.finish = Some(now);
+        self.active.retain(|&a| a != i);
+        self.mechanism.forget(self.sim.trace.jobs[i].id);
+        self.finished += 1;
+        self.jobs_changed = true;
+        self.note_utilization(now);
+    }
+
+    fn start(&mut self, i: usize, gpu_type: GpuTypeId, gpus: Vec<GpuId>, overhead: f64, now: f64) {
+        self.note_busy(now);
+        self.busy_gpus += gpus.len() as u32;
+        self.free.take(self.sim.cluster, &gpus);
+        let rate = self.job_rates(i)[gpu_type.0 as usize];
+        let job = &self.sim.trace.jobs[i];
+        let state = &mut self.jobs[i];
+        let remaining = (job.total_steps - state.steps_done).max(0.0);
+        let progress_from = now + overhead;
+        state.overhead_due = 0.0;
+        state.record.first_start.get_or_insert(now);
+        state.run = Some(Run {
+            gpu_type,
+            gpus,
+            rate,
+            settled_to: now,
+            progress_from,
+            started: now,
+        });
+        let key = (time_key(progress_from + remaining / rate), i);
+        state.completion = Some(key);
+        self.completions.insert(key);
+    }
+
+    /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place.
+    fn schedule(&mut self, policy: &mut dyn Policy, placer: &mut dyn Placer, now: f64) {
+        for k in 0..self.active.len() {
+            self.settle(self.active[k], now);
+        }
+        let grants = self.decide(policy, now);
+        let config = &self.sim.config;
+        let cluster = self.sim.cluster;
+
+        // Which running jobs keep their GPUs, and which are displaced.
+        for g in &grants {
+            if let Some(&i) = self.index_of.get(&g.job) {
+                self.jobs[i].grant.get_or_insert(*g);
+            }
+        }
+        let mut displaced = Vec::new();
+        for k in 0..self.active.len() {
+            let i = self.active[k];
+            let Some(run) = &self.jobs[i].run else {
+                continue;
+            };
+            let keep = self.jobs[i]
+                .grant
+                .is_some_and(|g| g.gpu_type == run.gpu_type && g.gpus as usize == run.gpus.len());
+            if !keep {
+                self.stop(i, now);
+                self.jobs[i].displaced = true;
+                displaced.push(i);
+            }
+        }
+        // Place the grants in order; running jobs that keep their GPUs are already placed.
+        for g in &grants {
+            let Some(&i) = self.index_of.get(&g.job) else {
+                continue;
+            };
+            if self.jobs[i].grant.take().is_none()
+                || self.jobs[i].run.is_some()
+                || self.jobs[i].record.finish.is_some()
+                || self.job_rates(i)[g.gpu_type.0 as usize] <= 0.0
+            {
+                continue;
+            }
+            let job = &self.sim.trace.jobs[i];
+            let previous = std::mem::take(&mut self.jobs[i].last_gpus);
+            let chosen = placer.place(cluster, &self.free, job, g.gpu_type, g.gpus, &previous);
+            let Some(gpus) = chosen.filter(|c| c.len() == g.gpus as usize) else {
+                self.jobs[i].last_gpus = previous;
+                continue;
+            };
+            let was_running = std::mem::take(&mut self.jobs[i].displaced);
+            let overhead = if !was_running {
+                self.jobs[i].overhead_due
+            } else if gpus != previous {
+                self.jobs[i].record.migrations += 1;
+                config.migrate_cost
+            } else {
+                0.0
+            };
+            self.start(i, g.gpu_type, gpus, overhead, now);
+        }
+        // Displaced jobs that did not get GPUs back are preempted.
+        for i in displaced {
+            let state = &mut self.jobs[i];
+            if std::mem::take(&mut state.displaced) {
+                state.record.preemptions += 1;
+                state.overhead_due += config.preempt_cost + config.restore_cost;
+                state.queued_since = now;
+            }
+        }
+        self.note_utilization(now);
+    }
+
+    /// Records a utilization sample when the number of busy GPUs changed.
+    fn note_utilization(&mut self, now: f64) {
+        if self
+            .utilization
+            .last()
+            .is_none_or(|&(_, busy)| busy != self.busy_gpus)
+        {
+            self.utilization.push((now, self.busy_gpus));
+        }
+    }
+
+    /// Asks the policy and turns its answer into grants.
+    fn decide(&mut self, policy: &mut dyn Policy, now: f64) -> Vec<Grant> {
+        let cluster = self.sim.cluster;
+        let views: Vec<JobView<'_>> = self
+            .active
+            .iter()
+            .map(|&i| {
+                let job = &self.sim.trace.jobs[i];
+                let state = &self.jobs[i];
+                JobView {
+                    job,
+                    rates: &self.rates
+                        [i * cluster.num_gpu_types()..(i + 1) * cluster.num_gpu_types()],
+                    steps_done: state.steps_done,
+                    remaining_steps: (job.total_steps - state.steps_done).max(0.0),
+                    attained_gpu_seconds: state.attained_gpu_seconds,
+                    attained_seconds: state.attained_seconds,
+                    running: state.run.as_ref().map(|r| Running {
+                        gpu_type: r.gpu_type,
+                        gpus: &r.gpus,
+                    }),
+                    queued_since: state.queued_since,
+                    last_run_seconds: state.last_run_seconds,
+                    preemptions: state.record.preemptions,
+                }
+            })
+            .collect();
+        let input = RoundInput {
+            now,
+            round_length: self.sim.config.round_length,
+            cluster,
+            capacity: cluster.capacity(),
+            jobs: &views,
+            jobs_changed: std::mem::take(&mut self.jobs_changed),
+        };
+        match policy.allocate(&input) {
+            Allocation::Grants(grants) => {
+                self.time_shared = false;
+                grants
+            }
+            Allocation::TimeShares(shares) => {
+                self.time_shared = true;
+                self.mechanism.grants(
+                    &shares,
+                    &views,
+                    cluster.capacity(),
+                    now,
+                    self.sim.config.round_length,
+                )
+            }
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! Runs several policies on one scenario, in parallel, and measures finish-time fairness against the
+//! `isolated` reference.
+
+use anyhow::Result;
+
+use gangway_core::metrics::Summary;
+use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::sim::{PackingPlacer, SimResult, Simulation};
+
+/// The policy that finish-time fairness (rho) is measured against.
+pub const REFERENCE_POLICY: &str = "isolated";
+
+/// Makes a progress callback for one policy's run: called with (jobs finished, jobs in the trace).
+pub type ProgressFactory<'a> = &'a (dyn Fn(&str) -> Box<dyn FnMut(usize, usize) + Send> + Sync);
+
+/// Runs each policy in `names` (and the `isolated` reference when `with_ftf`), returning results in the
+/// order of `names`.
+pub fn run_policies(
+    simulation: &Simulation<'_>,
+    names: &[String],
+    with_ftf: bool,
+    progress: ProgressFactory<'_>,
+) -> Result<Vec<(SimResult, Summary)>> {
+    // Check every name before spending time on any run.
+    let mut canonical = Vec::new();
+    for name in names {
+        canonical.push(policy::find(name)?.name);
+    }
+    let mut to_run: Vec<&str> = canonical.clone();
+    if with_ftf && !to_run.contains(&REFERENCE_POLICY) {
+        to_run.push(REFERENCE_POLICY);
+    }
+    let config = PolicyConfig {
+        seed: simulation.config.seed,
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut results: Vec<Option<SimResult>> = vec![None; to_run.len()];
+    for chunk in (0..to_run.len()).collect::<Vec<_>>().chunks(threads) {
+        std::thread::scope(|scope| -> Result<()> {
+            let handles: Vec<_> = chunk
+                .iter()
+                .map(|&k| {
+                    let name = to_run[k];
+                    let mut report = progress(name);
+                    let config = config.clone();
+                    scope.spawn(move || -> Result<(usize, SimResult)> {
+                        let mut policy = policy::build(name, &config)?;
+                        let result =
+                            simulation.run(policy.as_mut(), &mut PackingPlacer, &mut |d, t| {
+                                report(d, t)
+                            });
+                        Ok((k, result))
+                    })
+                })
+                .collect();
+            for h in handles {
+                let (k, result) = h.join().expect("a simulation thread panicked")?;
+                results[k] = Some(result);
+            }
+            Ok(())
+        })?;
+    }
+    let results: Vec<SimResult> = results
+        .into_iter()
+        .map(|r| r.expect("every run finished"))
+        .collect();
+    let reference = with_ftf.then(|| {
+        results[to_run
+            .iter()
+            .position(|n| *n == REFERENCE_POLICY)
+            .unwrap_or(0)]
+        .clone()
+    });
+    Ok(canonical
+        .iter()
+        .zip(names)
+        .enumerate()
+        .map(|(k, (_, shown))| {
+            let summary = results[k].summary(shown, reference.as_ref());
+            (results[k].clone(), summary)
+        })
+        .collect())
+}

@@ -1,0 +1,279 @@
+//! Reports of simulation results: a table for people, JSON and CSV for programs, SVG plots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use plotters::prelude::*;
+
+use gangway_core::metrics::{JobRecord, Summary};
+use gangway_core::sim::SimResult;
+
+/// A fixed-width comparison table, one row per policy.
+pub fn table(summaries: &[Summary]) -> String {
+    let headers = [
+        "policy",
+        "jobs",
+        "measured",
+        "avg JCT h",
+        "p50 h",
+        "p95 h",
+        "p99 h",
+        "makespan h",
+        "queue h",
+        "avg rho",
+        "max rho",
+        "rho>1",
+        "util",
+        "preempt",
+        "wall s",
+    ];
+    let opt = |x: Option<f64>, digits: usize| x.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+    let rows: Vec<Vec<String>> = summaries
+        .iter()
+        .map(|s| {
+            let mut measured = s.measured_jobs.to_string();
+            if s.unfinished_jobs > 0 {
+                let _ = write!(measured, " (+{} unfinished)", s.unfinished_jobs);
+            }
+            vec![
+                s.policy.clone(),
+                s.jobs.to_string(),
+                measured,
+                format!("{:.2}", s.avg_jct_h),
+                format!("{:.2}", s.p50_jct_h),
+                format!("{:.2}", s.p95_jct_h),
+                format!("{:.2}", s.p99_jct_h),
+                format!("{:.1}", s.makespan_h),
+                format!("{:.2}", s.avg_queue_h),
+                opt(s.avg_ftf, 2),
+                opt(s.max_ftf, 2),
+                opt(s.ftf_over_1.map(|x| x * 100.0), 0).replace('-', "-")
+                    + if s.ftf_over_1.is_some() { "%" } else { "" },
+                format!("{:.0}%", s.utilization * 100.0),
+                s.preemptions.to_string(),
+                format!("{:.2}", s.wall_s),
+            ]
+        })
+        .collect();
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let line = |cells: &[&str], out: &mut String| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (c, w))| {
+                if i == 0 {
+                    format!("{c:<w$}")
+                } else {
+                    format!("{c:>w$}")
+                }
+            })
+            .collect();
+        out.push_str(parts.join("  ").trim_end());
+        out.push('\n');
+    };
+    line(&headers, &mut out);
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    line(
+        &rule.iter().map(String::as_str).collect::<Vec<_>>(),
+        &mut out,
+    );
+    for row in &rows {
+        line(
+            &row.iter().map(String::as_str).collect::<Vec<_>>(),
+            &mut out,
+        );
+    }
+    out
+}
+
+/// Writes per-job CSVs, the summary JSON and the SVG plots into `dir`.
+pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    for (result, summary) in results {
+        let path = dir.join(format!("jobs_{}.csv", summary.policy));
+        write_records(&path, &result.records, &result.gpu_types)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let summaries: Vec<&Summary> = results.iter().map(|(_, s)| s).collect();
+    let path = dir.join("summary.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&summaries)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    let path = dir.join("jct_cdf.svg");
+    jct_cdf(&path, results).with_context(|| format!("writing {}", path.display()))?;
+    let path = dir.join("utilization.svg");
+    utilization(&path, results).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
+}
+
+fn write_records(path: &Path, records: &[JobRecord], gpu_types: &[String]) -> Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    let mut header = vec![
+        "job_id".to_owned(),
+        "job_type".into(),
+        "gpus".into(),
+        "arrival_s".into(),
+        "first_start_s".into(),
+        "finish_s".into(),
+        "jct_s".into(),
+        "preemptions".into(),
+        "migrations".into(),
+    ];
+    header.extend(gpu_types.iter().map(|t| format!("gpu_s_{t}")));
+    w.write_record(&header)?;
+    let opt = |x: Option<f64>| x.map_or(String::new(), |v| format!("{v:.3}"));
+    for r in records {
+        let mut row = vec![
+            r.id.to_string(),
+            r.job_type.clone(),
+            r.gpus.to_string(),
+            format!("{:.3}", r.arrival),
+            opt(r.first_start),
+            opt(r.finish),
+            opt(r.jct()),
+            r.preemptions.to_string(),
+            r.migrations.to_string(),
+        ];
+        row.extend(r.gpu_seconds.iter().map(|s| format!("{s:.3}")));
+        w.write_record(&row)?;
+    }
+    w.flush()?;
+    Ok(())
+}
+
+fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
+    anyhow::anyhow!("plotting failed: {e:?}")
+}
+
+/// A CDF of JCT (hours, log scale) per policy, over the measured window.
+fn jct_cdf(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
+    let curves: Vec<(String, Vec<f64>)> = results
+        .iter()
+        .map(|(r, s)| {
+            let mut jct: Vec<f64> = r
+                .records
+                .iter()
+                .filter(|rec| r.window.contains(rec.id))
+                .filter_map(|rec| rec.jct())
+                .map(|x| (x / 3600.0).max(1e-3))
+                .collect();
+            jct.sort_by(f64::total_cmp);
+            (s.policy.clone(), jct)
+        })
+        .collect();
+    let lo = curves
+        .iter()
+        .filter_map(|c| c.1.first())
+        .copied()
+        .fold(f64::INFINITY, f64::min);
+    let hi = curves
+        .iter()
+        .filter_map(|c| c.1.last())
+        .copied()
+        .fold(0.0, f64::max);
+    let (lo, hi) = if lo.is_finite() && hi > lo {
+        (lo, hi)
+    } else {
+        (1e-3, 1.0)
+    };
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("JCT CDF", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("job completion time (hours)")
+        .y_desc("fraction of jobs")
+        .draw()
+        .map_err(plot_err)?;
+    for (i, (name, jct)) in curves.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let n = jct.len().max(1) as f64;
+        let points = jct
+            .iter()
+            .enumerate()
+            .map(|(k, x)| (*x, (k + 1) as f64 / n));
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
+            .map_err(plot_err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::LowerRight)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// Busy GPUs over simulated time (hours), per policy.
+fn utilization(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
+    let end = results
+        .iter()
+        .filter_map(|(r, _)| r.utilization.last().map(|s| s.0))
+        .fold(0.0f64, f64::max)
+        / 3600.0;
+    let capacity = results.first().map_or(1, |(r, _)| r.capacity_gpus) as f64;
+    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("Cluster utilization", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..end.max(1e-3), 0.0..1.0)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .x_desc("simulated time (hours)")
+        .y_desc("busy GPUs / all GPUs")
+        .draw()
+        .map_err(plot_err)?;
+    for (i, (r, s)) in results.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        // Step function, thinned to at most ~2000 points so that the SVG stays small.
+        let stride = (r.utilization.len() / 2000).max(1);
+        let mut points = Vec::new();
+        let mut last = 0.0;
+        for (k, &(t, busy)) in r.utilization.iter().enumerate() {
+            if k % stride == 0 || k + 1 == r.utilization.len() {
+                points.push((t / 3600.0, last));
+                last = f64::from(busy) / capacity;
+                points.push((t / 3600.0, last));
+            }
+        }
+        chart
+            .draw_series(LineSeries::new(points, color.stroke_width(1)))
+            .map_err(plot_err)?
+            .label(s.policy.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! Assembling a simulation from user input: a trace, a cluster and a throughput model, with the
+//! bundled Gavel data as the default.
+
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+
+use gangway_core::cluster::Cluster;
+use gangway_core::error::Source;
+use gangway_core::job::{Trace, WorkUnit};
+use gangway_core::throughput::{DurationModel, TableModel, ThroughputModel, ThroughputTable};
+use gangway_core::trace::{self, SyntheticSpec, TraceOptions};
+
+/// Gavel's continuous-single trace, seed 0 (6,000 jobs), bundled in the binary.
+pub const EMBEDDED_TRACE: &str = include_str!("../data/gavel/continuous_single_seed0.csv");
+/// Gavel's simulation throughput table (k80, p100, v100), bundled in the binary.
+pub const EMBEDDED_THROUGHPUTS: &str = include_str!("../data/gavel/simulation_throughputs.json");
+pub const EMBEDDED_TRACE_NAME: &str = "embedded:gavel/continuous_single_seed0.csv";
+pub const EMBEDDED_THROUGHPUTS_NAME: &str = "embedded:gavel/simulation_throughputs.json";
+/// The GPU type that Gavel's durations are measured on.
+pub const REFERENCE_GPU: &str = "v100";
+
+/// Reads a throughput table from a file, or the bundled one.
+pub fn load_throughputs(path: Option<&Path>) -> Result<ThroughputTable> {
+    Ok(match path {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            ThroughputTable::parse(&Source::path(p), &text)?
+        }
+        None => ThroughputTable::parse(
+            &Source(EMBEDDED_THROUGHPUTS_NAME.into()),
+            EMBEDDED_THROUGHPUTS,
+        )?,
+    })
+}
+
+/// Reads a trace: a file, `synthetic:...`, or the bundled one (`None`).
+pub fn load_trace(
+    spec: Option<&str>,
+    options: &TraceOptions,
+    table: &ThroughputTable,
+) -> Result<Trace> {
+    Ok(match spec {
+        None => trace::parse(&Source(EMBEDDED_TRACE_NAME.into()), EMBEDDED_TRACE, options)?,
+        Some(s) if s.starts_with("synthetic:") => {
+            SyntheticSpec::parse(s, options.rate)?.generate(table, REFERENCE_GPU)?
+        }
+        Some(path) => trace::load(Path::new(path), options)?,
+    })
+}
+
+/// The throughput model a trace needs: Gavel's table for step-counted traces, durations otherwise.
+pub fn model_for(
+    trace: &Trace,
+    cluster: &Cluster,
+    table: &ThroughputTable,
+) -> Result<Box<dyn ThroughputModel>> {
+    Ok(match trace.work_unit() {
+        WorkUnit::Steps => Box::new(TableModel::new(table, trace, cluster)?),
+        WorkUnit::Seconds => Box::new(DurationModel::uniform(cluster.num_gpu_types())),
+    })
+}
+
+/// Reads `--cluster-file` or parses `--cluster`.
+pub fn load_cluster(spec: &str, file: Option<&Path>, gpus_per_node: u32) -> Result<Cluster> {
+    match file {
+        Some(p) => {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Ok(Cluster::parse_toml(&Source::path(p), &text)?)
+        }
+        None if spec.trim().is_empty() => bail!("--cluster is empty"),
+        None => Ok(Cluster::parse_spec(spec, gpus_per_node)?),
+    }
+}
