@@ -19,6 +19,9 @@ pub struct NodeId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct GpuId(pub u32);
 
+/// The GPUs of one gang. Gangs are small, so they are kept inline without a heap allocation.
+pub type GpuSet = smallvec::SmallVec<[GpuId; 8]>;
+
 /// One server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {

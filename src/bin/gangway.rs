@@ -210,6 +210,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         schedule_on_arrival: args.schedule_on_arrival,
         schedule_on_completion: args.schedule_on_completion,
         seed: args.seed,
+        audit: false,
     };
     simulation.window = window;
 

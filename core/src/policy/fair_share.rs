@@ -14,24 +14,20 @@ use super::{
 };
 
 /// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
-fn split(view: &JobView<'_>, capacity: &[u32], s: f64) -> Vec<f64> {
+fn split<'a>(view: &'a JobView<'_>, capacity: &'a [u32], s: f64) -> impl Iterator<Item = f64> + 'a {
     let usable: f64 = capacity
         .iter()
         .zip(view.rates)
         .filter(|(_, r)| **r > 0.0)
         .map(|(n, _)| f64::from(*n))
         .sum();
-    capacity
-        .iter()
-        .zip(view.rates)
-        .map(|(n, r)| {
-            if *r > 0.0 && usable > 0.0 {
-                s * f64::from(*n) / usable
-            } else {
-                0.0
-            }
-        })
-        .collect()
+    capacity.iter().zip(view.rates).map(move |(n, r)| {
+        if *r > 0.0 && usable > 0.0 {
+            s * f64::from(*n) / usable
+        } else {
+            0.0
+        }
+    })
 }
 
 /// Max-min fair total shares: the largest level L with sum_j min(gpus_j, L * weight_j) <= total GPUs,
@@ -82,15 +78,11 @@ impl Policy for MaxMinFairness {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
         let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
         let shares = max_min_shares(input.jobs, total);
-        Allocation::TimeShares(TimeShares {
-            shares: input
-                .jobs
-                .iter()
-                .zip(shares)
-                .map(|(v, s)| (v.id(), split(v, input.capacity, s)))
-                .collect(),
-            type_preference: TypePreference::Interchangeable,
-        })
+        let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
+        for (view, s) in input.jobs.iter().zip(shares) {
+            out.push(view.id(), split(view, input.capacity, s));
+        }
+        Allocation::TimeShares(out)
     }
 }
 
@@ -101,33 +93,27 @@ pub struct Isolated;
 impl Policy for Isolated {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
         let m = input.jobs.len().max(1) as f64;
-        let shares = input
-            .jobs
-            .iter()
-            .map(|v| {
-                let mut row: Vec<f64> = input
+        let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
+        for view in input.jobs {
+            let share = |(&n, &r): (&u32, &f64)| {
+                if r > 0.0 {
+                    f64::from(n) / m / f64::from(view.job.gpus)
+                } else {
+                    0.0
+                }
+            };
+            let sum: f64 = input.capacity.iter().zip(view.rates).map(share).sum();
+            let scale = if sum > 1.0 { 1.0 / sum } else { 1.0 };
+            out.push(
+                view.id(),
+                input
                     .capacity
                     .iter()
-                    .zip(v.rates)
-                    .map(|(&n, &r)| {
-                        if r > 0.0 {
-                            f64::from(n) / m / f64::from(v.job.gpus)
-                        } else {
-                            0.0
-                        }
-                    })
-                    .collect();
-                let sum: f64 = row.iter().sum();
-                if sum > 1.0 {
-                    row.iter_mut().for_each(|x| *x /= sum);
-                }
-                (v.id(), row)
-            })
-            .collect();
-        Allocation::TimeShares(TimeShares {
-            shares,
-            type_preference: TypePreference::Interchangeable,
-        })
+                    .zip(view.rates)
+                    .map(|p| share(p) * scale),
+            );
+        }
+        Allocation::TimeShares(out)
     }
 }
 
@@ -204,6 +190,9 @@ mod tests {
     fn shares_split_by_type_size_and_skip_types_a_job_cannot_use() {
         let j = job(0, 1, 1.0);
         let v = view(&j, &[2.0, 0.0, 1.0]);
-        assert_eq!(split(&v, &[30, 50, 10], 0.8), vec![0.6, 0.0, 0.2]);
+        assert_eq!(
+            split(&v, &[30, 50, 10], 0.8).collect::<Vec<_>>(),
+            vec![0.6, 0.0, 0.2]
+        );
     }
 }

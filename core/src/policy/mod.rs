@@ -127,10 +127,43 @@ pub enum Allocation {
 }
 
 /// Gavel's allocation: X[j][t], the fraction of time job j should spend on GPU type t (rows sum to <= 1).
+/// Stored as one row-major matrix, one row per job, one column per GPU type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimeShares {
-    pub shares: Vec<(JobId, Vec<f64>)>,
+    pub jobs: Vec<JobId>,
+    pub num_types: usize,
+    /// `x[k * num_types + t]` is job `jobs[k]`'s share of type t.
+    pub x: Vec<f64>,
     pub type_preference: TypePreference,
+}
+
+impl TimeShares {
+    pub fn new(num_types: usize, type_preference: TypePreference) -> Self {
+        TimeShares {
+            jobs: Vec::new(),
+            num_types,
+            x: Vec::new(),
+            type_preference,
+        }
+    }
+
+    /// Adds a job's row.
+    pub fn push(&mut self, job: JobId, row: impl IntoIterator<Item = f64>) {
+        self.jobs.push(job);
+        let before = self.x.len();
+        self.x.extend(row);
+        debug_assert_eq!(self.x.len() - before, self.num_types);
+    }
+
+    /// Job `k`'s row.
+    pub fn row(&self, k: usize) -> &[f64] {
+        &self.x[k * self.num_types..(k + 1) * self.num_types]
+    }
+
+    /// Rows as (job, shares).
+    pub fn rows(&self) -> impl Iterator<Item = (JobId, &[f64])> {
+        self.jobs.iter().enumerate().map(|(k, j)| (*j, self.row(k)))
+    }
 }
 
 /// The order in which the mechanism offers GPU types to jobs each round.

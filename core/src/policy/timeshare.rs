@@ -33,8 +33,9 @@ pub struct Mechanism {
     ledgers: FxHashMap<JobId, Ledger>,
     /// Seconds of type-t time handed out this period, across jobs.
     type_time: Vec<f64>,
-    /// The shares in force, and when they came into force.
-    current: FxHashMap<JobId, Vec<f64>>,
+    /// The shares in force (index by job), and when they came into force.
+    current: Option<TimeShares>,
+    current_row: FxHashMap<JobId, usize>,
     period_start: f64,
     rng: ChaCha8Rng,
 }
@@ -44,7 +45,8 @@ impl Mechanism {
         Mechanism {
             ledgers: FxHashMap::default(),
             type_time: vec![0.0; num_types],
-            current: FxHashMap::default(),
+            current: None,
+            current_row: FxHashMap::default(),
             period_start: 0.0,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6761_6e67_7761_7921),
         }
@@ -61,22 +63,29 @@ impl Mechanism {
     /// Drops a finished job.
     pub fn forget(&mut self, job: JobId) {
         self.ledgers.remove(&job);
-        self.current.remove(&job);
     }
 
     /// Starts a new period with new shares: settles deficits and reseeds everyone's received time.
     fn reset(&mut self, shares: &TimeShares, now: f64, seed_credit: f64) {
         let elapsed = now - self.period_start;
         let types = self.type_time.len();
-        for (job, ledger) in &mut self.ledgers {
-            let owed = self.current.get(job);
-            for t in 0..types {
-                let should = owed.map_or(0.0, |x| x[t]) * elapsed;
-                ledger.deficit[t] += should - (ledger.received[t] - seed_credit);
+        if let Some(old) = &self.current {
+            for (job, ledger) in &mut self.ledgers {
+                let owed = self.current_row.get(job).map(|&k| old.row(k));
+                for t in 0..types {
+                    let should = owed.map_or(0.0, |x| x[t]) * elapsed;
+                    ledger.deficit[t] += should - (ledger.received[t] - seed_credit);
+                }
             }
         }
-        self.current = shares.shares.iter().cloned().collect();
-        for (job, _) in &shares.shares {
+        self.current_row = shares
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(k, j)| (*j, k))
+            .collect();
+        self.current = Some(shares.clone());
+        for job in &shares.jobs {
             self.ledgers.entry(*job).or_insert_with(|| Ledger {
                 received: vec![0.0; types],
                 deficit: vec![0.0; types],
@@ -99,28 +108,20 @@ impl Mechanism {
         now: f64,
         round_length: f64,
     ) -> Vec<Grant> {
-        let changed = shares.shares.len() != self.current.len()
-            || shares
-                .shares
-                .iter()
-                .any(|(j, x)| self.current.get(j).is_none_or(|old| old != x));
+        let changed = self
+            .current
+            .as_ref()
+            .is_none_or(|c| c.jobs != shares.jobs || c.x != shares.x);
         if changed {
             self.reset(shares, now, round_length / 2.0);
         }
         let views: FxHashMap<JobId, &JobView<'_>> = jobs.iter().map(|v| (v.id(), v)).collect();
         // Resolve each job once: (gang, rates, share row, ledger).
         let rows: Vec<(JobId, u32, &[f64], &[f64], &Ledger)> = shares
-            .shares
-            .iter()
+            .rows()
             .filter_map(|(job, x)| {
-                let view = views.get(job)?;
-                Some((
-                    *job,
-                    view.job.gpus,
-                    view.rates,
-                    x.as_slice(),
-                    self.ledgers.get(job)?,
-                ))
+                let view = views.get(&job)?;
+                Some((job, view.job.gpus, view.rates, x, self.ledgers.get(&job)?))
             })
             .collect();
         let mut order: Vec<GpuTypeId> = match &shares.type_preference {

@@ -1,32 +1,40 @@
-//! Which GPUs are free, indexed so that a placer finds a fitting node in O(log nodes).
-
-use std::collections::BTreeSet;
+//! Which GPUs are free, indexed so that a placer finds a fitting node in O(GPUs per node).
 
 use crate::cluster::{Cluster, GpuId, GpuTypeId, NodeId};
 
 /// Free GPUs per node and per type. Every GPU is either free or held by exactly one job.
+///
+/// Nodes are kept in buckets by their free-GPU count (`buckets[type][count]`), with each node's position
+/// remembered, so that taking or releasing a GPU moves its node between buckets in O(1).
 #[derive(Clone, Debug)]
 pub struct FreeGpus {
     /// Per GPU: is it free?
     free: Vec<bool>,
     /// Per node: how many of its GPUs are free.
     node_free: Vec<u32>,
-    /// Per GPU type: (free GPUs, node) for nodes with at least one free GPU.
-    by_type: Vec<BTreeSet<(u32, NodeId)>>,
+    /// Per node: its index inside its bucket.
+    slot: Vec<usize>,
+    /// Per GPU type, per free count (1..=max GPUs per node): the nodes with exactly that many free.
+    buckets: Vec<Vec<Vec<NodeId>>>,
     /// Per GPU type: free GPUs in total.
     type_free: Vec<u32>,
 }
 
 impl FreeGpus {
     pub fn new(cluster: &Cluster) -> Self {
-        let mut by_type = vec![BTreeSet::new(); cluster.num_gpu_types()];
+        let widest = cluster.nodes().iter().map(|n| n.gpus).max().unwrap_or(0) as usize;
+        let mut buckets = vec![vec![Vec::new(); widest + 1]; cluster.num_gpu_types()];
+        let mut slot = Vec::with_capacity(cluster.nodes().len());
         for (i, node) in cluster.nodes().iter().enumerate() {
-            by_type[node.gpu_type.0 as usize].insert((node.gpus, NodeId(i as u32)));
+            let bucket = &mut buckets[node.gpu_type.0 as usize][node.gpus as usize];
+            slot.push(bucket.len());
+            bucket.push(NodeId(i as u32));
         }
         FreeGpus {
             free: vec![true; cluster.num_gpus() as usize],
             node_free: cluster.nodes().iter().map(|n| n.gpus).collect(),
-            by_type,
+            slot,
+            buckets,
             type_free: cluster.capacity().to_vec(),
         }
     }
@@ -47,9 +55,16 @@ impl FreeGpus {
         self.free[gpu.0 as usize]
     }
 
-    /// Nodes of type `t` with free GPUs, ordered by (free count, node id).
-    pub fn nodes_with_free(&self, t: GpuTypeId) -> &BTreeSet<(u32, NodeId)> {
-        &self.by_type[t.0 as usize]
+    /// Nodes of type `t` with exactly `count` free GPUs (`count >= 1`).
+    pub fn nodes_with_exactly(&self, t: GpuTypeId, count: u32) -> &[NodeId] {
+        self.buckets[t.0 as usize]
+            .get(count as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// The largest free count any node of type `t` can have.
+    pub fn widest(&self, t: GpuTypeId) -> u32 {
+        self.buckets[t.0 as usize].len().saturating_sub(1) as u32
     }
 
     /// The free GPUs of `node`, lowest id first.
@@ -68,7 +83,7 @@ impl FreeGpus {
         for &gpu in gpus {
             assert!(self.free[gpu.0 as usize], "GPU {} allocated twice", gpu.0);
             self.free[gpu.0 as usize] = false;
-            self.adjust(cluster, cluster.node_of(gpu), -1);
+            self.adjust(cluster, cluster.node_of(gpu), false);
         }
     }
 
@@ -81,25 +96,70 @@ impl FreeGpus {
                 gpu.0
             );
             self.free[gpu.0 as usize] = true;
-            self.adjust(cluster, cluster.node_of(gpu), 1);
+            self.adjust(cluster, cluster.node_of(gpu), true);
         }
     }
 
-    fn adjust(&mut self, cluster: &Cluster, node: NodeId, delta: i32) {
+    fn adjust(&mut self, cluster: &Cluster, node: NodeId, freed: bool) {
         let t = cluster.node(node).gpu_type.0 as usize;
-        let before = self.node_free[node.0 as usize];
-        let after = before
-            .checked_add_signed(delta)
-            .expect("free count underflow");
+        let n = node.0 as usize;
+        let before = self.node_free[n];
+        let after = if freed { before + 1 } else { before - 1 };
         if before > 0 {
-            self.by_type[t].remove(&(before, node));
+            let bucket = &mut self.buckets[t][before as usize];
+            let at = self.slot[n];
+            bucket.swap_remove(at);
+            if let Some(&moved) = bucket.get(at) {
+                self.slot[moved.0 as usize] = at;
+            }
         }
         if after > 0 {
-            self.by_type[t].insert((after, node));
+            let bucket = &mut self.buckets[t][after as usize];
+            self.slot[n] = bucket.len();
+            bucket.push(node);
         }
-        self.node_free[node.0 as usize] = after;
-        self.type_free[t] = self.type_free[t]
-            .checked_add_signed(delta)
-            .expect("type count underflow");
+        self.node_free[n] = after;
+        if freed {
+            self.type_free[t] += 1;
+        } else {
+            self.type_free[t] -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_follow_takes_and_releases() {
+        let cluster = Cluster::from_nodes([
+            ("v100", 4, 12, 1.0),
+            ("v100", 4, 12, 1.0),
+            ("k80", 2, 6, 1.0),
+        ]);
+        let mut free = FreeGpus::new(&cluster);
+        let v100 = GpuTypeId(0);
+        assert_eq!(free.nodes_with_exactly(v100, 4).len(), 2);
+        free.take(&cluster, &[GpuId(0), GpuId(1)]);
+        assert_eq!(free.nodes_with_exactly(v100, 2), &[NodeId(0)]);
+        assert_eq!(free.nodes_with_exactly(v100, 4), &[NodeId(1)]);
+        assert_eq!(free.free_of_type(v100), 6);
+        free.take(&cluster, &[GpuId(2), GpuId(3)]);
+        assert!(free.nodes_with_exactly(v100, 2).is_empty());
+        assert_eq!(free.node_free(NodeId(0)), 0);
+        free.release(&cluster, &[GpuId(3)]);
+        assert_eq!(free.nodes_with_exactly(v100, 1), &[NodeId(0)]);
+        assert_eq!(free.free_per_type(), &[5, 2]);
+        assert_eq!(free.widest(GpuTypeId(1)), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "allocated twice")]
+    fn double_allocation_is_caught() {
+        let cluster = Cluster::from_nodes([("v100", 2, 6, 1.0)]);
+        let mut free = FreeGpus::new(&cluster);
+        free.take(&cluster, &[GpuId(0)]);
+        free.take(&cluster, &[GpuId(0)]);
     }
 }

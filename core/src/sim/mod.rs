@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{Cluster, GpuId, GpuTypeId};
+use crate::cluster::{Cluster, GpuSet, GpuTypeId};
 use crate::job::{JobId, Trace};
 use crate::metrics::{self, JobRecord, RunTotals, Summary, Window};
 use crate::policy::timeshare::Mechanism;
@@ -53,6 +53,9 @@ pub struct SimConfig {
     pub schedule_on_completion: bool,
     /// Seeds every random choice (mechanism type order, random placers).
     pub seed: u64,
+    /// Check the invariants after every scheduling pass and panic on a violation (for tests).
+    #[serde(default)]
+    pub audit: bool,
 }
 
 impl Default for SimConfig {
@@ -65,6 +68,7 @@ impl Default for SimConfig {
             schedule_on_arrival: false,
             schedule_on_completion: false,
             seed: 0,
+            audit: false,
         }
     }
 }
@@ -117,7 +121,7 @@ impl SimResult {
 #[derive(Clone, Debug)]
 struct Run {
     gpu_type: GpuTypeId,
-    gpus: Vec<GpuId>,
+    gpus: GpuSet,
     rate: f64,
     /// Accounting is settled up to here.
     settled_to: f64,
@@ -133,9 +137,11 @@ struct JobState {
     attained_gpu_seconds: f64,
     attained_seconds: f64,
     run: Option<Run>,
-    last_gpus: Vec<GpuId>,
-    /// Seconds of no progress owed at the next start.
+    last_gpus: GpuSet,
+    /// Seconds of no progress owed at the next start (restore costs not yet paid).
     overhead_due: f64,
+    /// Whether the last run made progress (so that a preemption has something to checkpoint).
+    progressed: bool,
     queued_since: f64,
     last_run_seconds: f64,
     /// This pass's grant, while a pass runs.
@@ -153,6 +159,9 @@ fn time_key(t: f64) -> u64 {
     debug_assert!(t >= 0.0);
     t.max(0.0).to_bits()
 }
+
+/// Scheduling passes with every GPU idle, jobs waiting and no arrivals left, before a run is declared stalled.
+const STALL_ROUNDS: u32 = 1000;
 
 /// Progress reports: (jobs finished, jobs in the trace).
 pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
@@ -217,6 +226,7 @@ impl<'a> Simulation<'a> {
         let start = now;
         let mut next_round = now;
         let mut rounds = 0u64;
+        let mut idle_rounds = 0u32;
         let mut last_event = now;
         loop {
             // The next event: a completion, an arrival, or the round boundary.
@@ -258,6 +268,20 @@ impl<'a> Simulation<'a> {
             }
             if pass && !world.active.is_empty() {
                 world.schedule(policy, placer, now);
+                if self.config.audit {
+                    world.audit();
+                }
+                // A policy that leaves every GPU idle with jobs waiting and nothing left to arrive has
+                // stalled; stop rather than spin, and report those jobs unfinished.
+                let stalled = world.busy_gpus == 0 && next_arrival == trace_jobs.len();
+                idle_rounds = if stalled { idle_rounds + 1 } else { 0 };
+                if idle_rounds > STALL_ROUNDS {
+                    tracing::warn!(
+                        jobs = world.active.len(),
+                        "policy stalled: jobs wait while every GPU is idle"
+                    );
+                    break;
+                }
             }
         }
         world.note_busy(now);
@@ -298,8 +322,9 @@ impl<'a> World<'a> {
                 attained_gpu_seconds: 0.0,
                 attained_seconds: 0.0,
                 run: None,
-                last_gpus: Vec::new(),
+                last_gpus: GpuSet::new(),
                 overhead_due: 0.0,
+                progressed: false,
                 queued_since: job.arrival,
                 last_run_seconds: 0.0,
                 completion: None,
@@ -423,7 +448,11 @@ impl<'a> World<'a> {
             self.completions.remove(&key);
         }
         state.last_run_seconds = now - run.started;
-        state.last_gpus = run.gpus.clone();
+        // Costs not yet paid carry over, so that a job preempted again before it progresses is not
+        // charged twice (which could otherwise starve it forever when costs exceed a round).
+        state.overhead_due = (run.progress_from - now).max(0.0);
+        state.progressed = now > run.progress_from;
+        state.last_gpus.clone_from(&run.gpus);
         self.note_busy(now);
         self.busy_gpus -= run.gpus.len() as u32;
         self.free.release(self.sim.cluster, &run.gpus);
@@ -442,7 +471,7 @@ impl<'a> World<'a> {
         self.note_utilization(now);
     }
 
-    fn start(&mut self, i: usize, gpu_type: GpuTypeId, gpus: Vec<GpuId>, overhead: f64, now: f64) {
+    fn start(&mut self, i: usize, gpu_type: GpuTypeId, gpus: GpuSet, overhead: f64, now: f64) {
         self.note_busy(now);
         self.busy_gpus += gpus.len() as u32;
         self.free.take(self.sim.cluster, &gpus);
@@ -516,14 +545,14 @@ impl<'a> World<'a> {
                 continue;
             };
             let was_running = std::mem::take(&mut self.jobs[i].displaced);
-            let overhead = if !was_running {
-                self.jobs[i].overhead_due
-            } else if gpus != previous {
-                self.jobs[i].record.migrations += 1;
-                config.migrate_cost
-            } else {
-                0.0
-            };
+            let state = &mut self.jobs[i];
+            let mut overhead = state.overhead_due;
+            if was_running && gpus != previous {
+                state.record.migrations += 1;
+                if state.progressed {
+                    overhead += config.migrate_cost;
+                }
+            }
             self.start(i, g.gpu_type, gpus, overhead, now);
         }
         // Displaced jobs that did not get GPUs back are preempted.
@@ -531,11 +560,73 @@ impl<'a> World<'a> {
             let state = &mut self.jobs[i];
             if std::mem::take(&mut state.displaced) {
                 state.record.preemptions += 1;
-                state.overhead_due += config.preempt_cost + config.restore_cost;
+                if state.progressed {
+                    state.overhead_due += config.preempt_cost + config.restore_cost;
+                }
                 state.queued_since = now;
             }
         }
         self.note_utilization(now);
+    }
+
+    /// Panics if an invariant does not hold: every running job holds exactly its gang, of one type it can
+    /// run on; no GPU is held twice; the free count matches; nothing finished is running.
+    fn audit(&self) {
+        let cluster = self.sim.cluster;
+        let mut holder: Vec<Option<usize>> = vec![None; cluster.num_gpus() as usize];
+        let mut held_per_type = vec![0u32; self.types()];
+        for &i in &self.active {
+            let Some(run) = &self.jobs[i].run else {
+                continue;
+            };
+            let job = &self.sim.trace.jobs[i];
+            assert_eq!(
+                run.gpus.len() as u32,
+                job.gpus,
+                "job {} holds a partial gang",
+                job.id
+            );
+            assert!(
+                self.jobs[i].record.finish.is_none(),
+                "finished job {} still runs",
+                job.id
+            );
+            assert!(
+                self.job_rates(i)[run.gpu_type.0 as usize] > 0.0,
+                "job {} on a type it cannot use",
+                job.id
+            );
+            for &g in &run.gpus {
+                assert_eq!(
+                    cluster.gpu_type_of(g),
+                    run.gpu_type,
+                    "job {} spans GPU types",
+                    job.id
+                );
+                if let Some(other) = holder[g.0 as usize].replace(i) {
+                    panic!(
+                        "GPU {} held by jobs {} and {}",
+                        g.0, self.sim.trace.jobs[other].id, job.id
+                    );
+                }
+                assert!(!self.free.is_free(g), "GPU {} is held but marked free", g.0);
+            }
+            held_per_type[run.gpu_type.0 as usize] += job.gpus;
+        }
+        for (t, &held) in held_per_type.iter().enumerate() {
+            let capacity = cluster.capacity()[t];
+            assert!(held <= capacity, "type {t}: {held} GPUs held of {capacity}");
+            assert_eq!(
+                held + self.free.free_of_type(GpuTypeId(t as u16)),
+                capacity,
+                "type {t}: free count drifted"
+            );
+        }
+        assert_eq!(
+            held_per_type.iter().sum::<u32>(),
+            self.busy_gpus,
+            "busy count drifted"
+        );
     }
 
     /// Records a utilization sample when the number of busy GPUs changed.

@@ -1,9 +1,7 @@
 //! Placers turn "n GPUs of type t" into concrete GPUs. Any policy runs with any placer.
 
-use std::ops::Bound;
-
 use super::free::FreeGpus;
-use crate::cluster::{Cluster, GpuId, GpuTypeId, NodeId};
+use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId};
 use crate::job::Job;
 
 /// Chooses concrete GPUs for a gang.
@@ -18,7 +16,7 @@ pub trait Placer: Send {
         gpu_type: GpuTypeId,
         gpus: u32,
         previous: &[GpuId],
-    ) -> Option<Vec<GpuId>>;
+    ) -> Option<GpuSet>;
 }
 
 /// Best-fit consolidation: the whole gang on the fullest node that can hold it; otherwise the fewest nodes,
@@ -36,7 +34,7 @@ impl Placer for PackingPlacer {
         gpu_type: GpuTypeId,
         gpus: u32,
         previous: &[GpuId],
-    ) -> Option<Vec<GpuId>> {
+    ) -> Option<GpuSet> {
         if free.free_of_type(gpu_type) < gpus {
             return None;
         }
@@ -46,34 +44,37 @@ impl Placer for PackingPlacer {
                 .iter()
                 .all(|&g| free.is_free(g) && cluster.gpu_type_of(g) == gpu_type)
         {
-            return Some(previous.to_vec());
+            return Some(GpuSet::from_slice(previous));
         }
-        let nodes = free.nodes_with_free(gpu_type);
-        if let Some(&(_, node)) = nodes
-            .range((Bound::Included((gpus, NodeId(0))), Bound::Unbounded))
-            .next()
-        {
-            return Some(
-                free.free_gpus_of(cluster, node)
-                    .take(gpus as usize)
-                    .collect(),
-            );
-        }
-        let mut chosen = Vec::with_capacity(gpus as usize);
-        for &(_, node) in nodes.iter().rev() {
-            let want = gpus as usize - chosen.len();
-            chosen.extend(free.free_gpus_of(cluster, node).take(want));
-            if chosen.len() == gpus as usize {
-                break;
+        // Best fit: the node with the fewest free GPUs that still holds the whole gang.
+        for count in gpus..=free.widest(gpu_type) {
+            if let Some(&node) = free.nodes_with_exactly(gpu_type, count).first() {
+                return Some(
+                    free.free_gpus_of(cluster, node)
+                        .take(gpus as usize)
+                        .collect(),
+                );
             }
         }
-        Some(chosen)
+        // Otherwise spread over the fewest nodes: emptiest first.
+        let mut chosen = GpuSet::new();
+        for count in (1..=free.widest(gpu_type)).rev() {
+            for &node in free.nodes_with_exactly(gpu_type, count) {
+                let want = gpus as usize - chosen.len();
+                chosen.extend(free.free_gpus_of(cluster, node).take(want));
+                if chosen.len() == gpus as usize {
+                    return Some(chosen);
+                }
+            }
+        }
+        None
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::NodeId;
     use crate::job::{JobId, JobTypeId, TenantId};
 
     fn job(gpus: u32) -> Job {

@@ -1,0 +1,219 @@
+//! Invariants of the simulator, for every registered policy, on random clusters and traces:
+//! no GPU is held twice, capacity is never exceeded, gangs are all-or-nothing (the simulator's audit
+//! checks these after every scheduling pass), every job finishes or is reported, GPU-time adds up, and
+//! the same inputs give byte-identical results.
+
+use gangway_core::cluster::{Cluster, GpuTypeId};
+use gangway_core::job::{Job, JobId, Trace, WorkUnit};
+use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::sim::{PackingPlacer, SimConfig, SimResult, Simulation};
+use gangway_core::throughput::ThroughputModel;
+use proptest::prelude::*;
+
+/// Rates that differ by job type and GPU type; type 2 cannot run job type 3 at all.
+struct TestModel;
+
+impl ThroughputModel for TestModel {
+    fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
+        let (jt, t) = (job.job_type.0, gpu_type.0 as u32);
+        (gpus == job.gpus && !(jt == 3 && t == 2))
+            .then(|| f64::from(1 + (jt + 2 * t) % 5) * f64::from(gpus).sqrt())
+    }
+}
+
+fn cluster() -> impl Strategy<Value = Cluster> {
+    prop::collection::vec(
+        (0u8..3, 1u32..4, prop::sample::select(vec![1u32, 2, 4, 8])),
+        1..5,
+    )
+    .prop_map(|groups| {
+        let names = ["v100", "p100", "k80"];
+        Cluster::from_nodes(groups.iter().flat_map(|&(t, count, gpus)| {
+            (0..count).map(move |_| (names[t as usize], gpus, gpus * 3, 64.0))
+        }))
+    })
+}
+
+fn trace() -> impl Strategy<Value = Trace> {
+    let job = (
+        0.0f64..3000.0,
+        0u32..4,
+        prop::sample::select(vec![1u32, 1, 1, 2, 4, 8]),
+        10.0f64..20_000.0,
+    );
+    prop::collection::vec(job, 1..50).prop_map(|rows| {
+        let mut trace = Trace::new("proptest", WorkUnit::Steps);
+        for name in ["a", "b", "c", "d"] {
+            trace.intern_job_type(name);
+        }
+        let tenant = trace.intern_tenant("default");
+        let mut arrival = 0.0;
+        for (i, (gap, jt, gpus, steps)) in rows.into_iter().enumerate() {
+            arrival += gap;
+            trace.jobs.push(Job {
+                id: JobId(i as u32),
+                arrival,
+                job_type: gangway_core::job::JobTypeId(jt),
+                gpus,
+                total_steps: steps,
+                weight: 1.0 + (i % 3) as f64,
+                tenant,
+            });
+        }
+        trace
+    })
+}
+
+fn run(trace: &Trace, cluster: &Cluster, name: &str, config: &SimConfig) -> SimResult {
+    let mut sim = Simulation::new(trace, cluster, &TestModel);
+    sim.config = config.clone();
+    let mut policy = policy::build(name, &PolicyConfig { seed: config.seed }).unwrap();
+    sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
+}
+
+fn sim_config() -> impl Strategy<Value = SimConfig> {
+    (
+        prop::sample::select(vec![60.0, 360.0]),
+        0.0f64..50.0,
+        any::<bool>(),
+        any::<bool>(),
+        0u64..4,
+    )
+        .prop_map(|(round, cost, on_arrival, on_completion, seed)| SimConfig {
+            round_length: round,
+            preempt_cost: cost,
+            restore_cost: cost / 2.0,
+            migrate_cost: cost / 4.0,
+            schedule_on_arrival: on_arrival,
+            schedule_on_completion: on_completion,
+            seed,
+            audit: true,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_policy_keeps_the_invariants(trace in trace(), cluster in cluster(), config in sim_config()) {
+        for info in policy::registry() {
+            let result = run(&trace, &cluster, info.name, &config);
+            prop_assert_eq!(result.records.len(), trace.jobs.len(), "{}: a job went missing", info.name);
+            let mut finished = 0;
+            for (record, job) in result.records.iter().zip(&trace.jobs) {
+                prop_assert_eq!(record.id, job.id);
+                if let Some(finish) = record.finish {
+                    finished += 1;
+                    let start = record.first_start.expect("a finished job started");
+                    prop_assert!(job.arrival <= start && start <= finish, "{}: job {} times out of order", info.name, job.id);
+                }
+            }
+            // A finite trace runs to the end: every job that can ever fit finishes.
+            prop_assert_eq!(finished + result.unschedulable.len(), trace.jobs.len(), "{}: unfinished jobs", info.name);
+            let held: f64 = result.records.iter().flat_map(|r| r.gpu_seconds.iter()).sum();
+            prop_assert!((held - result.busy_gpu_seconds).abs() <= 1e-6 * held.max(1.0),
+                "{}: GPU-time does not add up: {} vs {}", info.name, held, result.busy_gpu_seconds);
+        }
+    }
+
+    #[test]
+    fn same_inputs_give_identical_results(trace in trace(), cluster in cluster(), config in sim_config()) {
+        for info in policy::registry() {
+            let a = run(&trace, &cluster, info.name, &config);
+            let b = run(&trace, &cluster, info.name, &config);
+            let json = |r: &SimResult| serde_json::to_string(&r.records).unwrap();
+            prop_assert_eq!(json(&a), json(&b), "{} is not deterministic", info.name);
+            prop_assert_eq!(&a.utilization, &b.utilization);
+        }
+    }
+}
+
+#[test]
+fn an_oversized_gang_is_reported_not_lost() {
+    let cluster = Cluster::parse_spec("v100=4", 1).unwrap();
+    let mut trace = Trace::new("t", WorkUnit::Steps);
+    let jt = trace.intern_job_type("a");
+    let tenant = trace.intern_tenant("default");
+    for (i, gpus) in [1u32, 8, 2].into_iter().enumerate() {
+        trace.jobs.push(Job {
+            id: JobId(i as u32),
+            arrival: i as f64,
+            job_type: jt,
+            gpus,
+            total_steps: 100.0,
+            weight: 1.0,
+            tenant,
+        });
+    }
+    let result = run(
+        &trace,
+        &cluster,
+        "fifo",
+        &SimConfig {
+            audit: true,
+            ..SimConfig::default()
+        },
+    );
+    assert_eq!(result.unschedulable, vec![JobId(1)]);
+    assert!(result.records[0].finish.is_some() && result.records[2].finish.is_some());
+    assert!(result.records[1].finish.is_none());
+}
+
+#[test]
+fn preemption_costs_delay_the_preempted_job() {
+    // Two single-GPU jobs share one GPU under LAS: they alternate, so each start after the first pays
+    // the checkpoint and restore cost, and finishes later than without it.
+    let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
+    let mut trace = Trace::new("t", WorkUnit::Steps);
+    let jt = trace.intern_job_type("a");
+    let tenant = trace.intern_tenant("default");
+    for i in 0..2 {
+        trace.jobs.push(Job {
+            id: JobId(i),
+            arrival: 0.0,
+            job_type: jt,
+            gpus: 1,
+            total_steps: 3600.0,
+            weight: 1.0,
+            tenant,
+        });
+    }
+    let free = run(
+        &trace,
+        &cluster,
+        "las",
+        &SimConfig {
+            audit: true,
+            ..SimConfig::default()
+        },
+    );
+    let costly = run(
+        &trace,
+        &cluster,
+        "las",
+        &SimConfig {
+            preempt_cost: 20.0,
+            restore_cost: 10.0,
+            audit: true,
+            ..SimConfig::default()
+        },
+    );
+    let last = |r: &SimResult| {
+        r.records
+            .iter()
+            .filter_map(|x| x.finish)
+            .fold(0.0, f64::max)
+    };
+    assert!(
+        free.records.iter().all(|r| r.preemptions > 0),
+        "LAS should time-slice one GPU"
+    );
+    assert!(
+        last(&costly) > last(&free) + 30.0,
+        "{} vs {}",
+        last(&costly),
+        last(&free)
+    );
+    // Without costs the GPU never idles: two jobs of 3600 steps at 1 step/s take 7200 s.
+    assert!((last(&free) - 7200.0).abs() < 1e-6, "{}", last(&free));
+}

@@ -1,0 +1,746 @@
+//! End-to-end tests of the `gangway simulate` binary: outputs, determinism, error messages, and the
+//! public traces under `../shared/data` (skipped with a message when that folder is absent).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use serde_json::Value;
+
+/// A small, fast synthetic scenario used by most tests.
+const SYNTHETIC: &str = "synthetic:jobs=300,seed=1,rate=4";
+const SMALL_CLUSTER: &str = "v100=8,k80=8";
+
+/// What one run of the binary produced.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    command: String,
+}
+
+impl Run {
+    /// Panics (with the output) unless the run exited 0; returns `self` for chaining.
+    fn success(self) -> Run {
+        assert_eq!(
+            self.code,
+            Some(0),
+            "`{}` failed\n--- stdout\n{}\n--- stderr\n{}",
+            self.command,
+            self.stdout,
+            self.stderr
+        );
+        self.no_panic()
+    }
+
+    /// Panics unless the run exited with a non-zero code (not a signal, not a panic).
+    fn failure(self) -> Run {
+        assert!(
+            matches!(self.code, Some(c) if c != 0),
+            "`{}` should have failed, got {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.command,
+            self.code,
+            self.stdout,
+            self.stderr
+        );
+        self.no_panic()
+    }
+
+    fn no_panic(self) -> Run {
+        assert!(
+            !self.stderr.contains("panicked"),
+            "`{}` panicked:\n{}",
+            self.command,
+            self.stderr
+        );
+        self
+    }
+
+    fn stderr_has(&self, needle: &str) -> &Run {
+        assert!(
+            self.stderr.contains(needle),
+            "stderr of `{}` lacks {needle:?}:\n{}",
+            self.command,
+            self.stderr
+        );
+        self
+    }
+
+    fn stdout_has(&self, needle: &str) -> &Run {
+        assert!(
+            self.stdout.contains(needle),
+            "stdout of `{}` lacks {needle:?}:\n{}",
+            self.command,
+            self.stdout
+        );
+        self
+    }
+
+    /// stdout parsed as the JSON array of `--format json`.
+    fn json(&self) -> Vec<serde_json::Map<String, Value>> {
+        let value: Value = serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout of `{}` is not JSON ({e}):\n{}",
+                self.command, self.stdout
+            )
+        });
+        summaries(value, &self.command)
+    }
+}
+
+fn summaries(value: Value, what: &str) -> Vec<serde_json::Map<String, Value>> {
+    let Value::Array(items) = value else {
+        panic!("{what}: expected a JSON array, got {value}");
+    };
+    items
+        .into_iter()
+        .map(|item| match item {
+            Value::Object(map) => map,
+            other => panic!("{what}: expected an object per policy, got {other}"),
+        })
+        .collect()
+}
+
+/// Runs `gangway simulate ARGS`, with a timeout so that a hang fails the test instead of stalling CI.
+fn simulate(args: &[&str]) -> Run {
+    let mut cmd = Command::cargo_bin("gangway").expect("the gangway binary is built");
+    cmd.arg("simulate")
+        .args(args)
+        .env_remove("RUST_LOG")
+        .timeout(Duration::from_secs(120));
+    let command = std::iter::once("gangway simulate".to_owned())
+        .chain(args.iter().map(|a| (*a).to_owned()))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("`{command}` did not run: {e}"));
+    Run {
+        code: output.status.code(),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        command,
+    }
+}
+
+fn num(summary: &serde_json::Map<String, Value>, key: &str) -> f64 {
+    summary
+        .get(key)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("`{key}` is not a number in {summary:?}"))
+}
+
+fn count(summary: &serde_json::Map<String, Value>, key: &str) -> u64 {
+    summary
+        .get(key)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("`{key}` is not a whole number in {summary:?}"))
+}
+
+fn policy_names(summaries: &[serde_json::Map<String, Value>]) -> Vec<&str> {
+    summaries
+        .iter()
+        .map(|s| s["policy"].as_str().expect("policy is a string"))
+        .collect()
+}
+
+fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("writing a test input");
+    path
+}
+
+fn path_arg(path: &Path) -> String {
+    path.to_str().expect("UTF-8 temp path").to_owned()
+}
+
+/// The shared reference data, or `None` (with a message) when it is not there.
+fn shared_data(what: &str) -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data"));
+    let path = dir.join(what);
+    if path.exists() {
+        Some(dir)
+    } else {
+        eprintln!("skipping: {} not found", path.display());
+        None
+    }
+}
+
+/// Data lines of a headerless trace file.
+fn data_lines(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .expect("reading shared data")
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+// 1. The default run: the bundled trace, default policies, a table.
+#[test]
+fn no_arguments_replays_the_bundled_trace_as_a_table() {
+    let run = simulate(&[]).success();
+    run.stdout_has("avg JCT h").stdout_has("policy");
+    run.stderr_has("bundled");
+    let row = |name: &str| -> Vec<String> {
+        run.stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no `{name}` row in:\n{}", run.stdout))
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    for name in ["fifo", "max_min_fairness"] {
+        let cells = row(name);
+        // policy, jobs, measured, avg JCT h, ...
+        assert_eq!(cells[1], "6000", "{name}: jobs in the bundled trace");
+        assert_eq!(
+            cells[2], "1000",
+            "{name}: Gavel's window 4000..5000 is measured"
+        );
+        let avg: f64 = cells[3].parse().expect("avg JCT is a number");
+        assert!(avg > 0.0, "{name}: avg JCT {avg}");
+    }
+}
+
+// 2. JSON output.
+#[test]
+fn json_has_one_summary_per_policy_with_sane_values() {
+    let run = simulate(&[
+        "--trace",
+        SYNTHETIC,
+        "--cluster",
+        SMALL_CLUSTER,
+        "--format",
+        "json",
+    ])
+    .success();
+    let summaries = run.json();
+    assert_eq!(policy_names(&summaries), ["fifo", "max_min_fairness"]);
+    for s in &summaries {
+        for key in [
+            "policy",
+            "jobs",
+            "measured_jobs",
+            "avg_jct_h",
+            "p50_jct_h",
+            "p99_jct_h",
+            "makespan_h",
+            "avg_queue_h",
+            "avg_ftf",
+            "max_ftf",
+            "utilization",
+            "wall_s",
+        ] {
+            assert!(s.contains_key(key), "no `{key}` in {s:?}");
+        }
+        assert_eq!(count(s, "jobs"), 300);
+        assert_eq!(count(s, "measured_jobs"), count(s, "jobs"), "{s:?}");
+        let avg = num(s, "avg_jct_h");
+        assert!(avg > 0.0, "{s:?}");
+        assert!(num(s, "p50_jct_h") > 0.0 && num(s, "p99_jct_h") >= num(s, "p50_jct_h"));
+        assert!(num(s, "makespan_h") > 0.0);
+        assert!(num(s, "avg_queue_h") >= 0.0);
+        let util = num(s, "utilization");
+        assert!(util > 0.0 && util <= 1.0, "utilization {util}");
+        assert!(num(s, "wall_s") >= 0.0);
+        // Finish-time fairness is on by default.
+        assert!(num(s, "avg_ftf") > 0.0 && num(s, "max_ftf") >= num(s, "avg_ftf"));
+    }
+    // --no-ftf turns rho off: the fields stay, as null.
+    let run = simulate(&[
+        "--trace",
+        SYNTHETIC,
+        "--cluster",
+        SMALL_CLUSTER,
+        "--policy",
+        "fifo",
+        "--no-ftf",
+        "--format",
+        "json",
+    ])
+    .success();
+    let summaries = run.json();
+    assert_eq!(policy_names(&summaries), ["fifo"]);
+    assert_eq!(summaries[0]["avg_ftf"], Value::Null);
+    assert_eq!(summaries[0]["max_ftf"], Value::Null);
+}
+
+// 3. Determinism.
+#[test]
+fn same_seed_gives_identical_results_and_per_job_csvs() {
+    let run_once = |trace: &str, out: &Path| {
+        let run = simulate(&[
+            "--trace",
+            trace,
+            "--cluster",
+            SMALL_CLUSTER,
+            "--policy",
+            "fifo,srtf,las",
+            "--format",
+            "json",
+            "--out",
+            &path_arg(out),
+        ])
+        .success();
+        let mut summaries = run.json();
+        for s in &mut summaries {
+            assert!(s.remove("wall_s").is_some(), "no wall_s in {s:?}");
+        }
+        summaries
+    };
+    let trace = "synthetic:jobs=300,seed=1,rate=4,multi=true";
+    let (a, b) = (tempdir(), tempdir());
+    let first = run_once(trace, a.path());
+    let second = run_once(trace, b.path());
+    assert_eq!(first, second, "two runs with the same seed differ");
+
+    let csvs = |dir: &Path| -> BTreeMap<String, Vec<u8>> {
+        std::fs::read_dir(dir)
+            .expect("reading --out")
+            .map(|e| e.expect("dir entry").path())
+            .filter(|p| {
+                let name = p.file_name().unwrap().to_string_lossy();
+                name.starts_with("jobs_") && name.ends_with(".csv")
+            })
+            .map(|p| {
+                let bytes = std::fs::read(&p).expect("reading a CSV");
+                (p.file_name().unwrap().to_string_lossy().into_owned(), bytes)
+            })
+            .collect()
+    };
+    let (ca, cb) = (csvs(a.path()), csvs(b.path()));
+    assert_eq!(
+        ca.keys().collect::<Vec<_>>(),
+        ["jobs_fifo.csv", "jobs_las.csv", "jobs_srtf.csv"]
+    );
+    assert_eq!(ca.keys().collect::<Vec<_>>(), cb.keys().collect::<Vec<_>>());
+    for (name, bytes) in &ca {
+        assert!(
+            bytes == &cb[name],
+            "{name} differs between two runs with the same seed"
+        );
+    }
+
+    // And the comparison means something: another seed gives another result.
+    let c = tempdir();
+    let other = run_once("synthetic:jobs=300,seed=2,rate=4,multi=true", c.path());
+    assert_ne!(first, other, "seed 1 and seed 2 gave the same summaries");
+}
+
+// 4. Policy listing.
+#[test]
+fn policy_help_lists_every_policy_and_alias() {
+    let run = simulate(&["--policy", "help"]).success();
+    for name in ["fifo", "sjf", "srtf", "max_min_fairness", "isolated", "las"] {
+        let listed = run
+            .stdout
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word == name);
+        assert!(listed, "`{name}` not listed:\n{}", run.stdout);
+    }
+    // It only lists: no simulation table.
+    assert!(!run.stdout.contains("avg JCT h"), "{}", run.stdout);
+}
+
+// 5. Unknown policy.
+#[test]
+fn unknown_policy_is_an_error_naming_it_and_the_known_ones() {
+    let run = simulate(&[
+        "--trace",
+        SYNTHETIC,
+        "--cluster",
+        SMALL_CLUSTER,
+        "--policy",
+        "fifo,nope",
+    ])
+    .failure();
+    run.stderr_has("`nope`");
+    for known in ["fifo", "sjf", "srtf", "max_min_fairness", "isolated"] {
+        run.stderr_has(known);
+    }
+    assert!(
+        !run.stdout.contains("avg JCT h"),
+        "a table was printed:\n{}",
+        run.stdout
+    );
+}
+
+// 6. Bad trace input names the file, the line and the field.
+#[test]
+fn bad_gavel_row_names_file_line_and_field() {
+    let dir = tempdir();
+    let path = write(
+        dir.path(),
+        "bad_gavel.csv",
+        "job_id,arrival_unit,job_type,scale_factor,duration_s_on_v100,total_steps\n\
+         0,0.0,ResNet-18 (batch size 64),1,68344.350,1646636.276\n\
+         1,0.5,ResNet-18 (batch size 64),two,3600.0,86400.0\n",
+    );
+    let run = simulate(&[
+        "--trace",
+        &path_arg(&path),
+        "--rate",
+        "1",
+        "--cluster",
+        SMALL_CLUSTER,
+    ])
+    .failure();
+    run.stderr_has(&format!("{}:3: field `scale_factor`", path.display()));
+    run.stderr_has("`two`");
+
+    // Without --rate, a continuous trace says that it needs one.
+    let run = simulate(&["--trace", &path_arg(&path), "--cluster", SMALL_CLUSTER]).failure();
+    run.stderr_has(&path.display().to_string())
+        .stderr_has("--rate");
+
+    // The same file, fixed, runs (so the failure above was about the field).
+    let good = write(
+        dir.path(),
+        "good_gavel.csv",
+        "job_id,arrival_unit,job_type,scale_factor,duration_s_on_v100,total_steps\n\
+         0,0.0,ResNet-18 (batch size 64),1,68344.350,1646636.276\n\
+         1,0.5,ResNet-18 (batch size 64),2,3600.0,86400.0\n",
+    );
+    let run = simulate(&[
+        "--trace",
+        &path_arg(&good),
+        "--rate",
+        "1",
+        "--cluster",
+        SMALL_CLUSTER,
+        "--format",
+        "json",
+    ])
+    .success();
+    for s in run.json() {
+        assert_eq!(count(&s, "measured_jobs"), 2, "{s:?}");
+    }
+}
+
+#[test]
+fn bad_philly_timestamp_names_file_line_and_field() {
+    let dir = tempdir();
+    let path = write(
+        dir.path(),
+        "philly.csv",
+        "timestamp,duration,num_gpus,gpu_time,cluster\n\
+         2017-10-09 07:01:55,66.0,1,66.0,11cb48\n\
+         yesterday,2951.0,4,11804.0,6214e9\n",
+    );
+    let run = simulate(&["--trace", &path_arg(&path), "--cluster", "generic=2x8"]).failure();
+    run.stderr_has(&format!("{}:3: field `timestamp`", path.display()));
+    run.stderr_has("`yesterday`");
+}
+
+#[test]
+fn unknown_trace_format_points_at_trace_format_flag() {
+    let dir = tempdir();
+    let path = write(dir.path(), "mystery.csv", "what,is,this\n1,2,3\n");
+    let run = simulate(&["--trace", &path_arg(&path), "--cluster", SMALL_CLUSTER]).failure();
+    run.stderr_has(&path.display().to_string())
+        .stderr_has("--trace-format");
+
+    // A missing trace file is an error naming it, not a panic.
+    let missing = dir.path().join("no_such_trace.csv");
+    let run = simulate(&["--trace", &path_arg(&missing)]).failure();
+    run.stderr_has(&missing.display().to_string());
+}
+
+// 7. --cluster errors.
+#[test]
+fn bad_cluster_specs_name_the_item() {
+    for (spec, item) in [("v100", "`v100`"), ("v100=abc", "`v100=abc`")] {
+        let run = simulate(&["--trace", SYNTHETIC, "--cluster", spec]).failure();
+        run.stderr_has(item);
+        assert!(
+            !run.stdout.contains("avg JCT h"),
+            "--cluster {spec}: a table was printed:\n{}",
+            run.stdout
+        );
+    }
+}
+
+// 8. --out DIR.
+#[test]
+fn out_writes_summary_plots_and_per_job_csvs() {
+    let dir = tempdir();
+    let out = dir.path().join("results"); // does not exist yet: --out creates it
+    let run = simulate(&[
+        "--trace",
+        SYNTHETIC,
+        "--cluster",
+        SMALL_CLUSTER,
+        "--policy",
+        "fifo,las",
+        "--format",
+        "json",
+        "--out",
+        &path_arg(&out),
+    ])
+    .success();
+    let stdout_summaries = run.json();
+
+    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
+    let value: Value = serde_json::from_str(&text).expect("summary.json parses");
+    let file_summaries = summaries(value, "summary.json");
+    assert_eq!(policy_names(&file_summaries), ["fifo", "las"]);
+    assert_eq!(
+        policy_names(&file_summaries),
+        policy_names(&stdout_summaries)
+    );
+
+    for name in ["jct_cdf.svg", "utilization.svg"] {
+        let svg = std::fs::read_to_string(out.join(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let head = svg.trim_start();
+        assert!(
+            head.starts_with("<svg") || head.starts_with("<?xml"),
+            "{name} is not SVG: {}",
+            &svg[..svg.len().min(200)]
+        );
+        assert!(
+            svg.contains("<path") || svg.contains("<polyline"),
+            "{name} draws no line"
+        );
+    }
+
+    for policy in ["fifo", "las"] {
+        let path = out.join(format!("jobs_{policy}.csv"));
+        let csv = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(
+            lines.len(),
+            300 + 1,
+            "{path:?}: one header + one row per job"
+        );
+        assert!(
+            lines[0].starts_with("job_id,"),
+            "{path:?} header: {}",
+            lines[0]
+        );
+        let columns = lines[0].split(',').count();
+        assert!(
+            lines.iter().all(|l| l.split(',').count() == columns),
+            "{path:?}: ragged rows"
+        );
+    }
+}
+
+// 9. Public traces from ../shared/data.
+#[test]
+fn philly_trace_prefix_runs() {
+    let Some(data) = shared_data("philly/philly_jobs_pollux_derived.csv") else {
+        return;
+    };
+    let full = std::fs::read_to_string(data.join("philly/philly_jobs_pollux_derived.csv"))
+        .expect("reading the Philly trace");
+    let prefix: String = full.lines().take(2001).map(|l| format!("{l}\n")).collect();
+    let dir = tempdir();
+    let path = write(dir.path(), "philly_2000.csv", &prefix);
+    let run = simulate(&[
+        "--trace",
+        &path_arg(&path),
+        "--policy",
+        "fifo,las",
+        "--cluster",
+        "generic=16x8",
+        "--no-ftf",
+        "--format",
+        "json",
+    ])
+    .success();
+    let summaries = run.json();
+    assert_eq!(policy_names(&summaries), ["fifo", "las"]);
+    for s in &summaries {
+        assert_eq!(count(s, "jobs"), 2000, "{s:?}");
+        assert_eq!(count(s, "measured_jobs"), 2000, "{s:?}");
+        assert!(num(s, "avg_jct_h") > 0.0, "{s:?}");
+    }
+}
+
+#[test]
+fn tiresias_sixty_jobs_run() {
+    let Some(data) = shared_data("tiresias/60_job.csv") else {
+        return;
+    };
+    let run = simulate(&[
+        "--trace",
+        &path_arg(&data.join("tiresias/60_job.csv")),
+        "--cluster",
+        "generic=4x8",
+        "--format",
+        "json",
+    ])
+    .success();
+    for s in run.json() {
+        assert_eq!(count(&s, "jobs"), 60, "{s:?}");
+        assert_eq!(count(&s, "measured_jobs"), 60, "{s:?}");
+        assert!(num(&s, "avg_jct_h") > 0.0, "{s:?}");
+    }
+}
+
+#[test]
+fn pollux_workload_runs_with_explicit_and_default_profiles() {
+    let Some(data) = shared_data("pollux/workloads/workload-1.csv") else {
+        return;
+    };
+    let workload = path_arg(&data.join("pollux/workloads/workload-1.csv"));
+    let profiles = path_arg(&data.join("pollux/profiles"));
+    let explicit = simulate(&[
+        "--trace",
+        &workload,
+        "--pollux-profiles",
+        &profiles,
+        "--cluster",
+        "t4=16x4",
+        "--format",
+        "json",
+    ])
+    .success();
+    // Without --pollux-profiles, ../profiles next to the workload is used.
+    let default = simulate(&[
+        "--trace",
+        &workload,
+        "--cluster",
+        "t4=16x4",
+        "--format",
+        "json",
+    ])
+    .success();
+    let strip = |run: &Run| {
+        let mut s = run.json();
+        for x in &mut s {
+            x.remove("wall_s");
+        }
+        s
+    };
+    let summaries = strip(&explicit);
+    for s in &summaries {
+        assert_eq!(count(s, "jobs"), 160, "{s:?}");
+        assert_eq!(count(s, "measured_jobs"), 160, "{s:?}");
+        assert!(num(s, "avg_jct_h") > 0.0, "{s:?}");
+    }
+    assert_eq!(summaries, strip(&default));
+
+    // A wrong profiles folder is an error naming it.
+    let dir = tempdir();
+    let run = simulate(&[
+        "--trace",
+        &workload,
+        "--pollux-profiles",
+        &path_arg(&dir.path().join("nowhere")),
+        "--cluster",
+        "t4=16x4",
+    ])
+    .failure();
+    run.stderr_has("nowhere");
+}
+
+#[test]
+fn gavel_tab_separated_traces_run_with_both_throughput_tables() {
+    let Some(data) = shared_data("gavel/physical_artifact_evaluation.trace") else {
+        return;
+    };
+    let physical = data.join("gavel/physical_cluster_throughputs.json");
+    for trace in [
+        "gavel/physical_artifact_evaluation.trace", // 10 columns
+        "gavel/msr_seed1_vc795a4c.trace",           // 7 columns
+    ] {
+        let path = data.join(trace);
+        if !path.exists() {
+            eprintln!("skipping: {} not found", path.display());
+            continue;
+        }
+        let jobs = data_lines(&path) as u64;
+        assert!(jobs > 0);
+        let trace_arg = path_arg(&path);
+        let table_arg = path_arg(&physical);
+        let mut runs = vec![(
+            "the bundled table",
+            vec!["--trace", trace_arg.as_str(), "--format", "json"],
+        )];
+        if physical.exists() {
+            runs.push((
+                "physical_cluster_throughputs.json",
+                vec![
+                    "--trace",
+                    trace_arg.as_str(),
+                    "--throughputs",
+                    table_arg.as_str(),
+                    "--format",
+                    "json",
+                ],
+            ));
+        }
+        for (table, args) in runs {
+            let summaries = simulate(&args).success().json();
+            assert_eq!(policy_names(&summaries), ["fifo", "max_min_fairness"]);
+            for s in &summaries {
+                assert_eq!(count(s, "jobs"), jobs, "{trace} with {table}: {s:?}");
+                assert_eq!(
+                    count(s, "measured_jobs"),
+                    jobs,
+                    "{trace} with {table}: {s:?}"
+                );
+                assert!(num(s, "avg_jct_h") > 0.0, "{trace} with {table}: {s:?}");
+            }
+        }
+    }
+}
+
+// 10. --cluster-file.
+#[test]
+fn cluster_file_is_read_and_overrides_cluster() {
+    let dir = tempdir();
+    let file = write(
+        dir.path(),
+        "cluster.toml",
+        "[[nodes]]\ngpu_type = \"v100\"\ncount = 2\ngpus = 4\n\n\
+         [[nodes]]\ngpu_type = \"k80\"\ncount = 4\ngpus = 2\n",
+    );
+    let out = dir.path().join("out");
+    let run = simulate(&[
+        "--trace",
+        "synthetic:jobs=100,seed=3,rate=4",
+        "--cluster-file",
+        &path_arg(&file),
+        // Overridden by the file: the per-job CSVs must show both of the file's GPU types.
+        "--cluster",
+        "p100=1",
+        "--policy",
+        "fifo",
+        "--no-ftf",
+        "--format",
+        "json",
+        "--out",
+        &path_arg(&out),
+    ])
+    .success();
+    let summaries = run.json();
+    assert_eq!(count(&summaries[0], "measured_jobs"), 100);
+    run.stderr_has("16 GPUs");
+    let csv = std::fs::read_to_string(out.join("jobs_fifo.csv")).expect("jobs_fifo.csv");
+    let header = csv.lines().next().expect("a header");
+    assert!(
+        header.ends_with(",gpu_s_v100,gpu_s_k80"),
+        "GPU types of the cluster file expected in {header}"
+    );
+
+    let bad = write(
+        dir.path(),
+        "bad_cluster.toml",
+        "[[nodes]]\ngpu_type = \"v100\"\ncount = 2\ngpus = 4\ncolour = \"red\"\n",
+    );
+    let run = simulate(&["--trace", SYNTHETIC, "--cluster-file", &path_arg(&bad)]).failure();
+    run.stderr_has(&bad.display().to_string())
+        .stderr_has("colour");
+
+    let missing = dir.path().join("no_such_cluster.toml");
+    let run = simulate(&["--trace", SYNTHETIC, "--cluster-file", &path_arg(&missing)]).failure();
+    run.stderr_has(&missing.display().to_string());
+}
