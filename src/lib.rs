@@ -25,5 +25,6 @@
 pub use gangway_core as core;
 
 pub mod compare;
+pub mod fidelity;
 pub mod report;
 pub mod scenario;

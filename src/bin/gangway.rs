@@ -52,7 +52,7 @@ struct SimulateArgs {
     trace_format: Option<TraceFormatArg>,
     /// Input job rate in jobs/hour, for Gavel's continuous traces and synthetic ones. Default with the
     /// bundled trace: 2.0.
-    #[arg(long, value_name = "JOBS_PER_HOUR")]
+    #[arg(long, value_name = "JOBS_PER_HOUR", allow_negative_numbers = true)]
     rate: Option<f64>,
     /// Gavel-format throughput table (JSON). Default: the bundled Gavel table.
     #[arg(long, value_name = "PATH")]
@@ -75,7 +75,12 @@ struct SimulateArgs {
     )]
     policy: Vec<String>,
     /// Round length in seconds.
-    #[arg(long, default_value_t = 360.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 360.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     round: f64,
     /// Job ids to measure, as START..END (END excluded). Default: all jobs; 4000..5000 with the bundled trace.
     #[arg(long, value_name = "A..B", value_parser = Window::parse)]
@@ -84,13 +89,28 @@ struct SimulateArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Seconds to checkpoint a preempted job.
-    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     preempt_cost: f64,
     /// Seconds to restore a job from its checkpoint.
-    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     restore_cost: f64,
     /// Seconds lost when a running job moves to other GPUs.
-    #[arg(long, default_value_t = 0.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
     migrate_cost: f64,
     /// Also schedule when a job arrives, not only at round boundaries.
     #[arg(long)]
@@ -154,8 +174,12 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         list_policies();
         return Ok(());
     }
-    if !(args.round.is_finite() && args.round > 0.0) {
-        bail!("--round must be a positive number of seconds");
+    // Check policy names before loading anything, so that a typo fails fast.
+    for name in &args.policy {
+        policy::find(name)?;
+    }
+    if !(args.round.is_finite() && args.round >= 1.0) {
+        bail!("--round must be at least 1 second (got {})", args.round);
     }
     for (name, v) in [
         ("--preempt-cost", args.preempt_cost),
@@ -255,6 +279,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         }
     }
     let summaries: Vec<_> = results.iter().map(|(_, s)| s.clone()).collect();
+    if summaries
+        .iter()
+        .all(|s| s.measured_jobs + s.unfinished_jobs == 0)
+    {
+        eprintln!(
+            "gangway: warning: no job of the trace falls in --window {}: every figure below is empty",
+            simulation.window
+        );
+    }
     match args.format {
         Format::Table => print!("{}", report::table(&summaries)),
         Format::Json => println!(

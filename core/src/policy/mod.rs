@@ -206,7 +206,13 @@ pub fn find(name: &str) -> Result<&'static PolicyInfo, SimError> {
         .find(|p| p.name == name || p.aliases.contains(&name))
         .ok_or_else(|| SimError::UnknownPolicy {
             name: name.to_owned(),
-            known: registry().map(|p| p.name).collect::<Vec<_>>().join(", "),
+            known: registry()
+                .map(|p| match p.aliases {
+                    [] => p.name.to_owned(),
+                    aliases => format!("{} (alias {})", p.name, aliases.join(", ")),
+                })
+                .collect::<Vec<_>>()
+                .join(", "),
         })
 }
 
