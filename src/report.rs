@@ -48,8 +48,8 @@ pub fn table(summaries: &[Summary]) -> String {
                 format!("{:.2}", s.avg_queue_h),
                 opt(s.avg_ftf, 2),
                 opt(s.max_ftf, 2),
-                opt(s.ftf_over_1.map(|x| x * 100.0), 0).replace('-', "-")
-                    + if s.ftf_over_1.is_some() { "%" } else { "" },
+                s.ftf_over_1
+                    .map_or("-".to_owned(), |x| format!("{:.0}%", x * 100.0)),
                 format!("{:.0}%", s.utilization * 100.0),
                 s.preemptions.to_string(),
                 format!("{:.2}", s.wall_s),

@@ -27,6 +27,15 @@ struct Ledger {
     deficit: Vec<f64>,
 }
 
+/// One job's inputs to a round, resolved once.
+struct Row<'a> {
+    job: JobId,
+    gpus: u32,
+    rates: &'a [f64],
+    shares: &'a [f64],
+    ledger: &'a Ledger,
+}
+
 /// The mechanism's state between rounds.
 #[derive(Clone, Debug)]
 pub struct Mechanism {
@@ -116,12 +125,18 @@ impl Mechanism {
             self.reset(shares, now, round_length / 2.0);
         }
         let views: FxHashMap<JobId, &JobView<'_>> = jobs.iter().map(|v| (v.id(), v)).collect();
-        // Resolve each job once: (gang, rates, share row, ledger).
-        let rows: Vec<(JobId, u32, &[f64], &[f64], &Ledger)> = shares
+        // Resolve each job once.
+        let rows: Vec<Row<'_>> = shares
             .rows()
             .filter_map(|(job, x)| {
                 let view = views.get(&job)?;
-                Some((job, view.job.gpus, view.rates, x, self.ledgers.get(&job)?))
+                Some(Row {
+                    job,
+                    gpus: view.job.gpus,
+                    rates: view.rates,
+                    shares: x,
+                    ledger: self.ledgers.get(&job)?,
+                })
             })
             .collect();
         let mut order: Vec<GpuTypeId> = match &shares.type_preference {
@@ -145,11 +160,12 @@ impl Mechanism {
         for t in order {
             let ti = t.0 as usize;
             entries.clear();
-            for (k, &(job, _, rates, x, ledger)) in rows.iter().enumerate() {
-                let share = x.get(ti).copied().unwrap_or(0.0);
-                if placed[k] || share <= 0.0 || rates.get(ti).is_none_or(|r| *r <= 0.0) {
+            for (k, row) in rows.iter().enumerate() {
+                let share = row.shares.get(ti).copied().unwrap_or(0.0);
+                if placed[k] || share <= 0.0 || row.rates.get(ti).is_none_or(|r| *r <= 0.0) {
                     continue;
                 }
+                let ledger = row.ledger;
                 let fraction = if self.type_time[ti] > 0.0 {
                     ledger.received[ti] / self.type_time[ti]
                 } else {
@@ -160,7 +176,7 @@ impl Mechanism {
                 } else {
                     share * 1e9
                 };
-                entries.push((priority, ledger.deficit[ti], share, job, k));
+                entries.push((priority, ledger.deficit[ti], share, row.job, k));
             }
             // Highest priority first, then deficit, then share; equal keys keep ascending job id.
             entries.sort_unstable_by(|a, b| {
@@ -173,7 +189,7 @@ impl Mechanism {
                 if left[ti] == 0 {
                     break;
                 }
-                let gpus = rows[k].1;
+                let gpus = rows[k].gpus;
                 if gpus > left[ti] {
                     continue;
                 }

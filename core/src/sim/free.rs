@@ -22,8 +22,13 @@ pub struct FreeGpus {
 
 impl FreeGpus {
     pub fn new(cluster: &Cluster) -> Self {
-        let widest = cluster.nodes().iter().map(|n| n.gpus).max().unwrap_or(0) as usize;
-        let mut buckets = vec![vec![Vec::new(); widest + 1]; cluster.num_gpu_types()];
+        let mut buckets = vec![Vec::new(); cluster.num_gpu_types()];
+        for node in cluster.nodes() {
+            let per_type: &mut Vec<Vec<NodeId>> = &mut buckets[node.gpu_type.0 as usize];
+            if per_type.len() <= node.gpus as usize {
+                per_type.resize(node.gpus as usize + 1, Vec::new());
+            }
+        }
         let mut slot = Vec::with_capacity(cluster.nodes().len());
         for (i, node) in cluster.nodes().iter().enumerate() {
             let bucket = &mut buckets[node.gpu_type.0 as usize][node.gpus as usize];
