@@ -52,6 +52,7 @@ pub fn table(summaries: &[Summary]) -> String {
                     .map_or("-".to_owned(), |x| format!("{:.0}%", x * 100.0)),
                 format!("{:.0}%", s.utilization * 100.0),
                 s.preemptions.to_string(),
+                s.migrations.to_string(),
                 format!("{:.2}", s.wall_s),
             ]
         })
@@ -110,6 +111,8 @@ pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()>
     jct_cdf(&path, results).with_context(|| format!("writing {}", path.display()))?;
     let path = dir.join("utilization.svg");
     utilization(&path, results).with_context(|| format!("writing {}", path.display()))?;
+    let path = dir.join("comparison.svg");
+    comparison(&path, &summaries).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
 
@@ -267,6 +270,64 @@ fn utilization(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// Average and p99 JCT per policy, side by side.
+fn comparison(path: &Path, summaries: &[&Summary]) -> Result<()> {
+    let top = summaries
+        .iter()
+        .map(|s| s.p99_jct_h.max(s.avg_jct_h))
+        .fold(0.0f64, f64::max)
+        .max(1e-3)
+        * 1.1;
+    let n = summaries.len().max(1);
+    let root = SVGBackend::new(path, (160 + 140 * n as u32, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("JCT per policy", ("sans-serif", 22))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..top)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(n)
+        .x_label_formatter(&|x| {
+            let i = x.round();
+            match summaries.get(i as usize) {
+                Some(s) if (x - i).abs() < 1e-6 && i >= 0.0 => s.policy.clone(),
+                _ => String::new(),
+            }
+        })
+        .y_desc("hours")
+        .draw()
+        .map_err(plot_err)?;
+    // Two bars per policy: the average on the left of its slot, p99 on the right.
+    for (k, (label, color)) in [("average JCT", BLUE.mix(0.7)), ("p99 JCT", RED.mix(0.5))]
+        .into_iter()
+        .enumerate()
+    {
+        let bars = summaries.iter().enumerate().map(|(i, s)| {
+            let value = if k == 0 { s.avg_jct_h } else { s.p99_jct_h };
+            let left = i as f64 - 0.4 + 0.4 * k as f64;
+            Rectangle::new([(left, 0.0), (left + 0.38, value)], color.filled())
+        });
+        chart
+            .draw_series(bars)
+            .map_err(plot_err)?
+            .label(label)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
     }
     chart
         .configure_series_labels()

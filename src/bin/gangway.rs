@@ -298,7 +298,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     if let Some(dir) = &args.out {
         report::write_outputs(dir, &results)?;
         eprintln!(
-            "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg and utilization.svg to {}",
+            "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg to {}",
             dir.display()
         );
     }
