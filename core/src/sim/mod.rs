@@ -148,7 +148,9 @@ struct JobState {
     grant: Option<Grant>,
     /// Lost its GPUs in this pass and has not (yet) been placed again.
     displaced: bool,
-    /// Key of its pending completion in `World::completions`.
+    /// When the current run will finish if nothing changes.
+    finish_at: f64,
+    /// Key of its completion in `World::completions`, once that falls within the current round.
     completion: Option<(u64, usize)>,
     record: JobRecord,
 }
@@ -185,8 +187,11 @@ struct World<'a> {
     active: Vec<usize>,
     index_of: FxHashMap<JobId, usize>,
     free: FreeGpus,
-    /// Pending completions of running jobs: (time key, job index).
+    /// Completions due by `horizon`: (time key, job index). Runs that end later are added when the
+    /// horizon reaches them, so that jobs preempted or migrated every round (LAS) cost no set updates.
     completions: BTreeSet<(u64, usize)>,
+    /// The next round boundary: every run that finishes by then has its completion in the set.
+    horizon: f64,
     mechanism: Mechanism,
     /// Whether the mechanism is in use (the last allocation was time shares).
     time_shared: bool,
@@ -265,6 +270,7 @@ impl<'a> Simulation<'a> {
                 pass = true;
                 rounds += 1;
                 next_round = now + round;
+                world.advance_horizon(next_round);
             }
             if pass && !world.active.is_empty() {
                 world.schedule(policy, placer, now);
@@ -327,6 +333,7 @@ impl<'a> World<'a> {
                 progressed: false,
                 queued_since: job.arrival,
                 last_run_seconds: 0.0,
+                finish_at: f64::INFINITY,
                 completion: None,
                 grant: None,
                 displaced: false,
@@ -357,6 +364,7 @@ impl<'a> World<'a> {
                 .collect(),
             free: FreeGpus::new(sim.cluster),
             completions: BTreeSet::new(),
+            horizon: f64::NEG_INFINITY,
             mechanism: Mechanism::new(types, sim.config.seed),
             time_shared: false,
             busy_gpus: 0,
@@ -390,6 +398,20 @@ impl<'a> World<'a> {
         self.jobs[i].queued_since = now;
         self.active.push(i);
         self.jobs_changed = true;
+    }
+
+    /// Moves the horizon to the next round boundary, adding the completions that now fall within it.
+    fn advance_horizon(&mut self, horizon: f64) {
+        self.horizon = horizon;
+        for k in 0..self.active.len() {
+            let i = self.active[k];
+            let state = &mut self.jobs[i];
+            if state.run.is_some() && state.completion.is_none() && state.finish_at <= horizon {
+                let key = (time_key(state.finish_at), i);
+                state.completion = Some(key);
+                self.completions.insert(key);
+            }
+        }
     }
 
     fn peek_completion(&self) -> Option<f64> {
@@ -490,9 +512,12 @@ impl<'a> World<'a> {
             progress_from,
             started: now,
         });
-        let key = (time_key(progress_from + remaining / rate), i);
-        state.completion = Some(key);
-        self.completions.insert(key);
+        state.finish_at = progress_from + remaining / rate;
+        if state.finish_at <= self.horizon {
+            let key = (time_key(state.finish_at), i);
+            state.completion = Some(key);
+            self.completions.insert(key);
+        }
     }
 
     /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place.
