@@ -17,13 +17,27 @@ use gangway::core::sim::{PackingPlacer, Simulation};
 use gangway::core::trace::TraceOptions;
 use gangway::scenario;
 
-fn run(trace: &Trace, cluster: &Cluster, name: &str) -> usize {
-    let table = scenario::load_throughputs(None).unwrap();
-    let model = scenario::model_for(trace, cluster, &table).unwrap();
-    let simulation = Simulation::new(trace, cluster, model.as_ref());
+/// One whole simulation; the throughput model is resolved once, outside the measurement.
+fn run(simulation: &Simulation<'_>, name: &str) -> usize {
     let mut policy = policy::build(name, &PolicyConfig { seed: 0 }).unwrap();
     let result = simulation.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     result.records.iter().filter(|r| r.finish.is_some()).count()
+}
+
+/// Benchmarks `policies` on one scenario under `id`.
+fn bench_policies(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    trace: &Trace,
+    cluster: &Cluster,
+    policies: &[&str],
+    id: impl Fn(&str) -> BenchmarkId,
+) {
+    let table = scenario::load_throughputs(None).unwrap();
+    let model = scenario::model_for(trace, cluster, &table).unwrap();
+    let simulation = Simulation::new(trace, cluster, model.as_ref());
+    for &name in policies {
+        group.bench_function(id(name), |b| b.iter(|| black_box(run(&simulation, name))));
+    }
 }
 
 fn gavel(c: &mut Criterion) {
@@ -38,9 +52,9 @@ fn gavel(c: &mut Criterion) {
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
-    for name in ["fifo", "las"] {
-        group.bench_function(name, |b| b.iter(|| black_box(run(&trace, &cluster, name))));
-    }
+    bench_policies(&mut group, &trace, &cluster, &["fifo", "las"], |n| {
+        BenchmarkId::from_parameter(n)
+    });
     group.finish();
 }
 
@@ -61,9 +75,9 @@ fn philly(c: &mut Criterion) {
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(20));
-    for name in ["fifo", "las"] {
-        group.bench_function(name, |b| b.iter(|| black_box(run(&trace, &cluster, name))));
-    }
+    bench_policies(&mut group, &trace, &cluster, &["fifo", "las"], |n| {
+        BenchmarkId::from_parameter(n)
+    });
     group.finish();
 }
 
@@ -77,8 +91,8 @@ fn scaling(c: &mut Criterion) {
         let spec = format!("synthetic:jobs={jobs},seed=1,rate=2");
         let trace = scenario::load_trace(Some(&spec), &TraceOptions::default(), &table).unwrap();
         let cluster = Cluster::parse_spec("v100=36,p100=36,k80=36", 1).unwrap();
-        group.bench_with_input(BenchmarkId::new("jobs", jobs), &trace, |b, t| {
-            b.iter(|| black_box(run(t, &cluster, "las")))
+        bench_policies(&mut group, &trace, &cluster, &["las"], |_| {
+            BenchmarkId::new("jobs", jobs)
         });
     }
     for per_type in [18u32, 36, 72] {
@@ -91,8 +105,8 @@ fn scaling(c: &mut Criterion) {
             1,
         )
         .unwrap();
-        group.bench_with_input(BenchmarkId::new("gpus", per_type * 3), &trace, |b, t| {
-            b.iter(|| black_box(run(t, &cluster, "las")))
+        bench_policies(&mut group, &trace, &cluster, &["las"], |_| {
+            BenchmarkId::new("gpus", per_type * 3)
         });
     }
     group.finish();

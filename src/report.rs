@@ -26,6 +26,7 @@ pub fn table(summaries: &[Summary]) -> String {
         "rho>1",
         "util",
         "preempt",
+        "migrate",
         "wall s",
     ];
     let opt = |x: Option<f64>, digits: usize| x.map_or("-".to_owned(), |v| format!("{v:.digits$}"));

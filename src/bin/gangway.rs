@@ -23,8 +23,9 @@ use gangway::scenario;
     about = "Schedules deep-learning training jobs onto shared GPU clusters"
 )]
 struct Cli {
+    /// With no command, `gangway` runs `simulate` on its bundled default.
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
@@ -42,7 +43,7 @@ enum Format {
     Json,
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Parser)]
 struct SimulateArgs {
     /// Trace file, or `synthetic:jobs=N,seed=S[,rate=R][,multi=true]`. Default: the bundled Gavel trace.
     #[arg(long, value_name = "PATH")]
@@ -69,7 +70,7 @@ struct SimulateArgs {
     /// Policies to compare, comma-separated; `help` lists them.
     #[arg(
         long,
-        default_value = "fifo,max_min_fairness",
+        default_value = "fifo,sjf,srtf,max_min_fairness",
         value_delimiter = ',',
         value_name = "NAMES"
     )]
@@ -149,7 +150,8 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
-        Command::Simulate(args) => simulate(args),
+        Some(Command::Simulate(args)) => simulate(args),
+        None => simulate(SimulateArgs::parse_from(["simulate"])),
     };
     if let Err(e) = outcome {
         eprintln!("error: {e:#}");
