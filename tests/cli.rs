@@ -11,6 +11,8 @@ use serde_json::Value;
 /// A small, fast synthetic scenario used by most tests.
 const SYNTHETIC: &str = "synthetic:jobs=300,seed=1,rate=4";
 const SMALL_CLUSTER: &str = "v100=8,k80=8";
+/// The policies `gangway simulate` compares when `--policy` is not given.
+const DEFAULT_POLICIES: [&str; 4] = ["fifo", "sjf", "srtf", "max_min_fairness"];
 
 /// What one run of the binary produced.
 struct Run {
@@ -221,7 +223,7 @@ fn json_has_one_summary_per_policy_with_sane_values() {
     ])
     .success();
     let summaries = run.json();
-    assert_eq!(policy_names(&summaries), ["fifo", "max_min_fairness"]);
+    assert_eq!(policy_names(&summaries), DEFAULT_POLICIES);
     for s in &summaries {
         for key in [
             "policy",
@@ -679,7 +681,7 @@ fn gavel_tab_separated_traces_run_with_both_throughput_tables() {
         }
         for (table, args) in runs {
             let summaries = simulate(&args).success().json();
-            assert_eq!(policy_names(&summaries), ["fifo", "max_min_fairness"]);
+            assert_eq!(policy_names(&summaries), DEFAULT_POLICIES);
             for s in &summaries {
                 assert_eq!(count(s, "jobs"), jobs, "{trace} with {table}: {s:?}");
                 assert_eq!(
