@@ -158,12 +158,12 @@ impl<'a> PlacementSearch<'a> {
         // Exact inside one server. Ranked by quality, then best fit (fewest GPUs left free on the
         // server), then how well the GPUs left free connect, then server order.
         let mut best: Option<(Subset, u32, usize)> = None;
-        for h in 0..topology.hosts.len() {
-            let free_here = free[h].count_ones();
+        for (h, &mask) in free.iter().enumerate() {
+            let free_here = mask.count_ones();
             if (free_here as usize) < size {
                 continue;
             }
-            let Some(subset) = self.best_subset(h, free[h], size as u32) else {
+            let Some(subset) = self.best_subset(h, mask, size as u32) else {
                 continue;
             };
             let leftover = free_here - size as u32;
