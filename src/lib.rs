@@ -23,8 +23,10 @@
 //! ```
 
 pub use gangway_core as core;
+pub use gangway_topology as topology;
 
 pub mod compare;
 pub mod fidelity;
 pub mod report;
 pub mod scenario;
+pub mod topology_view;

@@ -746,3 +746,43 @@ fn cluster_file_is_read_and_overrides_cluster() {
     let run = simulate(&["--trace", SYNTHETIC, "--cluster-file", &path_arg(&missing)]).failure();
     run.stderr_has(&missing.display().to_string());
 }
+
+/// `gangway topology` prints the `nvidia-smi topo -m`-style matrix of a preset and writes DOT and SVG.
+#[test]
+fn topology_prints_the_matrix_and_writes_pictures() {
+    let dir = tempfile::tempdir().unwrap();
+    let dot = dir.path().join("t.dot");
+    let svg = dir.path().join("t.svg");
+    let out = Command::cargo_bin("gangway")
+        .unwrap()
+        .args(["topology", "--preset", "dgx1-v100", "--dot"])
+        .arg(&dot)
+        .arg("--svg")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let gpu0 = text.lines().find(|l| l.starts_with("GPU0 ")).unwrap();
+    assert_eq!(
+        gpu0.split_whitespace().collect::<Vec<_>>(),
+        ["GPU0", "X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]
+    );
+    assert!(
+        std::fs::read_to_string(&dot)
+            .unwrap()
+            .starts_with("graph {")
+    );
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<svg"));
+    let bad = Command::cargo_bin("gangway")
+        .unwrap()
+        .args(["topology", "--preset", "dgx-9"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown preset `dgx-9`"));
+}

@@ -35,6 +35,40 @@ enum Command {
     /// With no arguments it replays the bundled Gavel trace (continuous-single, seed 0) at 2 jobs/hour on
     /// 36 V100 + 36 P100 + 36 K80 GPUs, measuring jobs 4000..5000 as Gavel does.
     Simulate(SimulateArgs),
+    /// Shows a cluster's GPU topology: the GPU-to-GPU matrix (as `nvidia-smi topo -m`) and bandwidths.
+    Topology(TopologyArgs),
+}
+
+#[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("source").args(["preset", "file", "discover", "list"])))]
+struct TopologyArgs {
+    /// A server design; `--list` shows them.
+    #[arg(long, value_name = "NAME")]
+    preset: Option<String>,
+    /// Servers of the preset, for a cluster of them.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    servers: usize,
+    /// Servers per rack, with --servers.
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    servers_per_rack: usize,
+    /// A topology file (TOML or JSON): `[[servers]] preset = "...", count = N`, `hosts_per_rack`.
+    #[arg(long, value_name = "PATH")]
+    file: Option<PathBuf>,
+    /// Read this machine's GPUs through NVML.
+    #[arg(long)]
+    discover: bool,
+    /// List the presets.
+    #[arg(long)]
+    list: bool,
+    /// Which server's matrix to show.
+    #[arg(long, default_value_t = 0, value_name = "INDEX")]
+    server: usize,
+    /// Write the whole graph in Graphviz's DOT language.
+    #[arg(long, value_name = "PATH")]
+    dot: Option<PathBuf>,
+    /// Write a picture of the server's GPU links.
+    #[arg(long, value_name = "PATH")]
+    svg: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -151,6 +185,7 @@ fn main() {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Some(Command::Simulate(args)) => simulate(args),
+        Some(Command::Topology(args)) => topology(args),
         None => simulate(SimulateArgs::parse_from(["simulate"])),
     };
     if let Err(e) = outcome {
@@ -303,6 +338,61 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg to {}",
             dir.display()
         );
+    }
+    Ok(())
+}
+
+fn topology(args: TopologyArgs) -> Result<()> {
+    use gangway::topology::presets::Preset;
+    use gangway::topology::topology::ClusterSpec;
+    if args.list {
+        for p in Preset::ALL {
+            let (model, memory) = p.gpu_model();
+            println!("  {:<15} {} x {model} ({memory} GB)", p.name(), p.gpus());
+        }
+        return Ok(());
+    }
+    let spec = if let Some(name) = &args.preset {
+        let preset = Preset::parse(name).with_context(|| {
+            let known: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown preset `{name}`; known: {}", known.join(", "))
+        })?;
+        if args.servers == 0 {
+            bail!("--servers must be at least 1");
+        }
+        ClusterSpec::of(preset, args.servers, args.servers_per_rack)
+    } else if let Some(path) = &args.file {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        gangway::topology::file::parse(&path.display().to_string(), &text)?
+    } else if args.discover {
+        bail!(
+            "--discover needs NVML discovery, which is not built yet; describe the servers with --preset or --file"
+        );
+    } else {
+        bail!("say which topology: --preset NAME, --file PATH, --discover, or --list");
+    };
+    let topology = spec.build();
+    if args.server >= topology.hosts.len() {
+        bail!(
+            "--server {} is out of range: the cluster has {} servers",
+            args.server,
+            topology.hosts.len()
+        );
+    }
+    if topology.hosts.len() > 1 {
+        print!("{}", topology.summary_text());
+        println!();
+    }
+    print!("{}", topology.matrix_text(args.server));
+    if let Some(path) = &args.dot {
+        std::fs::write(path, topology.to_dot())
+            .with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("gangway: wrote {}", path.display());
+    }
+    if let Some(path) = &args.svg {
+        gangway::topology_view::write_svg(path, &topology, args.server)?;
+        eprintln!("gangway: wrote {}", path.display());
     }
     Ok(())
 }

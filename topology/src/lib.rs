@@ -18,7 +18,9 @@
 //! assert_eq!(best.score, 100.0);
 //! ```
 
+pub mod file;
 pub mod graph;
 pub mod placement;
 pub mod presets;
 pub mod topology;
+pub mod view;
