@@ -85,7 +85,7 @@ pub fn parse(name: &str, text: &str) -> Result<ClusterSpec, FileError> {
         }
         groups.push((preset, s.count));
     }
-    if file.hosts_per_rack == 0 || !(file.uplink_factor > 0.0) {
+    if file.hosts_per_rack == 0 || !file.uplink_factor.is_finite() || file.uplink_factor <= 0.0 {
         return Err(err(
             "hosts_per_rack and uplink_factor must be positive".into()
         ));
