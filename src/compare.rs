@@ -5,7 +5,7 @@ use anyhow::Result;
 
 use gangway_core::metrics::Summary;
 use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimResult, Simulation};
+use gangway_core::sim::{PackingPlacer, Placer, SimResult, Simulation};
 
 /// The policy that finish-time fairness (rho) is measured against.
 pub const REFERENCE_POLICY: &str = "isolated";
@@ -13,12 +13,21 @@ pub const REFERENCE_POLICY: &str = "isolated";
 /// Makes a progress callback for one policy's run: called with (jobs finished, jobs in the trace).
 pub type ProgressFactory<'a> = &'a (dyn Fn(&str) -> Box<dyn FnMut(usize, usize) + Send> + Sync);
 
-/// Runs each policy in `names` (and the `isolated` reference when `with_ftf`), returning results in the
-/// order of `names`.
+/// Makes a fresh placer for each run.
+pub type PlacerFactory<'a> = &'a (dyn Fn() -> Box<dyn Placer> + Sync);
+
+/// The default placer: best-fit consolidation without a topology.
+pub fn packing() -> Box<dyn Placer> {
+    Box::new(PackingPlacer)
+}
+
+/// Runs each policy in `names` (and the `isolated` reference when `with_ftf`) with placers from
+/// `placer`, returning results in the order of `names`.
 pub fn run_policies(
     simulation: &Simulation<'_>,
     names: &[String],
     with_ftf: bool,
+    placer: PlacerFactory<'_>,
     progress: ProgressFactory<'_>,
 ) -> Result<Vec<(SimResult, Summary)>> {
     // Check every name before spending time on any run.
@@ -46,9 +55,8 @@ pub fn run_policies(
                     scope.spawn(move || -> Result<(usize, SimResult)> {
                         let mut policy = policy::build(name, &config)?;
                         let result =
-                            simulation.run(policy.as_mut(), &mut PackingPlacer, &mut |d, t| {
-                                report(d, t)
-                            });
+                            simulation
+                                .run(policy.as_mut(), placer().as_mut(), &mut |d, t| report(d, t));
                         Ok((k, result))
                     })
                 })

@@ -74,3 +74,29 @@ pub fn load_cluster(spec: &str, file: Option<&Path>, gpus_per_node: u32) -> Resu
         None => Ok(Cluster::parse_spec(spec, gpus_per_node)?),
     }
 }
+
+/// A topology for a cluster given only as node sizes: Philly's 2-, 4- and 8-GPU server designs, in racks
+/// of 16. Other node sizes need a topology file.
+pub fn topology_for(cluster: &Cluster) -> Result<gangway_topology::topology::ClusterSpec> {
+    use gangway_topology::presets::Preset;
+    let mut groups: Vec<(Preset, usize)> = Vec::new();
+    for (i, node) in cluster.nodes().iter().enumerate() {
+        let preset = match node.gpus {
+            2 => Preset::Philly2Gpu,
+            4 => Preset::Philly4Gpu,
+            8 => Preset::Philly8Gpu,
+            n => bail!(
+                "node {i} has {n} GPUs: only 2-, 4- and 8-GPU servers have a default topology; pass --topology FILE"
+            ),
+        };
+        match groups.last_mut() {
+            Some((p, count)) if *p == preset => *count += 1,
+            _ => groups.push((preset, 1)),
+        }
+    }
+    Ok(gangway_topology::topology::ClusterSpec {
+        groups,
+        hosts_per_rack: 16,
+        uplink_factor: 4.0,
+    })
+}

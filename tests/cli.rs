@@ -786,3 +786,70 @@ fn topology_prints_the_matrix_and_writes_pictures() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown preset `dgx-9`"));
 }
+
+/// `--topology` builds the cluster from a topology file and `--placement` picks a topology-aware placer;
+/// a bad mode or a cluster without a default topology fails with a clear message.
+#[test]
+fn simulate_places_on_a_topology() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.toml");
+    std::fs::write(
+        &file,
+        "hosts_per_rack = 2\n[[servers]]\npreset = \"dgx1-v100\"\ncount = 4\n",
+    )
+    .unwrap();
+    let run = |placement: &str| {
+        Command::cargo_bin("gangway")
+            .unwrap()
+            .args([
+                "simulate",
+                "--trace",
+                "synthetic:jobs=200,seed=3,rate=6,multi=true",
+                "--policy",
+                "fifo",
+            ])
+            .arg("--topology")
+            .arg(&file)
+            .args(["--placement", placement, "--no-ftf", "--format", "json"])
+            .output()
+            .unwrap()
+    };
+    for mode in [
+        "consolidate",
+        "relaxed",
+        "relax-after:600",
+        "sensitive",
+        "random",
+    ] {
+        let out = run(mode);
+        assert!(
+            out.status.success(),
+            "{mode}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let summaries: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(summaries[0]["measured_jobs"], 200, "{mode}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("32 GPUs"),
+            "{mode}"
+        );
+    }
+    let bad = run("scattered");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown placement `scattered`"));
+    let no_topology = Command::cargo_bin("gangway")
+        .unwrap()
+        .args([
+            "simulate",
+            "--trace",
+            "synthetic:jobs=5,seed=1",
+            "--cluster",
+            "v100=3x3",
+            "--placement",
+            "relaxed",
+        ])
+        .output()
+        .unwrap();
+    assert!(!no_topology.status.success());
+    assert!(String::from_utf8_lossy(&no_topology.stderr).contains("--topology FILE"));
+}

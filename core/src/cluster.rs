@@ -82,6 +82,23 @@ impl Cluster {
         builder.build()
     }
 
+    /// The cluster of a topology: one node per server, typed by its GPU model (`v100`, `p100`, ...).
+    pub fn from_topology(topology: &gangway_topology::topology::Topology) -> Self {
+        let mut builder = ClusterBuilder::default();
+        for host in &topology.hosts {
+            let gpus = host.num_gpus as u32;
+            let model = topology.gpus[host.first_gpu].model.to_ascii_lowercase();
+            builder.add_nodes(
+                &model,
+                1,
+                gpus,
+                gpus * DEFAULT_CPUS_PER_GPU,
+                f64::from(gpus) * DEFAULT_MEMORY_GB_PER_GPU,
+            );
+        }
+        builder.build()
+    }
+
     /// Parses `TYPE=N` (N GPUs, `gpus_per_node` per node) and `TYPE=NxG` (N nodes of G GPUs) items,
     /// comma-separated: `v100=36,p100=36,k80=36` or `a100=4x8,t4=16x4`.
     pub fn parse_spec(spec: &str, gpus_per_node: u32) -> Result<Self, InputError> {
@@ -208,6 +225,16 @@ impl Cluster {
 
     pub fn gpu_type_of(&self, gpu: GpuId) -> GpuTypeId {
         self.node(self.node_of(gpu)).gpu_type
+    }
+
+    /// A GPU's position within its node (0 = the node's first GPU).
+    pub fn local_index(&self, gpu: GpuId) -> u32 {
+        gpu.0 - self.first_gpu[self.node_of(gpu).0 as usize]
+    }
+
+    /// The GPU at position `local` of `node`.
+    pub fn gpu_at(&self, node: NodeId, local: u32) -> GpuId {
+        GpuId(self.first_gpu[node.0 as usize] + local)
     }
 
     /// The GPUs of a node, as a range of ids.

@@ -217,3 +217,87 @@ fn preemption_costs_delay_the_preempted_job() {
     // Without costs the GPU never idles: two jobs of 3600 steps at 1 step/s take 7200 s.
     assert!((last(&free) - 7200.0).abs() < 1e-6, "{}", last(&free));
 }
+
+mod topology_placement {
+    use super::*;
+    use gangway_core::sim::{Placement, TopologyPlacer};
+    use gangway_topology::presets::Preset;
+    use gangway_topology::topology::{ClusterSpec, Topology};
+    use std::sync::Arc;
+
+    fn topology(groups: Vec<(Preset, usize)>) -> Arc<Topology> {
+        Arc::new(
+            ClusterSpec {
+                groups,
+                hosts_per_rack: 2,
+                uplink_factor: 2.0,
+            }
+            .build(),
+        )
+    }
+
+    fn run_on(trace: &Trace, topology: &Arc<Topology>, policy: &str, mode: Placement) -> SimResult {
+        let cluster = Cluster::from_topology(topology);
+        let mut sim = Simulation::new(trace, &cluster, &TestModel);
+        sim.config = SimConfig {
+            audit: true,
+            round_length: 120.0,
+            ..SimConfig::default()
+        };
+        let mut placer = TopologyPlacer::new(Arc::clone(topology), &cluster, mode, 0).unwrap();
+        let mut policy = policy::build(policy, &PolicyConfig { seed: 0 }).unwrap();
+        sim.run(policy.as_mut(), &mut placer, &mut |_, _| {})
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_policy_and_mode_keeps_the_invariants(trace in trace()) {
+            let t = topology(vec![(Preset::Philly8Gpu, 2), (Preset::Philly4Gpu, 1), (Preset::Philly2Gpu, 2)]);
+            for mode in [Placement::Consolidate, Placement::Relaxed, Placement::RelaxAfter(600.0), Placement::SensitiveOnly, Placement::Random] {
+                for info in policy::registry() {
+                    let result = run_on(&trace, &t, info.name, mode);
+                    let finished = result.records.iter().filter(|r| r.finish.is_some()).count();
+                    prop_assert_eq!(finished + result.unschedulable.len(), trace.jobs.len(), "{} {:?}", info.name, mode);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_spread_gang_runs_slower_than_a_consolidated_one() {
+        let mut trace = Trace::new("t", WorkUnit::Steps);
+        trace.intern_job_type("VGG19");
+        let tenant = trace.intern_tenant("default");
+        trace.jobs.push(Job {
+            id: JobId(0),
+            arrival: 0.0,
+            job_type: gangway_core::job::JobTypeId(0),
+            gpus: 8,
+            total_steps: 10_000.0,
+            weight: 1.0,
+            tenant,
+        });
+        // Two DGX-1s: the best 8 GPUs are one server (NVLink rings at 25 GB/s); a random 8 of the 16
+        // almost surely spans both, and its ring crosses the 12.5 GB/s network.
+        let dgx = topology(vec![(Preset::Dgx1V100, 2)]);
+        let whole = run_on(&trace, &dgx, "fifo", Placement::Relaxed);
+        let split = run_on(&trace, &dgx, "fifo", Placement::Random);
+        let jct = |r: &SimResult| r.records[0].jct().unwrap();
+        assert!(
+            jct(&split) > 1.2 * jct(&whole),
+            "{} vs {}",
+            jct(&split),
+            jct(&whole)
+        );
+        // A gang larger than any server spans the fewest servers even under strict consolidation.
+        let strict = run_on(
+            &trace,
+            &topology(vec![(Preset::Philly4Gpu, 2)]),
+            "fifo",
+            Placement::Consolidate,
+        );
+        assert!(strict.records[0].finish.is_some());
+    }
+}

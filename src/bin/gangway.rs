@@ -1,7 +1,7 @@
 //! The `gangway` command line.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -11,7 +11,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use gangway::compare;
 use gangway::core::metrics::Window;
 use gangway::core::policy;
-use gangway::core::sim::{SimConfig, Simulation};
+use gangway::core::sim::{Placement, Placer, SimConfig, Simulation, TopologyPlacer};
 use gangway::core::trace::{TraceFormat, TraceOptions};
 use gangway::report;
 use gangway::scenario;
@@ -98,6 +98,23 @@ struct SimulateArgs {
     /// Cluster as a TOML file of `[[nodes]]` groups (gpu_type, count, gpus, cpus, memory_gb); overrides --cluster.
     #[arg(long, value_name = "PATH")]
     cluster_file: Option<PathBuf>,
+    /// Cluster as a topology file (servers of preset designs under racks; see `gangway topology`);
+    /// overrides --cluster, and scores placements on the hardware graph.
+    #[arg(long, value_name = "PATH")]
+    topology: Option<PathBuf>,
+    /// Placement: `packing` (best fit, no topology), or on the topology: `consolidate`, `relaxed`,
+    /// `relax-after:SECONDS`, `sensitive` (consolidate placement-sensitive models only), `random`.
+    /// Poorly placed gangs run slower (see core/src/throughput/locality.rs).
+    #[arg(long, default_value = "packing", value_name = "MODE")]
+    placement: String,
+    /// Make arrivals this many times denser (divides every arrival time), to raise a trace's load.
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    load_factor: f64,
     /// GPUs per node for `TYPE=N` items.
     #[arg(long, default_value_t = 1, value_name = "N")]
     gpus_per_node: u32,
@@ -234,12 +251,38 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         pollux_profiles: args.pollux_profiles.clone(),
     };
     let table = scenario::load_throughputs(args.throughputs.as_deref())?;
-    let trace = scenario::load_trace(args.trace.as_deref(), &options, &table)?;
-    let cluster = scenario::load_cluster(
-        &args.cluster,
-        args.cluster_file.as_deref(),
-        args.gpus_per_node,
-    )?;
+    let mut trace = scenario::load_trace(args.trace.as_deref(), &options, &table)?;
+    if !(args.load_factor.is_finite() && args.load_factor > 0.0) {
+        bail!("--load-factor must be positive");
+    }
+    if args.load_factor != 1.0 {
+        for job in &mut trace.jobs {
+            job.arrival /= args.load_factor;
+        }
+    }
+    let topology_spec = match &args.topology {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            Some(gangway::topology::file::parse(
+                &path.display().to_string(),
+                &text,
+            )?)
+        }
+        None => None,
+    };
+    let cluster = match &topology_spec {
+        Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build()),
+        None => scenario::load_cluster(
+            &args.cluster,
+            args.cluster_file.as_deref(),
+            args.gpus_per_node,
+        )?,
+    };
+    let placement: Option<Placement> = match args.placement.as_str() {
+        "packing" => None,
+        other => Some(other.parse().map_err(anyhow::Error::msg)?),
+    };
     let model = scenario::model_for(&trace, &cluster, &table)?;
     let window = args.window.clone().unwrap_or_else(|| {
         if embedded {
@@ -304,7 +347,33 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             }
         })
     };
-    let results = compare::run_policies(&simulation, &args.policy, !args.no_ftf, &factory)?;
+    let placer_factory: Box<dyn Fn() -> Box<dyn Placer> + Sync> = match placement {
+        None => Box::new(compare::packing),
+        Some(mode) => {
+            let spec = match topology_spec {
+                Some(spec) => spec,
+                None => scenario::topology_for(&cluster)?,
+            };
+            let topology = Arc::new(spec.build());
+            // Fail now, not inside a run, if the topology does not match the cluster.
+            TopologyPlacer::new(Arc::clone(&topology), &cluster, mode, args.seed)
+                .map_err(anyhow::Error::msg)?;
+            let (cluster, seed) = (&cluster, args.seed);
+            Box::new(move || {
+                Box::new(
+                    TopologyPlacer::new(Arc::clone(&topology), cluster, mode, seed)
+                        .expect("checked above"),
+                ) as Box<dyn Placer>
+            })
+        }
+    };
+    let results = compare::run_policies(
+        &simulation,
+        &args.policy,
+        !args.no_ftf,
+        placer_factory.as_ref(),
+        &factory,
+    )?;
     for (result, summary) in &results {
         if !result.unschedulable.is_empty() {
             eprintln!(

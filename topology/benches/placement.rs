@@ -9,14 +9,14 @@ use gangway_topology::topology::ClusterSpec;
 
 fn scoring(c: &mut Criterion) {
     let dgx = ClusterSpec::single(Preset::Dgx1V100).build();
-    let mut search = PlacementSearch::new(&dgx);
+    let mut search = PlacementSearch::new(dgx.clone());
     search.best_bandwidth(8);
     let all: Vec<usize> = (0..8).collect();
     c.bench_function("score_8_gpu_set_dgx1", |b| {
         b.iter(|| black_box(search.score(black_box(&all))))
     });
     let pcie = ClusterSpec::single(Preset::Pcie8Gpu).build();
-    let mut search = PlacementSearch::new(&pcie);
+    let mut search = PlacementSearch::new(pcie.clone());
     search.best_bandwidth(8);
     c.bench_function("score_8_gpu_set_pcie", |b| {
         b.iter(|| black_box(search.score(black_box(&all))))
@@ -26,7 +26,7 @@ fn scoring(c: &mut Criterion) {
 fn search_fragmented(c: &mut Criterion) {
     // 1,250 DGX-1 servers (10,000 GPUs) in racks of 16, half the GPUs taken in a scattered pattern.
     let topology = ClusterSpec::of(Preset::Dgx1V100, 1250, 16).build();
-    let mut search = PlacementSearch::new(&topology);
+    let mut search = PlacementSearch::new(topology.clone());
     let mut free = search.all_free();
     let mut state = 0x9e37_79b9_7f4a_7c15u64;
     for mask in free.iter_mut() {

@@ -11,7 +11,7 @@
 //! use gangway_topology::{placement::{PlacementSearch, Strategy}, presets::Preset, topology::ClusterSpec};
 //!
 //! let dgx = ClusterSpec::single(Preset::Dgx1V100).build();
-//! let mut search = PlacementSearch::new(&dgx);
+//! let mut search = PlacementSearch::new(dgx.clone());
 //! // Four GPUs of one NVLink quad beat four that straddle the quads.
 //! assert!(search.score(&[0, 1, 2, 3]) > search.score(&[0, 1, 6, 7]));
 //! let best = search.find(&search.all_free(), 4, Strategy::Consolidate, 0.0).unwrap();

@@ -8,6 +8,7 @@
 //!   (best fit), and inside a server the subset that leaves the remaining free GPUs best connected.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -59,20 +60,24 @@ struct Subset {
 pub type FreeMasks = Vec<u64>;
 
 /// The search, with its caches.
-pub struct PlacementSearch<'a> {
-    topology: &'a Topology,
+pub struct PlacementSearch {
+    topology: Arc<Topology>,
     /// (design, free mask, size) -> the best subset.
     subsets: HashMap<(Preset, u64, u32), Option<Subset>>,
     best_by_size: HashMap<usize, f64>,
 }
 
-impl<'a> PlacementSearch<'a> {
-    pub fn new(topology: &'a Topology) -> Self {
+impl PlacementSearch {
+    pub fn new(topology: impl Into<Arc<Topology>>) -> Self {
         PlacementSearch {
-            topology,
+            topology: topology.into(),
             subsets: HashMap::new(),
             best_by_size: HashMap::new(),
         }
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
     }
 
     /// Every GPU free.
@@ -154,7 +159,8 @@ impl<'a> PlacementSearch<'a> {
         if size == 0 {
             return Some((Vec::new(), f64::INFINITY));
         }
-        let topology = self.topology;
+        let topology = Arc::clone(&self.topology);
+        let topology = topology.as_ref();
         // Exact inside one server. Ranked by quality, then best fit (fewest GPUs left free on the
         // server), then how well the GPUs left free connect, then server order.
         let mut best: Option<(Subset, u32, usize)> = None;
@@ -200,7 +206,8 @@ impl<'a> PlacementSearch<'a> {
 
     /// Greedy across servers: prefer one rack; take servers with the most free GPUs first.
     fn spread(&mut self, free: &FreeMasks, size: usize) -> Option<(Vec<usize>, f64)> {
-        let topology = self.topology;
+        let topology = Arc::clone(&self.topology);
+        let topology = topology.as_ref();
         let racks = topology.rack_uplink.len();
         let mut by_rack: Vec<Vec<usize>> = vec![Vec::new(); racks];
         for (h, host) in topology.hosts.iter().enumerate() {
@@ -271,7 +278,8 @@ impl<'a> PlacementSearch<'a> {
         if let Some(cached) = self.subsets.get(&key) {
             return *cached;
         }
-        let topology = self.topology;
+        let topology = Arc::clone(&self.topology);
+        let topology = topology.as_ref();
         let local = |mask: u64| gpus_of(topology, h, mask);
         let mut best: Option<Subset> = None;
         if free.count_ones() >= size && size > 0 {

@@ -52,7 +52,7 @@ fn dgx1_is_a_hybrid_cube_mesh() {
         assert_eq!(same.len(), 3, "GPU {g}");
         assert!(peers.iter().any(|p| p.0 == (g + 4) % 8));
     }
-    let mut search = PlacementSearch::new(&t);
+    let mut search = PlacementSearch::new(t.clone());
     // A quad's ring runs on NVLink only; a set that straddles the quads without NVLink between all
     // neighbours must cross the sockets.
     assert!(search.score(&[0, 1, 2, 3]) > search.score(&[0, 1, 6, 7]));
@@ -84,7 +84,7 @@ fn pcie_server_scores_cross_socket_pairs_lower() {
         "{cross_socket} vs {same_switch}"
     );
     assert!(cross_socket < same_socket);
-    let mut search = PlacementSearch::new(&t);
+    let mut search = PlacementSearch::new(t.clone());
     assert!(search.score(&[0, 7]) < search.score(&[0, 1]));
     assert_eq!(t.hosts[0].path_kind[1], "PIX");
     assert_eq!(t.hosts[0].path_kind[2], "NODE");
@@ -138,7 +138,7 @@ fn across_servers_is_slower_than_inside_and_racks_matter() {
 #[test]
 fn search_is_exact_inside_a_server_and_consolidates_on_request() {
     let t = ClusterSpec::of(Preset::Dgx1V100, 2, 2).build();
-    let mut search = PlacementSearch::new(&t);
+    let mut search = PlacementSearch::new(t.clone());
     let mut free = search.all_free();
     // Take GPU 0 of server 0: four GPUs now fit best as a whole quad elsewhere.
     free[0] &= !1;

@@ -12,6 +12,8 @@ pub struct FreeGpus {
     free: Vec<bool>,
     /// Per node: how many of its GPUs are free.
     node_free: Vec<u32>,
+    /// Per node: its free GPUs as a bit mask of local positions (nodes of up to 64 GPUs).
+    node_mask: Vec<u64>,
     /// Per node: its index inside its bucket.
     slot: Vec<usize>,
     /// Per GPU type, per free count (1..=max GPUs per node): the nodes with exactly that many free.
@@ -38,6 +40,17 @@ impl FreeGpus {
         FreeGpus {
             free: vec![true; cluster.num_gpus() as usize],
             node_free: cluster.nodes().iter().map(|n| n.gpus).collect(),
+            node_mask: cluster
+                .nodes()
+                .iter()
+                .map(|n| {
+                    if n.gpus >= 64 {
+                        u64::MAX
+                    } else {
+                        (1u64 << n.gpus) - 1
+                    }
+                })
+                .collect(),
             slot,
             buckets,
             type_free: cluster.capacity().to_vec(),
@@ -54,6 +67,11 @@ impl FreeGpus {
 
     pub fn node_free(&self, node: NodeId) -> u32 {
         self.node_free[node.0 as usize]
+    }
+
+    /// A node's free GPUs as a bit mask of local positions.
+    pub fn node_mask(&self, node: NodeId) -> u64 {
+        self.node_mask[node.0 as usize]
     }
 
     pub fn is_free(&self, gpu: GpuId) -> bool {
@@ -88,6 +106,7 @@ impl FreeGpus {
         for &gpu in gpus {
             assert!(self.free[gpu.0 as usize], "GPU {} allocated twice", gpu.0);
             self.free[gpu.0 as usize] = false;
+            self.flip(cluster, gpu);
             self.adjust(cluster, cluster.node_of(gpu), false);
         }
     }
@@ -101,7 +120,15 @@ impl FreeGpus {
                 gpu.0
             );
             self.free[gpu.0 as usize] = true;
+            self.flip(cluster, gpu);
             self.adjust(cluster, cluster.node_of(gpu), true);
+        }
+    }
+
+    fn flip(&mut self, cluster: &Cluster, gpu: GpuId) {
+        let local = cluster.local_index(gpu);
+        if local < 64 {
+            self.node_mask[cluster.node_of(gpu).0 as usize] ^= 1u64 << local;
         }
     }
 
@@ -156,6 +183,8 @@ mod tests {
         free.release(&cluster, &[GpuId(3)]);
         assert_eq!(free.nodes_with_exactly(v100, 1), &[NodeId(0)]);
         assert_eq!(free.free_per_type(), &[5, 2]);
+        assert_eq!(free.node_mask(NodeId(0)), 0b1000);
+        assert_eq!(free.node_mask(NodeId(1)), 0b1111);
         assert_eq!(free.widest(GpuTypeId(1)), 2);
     }
 

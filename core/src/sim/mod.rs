@@ -18,6 +18,7 @@
 
 pub mod free;
 pub mod placer;
+pub mod topology_placer;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -32,9 +33,11 @@ use crate::metrics::{self, JobRecord, RunTotals, Summary, Window};
 use crate::policy::timeshare::Mechanism;
 use crate::policy::{Allocation, Grant, JobView, Policy, RoundInput, Running};
 use crate::throughput::ThroughputModel;
+use crate::throughput::locality::{default_sensitivity, locality_factor};
 
 pub use free::FreeGpus;
-pub use placer::{PackingPlacer, Placer};
+pub use placer::{PackingPlacer, PlaceRequest, Placed, Placer};
+pub use topology_placer::{Placement, TopologyPlacer};
 
 /// Simulator settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -182,6 +185,8 @@ struct World<'a> {
     sim: &'a Simulation<'a>,
     /// rates[i * types + t]: steps/s of job i alone on its gang of type t (0 = cannot run).
     rates: Vec<f64>,
+    /// Per job type: how much a poorly placed gang slows down (see `throughput::locality`).
+    sensitivity: Vec<f64>,
     jobs: Vec<JobState>,
     /// Indices of active jobs, in arrival order.
     active: Vec<usize>,
@@ -353,6 +358,12 @@ impl<'a> World<'a> {
         World {
             sim,
             rates,
+            sensitivity: sim
+                .trace
+                .job_types
+                .iter()
+                .map(|t| default_sensitivity(t))
+                .collect(),
             jobs,
             active: Vec::new(),
             index_of: sim
@@ -493,11 +504,20 @@ impl<'a> World<'a> {
         self.note_utilization(now);
     }
 
-    fn start(&mut self, i: usize, gpu_type: GpuTypeId, gpus: GpuSet, overhead: f64, now: f64) {
+    /// Starts job `i` on `gpus`, at `locality` times its rate there, after `overhead` seconds of no progress.
+    fn start(
+        &mut self,
+        i: usize,
+        gpu_type: GpuTypeId,
+        gpus: GpuSet,
+        locality: f64,
+        overhead: f64,
+        now: f64,
+    ) {
         self.note_busy(now);
         self.busy_gpus += gpus.len() as u32;
         self.free.take(self.sim.cluster, &gpus);
-        let rate = self.job_rates(i)[gpu_type.0 as usize];
+        let rate = self.job_rates(i)[gpu_type.0 as usize] * locality;
         let job = &self.sim.trace.jobs[i];
         let state = &mut self.jobs[i];
         let remaining = (job.total_steps - state.steps_done).max(0.0);
@@ -564,11 +584,20 @@ impl<'a> World<'a> {
             }
             let job = &self.sim.trace.jobs[i];
             let previous = std::mem::take(&mut self.jobs[i].last_gpus);
-            let chosen = placer.place(cluster, &self.free, job, g.gpu_type, g.gpus, &previous);
-            let Some(gpus) = chosen.filter(|c| c.len() == g.gpus as usize) else {
+            let request = PlaceRequest {
+                job,
+                gpu_type: g.gpu_type,
+                gpus: g.gpus,
+                previous: &previous,
+                waited: (now - self.jobs[i].queued_since).max(0.0),
+                sensitivity: self.sensitivity[job.job_type.0 as usize],
+            };
+            let chosen = placer.place(cluster, &self.free, &request);
+            let Some(placed) = chosen.filter(|c| c.gpus.len() == g.gpus as usize) else {
                 self.jobs[i].last_gpus = previous;
                 continue;
             };
+            let gpus = placed.gpus;
             let was_running = std::mem::take(&mut self.jobs[i].displaced);
             let state = &mut self.jobs[i];
             let mut overhead = state.overhead_due;
@@ -578,7 +607,8 @@ impl<'a> World<'a> {
                     overhead += config.migrate_cost;
                 }
             }
-            self.start(i, g.gpu_type, gpus, overhead, now);
+            let factor = locality_factor(self.sensitivity[job.job_type.0 as usize], placed.score);
+            self.start(i, g.gpu_type, gpus, factor, overhead, now);
         }
         // Displaced jobs that did not get GPUs back are preempted.
         for i in displaced {

@@ -7,6 +7,7 @@
 //! - [`DurationModel`]: for traces that give only durations, every GPU type runs a job at one
 //!   "second of work" per second at its requested size.
 
+pub mod locality;
 mod table;
 
 pub use table::{TableModel, ThroughputTable};
