@@ -435,9 +435,10 @@ fn topology(args: TopologyArgs) -> Result<()> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         gangway::topology::file::parse(&path.display().to_string(), &text)?
     } else if args.discover {
-        bail!(
-            "--discover needs NVML discovery, which is not built yet; describe the servers with --preset or --file"
-        );
+        // Discovery reports what NVML sees; scoring and placement use presets or files (see the issue notes).
+        let found = gangway::topology::discover::discover()?;
+        print!("{}", found.text());
+        return Ok(());
     } else {
         bail!("say which topology: --preset NAME, --file PATH, --discover, or --list");
     };

@@ -18,6 +18,7 @@
 //! assert_eq!(best.score, 100.0);
 //! ```
 
+pub mod discover;
 pub mod file;
 pub mod graph;
 pub mod placement;
