@@ -111,25 +111,27 @@ pub fn discover() -> Result<Discovery, DiscoveryError> {
             cpu_affinity,
         });
     }
-    let mut paths = vec![vec![String::new(); devices.len()]; devices.len()];
-    for i in 0..devices.len() {
+    let mut paths = Vec::with_capacity(devices.len());
+    for (i, device) in devices.iter().enumerate() {
+        let mut row = Vec::with_capacity(devices.len());
         for j in 0..devices.len() {
-            paths[i][j] = if i == j {
+            row.push(if i == j {
                 "X".into()
             } else if let Some(&(_, links)) = gpus[i].nvlink_peers.iter().find(|p| p.0 == j as u32)
             {
                 format!("NV{links}")
             } else {
                 let other = nvml.device_by_index(j as u32).map_err(nvml_err)?;
-                match devices[i].topology_common_ancestor(other) {
+                match device.topology_common_ancestor(other) {
                     Ok(TopologyLevel::Internal | TopologyLevel::Single) => "PIX".into(),
                     Ok(TopologyLevel::Multiple) => "PXB".into(),
                     Ok(TopologyLevel::HostBridge) => "PHB".into(),
                     Ok(TopologyLevel::Node) => "NODE".into(),
                     Ok(TopologyLevel::System) | Err(_) => "SYS".into(),
                 }
-            };
+            });
         }
+        paths.push(row);
     }
     Ok(Discovery {
         driver_version,
