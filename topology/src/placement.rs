@@ -59,6 +59,15 @@ struct Subset {
 /// Free GPUs as one bit mask per server (bit i = local GPU i).
 pub type FreeMasks = Vec<u64>;
 
+/// The mask of a server whose `gpus` GPUs are all free (servers of up to 64 GPUs).
+pub fn full_mask(gpus: usize) -> u64 {
+    if gpus >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << gpus) - 1
+    }
+}
+
 /// The search, with its caches.
 pub struct PlacementSearch {
     topology: Arc<Topology>,
@@ -85,13 +94,7 @@ impl PlacementSearch {
         self.topology
             .hosts
             .iter()
-            .map(|h| {
-                if h.num_gpus >= 64 {
-                    u64::MAX
-                } else {
-                    (1u64 << h.num_gpus) - 1
-                }
-            })
+            .map(|h| full_mask(h.num_gpus))
             .collect()
     }
 

@@ -1,5 +1,7 @@
 //! Which GPUs are free, indexed so that a placer finds a fitting node in O(GPUs per node).
 
+use gangway_topology::placement::full_mask;
+
 use crate::cluster::{Cluster, GpuId, GpuTypeId, NodeId};
 
 /// Free GPUs per node and per type. Every GPU is either free or held by exactly one job.
@@ -43,13 +45,7 @@ impl FreeGpus {
             node_mask: cluster
                 .nodes()
                 .iter()
-                .map(|n| {
-                    if n.gpus >= 64 {
-                        u64::MAX
-                    } else {
-                        (1u64 << n.gpus) - 1
-                    }
-                })
+                .map(|n| full_mask(n.gpus as usize))
                 .collect(),
             slot,
             buckets,
