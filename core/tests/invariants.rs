@@ -301,3 +301,47 @@ mod topology_placement {
         assert!(strict.records[0].finish.is_some());
     }
 }
+
+#[test]
+fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
+    let cluster = Cluster::from_nodes([("v100", 4, 12, 1.0), ("v100", 4, 12, 1.0)]);
+    let mut trace = Trace::new("t", WorkUnit::Steps);
+    let jt = trace.intern_job_type("a");
+    let tenant = trace.intern_tenant("default");
+    // Two 3-GPU jobs leave one GPU free on each server; a 2-GPU job then fits only if spread.
+    for (i, (gpus, steps)) in [(3, 36_000.0), (3, 72_000.0), (2, 100.0)]
+        .into_iter()
+        .enumerate()
+    {
+        trace.jobs.push(Job {
+            id: JobId(i as u32),
+            arrival: i as f64,
+            job_type: jt,
+            gpus,
+            total_steps: steps,
+            weight: 1.0,
+            tenant,
+        });
+    }
+    let config = SimConfig {
+        audit: true,
+        ..SimConfig::default()
+    };
+    let fifo = run(&trace, &cluster, "fifo", &config);
+    let yarn = run(&trace, &cluster, "yarn_cs", &config);
+    let start = |r: &SimResult| r.records[2].first_start.unwrap();
+    let first_done = yarn.records[0]
+        .finish
+        .unwrap()
+        .min(yarn.records[1].finish.unwrap());
+    assert!(
+        start(&fifo) < 400.0,
+        "fifo spreads the gang at once: {}",
+        start(&fifo)
+    );
+    assert!(
+        start(&yarn) >= first_done,
+        "yarn_cs waits for a server: {} vs {first_done}",
+        start(&yarn)
+    );
+}

@@ -35,6 +35,7 @@
 pub mod fair_share;
 pub mod ordered;
 pub mod timeshare;
+pub mod tiresias;
 
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +116,9 @@ pub struct Grant {
     pub job: JobId,
     pub gpu_type: GpuTypeId,
     pub gpus: u32,
+    /// The gang must sit on one server when one could hold it (the placer waits rather than spread).
+    #[serde(default)]
+    pub consolidate: bool,
 }
 
 /// A policy's answer.
@@ -191,7 +195,10 @@ pub struct PolicyInfo {
 
 /// Every policy, by name.
 pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
-    ordered::POLICIES.iter().chain(fair_share::POLICIES)
+    ordered::POLICIES
+        .iter()
+        .chain(fair_share::POLICIES)
+        .chain(tiresias::POLICIES)
 }
 
 /// Builds the policy called `name` (or one of its aliases).

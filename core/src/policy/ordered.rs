@@ -14,6 +14,8 @@ pub struct Ordered {
     preemptive: bool,
     /// A job that does not fit blocks every job behind it (strict FIFO), instead of being skipped.
     head_of_line_blocking: bool,
+    /// Keep every gang on one server where it fits in one (YARN-CS).
+    consolidate: bool,
 }
 
 /// Seconds a job would take at its fastest, from `steps` of work.
@@ -33,6 +35,15 @@ impl Ordered {
             key: |v| v.job.arrival,
             preemptive: false,
             head_of_line_blocking: true,
+            consolidate: false,
+        }
+    }
+
+    /// YARN-CS, the production baseline of the Tiresias paper: FIFO whose gangs wait for one server.
+    pub fn yarn_cs() -> Self {
+        Ordered {
+            consolidate: true,
+            ..Ordered::fifo()
         }
     }
 
@@ -42,6 +53,7 @@ impl Ordered {
             key: |v| seconds_at_best(v, v.job.total_steps),
             preemptive: false,
             head_of_line_blocking: false,
+            consolidate: false,
         }
     }
 
@@ -51,55 +63,86 @@ impl Ordered {
             key: |v| seconds_at_best(v, v.remaining_steps),
             preemptive: true,
             head_of_line_blocking: false,
+            consolidate: false,
         }
     }
 }
 
 impl Policy for Ordered {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        let mut free: Vec<u32> = input.capacity.to_vec();
-        let mut grants = Vec::new();
-        let mut queue: Vec<&JobView<'_>> = Vec::with_capacity(input.jobs.len());
-        for view in input.jobs {
-            match view.running {
-                Some(run) if !self.preemptive => {
-                    let gpus = run.gpus.len() as u32;
-                    free[run.gpu_type.0 as usize] =
-                        free[run.gpu_type.0 as usize].saturating_sub(gpus);
-                    grants.push(Grant {
-                        job: view.id(),
-                        gpu_type: run.gpu_type,
-                        gpus,
-                    });
-                }
-                _ => queue.push(view),
-            }
-        }
         let key = self.key;
-        // Stable sort: equal keys keep arrival order.
-        queue.sort_by(|a, b| key(a).total_cmp(&key(b)));
-        for view in queue {
-            let gpus = view.job.gpus;
-            let fits = |t: usize| free[t] >= gpus && view.rates[t] > 0.0;
-            let current = view
-                .running
-                .map(|r| r.gpu_type.0 as usize)
-                .filter(|&t| fits(t));
-            match current.or_else(|| (0..free.len()).find(|&t| fits(t))) {
-                Some(t) => {
-                    free[t] -= gpus;
-                    grants.push(Grant {
-                        job: view.id(),
-                        gpu_type: GpuTypeId(t as u16),
-                        gpus,
-                    });
-                }
-                None if self.head_of_line_blocking => break,
-                None => {}
-            }
-        }
-        Allocation::Grants(grants)
+        Allocation::Grants(grant_in_order(
+            input,
+            &GrantRules {
+                preemptive: self.preemptive,
+                head_of_line_blocking: self.head_of_line_blocking,
+                consolidate: self.consolidate,
+            },
+            |v| (key(v), 0.0),
+        ))
     }
+}
+
+/// How [`grant_in_order`] treats running jobs, blocked jobs and placement.
+pub(super) struct GrantRules {
+    /// Running jobs compete with waiting ones; otherwise they keep their GPUs.
+    pub preemptive: bool,
+    /// A job that does not fit stops the queue (strict FIFO) instead of being skipped.
+    pub head_of_line_blocking: bool,
+    /// Ask the placer to keep each gang on one server (YARN-CS).
+    pub consolidate: bool,
+}
+
+/// Grants GPUs to jobs in ascending `key` order (ties keep arrival order). A job gets the type it runs
+/// on when that still has room, else the first type, in cluster order, with room for its whole gang.
+pub(super) fn grant_in_order(
+    input: &RoundInput<'_>,
+    rules: &GrantRules,
+    mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
+) -> Vec<Grant> {
+    let mut free: Vec<u32> = input.capacity.to_vec();
+    let mut grants = Vec::new();
+    let mut queue: Vec<((f64, f64), &JobView<'_>)> = Vec::with_capacity(input.jobs.len());
+    for view in input.jobs {
+        match view.running {
+            Some(run) if !rules.preemptive => {
+                let gpus = run.gpus.len() as u32;
+                let t = run.gpu_type.0 as usize;
+                free[t] = free[t].saturating_sub(gpus);
+                grants.push(Grant {
+                    job: view.id(),
+                    gpu_type: run.gpu_type,
+                    gpus,
+                    consolidate: rules.consolidate,
+                });
+            }
+            _ => queue.push((key(view), view)),
+        }
+    }
+    // Stable sort: equal keys keep arrival order.
+    queue.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
+    for (_, view) in queue {
+        let gpus = view.job.gpus;
+        let fits = |t: usize| free[t] >= gpus && view.rates[t] > 0.0;
+        let current = view
+            .running
+            .map(|r| r.gpu_type.0 as usize)
+            .filter(|&t| fits(t));
+        match current.or_else(|| (0..free.len()).find(|&t| fits(t))) {
+            Some(t) => {
+                free[t] -= gpus;
+                grants.push(Grant {
+                    job: view.id(),
+                    gpu_type: GpuTypeId(t as u16),
+                    gpus,
+                    consolidate: rules.consolidate,
+                });
+            }
+            None if rules.head_of_line_blocking => break,
+            None => {}
+        }
+    }
+    grants
 }
 
 pub(super) static POLICIES: &[PolicyInfo] = &[
@@ -108,6 +151,12 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         aliases: &[],
         summary: "first come, first served; no preemption; the head of the queue blocks (Gavel's `fifo`)",
         build: |_: &PolicyConfig| Box::new(Ordered::fifo()),
+    },
+    PolicyInfo {
+        name: "yarn_cs",
+        aliases: &[],
+        summary: "FIFO with strict consolidation: a gang waits until one server can hold it (Tiresias' baseline)",
+        build: |_: &PolicyConfig| Box::new(Ordered::yarn_cs()),
     },
     PolicyInfo {
         name: "sjf",

@@ -203,6 +203,7 @@ impl Mechanism {
                     job,
                     gpu_type: t,
                     gpus,
+                    consolidate: false,
                 });
             }
         }

@@ -591,6 +591,7 @@ impl<'a> World<'a> {
                 previous: &previous,
                 waited: (now - self.jobs[i].queued_since).max(0.0),
                 sensitivity: self.sensitivity[job.job_type.0 as usize],
+                consolidate: g.consolidate,
             };
             let chosen = placer.place(cluster, &self.free, &request);
             let Some(placed) = chosen.filter(|c| c.gpus.len() == g.gpus as usize) else {

@@ -16,6 +16,8 @@ pub struct PlaceRequest<'a> {
     pub waited: f64,
     /// How much the job slows down on a poorly placed set (0..1, see `throughput::locality`).
     pub sensitivity: f64,
+    /// The policy asks for one server where one could hold the gang.
+    pub consolidate: bool,
 }
 
 /// A placer's answer: the GPUs, and how good they are together.
@@ -74,6 +76,10 @@ impl Placer for PackingPlacer {
                 );
             }
         }
+        // A gang that must stay on one server waits if any server of the type could hold it.
+        if request.consolidate && free.widest(gpu_type) >= gpus {
+            return None;
+        }
         // Otherwise spread over the fewest nodes: emptiest first.
         let mut chosen = GpuSet::new();
         for count in (1..=free.widest(gpu_type)).rev() {
@@ -122,6 +128,7 @@ mod tests {
             previous: prev,
             waited: 0.0,
             sensitivity: 0.0,
+            consolidate: false,
         };
         p.place(c, f, &request).map(|placed| placed.gpus)
     }

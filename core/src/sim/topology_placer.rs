@@ -92,6 +92,9 @@ impl TopologyPlacer {
     }
 
     fn strategy(&self, request: &PlaceRequest<'_>) -> Strategy {
+        if request.consolidate {
+            return Strategy::Consolidate;
+        }
         match self.mode {
             Placement::Consolidate => Strategy::Consolidate,
             Placement::Relaxed | Placement::Random => Strategy::Relaxed,
