@@ -205,9 +205,12 @@ fn jct_cdf(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
     for (i, (name, jct)) in curves.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         let n = jct.len().max(1) as f64;
+        // At most ~2,000 points per curve (every job's step would make the SVG megabytes large).
+        let stride = (jct.len() / 2000).max(1);
         let points = jct
             .iter()
             .enumerate()
+            .filter(|(k, _)| k % stride == 0 || k + 1 == jct.len())
             .map(|(k, x)| (*x, (k + 1) as f64 / n));
         chart
             .draw_series(LineSeries::new(points, color.stroke_width(2)))
