@@ -1,5 +1,5 @@
 //! Fidelity against Gavel's own published numbers (continuous-single trace, seed 0, 36:36:36 GPUs,
-//! 360 s rounds, jobs 4000..5000): `fifo` and `max_min_fairness` within +-10% of Gavel's average JCT at
+//! 360 s rounds, jobs 4000..5000): `fifo`, `max_min_fairness` and `finish_time_fairness` within +-10% of Gavel's average JCT at
 //! 0.4, 2.0 and 4.0 jobs/hour, and LAS's mean rho within +-10% of Gavel's.
 
 use std::path::PathBuf;
@@ -27,7 +27,9 @@ fn fifo_and_las_match_gavel_within_ten_percent() {
     )
     .unwrap();
     let trace = std::fs::read_to_string(dir.join("continuous_single_seed0.csv")).unwrap();
-    let policies = vec!["fifo".to_owned(), "max_min_fairness".to_owned()];
+    let policies: Vec<String> = ["fifo", "max_min_fairness", "finish_time_fairness"]
+        .map(String::from)
+        .to_vec();
     for rate in [0.4, 2.0, 4.0] {
         let summaries = run_gavel_setup(&trace, rate, &policies).unwrap();
         for s in &summaries {

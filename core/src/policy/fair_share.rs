@@ -14,7 +14,11 @@ use super::{
 };
 
 /// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
-fn split<'a>(view: &'a JobView<'_>, capacity: &'a [u32], s: f64) -> impl Iterator<Item = f64> + 'a {
+pub(super) fn split<'a>(
+    view: &'a JobView<'_>,
+    capacity: &'a [u32],
+    s: f64,
+) -> impl Iterator<Item = f64> + 'a {
     let usable: f64 = capacity
         .iter()
         .zip(view.rates)

@@ -33,6 +33,7 @@
 //!   demand when that lands, and the placer checks it.
 
 pub mod fair_share;
+pub mod finish_time;
 pub mod ordered;
 pub mod timeshare;
 pub mod tiresias;
@@ -198,6 +199,7 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
     ordered::POLICIES
         .iter()
         .chain(fair_share::POLICIES)
+        .chain(finish_time::POLICIES)
         .chain(tiresias::POLICIES)
 }
 

@@ -1,0 +1,159 @@
+//! Gavel's heterogeneity-agnostic finish-time fairness (`finish_time_fairness`), after Themis (Mahajan et
+//! al., NSDI'20): each job's rho is its projected finish time divided by the finish time it would have
+//! alone on 1/N of the cluster, and the allocation minimizes the largest rho.
+//!
+//! For job i with throughput r_i (on its fastest GPU type, as agnostic policies see every type alike),
+//! age t_i, remaining steps R_i and total share s_i:
+//! - rho_i(s_i) = (t_i + R_i / (r_i s_i)) / (T_iso_i + R_i / (r_i s_iso_i)), where s_iso_i is the isolated
+//!   share min(1, N / (m gpus_i)) and T_iso_i the time the job would have needed so far at that share;
+//! - the smallest level rho* with sum_i s_i(rho*) gpus_i <= N and s_i <= 1 is found by bisection;
+//! - capacity left over is handed out evenly (capped at a full share), to stay work-conserving.
+
+use rustc_hash::FxHashMap;
+
+use super::fair_share::split;
+use super::{
+    Allocation, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares, TypePreference,
+};
+use crate::job::JobId;
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Isolated {
+    /// Time the job would have needed, alone on 1/N of the cluster, for the steps it has done.
+    time: f64,
+    steps_done: f64,
+    /// Its isolated throughput at the last round.
+    rate: f64,
+}
+
+#[derive(Default)]
+pub struct FinishTimeFairness {
+    isolated: FxHashMap<JobId, Isolated>,
+}
+
+fn best_rate(view: &JobView<'_>) -> f64 {
+    view.rates.iter().copied().fold(0.0, f64::max)
+}
+
+impl FinishTimeFairness {
+    /// Total shares minimizing the largest rho; `jobs` are (age, remaining, rate, gpus, isolated time so
+    /// far, isolated rate).
+    fn shares(jobs: &[(f64, f64, f64, f64, f64, f64)], total_gpus: f64) -> Vec<f64> {
+        // Room for every gang: every job runs all the time, and no rho can be lowered.
+        if jobs.iter().map(|j| j.3).sum::<f64>() <= total_gpus {
+            return vec![1.0; jobs.len()];
+        }
+        let needed = |rho: f64| -> Option<Vec<f64>> {
+            let mut used = 0.0;
+            let mut out = Vec::with_capacity(jobs.len());
+            for &(age, remaining, rate, gpus, iso_time, iso_rate) in jobs {
+                let ideal = iso_time + remaining / iso_rate;
+                let slack = rho * ideal - age;
+                if slack <= 0.0 {
+                    return None;
+                }
+                let s = (remaining / (rate * slack)).max(0.0);
+                if s > 1.0 + 1e-12 {
+                    return None;
+                }
+                used += s * gpus;
+                out.push(s.min(1.0));
+            }
+            (used <= total_gpus * (1.0 + 1e-12)).then_some(out)
+        };
+        // Bracket rho*, then bisect.
+        let mut hi = 1.0;
+        while needed(hi).is_none() && hi < 1e12 {
+            hi *= 2.0;
+        }
+        let mut lo = 0.0;
+        // 50 halvings of a bracket below 1e12 leave an error far below a second of finish time.
+        for _ in 0..50 {
+            let mid = 0.5 * (lo + hi);
+            if needed(mid).is_some() {
+                hi = mid
+            } else {
+                lo = mid
+            }
+        }
+        let mut s = needed(hi).unwrap_or_else(|| vec![0.0; jobs.len()]);
+        // Hand out what is left evenly, capped at a full share.
+        let mut left = total_gpus - s.iter().zip(jobs).map(|(s, j)| s * j.3).sum::<f64>();
+        for _ in 0..jobs.len() {
+            let open: Vec<usize> = (0..s.len()).filter(|&i| s[i] < 1.0).collect();
+            if left <= 1e-9 || open.is_empty() {
+                break;
+            }
+            let weight: f64 = open.iter().map(|&i| jobs[i].3).sum();
+            let raise = left / weight;
+            for &i in &open {
+                let add = raise.min(1.0 - s[i]);
+                s[i] += add;
+                left -= add * jobs[i].3;
+            }
+        }
+        s
+    }
+}
+
+impl Policy for FinishTimeFairness {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+        let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
+        let m = input.jobs.len().max(1) as f64;
+        let mut rows = Vec::with_capacity(input.jobs.len());
+        for v in input.jobs {
+            let rate = best_rate(v);
+            let gpus = f64::from(v.job.gpus);
+            let iso_rate = rate * (total / (m * gpus)).min(1.0);
+            let state = self.isolated.entry(v.id()).or_default();
+            // Credit the steps done since the last round at the isolated rate of that round.
+            if state.rate > 0.0 {
+                state.time += (v.steps_done - state.steps_done) / state.rate;
+            }
+            state.steps_done = v.steps_done;
+            state.rate = iso_rate;
+            rows.push((
+                input.now - v.job.arrival,
+                v.remaining_steps,
+                rate,
+                gpus,
+                state.time,
+                iso_rate,
+            ));
+        }
+        let present: FxHashMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
+        self.isolated.retain(|j, _| present.contains_key(j));
+        let shares = Self::shares(&rows, total);
+        let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
+        for (v, s) in input.jobs.iter().zip(shares) {
+            out.push(v.id(), split(v, input.capacity, s));
+        }
+        Allocation::TimeShares(out)
+    }
+}
+
+pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
+    name: "finish_time_fairness",
+    aliases: &["ftf"],
+    summary: "minimize the largest finish-time fairness rho, GPU types treated as equal (Gavel's, after Themis)",
+    build: |_: &PolicyConfig| Box::new(FinishTimeFairness::default()),
+}];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_job_furthest_behind_gets_the_larger_share() {
+        // Two equal jobs on one GPU; job 0 has waited 1,000 s longer, so its rho is worse.
+        let jobs = [
+            (1000.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
+            (0.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
+        ];
+        let s = FinishTimeFairness::shares(&jobs, 1.0);
+        assert!(s[0] > s[1], "{s:?}");
+        assert!((s[0] + s[1] - 1.0).abs() < 1e-6, "work-conserving: {s:?}");
+        // Plenty of room: everyone runs all the time.
+        assert_eq!(FinishTimeFairness::shares(&jobs, 4.0), vec![1.0, 1.0]);
+    }
+}
