@@ -1,0 +1,131 @@
+//! The same scenarios against every policy. `every_policy!` lists each policy once with whether it
+//! promises fairness (a bound on how long a job can wait); a test checks the list against the registry,
+//! so a new policy cannot be left out.
+
+use gangway_core::cluster::{Cluster, GpuTypeId};
+use gangway_core::job::{Job, JobId, JobTypeId, Trace, WorkUnit};
+use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::sim::{PackingPlacer, SimConfig, SimResult, Simulation};
+use gangway_core::throughput::ThroughputModel;
+
+/// One step per second on every GPU type, at any gang size the job asked for.
+struct Unit;
+
+impl ThroughputModel for Unit {
+    fn steps_per_second(&self, job: &Job, _: GpuTypeId, gpus: u32) -> Option<f64> {
+        (gpus == job.gpus).then_some(1.0)
+    }
+}
+
+fn trace(jobs: &[(f64, u32, f64)]) -> Trace {
+    let mut t = Trace::new("scenario", WorkUnit::Steps);
+    t.intern_job_type("a");
+    let tenant = t.intern_tenant("default");
+    for (i, &(arrival, gpus, steps)) in jobs.iter().enumerate() {
+        t.jobs.push(Job {
+            id: JobId(i as u32),
+            arrival,
+            job_type: JobTypeId(0),
+            gpus,
+            total_steps: steps,
+            weight: 1.0,
+            tenant,
+        });
+    }
+    t
+}
+
+fn run(name: &str, trace: &Trace, cluster: &Cluster) -> SimResult {
+    let mut sim = Simulation::new(trace, cluster, &Unit);
+    sim.config = SimConfig {
+        audit: true,
+        preempt_cost: 10.0,
+        restore_cost: 5.0,
+        ..SimConfig::default()
+    };
+    let mut policy = policy::build(name, &PolicyConfig { seed: 1 }).unwrap();
+    sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
+}
+
+/// Many gangs of 1-8 GPUs compete for a fragmented cluster of 2- and 4-GPU servers: nothing deadlocks,
+/// every job finishes, and the audit (run after every pass) sees no partial gang and no GPU held twice.
+fn competing_gangs(name: &str) {
+    let cluster = Cluster::from_nodes([
+        ("v100", 4, 12, 1.0),
+        ("v100", 2, 6, 1.0),
+        ("v100", 4, 12, 1.0),
+        ("v100", 2, 6, 1.0),
+    ]);
+    let jobs: Vec<(f64, u32, f64)> = (0..60)
+        .map(|i| {
+            (
+                f64::from(i) * 37.0,
+                [1, 2, 4, 8, 2, 3][i as usize % 6],
+                500.0 + f64::from(i % 7) * 900.0,
+            )
+        })
+        .collect();
+    let result = run(name, &trace(&jobs), &cluster);
+    assert!(
+        result.records.iter().all(|r| r.finish.is_some()),
+        "{name}: a gang never finished"
+    );
+}
+
+/// A long job arrives into a stream of short ones on one GPU. Fair policies must start it within two
+/// hours; unfair ones only have to finish everything.
+fn long_job_amid_short_ones(name: &str, fair: bool) {
+    let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
+    let mut jobs = vec![(0.0, 1, 1800.0), (100.0, 1, 36_000.0)];
+    jobs.extend((0..40).map(|i| (200.0 + f64::from(i) * 1500.0, 1, 1500.0)));
+    let result = run(name, &trace(&jobs), &cluster);
+    assert!(result.records.iter().all(|r| r.finish.is_some()), "{name}");
+    if fair {
+        let start = result.records[1].first_start.unwrap();
+        assert!(
+            start - 100.0 <= 7200.0,
+            "{name}: the long job waited {} s",
+            start - 100.0
+        );
+    }
+}
+
+macro_rules! every_policy {
+    ($($name:ident: fair = $fair:expr;)+) => {
+        $(
+            mod $name {
+                #[test]
+                fn competing_gangs() {
+                    super::competing_gangs(stringify!($name));
+                }
+
+                #[test]
+                fn long_job_amid_short_ones() {
+                    super::long_job_amid_short_ones(stringify!($name), $fair);
+                }
+            }
+        )+
+
+        #[test]
+        fn the_list_covers_the_registry() {
+            let mut listed = vec![$(stringify!($name)),+];
+            let mut registered: Vec<&str> = gangway_core::policy::registry().map(|p| p.name).collect();
+            listed.sort_unstable();
+            registered.sort_unstable();
+            assert_eq!(listed, registered);
+        }
+    };
+}
+
+every_policy! {
+    fifo: fair = false;
+    yarn_cs: fair = false;
+    sjf: fair = false;
+    srtf: fair = false;
+    max_min_fairness: fair = true;
+    isolated: fair = true;
+    finish_time_fairness: fair = true;
+    tiresias: fair = true;
+    tiresias_gittins: fair = false;
+    dlas: fair = true;
+}
