@@ -225,7 +225,7 @@ impl PlacementSearch {
                 .sum::<usize>()
         };
         // The rack that needs the fewest servers; ties to the rack with the least free (best fit).
-        let mut chosen: Option<Vec<usize>> = None;
+        let mut chosen: Option<((usize, usize), Vec<usize>)> = None;
         for hosts in &mut by_rack {
             if total(hosts) < size {
                 continue;
@@ -240,12 +240,13 @@ impl PlacementSearch {
                     break;
                 }
             }
-            if chosen.as_ref().is_none_or(|c| used.len() < c.len()) {
-                chosen = Some(used);
+            let rank = (used.len(), total(hosts));
+            if chosen.as_ref().is_none_or(|(best, _)| rank < *best) {
+                chosen = Some((rank, used));
             }
         }
         let hosts = match chosen {
-            Some(h) => h,
+            Some((_, h)) => h,
             None => {
                 let mut all: Vec<usize> = (0..topology.hosts.len())
                     .filter(|&h| free[h] != 0)
@@ -325,8 +326,16 @@ fn gpus_of(topology: &Topology, h: usize, mask: u64) -> Vec<usize> {
         .collect()
 }
 
-/// Every subset of the bits of `set` with exactly `k` bits, in increasing order.
+/// Largest server the exact in-server search handles (C(16, 8) = 12,870 subsets).
+pub const MAX_EXACT_GPUS: usize = 16;
+
+/// Every subset of the bits of `set` with exactly `k` bits, in increasing order. `set` has at most
+/// [`MAX_EXACT_GPUS`] bits, so the counter below cannot overflow.
 fn subsets_of(set: u64, k: u32) -> impl Iterator<Item = u64> {
+    assert!(
+        set.count_ones() as usize <= MAX_EXACT_GPUS,
+        "exact search on a server of more than {MAX_EXACT_GPUS} GPUs"
+    );
     let bits: Vec<u64> = (0..64)
         .filter(|i| set & (1u64 << i) != 0)
         .map(|i| 1u64 << i)

@@ -47,6 +47,11 @@ impl FinishTimeFairness {
             let mut used = 0.0;
             let mut out = Vec::with_capacity(jobs.len());
             for &(age, remaining, rate, gpus, iso_time, iso_rate) in jobs {
+                // A job with nothing left needs no share (it finishes this round).
+                if remaining <= 0.0 {
+                    out.push(0.0);
+                    continue;
+                }
                 let ideal = iso_time + remaining / iso_rate;
                 let slack = rho * ideal - age;
                 if slack <= 0.0 {
@@ -142,6 +147,20 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_finished_job_does_not_break_the_others() {
+        let jobs = [
+            (10.0, 0.0, 1.0, 1.0, 0.0, 0.5),
+            (1000.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
+            (0.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
+        ];
+        let s = FinishTimeFairness::shares(&jobs, 1.0);
+        assert!(
+            s[1] > s[2],
+            "the job that waited longer still gets more: {s:?}"
+        );
+    }
 
     #[test]
     fn the_job_furthest_behind_gets_the_larger_share() {

@@ -178,17 +178,15 @@ impl Mechanism {
                 };
                 entries.push((priority, ledger.deficit[ti], share, row.job, k));
             }
-            // Highest priority first, then deficit, then share; equal keys keep ascending job id. When
-            // every candidate fits, the order cannot change who runs, so the sort is skipped.
-            let demand: u32 = entries.iter().map(|e| rows[e.4].gpus).sum();
-            if demand > left[ti] {
-                entries.sort_unstable_by(|a, b| {
-                    b.0.total_cmp(&a.0)
-                        .then(b.1.total_cmp(&a.1))
-                        .then(b.2.total_cmp(&a.2))
-                        .then(a.3.cmp(&b.3))
-                });
-            }
+            // Highest priority first, then deficit, then share; equal keys keep ascending job id. Sorted
+            // even when every candidate fits by count: a placer may still refuse a grant (strict
+            // consolidation), and then the order decides who runs.
+            entries.sort_unstable_by(|a, b| {
+                b.0.total_cmp(&a.0)
+                    .then(b.1.total_cmp(&a.1))
+                    .then(b.2.total_cmp(&a.2))
+                    .then(a.3.cmp(&b.3))
+            });
             for &(_, _, _, job, k) in &entries {
                 if left[ti] == 0 {
                     break;

@@ -5,8 +5,9 @@
 //!   queue always goes first; inside a queue jobs go in arrival order. It preempts at round boundaries.
 //! - **Starvation promotion**: a job that has waited longer than `promote_knob` x its last run goes back
 //!   to the top queue (its service is counted afresh from then). Default knob: 10.
-//! - **Gittins index** (`tiresias_gittins`): jobs are ordered by their Gittins index over the GPU-time
-//!   distribution, with the quantum set by the distance to the next queue threshold. The distribution
+//! - **Gittins index** (`tiresias_gittins`): the same queues; inside a queue, jobs are ordered by their
+//!   Gittins index over the GPU-time distribution, with the quantum set by the distance to the next
+//!   queue threshold. The distribution
 //!   is learned online from the jobs that have finished (the paper uses the cluster's history); until 10
 //!   jobs have finished, 2DAS order is used.
 //! - **1-D LAS** (`dlas`): the same, with service counted in time only, for comparison.
@@ -159,17 +160,15 @@ impl Policy for Tiresias {
                 self.service_of(v) - self.promoted_at.get(&v.id()).copied().unwrap_or(0.0);
             let queue = self.queue_of(service);
             if use_gittins {
+                // Discretized: the queue first, then the Gittins index (higher first) inside it, both
+                // from the service counted since the job's last promotion.
                 let next = self.thresholds.get(queue).copied().unwrap_or(f64::INFINITY);
                 let delta = if next.is_finite() {
                     next - service
                 } else {
                     service.max(1.0)
                 };
-                // Higher index first.
-                (
-                    -self.gittins_index(self.service_of(v), delta),
-                    v.job.arrival,
-                )
+                (queue as f64, -self.gittins_index(service, delta))
             } else {
                 (queue as f64, v.job.arrival)
             }

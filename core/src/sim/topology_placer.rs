@@ -75,7 +75,14 @@ impl TopologyPlacer {
             ));
         }
         for (i, (host, node)) in topology.hosts.iter().zip(cluster.nodes()).enumerate() {
-            if host.num_gpus != node.gpus as usize || node.gpus > 64 {
+            if host.num_gpus > gangway_topology::placement::MAX_EXACT_GPUS {
+                return Err(format!(
+                    "server {i} has {} GPUs; topology-aware placement handles servers of up to {}",
+                    host.num_gpus,
+                    gangway_topology::placement::MAX_EXACT_GPUS
+                ));
+            }
+            if host.num_gpus != node.gpus as usize {
                 return Err(format!(
                     "server {i} has {} GPUs but node {i} has {}",
                     host.num_gpus, node.gpus
