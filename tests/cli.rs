@@ -60,21 +60,18 @@ impl Run {
     }
 
     fn stderr_has(&self, needle: &str) -> &Run {
-        assert!(
-            self.stderr.contains(needle),
-            "stderr of `{}` lacks {needle:?}:\n{}",
-            self.command,
-            self.stderr
-        );
-        self
+        self.stream_has("stderr", &self.stderr, needle)
     }
 
     fn stdout_has(&self, needle: &str) -> &Run {
+        self.stream_has("stdout", &self.stdout, needle)
+    }
+
+    fn stream_has(&self, name: &str, text: &str, needle: &str) -> &Run {
         assert!(
-            self.stdout.contains(needle),
-            "stdout of `{}` lacks {needle:?}:\n{}",
-            self.command,
-            self.stdout
+            text.contains(needle),
+            "{name} of `{}` lacks {needle:?}:\n{text}",
+            self.command
         );
         self
     }

@@ -56,6 +56,20 @@ struct Subset {
     left: (f64, f64),
 }
 
+impl Subset {
+    /// How a server's best subset ranks against other servers' (greater is better): quality first, then
+    /// best fit (fewer GPUs left free), then how well the GPUs left free connect.
+    fn rank(&self, leftover: u32) -> (f64, f64, std::cmp::Reverse<u32>, f64, f64) {
+        (
+            self.quality.0,
+            self.quality.1,
+            std::cmp::Reverse(leftover),
+            self.left.0,
+            self.left.1,
+        )
+    }
+}
+
 /// Free GPUs as one bit mask per server (bit i = local GPU i).
 pub type FreeMasks = Vec<u64>;
 
@@ -177,21 +191,8 @@ impl PlacementSearch {
             };
             let leftover = free_here - size as u32;
             let better = best.is_none_or(|(b, b_left, _)| {
-                let ours = (
-                    subset.quality.0,
-                    subset.quality.1,
-                    std::cmp::Reverse(leftover),
-                    subset.left.0,
-                    subset.left.1,
-                );
-                let theirs = (
-                    b.quality.0,
-                    b.quality.1,
-                    std::cmp::Reverse(b_left),
-                    b.left.0,
-                    b.left.1,
-                );
-                ours.partial_cmp(&theirs) == Some(std::cmp::Ordering::Greater)
+                subset.rank(leftover).partial_cmp(&b.rank(b_left))
+                    == Some(std::cmp::Ordering::Greater)
             });
             if better {
                 best = Some((subset, leftover, h));
