@@ -79,7 +79,7 @@ pub fn load_cluster(spec: &str, file: Option<&Path>, gpus_per_node: u32) -> Resu
 /// of 16. Other node sizes need a topology file.
 pub fn topology_for(cluster: &Cluster) -> Result<gangway_topology::topology::ClusterSpec> {
     use gangway_topology::presets::Preset;
-    let mut groups: Vec<(Preset, usize)> = Vec::new();
+    let mut groups: Vec<(gangway_topology::presets::Design, usize)> = Vec::new();
     for (i, node) in cluster.nodes().iter().enumerate() {
         let preset = match node.gpus {
             2 => Preset::Philly2Gpu,
@@ -90,8 +90,8 @@ pub fn topology_for(cluster: &Cluster) -> Result<gangway_topology::topology::Clu
             ),
         };
         match groups.last_mut() {
-            Some((p, count)) if *p == preset => *count += 1,
-            _ => groups.push((preset, 1)),
+            Some((d, count)) if d.name == preset.name() => *count += 1,
+            _ => groups.push((preset.design(), 1)),
         }
     }
     Ok(gangway_topology::topology::ClusterSpec {

@@ -15,7 +15,7 @@ pub fn write_svg(path: &Path, topology: &Topology, host: usize) -> Result<()> {
     let err = |e: DrawingAreaErrorKind<_>| anyhow::anyhow!("drawing {}: {e:?}", path.display());
     root.fill(&WHITE).map_err(err)?;
     root.draw(&Text::new(
-        format!("{} ({})", h.name, h.preset.name()),
+        format!("{} ({})", h.name, topology.designs[h.design].name),
         (20, 20),
         ("sans-serif", 22).into_font(),
     ))

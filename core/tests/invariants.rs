@@ -228,7 +228,7 @@ mod topology_placement {
     fn topology(groups: Vec<(Preset, usize)>) -> Arc<Topology> {
         Arc::new(
             ClusterSpec {
-                groups,
+                groups: groups.into_iter().map(|(p, n)| (p.design(), n)).collect(),
                 hosts_per_rack: 2,
                 uplink_factor: 2.0,
             }

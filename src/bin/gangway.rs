@@ -416,8 +416,14 @@ fn topology(args: TopologyArgs) -> Result<()> {
     use gangway::topology::topology::ClusterSpec;
     if args.list {
         for p in Preset::ALL {
-            let (model, memory) = p.gpu_model();
-            println!("  {:<15} {} x {model} ({memory} GB)", p.name(), p.gpus());
+            let d = p.design();
+            println!(
+                "  {:<15} {} x {} ({} GB)",
+                d.name,
+                d.gpus(),
+                d.gpu_model,
+                d.gpu_memory_gb
+            );
         }
         return Ok(());
     }

@@ -1,21 +1,36 @@
-//! Topology files (TOML or JSON): a cluster as groups of servers of a preset design under racks.
+//! Topology files (TOML or JSON): a cluster as groups of servers under racks. A group names a preset
+//! (`gangway topology --list`) or a design the file declares itself.
 //!
 //! ```toml
 //! hosts_per_rack = 16      # servers per top-of-rack switch (default 16)
 //! uplink_factor = 4.0      # rack uplink = this x one server's NIC bandwidth (default 4)
 //!
+//! [[designs]]              # a server of your own
+//! name = "a10-box"
+//! gpu_model = "A10"
+//! gpu_memory_gb = 24
+//! sockets = 2
+//! switches_per_socket = 1
+//! gpus_per_switch = 2
+//! pcie_generation = 4
+//! nvlink_generation = 3
+//! nvlinks = [[0, 1, 4], [2, 3, 4]]   # [gpu a, gpu b, bonded links]; or nvswitch_links = 12
+//! nics = 1
+//! nic_gbps = 25.0                    # GB/s per NIC
+//! network = "ethernet"               # or "infiniband"
+//!
 //! [[servers]]
-//! preset = "dgx1-v100"     # see `gangway topology --list`
+//! preset = "dgx1-v100"
 //! count = 4
 //!
 //! [[servers]]
-//! preset = "philly-2gpu"
+//! design = "a10-box"
 //! count = 10
 //! ```
 
 use serde::Deserialize;
 
-use crate::presets::Preset;
+use crate::presets::{Design, Preset};
 use crate::topology::ClusterSpec;
 
 #[derive(Debug, Deserialize)]
@@ -25,13 +40,16 @@ struct File {
     hosts_per_rack: usize,
     #[serde(default = "default_uplink_factor")]
     uplink_factor: f64,
+    #[serde(default)]
+    designs: Vec<Design>,
     servers: Vec<Servers>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Servers {
-    preset: String,
+    preset: Option<String>,
+    design: Option<String>,
     #[serde(default = "one")]
     count: usize,
 }
@@ -67,23 +85,47 @@ pub fn parse(name: &str, text: &str) -> Result<ClusterSpec, FileError> {
     } else {
         toml::from_str(text).map_err(|e| err(e.to_string()))?
     };
+    for (i, d) in file.designs.iter().enumerate() {
+        d.validate()
+            .map_err(|m| err(format!("designs[{i}]: {m}")))?;
+        if Preset::parse(&d.name).is_some() || file.designs[..i].iter().any(|o| o.name == d.name) {
+            return Err(err(format!(
+                "designs[{i}]: the name `{}` is already taken",
+                d.name
+            )));
+        }
+    }
     if file.servers.is_empty() {
         return Err(err("no [[servers]] groups".into()));
     }
     let mut groups = Vec::new();
     for (i, s) in file.servers.iter().enumerate() {
-        let preset = Preset::parse(&s.preset).ok_or_else(|| {
-            let known: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
-            err(format!(
-                "servers[{i}]: unknown preset `{}` (known: {})",
-                s.preset,
-                known.join(", ")
-            ))
-        })?;
+        let design = match (&s.preset, &s.design) {
+            (Some(p), None) => Preset::parse(p)
+                .ok_or_else(|| {
+                    let known: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+                    err(format!(
+                        "servers[{i}]: unknown preset `{p}` (known: {})",
+                        known.join(", ")
+                    ))
+                })?
+                .design(),
+            (None, Some(d)) => file
+                .designs
+                .iter()
+                .find(|x| x.name == *d)
+                .cloned()
+                .ok_or_else(|| err(format!("servers[{i}]: no [[designs]] entry is named `{d}`")))?,
+            _ => {
+                return Err(err(format!(
+                    "servers[{i}]: give exactly one of `preset` and `design`"
+                )));
+            }
+        };
         if s.count == 0 {
             return Err(err(format!("servers[{i}]: count must be at least 1")));
         }
-        groups.push((preset, s.count));
+        groups.push((design, s.count));
     }
     if file.hosts_per_rack == 0 || !file.uplink_factor.is_finite() || file.uplink_factor <= 0.0 {
         return Err(err(
@@ -108,7 +150,7 @@ mod tests {
             "hosts_per_rack = 2\n[[servers]]\npreset = \"dgx1-v100\"\ncount = 3\n",
         )
         .unwrap();
-        assert_eq!(spec.groups, vec![(Preset::Dgx1V100, 3)]);
+        assert_eq!(spec.groups, vec![(Preset::Dgx1V100.design(), 3)]);
         let t = spec.build();
         assert_eq!((t.num_gpus(), t.rack_uplink.len()), (24, 2));
         let spec = parse(
@@ -117,6 +159,28 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.build().num_gpus(), 64);
+    }
+
+    #[test]
+    fn a_file_can_declare_its_own_server_design() {
+        let text = "[[designs]]\nname = \"a10-box\"\ngpu_model = \"A10\"\ngpu_memory_gb = 24\nsockets = 2\n\
+                    switches_per_socket = 1\ngpus_per_switch = 2\npcie_generation = 4\nnvlink_generation = 3\n\
+                    nvlinks = [[0, 1, 4], [2, 3, 4]]\nnics = 1\nnic_gbps = 25.0\nnetwork = \"ethernet\"\n\n\
+                    [[servers]]\ndesign = \"a10-box\"\ncount = 2\n\n[[servers]]\npreset = \"philly-2gpu\"\n";
+        let t = parse("mine.toml", text).unwrap().build();
+        assert_eq!(t.num_gpus(), 10);
+        assert_eq!(t.design_of(0).name, "a10-box");
+        assert_eq!(t.gpus[0].model, "A10");
+        // The bonded NVLink pair (4 x 25 GB/s) beats the pair across sockets.
+        assert_eq!(t.pair_bandwidth(0, 1), 100.0);
+        assert!(t.pair_bandwidth(0, 2) < t.pair_bandwidth(0, 1));
+        assert_eq!(t.hosts[0].path_kind[1], "NV4");
+        let bad = text.replace("[[0, 1, 4], [2, 3, 4]]", "[[0, 9, 4]]");
+        let e = parse("mine.toml", &bad).unwrap_err().to_string();
+        assert!(
+            e.starts_with("mine.toml: designs[0]: design `a10-box`: NVLink [0, 9, 4]"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -132,5 +196,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("c.toml") && e.contains("colour"), "{e}");
+        let e = parse("c.toml", "[[servers]]\ndesign = \"mine\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no [[designs]] entry is named `mine`"), "{e}");
+        let e = parse("c.toml", "[[servers]]\ncount = 2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("exactly one of `preset` and `design`"), "{e}");
     }
 }

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::presets::Preset;
 use crate::topology::Topology;
 
 /// How strictly a gang is consolidated.
@@ -86,7 +85,7 @@ pub fn full_mask(gpus: usize) -> u64 {
 pub struct PlacementSearch {
     topology: Arc<Topology>,
     /// (design, free mask, size) -> the best subset.
-    subsets: HashMap<(Preset, u64, u32), Option<Subset>>,
+    subsets: HashMap<(usize, u64, u32), Option<Subset>>,
     best_by_size: HashMap<usize, f64>,
 }
 
@@ -279,7 +278,7 @@ impl PlacementSearch {
     /// The best `size`-subset of a server's free GPUs, by quality, then by how well the rest connects.
     fn best_subset(&mut self, h: usize, free: u64, size: u32) -> Option<Subset> {
         let host = &self.topology.hosts[h];
-        let key = (host.preset, free, size);
+        let key = (host.design, free, size);
         if let Some(cached) = self.subsets.get(&key) {
             return *cached;
         }

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::graph::{GraphBuilder, Link, LinkKind, Vertex};
 
-/// A named server design.
+/// A named server design from the table above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Preset {
     #[serde(rename = "dgx1-v100")]
@@ -34,6 +34,44 @@ pub enum Preset {
     #[serde(rename = "philly-8gpu")]
     Philly8Gpu,
 }
+
+/// The network a server's NICs speak.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    Infiniband,
+    Ethernet,
+}
+
+/// A server design: what presets are made of, and what topology files may declare.
+///
+/// GPUs hang in order under PCIe switches (`gpus_per_switch` each), switches under sockets
+/// (`switches_per_socket` each); NICs are spread over the switches. NVLinks are either direct pairs
+/// (`nvlinks`: `[gpu a, gpu b, bonded links]`) or every GPU into one NVSwitch fabric (`nvswitch_links`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Design {
+    pub name: String,
+    pub gpu_model: String,
+    pub gpu_memory_gb: u32,
+    pub sockets: u32,
+    pub switches_per_socket: u32,
+    pub gpus_per_switch: u32,
+    pub pcie_generation: u8,
+    #[serde(default)]
+    pub nvlink_generation: u8,
+    #[serde(default)]
+    pub nvlinks: Vec<[u32; 3]>,
+    #[serde(default)]
+    pub nvswitch_links: u8,
+    pub nics: u32,
+    /// GB/s per NIC.
+    pub nic_gbps: f64,
+    pub network: Network,
+}
+
+/// Largest server a design may describe (the exact placement search enumerates subsets of a server).
+pub const MAX_DESIGN_GPUS: u32 = 16;
 
 /// The vertices of one server that the rest of the graph connects to.
 pub struct HostParts {
@@ -72,161 +110,178 @@ impl Preset {
     }
 
     pub fn gpus(self) -> u32 {
-        match self {
-            Preset::G4dn12xlarge | Preset::Philly4Gpu => 4,
-            Preset::Philly2Gpu => 2,
-            _ => 8,
+        self.design().gpus()
+    }
+
+    /// The design this preset stands for.
+    pub fn design(self) -> Design {
+        // (GPU, GB, sockets, switches per socket, GPUs per switch, PCIe gen, NICs, NIC GB/s, network)
+        let (model, memory, sockets, switches, per_switch, pcie, nics, nic_gbps, network) =
+            match self {
+                Preset::Dgx1V100 => ("V100", 32, 2, 2, 2, 3, 4, 12.5, Network::Infiniband), // 4x EDR
+                Preset::DgxA100 => ("A100", 80, 2, 2, 2, 4, 8, 25.0, Network::Infiniband), // 8x HDR
+                Preset::DgxH100 => ("H100", 80, 2, 2, 2, 5, 8, 50.0, Network::Infiniband), // 8x NDR
+                Preset::Pcie8Gpu => ("V100-PCIE", 32, 2, 2, 2, 3, 1, 12.5, Network::Ethernet), // 100 GbE
+                Preset::G4dn12xlarge => ("T4", 16, 1, 1, 4, 3, 1, 6.25, Network::Ethernet), // 50 Gb/s
+                Preset::Philly2Gpu => ("P100", 16, 1, 1, 2, 3, 1, 12.5, Network::Infiniband),
+                Preset::Philly4Gpu => ("P100", 16, 2, 1, 2, 3, 1, 12.5, Network::Infiniband),
+                Preset::Philly8Gpu => ("P100", 16, 2, 2, 2, 3, 1, 12.5, Network::Infiniband),
+            };
+        let (nvlink_generation, nvlinks, nvswitch_links) = match self {
+            // Hybrid cube-mesh: (a, b, links), as `nvidia-smi topo -m` shows on a DGX-1V.
+            Preset::Dgx1V100 => (
+                2,
+                vec![
+                    [0, 1, 1],
+                    [0, 2, 1],
+                    [0, 3, 2],
+                    [1, 2, 2],
+                    [1, 3, 1],
+                    [2, 3, 2],
+                    [4, 5, 1],
+                    [4, 6, 1],
+                    [4, 7, 2],
+                    [5, 6, 2],
+                    [5, 7, 1],
+                    [6, 7, 2],
+                    [0, 4, 2],
+                    [1, 5, 2],
+                    [2, 6, 1],
+                    [3, 7, 1],
+                ],
+                0,
+            ),
+            // Each GPU spreads its links over all 6 (A100) or 4 (H100) NVSwitches; modelled as one
+            // aggregate fabric with the GPU's full NVLink bandwidth, which all-to-all traffic sees.
+            Preset::DgxA100 => (3, Vec::new(), 12),
+            Preset::DgxH100 => (4, Vec::new(), 18),
+            _ => (0, Vec::new(), 0),
+        };
+        Design {
+            name: self.name().to_owned(),
+            gpu_model: model.to_owned(),
+            gpu_memory_gb: memory,
+            sockets,
+            switches_per_socket: switches,
+            gpus_per_switch: per_switch,
+            pcie_generation: pcie,
+            nvlink_generation,
+            nvlinks,
+            nvswitch_links,
+            nics,
+            nic_gbps,
+            network,
+        }
+    }
+}
+
+impl Design {
+    pub fn gpus(&self) -> u32 {
+        self.sockets * self.switches_per_socket * self.gpus_per_switch
+    }
+
+    pub fn nic_kind(&self) -> LinkKind {
+        match self.network {
+            Network::Infiniband => LinkKind::InfiniBand,
+            Network::Ethernet => LinkKind::Ethernet,
         }
     }
 
-    /// The GPU model's name and memory in GB.
-    pub fn gpu_model(self) -> (&'static str, u32) {
-        match self {
-            Preset::Dgx1V100 => ("V100", 32),
-            Preset::DgxA100 => ("A100", 80),
-            Preset::DgxH100 => ("H100", 80),
-            Preset::Pcie8Gpu => ("V100-PCIE", 32),
-            Preset::G4dn12xlarge => ("T4", 16),
-            Preset::Philly2Gpu | Preset::Philly4Gpu | Preset::Philly8Gpu => ("P100", 16),
+    /// Checks that the design describes a server gangway can build and search.
+    pub fn validate(&self) -> Result<(), String> {
+        let gpus = self.gpus();
+        if gpus == 0 || gpus > MAX_DESIGN_GPUS {
+            return Err(format!(
+                "design `{}` has {gpus} GPUs; 1 to {MAX_DESIGN_GPUS} are supported",
+                self.name
+            ));
         }
+        if self.nics == 0 || !(self.nic_gbps.is_finite() && self.nic_gbps > 0.0) {
+            return Err(format!(
+                "design `{}` needs at least one NIC with a positive nic_gbps",
+                self.name
+            ));
+        }
+        if let Some(bad) = self
+            .nvlinks
+            .iter()
+            .find(|[a, b, links]| *a >= gpus || *b >= gpus || a == b || *links == 0)
+        {
+            return Err(format!(
+                "design `{}`: NVLink {bad:?} is not [gpu a, gpu b, links] among {gpus} GPUs",
+                self.name
+            ));
+        }
+        Ok(())
     }
 
     /// Adds one server of this design to `b` as host number `host`.
-    pub fn add_host(self, b: &mut GraphBuilder, host: usize, name: &str) -> HostParts {
+    pub fn add_host(&self, b: &mut GraphBuilder, host: usize, name: &str) -> HostParts {
         let host_vertex = b.vertex(Vertex::Host {
             name: name.to_owned(),
         });
-        let (model, memory_gb) = self.gpu_model();
-        // (sockets, PCIe switches per socket, GPUs per switch, PCIe generation)
-        let (sockets, switches_per_socket, gpus_per_switch, pcie_gen) = match self {
-            Preset::Dgx1V100 | Preset::Pcie8Gpu | Preset::Philly8Gpu => (2, 2, 2, 3),
-            Preset::DgxA100 => (2, 2, 2, 4),
-            Preset::DgxH100 => (2, 2, 2, 5),
-            Preset::G4dn12xlarge => (1, 1, 4, 3),
-            Preset::Philly2Gpu => (1, 1, 2, 3),
-            Preset::Philly4Gpu => (2, 1, 2, 3),
-        };
-        let nics = self.nics();
         let pcie = Link::of(LinkKind::Pcie {
-            generation: pcie_gen,
+            generation: self.pcie_generation,
             lanes: 16,
         });
         let member = Link::of(LinkKind::Membership);
         let mut socket_vertices = Vec::new();
         let mut switch_vertices = Vec::new();
         let mut gpus = Vec::new();
-        for s in 0..sockets {
+        for s in 0..self.sockets {
             let socket = b.vertex(Vertex::Socket { host, index: s });
             b.link(host_vertex, socket, member);
             if let Some(&previous) = socket_vertices.last() {
                 b.link(previous, socket, Link::of(LinkKind::InterSocket));
             }
             socket_vertices.push(socket);
-            for _ in 0..switches_per_socket {
+            for _ in 0..self.switches_per_socket {
                 let index = switch_vertices.len() as u32;
                 let switch = b.vertex(Vertex::PcieSwitch { host, index });
                 b.link(socket, switch, pcie);
                 switch_vertices.push(switch);
-                for _ in 0..gpus_per_switch {
+                for _ in 0..self.gpus_per_switch {
                     let index = gpus.len() as u32;
                     let gpu = b.vertex(Vertex::Gpu {
                         host,
                         index,
-                        model: model.to_owned(),
-                        memory_gb,
+                        model: self.gpu_model.clone(),
+                        memory_gb: self.gpu_memory_gb,
                     });
                     b.link(switch, gpu, pcie);
                     gpus.push(gpu);
                 }
             }
         }
-        let mut nic_vertices = Vec::new();
-        for i in 0..nics {
+        let mut nics = Vec::new();
+        for i in 0..self.nics {
             let nic = b.vertex(Vertex::Nic { host, index: i });
             // NICs hang off the PCIe switches, spread evenly (as in the DGX designs).
-            let switch = switch_vertices[(i as usize * switch_vertices.len()) / nics as usize];
+            let switch = switch_vertices[(i as usize * switch_vertices.len()) / self.nics as usize];
             b.link(switch, nic, pcie);
-            nic_vertices.push(nic);
+            nics.push(nic);
         }
-        match self {
-            Preset::Dgx1V100 => {
-                // Hybrid cube-mesh: (a, b, links), as `nvidia-smi topo -m` shows on a DGX-1V.
-                const MESH: [(usize, usize, u8); 12] = [
-                    (0, 1, 1),
-                    (0, 2, 1),
-                    (0, 3, 2),
-                    (1, 2, 2),
-                    (1, 3, 1),
-                    (2, 3, 2),
-                    (4, 5, 1),
-                    (4, 6, 1),
-                    (4, 7, 2),
-                    (5, 6, 2),
-                    (5, 7, 1),
-                    (6, 7, 2),
-                ];
-                const CROSS: [(usize, usize, u8); 4] = [(0, 4, 2), (1, 5, 2), (2, 6, 1), (3, 7, 1)];
-                for (a, c, links) in MESH.into_iter().chain(CROSS) {
-                    b.link(
-                        gpus[a],
-                        gpus[c],
-                        Link::of(LinkKind::NvLink {
-                            generation: 2,
-                            links,
-                        }),
-                    );
-                }
+        for &[a, c, links] in &self.nvlinks {
+            let kind = LinkKind::NvLink {
+                generation: self.nvlink_generation,
+                links: links as u8,
+            };
+            b.link(gpus[a as usize], gpus[c as usize], Link::of(kind));
+        }
+        if self.nvswitch_links > 0 {
+            let fabric = b.vertex(Vertex::NvSwitch { host, index: 0 });
+            let kind = LinkKind::NvLink {
+                generation: self.nvlink_generation,
+                links: self.nvswitch_links,
+            };
+            for &gpu in &gpus {
+                b.link(gpu, fabric, Link::of(kind));
             }
-            Preset::DgxA100 | Preset::DgxH100 => {
-                let (generation, links) = if self == Preset::DgxA100 {
-                    (3, 12)
-                } else {
-                    (4, 18)
-                };
-                // Each GPU spreads its links over all 6 (A100) or 4 (H100) NVSwitches; modelled as one
-                // aggregate switch vertex with the GPU's full NVLink bandwidth, which all-to-all traffic sees.
-                let fabric = b.vertex(Vertex::NvSwitch { host, index: 0 });
-                for &gpu in &gpus {
-                    b.link(
-                        gpu,
-                        fabric,
-                        Link::of(LinkKind::NvLink { generation, links }),
-                    );
-                }
-            }
-            _ => {}
         }
         HostParts {
             host: host_vertex,
             gpus,
-            nics: nic_vertices,
-        }
-    }
-
-    /// Bandwidth (GB/s) of one of this design's NICs.
-    pub fn nic_bandwidth(self) -> f64 {
-        match self {
-            Preset::DgxA100 => 25.0,
-            Preset::DgxH100 => 50.0,
-            Preset::Pcie8Gpu => 12.5,
-            Preset::G4dn12xlarge => 6.25,
-            _ => LinkKind::InfiniBand.nominal_bandwidth(),
-        }
-    }
-
-    /// Number of NICs.
-    pub fn nics(self) -> u32 {
-        match self {
-            Preset::Dgx1V100 => 4,
-            Preset::DgxA100 | Preset::DgxH100 => 8,
-            _ => 1,
-        }
-    }
-
-    pub fn nic_kind(self) -> LinkKind {
-        match self {
-            Preset::Pcie8Gpu | Preset::G4dn12xlarge => LinkKind::Ethernet,
-            _ => LinkKind::InfiniBand,
+            nics,
         }
     }
 }

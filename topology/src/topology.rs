@@ -12,13 +12,14 @@ use petgraph::visit::EdgeRef;
 use serde::Serialize;
 
 use crate::graph::{Graph, GraphBuilder, Link, LinkKind, Vertex};
-use crate::presets::Preset;
+use crate::presets::{Design, Preset};
 
 /// One server, with its bandwidths precomputed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Host {
     pub name: String,
-    pub preset: Preset,
+    /// Index of its design in [`Topology::designs`].
+    pub design: usize,
     /// Index of its first GPU in [`Topology::gpus`]; its GPUs are consecutive.
     pub first_gpu: usize,
     pub num_gpus: usize,
@@ -46,6 +47,8 @@ pub struct Gpu {
 #[derive(Clone, Debug)]
 pub struct Topology {
     pub graph: Graph,
+    /// The server designs in use; hosts refer to them by index.
+    pub designs: Vec<Design>,
     pub hosts: Vec<Host>,
     pub gpus: Vec<Gpu>,
     /// GB/s of each rack's uplink to the spine.
@@ -55,8 +58,8 @@ pub struct Topology {
 /// Builds a cluster of servers under racks.
 #[derive(Clone, Debug)]
 pub struct ClusterSpec {
-    /// (preset, number of servers), in order.
-    pub groups: Vec<(Preset, usize)>,
+    /// (server design, number of servers), in order.
+    pub groups: Vec<(Design, usize)>,
     pub hosts_per_rack: usize,
     /// Rack uplink bandwidth as a multiple of one server's NIC bandwidth (oversubscription shows here).
     pub uplink_factor: f64,
@@ -65,7 +68,7 @@ pub struct ClusterSpec {
 impl ClusterSpec {
     pub fn single(preset: Preset) -> Self {
         ClusterSpec {
-            groups: vec![(preset, 1)],
+            groups: vec![(preset.design(), 1)],
             hosts_per_rack: 1,
             uplink_factor: 1.0,
         }
@@ -73,7 +76,7 @@ impl ClusterSpec {
 
     pub fn of(preset: Preset, hosts: usize, hosts_per_rack: usize) -> Self {
         ClusterSpec {
-            groups: vec![(preset, hosts)],
+            groups: vec![(preset.design(), hosts)],
             hosts_per_rack: hosts_per_rack.max(1),
             uplink_factor: 4.0,
         }
@@ -90,8 +93,16 @@ impl ClusterSpec {
         let mut rack_uplink: Vec<f64> = Vec::new();
         let mut rack_switch = None;
         let per_rack = self.hosts_per_rack.max(1);
-        for &(preset, count) in &self.groups {
-            for _ in 0..count {
+        let mut designs: Vec<Design> = Vec::new();
+        for (design, count) in &self.groups {
+            let design_index = match designs.iter().position(|d| d == design) {
+                Some(i) => i,
+                None => {
+                    designs.push(design.clone());
+                    designs.len() - 1
+                }
+            };
+            for _ in 0..*count {
                 let h = hosts.len();
                 if h % per_rack == 0 {
                     let r = rack_uplink.len();
@@ -99,39 +110,38 @@ impl ClusterSpec {
                         name: format!("rack{r}"),
                         level: 0,
                     });
-                    let uplink = preset.nic_bandwidth() * self.uplink_factor;
+                    let uplink = design.nic_gbps * self.uplink_factor;
                     b.link(
                         switch,
                         spine,
-                        Link::with_bandwidth(preset.nic_kind(), uplink),
+                        Link::with_bandwidth(design.nic_kind(), uplink),
                     );
                     rack_uplink.push(uplink);
                     rack_switch = Some(switch);
                 }
                 let rack_switch = rack_switch.expect("a rack exists");
-                let name = format!("{}-{h}", preset.name());
-                let parts = preset.add_host(&mut b, h, &name);
+                let name = format!("{}-{h}", design.name);
+                let parts = design.add_host(&mut b, h, &name);
                 for &nic in &parts.nics {
                     b.link(
                         nic,
                         rack_switch,
-                        Link::with_bandwidth(preset.nic_kind(), preset.nic_bandwidth()),
+                        Link::with_bandwidth(design.nic_kind(), design.nic_gbps),
                     );
                 }
                 let first_gpu = gpus.len();
-                let (model, memory_gb) = preset.gpu_model();
                 for (local, &vertex) in parts.gpus.iter().enumerate() {
                     gpus.push(Gpu {
                         host: h,
                         local,
-                        model: model.into(),
-                        memory_gb,
+                        model: design.gpu_model.clone(),
+                        memory_gb: design.gpu_memory_gb,
                         vertex,
                     });
                 }
                 hosts.push(Host {
                     name,
-                    preset,
+                    design: design_index,
                     first_gpu,
                     num_gpus: parts.gpus.len(),
                     rack: rack_uplink.len() - 1,
@@ -142,6 +152,7 @@ impl ClusterSpec {
             }
         }
         let mut topology = Topology {
+            designs,
             graph: b.graph,
             hosts,
             gpus,
@@ -244,6 +255,11 @@ impl Topology {
         } else {
             "SYS".into()
         }
+    }
+
+    /// The design of host `h`.
+    pub fn design_of(&self, h: usize) -> &Design {
+        &self.designs[self.hosts[h].design]
     }
 
     pub fn num_gpus(&self) -> usize {

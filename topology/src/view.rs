@@ -14,7 +14,11 @@ impl Topology {
         let h = &self.hosts[host];
         let n = h.num_gpus;
         let mut out = String::new();
-        let _ = writeln!(out, "{} ({}, rack {})", h.name, h.preset.name(), h.rack);
+        let _ = writeln!(
+            out,
+            "{} ({}, rack {})",
+            h.name, self.designs[h.design].name, h.rack
+        );
         let header: String = (0..n)
             .map(|j| format!("{:>7}", format!("GPU{j}")))
             .collect();
@@ -65,8 +69,8 @@ impl Topology {
         let mut groups: Vec<(String, usize)> = Vec::new();
         for h in &self.hosts {
             match groups.last_mut() {
-                Some((name, count)) if *name == h.preset.name() => *count += 1,
-                _ => groups.push((h.preset.name().to_owned(), 1)),
+                Some((name, count)) if *name == self.designs[h.design].name => *count += 1,
+                _ => groups.push((self.designs[h.design].name.clone(), 1)),
             }
         }
         for (name, count) in groups {
