@@ -441,10 +441,22 @@ fn topology(args: TopologyArgs) -> Result<()> {
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         gangway::topology::file::parse(&path.display().to_string(), &text)?
     } else if args.discover {
-        // Discovery reports what NVML sees; scoring and placement use presets or files (see the issue notes).
         let found = gangway::topology::discover::discover()?;
         print!("{}", found.text());
-        return Ok(());
+        println!();
+        match found.design("this-machine") {
+            Ok(design) => ClusterSpec {
+                groups: vec![(design, 1)],
+                hosts_per_rack: 1,
+                uplink_factor: 1.0,
+            },
+            Err(why) => {
+                eprintln!(
+                    "gangway: this machine does not fit a server design ({why}); describe it in a topology file"
+                );
+                return Ok(());
+            }
+        }
     } else {
         bail!("say which topology: --preset NAME, --file PATH, --discover, or --list");
     };

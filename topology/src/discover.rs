@@ -12,6 +12,8 @@ use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 
+use crate::presets::{Design, Network};
+
 /// NVML's limit on NVLinks per GPU (`NVML_NVLINK_MAX_LINKS`).
 const MAX_NVLINKS: u32 = 18;
 
@@ -25,6 +27,10 @@ pub struct DiscoveredGpu {
     pub pci_bus_id: String,
     /// (peer GPU index, active NVLinks to it).
     pub nvlink_peers: Vec<(u32, u32)>,
+    /// Active NVLinks whose far end is not a GPU of this machine (an NVSwitch).
+    pub nvswitch_links: u32,
+    /// The GPU's PCIe generation, where NVML tells.
+    pub pcie_generation: Option<u32>,
     pub numa_node: Option<u32>,
     /// CPUs this GPU is closest to, as CPU numbers.
     pub cpu_affinity: Vec<u32>,
@@ -37,6 +43,8 @@ pub struct Discovery {
     pub gpus: Vec<DiscoveredGpu>,
     /// `nvidia-smi topo -m` codes between GPU i and j: X, NV#, PIX, PXB, PHB, NODE, SYS.
     pub paths: Vec<Vec<String>>,
+    /// The PCIe part alone (X, PIX, PXB, PHB, NODE, SYS), which NVLink codes hide in `paths`.
+    pub pcie: Vec<Vec<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +80,7 @@ pub fn discover() -> Result<Discovery, DiscoveryError> {
     let mut gpus = Vec::new();
     for (i, d) in devices.iter().enumerate() {
         let mut peers: Vec<(u32, u32)> = Vec::new();
+        let mut nvswitch_links = 0;
         for link in 0..MAX_NVLINKS {
             let wrapper = d.link_wrapper_for(link);
             // Links that do not exist or are inactive answer an error or false: skip them.
@@ -82,11 +91,12 @@ pub fn discover() -> Result<Discovery, DiscoveryError> {
                 continue;
             };
             let remote = remote.bus_id.to_ascii_lowercase();
-            if let Some(peer) = bus_ids.iter().position(|b| *b == remote) {
-                match peers.iter_mut().find(|p| p.0 == peer as u32) {
+            match bus_ids.iter().position(|b| *b == remote) {
+                Some(peer) => match peers.iter_mut().find(|p| p.0 == peer as u32) {
                     Some(p) => p.1 += 1,
                     None => peers.push((peer as u32, 1)),
-                }
+                },
+                None => nvswitch_links += 1,
             }
         }
         peers.sort_unstable();
@@ -107,19 +117,20 @@ pub fn discover() -> Result<Discovery, DiscoveryError> {
             memory_mib: d.memory_info().map_err(nvml_err)?.total / (1024 * 1024),
             pci_bus_id: bus_ids[i].clone(),
             nvlink_peers: peers,
+            nvswitch_links,
+            pcie_generation: d.max_pcie_link_gen().ok(),
             numa_node: d.numa_node_id().ok(),
             cpu_affinity,
         });
     }
     let mut paths = Vec::with_capacity(devices.len());
+    let mut pcie = Vec::with_capacity(devices.len());
     for (i, device) in devices.iter().enumerate() {
         let mut row = Vec::with_capacity(devices.len());
+        let mut pcie_row = Vec::with_capacity(devices.len());
         for j in 0..devices.len() {
-            row.push(if i == j {
+            let ancestor: String = if i == j {
                 "X".into()
-            } else if let Some(&(_, links)) = gpus[i].nvlink_peers.iter().find(|p| p.0 == j as u32)
-            {
-                format!("NV{links}")
             } else {
                 let other = nvml.device_by_index(j as u32).map_err(nvml_err)?;
                 match device.topology_common_ancestor(other) {
@@ -129,14 +140,23 @@ pub fn discover() -> Result<Discovery, DiscoveryError> {
                     Ok(TopologyLevel::Node) => "NODE".into(),
                     Ok(TopologyLevel::System) | Err(_) => "SYS".into(),
                 }
-            });
+            };
+            row.push(
+                match gpus[i].nvlink_peers.iter().find(|p| p.0 == j as u32) {
+                    Some(&(_, links)) => format!("NV{links}"),
+                    None => ancestor.clone(),
+                },
+            );
+            pcie_row.push(ancestor);
         }
         paths.push(row);
+        pcie.push(pcie_row);
     }
     Ok(Discovery {
         driver_version,
         gpus,
         paths,
+        pcie,
     })
 }
 
@@ -171,9 +191,167 @@ impl Discovery {
     }
 }
 
+impl Discovery {
+    /// A server design for this machine, so that it can be scored and placed on like a preset.
+    ///
+    /// Sockets are the GPUs' NUMA nodes, PCIe switches are the groups of GPUs whose common ancestor is one
+    /// switch (PIX), NVLinks come from the peers found, and NVSwitch links from links that end elsewhere.
+    /// NVML does not describe NICs, so the design gets one 100 Gb/s Ethernet NIC; edit the design in a
+    /// topology file for anything else. Machines whose GPUs do not split evenly over sockets and switches
+    /// are refused with a message that says so.
+    pub fn design(&self, name: &str) -> Result<Design, String> {
+        let n = self.gpus.len();
+        let first = self.gpus.first().ok_or("no GPUs were discovered")?;
+        let mut numa: Vec<u32> = self.gpus.iter().map(|g| g.numa_node.unwrap_or(0)).collect();
+        numa.dedup();
+        let sockets = numa.len();
+        let ordered = self
+            .gpus
+            .windows(2)
+            .all(|w| w[0].numa_node.unwrap_or(0) <= w[1].numa_node.unwrap_or(0));
+        if !ordered || !n.is_multiple_of(sockets) {
+            return Err(format!(
+                "{n} GPUs do not split evenly over {sockets} NUMA nodes in index order"
+            ));
+        }
+        // GPUs that share a PCIe switch with GPU 0 set the switch size.
+        let per_switch = 1 + (1..n).filter(|&j| self.pcie[0][j] == "PIX").count();
+        if !(n / sockets).is_multiple_of(per_switch) {
+            return Err(format!(
+                "{} GPUs per NUMA node do not split into switches of {per_switch}",
+                n / sockets
+            ));
+        }
+        let model = first.name.trim_start_matches("NVIDIA ").to_owned();
+        let nvlink_generation = match model.to_ascii_uppercase() {
+            m if m.contains("P100") => 1,
+            m if m.contains("A100") => 3,
+            m if m.contains("H100") || m.contains("H200") => 4,
+            _ => 2,
+        };
+        let nvlinks = self
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.nvlink_peers
+                    .iter()
+                    .filter(move |p| p.0 > g.index)
+                    .map(move |p| [g.index, p.0, p.1])
+            })
+            .collect();
+        let nvswitch_links = self
+            .gpus
+            .iter()
+            .map(|g| g.nvswitch_links)
+            .min()
+            .unwrap_or(0)
+            .min(u32::from(u8::MAX));
+        let design = Design {
+            name: name.to_owned(),
+            gpu_model: model,
+            gpu_memory_gb: ((first.memory_mib + 512) / 1024) as u32,
+            sockets: sockets as u32,
+            switches_per_socket: (n / sockets / per_switch) as u32,
+            gpus_per_switch: per_switch as u32,
+            pcie_generation: first.pcie_generation.unwrap_or(4).clamp(1, 6) as u8,
+            nvlink_generation,
+            nvlinks,
+            nvswitch_links: nvswitch_links as u8,
+            nics: 1,
+            nic_gbps: 12.5,
+            network: Network::Ethernet,
+        };
+        design.validate()?;
+        Ok(design)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What NVML reports on a DGX-1V, written by hand from its `nvidia-smi topo -m`.
+    fn dgx1_like() -> Discovery {
+        let design = crate::presets::Preset::Dgx1V100.design();
+        let t = crate::topology::ClusterSpec::single(crate::presets::Preset::Dgx1V100).build();
+        let gpus = (0..8u32)
+            .map(|i| DiscoveredGpu {
+                index: i,
+                uuid: format!("GPU-{i}"),
+                name: "Tesla V100-SXM2-32GB".into(),
+                memory_mib: 32 * 1024,
+                pci_bus_id: format!("00000000:{i:02x}:00.0"),
+                nvlink_peers: design
+                    .nvlinks
+                    .iter()
+                    .filter_map(|&[a, b, l]| {
+                        (a == i).then_some((b, l)).or((b == i).then_some((a, l)))
+                    })
+                    .collect(),
+                nvswitch_links: 0,
+                pcie_generation: Some(3),
+                numa_node: Some(i / 4),
+                cpu_affinity: Vec::new(),
+            })
+            .collect();
+        let paths = (0..8)
+            .map(|i| {
+                (0..8)
+                    .map(|j| t.hosts[0].path_kind[i * 8 + j].clone())
+                    .collect()
+            })
+            .collect();
+        // PCIe: pairs under one switch, then one socket, then across sockets.
+        let code = |i: usize, j: usize| match (i == j, i / 2 == j / 2, i / 4 == j / 4) {
+            (true, _, _) => "X",
+            (_, true, _) => "PIX",
+            (_, _, true) => "NODE",
+            _ => "SYS",
+        };
+        let pcie = (0..8)
+            .map(|i| (0..8).map(|j| code(i, j).to_owned()).collect())
+            .collect();
+        Discovery {
+            pcie,
+            driver_version: "test".into(),
+            gpus,
+            paths,
+        }
+    }
+
+    #[test]
+    fn a_discovered_dgx1_becomes_a_design_that_matches_the_preset() {
+        let design = dgx1_like().design("this-machine").unwrap();
+        assert_eq!(
+            (
+                design.sockets,
+                design.switches_per_socket,
+                design.gpus_per_switch
+            ),
+            (2, 2, 2)
+        );
+        assert_eq!(design.nvlinks.len(), 16);
+        assert_eq!(design.gpu_memory_gb, 32);
+        let mine = crate::topology::ClusterSpec {
+            groups: vec![(design, 1)],
+            hosts_per_rack: 1,
+            uplink_factor: 1.0,
+        }
+        .build();
+        let preset = crate::topology::ClusterSpec::single(crate::presets::Preset::Dgx1V100).build();
+        assert_eq!(
+            mine.hosts[0].intra, preset.hosts[0].intra,
+            "same GPU-to-GPU bandwidths as the preset"
+        );
+        let mut uneven = dgx1_like();
+        uneven.gpus[1].numa_node = Some(1);
+        assert!(
+            uneven
+                .design("x")
+                .unwrap_err()
+                .contains("do not split evenly")
+        );
+    }
 
     /// Runs everywhere: without a driver discovery says so, quickly and without panicking; with one, the
     /// report is consistent.
