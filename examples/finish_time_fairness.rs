@@ -23,9 +23,14 @@ fn main() -> Result<()> {
     let names: Vec<String> = ["fifo", "max_min_fairness", "finish_time_fairness"]
         .map(String::from)
         .to_vec();
-    let results = compare::run_policies(&simulation, &names, true, &compare::packing, &|_| {
-        Box::new(|_, _| {})
-    })?;
+    let results = compare::run_policies(
+        &simulation,
+        &Default::default(),
+        &names,
+        true,
+        &compare::packing,
+        &|_| Box::new(|_, _| {}),
+    )?;
     for (_, s) in results {
         println!(
             "{:>21}: average JCT {:6.2} h, average rho {:.2}, worst rho {:.2}, rho > 1 for {:.0}% of jobs",

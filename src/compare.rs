@@ -22,9 +22,11 @@ pub fn packing() -> Box<dyn Placer> {
 }
 
 /// Runs each policy in `names` (and the `isolated` reference when `with_ftf`) with placers from
-/// `placer`, returning results in the order of `names`.
+/// `placer`, returning results in the order of `names`. Policies are built from `policy_config`, with
+/// the simulation's seed.
 pub fn run_policies(
     simulation: &Simulation<'_>,
+    policy_config: &PolicyConfig,
     names: &[String],
     with_ftf: bool,
     placer: PlacerFactory<'_>,
@@ -41,6 +43,7 @@ pub fn run_policies(
     }
     let config = PolicyConfig {
         seed: simulation.config.seed,
+        ..policy_config.clone()
     };
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut results: Vec<Option<SimResult>> = vec![None; to_run.len()];

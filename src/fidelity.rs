@@ -93,9 +93,14 @@ pub fn run_gavel_setup(trace_text: &str, rate: f64, policies: &[String]) -> Resu
     let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
     simulation.config = SimConfig::default();
     simulation.window = Window(Some(4000..5000));
-    let results = compare::run_policies(&simulation, policies, true, &compare::packing, &|_| {
-        Box::new(|_, _| {})
-    })?;
+    let results = compare::run_policies(
+        &simulation,
+        &Default::default(),
+        policies,
+        true,
+        &compare::packing,
+        &|_| Box::new(|_, _| {}),
+    )?;
     Ok(results.into_iter().map(|(_, s)| s).collect())
 }
 

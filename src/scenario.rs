@@ -100,3 +100,36 @@ pub fn topology_for(cluster: &Cluster) -> Result<gangway_topology::topology::Clu
         uplink_factor: 4.0,
     })
 }
+
+/// Reads a distribution of job service (GPU-seconds) from a CSV: the column named `duration`, or the
+/// first one. Errors name the file, line and field.
+pub fn load_service_distribution(path: &Path) -> Result<Vec<f64>> {
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let headers = reader
+        .headers()
+        .with_context(|| format!("{}: no header line", path.display()))?
+        .clone();
+    let column = headers
+        .iter()
+        .position(|h| h.trim() == "duration")
+        .unwrap_or(0);
+    let field = headers.get(column).unwrap_or("").trim().to_owned();
+    let mut values = Vec::new();
+    for record in reader.records() {
+        let record = record.with_context(|| format!("reading {}", path.display()))?;
+        let line = record.position().map_or(0, |p| p.line());
+        let text = record.get(column).unwrap_or("").trim();
+        match text.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => values.push(v),
+            _ => bail!(
+                "{}:{line}: field `{field}`: `{text}` is not a service time >= 0",
+                path.display()
+            ),
+        }
+    }
+    if values.is_empty() {
+        bail!("{}: the distribution has no values", path.display());
+    }
+    Ok(values)
+}

@@ -850,3 +850,52 @@ fn simulate_places_on_a_topology() {
     assert!(!no_topology.status.success());
     assert!(String::from_utf8_lossy(&no_topology.stderr).contains("--topology FILE"));
 }
+
+/// `--gittins-distribution` feeds Tiresias' Gittins index; a bad value names the file, line and field.
+#[test]
+fn gittins_distribution_is_read_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("gput.csv");
+    std::fs::write(&good, "duration\n120\n3600\n86400\n").unwrap();
+    let out = Command::cargo_bin("gangway")
+        .unwrap()
+        .args([
+            "simulate",
+            "--trace",
+            "synthetic:jobs=100,seed=2,rate=6",
+            "--cluster",
+            "v100=4",
+            "--no-ftf",
+        ])
+        .args(["--policy", "tiresias_gittins", "--gittins-distribution"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("tiresias_gittins"));
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "duration\n12\n-5\n").unwrap();
+    let out = Command::cargo_bin("gangway")
+        .unwrap()
+        .args([
+            "simulate",
+            "--trace",
+            "synthetic:jobs=10,seed=2",
+            "--policy",
+            "tiresias_gittins",
+            "--gittins-distribution",
+        ])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{}:3: field `duration`", bad.display())),
+        "{stderr}"
+    );
+}

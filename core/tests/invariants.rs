@@ -67,7 +67,7 @@ fn trace() -> impl Strategy<Value = Trace> {
 fn run(trace: &Trace, cluster: &Cluster, name: &str, config: &SimConfig) -> SimResult {
     let mut sim = Simulation::new(trace, cluster, &TestModel);
     sim.config = config.clone();
-    let mut policy = policy::build(name, &PolicyConfig { seed: config.seed }).unwrap();
+    let mut policy = policy::build(name, &PolicyConfig::seeded(config.seed)).unwrap();
     sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
 }
 
@@ -245,7 +245,7 @@ mod topology_placement {
             ..SimConfig::default()
         };
         let mut placer = TopologyPlacer::new(Arc::clone(topology), &cluster, mode, 0).unwrap();
-        let mut policy = policy::build(policy, &PolicyConfig { seed: 0 }).unwrap();
+        let mut policy = policy::build(policy, &PolicyConfig::seeded(0)).unwrap();
         sim.run(policy.as_mut(), &mut placer, &mut |_, _| {})
     }
 

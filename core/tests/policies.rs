@@ -43,7 +43,7 @@ fn run(name: &str, trace: &Trace, cluster: &Cluster) -> SimResult {
         restore_cost: 5.0,
         ..SimConfig::default()
     };
-    let mut policy = policy::build(name, &PolicyConfig { seed: 1 }).unwrap();
+    let mut policy = policy::build(name, &PolicyConfig::seeded(1)).unwrap();
     sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
 }
 

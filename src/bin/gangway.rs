@@ -107,6 +107,10 @@ struct SimulateArgs {
     /// Poorly placed gangs run slower (see core/src/throughput/locality.rs).
     #[arg(long, default_value = "packing", value_name = "MODE")]
     placement: String,
+    /// A CSV of job service in GPU-seconds (first column, or one named `duration`), such as Tiresias'
+    /// `yarn-gput*.csv`, for `tiresias_gittins`; without it the distribution is learned from finished jobs.
+    #[arg(long, value_name = "PATH")]
+    gittins_distribution: Option<PathBuf>,
     /// Make arrivals this many times denser (divides every arrival time), to raise a trace's load.
     #[arg(
         long,
@@ -367,8 +371,16 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             })
         }
     };
+    let policy_config = gangway::core::policy::PolicyConfig {
+        seed: args.seed,
+        service_distribution: match &args.gittins_distribution {
+            Some(path) => Some(Arc::new(scenario::load_service_distribution(path)?)),
+            None => None,
+        },
+    };
     let results = compare::run_policies(
         &simulation,
+        &policy_config,
         &args.policy,
         !args.no_ftf,
         placer_factory.as_ref(),

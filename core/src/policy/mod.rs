@@ -181,9 +181,21 @@ pub enum TypePreference {
 }
 
 /// Knobs a policy may read when it is built.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct PolicyConfig {
     pub seed: u64,
+    /// A distribution of job service (GPU-seconds), for policies that price jobs by it (Tiresias'
+    /// Gittins index). `None`: such policies learn it from the jobs that finish.
+    pub service_distribution: Option<std::sync::Arc<Vec<f64>>>,
+}
+
+impl PolicyConfig {
+    pub fn seeded(seed: u64) -> Self {
+        PolicyConfig {
+            seed,
+            ..PolicyConfig::default()
+        }
+    }
 }
 
 /// A policy the registry knows.
@@ -242,7 +254,7 @@ mod tests {
 
     #[test]
     fn unknown_policy_lists_the_known_ones() {
-        let err = build("nope", &PolicyConfig { seed: 0 })
+        let err = build("nope", &PolicyConfig::seeded(0))
             .err()
             .unwrap()
             .to_string();

@@ -8,8 +8,8 @@
 //! - **Gittins index** (`tiresias_gittins`): the same queues; inside a queue, jobs are ordered by their
 //!   Gittins index over the GPU-time distribution, with the quantum set by the distance to the next
 //!   queue threshold. The distribution
-//!   is learned online from the jobs that have finished (the paper uses the cluster's history); until 10
-//!   jobs have finished, 2DAS order is used.
+//!   is given (`PolicyConfig::service_distribution`, e.g. Tiresias' `yarn-gput*.csv`), or learned online
+//!   from the jobs that have finished; until 10 have, 2DAS order is used.
 //! - **1-D LAS** (`dlas`): the same, with service counted in time only, for comparison.
 //!
 //! Placement is the placer's job: Tiresias consolidates only placement-sensitive models, which is
@@ -44,9 +44,11 @@ pub struct Tiresias {
     promoted_at: FxHashMap<JobId, f64>,
     /// Last seen service of each active job, to learn the service of jobs that leave.
     last_seen: FxHashMap<JobId, f64>,
-    /// Sorted services of finished jobs, and their prefix sums.
+    /// Sorted services of finished jobs (or of a given distribution), and their prefix sums.
     samples: Vec<f64>,
     prefix: Vec<f64>,
+    /// The distribution was given: do not learn it.
+    fixed: bool,
 }
 
 impl Tiresias {
@@ -60,6 +62,25 @@ impl Tiresias {
             last_seen: FxHashMap::default(),
             samples: Vec::new(),
             prefix: Vec::new(),
+            fixed: false,
+        }
+    }
+
+    /// Prices jobs with a given service distribution (GPU-seconds) instead of learning one.
+    pub fn with_distribution(mut self, samples: &[f64]) -> Self {
+        self.samples = samples.to_vec();
+        self.fixed = true;
+        self.index_samples();
+        self
+    }
+
+    fn index_samples(&mut self) {
+        self.samples.sort_by(f64::total_cmp);
+        self.prefix.clear();
+        let mut sum = 0.0;
+        for &s in &self.samples {
+            sum += s;
+            self.prefix.push(sum);
         }
     }
 
@@ -89,20 +110,16 @@ impl Tiresias {
             .collect();
         let mut added = false;
         for job in gone {
-            if let Some(s) = self.last_seen.remove(&job) {
+            if let Some(s) = self.last_seen.remove(&job)
+                && !self.fixed
+            {
                 self.samples.push(s);
                 added = true;
             }
             self.promoted_at.remove(&job);
         }
         if added {
-            self.samples.sort_by(f64::total_cmp);
-            self.prefix.clear();
-            let mut sum = 0.0;
-            for &s in &self.samples {
-                sum += s;
-                self.prefix.push(sum);
-            }
+            self.index_samples();
         }
         for v in input.jobs {
             self.last_seen.insert(v.id(), self.service_of(v));
@@ -149,7 +166,7 @@ impl Policy for Tiresias {
                 self.promoted_at.insert(v.id(), self.service_of(v));
             }
         }
-        let use_gittins = self.gittins && self.samples.len() >= MIN_SAMPLES;
+        let use_gittins = self.gittins && (self.fixed || self.samples.len() >= MIN_SAMPLES);
         let rules = GrantRules {
             preemptive: true,
             head_of_line_blocking: false,
@@ -188,7 +205,13 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "tiresias_gittins",
         aliases: &[],
         summary: "Tiresias' discretized 2D-Gittins index over a GPU-time distribution learned from finished jobs",
-        build: |_: &PolicyConfig| Box::new(Tiresias::new(Service::GpuTime, true)),
+        build: |config: &PolicyConfig| {
+            let policy = Tiresias::new(Service::GpuTime, true);
+            Box::new(match &config.service_distribution {
+                Some(d) => policy.with_distribution(d),
+                None => policy,
+            })
+        },
     },
     PolicyInfo {
         name: "dlas",
@@ -209,6 +232,15 @@ mod tests {
         assert_eq!(t.queue_of(3249.0), 0);
         assert_eq!(t.queue_of(3250.0), 1);
         assert_eq!(t.queue_of(20000.0), 3);
+    }
+
+    #[test]
+    fn a_given_distribution_is_used_at_once_and_not_relearned() {
+        let t = Tiresias::new(Service::GpuTime, true).with_distribution(&[300.0, 100.0, 200.0]);
+        assert_eq!(t.samples, vec![100.0, 200.0, 300.0]);
+        assert_eq!(t.prefix, vec![100.0, 300.0, 600.0]);
+        // Over (0, 150]: one of three finishes; expected work (100 + 150 + 150) / 3.
+        assert!((t.gittins_index(0.0, 150.0) - (1.0 / 3.0) / (400.0 / 3.0)).abs() < 1e-12);
     }
 
     #[test]
