@@ -59,6 +59,17 @@ impl Run {
         self
     }
 
+    /// The run printed no comparison table (it failed, or only listed something).
+    fn no_table(&self) -> &Run {
+        assert!(
+            !self.stdout.contains("avg JCT h"),
+            "`{}` printed a table:\n{}",
+            self.command,
+            self.stdout
+        );
+        self
+    }
+
     fn stderr_has(&self, needle: &str) -> &Run {
         self.stream_has("stderr", &self.stderr, needle)
     }
@@ -344,7 +355,7 @@ fn policy_help_lists_every_policy_and_alias() {
         assert!(listed, "`{name}` not listed:\n{}", run.stdout);
     }
     // It only lists: no simulation table.
-    assert!(!run.stdout.contains("avg JCT h"), "{}", run.stdout);
+    run.no_table();
 }
 
 // 5. Unknown policy.
@@ -363,11 +374,7 @@ fn unknown_policy_is_an_error_naming_it_and_the_known_ones() {
     for known in ["fifo", "sjf", "srtf", "max_min_fairness", "isolated"] {
         run.stderr_has(known);
     }
-    assert!(
-        !run.stdout.contains("avg JCT h"),
-        "a table was printed:\n{}",
-        run.stdout
-    );
+    run.no_table();
 }
 
 // 6. Bad trace input names the file, the line and the field.
@@ -457,11 +464,7 @@ fn bad_cluster_specs_name_the_item() {
     for (spec, item) in [("v100", "`v100`"), ("v100=abc", "`v100=abc`")] {
         let run = simulate(&["--trace", SYNTHETIC, "--cluster", spec]).failure();
         run.stderr_has(item);
-        assert!(
-            !run.stdout.contains("avg JCT h"),
-            "--cluster {spec}: a table was printed:\n{}",
-            run.stdout
-        );
+        run.no_table();
     }
 }
 

@@ -100,11 +100,6 @@ impl Trace {
             job.id = JobId(i as u32);
         }
     }
-
-    /// Largest gang any job asks for.
-    pub fn max_gang(&self) -> u32 {
-        self.jobs.iter().map(|j| j.gpus).max().unwrap_or(0)
-    }
 }
 
 fn intern(names: &mut Vec<String>, name: &str) -> u32 {

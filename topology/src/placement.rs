@@ -98,10 +98,6 @@ impl PlacementSearch {
         }
     }
 
-    pub fn topology(&self) -> &Topology {
-        &self.topology
-    }
-
     /// Every GPU free.
     pub fn all_free(&self) -> FreeMasks {
         self.topology

@@ -84,6 +84,12 @@ fn pcie_server_scores_cross_socket_pairs_lower() {
         "{cross_socket} vs {same_switch}"
     );
     assert!(cross_socket < same_socket);
+    let m = t.bandwidth_matrix(&[0, 1, 7]);
+    assert_eq!(
+        (m[1], m[2], m[5]),
+        (same_switch, cross_socket, t.pair_bandwidth(1, 7))
+    );
+    assert!(m[0].is_infinite(), "a GPU with itself");
     let mut search = PlacementSearch::new(t.clone());
     assert!(search.score(&[0, 7]) < search.score(&[0, 1]));
     assert_eq!(t.hosts[0].path_kind[1], "PIX");

@@ -98,17 +98,6 @@ impl JobView<'_> {
     pub fn id(&self) -> JobId {
         self.job.id
     }
-
-    /// The fastest GPU type for this job, with ties going to the lower type id.
-    pub fn fastest_type(&self) -> Option<GpuTypeId> {
-        let mut best: Option<(usize, f64)> = None;
-        for (t, &r) in self.rates.iter().enumerate() {
-            if r > 0.0 && best.is_none_or(|(_, b)| r > b) {
-                best = Some((t, r));
-            }
-        }
-        best.map(|(t, _)| GpuTypeId(t as u16))
-    }
 }
 
 /// A concrete decision: `job` runs on `gpus` GPUs of `gpu_type` next round.

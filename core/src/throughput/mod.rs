@@ -34,11 +34,6 @@ impl DurationModel {
             speed: vec![1.0; num_gpu_types],
         }
     }
-
-    /// A relative speed per GPU type (1.0 = the speed the durations were measured at).
-    pub fn with_speeds(speed: Vec<f64>) -> Self {
-        DurationModel { speed }
-    }
 }
 
 impl ThroughputModel for DurationModel {
