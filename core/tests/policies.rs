@@ -8,12 +8,23 @@ use gangway_core::policy::{self, PolicyConfig};
 use gangway_core::sim::{PackingPlacer, SimConfig, SimResult, Simulation};
 use gangway_core::throughput::ThroughputModel;
 
-/// One step per second on every GPU type, at any gang size the job asked for.
+/// One step per second on every GPU type, at any gang size the job asked for; two jobs of one gang size
+/// packed together run at 0.6 each (so packing beats time-slicing them, and packing policies pack).
 struct Unit;
 
 impl ThroughputModel for Unit {
     fn steps_per_second(&self, job: &Job, _: GpuTypeId, gpus: u32) -> Option<f64> {
         (gpus == job.gpus).then_some(1.0)
+    }
+
+    fn packed_steps_per_second(
+        &self,
+        a: &Job,
+        b: &Job,
+        _: GpuTypeId,
+        gpus: u32,
+    ) -> Option<(f64, f64)> {
+        (a.gpus == gpus && b.gpus == gpus).then_some((0.6, 0.6))
     }
 }
 
@@ -128,4 +139,74 @@ every_policy! {
     tiresias: fair = true;
     tiresias_gittins: fair = false;
     dlas: fair = true;
+    gandiva: fair = true;
+}
+
+/// Rate 1 alone; `kept` of it each when two jobs share a GPU.
+struct Packing {
+    kept: f64,
+}
+
+impl ThroughputModel for Packing {
+    fn steps_per_second(&self, _: &Job, _: GpuTypeId, _: u32) -> Option<f64> {
+        Some(1.0)
+    }
+
+    fn packed_steps_per_second(
+        &self,
+        _: &Job,
+        _: &Job,
+        _: GpuTypeId,
+        _: u32,
+    ) -> Option<(f64, f64)> {
+        Some((self.kept, self.kept))
+    }
+}
+
+/// Two equal jobs on one GPU: Gandiva packs them when packing beats time-slicing (each keeps 60% of its
+/// speed, so both finish at 3600 / 0.6 = 6000 s), and time-slices them when the pair interferes (40%).
+#[test]
+fn gandiva_packs_only_pairs_that_do_not_interfere() {
+    let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
+    let trace = trace(&[(0.0, 1, 3600.0), (0.0, 1, 3600.0)]);
+    let finishes = |kept: f64| {
+        let model = Packing { kept };
+        let mut sim = Simulation::new(&trace, &cluster, &model);
+        sim.config.audit = true;
+        let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0)).unwrap();
+        let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
+        let mut f: Vec<f64> = result.records.iter().map(|r| r.finish.unwrap()).collect();
+        f.sort_by(f64::total_cmp);
+        (f, result.busy_gpu_seconds)
+    };
+    let (packed, busy) = finishes(0.6);
+    assert!(
+        packed.iter().all(|f| (f - 6000.0).abs() < 1e-6),
+        "{packed:?}"
+    );
+    assert!(
+        (busy - 6000.0).abs() < 1e-6,
+        "one GPU busy for 6000 s, not {busy}"
+    );
+    let (sliced, _) = finishes(0.4);
+    // Time-sliced in 360 s rounds, the second job ends at 7200 s and the first one round before.
+    assert!((sliced[1] - 7200.0).abs() < 1e-6, "{sliced:?}");
+    assert!(sliced[0] < 7200.0 - 300.0, "{sliced:?}");
+}
+
+/// When one job of a pair finishes, its partner speeds up to its rate alone on the same GPU at once.
+#[test]
+fn a_packed_job_runs_alone_when_its_partner_finishes() {
+    let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
+    // Packed at 0.6: the short job ends at 600 s, when the long one has done 360 of its 1000 steps;
+    // alone, the remaining 640 steps take 640 s.
+    let trace = trace(&[(0.0, 1, 360.0), (0.0, 1, 1000.0)]);
+    let model = Packing { kept: 0.6 };
+    let mut sim = Simulation::new(&trace, &cluster, &model);
+    sim.config.audit = true;
+    let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0)).unwrap();
+    let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
+    let finish = |i: usize| result.records[i].finish.unwrap();
+    assert!((finish(0) - 600.0).abs() < 1e-6, "{}", finish(0));
+    assert!((finish(1) - 1240.0).abs() < 1e-6, "{}", finish(1));
 }

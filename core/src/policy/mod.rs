@@ -34,6 +34,7 @@
 
 pub mod fair_share;
 pub mod finish_time;
+pub mod gandiva;
 pub mod ordered;
 pub mod timeshare;
 pub mod tiresias;
@@ -43,6 +44,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
 use crate::error::SimError;
 use crate::job::{Job, JobId};
+use crate::throughput::ThroughputModel;
 
 /// A scheduling policy. Implementations keep whatever state they need between rounds.
 pub trait Policy: Send {
@@ -63,6 +65,9 @@ pub struct RoundInput<'a> {
     pub jobs: &'a [JobView<'a>],
     /// Whether a job arrived or finished since the previous call.
     pub jobs_changed: bool,
+    /// The throughput model, for what `JobView::rates` does not hold: rates at other gang sizes, and
+    /// the rates of two jobs packed together.
+    pub model: &'a dyn ThroughputModel,
 }
 
 /// One active job, as policies see it.
@@ -109,6 +114,27 @@ pub struct Grant {
     /// The gang must sit on one server when one could hold it (the placer waits rather than spread).
     #[serde(default)]
     pub consolidate: bool,
+    /// When the gang runs spread over servers and one server has room for it, move it there (Gandiva's
+    /// defragmenting migration).
+    #[serde(default)]
+    pub defragment: bool,
+    /// Runs packed with this job on the same GPUs (space sharing); the partner's grant names this job.
+    #[serde(default)]
+    pub partner: Option<JobId>,
+}
+
+impl Grant {
+    /// `job` alone on `gpus` GPUs of `gpu_type`, placed wherever the placer prefers.
+    pub fn new(job: JobId, gpu_type: GpuTypeId, gpus: u32) -> Self {
+        Grant {
+            job,
+            gpu_type,
+            gpus,
+            consolidate: false,
+            defragment: false,
+            partner: None,
+        }
+    }
 }
 
 /// A policy's answer.
@@ -120,43 +146,83 @@ pub enum Allocation {
     TimeShares(TimeShares),
 }
 
-/// Gavel's allocation: X[j][t], the fraction of time job j should spend on GPU type t (rows sum to <= 1).
-/// Stored as one row-major matrix, one row per job, one column per GPU type.
+/// What a row of a [`TimeShares`] matrix schedules: one job, or two jobs packed on the same GPUs
+/// (space sharing, each at its rate from the throughput model's pair entries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Unit {
+    Job(JobId),
+    Pair(JobId, JobId),
+}
+
+impl Unit {
+    /// The jobs it runs.
+    pub fn members(self) -> impl Iterator<Item = JobId> {
+        let (a, b) = match self {
+            Unit::Job(a) => (a, None),
+            Unit::Pair(a, b) => (a, Some(b)),
+        };
+        std::iter::once(a).chain(b)
+    }
+
+    pub fn contains(self, job: JobId) -> bool {
+        self.members().any(|m| m == job)
+    }
+}
+
+/// Gavel's allocation: X[u][t], the fraction of time unit u (a job, or a packed pair) should spend on GPU
+/// type t. A job's shares, over its own row and every pair it is in, sum to at most 1. Stored as one
+/// row-major matrix, one row per unit, one column per GPU type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimeShares {
-    pub jobs: Vec<JobId>,
+    pub units: Vec<Unit>,
     pub num_types: usize,
-    /// `x[k * num_types + t]` is job `jobs[k]`'s share of type t.
+    /// `x[k * num_types + t]` is unit `units[k]`'s share of type t.
     pub x: Vec<f64>,
     pub type_preference: TypePreference,
+    /// Multi-GPU grants ask for one server, and a gang left spread over several moves onto one as soon
+    /// as a server can hold it (Gandiva's defragmenting migration).
+    pub defragment: bool,
 }
 
 impl TimeShares {
     pub fn new(num_types: usize, type_preference: TypePreference) -> Self {
         TimeShares {
-            jobs: Vec::new(),
+            units: Vec::new(),
             num_types,
             x: Vec::new(),
             type_preference,
+            defragment: false,
         }
     }
 
     /// Adds a job's row.
     pub fn push(&mut self, job: JobId, row: impl IntoIterator<Item = f64>) {
-        self.jobs.push(job);
+        self.push_unit(Unit::Job(job), row);
+    }
+
+    /// Adds the row of `a` and `b` packed together.
+    pub fn push_pair(&mut self, a: JobId, b: JobId, row: impl IntoIterator<Item = f64>) {
+        self.push_unit(Unit::Pair(a, b), row);
+    }
+
+    fn push_unit(&mut self, unit: Unit, row: impl IntoIterator<Item = f64>) {
+        self.units.push(unit);
         let before = self.x.len();
         self.x.extend(row);
         debug_assert_eq!(self.x.len() - before, self.num_types);
     }
 
-    /// Job `k`'s row.
+    /// Unit `k`'s row.
     pub fn row(&self, k: usize) -> &[f64] {
         &self.x[k * self.num_types..(k + 1) * self.num_types]
     }
 
-    /// Rows as (job, shares).
-    pub fn rows(&self) -> impl Iterator<Item = (JobId, &[f64])> {
-        self.jobs.iter().enumerate().map(|(k, j)| (*j, self.row(k)))
+    /// Rows as (unit, shares).
+    pub fn rows(&self) -> impl Iterator<Item = (Unit, &[f64])> {
+        self.units
+            .iter()
+            .enumerate()
+            .map(|(k, u)| (*u, self.row(k)))
     }
 }
 
@@ -202,6 +268,7 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
         .chain(fair_share::POLICIES)
         .chain(finish_time::POLICIES)
         .chain(tiresias::POLICIES)
+        .chain(gandiva::POLICIES)
 }
 
 /// Builds the policy called `name` (or one of its aliases).

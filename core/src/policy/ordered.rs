@@ -110,10 +110,8 @@ pub(super) fn grant_in_order(
                 let t = run.gpu_type.0 as usize;
                 free[t] = free[t].saturating_sub(gpus);
                 grants.push(Grant {
-                    job: view.id(),
-                    gpu_type: run.gpu_type,
-                    gpus,
                     consolidate: rules.consolidate,
+                    ..Grant::new(view.id(), run.gpu_type, gpus)
                 });
             }
             _ => queue.push((key(view), view)),
@@ -132,10 +130,8 @@ pub(super) fn grant_in_order(
             Some(t) => {
                 free[t] -= gpus;
                 grants.push(Grant {
-                    job: view.id(),
-                    gpu_type: GpuTypeId(t as u16),
-                    gpus,
                     consolidate: rules.consolidate,
+                    ..Grant::new(view.id(), GpuTypeId(t as u16), gpus)
                 });
             }
             None if rules.head_of_line_blocking => break,

@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use rustc_hash::FxHashMap;
 
-use super::{Grant, JobView, TimeShares, TypePreference};
+use super::{Grant, RoundInput, TimeShares, TypePreference, Unit};
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
 
@@ -23,28 +23,44 @@ use crate::job::JobId;
 struct Ledger {
     /// Seconds received on each type this period (seeded with half a round).
     received: Vec<f64>,
-    /// Cumulative (owed - received) per type, over the job's life.
+    /// Cumulative (owed - received) per type, over the unit's life.
     deficit: Vec<f64>,
 }
 
-/// One job's inputs to a round, resolved once.
+/// One unit's inputs to a round, resolved once.
 struct Row<'a> {
-    job: JobId,
+    unit: Unit,
+    /// The member jobs' indices in `RoundInput::jobs` (the second only for a pair).
+    members: [Option<usize>; 2],
     gpus: u32,
-    rates: &'a [f64],
     shares: &'a [f64],
     ledger: &'a Ledger,
+}
+
+impl Row<'_> {
+    /// Whether every member makes progress on type `t` (a pair: both, at their packed rates).
+    fn runs_on(&self, t: GpuTypeId, input: &RoundInput<'_>) -> bool {
+        let view = |m: Option<usize>| m.map(|k| &input.jobs[k]);
+        match [view(self.members[0]), view(self.members[1])] {
+            [Some(a), Some(b)] => input
+                .model
+                .packed_steps_per_second(a.job, b.job, t, self.gpus)
+                .is_some_and(|(ra, rb)| ra > 0.0 && rb > 0.0),
+            [Some(a), None] => a.rates.get(t.0 as usize).is_some_and(|r| *r > 0.0),
+            _ => false,
+        }
+    }
 }
 
 /// The mechanism's state between rounds.
 #[derive(Clone, Debug)]
 pub struct Mechanism {
-    ledgers: FxHashMap<JobId, Ledger>,
-    /// Seconds of type-t time handed out this period, across jobs.
+    ledgers: FxHashMap<Unit, Ledger>,
+    /// Seconds of type-t time handed out this period, across units.
     type_time: Vec<f64>,
-    /// The shares in force (index by job), and when they came into force.
+    /// The shares in force (index by unit), and when they came into force.
     current: Option<TimeShares>,
-    current_row: FxHashMap<JobId, usize>,
+    current_row: FxHashMap<Unit, usize>,
     period_start: f64,
     rng: ChaCha8Rng,
 }
@@ -61,17 +77,17 @@ impl Mechanism {
         }
     }
 
-    /// Records that `job` ran `seconds` on `gpu_type`.
-    pub fn charge(&mut self, job: JobId, gpu_type: GpuTypeId, seconds: f64) {
-        if let Some(ledger) = self.ledgers.get_mut(&job) {
+    /// Records that `unit` ran `seconds` on `gpu_type`.
+    pub fn charge(&mut self, unit: Unit, gpu_type: GpuTypeId, seconds: f64) {
+        if let Some(ledger) = self.ledgers.get_mut(&unit) {
             ledger.received[gpu_type.0 as usize] += seconds;
             self.type_time[gpu_type.0 as usize] += seconds;
         }
     }
 
-    /// Drops a finished job.
+    /// Drops a finished job, and every pair it was in.
     pub fn forget(&mut self, job: JobId) {
-        self.ledgers.remove(&job);
+        self.ledgers.retain(|unit, _| !unit.contains(job));
     }
 
     /// Starts a new period with new shares: settles deficits and reseeds everyone's received time.
@@ -79,8 +95,8 @@ impl Mechanism {
         let elapsed = now - self.period_start;
         let types = self.type_time.len();
         if let Some(old) = &self.current {
-            for (job, ledger) in &mut self.ledgers {
-                let owed = self.current_row.get(job).map(|&k| old.row(k));
+            for (unit, ledger) in &mut self.ledgers {
+                let owed = self.current_row.get(unit).map(|&k| old.row(k));
                 for t in 0..types {
                     let should = owed.map_or(0.0, |x| x[t]) * elapsed;
                     ledger.deficit[t] += should - (ledger.received[t] - seed_credit);
@@ -88,14 +104,14 @@ impl Mechanism {
             }
         }
         self.current_row = shares
-            .jobs
+            .units
             .iter()
             .enumerate()
-            .map(|(k, j)| (*j, k))
+            .map(|(k, u)| (*u, k))
             .collect();
         self.current = Some(shares.clone());
-        for job in &shares.jobs {
-            self.ledgers.entry(*job).or_insert_with(|| Ledger {
+        for unit in &shares.units {
+            self.ledgers.entry(*unit).or_insert_with(|| Ledger {
                 received: vec![0.0; types],
                 deficit: vec![0.0; types],
             });
@@ -108,34 +124,41 @@ impl Mechanism {
         self.period_start = now;
     }
 
-    /// Turns shares into this round's grants. `jobs` gives gang sizes and rates; `capacity` the GPUs per type.
-    pub fn grants(
-        &mut self,
-        shares: &TimeShares,
-        jobs: &[JobView<'_>],
-        capacity: &[u32],
-        now: f64,
-        round_length: f64,
-    ) -> Vec<Grant> {
+    /// Turns shares into this round's grants. A pair becomes two grants, each naming the other as partner.
+    pub fn grants(&mut self, shares: &TimeShares, input: &RoundInput<'_>) -> Vec<Grant> {
+        let capacity = input.capacity;
         let changed = self
             .current
             .as_ref()
-            .is_none_or(|c| c.jobs != shares.jobs || c.x != shares.x);
+            .is_none_or(|c| c.units != shares.units || c.x != shares.x);
         if changed {
-            self.reset(shares, now, round_length / 2.0);
+            self.reset(shares, input.now, input.round_length / 2.0);
         }
-        let views: FxHashMap<JobId, &JobView<'_>> = jobs.iter().map(|v| (v.id(), v)).collect();
-        // Resolve each job once.
+        let index: FxHashMap<JobId, usize> = input
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(k, v)| (v.id(), k))
+            .collect();
+        let member = |job: JobId| index.get(&job).copied();
+        // Resolve each unit once; a pair runs only when both members are active and share a gang size.
         let rows: Vec<Row<'_>> = shares
             .rows()
-            .filter_map(|(job, x)| {
-                let view = views.get(&job)?;
+            .filter_map(|(unit, x)| {
+                let members = match unit {
+                    Unit::Job(a) => [Some(member(a)?), None],
+                    Unit::Pair(a, b) => [Some(member(a)?), Some(member(b)?)],
+                };
+                let gpus = input.jobs[members[0]?].job.gpus;
+                if members[1].is_some_and(|b| input.jobs[b].job.gpus != gpus) {
+                    return None;
+                }
                 Some(Row {
-                    job,
-                    gpus: view.job.gpus,
-                    rates: view.rates,
+                    unit,
+                    members,
+                    gpus,
                     shares: x,
-                    ledger: self.ledgers.get(&job)?,
+                    ledger: self.ledgers.get(&unit)?,
                 })
             })
             .collect();
@@ -153,16 +176,17 @@ impl Mechanism {
         };
         order.retain(|t| (t.0 as usize) < capacity.len());
         let mut left: Vec<u32> = capacity.to_vec();
-        let mut placed = vec![false; rows.len()];
+        // A job runs at most once per round, alone or in one pair.
+        let mut placed = vec![false; input.jobs.len()];
         let mut grants = Vec::new();
-        // (priority, deficit, share, job id, row index)
-        let mut entries: Vec<(f64, f64, f64, JobId, usize)> = Vec::with_capacity(rows.len());
+        // (priority, deficit, share, unit, row index)
+        let mut entries: Vec<(f64, f64, f64, Unit, usize)> = Vec::with_capacity(rows.len());
         for t in order {
             let ti = t.0 as usize;
             entries.clear();
             for (k, row) in rows.iter().enumerate() {
                 let share = row.shares.get(ti).copied().unwrap_or(0.0);
-                if placed[k] || share <= 0.0 || row.rates.get(ti).is_none_or(|r| *r <= 0.0) {
+                if share <= 0.0 || !row.runs_on(t, input) {
                     continue;
                 }
                 let ledger = row.ledger;
@@ -176,10 +200,10 @@ impl Mechanism {
                 } else {
                     share * 1e9
                 };
-                entries.push((priority, ledger.deficit[ti], share, row.job, k));
+                entries.push((priority, ledger.deficit[ti], share, row.unit, k));
             }
-            // Highest priority first, then deficit, then share; equal keys keep ascending job id. Sorted
-            // even when every candidate fits by count: a placer may still refuse a grant (strict
+            // Highest priority first, then deficit, then share; equal keys keep ascending unit order.
+            // Sorted even when every candidate fits by count: a placer may still refuse a grant (strict
             // consolidation), and then the order decides who runs.
             entries.sort_unstable_by(|a, b| {
                 b.0.total_cmp(&a.0)
@@ -187,22 +211,28 @@ impl Mechanism {
                     .then(b.2.total_cmp(&a.2))
                     .then(a.3.cmp(&b.3))
             });
-            for &(_, _, _, job, k) in &entries {
+            for &(_, _, _, unit, k) in &entries {
                 if left[ti] == 0 {
                     break;
                 }
-                let gpus = rows[k].gpus;
-                if gpus > left[ti] {
+                let row = &rows[k];
+                let members = row.members.iter().flatten();
+                if row.gpus > left[ti] || members.clone().any(|&m| placed[m]) {
                     continue;
                 }
-                left[ti] -= gpus;
-                placed[k] = true;
-                grants.push(Grant {
-                    job,
-                    gpu_type: t,
-                    gpus,
-                    consolidate: false,
-                });
+                left[ti] -= row.gpus;
+                members.for_each(|&m| placed[m] = true);
+                let defragment = shares.defragment && row.gpus > 1;
+                let grant = |job, partner| Grant {
+                    consolidate: defragment,
+                    defragment,
+                    partner,
+                    ..Grant::new(job, t, row.gpus)
+                };
+                match unit {
+                    Unit::Job(job) => grants.push(grant(job, None)),
+                    Unit::Pair(a, b) => grants.extend([grant(a, Some(b)), grant(b, Some(a))]),
+                }
             }
         }
         grants

@@ -31,7 +31,7 @@ use crate::cluster::{Cluster, GpuSet, GpuTypeId};
 use crate::job::{JobId, Trace};
 use crate::metrics::{self, JobRecord, RunTotals, Summary, Window};
 use crate::policy::timeshare::Mechanism;
-use crate::policy::{Allocation, Grant, JobView, Policy, RoundInput, Running};
+use crate::policy::{Allocation, Grant, JobView, Policy, RoundInput, Running, Unit};
 use crate::throughput::ThroughputModel;
 use crate::throughput::locality::{default_sensitivity, locality_factor};
 
@@ -126,6 +126,14 @@ struct Run {
     gpu_type: GpuTypeId,
     gpus: GpuSet,
     rate: f64,
+    /// How much its placement slows it (1 = ideal), kept to recompute the rate when a partner leaves.
+    locality: f64,
+    /// The job packed on the same GPUs, if any. The GPUs belong to the pair: they are free again only
+    /// when both have stopped.
+    partner: Option<usize>,
+    /// What the time-share mechanism charges for this run: the job, or its pair (charged once, by the
+    /// member whose grant came first).
+    unit: Option<Unit>,
     /// Accounting is settled up to here.
     settled_to: f64,
     /// Progress starts here (after restore or migration costs).
@@ -450,17 +458,18 @@ impl<'a> World<'a> {
         }
         let held = now - from;
         let progressing = (now - run.progress_from.max(from)).max(0.0);
-        let gpus = run.gpus.len() as f64;
-        let (gpu_type, rate) = (run.gpu_type, run.rate);
+        // Packed partners split the GPUs' time between them, so that GPU-time adds up to busy time.
+        let sharers = if run.partner.is_some() { 2.0 } else { 1.0 };
+        let gpus = run.gpus.len() as f64 / sharers;
+        let (gpu_type, rate, unit) = (run.gpu_type, run.rate, run.unit);
         run.settled_to = now;
         let state = &mut self.jobs[i];
         state.steps_done += progressing * rate;
         state.attained_seconds += held;
         state.attained_gpu_seconds += held * gpus;
         state.record.gpu_seconds[gpu_type.0 as usize] += held * gpus;
-        if self.time_shared {
-            self.mechanism
-                .charge(self.sim.trace.jobs[i].id, gpu_type, held);
+        if let (true, Some(unit)) = (self.time_shared, unit) {
+            self.mechanism.charge(unit, gpu_type, held);
         }
     }
 
@@ -486,10 +495,47 @@ impl<'a> World<'a> {
         state.overhead_due = (run.progress_from - now).max(0.0);
         state.progressed = now > run.progress_from;
         state.last_gpus.clone_from(&run.gpus);
-        self.note_busy(now);
-        self.busy_gpus -= run.gpus.len() as u32;
-        self.free.release(self.sim.cluster, &run.gpus);
+        match run.partner {
+            // The partner keeps the GPUs and runs on alone.
+            Some(p) => self.run_alone(p, now),
+            None => {
+                self.note_busy(now);
+                self.busy_gpus -= run.gpus.len() as u32;
+                self.free.release(self.sim.cluster, &run.gpus);
+            }
+        }
         run
+    }
+
+    /// Job `i`'s partner left: from `now` on it runs alone on the GPUs, at its rate alone there.
+    fn run_alone(&mut self, i: usize, now: f64) {
+        self.settle(i, now);
+        let id = self.sim.trace.jobs[i].id;
+        let Some(run) = self.jobs[i].run.as_mut() else {
+            return;
+        };
+        run.partner = None;
+        run.unit = Some(Unit::Job(id));
+        run.rate = self.rates[i * self.sim.cluster.num_gpu_types() + run.gpu_type.0 as usize]
+            * run.locality;
+        let progress_from = run.progress_from.max(now);
+        self.reschedule_completion(i, progress_from);
+    }
+
+    /// Recomputes when job `i`'s run ends, progressing from `progress_from` at its current rate.
+    fn reschedule_completion(&mut self, i: usize, progress_from: f64) {
+        let remaining = (self.sim.trace.jobs[i].total_steps - self.jobs[i].steps_done).max(0.0);
+        let state = &mut self.jobs[i];
+        let rate = state.run.as_ref().map_or(0.0, |r| r.rate);
+        if let Some(key) = state.completion.take() {
+            self.completions.remove(&key);
+        }
+        state.finish_at = progress_from + remaining / rate;
+        if state.finish_at <= self.horizon {
+            let key = (time_key(state.finish_at), i);
+            state.completion = Some(key);
+            self.completions.insert(key);
+        }
     }
 
     fn complete(&mut self, i: usize, now: f64) {
@@ -504,40 +550,87 @@ impl<'a> World<'a> {
         self.note_utilization(now);
     }
 
-    /// Starts job `i` on `gpus`, at `locality` times its rate there, after `overhead` seconds of no progress.
+    /// Takes `gpus` and starts job `i` on them (with its partner, when packed).
     fn start(
         &mut self,
         i: usize,
+        placed: Placed,
         gpu_type: GpuTypeId,
-        gpus: GpuSet,
-        locality: f64,
-        overhead: f64,
+        partner: Option<usize>,
         now: f64,
     ) {
         self.note_busy(now);
-        self.busy_gpus += gpus.len() as u32;
-        self.free.take(self.sim.cluster, &gpus);
-        let rate = self.job_rates(i)[gpu_type.0 as usize] * locality;
+        self.busy_gpus += placed.gpus.len() as u32;
+        self.free.take(self.sim.cluster, &placed.gpus);
+        let id = |k: usize| self.sim.trace.jobs[k].id;
+        match partner {
+            None => {
+                let rate = self.job_rates(i)[gpu_type.0 as usize];
+                let unit = Unit::Job(id(i));
+                self.begin_run(i, &placed, gpu_type, rate, None, Some(unit), now);
+            }
+            Some(p) => {
+                let (a, b) = (&self.sim.trace.jobs[i], &self.sim.trace.jobs[p]);
+                let (rate_a, rate_b) = self
+                    .sim
+                    .model
+                    .packed_steps_per_second(a, b, gpu_type, a.gpus)
+                    .expect("claim_partner checked the pair's rates");
+                // The pair's time is charged once, through the member whose grant came first.
+                let unit = Unit::Pair(a.id, b.id);
+                self.begin_run(i, &placed, gpu_type, rate_a, Some(p), Some(unit), now);
+                self.begin_run(p, &placed, gpu_type, rate_b, Some(i), None, now);
+            }
+        }
+    }
+
+    /// Sets up job `i`'s run on GPUs already taken, at `rate` alone (scaled by its locality factor),
+    /// after the costs it owes.
+    #[allow(clippy::too_many_arguments)]
+    fn begin_run(
+        &mut self,
+        i: usize,
+        placed: &Placed,
+        gpu_type: GpuTypeId,
+        rate: f64,
+        partner: Option<usize>,
+        unit: Option<Unit>,
+        now: f64,
+    ) {
         let job = &self.sim.trace.jobs[i];
+        let locality = locality_factor(self.sensitivity[job.job_type.0 as usize], placed.score);
+        let overhead = self.start_overhead(i, &placed.gpus);
         let state = &mut self.jobs[i];
-        let remaining = (job.total_steps - state.steps_done).max(0.0);
-        let progress_from = now + overhead;
         state.overhead_due = 0.0;
         state.record.first_start.get_or_insert(now);
         state.run = Some(Run {
             gpu_type,
-            gpus,
-            rate,
+            gpus: placed.gpus.clone(),
+            rate: rate * locality,
+            locality,
+            partner,
+            unit,
             settled_to: now,
-            progress_from,
+            progress_from: now + overhead,
             started: now,
         });
-        state.finish_at = progress_from + remaining / rate;
-        if state.finish_at <= self.horizon {
-            let key = (time_key(state.finish_at), i);
-            state.completion = Some(key);
-            self.completions.insert(key);
+        self.reschedule_completion(i, now + overhead);
+    }
+
+    /// Seconds of no progress job `i` pays when it starts on `gpus`: costs it still owes, plus a
+    /// migration when it ran last round elsewhere.
+    fn start_overhead(&mut self, i: usize, gpus: &GpuSet) -> f64 {
+        let was_running = std::mem::take(&mut self.jobs[i].displaced);
+        let state = &mut self.jobs[i];
+        let previous = std::mem::take(&mut state.last_gpus);
+        let mut overhead = state.overhead_due;
+        if was_running && *gpus != previous {
+            state.record.migrations += 1;
+            if state.progressed {
+                overhead += self.sim.config.migrate_cost;
+            }
         }
+        overhead
     }
 
     /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place.
@@ -556,14 +649,21 @@ impl<'a> World<'a> {
             }
         }
         let mut displaced = Vec::new();
+        let mut spread = Vec::new();
         for k in 0..self.active.len() {
             let i = self.active[k];
             let Some(run) = &self.jobs[i].run else {
                 continue;
             };
-            let keep = self.jobs[i]
-                .grant
-                .is_some_and(|g| g.gpu_type == run.gpu_type && g.gpus as usize == run.gpus.len());
+            let partner = run.partner.map(|p| self.sim.trace.jobs[p].id);
+            let keep = self.jobs[i].grant.is_some_and(|g| {
+                g.gpu_type == run.gpu_type
+                    && g.gpus as usize == run.gpus.len()
+                    && g.partner == partner
+            });
+            if keep && self.jobs[i].grant.is_some_and(|g| g.defragment) {
+                spread.push(i);
+            }
             if !keep {
                 self.stop(i, now);
                 self.jobs[i].displaced = true;
@@ -582,34 +682,30 @@ impl<'a> World<'a> {
             {
                 continue;
             }
+            let partner = match g.partner {
+                None => None,
+                Some(p) => match self.claim_partner(i, p, g) {
+                    Some(p) => Some(p),
+                    None => continue,
+                },
+            };
             let job = &self.sim.trace.jobs[i];
-            let previous = std::mem::take(&mut self.jobs[i].last_gpus);
             let request = PlaceRequest {
                 job,
                 gpu_type: g.gpu_type,
                 gpus: g.gpus,
-                previous: &previous,
+                previous: &self.jobs[i].last_gpus,
                 waited: (now - self.jobs[i].queued_since).max(0.0),
                 sensitivity: self.sensitivity[job.job_type.0 as usize],
                 consolidate: g.consolidate,
             };
             let chosen = placer.place(cluster, &self.free, &request);
-            let Some(placed) = chosen.filter(|c| c.gpus.len() == g.gpus as usize) else {
-                self.jobs[i].last_gpus = previous;
-                continue;
-            };
-            let gpus = placed.gpus;
-            let was_running = std::mem::take(&mut self.jobs[i].displaced);
-            let state = &mut self.jobs[i];
-            let mut overhead = state.overhead_due;
-            if was_running && gpus != previous {
-                state.record.migrations += 1;
-                if state.progressed {
-                    overhead += config.migrate_cost;
-                }
+            if let Some(placed) = chosen.filter(|c| c.gpus.len() == g.gpus as usize) {
+                self.start(i, placed, g.gpu_type, partner, now);
             }
-            let factor = locality_factor(self.sensitivity[job.job_type.0 as usize], placed.score);
-            self.start(i, g.gpu_type, gpus, factor, overhead, now);
+        }
+        for i in spread {
+            self.defragment(i, placer, now);
         }
         // Displaced jobs that did not get GPUs back are preempted.
         for i in displaced {
@@ -625,8 +721,77 @@ impl<'a> World<'a> {
         self.note_utilization(now);
     }
 
+    /// Moves job `i`, which keeps its GPUs but should sit on one server, onto one server when its gang
+    /// runs spread over several and a server now has room (Gandiva's defragmenting migration).
+    fn defragment(&mut self, i: usize, placer: &mut dyn Placer, now: f64) {
+        let cluster = self.sim.cluster;
+        let Some(run) = &self.jobs[i].run else {
+            return;
+        };
+        let first = cluster.node_of(run.gpus[0]);
+        let n = run.gpus.len() as u32;
+        if run.partner.is_some()
+            || run.gpus.iter().all(|&g| cluster.node_of(g) == first)
+            || self.free.widest(run.gpu_type) < n
+        {
+            return;
+        }
+        let job = &self.sim.trace.jobs[i];
+        let request = PlaceRequest {
+            job,
+            gpu_type: run.gpu_type,
+            gpus: n,
+            previous: &run.gpus,
+            waited: 0.0,
+            sensitivity: self.sensitivity[job.job_type.0 as usize],
+            consolidate: true,
+        };
+        let gpu_type = run.gpu_type;
+        let Some(placed) = placer.place(cluster, &self.free, &request) else {
+            return;
+        };
+        let one_server = placed
+            .gpus
+            .iter()
+            .all(|&g| cluster.node_of(g) == cluster.node_of(placed.gpus[0]));
+        if placed.gpus.len() == n as usize && one_server {
+            // The new GPUs were free before the old ones are released, so the two sets never overlap.
+            self.stop(i, now);
+            self.jobs[i].displaced = true;
+            self.start(i, placed, gpu_type, None, now);
+        }
+    }
+
+    /// Job `i`'s grant packs it with job `partner`: takes the partner's matching grant and returns its
+    /// index when the pair can run (both waiting, same gang, a packed rate for both on the type).
+    fn claim_partner(&mut self, i: usize, partner: JobId, g: &Grant) -> Option<usize> {
+        let p = *self.index_of.get(&partner)?;
+        let state = &self.jobs[p];
+        let own_id = self.sim.trace.jobs[i].id;
+        let reciprocal = state.grant.is_some_and(|pg| {
+            pg.partner == Some(own_id) && pg.gpu_type == g.gpu_type && pg.gpus == g.gpus
+        });
+        let (a, b) = (&self.sim.trace.jobs[i], &self.sim.trace.jobs[p]);
+        let runs = self
+            .sim
+            .model
+            .packed_steps_per_second(a, b, g.gpu_type, g.gpus)
+            .is_some_and(|(ra, rb)| ra > 0.0 && rb > 0.0);
+        if !reciprocal
+            || !runs
+            || state.run.is_some()
+            || state.record.finish.is_some()
+            || b.gpus != g.gpus
+        {
+            return None;
+        }
+        self.jobs[p].grant = None;
+        Some(p)
+    }
+
     /// Panics if an invariant does not hold: every running job holds exactly its gang, of one type it can
-    /// run on; no GPU is held twice; the free count matches; nothing finished is running.
+    /// run on; no GPU is held twice, except by two packing partners; the free count matches; nothing
+    /// finished is running.
     fn audit(&self) {
         let cluster = self.sim.cluster;
         let mut holder: Vec<Option<usize>> = vec![None; cluster.num_gpus() as usize];
@@ -659,15 +824,20 @@ impl<'a> World<'a> {
                     "job {} spans GPU types",
                     job.id
                 );
-                if let Some(other) = holder[g.0 as usize].replace(i) {
-                    panic!(
+                match holder[g.0 as usize].replace(i) {
+                    None => held_per_type[run.gpu_type.0 as usize] += 1,
+                    // Two jobs may share a GPU only as each other's packing partner.
+                    Some(other)
+                        if run.partner == Some(other)
+                            && self.jobs[other].run.as_ref().and_then(|r| r.partner) == Some(i) => {
+                    }
+                    Some(other) => panic!(
                         "GPU {} held by jobs {} and {}",
                         g.0, self.sim.trace.jobs[other].id, job.id
-                    );
+                    ),
                 }
                 assert!(!self.free.is_free(g), "GPU {} is held but marked free", g.0);
             }
-            held_per_type[run.gpu_type.0 as usize] += job.gpus;
         }
         for (t, &held) in held_per_type.iter().enumerate() {
             let capacity = cluster.capacity()[t];
@@ -730,6 +900,7 @@ impl<'a> World<'a> {
             capacity: cluster.capacity(),
             jobs: &views,
             jobs_changed: std::mem::take(&mut self.jobs_changed),
+            model: self.sim.model,
         };
         match policy.allocate(&input) {
             Allocation::Grants(grants) => {
@@ -738,13 +909,7 @@ impl<'a> World<'a> {
             }
             Allocation::TimeShares(shares) => {
                 self.time_shared = true;
-                self.mechanism.grants(
-                    &shares,
-                    &views,
-                    cluster.capacity(),
-                    now,
-                    self.sim.config.round_length,
-                )
+                self.mechanism.grants(&shares, &input)
             }
         }
     }

@@ -19,6 +19,18 @@ use crate::job::Job;
 pub trait ThroughputModel: Send + Sync {
     /// Steps per second of `job` alone on `gpus` GPUs of `gpu_type`; `None` where it cannot run there.
     fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64>;
+
+    /// Steps per second of `a` and of `b` when packed together on the same `gpus` GPUs of `gpu_type`
+    /// (space sharing); `None` where the model does not know, which forbids packing them there.
+    fn packed_steps_per_second(
+        &self,
+        _a: &Job,
+        _b: &Job,
+        _gpu_type: GpuTypeId,
+        _gpus: u32,
+    ) -> Option<(f64, f64)> {
+        None
+    }
 }
 
 /// Duration-only traces: one unit of work per second on any GPU type, scaled by an optional per-type speed.

@@ -141,6 +141,8 @@ fn positive(v: &Value) -> Option<f64> {
 #[derive(Clone, Debug)]
 pub struct TableModel {
     rates: HashMap<(JobTypeId, GpuTypeId, u32), f64>,
+    /// (a's type, b's type, GPU type, gang size) -> (a's rate, b's rate) when packed.
+    packed: HashMap<(JobTypeId, JobTypeId, GpuTypeId, u32), (f64, f64)>,
 }
 
 impl TableModel {
@@ -177,13 +179,41 @@ impl TableModel {
                 ));
             }
         }
-        Ok(TableModel { rates })
+        // Pair rates for every two job types of the trace at a gang size they share.
+        let mut packed = HashMap::new();
+        let sizes: Vec<(JobTypeId, u32)> = checked.into_iter().collect();
+        for &(a, gpus) in &sizes {
+            for &(b, b_gpus) in &sizes {
+                if b_gpus != gpus {
+                    continue;
+                }
+                let (a_name, b_name) = (trace.job_type_name(a), trace.job_type_name(b));
+                for (t, gpu_type) in cluster.gpu_types().iter().enumerate() {
+                    if let Some(pair) = table.packed(gpu_type, (a_name, gpus), (b_name, gpus)) {
+                        packed.insert((a, b, GpuTypeId(t as u16), gpus), pair);
+                    }
+                }
+            }
+        }
+        Ok(TableModel { rates, packed })
     }
 }
 
 impl ThroughputModel for TableModel {
     fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
         self.rates.get(&(job.job_type, gpu_type, gpus)).copied()
+    }
+
+    fn packed_steps_per_second(
+        &self,
+        a: &Job,
+        b: &Job,
+        gpu_type: GpuTypeId,
+        gpus: u32,
+    ) -> Option<(f64, f64)> {
+        self.packed
+            .get(&(a.job_type, b.job_type, gpu_type, gpus))
+            .copied()
     }
 }
 

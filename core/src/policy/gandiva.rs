@@ -1,0 +1,180 @@
+//! Gandiva (Xiao et al., "Gandiva: Introspective Cluster Scheduling for Deep Learning", OSDI'18), in the
+//! form Gavel evaluates it (Narayanan et al., OSDI'20, `policies/gandiva.py`), so that it can be checked
+//! against Gavel's published numbers.
+//!
+//! What it does, and where each of Gandiva's mechanisms lives here:
+//! - **Time-slicing when oversubscribed.** Every active unit (a job, or two jobs packed together) gets an
+//!   equal share of every GPU type, `capacity[t] / m / gpus`, scaled so that no row exceeds 1; the round
+//!   mechanism rotates the units through the GPUs. Suspend and resume cost what the simulator's
+//!   `preempt_cost` and `restore_cost` say (Gandiva suspends at a mini-batch boundary, in well under a
+//!   second for most models; its migrations take seconds).
+//! - **Packing.** Only when the jobs ask for more GPUs than the cluster has, jobs not already packed are
+//!   paired at random (same gang size, at most as many draws as there are such jobs), as Gandiva's
+//!   greedy packing does. A pair is kept only while it does not interfere: on some GPU type, the two
+//!   jobs' packed rates, each normalized by its rate alone, must add up to at least `pack_threshold`
+//!   (default 1.0: packing must beat time-slicing the two). A pair that falls below is split again.
+//! - **Migration to defragment.** Multi-GPU grants ask for consolidation; when a job leaves and a server
+//!   can now hold a gang that runs spread over several, the simulator moves the gang there (paying
+//!   `migrate_cost`).
+//! - **Heterogeneity.** Gandiva does not model GPU types. Like Gavel's version, the mechanism offers the
+//!   types in a fixed order, fastest first (by the active jobs' summed rates).
+//!
+//! Gandiva's introspective grow-shrink (giving idle GPUs to jobs that can use more) needs elastic jobs,
+//! which the traces here do not describe; it is left to the goodput-driven elastic policies.
+//!
+//! Knobs (paper defaults): `pack_threshold` = 1.0; the seed of the random pairing comes from
+//! [`PolicyConfig::seed`](super::PolicyConfig::seed).
+
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::{Allocation, JobView, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference};
+use crate::cluster::GpuTypeId;
+use crate::job::JobId;
+
+pub const POLICIES: &[PolicyInfo] = &[PolicyInfo {
+    name: "gandiva",
+    aliases: &[],
+    summary: "Gandiva: time-slicing, random packing of pairs that do not interfere, defragmenting migration (as Gavel evaluates it)",
+    build: |config| Box::new(Gandiva::new(config.seed)),
+}];
+
+/// Gandiva's scheduler state: which jobs are packed together.
+pub struct Gandiva {
+    /// Each packed job's partner.
+    partners: FxHashMap<JobId, JobId>,
+    /// Combined normalized rate a pair needs on some GPU type to stay packed.
+    pub pack_threshold: f64,
+    rng: ChaCha8Rng,
+    /// The answer in force, reused until a job arrives or leaves.
+    last: Option<TimeShares>,
+}
+
+impl Gandiva {
+    pub fn new(seed: u64) -> Self {
+        Gandiva {
+            partners: FxHashMap::default(),
+            pack_threshold: 1.0,
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6761_6e64_6976_6121),
+            last: None,
+        }
+    }
+
+    /// Whether `a` and `b` packed together beat time-slicing them on some GPU type.
+    fn packs_well(&self, a: &JobView<'_>, b: &JobView<'_>, input: &RoundInput<'_>) -> bool {
+        (0..input.capacity.len()).any(|t| {
+            let (alone_a, alone_b) = (a.rates[t], b.rates[t]);
+            let packed =
+                input
+                    .model
+                    .packed_steps_per_second(a.job, b.job, GpuTypeId(t as u16), a.job.gpus);
+            match packed {
+                Some((pa, pb)) if alone_a > 0.0 && alone_b > 0.0 && pa > 0.0 && pb > 0.0 => {
+                    pa / alone_a + pb / alone_b >= self.pack_threshold
+                }
+                _ => false,
+            }
+        })
+    }
+
+    /// Splits pairs that lost a member or interfere; then, when oversubscribed, pairs jobs at random.
+    fn repack(&mut self, input: &RoundInput<'_>) {
+        let views: FxHashMap<JobId, &JobView<'_>> =
+            input.jobs.iter().map(|v| (v.id(), v)).collect();
+        let broken: Vec<JobId> = self
+            .partners
+            .iter()
+            .filter(|&(a, b)| match (views.get(a), views.get(b)) {
+                (Some(va), Some(vb)) => !self.packs_well(va, vb, input),
+                _ => true,
+            })
+            .map(|(a, _)| *a)
+            .collect();
+        for job in broken {
+            if let Some(partner) = self.partners.remove(&job) {
+                self.partners.remove(&partner);
+            }
+        }
+        let requested: u64 = input.jobs.iter().map(|v| u64::from(v.job.gpus)).sum();
+        let available: u64 = input.capacity.iter().map(|&c| u64::from(c)).sum();
+        if requested <= available {
+            self.partners.clear();
+            return;
+        }
+        let mut single: Vec<&JobView<'_>> = input
+            .jobs
+            .iter()
+            .filter(|v| !self.partners.contains_key(&v.id()))
+            .collect();
+        for _ in 0..single.len() {
+            if single.len() < 2 {
+                break;
+            }
+            let i = (self.rng.next_u64() % single.len() as u64) as usize;
+            let mut j = (self.rng.next_u64() % (single.len() as u64 - 1)) as usize;
+            if j >= i {
+                j += 1;
+            }
+            let (a, b) = (single[i], single[j]);
+            if a.job.gpus != b.job.gpus || !self.packs_well(a, b, input) {
+                continue;
+            }
+            self.partners.insert(a.id(), b.id());
+            self.partners.insert(b.id(), a.id());
+            single.retain(|v| v.id() != a.id() && v.id() != b.id());
+        }
+    }
+
+    fn shares(&self, input: &RoundInput<'_>) -> TimeShares {
+        let capacity = input.capacity;
+        let mut speed: Vec<(f64, GpuTypeId)> = (0..capacity.len())
+            .map(|t| {
+                let total: f64 = input.jobs.iter().map(|v| v.rates[t]).sum();
+                (total, GpuTypeId(t as u16))
+            })
+            .collect();
+        speed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let order = speed.into_iter().map(|(_, t)| t).collect();
+        let mut out = TimeShares::new(capacity.len(), TypePreference::Ordered(order));
+        out.defragment = true;
+        // Each job once: alone, or in its pair (listed by its lower id).
+        let units = input
+            .jobs
+            .iter()
+            .filter(|v| self.partners.get(&v.id()).is_none_or(|p| v.id() < *p))
+            .count()
+            .max(1) as f64;
+        let mut seen = FxHashSet::default();
+        for view in input.jobs {
+            if !seen.insert(view.id()) {
+                continue;
+            }
+            let gpus = f64::from(view.job.gpus);
+            let raw: Vec<f64> = capacity
+                .iter()
+                .map(|&c| f64::from(c) / units / gpus)
+                .collect();
+            let scale = raw.iter().sum::<f64>().max(1.0);
+            let row = raw.into_iter().map(|x| x / scale);
+            match self.partners.get(&view.id()) {
+                Some(&partner) => {
+                    seen.insert(partner);
+                    out.push_pair(view.id(), partner, row);
+                }
+                None => out.push(view.id(), row),
+            }
+        }
+        out
+    }
+}
+
+impl Policy for Gandiva {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+        if input.jobs_changed || self.last.is_none() {
+            self.repack(input);
+            self.last = Some(self.shares(input));
+        }
+        Allocation::TimeShares(self.last.clone().expect("set above"))
+    }
+}
