@@ -32,13 +32,17 @@ pub fn run_policies(
     placer: PlacerFactory<'_>,
     progress: ProgressFactory<'_>,
 ) -> Result<Vec<(SimResult, Summary)>> {
-    // Check every name before spending time on any run.
-    let mut canonical = Vec::new();
+    // Check every spec before spending time on any run.
+    let mut to_run: Vec<&str> = Vec::new();
+    let mut reference_at = None;
     for name in names {
-        canonical.push(policy::find(name)?.name);
+        if policy::parse(name)?.0.name == REFERENCE_POLICY {
+            reference_at = Some(to_run.len());
+        }
+        to_run.push(name);
     }
-    let mut to_run: Vec<&str> = canonical.clone();
-    if with_ftf && !to_run.contains(&REFERENCE_POLICY) {
+    if with_ftf && reference_at.is_none() {
+        reference_at = Some(to_run.len());
         to_run.push(REFERENCE_POLICY);
     }
     let config = PolicyConfig {
@@ -75,18 +79,13 @@ pub fn run_policies(
         .into_iter()
         .map(|r| r.expect("every run finished"))
         .collect();
-    let reference = with_ftf.then(|| {
-        results[to_run
-            .iter()
-            .position(|n| *n == REFERENCE_POLICY)
-            .unwrap_or(0)]
-        .clone()
-    });
-    Ok(canonical
+    let reference = reference_at
+        .filter(|_| with_ftf)
+        .map(|k| results[k].clone());
+    Ok(names
         .iter()
-        .zip(names)
         .enumerate()
-        .map(|(k, (_, shown))| {
+        .map(|(k, shown)| {
             let summary = results[k].summary(shown, reference.as_ref());
             (results[k].clone(), summary)
         })

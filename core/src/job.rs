@@ -59,6 +59,14 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// Compresses arrivals by `factor` (2 = twice the load: every arrival time halved).
+    pub fn scale_load(&mut self, factor: f64) {
+        debug_assert!(factor.is_finite() && factor > 0.0);
+        for job in &mut self.jobs {
+            job.arrival /= factor;
+        }
+    }
+
     pub fn new(source: impl Into<String>, work_unit: WorkUnit) -> Self {
         Trace {
             source: source.into(),

@@ -122,7 +122,7 @@ struct SimulateArgs {
     /// GPUs per node for `TYPE=N` items.
     #[arg(long, default_value_t = 1, value_name = "N")]
     gpus_per_node: u32,
-    /// Policies to compare, comma-separated; `help` lists them.
+    /// Policies to compare, comma-separated, each optionally with knobs (`themis:f=0.5`); `help` lists them.
     #[arg(
         long,
         default_value = "fifo,sjf,srtf,max_min_fairness",
@@ -216,7 +216,9 @@ fn main() {
 }
 
 fn list_policies() {
-    println!("Policies (use their names, comma-separated, with --policy):");
+    println!(
+        "Policies (use their names, comma-separated, with --policy; set knobs as name:knob=value):"
+    );
     for p in policy::registry() {
         let aliases = if p.aliases.is_empty() {
             String::new()
@@ -224,6 +226,9 @@ fn list_policies() {
             format!(" (alias: {})", p.aliases.join(", "))
         };
         println!("  {:<20} {}{}", p.name, p.summary, aliases);
+        for k in p.knobs {
+            println!("  {:<20}   :{}={} {}", "", k.name, k.default, k.help);
+        }
     }
 }
 
@@ -259,11 +264,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     if !(args.load_factor.is_finite() && args.load_factor > 0.0) {
         bail!("--load-factor must be positive");
     }
-    if args.load_factor != 1.0 {
-        for job in &mut trace.jobs {
-            job.arrival /= args.load_factor;
-        }
-    }
+    trace.scale_load(args.load_factor);
     let topology_spec = match &args.topology {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -377,6 +378,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             Some(path) => Some(Arc::new(scenario::load_service_distribution(path)?)),
             None => None,
         },
+        ..Default::default()
     };
     let results = compare::run_policies(
         &simulation,

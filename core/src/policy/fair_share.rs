@@ -126,12 +126,14 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "max_min_fairness",
         aliases: &["las"],
         summary: "least attained service: max-min fair time shares, GPU types treated as equal (Gavel's LAS)",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(MaxMinFairness),
     },
     PolicyInfo {
         name: "isolated",
         aliases: &[],
         summary: "each job on 1/N of every GPU type: the reference for finish-time fairness (rho)",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(Isolated),
     },
 ];

@@ -26,34 +26,99 @@ struct Isolated {
     rate: f64,
 }
 
+/// One job's finish-time-fairness inputs at a round.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FtfRow {
+    /// Seconds since it arrived.
+    pub age: f64,
+    pub remaining: f64,
+    /// Steps per second on its fastest type, with its whole gang.
+    pub rate: f64,
+    pub gpus: f64,
+    /// Seconds it would have needed so far, alone on 1/N of the cluster.
+    pub iso_time: f64,
+    /// Its rate on 1/N of the cluster now.
+    pub iso_rate: f64,
+}
+
+impl FtfRow {
+    /// Its finish time alone on 1/N of the cluster (Themis' T_ideal), as seen from its arrival.
+    pub fn ideal(&self) -> f64 {
+        self.iso_time + self.remaining / self.iso_rate
+    }
+
+    /// rho if it ran at `rate` from `now + wait` to the end.
+    pub fn rho_at(&self, rate: f64, wait: f64) -> f64 {
+        (self.age + wait + self.remaining / rate) / self.ideal()
+    }
+}
+
+/// Tracks, per job, the time it would have needed on 1/N of the cluster (N = active jobs) for the
+/// steps it has done: the isolated reference rho divides by, advanced round by round as N changes.
 #[derive(Default)]
-pub struct FinishTimeFairness {
+pub(super) struct IsolatedClock {
     isolated: FxHashMap<JobId, Isolated>,
 }
 
-fn best_rate(view: &JobView<'_>) -> f64 {
+impl IsolatedClock {
+    /// Brings every job's isolated time up to date and returns its row, in `input.jobs` order.
+    pub fn rows(&mut self, input: &RoundInput<'_>) -> Vec<FtfRow> {
+        let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
+        let m = input.jobs.len().max(1) as f64;
+        let mut rows = Vec::with_capacity(input.jobs.len());
+        for v in input.jobs {
+            let rate = best_rate(v);
+            let gpus = f64::from(v.job.gpus);
+            let iso_rate = rate * (total / (m * gpus)).min(1.0);
+            let state = self.isolated.entry(v.id()).or_default();
+            // Credit the steps done since the last round at the isolated rate of that round.
+            if state.rate > 0.0 {
+                state.time += (v.steps_done - state.steps_done) / state.rate;
+            }
+            state.steps_done = v.steps_done;
+            state.rate = iso_rate;
+            rows.push(FtfRow {
+                age: input.now - v.job.arrival,
+                remaining: v.remaining_steps,
+                rate,
+                gpus,
+                iso_time: state.time,
+                iso_rate,
+            });
+        }
+        let present: FxHashMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
+        self.isolated.retain(|j, _| present.contains_key(j));
+        rows
+    }
+}
+
+#[derive(Default)]
+pub struct FinishTimeFairness {
+    clock: IsolatedClock,
+}
+
+pub(super) fn best_rate(view: &JobView<'_>) -> f64 {
     view.rates.iter().copied().fold(0.0, f64::max)
 }
 
 impl FinishTimeFairness {
-    /// Total shares minimizing the largest rho; `jobs` are (age, remaining, rate, gpus, isolated time so
-    /// far, isolated rate).
-    fn shares(jobs: &[(f64, f64, f64, f64, f64, f64)], total_gpus: f64) -> Vec<f64> {
+    /// Total shares minimizing the largest rho.
+    fn shares(jobs: &[FtfRow], total_gpus: f64) -> Vec<f64> {
         // Room for every gang: every job runs all the time, and no rho can be lowered.
-        if jobs.iter().map(|j| j.3).sum::<f64>() <= total_gpus {
+        if jobs.iter().map(|j| j.gpus).sum::<f64>() <= total_gpus {
             return vec![1.0; jobs.len()];
         }
         let needed = |rho: f64| -> Option<Vec<f64>> {
             let mut used = 0.0;
             let mut out = Vec::with_capacity(jobs.len());
-            for &(age, remaining, rate, gpus, iso_time, iso_rate) in jobs {
+            for job in jobs {
+                let (remaining, rate, gpus) = (job.remaining, job.rate, job.gpus);
                 // A job with nothing left needs no share (it finishes this round).
                 if remaining <= 0.0 {
                     out.push(0.0);
                     continue;
                 }
-                let ideal = iso_time + remaining / iso_rate;
-                let slack = rho * ideal - age;
+                let slack = rho * job.ideal() - job.age;
                 if slack <= 0.0 {
                     return None;
                 }
@@ -83,18 +148,18 @@ impl FinishTimeFairness {
         }
         let mut s = needed(hi).unwrap_or_else(|| vec![0.0; jobs.len()]);
         // Hand out what is left evenly, capped at a full share.
-        let mut left = total_gpus - s.iter().zip(jobs).map(|(s, j)| s * j.3).sum::<f64>();
+        let mut left = total_gpus - s.iter().zip(jobs).map(|(s, j)| s * j.gpus).sum::<f64>();
         for _ in 0..jobs.len() {
             let open: Vec<usize> = (0..s.len()).filter(|&i| s[i] < 1.0).collect();
             if left <= 1e-9 || open.is_empty() {
                 break;
             }
-            let weight: f64 = open.iter().map(|&i| jobs[i].3).sum();
+            let weight: f64 = open.iter().map(|&i| jobs[i].gpus).sum();
             let raise = left / weight;
             for &i in &open {
                 let add = raise.min(1.0 - s[i]);
                 s[i] += add;
-                left -= add * jobs[i].3;
+                left -= add * jobs[i].gpus;
             }
         }
         s
@@ -104,30 +169,7 @@ impl FinishTimeFairness {
 impl Policy for FinishTimeFairness {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
         let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
-        let m = input.jobs.len().max(1) as f64;
-        let mut rows = Vec::with_capacity(input.jobs.len());
-        for v in input.jobs {
-            let rate = best_rate(v);
-            let gpus = f64::from(v.job.gpus);
-            let iso_rate = rate * (total / (m * gpus)).min(1.0);
-            let state = self.isolated.entry(v.id()).or_default();
-            // Credit the steps done since the last round at the isolated rate of that round.
-            if state.rate > 0.0 {
-                state.time += (v.steps_done - state.steps_done) / state.rate;
-            }
-            state.steps_done = v.steps_done;
-            state.rate = iso_rate;
-            rows.push((
-                input.now - v.job.arrival,
-                v.remaining_steps,
-                rate,
-                gpus,
-                state.time,
-                iso_rate,
-            ));
-        }
-        let present: FxHashMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
-        self.isolated.retain(|j, _| present.contains_key(j));
+        let rows = self.clock.rows(input);
         let shares = Self::shares(&rows, total);
         let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
         for (v, s) in input.jobs.iter().zip(shares) {
@@ -141,6 +183,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
     name: "finish_time_fairness",
     aliases: &["ftf"],
     summary: "minimize the largest finish-time fairness rho, GPU types treated as equal (Gavel's, after Themis)",
+    knobs: &[],
     build: |_: &PolicyConfig| Box::new(FinishTimeFairness::default()),
 }];
 
@@ -148,13 +191,21 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
 mod tests {
     use super::*;
 
+    /// A one-GPU job of `age` seconds with `remaining` steps at 1 step/s, on half a GPU when isolated.
+    fn row(age: f64, remaining: f64) -> FtfRow {
+        FtfRow {
+            age,
+            remaining,
+            rate: 1.0,
+            gpus: 1.0,
+            iso_time: 0.0,
+            iso_rate: 0.5,
+        }
+    }
+
     #[test]
     fn a_finished_job_does_not_break_the_others() {
-        let jobs = [
-            (10.0, 0.0, 1.0, 1.0, 0.0, 0.5),
-            (1000.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
-            (0.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
-        ];
+        let jobs = [row(10.0, 0.0), row(1000.0, 3600.0), row(0.0, 3600.0)];
         let s = FinishTimeFairness::shares(&jobs, 1.0);
         assert!(
             s[1] > s[2],
@@ -165,10 +216,7 @@ mod tests {
     #[test]
     fn the_job_furthest_behind_gets_the_larger_share() {
         // Two equal jobs on one GPU; job 0 has waited 1,000 s longer, so its rho is worse.
-        let jobs = [
-            (1000.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
-            (0.0, 3600.0, 1.0, 1.0, 0.0, 0.5),
-        ];
+        let jobs = [row(1000.0, 3600.0), row(0.0, 3600.0)];
         let s = FinishTimeFairness::shares(&jobs, 1.0);
         assert!(s[0] > s[1], "{s:?}");
         assert!((s[0] + s[1] - 1.0).abs() < 1e-6, "work-conserving: {s:?}");

@@ -13,9 +13,9 @@
 //!   greedy packing does. A pair is kept only while it does not interfere: on some GPU type, the two
 //!   jobs' packed rates, each normalized by its rate alone, must add up to at least `pack_threshold`
 //!   (default 1.0: packing must beat time-slicing the two). A pair that falls below is split again.
-//! - **Migration to defragment.** Multi-GPU grants ask for consolidation; when a job leaves and a server
-//!   can now hold a gang that runs spread over several, the simulator moves the gang there (paying
-//!   `migrate_cost`).
+//! - **Migration to defragment.** A gang starts wherever it fits, spread over servers if it must; when a
+//!   job leaves and a server can now hold a gang that runs spread, the simulator moves the gang there
+//!   (paying `migrate_cost`).
 //! - **Heterogeneity.** Gandiva does not model GPU types. Like Gavel's version, the mechanism offers the
 //!   types in a fixed order, fastest first (by the active jobs' summed rates).
 //!
@@ -37,6 +37,7 @@ pub const POLICIES: &[PolicyInfo] = &[PolicyInfo {
     name: "gandiva",
     aliases: &[],
     summary: "Gandiva: time-slicing, random packing of pairs that do not interfere, defragmenting migration (as Gavel evaluates it)",
+    knobs: &[],
     build: |config| Box::new(Gandiva::new(config.seed)),
 }];
 

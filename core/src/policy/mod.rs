@@ -36,6 +36,7 @@ pub mod fair_share;
 pub mod finish_time;
 pub mod gandiva;
 pub mod ordered;
+pub mod themis;
 pub mod timeshare;
 pub mod tiresias;
 
@@ -179,8 +180,8 @@ pub struct TimeShares {
     /// `x[k * num_types + t]` is unit `units[k]`'s share of type t.
     pub x: Vec<f64>,
     pub type_preference: TypePreference,
-    /// Multi-GPU grants ask for one server, and a gang left spread over several moves onto one as soon
-    /// as a server can hold it (Gandiva's defragmenting migration).
+    /// A gang placed spread over several servers (for want of one with room) moves onto one as soon as a
+    /// server can hold it (Gandiva's defragmenting migration).
     pub defragment: bool,
 }
 
@@ -242,6 +243,8 @@ pub struct PolicyConfig {
     /// A distribution of job service (GPU-seconds), for policies that price jobs by it (Tiresias'
     /// Gittins index). `None`: such policies learn it from the jobs that finish.
     pub service_distribution: Option<std::sync::Arc<Vec<f64>>>,
+    /// Knob values from the policy's spec (`themis:f=0.5`); [`build`] fills in the declared defaults.
+    pub knobs: KnobValues,
 }
 
 impl PolicyConfig {
@@ -251,6 +254,27 @@ impl PolicyConfig {
             ..PolicyConfig::default()
         }
     }
+
+    /// The value of a knob the policy declared. Panics on an undeclared one: that is a bug in the policy.
+    pub fn knob(&self, name: &str) -> f64 {
+        self.knobs
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| {
+                panic!("knob `{name}` is not declared in the policy's registry entry")
+            })
+    }
+}
+
+/// Every declared knob of a policy with its value, by name.
+pub type KnobValues = Vec<(&'static str, f64)>;
+
+/// A number a policy can be tuned by, from its spec: `name:knob=value:knob=value`.
+pub struct Knob {
+    pub name: &'static str,
+    pub default: f64,
+    pub help: &'static str,
 }
 
 /// A policy the registry knows.
@@ -258,6 +282,7 @@ pub struct PolicyInfo {
     pub name: &'static str,
     pub aliases: &'static [&'static str],
     pub summary: &'static str,
+    pub knobs: &'static [Knob],
     pub build: fn(&PolicyConfig) -> Box<dyn Policy>,
 }
 
@@ -269,17 +294,29 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
         .chain(finish_time::POLICIES)
         .chain(tiresias::POLICIES)
         .chain(gandiva::POLICIES)
+        .chain(themis::POLICIES)
 }
 
-/// Builds the policy called `name` (or one of its aliases).
-pub fn build(name: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, SimError> {
-    let info = find(name)?;
-    Ok((info.build)(config))
+/// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.
+pub fn build(spec: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, SimError> {
+    let (info, knobs) = parse(spec)?;
+    let config = PolicyConfig {
+        knobs,
+        ..config.clone()
+    };
+    Ok((info.build)(&config))
 }
 
-/// The registry entry for `name` or one of its aliases.
-pub fn find(name: &str) -> Result<&'static PolicyInfo, SimError> {
-    registry()
+/// The registry entry a spec names.
+pub fn find(spec: &str) -> Result<&'static PolicyInfo, SimError> {
+    parse(spec).map(|(info, _)| info)
+}
+
+/// Resolves a spec to its registry entry and every declared knob's value (given, or the default).
+pub fn parse(spec: &str) -> Result<(&'static PolicyInfo, KnobValues), SimError> {
+    let mut parts = spec.split(':');
+    let name = parts.next().unwrap_or_default();
+    let info = registry()
         .find(|p| p.name == name || p.aliases.contains(&name))
         .ok_or_else(|| SimError::UnknownPolicy {
             name: name.to_owned(),
@@ -290,7 +327,28 @@ pub fn find(name: &str) -> Result<&'static PolicyInfo, SimError> {
                 })
                 .collect::<Vec<_>>()
                 .join(", "),
-        })
+        })?;
+    let mut knobs: Vec<(&'static str, f64)> =
+        info.knobs.iter().map(|k| (k.name, k.default)).collect();
+    for part in parts {
+        let bad = |why: String| SimError::Config(format!("policy `{spec}`: knob `{part}`: {why}"));
+        let (key, value) = part
+            .split_once('=')
+            .ok_or_else(|| bad("expected knob=value".into()))?;
+        let slot = knobs.iter_mut().find(|(k, _)| *k == key).ok_or_else(|| {
+            let known: Vec<&str> = info.knobs.iter().map(|k| k.name).collect();
+            bad(match known.as_slice() {
+                [] => format!("{} has no knobs", info.name),
+                known => format!("unknown knob; {} has {}", info.name, known.join(", ")),
+            })
+        })?;
+        slot.1 = value
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| bad(format!("`{value}` is not a number")))?;
+    }
+    Ok((info, knobs))
 }
 
 #[cfg(test)]
@@ -306,6 +364,25 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), total, "duplicate policy name or alias");
+    }
+
+    #[test]
+    fn knobs_take_defaults_and_reject_typos() {
+        let (info, knobs) = parse("themis:f=0.5").unwrap();
+        assert_eq!(info.name, "themis");
+        assert!(
+            knobs.contains(&("f", 0.5)) && knobs.contains(&("lease", 300.0)),
+            "{knobs:?}"
+        );
+        for (spec, says) in [
+            ("themis:g=1", "unknown knob; themis has f, lease"),
+            ("themis:f=x", "`x` is not a number"),
+            ("themis:f", "expected knob=value"),
+            ("fifo:f=1", "fifo has no knobs"),
+        ] {
+            let err = parse(spec).err().unwrap().to_string();
+            assert!(err.contains(says), "{spec}: {err}");
+        }
     }
 
     #[test]

@@ -146,24 +146,28 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "fifo",
         aliases: &[],
         summary: "first come, first served; no preemption; the head of the queue blocks (Gavel's `fifo`)",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(Ordered::fifo()),
     },
     PolicyInfo {
         name: "yarn_cs",
         aliases: &[],
         summary: "FIFO with strict consolidation: a gang waits until one server can hold it (Tiresias' baseline)",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(Ordered::yarn_cs()),
     },
     PolicyInfo {
         name: "sjf",
         aliases: &[],
         summary: "shortest job first by total work (oracle); no preemption; small jobs backfill",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(Ordered::sjf()),
     },
     PolicyInfo {
         name: "srtf",
         aliases: &[],
         summary: "shortest remaining time first (oracle); preempts at round boundaries",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(Ordered::srtf()),
     },
 ];

@@ -224,7 +224,6 @@ impl Mechanism {
                 members.for_each(|&m| placed[m] = true);
                 let defragment = shares.defragment && row.gpus > 1;
                 let grant = |job, partner| Grant {
-                    consolidate: defragment,
                     defragment,
                     partner,
                     ..Grant::new(job, t, row.gpus)

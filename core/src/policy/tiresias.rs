@@ -199,12 +199,14 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "tiresias",
         aliases: &["tiresias_las", "2das"],
         summary: "Tiresias' discretized 2D-LAS: queues by GPU-seconds attained, FIFO inside, starvation promotion",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(Tiresias::new(Service::GpuTime, false)),
     },
     PolicyInfo {
         name: "tiresias_gittins",
         aliases: &[],
         summary: "Tiresias' discretized 2D-Gittins index over a GPU-time distribution learned from finished jobs",
+        knobs: &[],
         build: |config: &PolicyConfig| {
             let policy = Tiresias::new(Service::GpuTime, true);
             Box::new(match &config.service_distribution {
@@ -217,6 +219,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "dlas",
         aliases: &[],
         summary: "discretized 1-D LAS over time only (Tiresias' comparison point)",
+        knobs: &[],
         build: |_: &PolicyConfig| Box::new(Tiresias::new(Service::Time, false)),
     },
 ];
