@@ -255,3 +255,50 @@ fn gandiva_moves_a_spread_gang_onto_one_server_when_one_frees_up() {
     assert_eq!(migrations("gandiva"), 1);
     assert_eq!(migrations("max_min_fairness"), 0);
 }
+
+/// Rate sqrt(gpus) at any power-of-two gang: a job runs faster on more GPUs, with diminishing returns.
+struct Scaling;
+
+impl ThroughputModel for Scaling {
+    fn steps_per_second(&self, _: &Job, _: GpuTypeId, gpus: u32) -> Option<f64> {
+        gpus.is_power_of_two().then(|| f64::from(gpus).sqrt())
+    }
+}
+
+/// Gandiva's grow-shrink: a lone 1-GPU job grows into its 4-GPU server (twice as fast); when a second
+/// job arrives, the first shrinks to make room, and both run grown on two GPUs each.
+#[test]
+fn gandiva_grows_into_idle_gpus_and_shrinks_for_newcomers() {
+    let cluster = Cluster::from_nodes([("v100", 4, 12, 1.0)]);
+    let run_with = |spec: &str, jobs: &[(f64, u32, f64)]| {
+        let trace = trace(jobs);
+        let mut sim = Simulation::new(&trace, &cluster, &Scaling);
+        sim.config.audit = true;
+        let mut policy = policy::build(spec, &PolicyConfig::seeded(0)).unwrap();
+        sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
+    };
+    let alone = |spec: &str| {
+        run_with(spec, &[(0.0, 1, 7200.0)]).records[0]
+            .finish
+            .unwrap()
+    };
+    assert!((alone("gandiva") - 7200.0).abs() < 1e-6);
+    assert!(
+        (alone("gandiva:grow=1") - 3600.0).abs() < 1e-6,
+        "{}",
+        alone("gandiva:grow=1")
+    );
+    let pair = run_with("gandiva:grow=1", &[(0.0, 1, 7200.0), (1000.0, 1, 7200.0)]);
+    let first = &pair.records[0];
+    // 1080 s on 4 GPUs (2160 steps), then sqrt(2) steps/s on 2 GPUs for the remaining 5040 steps.
+    let expected = 1080.0 + 5040.0 / 2f64.sqrt();
+    assert!(
+        (first.finish.unwrap() - expected).abs() < 1e-6,
+        "{:?}",
+        first.finish
+    );
+    assert_eq!(
+        first.migrations, 1,
+        "the shrink from 4 GPUs to 2 moves the job once"
+    );
+}

@@ -19,17 +19,22 @@
 //! - **Heterogeneity.** Gandiva does not model GPU types. Like Gavel's version, the mechanism offers the
 //!   types in a fixed order, fastest first (by the active jobs' summed rates).
 //!
-//! Gandiva's introspective grow-shrink (giving idle GPUs to jobs that can use more) needs elastic jobs,
-//! which the traces here do not describe; it is left to the goodput-driven elastic policies.
+//! - **Introspective grow-shrink** (knob `grow`, off by default because Gavel's version has none): GPUs
+//!   that no unit uses this round go to running jobs that the throughput model says run at least 10%
+//!   faster on twice the GPUs, doubling while that holds; when the GPUs are wanted again, the job shrinks
+//!   back to its own gang (each resize costs a migration). It needs a model with rates at other gang
+//!   sizes, such as Gavel's table (scale factors 1, 2, 4, 8).
 //!
-//! Knobs (paper defaults): `pack_threshold` = 1.0; the seed of the random pairing comes from
-//! [`PolicyConfig::seed`](super::PolicyConfig::seed).
+//! Knobs (paper defaults): `pack_threshold` = 1.0; `grow` = 0 (`gandiva:grow=1` turns it on); the seed
+//! of the random pairing comes from [`PolicyConfig::seed`](super::PolicyConfig::seed).
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::{Allocation, JobView, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference};
+use super::{
+    Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
+};
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
 
@@ -37,8 +42,16 @@ pub const POLICIES: &[PolicyInfo] = &[PolicyInfo {
     name: "gandiva",
     aliases: &[],
     summary: "Gandiva: time-slicing, random packing of pairs that do not interfere, defragmenting migration (as Gavel evaluates it)",
-    knobs: &[],
-    build: |config| Box::new(Gandiva::new(config.seed)),
+    knobs: &[Knob {
+        name: "grow",
+        default: 0.0,
+        help: "1: grow jobs into idle GPUs where the throughput model says they speed up (off in Gavel's version)",
+    }],
+    build: |config| {
+        let mut gandiva = Gandiva::new(config.seed);
+        gandiva.grow = config.knob("grow") != 0.0;
+        Box::new(gandiva)
+    },
 }];
 
 /// Gandiva's scheduler state: which jobs are packed together.
@@ -47,6 +60,8 @@ pub struct Gandiva {
     partners: FxHashMap<JobId, JobId>,
     /// Combined normalized rate a pair needs on some GPU type to stay packed.
     pub pack_threshold: f64,
+    /// Grow jobs into GPUs nobody else uses.
+    pub grow: bool,
     rng: ChaCha8Rng,
     /// The answer in force, reused until a job arrives or leaves.
     last: Option<TimeShares>,
@@ -57,6 +72,7 @@ impl Gandiva {
         Gandiva {
             partners: FxHashMap::default(),
             pack_threshold: 1.0,
+            grow: false,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6761_6e64_6976_6121),
             last: None,
         }
@@ -139,6 +155,7 @@ impl Gandiva {
         let order = speed.into_iter().map(|(_, t)| t).collect();
         let mut out = TimeShares::new(capacity.len(), TypePreference::Ordered(order));
         out.defragment = true;
+        out.grow = self.grow;
         // Each job once: alone, or in its pair (listed by its lower id).
         let units = input
             .jobs

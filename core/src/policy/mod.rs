@@ -183,6 +183,8 @@ pub struct TimeShares {
     /// A gang placed spread over several servers (for want of one with room) moves onto one as soon as a
     /// server can hold it (Gandiva's defragmenting migration).
     pub defragment: bool,
+    /// GPUs left idle after every unit is placed go to jobs that speed up on more (Gandiva's grow-shrink).
+    pub grow: bool,
 }
 
 impl TimeShares {
@@ -193,6 +195,7 @@ impl TimeShares {
             x: Vec::new(),
             type_preference,
             defragment: false,
+            grow: false,
         }
     }
 

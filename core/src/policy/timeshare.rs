@@ -234,6 +234,46 @@ impl Mechanism {
                 }
             }
         }
+        if shares.grow {
+            grow(&mut grants, &mut left, input, &index);
+        }
         grants
+    }
+}
+
+/// A job grows only when doubling its gang speeds it up by at least this much.
+const GROW_SPEEDUP: f64 = 1.1;
+
+/// Gandiva's introspective grow-shrink: GPUs no grant uses go to granted jobs that run faster on twice as
+/// many, doubling while it pays. Jobs already running grown come first, so that growth is stable from
+/// round to round; a job whose extra GPUs are needed again shrinks back to its own gang next round.
+fn grow(
+    grants: &mut [Grant],
+    left: &mut [u32],
+    input: &RoundInput<'_>,
+    index: &FxHashMap<JobId, usize>,
+) {
+    let view = |g: &Grant| &input.jobs[index[&g.job]];
+    let running_size = |g: &Grant| view(g).running.map_or(0, |r| r.gpus.len());
+    let mut order: Vec<usize> = (0..grants.len())
+        .filter(|&k| grants[k].partner.is_none())
+        .collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(running_size(&grants[k])));
+    for k in order {
+        let grant = &mut grants[k];
+        let job = view(grant).job;
+        let t = grant.gpu_type;
+        let mut rate = view(grant).rates[t.0 as usize];
+        while left[t.0 as usize] >= grant.gpus {
+            let bigger = grant.gpus * 2;
+            match input.model.steps_per_second(job, t, bigger) {
+                Some(r) if r >= rate * GROW_SPEEDUP => {
+                    left[t.0 as usize] -= grant.gpus;
+                    grant.gpus = bigger;
+                    rate = r;
+                }
+                _ => break,
+            }
+        }
     }
 }

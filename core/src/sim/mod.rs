@@ -404,6 +404,20 @@ impl<'a> World<'a> {
         &self.rates[i * t..(i + 1) * t]
     }
 
+    /// Job `i`'s rate alone on `gpus` GPUs of `gpu_type`: cached at the size it asked for, from the model
+    /// at any other size (a policy that resizes jobs); 0 where it cannot run so.
+    fn rate_at(&self, i: usize, gpu_type: GpuTypeId, gpus: u32) -> f64 {
+        let job = &self.sim.trace.jobs[i];
+        if gpus == job.gpus {
+            return self.job_rates(i)[gpu_type.0 as usize];
+        }
+        self.sim
+            .model
+            .steps_per_second(job, gpu_type, gpus)
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or(0.0)
+    }
+
     /// A job can run if some type it has a rate on has room for its whole gang.
     fn can_ever_run(&self, i: usize) -> bool {
         let gpus = self.sim.trace.jobs[i].gpus;
@@ -516,9 +530,12 @@ impl<'a> World<'a> {
         };
         run.partner = None;
         run.unit = Some(Unit::Job(id));
-        run.rate = self.rates[i * self.sim.cluster.num_gpu_types() + run.gpu_type.0 as usize]
-            * run.locality;
+        let (gpu_type, gpus, locality) = (run.gpu_type, run.gpus.len() as u32, run.locality);
         let progress_from = run.progress_from.max(now);
+        let rate = self.rate_at(i, gpu_type, gpus) * locality;
+        if let Some(run) = self.jobs[i].run.as_mut() {
+            run.rate = rate;
+        }
         self.reschedule_completion(i, progress_from);
     }
 
@@ -565,7 +582,7 @@ impl<'a> World<'a> {
         let id = |k: usize| self.sim.trace.jobs[k].id;
         match partner {
             None => {
-                let rate = self.job_rates(i)[gpu_type.0 as usize];
+                let rate = self.rate_at(i, gpu_type, placed.gpus.len() as u32);
                 let unit = Unit::Job(id(i));
                 self.begin_run(i, &placed, gpu_type, rate, None, Some(unit), now);
             }
@@ -678,7 +695,7 @@ impl<'a> World<'a> {
             if self.jobs[i].grant.take().is_none()
                 || self.jobs[i].run.is_some()
                 || self.jobs[i].record.finish.is_some()
-                || self.job_rates(i)[g.gpu_type.0 as usize] <= 0.0
+                || self.rate_at(i, g.gpu_type, g.gpus) <= 0.0
             {
                 continue;
             }
@@ -801,20 +818,17 @@ impl<'a> World<'a> {
                 continue;
             };
             let job = &self.sim.trace.jobs[i];
-            assert_eq!(
-                run.gpus.len() as u32,
-                job.gpus,
-                "job {} holds a partial gang",
-                job.id
+            // Its requested gang, or a size its throughput model runs it at (a resized job): never a
+            // partial gang.
+            assert!(
+                self.rate_at(i, run.gpu_type, run.gpus.len() as u32) > 0.0,
+                "job {} holds {} GPUs, a gang it cannot run on",
+                job.id,
+                run.gpus.len()
             );
             assert!(
                 self.jobs[i].record.finish.is_none(),
                 "finished job {} still runs",
-                job.id
-            );
-            assert!(
-                self.job_rates(i)[run.gpu_type.0 as usize] > 0.0,
-                "job {} on a type it cannot use",
                 job.id
             );
             for &g in &run.gpus {

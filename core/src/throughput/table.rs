@@ -116,6 +116,20 @@ impl ThroughputTable {
             .copied()
     }
 
+    /// Every scale factor the table has for a job type on a GPU type, with its rate alone (positive only).
+    fn sizes<'a>(
+        &'a self,
+        gpu_type: &str,
+        job_type: &'a str,
+    ) -> impl Iterator<Item = (&'a str, u32, f64)> + 'a {
+        self.gpu_types
+            .get(gpu_type)
+            .into_iter()
+            .flat_map(|jobs| jobs.iter())
+            .filter(move |((name, _), e)| name == job_type && e.alone > 0.0)
+            .map(|((name, sf), e)| (name.as_str(), *sf, e.alone))
+    }
+
     fn entry(&self, gpu_type: &str, job_type: &str, scale_factor: u32) -> Option<&TableEntry> {
         self.gpu_types
             .get(gpu_type)?
@@ -177,6 +191,19 @@ impl TableModel {
                         cluster.gpu_types().join(", ")
                     ),
                 ));
+            }
+        }
+        // Rates at every other gang size the table knows, for policies that resize jobs (grow-shrink).
+        let job_types: std::collections::BTreeSet<JobTypeId> =
+            checked.iter().map(|&(job_type, _)| job_type).collect();
+        for job_type in job_types {
+            let name = trace.job_type_name(job_type);
+            for (t, gpu_type) in cluster.gpu_types().iter().enumerate() {
+                for (_, sf, rate) in table.sizes(gpu_type, name) {
+                    rates
+                        .entry((job_type, GpuTypeId(t as u16), sf))
+                        .or_insert(rate);
+                }
             }
         }
         // Pair rates for every two job types of the trace at a gang size they share.
