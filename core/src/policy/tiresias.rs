@@ -4,7 +4,7 @@
 //!   queues by thresholds (default 3,250 / 7,200 / 18,000 GPU-seconds, as in Tiresias' simulator). A lower
 //!   queue always goes first; inside a queue jobs go in arrival order. It preempts at round boundaries.
 //! - **Starvation promotion**: a job that has waited longer than `promote_knob` x its last run goes back
-//!   to the top queue (its service is counted afresh from then). Default knob: 10.
+//!   to the top queue (its service is counted afresh from then). Default knob: 10 (`tiresias:promote=N`).
 //! - **Gittins index** (`tiresias_gittins`): the same queues; inside a queue, jobs are ordered by their
 //!   Gittins index over the GPU-time distribution, with the quantum set by the distance to the next
 //!   queue threshold. The distribution
@@ -18,7 +18,7 @@
 use rustc_hash::FxHashMap;
 
 use super::ordered::{GrantRules, grant_in_order};
-use super::{Allocation, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput};
+use super::{Allocation, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput};
 use crate::job::JobId;
 
 /// What counts as attained service.
@@ -199,30 +199,39 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "tiresias",
         aliases: &["tiresias_las", "2das"],
         summary: "Tiresias' discretized 2D-LAS: queues by GPU-seconds attained, FIFO inside, starvation promotion",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Tiresias::new(Service::GpuTime, false)),
+        knobs: &[PROMOTE],
+        build: |config| build(config, Service::GpuTime, false),
     },
     PolicyInfo {
         name: "tiresias_gittins",
         aliases: &[],
         summary: "Tiresias' discretized 2D-Gittins index over a GPU-time distribution learned from finished jobs",
-        knobs: &[],
-        build: |config: &PolicyConfig| {
-            let policy = Tiresias::new(Service::GpuTime, true);
-            Box::new(match &config.service_distribution {
-                Some(d) => policy.with_distribution(d),
-                None => policy,
-            })
-        },
+        knobs: &[PROMOTE],
+        build: |config| build(config, Service::GpuTime, true),
     },
     PolicyInfo {
         name: "dlas",
         aliases: &[],
         summary: "discretized 1-D LAS over time only (Tiresias' comparison point)",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Tiresias::new(Service::Time, false)),
+        knobs: &[PROMOTE],
+        build: |config| build(config, Service::Time, false),
     },
 ];
+
+const PROMOTE: Knob = Knob {
+    name: "promote",
+    default: 10.0,
+    help: "a job waiting longer than this many times its last run goes back to the top queue",
+};
+
+fn build(config: &PolicyConfig, service: Service, gittins: bool) -> Box<dyn Policy> {
+    let mut policy = Tiresias::new(service, gittins);
+    policy.promote_knob = config.knob("promote");
+    if let (true, Some(d)) = (gittins, &config.service_distribution) {
+        policy = policy.with_distribution(d);
+    }
+    Box::new(policy)
+}
 
 #[cfg(test)]
 mod tests {
