@@ -13,5 +13,6 @@ pub mod job;
 pub mod metrics;
 pub mod policy;
 pub mod sim;
+pub mod solver;
 pub mod throughput;
 pub mod trace;

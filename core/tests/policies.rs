@@ -130,6 +130,7 @@ macro_rules! every_policy {
 
 every_policy! {
     fifo: fair = false;
+    fifo_perf: fair = false;
     yarn_cs: fair = false;
     sjf: fair = false;
     srtf: fair = false;
@@ -143,6 +144,20 @@ every_policy! {
     // Themis bounds rho, not waiting: a long job's ideal finish time grows with the queue, so its rho
     // can stay the lowest, and it can wait, for hours (see `themis_lowers_the_worst_rho`).
     themis: fair = false;
+    max_min_fairness_perf: fair = true;
+    finish_time_fairness_perf: fair = true;
+    min_total_duration: fair = false;
+    max_sum_throughput_perf: fair = false;
+    max_sum_throughput_normalized_by_cost_perf: fair = false;
+    allox: fair = false;
+    hadar: fair = false;
+    max_min_fairness_water_filling: fair = true;
+    max_min_fairness_packed: fair = true;
+    max_min_fairness_water_filling_packed: fair = true;
+    finish_time_fairness_packed: fair = true;
+    min_total_duration_packed: fair = false;
+    max_sum_throughput_packed: fair = false;
+    max_sum_throughput_normalized_by_cost_packed: fair = false;
 }
 
 /// Rate 1 alone; `kept` of it each when two jobs share a GPU.

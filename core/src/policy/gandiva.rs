@@ -32,6 +32,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::effective::fastest_first;
 use super::{
     Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
 };
@@ -145,14 +146,7 @@ impl Gandiva {
 
     fn shares(&self, input: &RoundInput<'_>) -> TimeShares {
         let capacity = input.capacity;
-        let mut speed: Vec<(f64, GpuTypeId)> = (0..capacity.len())
-            .map(|t| {
-                let total: f64 = input.jobs.iter().map(|v| v.rates[t]).sum();
-                (total, GpuTypeId(t as u16))
-            })
-            .collect();
-        speed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let order = speed.into_iter().map(|(_, t)| t).collect();
+        let order = fastest_first(input);
         let mut out = TimeShares::new(capacity.len(), TypePreference::Ordered(order));
         out.defragment = true;
         out.grow = self.grow;

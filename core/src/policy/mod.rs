@@ -32,9 +32,13 @@
 //! - **Synergy**: the cluster carries CPUs and memory per node; a grant can carry a CPU and memory
 //!   demand when that lands, and the placer checks it.
 
+pub mod allox;
+pub mod effective;
 pub mod fair_share;
 pub mod finish_time;
 pub mod gandiva;
+pub mod hadar;
+pub mod hetero;
 pub mod ordered;
 pub mod themis;
 pub mod timeshare;
@@ -122,6 +126,11 @@ pub struct Grant {
     /// Runs packed with this job on the same GPUs (space sharing); the partner's grant names this job.
     #[serde(default)]
     pub partner: Option<JobId>,
+    /// The gang may span GPU types (task-level heterogeneity, Hadar): it takes GPUs of the types at
+    /// least as fast for it as `gpu_type`, fastest first, and `gpu_type`, the slowest it may use, sets
+    /// its pace.
+    #[serde(default)]
+    pub mixed: bool,
 }
 
 impl Grant {
@@ -134,6 +143,7 @@ impl Grant {
             consolidate: false,
             defragment: false,
             partner: None,
+            mixed: false,
         }
     }
 }
@@ -185,6 +195,10 @@ pub struct TimeShares {
     pub defragment: bool,
     /// GPUs left idle after every unit is placed go to jobs that speed up on more (Gandiva's grow-shrink).
     pub grow: bool,
+    /// Units with no share of a type may still run on its GPUs that would otherwise idle, after every
+    /// unit with a share (Gavel's mechanism does this for every policy but FIFO; an LP's vertex solution
+    /// leaves many zero shares).
+    pub fill_idle: bool,
 }
 
 impl TimeShares {
@@ -196,6 +210,7 @@ impl TimeShares {
             type_preference,
             defragment: false,
             grow: false,
+            fill_idle: false,
         }
     }
 
@@ -248,7 +263,14 @@ pub struct PolicyConfig {
     pub service_distribution: Option<std::sync::Arc<Vec<f64>>>,
     /// Knob values from the policy's spec (`themis:f=0.5`); [`build`] fills in the declared defaults.
     pub knobs: KnobValues,
+    /// Dollars per GPU-hour by GPU type name, for cost-aware policies; types not listed cost
+    /// [`DEFAULT_GPU_PRICES`] or, failing that, 1.
+    pub gpu_prices: Vec<(String, f64)>,
 }
+
+/// On-demand cloud prices per GPU-hour, in dollars, in 2020 (one-GPU instances: AWS p3.2xlarge for the
+/// V100, AWS p2.xlarge for the K80, GCP for the P100), as a default for cost-aware policies.
+pub const DEFAULT_GPU_PRICES: &[(&str, f64)] = &[("v100", 3.06), ("p100", 1.46), ("k80", 0.90)];
 
 impl PolicyConfig {
     pub fn seeded(seed: u64) -> Self {
@@ -256,6 +278,22 @@ impl PolicyConfig {
             seed,
             ..PolicyConfig::default()
         }
+    }
+
+    /// The price per GPU-hour of each of the cluster's GPU types.
+    pub fn prices(&self, cluster: &Cluster) -> Vec<f64> {
+        cluster
+            .gpu_types()
+            .iter()
+            .map(|name| {
+                let given = self.gpu_prices.iter().find(|(n, _)| n == name).map(|p| p.1);
+                let default = DEFAULT_GPU_PRICES
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|p| p.1);
+                given.or(default).unwrap_or(1.0)
+            })
+            .collect()
     }
 
     /// The value of a knob the policy declared. Panics on an undeclared one: that is a bug in the policy.
@@ -298,6 +336,9 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
         .chain(tiresias::POLICIES)
         .chain(gandiva::POLICIES)
         .chain(themis::POLICIES)
+        .chain(hetero::POLICIES)
+        .chain(allox::POLICIES)
+        .chain(hadar::POLICIES)
 }
 
 /// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.

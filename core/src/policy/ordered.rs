@@ -16,6 +16,8 @@ pub struct Ordered {
     head_of_line_blocking: bool,
     /// Keep every gang on one server where it fits in one (YARN-CS).
     consolidate: bool,
+    /// Pick the fastest type with room rather than the first (heterogeneity-aware, Gavel's `fifo_perf`).
+    fastest: bool,
 }
 
 /// Seconds a job would take at its fastest, from `steps` of work.
@@ -36,6 +38,15 @@ impl Ordered {
             preemptive: false,
             head_of_line_blocking: true,
             consolidate: false,
+            fastest: false,
+        }
+    }
+
+    /// FIFO that starts each job on the fastest GPU type with room for it (Gavel's `fifo_perf`).
+    pub fn fifo_perf() -> Self {
+        Ordered {
+            fastest: true,
+            ..Ordered::fifo()
         }
     }
 
@@ -54,6 +65,7 @@ impl Ordered {
             preemptive: false,
             head_of_line_blocking: false,
             consolidate: false,
+            fastest: false,
         }
     }
 
@@ -64,6 +76,7 @@ impl Ordered {
             preemptive: true,
             head_of_line_blocking: false,
             consolidate: false,
+            fastest: false,
         }
     }
 }
@@ -77,6 +90,7 @@ impl Policy for Ordered {
                 preemptive: self.preemptive,
                 head_of_line_blocking: self.head_of_line_blocking,
                 consolidate: self.consolidate,
+                fastest: self.fastest,
             },
             |v| (key(v), 0.0),
         ))
@@ -91,10 +105,13 @@ pub(super) struct GrantRules {
     pub head_of_line_blocking: bool,
     /// Ask the placer to keep each gang on one server (YARN-CS).
     pub consolidate: bool,
+    /// A new job gets the fastest type with room, not the first in cluster order.
+    pub fastest: bool,
 }
 
 /// Grants GPUs to jobs in ascending `key` order (ties keep arrival order). A job gets the type it runs
-/// on when that still has room, else the first type, in cluster order, with room for its whole gang.
+/// on when that still has room, else the first type, in cluster order (or the fastest, by its rates, when
+/// `rules.fastest`), with room for its whole gang.
 pub(super) fn grant_in_order(
     input: &RoundInput<'_>,
     rules: &GrantRules,
@@ -126,7 +143,15 @@ pub(super) fn grant_in_order(
             .running
             .map(|r| r.gpu_type.0 as usize)
             .filter(|&t| fits(t));
-        match current.or_else(|| (0..free.len()).find(|&t| fits(t))) {
+        let fresh = || {
+            let mut candidates = (0..free.len()).filter(|&t| fits(t));
+            if rules.fastest {
+                candidates.max_by(|&a, &b| view.rates[a].total_cmp(&view.rates[b]).then(b.cmp(&a)))
+            } else {
+                candidates.next()
+            }
+        };
+        match current.or_else(fresh) {
             Some(t) => {
                 free[t] -= gpus;
                 grants.push(Grant {
@@ -142,6 +167,13 @@ pub(super) fn grant_in_order(
 }
 
 pub(super) static POLICIES: &[PolicyInfo] = &[
+    PolicyInfo {
+        name: "fifo_perf",
+        aliases: &[],
+        summary: "FIFO that starts each job on the fastest GPU type with room (Gavel's heterogeneity-aware `fifo_perf`)",
+        knobs: &[],
+        build: |_: &PolicyConfig| Box::new(Ordered::fifo_perf()),
+    },
     PolicyInfo {
         name: "fifo",
         aliases: &[],

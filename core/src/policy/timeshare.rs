@@ -186,7 +186,7 @@ impl Mechanism {
             entries.clear();
             for (k, row) in rows.iter().enumerate() {
                 let share = row.shares.get(ti).copied().unwrap_or(0.0);
-                if share <= 0.0 || !row.runs_on(t, input) {
+                if (share <= 0.0 && !shares.fill_idle) || !row.runs_on(t, input) {
                     continue;
                 }
                 let ledger = row.ledger;

@@ -171,6 +171,7 @@ impl Policy for Tiresias {
             preemptive: true,
             head_of_line_blocking: false,
             consolidate: false,
+            fastest: false,
         };
         let grants = grant_in_order(input, &rules, |v| {
             let service =

@@ -123,8 +123,11 @@ impl SimResult {
 /// A job's current run.
 #[derive(Clone, Debug)]
 struct Run {
+    /// The GPU type that sets its pace: its only type, or the slowest of a gang spanning types.
     gpu_type: GpuTypeId,
     gpus: GpuSet,
+    /// Its GPUs span types (a `mixed` grant).
+    mixed: bool,
     rate: f64,
     /// How much its placement slows it (1 = ideal), kept to recompute the rate when a partner leaves.
     locality: f64,
@@ -463,7 +466,9 @@ impl<'a> World<'a> {
 
     /// Brings a running job's accounting up to `now`.
     fn settle(&mut self, i: usize, now: f64) {
-        let Some(run) = self.jobs[i].run.as_mut() else {
+        let cluster = self.sim.cluster;
+        let state = &mut self.jobs[i];
+        let Some(run) = state.run.as_mut() else {
             return;
         };
         let from = run.settled_to;
@@ -477,11 +482,16 @@ impl<'a> World<'a> {
         let gpus = run.gpus.len() as f64 / sharers;
         let (gpu_type, rate, unit) = (run.gpu_type, run.rate, run.unit);
         run.settled_to = now;
-        let state = &mut self.jobs[i];
+        if run.mixed {
+            for &g in &run.gpus {
+                state.record.gpu_seconds[cluster.gpu_type_of(g).0 as usize] += held / sharers;
+            }
+        } else {
+            state.record.gpu_seconds[gpu_type.0 as usize] += held * gpus;
+        }
         state.steps_done += progressing * rate;
         state.attained_seconds += held;
         state.attained_gpu_seconds += held * gpus;
-        state.record.gpu_seconds[gpu_type.0 as usize] += held * gpus;
         if let (true, Some(unit)) = (self.time_shared, unit) {
             self.mechanism.charge(unit, gpu_type, held);
         }
@@ -617,11 +627,17 @@ impl<'a> World<'a> {
         let job = &self.sim.trace.jobs[i];
         let locality = locality_factor(self.sensitivity[job.job_type.0 as usize], placed.score);
         let overhead = self.start_overhead(i, &placed.gpus);
+        let cluster = self.sim.cluster;
+        let mixed = placed
+            .gpus
+            .iter()
+            .any(|&g| cluster.gpu_type_of(g) != gpu_type);
         let state = &mut self.jobs[i];
         state.overhead_due = 0.0;
         state.record.first_start.get_or_insert(now);
         state.run = Some(Run {
             gpu_type,
+            mixed,
             gpus: placed.gpus.clone(),
             rate: rate * locality,
             locality,
@@ -677,6 +693,7 @@ impl<'a> World<'a> {
                 g.gpu_type == run.gpu_type
                     && g.gpus as usize == run.gpus.len()
                     && g.partner == partner
+                    && g.mixed == run.mixed
             });
             if keep && self.jobs[i].grant.is_some_and(|g| g.defragment) {
                 spread.push(i);
@@ -706,18 +723,22 @@ impl<'a> World<'a> {
                     None => continue,
                 },
             };
-            let job = &self.sim.trace.jobs[i];
-            let request = PlaceRequest {
-                job,
-                gpu_type: g.gpu_type,
-                gpus: g.gpus,
-                previous: &self.jobs[i].last_gpus,
-                waited: (now - self.jobs[i].queued_since).max(0.0),
-                sensitivity: self.sensitivity[job.job_type.0 as usize],
-                consolidate: g.consolidate,
+            let placed = if g.mixed && partner.is_none() {
+                self.place_mixed(i, g, placer, now)
+            } else {
+                let job = &self.sim.trace.jobs[i];
+                let request = PlaceRequest {
+                    job,
+                    gpu_type: g.gpu_type,
+                    gpus: g.gpus,
+                    previous: &self.jobs[i].last_gpus,
+                    waited: (now - self.jobs[i].queued_since).max(0.0),
+                    sensitivity: self.sensitivity[job.job_type.0 as usize],
+                    consolidate: g.consolidate,
+                };
+                placer.place(cluster, &self.free, &request)
             };
-            let chosen = placer.place(cluster, &self.free, &request);
-            if let Some(placed) = chosen.filter(|c| c.gpus.len() == g.gpus as usize) {
+            if let Some(placed) = placed.filter(|c| c.gpus.len() == g.gpus as usize) {
                 self.start(i, placed, g.gpu_type, partner, now);
             }
         }
@@ -748,6 +769,7 @@ impl<'a> World<'a> {
         let first = cluster.node_of(run.gpus[0]);
         let n = run.gpus.len() as u32;
         if run.partner.is_some()
+            || run.mixed
             || run.gpus.iter().all(|&g| cluster.node_of(g) == first)
             || self.free.widest(run.gpu_type) < n
         {
@@ -777,6 +799,49 @@ impl<'a> World<'a> {
             self.jobs[i].displaced = true;
             self.start(i, placed, gpu_type, None, now);
         }
+    }
+
+    /// Places a gang that may span GPU types: the types at least as fast for it as the grant's, fastest
+    /// first, each through the placer; `None` unless the whole gang is covered.
+    fn place_mixed(
+        &self,
+        i: usize,
+        g: &Grant,
+        placer: &mut dyn Placer,
+        now: f64,
+    ) -> Option<Placed> {
+        let cluster = self.sim.cluster;
+        let job = &self.sim.trace.jobs[i];
+        let pace = self.rate_at(i, g.gpu_type, g.gpus);
+        let mut types: Vec<(f64, GpuTypeId)> = (0..self.types() as u16)
+            .map(|t| (self.rate_at(i, GpuTypeId(t), g.gpus), GpuTypeId(t)))
+            .filter(|&(rate, _)| rate >= pace && rate > 0.0)
+            .collect();
+        types.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut gpus = GpuSet::new();
+        let mut score = f64::MAX;
+        for (_, t) in types {
+            let n = (g.gpus - gpus.len() as u32).min(self.free.free_of_type(t));
+            if n == 0 {
+                continue;
+            }
+            let request = PlaceRequest {
+                job,
+                gpu_type: t,
+                gpus: n,
+                previous: &self.jobs[i].last_gpus,
+                waited: (now - self.jobs[i].queued_since).max(0.0),
+                sensitivity: self.sensitivity[job.job_type.0 as usize],
+                consolidate: false,
+            };
+            let part = placer.place(cluster, &self.free, &request)?;
+            score = score.min(part.score);
+            gpus.extend(part.gpus);
+            if gpus.len() as u32 == g.gpus {
+                break;
+            }
+        }
+        (gpus.len() as u32 == g.gpus).then_some(Placed { gpus, score })
     }
 
     /// Job `i`'s grant packs it with job `partner`: takes the partner's matching grant and returns its
@@ -832,14 +897,13 @@ impl<'a> World<'a> {
                 job.id
             );
             for &g in &run.gpus {
-                assert_eq!(
-                    cluster.gpu_type_of(g),
-                    run.gpu_type,
-                    "job {} spans GPU types",
+                assert!(
+                    run.mixed || cluster.gpu_type_of(g) == run.gpu_type,
+                    "job {} spans GPU types without a mixed grant",
                     job.id
                 );
                 match holder[g.0 as usize].replace(i) {
-                    None => held_per_type[run.gpu_type.0 as usize] += 1,
+                    None => held_per_type[cluster.gpu_type_of(g).0 as usize] += 1,
                     // Two jobs may share a GPU only as each other's packing partner.
                     Some(other)
                         if run.partner == Some(other)

@@ -1,0 +1,137 @@
+//! AlloX (Le et al., "AlloX: Compute Allocation in Hybrid Clusters", EuroSys'20), as Gavel evaluates it
+//! (`allox`): non-preemptive; jobs waiting are matched to free GPUs so as to minimize the sum of their
+//! completion times on unrelated machines.
+//!
+//! Each free GPU w is a machine; putting job i in the k-th position from the end of w's queue costs
+//! k x p\[i\]\[w\], its processing time there (remaining steps over its rate on w's type), since k jobs wait
+//! for it. A min-cost bipartite matching of jobs to (GPU, position) slots (Kuhn-Munkres) minimizes the total
+//! completion time; the job matched to the last position counted from the end of each GPU's queue starts
+//! there now. Running jobs keep their GPUs to the end. Like Gavel, the matching is recomputed only when
+//! a job arrived or left and at least `realloc` seconds (1,920) have passed; a GPU freed in between idles
+//! until then.
+//!
+//! AlloX schedules single-GPU jobs (Gavel's version asserts it); gangs wait for whatever the matching
+//! leaves, first come first served.
+
+use pathfinding::kuhn_munkres::kuhn_munkres_min;
+use pathfinding::matrix::Matrix;
+
+use super::{Allocation, Grant, JobView, Knob, Policy, PolicyInfo, RoundInput};
+use crate::cluster::GpuTypeId;
+use crate::job::JobId;
+
+pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
+    name: "allox",
+    aliases: &[],
+    summary: "AlloX: non-preemptive; waiting jobs matched to free GPUs to minimize total completion time (Gavel's `allox`)",
+    knobs: &[Knob {
+        name: "realloc",
+        default: 1920.0,
+        help: "seconds between re-matchings, at least (Gavel: 1,920)",
+    }],
+    build: |config| {
+        Box::new(AlloX {
+            realloc: config.knob("realloc"),
+            pending: false,
+            last: None,
+        })
+    },
+}];
+
+pub struct AlloX {
+    realloc: f64,
+    pending: bool,
+    /// When the matching last ran, and who it started where.
+    last: Option<(f64, Vec<Grant>)>,
+}
+
+/// Costs are matched as integers: seconds, scaled to keep sub-second resolution.
+const COST_SCALE: f64 = 1000.0;
+/// The largest cost matrix built (cells); Kuhn-Munkres is cubic in it.
+const MAX_CELLS: usize = 2_000_000;
+
+impl AlloX {
+    fn matching(&self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let mut free: Vec<u32> = input.capacity.to_vec();
+        let mut grants = Vec::new();
+        let mut waiting: Vec<&JobView<'_>> = Vec::new();
+        for view in input.jobs {
+            match view.running {
+                Some(run) => {
+                    free[run.gpu_type.0 as usize] -= run.gpus.len() as u32;
+                    grants.push(Grant::new(view.id(), run.gpu_type, run.gpus.len() as u32));
+                }
+                None => waiting.push(view),
+            }
+        }
+        let (single, gangs): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|v| v.job.gpus == 1);
+        let workers: Vec<usize> = (0..free.len())
+            .flat_map(|t| std::iter::repeat_n(t, free[t] as usize))
+            .collect();
+        let (m, n) = (single.len(), workers.len());
+        if m > 0 && n > 0 {
+            // Slot k * n + w: position k + 1 from the end of worker w's queue. Positions are capped so
+            // that the matrix stays under MAX_CELLS (a worker rarely needs more than a few times its
+            // fair number of positions); the cap never drops below what fits every job.
+            let positions = m.min((MAX_CELLS / (m * n)).max(m.div_ceil(n)));
+            let weights = Matrix::from_fn(m, n * positions, |(i, col)| {
+                let (k, w) = (col / n, col % n);
+                let rate = single[i].rates[workers[w]];
+                let p = if rate > 0.0 {
+                    single[i].remaining_steps / rate
+                } else {
+                    1e12
+                };
+                ((k + 1) as f64 * p * COST_SCALE).min(i64::MAX as f64 / 4.0) as i64
+            });
+            let (_, slots) = kuhn_munkres_min(&weights);
+            // On each worker, the job farthest from the end of its queue runs first.
+            let mut first: Vec<Option<(usize, usize)>> = vec![None; n];
+            for (i, &col) in slots.iter().enumerate() {
+                let (k, w) = (col / n, col % n);
+                if single[i].rates[workers[w]] > 0.0 && first[w].is_none_or(|(best, _)| k > best) {
+                    first[w] = Some((k, i));
+                }
+            }
+            for (w, chosen) in first.iter().enumerate() {
+                if let Some((_, i)) = *chosen {
+                    let t = workers[w];
+                    free[t] -= 1;
+                    grants.push(Grant::new(single[i].id(), GpuTypeId(t as u16), 1));
+                }
+            }
+        }
+        for view in gangs {
+            let fit = (0..free.len()).find(|&t| free[t] >= view.job.gpus && view.rates[t] > 0.0);
+            if let Some(t) = fit {
+                free[t] -= view.job.gpus;
+                grants.push(Grant::new(view.id(), GpuTypeId(t as u16), view.job.gpus));
+            }
+        }
+        grants
+    }
+}
+
+impl Policy for AlloX {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+        self.pending |= input.jobs_changed;
+        let due = match &self.last {
+            None => true,
+            Some((at, _)) => self.pending && input.now - at >= self.realloc,
+        };
+        if due {
+            self.pending = false;
+            self.last = Some((input.now, self.matching(input)));
+        }
+        // Between matchings, jobs keep what they were given; finished ones drop out.
+        let active: rustc_hash::FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        let grants = &self.last.as_ref().expect("matched above").1;
+        Allocation::Grants(
+            grants
+                .iter()
+                .filter(|g| active.contains(&g.job))
+                .copied()
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,405 @@
+//! Gavel's heterogeneity-aware policies (Narayanan et al., "Heterogeneity-Aware Cluster Scheduling
+//! Policies for Deep Learning Workloads", OSDI'20), each a program over the allocation matrix X and
+//! effective throughput (see [`super::effective`]), solved by HiGHS (see [`crate::solver`]):
+//!
+//! - `max_min_fairness_perf`: maximize min_j sum_t T\[j\]\[t\] X\[j\]\[t\] gpus_j / (w_j T_prop\[j\]), where T_prop
+//!   is j's throughput under the proportional share and w_j its priority weight;
+//! - `max_min_fairness_water_filling`: the same max-min, made Pareto-efficient and hierarchical by
+//!   water-filling: raise every unfrozen job's normalized throughput together (each in proportion to its
+//!   weight; a tenant's weight is shared among its unfrozen jobs, by job weight), then freeze the jobs that
+//!   no allocation can raise further (a MILP with one binary per job), and repeat;
+//! - `finish_time_fairness_perf`: minimize max_j rho_j, rho_j = (t_j + R_j / tput_j(X)) / (iso time_j +
+//!   R_j / T_iso\[j\]); convex, so it is solved as LP feasibility at a given rho, bisected;
+//! - `min_total_duration`: maximize s = 1/makespan subject to tput_j(X) >= R_j s for every job;
+//! - `max_sum_throughput_perf`: maximize sum_j tput_j(X) / sum_t T\[j\]\[t\] (each job's throughput normalized,
+//!   so that fast models do not take everything);
+//! - `max_sum_throughput_normalized_by_cost_perf`: maximize sum_j sum_t T\[j\]\[t\] X\[j\]\[t\] / price\[t\].
+//!
+//! Each has a `*_packed` variant whose allocation also ranges over pairs of jobs packed on the same GPUs,
+//! at the throughput table's pair rates (see [`super::effective::packing_units`]).
+//!
+//! Every one re-solves only when a job arrived or left, and at most once per `realloc` seconds (Gavel's
+//! 1,920 s): a knob, `max_min_fairness_perf:realloc=360` re-solves every round.
+
+use super::effective::{
+    AllocationVars, Cadence, UnitSpec, packing_units, proportional_row, single_units,
+};
+use super::finish_time::IsolatedClock;
+use super::{Allocation, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares};
+use crate::solver::{Program, Relation};
+
+const REALLOC: Knob = Knob {
+    name: "realloc",
+    default: 1920.0,
+    help: "seconds between re-solves, at least (Gavel: 1,920)",
+};
+
+pub(super) static POLICIES: &[PolicyInfo] = &[
+    PolicyInfo {
+        name: "max_min_fairness_perf",
+        aliases: &["las_perf"],
+        summary: "Gavel's heterogeneity-aware LAS: max-min of effective throughput over the proportional share (LP)",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::MaxMinFairness, false),
+    },
+    PolicyInfo {
+        name: "finish_time_fairness_perf",
+        aliases: &["ftf_perf"],
+        summary: "Gavel's heterogeneity-aware finish-time fairness: minimize the largest rho (bisected LPs)",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::FinishTimeFairness, false),
+    },
+    PolicyInfo {
+        name: "min_total_duration",
+        aliases: &["makespan"],
+        summary: "Gavel's makespan policy: the allocation that finishes every active job soonest (LP)",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::MinTotalDuration, false),
+    },
+    PolicyInfo {
+        name: "max_min_fairness_water_filling",
+        aliases: &["water_filling"],
+        summary: "Gavel's hierarchical max-min fairness by water-filling: tenants share equally, jobs by weight within a tenant (LPs and MILPs)",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::WaterFilling, false),
+    },
+    PolicyInfo {
+        name: "max_sum_throughput_perf",
+        aliases: &[],
+        summary: "Gavel's throughput policy: maximize the sum of normalized effective throughputs (LP)",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::SumThroughput, false),
+    },
+    PolicyInfo {
+        name: "max_sum_throughput_normalized_by_cost_perf",
+        aliases: &["cost_perf"],
+        summary: "Gavel's cost policy: maximize effective throughput per dollar, given per-type prices (LP)",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::ThroughputPerDollar, false),
+    },
+    PolicyInfo {
+        name: "max_min_fairness_packed",
+        aliases: &["las_packed"],
+        summary: "max_min_fairness_perf over jobs and packed pairs (space sharing, the table's pair rates)",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::MaxMinFairness, true),
+    },
+    PolicyInfo {
+        name: "max_min_fairness_water_filling_packed",
+        aliases: &[],
+        summary: "max_min_fairness_water_filling over jobs and packed pairs",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::WaterFilling, true),
+    },
+    PolicyInfo {
+        name: "finish_time_fairness_packed",
+        aliases: &["ftf_packed"],
+        summary: "finish_time_fairness_perf over jobs and packed pairs",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::FinishTimeFairness, true),
+    },
+    PolicyInfo {
+        name: "min_total_duration_packed",
+        aliases: &[],
+        summary: "min_total_duration over jobs and packed pairs",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::MinTotalDuration, true),
+    },
+    PolicyInfo {
+        name: "max_sum_throughput_packed",
+        aliases: &[],
+        summary: "max_sum_throughput_perf over jobs and packed pairs",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::SumThroughput, true),
+    },
+    PolicyInfo {
+        name: "max_sum_throughput_normalized_by_cost_packed",
+        aliases: &["cost_packed"],
+        summary: "max_sum_throughput_normalized_by_cost_perf over jobs and packed pairs",
+        knobs: &[REALLOC],
+        build: |c| Lp::boxed(c, Objective::ThroughputPerDollar, true),
+    },
+];
+
+/// Pairs considered per job by the packed variants: its best partners by packing benefit. Gavel's
+/// formulation ranges over every pair (quadratic in the jobs); a few partners per job keep the program
+/// linear in size, and a job rarely has more than a few partners that beat time-slicing by much.
+const PARTNERS: usize = 4;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Objective {
+    MaxMinFairness,
+    WaterFilling,
+    FinishTimeFairness,
+    MinTotalDuration,
+    SumThroughput,
+    ThroughputPerDollar,
+}
+
+/// One of Gavel's programs, re-solved on Gavel's cadence.
+struct Lp {
+    objective: Objective,
+    /// Range over packed pairs too (the `*_packed` variants).
+    packed: bool,
+    cadence: Cadence,
+    clock: IsolatedClock,
+    config: PolicyConfig,
+}
+
+impl Lp {
+    fn boxed(config: &PolicyConfig, objective: Objective, packed: bool) -> Box<dyn Policy> {
+        Box::new(Lp {
+            objective,
+            packed,
+            cadence: Cadence::new(config.knob("realloc")),
+            clock: IsolatedClock::default(),
+            config: config.clone(),
+        })
+    }
+
+    fn solve(&mut self, input: &RoundInput<'_>) -> TimeShares {
+        let jobs = input.jobs;
+        let units = if self.packed {
+            packing_units(input, PARTNERS)
+        } else {
+            single_units(jobs)
+        };
+        let mut program = Program::new();
+        let x = AllocationVars::over(&mut program, units.clone(), jobs.len(), input.capacity);
+        let solution = match self.objective {
+            Objective::MaxMinFairness => {
+                let prop = proportional_row(input.capacity, jobs.len());
+                let z = program.var(0.0, f64::INFINITY);
+                for (j, v) in jobs.iter().enumerate() {
+                    let reference = super::effective::effective_throughput(v.rates, &prop);
+                    let scale = f64::from(v.job.gpus) / (v.job.weight * reference);
+                    let mut terms = x.throughput(j, scale);
+                    terms.push((-1.0, z));
+                    program.constrain(terms, Relation::AtLeast, 0.0);
+                }
+                program.maximize([(1.0, z)])
+            }
+            Objective::MinTotalDuration => {
+                // s = 1 / makespan: every job's throughput covers its remaining steps by then.
+                let s = program.var(0.0, f64::INFINITY);
+                for (j, v) in jobs.iter().enumerate() {
+                    let mut terms = x.throughput(j, 1.0);
+                    terms.push((-v.remaining_steps, s));
+                    program.constrain(terms, Relation::AtLeast, 0.0);
+                }
+                program.maximize([(1.0, s)])
+            }
+            Objective::SumThroughput => {
+                let terms: Vec<_> = jobs
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(j, v)| {
+                        let total: f64 = v.rates.iter().sum();
+                        x.throughput(j, 1.0 / total)
+                    })
+                    .collect();
+                program.maximize(terms)
+            }
+            Objective::ThroughputPerDollar => {
+                let prices = self.config.prices(input.cluster);
+                let terms: Vec<_> = jobs
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(j, _)| x.weighted_throughput(j, 1.0, |t| 1.0 / prices[t]))
+                    .collect();
+                program.maximize(terms)
+            }
+            Objective::FinishTimeFairness => return self.finish_time_fairness(input, &units),
+            Objective::WaterFilling => return water_filling(input, &units),
+        };
+        match solution {
+            Ok(solution) => x.shares(&solution, input),
+            Err(e) => {
+                tracing::warn!(error = %e, jobs = jobs.len(), "LP failed; falling back to proportional shares");
+                proportional_shares(input)
+            }
+        }
+    }
+
+    /// Bisects the smallest rho at which an allocation gives every job the throughput that rho needs.
+    fn finish_time_fairness(&mut self, input: &RoundInput<'_>, units: &[UnitSpec]) -> TimeShares {
+        let rows = self.clock.rows(input);
+        let jobs = input.jobs;
+        // Throughput job j needs to reach `rho`: R / (rho * ideal - age); None when rho is out of reach.
+        let needed = |rho: f64, j: usize| {
+            let row = rows[j];
+            let slack = rho * row.ideal() - row.age;
+            (slack > 0.0).then(|| row.remaining / slack)
+        };
+        let feasible = |rho: f64| {
+            let mut program = Program::new();
+            let x = AllocationVars::over(&mut program, units.to_vec(), jobs.len(), input.capacity);
+            for j in 0..jobs.len() {
+                let need = needed(rho, j)?;
+                program.constrain(x.throughput(j, 1.0), Relation::AtLeast, need);
+            }
+            // Any feasible point will do; spend what is left on throughput, to stay work-conserving.
+            let terms: Vec<_> = jobs
+                .iter()
+                .enumerate()
+                .flat_map(|(j, v)| x.throughput(j, 1.0 / v.rates.iter().sum::<f64>()))
+                .collect();
+            let solution = program.maximize(terms).ok()?;
+            Some(x.shares(&solution, input))
+        };
+        let mut hi = 1.0;
+        let mut best = None;
+        while hi < 1e9 {
+            if let Some(s) = feasible(hi) {
+                best = Some(s);
+                break;
+            }
+            hi *= 2.0;
+        }
+        let Some(mut best) = best else {
+            return proportional_shares(input);
+        };
+        let mut lo = 0.0;
+        // A relative precision of 1% in rho is far below what the rounds can realize.
+        while hi - lo > 0.01 * hi {
+            let mid = 0.5 * (lo + hi);
+            match feasible(mid) {
+                Some(s) => {
+                    best = s;
+                    hi = mid;
+                }
+                None => lo = mid,
+            }
+        }
+        best
+    }
+}
+
+/// Hierarchical max-min fairness by water-filling (see the module docs).
+fn water_filling(input: &RoundInput<'_>, units: &[UnitSpec]) -> TimeShares {
+    let jobs = input.jobs;
+    let prop = proportional_row(input.capacity, jobs.len());
+    // Normalized throughput: effective throughput over the proportional share's.
+    let norm: Vec<f64> = jobs
+        .iter()
+        .map(|v| 1.0 / super::effective::effective_throughput(v.rates, &prop))
+        .collect();
+    // A bound on any job's normalized throughput, for the big-M constraints.
+    let big_m: Vec<f64> = jobs
+        .iter()
+        .zip(&norm)
+        .map(|(v, n)| v.rates.iter().fold(0.0, |a: f64, r| a.max(*r)) * n + 1.0)
+        .collect();
+    let mut level = vec![0.0; jobs.len()];
+    let mut frozen = vec![false; jobs.len()];
+    let mut last = None;
+    // Each pass freezes at least one job, or stops.
+    for _ in 0..jobs.len() {
+        let weights = tenant_weights(jobs, &frozen);
+        let rising = |j: usize| !frozen[j] && weights[j] > 0.0;
+        // Raise every rising job by c / (weight x gpus), keeping every job at least at its level.
+        let mut program = Program::new();
+        let x = AllocationVars::over(&mut program, units.to_vec(), jobs.len(), input.capacity);
+        let c = program.var(0.0, f64::INFINITY);
+        for (j, v) in jobs.iter().enumerate() {
+            let mut terms = x.throughput(j, norm[j]);
+            let per_unit = 1.0 / (weights[j] * f64::from(v.job.gpus));
+            terms.extend(rising(j).then_some((-per_unit, c)));
+            program.constrain(terms, Relation::AtLeast, level[j]);
+        }
+        let Ok(solution) = program.maximize([(1.0, c)]) else {
+            break;
+        };
+        let c_value = solution.value(c);
+        for (j, v) in jobs.iter().enumerate() {
+            if rising(j) {
+                level[j] += c_value / (weights[j] * f64::from(v.job.gpus));
+            }
+        }
+        last = Some(x.shares(&solution, input));
+        // The most rising jobs that can still go above their level together, all others keeping theirs
+        // (z_j = 1); the rest are bottlenecked and freeze where they are.
+        let mut milp = Program::new();
+        let y = AllocationVars::over(&mut milp, units.to_vec(), jobs.len(), input.capacity);
+        let mut can_rise = Vec::new();
+        for j in 0..jobs.len() {
+            let terms = y.throughput(j, norm[j]);
+            milp.constrain(terms.iter().copied(), Relation::AtLeast, level[j]);
+            if rising(j) {
+                let z = milp.integer(0.0, 1.0);
+                let target = level[j] * 1.0001 + 1e-5;
+                milp.constrain(
+                    terms.into_iter().chain([(-big_m[j], z)]),
+                    Relation::AtLeast,
+                    target - big_m[j],
+                );
+                can_rise.push((j, z));
+            }
+        }
+        let objective: Vec<_> = can_rise.iter().map(|&(_, z)| (1.0, z)).collect();
+        let Ok(rise) = milp.maximize(objective) else {
+            break;
+        };
+        let mut froze_any = false;
+        for &(j, z) in &can_rise {
+            if rise.value(z) < 0.5 {
+                frozen[j] = true;
+                froze_any = true;
+            }
+        }
+        if !froze_any || frozen.iter().all(|f| *f) {
+            break;
+        }
+    }
+    last.unwrap_or_else(|| proportional_shares(input))
+}
+
+/// Each job's weight in the water-filling: its tenant's (all tenants weigh 1) shared among the tenant's
+/// unfrozen jobs in proportion to their own weights; 0 once frozen.
+fn tenant_weights(jobs: &[super::JobView<'_>], frozen: &[bool]) -> Vec<f64> {
+    let mut tenant_total: rustc_hash::FxHashMap<crate::job::TenantId, f64> = Default::default();
+    for (v, _) in jobs.iter().zip(frozen).filter(|(_, f)| !**f) {
+        *tenant_total.entry(v.job.tenant).or_default() += v.job.weight;
+    }
+    jobs.iter()
+        .zip(frozen)
+        .map(|(v, f)| {
+            if *f {
+                0.0
+            } else {
+                v.job.weight / tenant_total[&v.job.tenant]
+            }
+        })
+        .collect()
+}
+
+/// Gavel's proportional allocation for every active job: the fallback when a program cannot be solved.
+fn proportional_shares(input: &RoundInput<'_>) -> TimeShares {
+    let prop = proportional_row(input.capacity, input.jobs.len());
+    let mut out = TimeShares::new(
+        input.capacity.len(),
+        super::TypePreference::Ordered(super::effective::fastest_first(input)),
+    );
+    for v in input.jobs {
+        out.push(
+            v.id(),
+            prop.iter()
+                .zip(v.rates)
+                .map(|(x, r)| if *r > 0.0 { *x } else { 0.0 }),
+        );
+    }
+    out
+}
+
+impl Policy for Lp {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+        if self.objective == Objective::FinishTimeFairness {
+            // The isolated clock advances every round, not only when the program is re-solved.
+            self.clock.rows(input);
+        }
+        let mut cadence = std::mem::replace(&mut self.cadence, Cadence::new(0.0));
+        let shares = cadence.get_or_solve(input, || self.solve(input));
+        self.cadence = cadence;
+        Allocation::TimeShares(shares)
+    }
+}

@@ -1,0 +1,552 @@
+//! A durable, crash-safe journal for gangway's control plane.
+//!
+//! The control plane appends every decision and state change here *before* acting on it.
+//! After a crash (a panic, `SIGKILL` mid-write, or a power cut) [`Journal::open`] rebuilds
+//! what was committed: the latest snapshot plus every record appended after it.
+//!
+//! The I/O is synchronous `std::fs`; async callers should run the journal on a blocking
+//! thread.
+//!
+//! # On-disk format
+//!
+//! A journal is a directory:
+//!
+//! ```text
+//! LOCK                       advisory lock: one writer per directory
+//! segment-<FIRST>.log        frames, append-only; FIRST = sequence number of its first record
+//! snapshot-<SEQ>.snap        one frame: the caller's state after applying records 1..=SEQ
+//! snapshot-<SEQ>.tmp         a snapshot being written; never trusted, deleted on open
+//! ```
+//!
+//! Numbers in names are zero-padded to 20 digits. Every frame is
+//!
+//! ```text
+//! len: u32 LE | crc: u32 LE, CRC-32 of payload | payload: len bytes of postcard
+//! ```
+//!
+//! A segment frame's payload is `(first_seq: u64, records: [R])`; a snapshot's is
+//! `(seq: u64, state: S)`. Each [`Journal::append`] or [`Journal::append_batch`] call
+//! writes exactly one frame and then `fsync`s, so a batch is atomic: after a crash it is
+//! either all there or not at all. Sequence numbers start at 1 and are consecutive.
+//! They are stored in the frames and checked on replay, so they survive restarts and
+//! compaction. `last_seq() == 0` means nothing has been appended yet.
+//!
+//! # Recovery rules
+//!
+//! 1. The newest `.snap` is loaded. It was fsynced before it was renamed into place, so
+//!    any damage to it is real corruption and a hard error. `.tmp` files are deleted:
+//!    the rename that would have committed them never happened.
+//! 2. Segments are replayed in order. Each frame's sequence number must continue the
+//!    previous one, including across files. A gap means a file went missing and is a
+//!    hard error.
+//! 3. A *bad* frame (short, zero length, or failing its CRC) stops the replay. If it is
+//!    in the last segment and no valid frame follows it, it is what is left of the one
+//!    write that never completed. That write was never acknowledged, so it is truncated
+//!    away with a warning. Anywhere else it is damage to committed records, and `open`
+//!    fails with the file and byte offset instead of dropping them. One write is one
+//!    frame, so a torn write leaves exactly one bad frame at the very end.
+//! 4. A frame that passes its CRC but does not decode was written in full. It is never
+//!    treated as torn, because that would silently drop a committed record. It signals a
+//!    schema mismatch and is a hard error.
+//! 5. Segments whose records the snapshot fully covers are deleted, along with older
+//!    snapshots. This finishes any compaction that a crash interrupted.
+//!
+//! Apart from creating the directory and its `LOCK` file, `open` changes nothing on disk
+//! unless recovery succeeds, so a failed open can be inspected and retried. Directory
+//! entries are made durable by `fsync`ing the directory, so this crate expects a Unix
+//! filesystem.
+
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, Write};
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use serde::{Serialize, de::DeserializeOwned};
+use tracing::{debug, warn};
+
+#[cfg(test)]
+mod tests;
+
+/// Bytes in a frame header: `len` then `crc`, both u32 LE.
+const HEADER: usize = 8;
+
+/// Default size at which the active segment is sealed and a new one started.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 64 << 20;
+
+/// Tuning knobs for [`Journal::open_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Options {
+    /// A new segment is started before a frame would push the active one past this size.
+    /// A single larger frame still gets a segment to itself.
+    pub segment_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
+        }
+    }
+}
+
+/// What [`Journal::open`] recovered: the latest snapshot and the records after it.
+#[derive(Debug)]
+pub struct Recovered<S, R> {
+    /// The state from the latest snapshot, if one was ever taken.
+    pub snapshot: Option<S>,
+    /// The last sequence number `snapshot` covers (0 without a snapshot).
+    pub snapshot_seq: u64,
+    /// Records after the snapshot, in order, with their sequence numbers.
+    pub records: Vec<(u64, R)>,
+}
+
+/// Everything that can go wrong. Every message names the file, and the byte offset
+/// where there is one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    #[error("{}: {source}", .path.display())]
+    Io { path: PathBuf, source: io::Error },
+    #[error("{}: corrupt frame at byte {offset}: {reason}", .path.display())]
+    Corrupt {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("{}: frame at byte {offset} passed its CRC but does not decode (schema mismatch?): {reason}", .path.display())]
+    Decode {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+    #[error("{}: expected sequence number {expected} at byte {offset}, found {found}", .path.display())]
+    Sequence {
+        path: PathBuf,
+        offset: u64,
+        expected: u64,
+        found: u64,
+    },
+    #[error("cannot encode a record or snapshot: {0}")]
+    Encode(#[from] postcard::Error),
+    #[error("a frame payload of {0} bytes does not fit the u32 length field")]
+    TooLarge(usize),
+    #[error("{}: the journal is already open in another writer", .path.display())]
+    Locked { path: PathBuf },
+    #[error(
+        "an earlier write or fsync failed, so the file state is unknown; reopen the journal to recover"
+    )]
+    Poisoned,
+}
+
+pub type Result<T, E = JournalError> = std::result::Result<T, E>;
+
+/// Attaches the path to an `io::Error`.
+trait At<T> {
+    fn at(self, path: &Path) -> Result<T>;
+}
+
+impl<T> At<T> for io::Result<T> {
+    fn at(self, path: &Path) -> Result<T> {
+        self.map_err(|source| JournalError::Io {
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// An append-only, fsynced journal of `R` records with snapshots. See the crate docs.
+pub struct Journal<R> {
+    dir: PathBuf,
+    opts: Options,
+    tail: File,
+    tail_path: PathBuf,
+    tail_len: u64,
+    next_seq: u64,
+    /// Set while a write is in flight. If it is still set, the tail may hold a partial
+    /// frame, and appending after that would turn a torn tail into mid-file corruption.
+    poisoned: bool,
+    _lock: File,
+    _records: PhantomData<fn(&R)>,
+}
+
+impl<R: Serialize + DeserializeOwned> Journal<R> {
+    /// Opens (or creates) the journal in `dir` with default [`Options`] and recovers it.
+    pub fn open<S: DeserializeOwned>(dir: impl AsRef<Path>) -> Result<(Self, Recovered<S, R>)> {
+        Self::open_with(dir, Options::default())
+    }
+
+    /// Opens (or creates) the journal in `dir` and recovers it by the rules in the crate docs.
+    pub fn open_with<S: DeserializeOwned>(
+        dir: impl AsRef<Path>,
+        opts: Options,
+    ) -> Result<(Self, Recovered<S, R>)> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir).at(&dir)?;
+        let lock = lock_dir(&dir)?;
+        let (segments, snapshots) = list(&dir)?;
+
+        let (snapshot, snap) = match snapshots.last() {
+            Some(&seq) => (Some(read_snapshot(&dir, seq)?), seq),
+            None => (None, 0),
+        };
+        // A segment is fully covered if the next one starts at or before snap + 1. Those
+        // are skipped unread, so damage to them does not matter: they are about to go.
+        let live = &segments[segments
+            .partition_point(|&f| f <= snap + 1)
+            .saturating_sub(1)..];
+
+        let mut next = live.first().copied().unwrap_or(snap + 1);
+        if next == 0 || next > snap + 1 {
+            let path = dir.join(segment_name(next));
+            return Err(sequence_error(path, 0, snap + 1, next));
+        }
+        let mut records = Vec::new();
+        let mut tail_len = 0;
+        let mut torn = None;
+        for (i, &first) in live.iter().enumerate() {
+            let path = dir.join(segment_name(first));
+            if first != next {
+                return Err(sequence_error(path, 0, next, first));
+            }
+            let is_tail = i + 1 == live.len();
+            let (valid_len, file_len) = replay(&path, is_tail, &mut next, &mut records)?;
+            tail_len = valid_len;
+            if valid_len < file_len {
+                torn = Some((path, valid_len, file_len));
+            }
+        }
+        records.retain(|(seq, _)| *seq > snap);
+
+        // Only mutate the directory after everything above has validated.
+        if let Some((path, valid_len, file_len)) = torn {
+            warn!(
+                "{}: dropping {} bytes of torn tail at byte {valid_len} (a write that never completed)",
+                path.display(),
+                file_len - valid_len
+            );
+            let file = OpenOptions::new().write(true).open(&path).at(&path)?;
+            file.set_len(valid_len).at(&path)?;
+            file.sync_all().at(&path)?;
+        }
+        // If the tail holds only records the snapshot covers (a crash between snapshot and
+        // rotation) or nothing exists yet, start a fresh segment at snap + 1.
+        let tail_covered = live.last().is_none_or(|&f| f <= snap && next <= snap + 1);
+        let next_seq = next.max(snap + 1);
+        let (tail, tail_path, keep_from) = if tail_covered {
+            tail_len = 0;
+            let (file, path) = create_segment(&dir, next_seq)?;
+            (file, path, next_seq)
+        } else {
+            let path = dir.join(segment_name(*live.last().expect("not covered")));
+            let file = OpenOptions::new().append(true).open(&path).at(&path)?;
+            (file, path, live[0])
+        };
+        compact(&dir, keep_from, snap)?;
+
+        let journal = Self {
+            dir,
+            opts,
+            tail,
+            tail_path,
+            tail_len,
+            next_seq,
+            poisoned: false,
+            _lock: lock,
+            _records: PhantomData,
+        };
+        let snapshot_seq = snap;
+        Ok((
+            journal,
+            Recovered {
+                snapshot,
+                snapshot_seq,
+                records,
+            },
+        ))
+    }
+
+    /// Appends one record durably and returns its sequence number.
+    pub fn append(&mut self, record: &R) -> Result<u64> {
+        Ok(self.append_batch(std::slice::from_ref(record))?.start)
+    }
+
+    /// Appends `records` as one atomic frame with one fsync and returns their sequence
+    /// numbers. An empty batch writes nothing.
+    pub fn append_batch(&mut self, records: &[R]) -> Result<Range<u64>> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        let first = self.next_seq;
+        if records.is_empty() {
+            return Ok(first..first);
+        }
+        let frame = encode_frame(first, records)?;
+        self.poisoned = true;
+        if self.tail_len > 0 && self.tail_len + frame.len() as u64 > self.opts.segment_bytes {
+            self.rotate()?;
+        }
+        self.tail.write_all(&frame).at(&self.tail_path)?;
+        // Until this returns the record is not committed, and the caller must not act on it.
+        self.tail.sync_data().at(&self.tail_path)?;
+        self.poisoned = false;
+        self.tail_len += frame.len() as u64;
+        self.next_seq += records.len() as u64;
+        Ok(first..self.next_seq)
+    }
+
+    /// Records `state` as the result of applying every record up to [`last_seq`](Self::last_seq)
+    /// and deletes the segments it makes redundant. Returns the sequence number it covers.
+    ///
+    /// Steps: (1) write `snapshot-N.tmp` and fsync it; (2) rename it to `snapshot-N.snap`
+    /// and fsync the directory, which is the commit point; (3) start a new segment so every
+    /// older one is fully covered; (4) delete covered segments and older snapshots. A crash
+    /// before step 2 leaves the old state intact. A crash after it is finished by `open`.
+    pub fn snapshot<S: Serialize>(&mut self, state: &S) -> Result<u64> {
+        if self.poisoned {
+            return Err(JournalError::Poisoned);
+        }
+        let seq = self.last_seq();
+        write_snapshot(&self.dir, seq, state)?;
+        if self.tail_len > 0 {
+            self.poisoned = true;
+            self.rotate()?;
+            self.poisoned = false;
+        }
+        compact(&self.dir, seq + 1, seq)?;
+        Ok(seq)
+    }
+
+    /// The sequence number of the last committed record (0 if there is none yet). Apply
+    /// only records above the last one your state reflects.
+    pub fn last_seq(&self) -> u64 {
+        self.next_seq - 1
+    }
+
+    fn rotate(&mut self) -> Result<()> {
+        let (file, path) = create_segment(&self.dir, self.next_seq)?;
+        debug!("{}: starting new segment", path.display());
+        (self.tail, self.tail_path, self.tail_len) = (file, path, 0);
+        Ok(())
+    }
+}
+
+fn segment_name(first: u64) -> String {
+    format!("segment-{first:020}.log")
+}
+
+fn snapshot_name(seq: u64) -> String {
+    format!("snapshot-{seq:020}.snap")
+}
+
+fn sequence_error(path: PathBuf, offset: usize, expected: u64, found: u64) -> JournalError {
+    let offset = offset as u64;
+    JournalError::Sequence {
+        path,
+        offset,
+        expected,
+        found,
+    }
+}
+
+/// Encodes `(seq, body)` as one frame.
+fn encode_frame<T: Serialize + ?Sized>(seq: u64, body: &T) -> Result<Vec<u8>> {
+    let mut buf = postcard::to_extend(&(seq, body), vec![0; HEADER])?;
+    let len = buf.len() - HEADER;
+    let len32 = u32::try_from(len).map_err(|_| JournalError::TooLarge(len))?;
+    let crc = crc32fast::hash(&buf[HEADER..]);
+    buf[..4].copy_from_slice(&len32.to_le_bytes());
+    buf[4..HEADER].copy_from_slice(&crc.to_le_bytes());
+    Ok(buf)
+}
+
+/// Parses the frame at `off` as `(seq, body, end offset)`, or says why it is bad.
+fn frame_at(buf: &[u8], off: usize) -> Result<(u64, &[u8], usize), &'static str> {
+    let rest = &buf[off..];
+    let header = rest.get(..HEADER).ok_or("short frame header")?;
+    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(header[4..].try_into().expect("4 bytes"));
+    // We never write empty payloads; rejecting them also catches zero-filled tails,
+    // whose CRC of nothing (0) would otherwise match.
+    if len == 0 {
+        return Err("zero-length frame");
+    }
+    let payload = rest
+        .get(HEADER..HEADER + len)
+        .ok_or("short frame payload")?;
+    if crc32fast::hash(payload) != crc {
+        return Err("CRC mismatch");
+    }
+    let (seq, body) = postcard::take_from_bytes(payload).map_err(|_| "no sequence number")?;
+    Ok((seq, body, off + HEADER + len))
+}
+
+/// Decodes a whole frame body; trailing bytes mean it was not written as `T`.
+fn decode<T: DeserializeOwned>(body: &[u8], path: &Path, offset: usize) -> Result<T> {
+    let err = |reason: String| JournalError::Decode {
+        path: path.to_owned(),
+        offset: offset as u64,
+        reason,
+    };
+    match postcard::take_from_bytes(body) {
+        Ok((value, [])) => Ok(value),
+        Ok((_, rest)) => Err(err(format!("{} trailing bytes", rest.len()))),
+        Err(e) => Err(err(e.to_string())),
+    }
+}
+
+/// Replays one segment into `records`, advancing `next`. Returns the length of its valid
+/// prefix and of the file. Only the tail segment may be longer than its valid prefix.
+fn replay<R: DeserializeOwned>(
+    path: &Path,
+    is_tail: bool,
+    next: &mut u64,
+    records: &mut Vec<(u64, R)>,
+) -> Result<(u64, u64)> {
+    let buf = fs::read(path).at(path)?;
+    let mut off = 0;
+    while off < buf.len() {
+        let (seq, body, end) = match frame_at(&buf, off) {
+            Ok(frame) => frame,
+            Err(reason) => {
+                let corrupt = |reason: String| JournalError::Corrupt {
+                    path: path.to_owned(),
+                    offset: off as u64,
+                    reason,
+                };
+                // Sealed segments were fully written before the next one was started.
+                if !is_tail {
+                    return Err(corrupt(format!("{reason} in a sealed segment")));
+                }
+                // A valid frame after the bad one must have been written after it, so
+                // the bad one was committed, not torn. The cheap sequence check first
+                // avoids computing CRCs over most garbage.
+                let plausible = |at: usize| {
+                    buf.get(at + HEADER..)
+                        .and_then(|p| postcard::take_from_bytes::<u64>(p).ok())
+                        .is_some_and(|(s, _)| s >= *next)
+                        && frame_at(&buf, at).is_ok_and(|(s, ..)| s >= *next)
+                };
+                if let Some(at) = (off + 1..buf.len()).find(|&at| plausible(at)) {
+                    return Err(corrupt(format!(
+                        "{reason}, followed by a valid frame at byte {at}"
+                    )));
+                }
+                break;
+            }
+        };
+        if seq != *next {
+            return Err(sequence_error(path.to_owned(), off, *next, seq));
+        }
+        for record in decode::<Vec<R>>(body, path, off)? {
+            records.push((*next, record));
+            *next += 1;
+        }
+        off = end;
+    }
+    Ok((off as u64, buf.len() as u64))
+}
+
+fn read_snapshot<S: DeserializeOwned>(dir: &Path, seq: u64) -> Result<S> {
+    let path = dir.join(snapshot_name(seq));
+    let buf = fs::read(&path).at(&path)?;
+    let reason = match frame_at(&buf, 0) {
+        Ok((s, body, end)) if s == seq && end == buf.len() => return decode(body, &path, 0),
+        Ok((s, ..)) if s != seq => format!("holds sequence number {s}, but its name says {seq}"),
+        Ok((_, _, end)) => format!("{} bytes after the frame", buf.len() - end),
+        Err(reason) => reason.to_owned(),
+    };
+    Err(JournalError::Corrupt {
+        path,
+        offset: 0,
+        reason,
+    })
+}
+
+fn write_snapshot<S: Serialize + ?Sized>(dir: &Path, seq: u64, state: &S) -> Result<()> {
+    let frame = encode_frame(seq, state)?;
+    let tmp = dir.join(format!("snapshot-{seq:020}.tmp"));
+    let mut file = File::create(&tmp).at(&tmp)?;
+    file.write_all(&frame).at(&tmp)?;
+    // The contents must be durable before a name that recovery trusts points at them.
+    file.sync_all().at(&tmp)?;
+    let path = dir.join(snapshot_name(seq));
+    fs::rename(&tmp, &path).at(&path)?;
+    sync_dir(dir)
+}
+
+fn create_segment(dir: &Path, first: u64) -> Result<(File, PathBuf)> {
+    let path = dir.join(segment_name(first));
+    let file = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .open(&path)
+        .at(&path)?;
+    sync_dir(dir)?;
+    Ok((file, path))
+}
+
+/// Deletes segments before `keep_from`, snapshots older than `snap`, and leftover temp
+/// files, then makes the deletions durable.
+fn compact(dir: &Path, keep_from: u64, snap: u64) -> Result<()> {
+    let mut removed = 0;
+    for entry in fs::read_dir(dir).at(dir)? {
+        let path = entry.at(dir)?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let stale = parse(name, "segment-", ".log").is_some_and(|f| f < keep_from)
+            || parse(name, "snapshot-", ".snap").is_some_and(|s| s < snap)
+            || parse(name, "snapshot-", ".tmp").is_some();
+        if stale {
+            fs::remove_file(&path).at(&path)?;
+            removed += 1;
+        }
+    }
+    if removed > 0 {
+        debug!("{}: compaction removed {removed} files", dir.display());
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// Sorted first sequence numbers of the segments, and of the snapshots.
+fn list(dir: &Path) -> Result<(Vec<u64>, Vec<u64>)> {
+    let (mut segments, mut snapshots) = (Vec::new(), Vec::new());
+    for entry in fs::read_dir(dir).at(dir)? {
+        let name = entry.at(dir)?.file_name();
+        let name = name.to_str().unwrap_or("");
+        segments.extend(parse(name, "segment-", ".log"));
+        snapshots.extend(parse(name, "snapshot-", ".snap"));
+    }
+    segments.sort_unstable();
+    snapshots.sort_unstable();
+    Ok((segments, snapshots))
+}
+
+fn parse(name: &str, prefix: &str, suffix: &str) -> Option<u64> {
+    name.strip_prefix(prefix)?
+        .strip_suffix(suffix)?
+        .parse()
+        .ok()
+}
+
+/// Creating, renaming and deleting files change the directory, which is durable only
+/// once the directory itself is fsynced.
+fn sync_dir(dir: &Path) -> Result<()> {
+    File::open(dir).and_then(|d| d.sync_all()).at(dir)
+}
+
+/// Takes an advisory lock so that two writers can never interleave frames.
+fn lock_dir(dir: &Path) -> Result<File> {
+    let path = dir.join("LOCK");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path);
+    let file = file.at(&path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(JournalError::Locked { path }),
+        Err(TryLockError::Error(source)) => Err(JournalError::Io { path, source }),
+    }
+}

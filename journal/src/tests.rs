@@ -1,0 +1,421 @@
+use super::*;
+use proptest::prelude::*;
+use serde::Deserialize;
+use std::ops::RangeInclusive;
+use tempfile::TempDir;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Decision {
+    job: u64,
+    gpus: Vec<u32>,
+    note: Option<String>,
+}
+
+fn d(job: u64) -> Decision {
+    let note = job.is_multiple_of(2).then(|| format!("job {job}"));
+    Decision {
+        job,
+        gpus: vec![job as u32, 7],
+        note,
+    }
+}
+
+/// The records `seqs` as `open` should return them.
+fn ds(seqs: RangeInclusive<u64>) -> Vec<(u64, Decision)> {
+    seqs.map(|i| (i, d(i))).collect()
+}
+
+type State = Vec<Decision>;
+type J = Journal<Decision>;
+
+fn open_small(dir: &Path, segment_bytes: u64) -> (J, Recovered<State, Decision>) {
+    J::open_with(dir, Options { segment_bytes }).unwrap()
+}
+
+fn open(dir: &Path) -> (J, Recovered<State, Decision>) {
+    open_small(dir, DEFAULT_SEGMENT_BYTES)
+}
+
+fn open_err(dir: &Path) -> JournalError {
+    match J::open::<State>(dir) {
+        Ok(_) => panic!("open should have failed"),
+        Err(e) => e,
+    }
+}
+
+/// Sorted paths in `dir` whose names end with `suffix`.
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut v: Vec<_> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_str().unwrap().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Appends `d(i)` for each `i` in `seqs`, checking the sequence numbers handed out.
+fn append_all(j: &mut J, seqs: RangeInclusive<u64>) {
+    for i in seqs {
+        assert_eq!(j.append(&d(i)).unwrap(), i);
+    }
+}
+
+fn frame_offsets(buf: &[u8]) -> Vec<usize> {
+    let mut offsets = vec![0];
+    while let Ok((.., end)) = frame_at(buf, *offsets.last().unwrap()) {
+        offsets.push(end);
+    }
+    assert_eq!(offsets.pop(), Some(buf.len()), "whole file is frames");
+    offsets
+}
+
+#[test]
+fn round_trip() {
+    fn movable_to_a_blocking_thread<T: Send + 'static>(_: &T) {}
+    let tmp = TempDir::new().unwrap();
+    let (mut j, rec) = open(tmp.path());
+    movable_to_a_blocking_thread(&j);
+    assert!(rec.snapshot.is_none() && rec.records.is_empty());
+    assert_eq!((j.last_seq(), rec.snapshot_seq), (0, 0));
+    assert_eq!(j.append(&d(1)).unwrap(), 1);
+    assert_eq!(j.append_batch(&[d(2), d(3), d(4)]).unwrap(), 2..5);
+    assert_eq!(j.append_batch(&[]).unwrap(), 5..5);
+    assert_eq!(j.last_seq(), 4);
+    drop(j);
+    let (j, rec) = open(tmp.path());
+    assert_eq!(rec.records, ds(1..=4));
+    assert_eq!(j.last_seq(), 4);
+    assert_eq!(files(tmp.path(), ".log").len(), 1);
+}
+
+#[test]
+fn reopen_continues_the_sequence() {
+    let tmp = TempDir::new().unwrap();
+    append_all(&mut open(tmp.path()).0, 1..=2);
+    let (mut j, rec) = open(tmp.path());
+    assert_eq!(rec.records, ds(1..=2));
+    append_all(&mut j, 3..=3);
+    drop(j);
+    assert_eq!(open(tmp.path()).1.records, ds(1..=3));
+}
+
+#[test]
+fn a_second_writer_is_locked_out() {
+    let tmp = TempDir::new().unwrap();
+    let _first = open(tmp.path());
+    assert!(matches!(open_err(tmp.path()), JournalError::Locked { .. }));
+}
+
+#[test]
+fn torn_tail_is_truncated_and_appends_continue() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    append_all(&mut open(p).0, 1..=3);
+    let seg = files(p, ".log")[0].clone();
+    let committed = fs::read(&seg).unwrap();
+    let frame = encode_frame(4, &[d(4)][..]).unwrap();
+    // Every strict prefix of the next frame, plus a zero-filled extension (the file grew
+    // but the data never reached the disk).
+    let mut tails: Vec<Vec<u8>> = (1..frame.len()).map(|n| frame[..n].to_vec()).collect();
+    tails.push(vec![0; 4096]);
+    for tail in tails {
+        fs::write(&seg, [&committed[..], &tail].concat()).unwrap();
+        assert_eq!(open(p).1.records, ds(1..=3), "tail of {} bytes", tail.len());
+        assert_eq!(fs::read(&seg).unwrap(), committed, "torn bytes removed");
+    }
+    fs::write(&seg, [&committed[..], &frame[..5]].concat()).unwrap();
+    append_all(&mut open(p).0, 4..=5);
+    assert_eq!(open(p).1.records, ds(1..=5));
+}
+
+#[test]
+fn corruption_before_valid_frames_is_a_hard_error() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    append_all(&mut open(p).0, 1..=4);
+    let seg = files(p, ".log")[0].clone();
+    let good = fs::read(&seg).unwrap();
+    let offsets = frame_offsets(&good);
+    let last = *offsets.last().unwrap();
+    for byte in 0..good.len() {
+        let mut bad = good.clone();
+        bad[byte] ^= 0x40;
+        fs::write(&seg, &bad).unwrap();
+        if byte >= last {
+            // Damage to the final frame looks exactly like a torn write.
+            assert_eq!(open(p).1.records, ds(1..=3), "flip at {byte}");
+            continue;
+        }
+        let start = *offsets.iter().rfind(|&&o| o <= byte).unwrap();
+        let err = open_err(p);
+        assert!(
+            matches!(&err, JournalError::Corrupt { path, offset, .. } if *path == seg && *offset == start as u64),
+            "flip at {byte}: {err}"
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!("byte {start}")) && msg.contains(&segment_name(1)),
+            "{msg}"
+        );
+        assert_eq!(
+            fs::read(&seg).unwrap(),
+            bad,
+            "a failed open must not touch the file"
+        );
+    }
+}
+
+#[test]
+fn damage_in_a_sealed_segment_or_a_missing_segment_is_a_hard_error() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    // A 1-byte limit gives every frame its own segment.
+    append_all(&mut open_small(p, 1).0, 1..=3);
+    let segs = files(p, ".log");
+    assert_eq!(segs.len(), 3);
+
+    let good = fs::read(&segs[1]).unwrap();
+    let mut bad = good.clone();
+    *bad.last_mut().unwrap() ^= 1;
+    fs::write(&segs[1], &bad).unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Corrupt { path, offset: 0, .. } if *path == segs[1]),
+        "{err}"
+    );
+
+    fs::write(&segs[1], &good).unwrap();
+    assert_eq!(open(p).1.records, ds(1..=3));
+    fs::remove_file(&segs[1]).unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Sequence { path, expected: 2, found: 3, .. } if *path == segs[2]),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_frame_that_passes_its_crc_but_does_not_decode_is_never_truncated() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    append_all(&mut open(p).0, 1..=2);
+    let seg = files(p, ".log")[0].clone();
+    let committed = fs::read(&seg).unwrap();
+    let alien = [&committed[..], &encode_frame(3, &"not a batch").unwrap()].concat();
+    fs::write(&seg, &alien).unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Decode { offset, .. } if *offset == committed.len() as u64),
+        "{err}"
+    );
+    assert_eq!(fs::read(&seg).unwrap(), alien);
+}
+
+#[test]
+fn segments_rotate_by_size() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open_small(p, 64);
+    append_all(&mut j, 1..=20);
+    let big: Vec<_> = (21..=30).map(d).collect();
+    assert_eq!(j.append_batch(&big).unwrap(), 21..31);
+    drop(j);
+    let segs = files(p, ".log");
+    assert!(segs.len() > 5, "{} segments", segs.len());
+    for seg in &segs[..segs.len() - 1] {
+        assert!(fs::metadata(seg).unwrap().len() <= 64, "{}", seg.display());
+    }
+    // The oversized batch got a segment of its own.
+    assert_eq!(segs.last().unwrap(), &p.join(segment_name(21)));
+    assert_eq!(open_small(p, 64).1.records, ds(1..=30));
+}
+
+#[test]
+fn snapshot_compacts_and_recovery_returns_it_with_later_records() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open_small(p, 64);
+    append_all(&mut j, 1..=10);
+    assert!(files(p, ".log").len() > 1);
+    let state: State = (1..=10).map(d).collect();
+    assert_eq!(j.snapshot(&state).unwrap(), 10);
+    assert_eq!(files(p, ".log"), [p.join(segment_name(11))]);
+    assert_eq!(files(p, ".snap"), [p.join(snapshot_name(10))]);
+    append_all(&mut j, 11..=12);
+    drop(j);
+
+    let (mut j, rec) = open_small(p, 64);
+    assert_eq!(
+        (rec.snapshot.as_ref(), rec.snapshot_seq),
+        (Some(&state), 10)
+    );
+    assert_eq!(rec.records, ds(11..=12));
+    let state: State = (1..=12).map(d).collect();
+    assert_eq!(j.snapshot(&state).unwrap(), 12);
+    // Nothing new since: taking it again changes nothing.
+    assert_eq!(j.snapshot(&state).unwrap(), 12);
+    assert_eq!(files(p, ".snap"), [p.join(snapshot_name(12))]);
+    assert_eq!(files(p, ".log"), [p.join(segment_name(13))]);
+    drop(j);
+    let (j, rec) = open(p);
+    assert_eq!(
+        (rec.snapshot, rec.snapshot_seq, j.last_seq()),
+        (Some(state), 12, 12)
+    );
+    assert!(rec.records.is_empty());
+}
+
+#[test]
+fn crash_before_the_rename_ignores_the_temp_snapshot() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    append_all(&mut open(p).0, 1..=3);
+    let frame = encode_frame(3, &(1..=3).map(d).collect::<State>()).unwrap();
+    // Partly written, and fully written but never renamed: neither is committed.
+    for len in [frame.len() / 2, frame.len()] {
+        let tmp_snap = p.join("snapshot-00000000000000000003.tmp");
+        fs::write(&tmp_snap, &frame[..len]).unwrap();
+        let (_, rec) = open(p);
+        assert_eq!((rec.snapshot, rec.records), (None, ds(1..=3)));
+        assert!(!tmp_snap.exists());
+    }
+}
+
+#[test]
+fn crash_after_the_rename_before_rotation_finishes_compaction() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open(p);
+    append_all(&mut j, 1..=3);
+    let state: State = (1..=3).map(d).collect();
+    write_snapshot(p, 3, &state).unwrap(); // steps 1 and 2 only
+    drop(j);
+
+    let (mut j, rec) = open(p);
+    assert_eq!((rec.snapshot.as_ref(), rec.snapshot_seq), (Some(&state), 3));
+    assert!(rec.records.is_empty());
+    assert_eq!(files(p, ".log"), [p.join(segment_name(4))]);
+    append_all(&mut j, 4..=4);
+    drop(j);
+    assert_eq!(open(p).1.records, ds(4..=4));
+}
+
+#[test]
+fn crash_before_old_files_are_deleted_recovers_from_the_new_snapshot() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open_small(p, 64);
+    append_all(&mut j, 1..=3);
+    j.snapshot(&(1..=3).map(d).collect::<State>()).unwrap();
+    append_all(&mut j, 4..=8);
+    let before: Vec<_> = [files(p, ".log"), files(p, ".snap")].concat();
+    let saved: Vec<_> = before.iter().map(|f| (f, fs::read(f).unwrap())).collect();
+    let state: State = (1..=8).map(d).collect();
+    j.snapshot(&state).unwrap();
+    append_all(&mut j, 9..=9);
+    drop(j);
+    // Put back what step 4 deleted, as if the crash came just before it.
+    for (f, bytes) in saved {
+        fs::write(f, bytes).unwrap();
+    }
+    assert!(files(p, ".log").len() > 2 && files(p, ".snap").len() == 2);
+
+    let (_, rec) = open_small(p, 64);
+    assert_eq!((rec.snapshot, rec.snapshot_seq), (Some(state), 8));
+    assert_eq!(rec.records, ds(9..=9));
+    assert_eq!(files(p, ".log"), [p.join(segment_name(9))]);
+    assert_eq!(files(p, ".snap"), [p.join(snapshot_name(8))]);
+}
+
+#[test]
+fn a_damaged_snapshot_is_a_hard_error() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open(p);
+    append_all(&mut j, 1..=2);
+    j.snapshot(&(1..=2).map(d).collect::<State>()).unwrap();
+    drop(j);
+    let snap = p.join(snapshot_name(2));
+    let mut bytes = fs::read(&snap).unwrap();
+    bytes[HEADER] ^= 1;
+    fs::write(&snap, bytes).unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Corrupt { path, offset: 0, .. } if *path == snap),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&snapshot_name(2)));
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append(u64),
+    Batch(Vec<u64>),
+    Snapshot,
+    Reopen,
+    /// Crash in the middle of writing a frame of this many bytes (capped below its length).
+    Tear(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..1000u64).prop_map(Op::Append),
+        2 => prop::collection::vec(0..1000u64, 0..5).prop_map(Op::Batch),
+        1 => Just(Op::Snapshot),
+        1 => Just(Op::Reopen),
+        1 => (1..64usize).prop_map(Op::Tear),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn recovery_returns_exactly_the_committed_records(
+        ops in prop::collection::vec(op(), 1..40),
+        segment_bytes in 32..256u64,
+    ) {
+        let tmp = TempDir::new().unwrap();
+        let p = tmp.path();
+        let (mut j, _) = open_small(p, segment_bytes);
+        let mut committed: Vec<Decision> = Vec::new();
+        let mut snap: (u64, Option<State>) = (0, None);
+        for op in ops.into_iter().chain([Op::Reopen]) {
+            let next = committed.len() as u64 + 1;
+            match op {
+                Op::Append(job) => {
+                    prop_assert_eq!(j.append(&d(job)).unwrap(), next);
+                    committed.push(d(job));
+                }
+                Op::Batch(jobs) => {
+                    let batch: Vec<_> = jobs.into_iter().map(d).collect();
+                    let seqs = j.append_batch(&batch).unwrap();
+                    prop_assert_eq!(seqs, next..next + batch.len() as u64);
+                    committed.extend(batch);
+                }
+                Op::Snapshot => {
+                    prop_assert_eq!(j.snapshot(&committed).unwrap(), next - 1);
+                    snap = (next - 1, Some(committed.clone()));
+                }
+                Op::Reopen | Op::Tear(_) => {
+                    if let Op::Tear(n) = op {
+                        let frame = encode_frame(next, &[d(0)][..]).unwrap();
+                        let tail = files(p, ".log").pop().unwrap();
+                        let mut file = OpenOptions::new().append(true).open(tail).unwrap();
+                        file.write_all(&frame[..n.min(frame.len() - 1)]).unwrap();
+                    }
+                    drop(j);
+                    let rec;
+                    (j, rec) = open_small(p, segment_bytes);
+                    prop_assert_eq!(rec.snapshot_seq, snap.0);
+                    prop_assert_eq!(&rec.snapshot, &snap.1);
+                    let after: Vec<_> = (snap.0 + 1..).zip(committed[snap.0 as usize..].iter().cloned()).collect();
+                    prop_assert_eq!(rec.records, after);
+                    prop_assert_eq!(j.last_seq(), next - 1);
+                    prop_assert!(files(p, ".snap").len() <= 1);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,89 @@
+"""gangway_worker: the training-script side of gangway's launcher contract.
+
+gangway's launcher (``elastic-run``, which wraps ``torchrun``) may stop a job at any time to
+preempt, migrate or resize it, and later restart it elsewhere, possibly at another world size.
+This package lets a training script cooperate with that: read the plan, notice stop requests,
+report liveness, and save/resume checkpoints safely. It needs only the standard library; torch is
+imported lazily, and only for checkpoints and for agreement between ranks.
+
+Environment set by the launcher (plus torchrun's RANK, LOCAL_RANK, WORLD_SIZE, ...)
+--------------------------------------------------------------------------------
+GANGWAY_JOB_ID            opaque job identifier (recorded in the manifest and the progress file)
+GANGWAY_CHECKPOINT_DIR    directory for checkpoints and manifest.json; must be visible to every
+                          rank that calls load() (shared storage for multi-node jobs)
+GANGWAY_RESUME_FROM       checkpoint file to resume from; unset/empty: newest in the manifest
+GANGWAY_PLAN              parallelism, e.g. "dp=2,tp=1,pp=1" (absent keys mean 1); dp*tp*pp must
+                          equal WORLD_SIZE. Unset: dp=WORLD_SIZE, tp=pp=1.
+GANGWAY_GLOBAL_BATCH      samples per optimizer step, constant across resizes
+GANGWAY_MICRO_BATCH       samples per forward/backward pass on one rank
+GANGWAY_ACCUM_STEPS       micro-batches accumulated per optimizer step;
+                          global = micro * accum * dp (a missing one is derived from the others)
+GANGWAY_STOP_FILE         the launcher creates this file to request a cooperative stop
+GANGWAY_PROGRESS_FILE     the helper writes {"step", "time", ...} JSON here (local rank 0 only)
+GANGWAY_KEEP_CHECKPOINTS  how many checkpoints to keep (default 3)
+An empty value counts as unset.
+
+API
+---
+plan()                      -> Plan (dp, tp, pp, batches, job_id, checkpoint_dir, resume_from, ...);
+                               PlanError naming the variable on bad values
+should_stop(group=None)     -> bool; stop file exists or SIGTERM received, agreed by all ranks
+report_progress(step)       -> atomically rewrite the progress file (local rank 0 only)
+save(state, step)           -> atomic checkpoint by rank 0 + manifest with sha256; keeps last N
+load(path=None, fallback=False) -> (state, step) or None when there is nothing to resume
+
+A training loop::
+
+    import gangway_worker as gw
+    gw.install_sigterm_handler()          # as early as possible
+    p = gw.plan(global_batch=256, micro_batch=8)
+    step = 0
+    resumed = gw.load(fallback=True)
+    if resumed: state, step = resumed; ...restore model/optimizer/RNG/data position...
+    while step < total:
+        if gw.should_stop():             # every rank, every step: it is a collective
+            gw.save(make_state(), step)
+            sys.exit(gw.EXIT_PREEMPTED_OK)
+        train_one_step(step); step += 1
+        gw.report_progress(step)
+        if step % save_every == 0: gw.save(make_state(), step)
+
+Exit codes
+----------
+EXIT_OK (0)            the job finished.
+EXIT_PREEMPTED_OK (0)  the job stopped cooperatively after saving a checkpoint. Also 0: the
+                       launcher knows it asked for the stop, and the manifest says where to resume.
+EXIT_FAILURE (1)       crash / uncaught exception (Python's default); the launcher may retry.
+EXIT_USAGE (2)         bad arguments or configuration (argparse's default, and what scripts should
+                       use for PlanError); the launcher must never retry it.
+Note that torchrun itself exits 1 whenever any worker exits non-zero, so the launcher has to
+read the worker exit codes from torchrun's failure report to tell 2 from 1.
+"""
+
+from ._env import PlanError
+from .checkpoint import ChecksumMismatch, CheckpointError, load, read_manifest, save
+from .control import install_sigterm_handler, report_progress, should_stop
+from .plan import Plan, plan
+
+EXIT_OK = 0
+EXIT_PREEMPTED_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_OK",
+    "EXIT_PREEMPTED_OK",
+    "EXIT_USAGE",
+    "ChecksumMismatch",
+    "CheckpointError",
+    "Plan",
+    "PlanError",
+    "install_sigterm_handler",
+    "load",
+    "plan",
+    "read_manifest",
+    "report_progress",
+    "save",
+    "should_stop",
+]

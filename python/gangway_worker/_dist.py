@@ -1,0 +1,60 @@
+"""The few torch.distributed operations the helper needs, without importing torch eagerly.
+
+Importing torch costs seconds, and the stop/progress/plan parts must work without it. A process
+group can only be initialized by a script that already imported torch.distributed, so looking in
+sys.modules answers "is distributed initialized?" without ever importing torch ourselves.
+"""
+
+import os
+import sys
+
+from . import _env
+
+
+def initialized_dist():
+    """The torch.distributed module if a process group is initialized, else None."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist
+
+
+def rank():
+    """Global rank: from the process group when there is one, else torchrun's RANK (default 0)."""
+    dist = initialized_dist()
+    if dist is not None:
+        return dist.get_rank()
+    return _env.get_int("RANK", 0, 0)
+
+
+def local_rank():
+    return _env.get_int("LOCAL_RANK", 0, 0)
+
+
+def _device_for(dist, group):
+    import torch
+
+    # NCCL only reduces CUDA tensors; gloo/mpi (and mixed "cpu:gloo,cuda:nccl" groups) take CPU ones.
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def all_max(values, group=None):
+    """Element-wise MAX of a list of ints over the group; the list itself when not distributed.
+
+    Every rank of the group must call this at the same point: it is a collective.
+    """
+    dist = initialized_dist()
+    if dist is None:
+        return list(values)
+    import torch
+
+    t = torch.tensor(list(values), dtype=torch.int64, device=_device_for(dist, group))
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return t.tolist()
+
+
+def pid_tag():
+    # Temp-file suffix unique per process: several ranks (or a crashed predecessor) may use the same dir.
+    return f"{os.getpid()}"
