@@ -317,3 +317,44 @@ fn gandiva_grows_into_idle_gpus_and_shrinks_for_newcomers() {
         "the shrink from 4 GPUs to 2 moves the job once"
     );
 }
+
+/// Job type 0 runs at 1 step/s on v100 and 0.5 on p100; job type 1 at 1 step/s on both.
+struct TwoSpeeds;
+
+impl ThroughputModel for TwoSpeeds {
+    fn steps_per_second(&self, job: &Job, t: GpuTypeId, gpus: u32) -> Option<f64> {
+        let slow = job.job_type.0 == 0 && t.0 == 1;
+        (gpus == job.gpus).then_some(if slow { 0.5 } else { 1.0 })
+    }
+}
+
+/// Hadar's task-level heterogeneity: two short 3-GPU gangs (worth most per GPU) take a V100 server and a
+/// P100 server, leaving one GPU of each; a 2-GPU gang that runs as fast on either type can then only run
+/// across the two, and it does, at once. Without mixing it waits for a whole server.
+#[test]
+fn hadar_runs_a_gang_across_gpu_types() {
+    let cluster = Cluster::from_nodes([("v100", 4, 12, 1.0), ("p100", 4, 12, 1.0)]);
+    let mut trace = trace(&[(0.0, 3, 3600.0), (0.0, 3, 3600.0), (10.0, 2, 6000.0)]);
+    trace.intern_job_type("b");
+    trace.jobs[2].job_type = JobTypeId(1);
+    let run_with = |spec: &str| {
+        let mut sim = Simulation::new(&trace, &cluster, &TwoSpeeds);
+        sim.config.audit = true;
+        let mut policy = policy::build(spec, &PolicyConfig::seeded(0)).unwrap();
+        sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
+    };
+    let mixed = run_with("hadar");
+    let gang = &mixed.records[2];
+    assert_eq!(
+        gang.first_start,
+        Some(360.0),
+        "starts at the first round after it arrives"
+    );
+    assert!(
+        gang.gpu_seconds.iter().all(|s| *s > 0.0),
+        "it ran on both types: {:?}",
+        gang.gpu_seconds
+    );
+    let whole = run_with("hadar:mixed=0");
+    assert!(whole.records[2].first_start.unwrap() > 360.0);
+}

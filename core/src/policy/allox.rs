@@ -5,10 +5,10 @@
 //! Each free GPU w is a machine; putting job i in the k-th position from the end of w's queue costs
 //! k x p\[i\]\[w\], its processing time there (remaining steps over its rate on w's type), since k jobs wait
 //! for it. A min-cost bipartite matching of jobs to (GPU, position) slots (Kuhn-Munkres) minimizes the total
-//! completion time; the job matched to the last position counted from the end of each GPU's queue starts
-//! there now. Running jobs keep their GPUs to the end. Like Gavel, the matching is recomputed only when
-//! a job arrived or left and at least `realloc` seconds (1,920) have passed; a GPU freed in between idles
-//! until then.
+//! completion time; the job matched to the last position counted from the end of each GPU's queue is
+//! assigned that GPU's type, whole, until it finishes. Like Gavel, the matching is recomputed only when a
+//! job arrived or left and at least `realloc` seconds (1,920) have passed, and the assignment is realized
+//! by the round mechanism, which also lets unassigned jobs use GPUs that would otherwise idle.
 //!
 //! AlloX schedules single-GPU jobs (Gavel's version asserts it); gangs wait for whatever the matching
 //! leaves, first come first served.
@@ -16,8 +16,12 @@
 use pathfinding::kuhn_munkres::kuhn_munkres_min;
 use pathfinding::matrix::Matrix;
 
-use super::{Allocation, Grant, JobView, Knob, Policy, PolicyInfo, RoundInput};
-use crate::cluster::GpuTypeId;
+use rustc_hash::FxHashMap;
+
+use super::effective::fastest_first;
+use super::{
+    Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
+};
 use crate::job::JobId;
 
 pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
@@ -34,6 +38,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
             realloc: config.knob("realloc"),
             pending: false,
             last: None,
+            assigned: FxHashMap::default(),
         })
     },
 }];
@@ -41,8 +46,10 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
 pub struct AlloX {
     realloc: f64,
     pending: bool,
-    /// When the matching last ran, and who it started where.
-    last: Option<(f64, Vec<Grant>)>,
+    /// When the matching last ran.
+    last: Option<f64>,
+    /// The GPU type each matched job holds until it finishes (AlloX never preempts).
+    assigned: FxHashMap<JobId, usize>,
 }
 
 /// Costs are matched as integers: seconds, scaled to keep sub-second resolution.
@@ -51,20 +58,20 @@ const COST_SCALE: f64 = 1000.0;
 const MAX_CELLS: usize = 2_000_000;
 
 impl AlloX {
-    fn matching(&self, input: &RoundInput<'_>) -> Vec<Grant> {
+    /// Matches the jobs not yet assigned to the GPUs no assigned job holds.
+    fn rematch(&mut self, input: &RoundInput<'_>) {
+        let active: FxHashMap<JobId, &JobView<'_>> =
+            input.jobs.iter().map(|v| (v.id(), v)).collect();
+        self.assigned.retain(|j, _| active.contains_key(j));
         let mut free: Vec<u32> = input.capacity.to_vec();
-        let mut grants = Vec::new();
-        let mut waiting: Vec<&JobView<'_>> = Vec::new();
-        for view in input.jobs {
-            match view.running {
-                Some(run) => {
-                    free[run.gpu_type.0 as usize] -= run.gpus.len() as u32;
-                    grants.push(Grant::new(view.id(), run.gpu_type, run.gpus.len() as u32));
-                }
-                None => waiting.push(view),
-            }
+        for (job, &t) in &self.assigned {
+            free[t] = free[t].saturating_sub(active[job].job.gpus);
         }
-        let (single, gangs): (Vec<_>, Vec<_>) = waiting.into_iter().partition(|v| v.job.gpus == 1);
+        let (single, gangs): (Vec<&JobView<'_>>, Vec<&JobView<'_>>) = input
+            .jobs
+            .iter()
+            .filter(|v| !self.assigned.contains_key(&v.id()))
+            .partition(|v| v.job.gpus == 1);
         let workers: Vec<usize> = (0..free.len())
             .flat_map(|t| std::iter::repeat_n(t, free[t] as usize))
             .collect();
@@ -95,9 +102,8 @@ impl AlloX {
             }
             for (w, chosen) in first.iter().enumerate() {
                 if let Some((_, i)) = *chosen {
-                    let t = workers[w];
-                    free[t] -= 1;
-                    grants.push(Grant::new(single[i].id(), GpuTypeId(t as u16), 1));
+                    free[workers[w]] -= 1;
+                    self.assigned.insert(single[i].id(), workers[w]);
                 }
             }
         }
@@ -105,33 +111,36 @@ impl AlloX {
             let fit = (0..free.len()).find(|&t| free[t] >= view.job.gpus && view.rates[t] > 0.0);
             if let Some(t) = fit {
                 free[t] -= view.job.gpus;
-                grants.push(Grant::new(view.id(), GpuTypeId(t as u16), view.job.gpus));
+                self.assigned.insert(view.id(), t);
             }
         }
-        grants
     }
 }
 
 impl Policy for AlloX {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
         self.pending |= input.jobs_changed;
-        let due = match &self.last {
+        let due = match self.last {
             None => true,
-            Some((at, _)) => self.pending && input.now - at >= self.realloc,
+            Some(at) => self.pending && input.now - at >= self.realloc,
         };
         if due {
             self.pending = false;
-            self.last = Some((input.now, self.matching(input)));
+            self.last = Some(input.now);
+            self.rematch(input);
         }
-        // Between matchings, jobs keep what they were given; finished ones drop out.
-        let active: rustc_hash::FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
-        let grants = &self.last.as_ref().expect("matched above").1;
-        Allocation::Grants(
-            grants
-                .iter()
-                .filter(|g| active.contains(&g.job))
-                .copied()
-                .collect(),
-        )
+        // Whole time on the assigned type. Like every Gavel policy but FIFO, GPUs that no assigned job
+        // uses may still run the others (that is why Gavel's AlloX equals all-on-V100 at low load).
+        let types = input.capacity.len();
+        let mut shares = TimeShares::new(types, TypePreference::Ordered(fastest_first(input)));
+        shares.fill_idle = true;
+        for view in input.jobs {
+            let assigned = self.assigned.get(&view.id()).copied();
+            shares.push(
+                view.id(),
+                (0..types).map(|t| if assigned == Some(t) { 1.0 } else { 0.0 }),
+            );
+        }
+        Allocation::TimeShares(shares)
     }
 }

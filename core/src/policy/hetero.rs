@@ -247,19 +247,25 @@ impl Lp {
             let solution = program.maximize(terms).ok()?;
             Some(x.shares(&solution, input))
         };
-        let mut hi = 1.0;
+        // No job can beat its rho at full speed on its fastest type from now: a lower bound on rho*.
+        let mut lo = rows
+            .iter()
+            .map(|r| r.rho_at(r.rate, 0.0))
+            .filter(|r| r.is_finite())
+            .fold(0.0, f64::max);
+        let mut hi = lo.max(1e-3) * 1.25;
         let mut best = None;
         while hi < 1e9 {
             if let Some(s) = feasible(hi) {
                 best = Some(s);
                 break;
             }
+            lo = hi;
             hi *= 2.0;
         }
         let Some(mut best) = best else {
             return proportional_shares(input);
         };
-        let mut lo = 0.0;
         // A relative precision of 1% in rho is far below what the rounds can realize.
         while hi - lo > 0.01 * hi {
             let mid = 0.5 * (lo + hi);
