@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result, bail};
 
 use gangway_core::metrics::{Summary, Window};
+use gangway_core::policy;
 use gangway_core::sim::{SimConfig, Simulation};
 use gangway_core::trace::TraceOptions;
 
@@ -77,6 +78,11 @@ impl GavelExpected {
 
 /// Runs Gavel's setup (continuous-single seed 0 at `rate`, 36 V100 + 36 P100 + 36 K80, 360 s rounds,
 /// jobs 4000..5000) for `policies`, from the trace text given (Gavel's CSV).
+///
+/// rho is measured as Gavel measures it, against an `isolated` run that reallocates on the policy's own
+/// cadence: every round for gangway's agnostic policies, and every 1,920 s (Gavel's simulator, which
+/// reallocates every policy, `isolated` included, on that cadence) for the policies that follow it, those
+/// with a `realloc` knob.
 pub fn run_gavel_setup(trace_text: &str, rate: f64, policies: &[String]) -> Result<Vec<Summary>> {
     let table = scenario::load_throughputs(None)?;
     let options = TraceOptions {
@@ -93,15 +99,37 @@ pub fn run_gavel_setup(trace_text: &str, rate: f64, policies: &[String]) -> Resu
     let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
     simulation.config = SimConfig::default();
     simulation.window = Window(Some(4000..5000));
+    let mut names: Vec<String> = policies.to_vec();
+    let reference = |spec: &str| -> Result<String> {
+        let (_, knobs) = policy::parse(spec)?;
+        Ok(match knobs.iter().find(|(k, _)| *k == "realloc") {
+            Some((_, seconds)) => format!("isolated:realloc={seconds}"),
+            None => "isolated".to_owned(),
+        })
+    };
+    let references: Vec<String> = policies
+        .iter()
+        .map(|p| reference(p))
+        .collect::<Result<_>>()?;
+    for r in &references {
+        if !names.contains(r) {
+            names.push(r.clone());
+        }
+    }
     let results = compare::run_policies(
         &simulation,
         &Default::default(),
-        policies,
-        true,
+        &names,
+        false,
         &compare::packing,
         &|_| Box::new(|_, _| {}),
     )?;
-    Ok(results.into_iter().map(|(_, s)| s).collect())
+    let by_name = |name: &str| &results[names.iter().position(|n| n == name).expect("ran")].0;
+    Ok(policies
+        .iter()
+        .zip(&references)
+        .map(|(p, r)| by_name(p).summary(p, Some(by_name(r))))
+        .collect())
 }
 
 #[cfg(test)]

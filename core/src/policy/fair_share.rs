@@ -10,7 +10,8 @@
 //! can do, and what Gavel's solver returns on a cluster with equal counts per type.
 
 use super::{
-    Allocation, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares, TypePreference,
+    Allocation, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares,
+    TypePreference,
 };
 
 /// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
@@ -92,11 +93,27 @@ impl Policy for MaxMinFairness {
 
 /// Each job alone on 1/N of the cluster (Gavel's `isolated`): the reference for finish-time fairness.
 #[derive(Default)]
-pub struct Isolated;
+pub struct Isolated {
+    /// Reallocate only on Gavel's cadence (see [`super::effective::Cadence`]); `None`: every round.
+    cadence: Option<super::effective::Cadence>,
+}
 
 impl Policy for Isolated {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        let m = input.jobs.len().max(1) as f64;
+        match self.cadence.take() {
+            Some(mut cadence) => {
+                let shares = cadence.get_or_solve(input, || isolated_shares(input));
+                self.cadence = Some(cadence);
+                Allocation::TimeShares(shares)
+            }
+            None => Allocation::TimeShares(isolated_shares(input)),
+        }
+    }
+}
+
+fn isolated_shares(input: &RoundInput<'_>) -> TimeShares {
+    let m = input.jobs.len().max(1) as f64;
+    {
         let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
         for view in input.jobs {
             let share = |(&n, &r): (&u32, &f64)| {
@@ -117,7 +134,7 @@ impl Policy for Isolated {
                     .map(|p| share(p) * scale),
             );
         }
-        Allocation::TimeShares(out)
+        out
     }
 }
 
@@ -133,8 +150,17 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "isolated",
         aliases: &[],
         summary: "each job on 1/N of every GPU type: the reference for finish-time fairness (rho)",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Isolated),
+        knobs: &[Knob {
+            name: "realloc",
+            default: 0.0,
+            help: "seconds between reallocations, at least (0: every round; Gavel's simulator: 1,920)",
+        }],
+        build: |config| {
+            let interval = config.knob("realloc");
+            Box::new(Isolated {
+                cadence: (interval > 0.0).then(|| super::effective::Cadence::new(interval)),
+            })
+        },
     },
 ];
 

@@ -42,9 +42,13 @@ impl Ordered {
         }
     }
 
-    /// FIFO that starts each job on the fastest GPU type with room for it (Gavel's `fifo_perf`).
+    /// Gavel's `fifo_perf`: every round, the jobs in arrival order each take the fastest GPU type that
+    /// still has room, running or not. A job that started on a slow type moves up as older jobs finish;
+    /// only a newer job can lose its GPUs, to an older one (Gavel rebuilds its FIFO allocation from
+    /// scratch on every recompute).
     pub fn fifo_perf() -> Self {
         Ordered {
+            preemptive: true,
             fastest: true,
             ..Ordered::fifo()
         }
@@ -105,7 +109,8 @@ pub(super) struct GrantRules {
     pub head_of_line_blocking: bool,
     /// Ask the placer to keep each gang on one server (YARN-CS).
     pub consolidate: bool,
-    /// A new job gets the fastest type with room, not the first in cluster order.
+    /// Every job gets the fastest type with room, not the first in cluster order, and a running job
+    /// moves to a faster type when one has room.
     pub fastest: bool,
 }
 
@@ -139,10 +144,11 @@ pub(super) fn grant_in_order(
     for (_, view) in queue {
         let gpus = view.job.gpus;
         let fits = |t: usize| free[t] >= gpus && view.rates[t] > 0.0;
+        // A running job keeps its type where it can, unless the fastest free type is the rule.
         let current = view
             .running
             .map(|r| r.gpu_type.0 as usize)
-            .filter(|&t| fits(t));
+            .filter(|&t| fits(t) && !rules.fastest);
         let fresh = || {
             let mut candidates = (0..free.len()).filter(|&t| fits(t));
             if rules.fastest {
@@ -170,7 +176,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
     PolicyInfo {
         name: "fifo_perf",
         aliases: &[],
-        summary: "FIFO that starts each job on the fastest GPU type with room (Gavel's heterogeneity-aware `fifo_perf`)",
+        summary: "FIFO over the fastest GPU types: each round, jobs in arrival order take the fastest type with room (Gavel's `fifo_perf`)",
         knobs: &[],
         build: |_: &PolicyConfig| Box::new(Ordered::fifo_perf()),
     },
