@@ -1,5 +1,6 @@
 //! Prints the comparison with Gavel's published average JCTs (and mean rho) as a Markdown table, for
-//! every rate in Gavel's file: `cargo run --release --example gavel_fidelity [-- POLICY,...]`.
+//! every rate in Gavel's file, or those given: `cargo run --release --example gavel_fidelity [-- POLICY,...
+//! [RATE,...]]`.
 //! Reads ../shared/data/gavel (the shared reference data).
 
 use anyhow::{Context, Result};
@@ -23,7 +24,14 @@ fn main() -> Result<()> {
         "| rate (jobs/h) | policy | Gavel JCT h | gangway JCT h | gap | Gavel rho | gangway rho |"
     );
     println!("|---|---|---|---|---|---|---|");
-    let mut rates: Vec<u32> = policies.iter().flat_map(|p| expected.rates(p)).collect();
+    let mut rates: Vec<u32> = match std::env::args().nth(2) {
+        Some(list) => list
+            .split(',')
+            .map(|r| r.parse::<f64>().map(gangway::fidelity::rate_key))
+            .collect::<Result<_, _>>()
+            .context("rates: expected numbers such as 0.4,2.0")?,
+        None => policies.iter().flat_map(|p| expected.rates(p)).collect(),
+    };
     rates.sort_unstable();
     rates.dedup();
     for key in rates {

@@ -32,8 +32,10 @@ fn shared_gavel() -> Option<(GavelExpected, String)> {
 /// Each is reported in docs/FIDELITY.md with the measured gap. A figure is removed from here once it
 /// matches; the test fails if a listed gap has closed, so that the list cannot go stale.
 const KNOWN_GAPS: &[(&str, f64, Figure)] = &[
-    // gangway's heterogeneity-aware FTF is 16% faster than Gavel's near saturation (17.2 h vs 20.4 h).
+    // gangway's heterogeneity-aware FTF is 16% faster than Gavel's near saturation (17.2 h vs 20.4 h),
+    // and its mean rho 14% lower (0.55 vs 0.64).
     ("finish_time_fairness_perf", 4.8, Figure::Jct),
+    ("finish_time_fairness_perf", 4.8, Figure::Rho),
     // AlloX's JCT matches at every rate, but its mean rho is 11-15% lower than Gavel's at 0.4, 2.0 and 4.8
     // jobs/hour (within 10% at 4.0).
     ("allox", 0.4, Figure::Rho),
