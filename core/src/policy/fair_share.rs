@@ -100,42 +100,38 @@ pub struct Isolated {
 
 impl Policy for Isolated {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        match self.cadence.take() {
-            Some(mut cadence) => {
-                let shares = cadence.get_or_solve(input, || isolated_shares(input));
-                self.cadence = Some(cadence);
-                Allocation::TimeShares(shares)
-            }
-            None => Allocation::TimeShares(isolated_shares(input)),
-        }
+        let shares = match &mut self.cadence {
+            Some(cadence) => cadence.get_or_solve(input, || isolated_shares(input)),
+            None => isolated_shares(input),
+        };
+        Allocation::TimeShares(shares)
     }
 }
 
+/// 1/N of every type per job (N = active jobs), capped at one full gang.
 fn isolated_shares(input: &RoundInput<'_>) -> TimeShares {
     let m = input.jobs.len().max(1) as f64;
-    {
-        let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
-        for view in input.jobs {
-            let share = |(&n, &r): (&u32, &f64)| {
-                if r > 0.0 {
-                    f64::from(n) / m / f64::from(view.job.gpus)
-                } else {
-                    0.0
-                }
-            };
-            let sum: f64 = input.capacity.iter().zip(view.rates).map(share).sum();
-            let scale = if sum > 1.0 { 1.0 / sum } else { 1.0 };
-            out.push(
-                view.id(),
-                input
-                    .capacity
-                    .iter()
-                    .zip(view.rates)
-                    .map(|p| share(p) * scale),
-            );
-        }
-        out
+    let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
+    for view in input.jobs {
+        let share = |(&n, &r): (&u32, &f64)| {
+            if r > 0.0 {
+                f64::from(n) / m / f64::from(view.job.gpus)
+            } else {
+                0.0
+            }
+        };
+        let sum: f64 = input.capacity.iter().zip(view.rates).map(share).sum();
+        let scale = if sum > 1.0 { 1.0 / sum } else { 1.0 };
+        out.push(
+            view.id(),
+            input
+                .capacity
+                .iter()
+                .zip(view.rates)
+                .map(|p| share(p) * scale),
+        );
     }
+    out
 }
 
 pub(super) static POLICIES: &[PolicyInfo] = &[

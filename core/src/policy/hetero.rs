@@ -138,10 +138,15 @@ enum Objective {
 
 /// One of Gavel's programs, re-solved on Gavel's cadence.
 struct Lp {
+    cadence: Cadence,
+    program: Formulation,
+}
+
+/// What an [`Lp`] solves, and the state its objective keeps between solves.
+struct Formulation {
     objective: Objective,
     /// Range over packed pairs too (the `*_packed` variants).
     packed: bool,
-    cadence: Cadence,
     clock: IsolatedClock,
     config: PolicyConfig,
 }
@@ -149,14 +154,18 @@ struct Lp {
 impl Lp {
     fn boxed(config: &PolicyConfig, objective: Objective, packed: bool) -> Box<dyn Policy> {
         Box::new(Lp {
-            objective,
-            packed,
             cadence: Cadence::new(config.knob("realloc")),
-            clock: IsolatedClock::default(),
-            config: config.clone(),
+            program: Formulation {
+                objective,
+                packed,
+                clock: IsolatedClock::default(),
+                config: config.clone(),
+            },
         })
     }
+}
 
+impl Formulation {
     fn solve(&mut self, input: &RoundInput<'_>) -> TimeShares {
         let jobs = input.jobs;
         let units = if self.packed {
@@ -399,13 +408,11 @@ fn proportional_shares(input: &RoundInput<'_>) -> TimeShares {
 
 impl Policy for Lp {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        if self.objective == Objective::FinishTimeFairness {
+        let program = &mut self.program;
+        if program.objective == Objective::FinishTimeFairness {
             // The isolated clock advances every round, not only when the program is re-solved.
-            self.clock.rows(input);
+            program.clock.rows(input);
         }
-        let mut cadence = std::mem::replace(&mut self.cadence, Cadence::new(0.0));
-        let shares = cadence.get_or_solve(input, || self.solve(input));
-        self.cadence = cadence;
-        Allocation::TimeShares(shares)
+        Allocation::TimeShares(self.cadence.get_or_solve(input, || program.solve(input)))
     }
 }
