@@ -18,7 +18,7 @@ use pathfinding::matrix::Matrix;
 
 use rustc_hash::FxHashMap;
 
-use super::effective::fastest_first;
+use super::effective::{Cadence, fastest_first};
 use super::{
     Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
 };
@@ -35,19 +35,15 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
     }],
     build: |config| {
         Box::new(AlloX {
-            realloc: config.knob("realloc"),
-            pending: false,
-            last: None,
+            cadence: Cadence::new(config.knob("realloc")),
             assigned: FxHashMap::default(),
         })
     },
 }];
 
 pub struct AlloX {
-    realloc: f64,
-    pending: bool,
-    /// When the matching last ran.
-    last: Option<f64>,
+    /// When to re-match (Gavel's cadence).
+    cadence: Cadence,
     /// The GPU type each matched job holds until it finishes (AlloX never preempts).
     assigned: FxHashMap<JobId, usize>,
 }
@@ -119,14 +115,7 @@ impl AlloX {
 
 impl Policy for AlloX {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        self.pending |= input.jobs_changed;
-        let due = match self.last {
-            None => true,
-            Some(at) => self.pending && input.now - at >= self.realloc,
-        };
-        if due {
-            self.pending = false;
-            self.last = Some(input.now);
+        if self.cadence.due(input) {
             self.rematch(input);
         }
         // Whole time on the assigned type. Like every Gavel policy but FIFO, GPUs that no assigned job

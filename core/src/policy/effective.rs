@@ -250,7 +250,9 @@ pub struct Cadence {
     pub interval: f64,
     /// A job arrived or left since the last solve.
     pending: bool,
-    last: Option<(f64, TimeShares)>,
+    /// When it last solved.
+    solved_at: Option<f64>,
+    last: Option<TimeShares>,
 }
 
 impl Cadence {
@@ -258,24 +260,33 @@ impl Cadence {
         Cadence {
             interval,
             pending: false,
+            solved_at: None,
             last: None,
         }
     }
 
+    /// Whether to re-solve this round (the first round always); if so, the solve counts as done now.
+    pub fn due(&mut self, input: &RoundInput<'_>) -> bool {
+        self.pending |= input.jobs_changed;
+        let due = self
+            .solved_at
+            .is_none_or(|at| self.pending && input.now - at >= self.interval);
+        if due {
+            self.pending = false;
+            self.solved_at = Some(input.now);
+        }
+        due
+    }
+
+    /// The shares in force: re-solved with `solve` when [`Cadence::due`], the last ones otherwise.
     pub fn get_or_solve(
         &mut self,
         input: &RoundInput<'_>,
         solve: impl FnOnce() -> TimeShares,
     ) -> TimeShares {
-        self.pending |= input.jobs_changed;
-        let due = match &self.last {
-            None => true,
-            Some((at, _)) => self.pending && input.now - at >= self.interval,
-        };
-        if due {
-            self.pending = false;
-            self.last = Some((input.now, solve()));
+        if self.due(input) {
+            self.last = Some(solve());
         }
-        self.last.as_ref().expect("solved above").1.clone()
+        self.last.clone().expect("solved above")
     }
 }
