@@ -75,6 +75,17 @@ impl Trace {
         }
     }
 
+    /// The names and source, without the jobs.
+    pub fn clone_names(&self) -> Trace {
+        Trace {
+            source: self.source.clone(),
+            work_unit: self.work_unit,
+            jobs: Vec::new(),
+            job_types: self.job_types.clone(),
+            tenants: self.tenants.clone(),
+        }
+    }
+
     pub fn work_unit(&self) -> WorkUnit {
         self.work_unit.unwrap_or(WorkUnit::Steps)
     }

@@ -4,10 +4,12 @@
 //! - [`job`] and [`trace`]: jobs and the trace formats they come from.
 //! - [`throughput`]: how fast a job runs on an allocation.
 //! - [`policy`]: the [`policy::Policy`] trait, its single input struct, and the policies.
+//! - [`engine`]: the scheduling state that the simulator and the live control plane both drive.
 //! - [`sim`]: the deterministic discrete-event simulator.
 //! - [`metrics`]: JCT, fairness and utilization over a job-id window.
 
 pub mod cluster;
+pub mod engine;
 pub mod error;
 pub mod job;
 pub mod metrics;

@@ -33,6 +33,23 @@ pub trait ThroughputModel: Send + Sync {
     }
 }
 
+/// A borrowed model is a model, so that a driver can hold either a borrowed or an owned one.
+impl<T: ThroughputModel + ?Sized> ThroughputModel for &T {
+    fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
+        (**self).steps_per_second(job, gpu_type, gpus)
+    }
+
+    fn packed_steps_per_second(
+        &self,
+        a: &Job,
+        b: &Job,
+        gpu_type: GpuTypeId,
+        gpus: u32,
+    ) -> Option<(f64, f64)> {
+        (**self).packed_steps_per_second(a, b, gpu_type, gpus)
+    }
+}
+
 /// Duration-only traces: one unit of work per second on any GPU type, scaled by an optional per-type speed.
 #[derive(Clone, Debug)]
 pub struct DurationModel {
