@@ -22,6 +22,7 @@
 //! assert!(summary.avg_jct_h > 0.0);
 //! ```
 
+pub use gangway_actors as actors;
 pub use gangway_core as core;
 pub use gangway_topology as topology;
 

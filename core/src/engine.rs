@@ -6,7 +6,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::cluster::{Cluster, GpuSet, GpuTypeId};
+use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId};
 use crate::job::{Job, JobId, JobTypeId, TenantId, Trace};
 use crate::metrics::JobRecord;
 use crate::policy::timeshare::Mechanism;
@@ -110,6 +110,10 @@ pub struct Engine<'m> {
     jobs_changed: bool,
     /// Starts and stops since the last [`Engine::take_changes`], when recording.
     changes: Option<Vec<Change>>,
+    /// GPUs out of service (failed), per GPU id; they are neither free nor held.
+    disabled: Vec<bool>,
+    /// GPUs in service per type: what policies may allocate.
+    capacity: Vec<u32>,
 }
 
 /// A start or stop that a scheduling pass (or a completion) made, for a live driver to carry out.
@@ -143,6 +147,8 @@ pub enum Rejected {
     Unknown(JobId),
     #[error("job {0} has finished")]
     Finished(JobId),
+    #[error("job {0}: its GPUs are taken, or it already runs")]
+    GpusTaken(JobId),
 }
 
 /// Where a job stands, for the live driver and its API.
@@ -192,6 +198,8 @@ impl<'m> Engine<'m> {
             finished: 0,
             jobs_changed: false,
             changes: None,
+            disabled: vec![false; cluster.num_gpus() as usize],
+            capacity: cluster.capacity().to_vec(),
             cluster,
             model,
             config,
@@ -246,7 +254,7 @@ impl<'m> Engine<'m> {
             return Err(Rejected::Duplicate(job.id));
         }
         let i = self.push(job);
-        if !self.can_ever_run(i) {
+        if !self.accepts(&self.trace.jobs[i]) {
             return Err(Rejected::Unschedulable(self.trace.jobs[i].id));
         }
         self.admit(i, now);
@@ -351,18 +359,26 @@ impl<'m> Engine<'m> {
         Ok(())
     }
 
-    /// Job `id` could not start where the last pass put it (its GPUs could not be leased, or its
-    /// workers failed to launch): it is stopped and waits, having made no progress there.
-    pub fn abort_start(&mut self, id: JobId, now: f64) -> Result<(), Rejected> {
+    /// Job `id` goes back to the queue at `now`: its start failed (GPUs not leased, workers not
+    /// launched), or its workers crashed. With `checkpoint`, its work falls back to what that
+    /// checkpoint saved.
+    pub fn requeue(
+        &mut self,
+        id: JobId,
+        now: f64,
+        checkpoint: Option<f64>,
+    ) -> Result<(), Rejected> {
         let i = self.running_index(id)?;
-        if let Some(run) = self.jobs[i].run.as_mut() {
-            // No time passed on those GPUs for the job.
-            run.settled_to = run.settled_to.max(now);
-            run.progress_from = run.progress_from.max(now);
+        if self.jobs[i].run.is_some() {
             self.stop(i, now);
-            self.jobs[i].queued_since = now;
             self.note_utilization(now);
         }
+        let total = self.trace.jobs[i].total_steps;
+        let state = &mut self.jobs[i];
+        if let Some(steps) = checkpoint {
+            state.steps_done = steps.clamp(0.0, total).min(state.steps_done);
+        }
+        state.queued_since = now;
         Ok(())
     }
 
@@ -373,6 +389,94 @@ impl<'m> Engine<'m> {
             return Err(Rejected::Finished(id));
         }
         Ok(i)
+    }
+
+    /// Whether `job` could run here at all: some GPU type has a rate for it and room for its gang.
+    pub fn accepts(&self, job: &Job) -> bool {
+        (0..self.types()).any(|t| {
+            self.cluster.capacity()[t] >= job.gpus
+                && self
+                    .model
+                    .steps_per_second(job, GpuTypeId(t as u16), job.gpus)
+                    .is_some_and(|r| r.is_finite() && r > 0.0)
+        })
+    }
+
+    /// Runs job `id` on exactly `gpus` from `now` (its workers survived a control-plane restart), with
+    /// no restore cost. Refused unless the job waits and every GPU is free.
+    pub fn adopt(
+        &mut self,
+        id: JobId,
+        gpu_type: GpuTypeId,
+        gpus: GpuSet,
+        now: f64,
+    ) -> Result<(), Rejected> {
+        let i = self.running_index(id)?;
+        if self.jobs[i].run.is_some() || !gpus.iter().all(|&g| self.free.is_free(g)) {
+            return Err(Rejected::GpusTaken(id));
+        }
+        self.jobs[i].overhead_due = 0.0;
+        let placed = Placed { gpus, score: 1.0 };
+        self.start(i, placed, gpu_type, None, now);
+        self.note_utilization(now);
+        Ok(())
+    }
+
+    /// Takes GPU `gpu` out of service at `now` (it failed). A job running on it stops, and waits with
+    /// its work saved, as if preempted.
+    pub fn disable_gpu(&mut self, gpu: GpuId, now: f64) {
+        let g = gpu.0 as usize;
+        if self.disabled[g] {
+            return;
+        }
+        let holders: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&i| {
+                self.jobs[i]
+                    .run
+                    .as_ref()
+                    .is_some_and(|r| r.gpus.contains(&gpu))
+            })
+            .collect();
+        for i in holders {
+            if self.jobs[i].run.is_some() {
+                self.stop(i, now);
+                let state = &mut self.jobs[i];
+                state.record.preemptions += 1;
+                state.queued_since = now;
+            }
+        }
+        self.free.take(&self.cluster, &[gpu]);
+        self.disabled[g] = true;
+        self.capacity[self.cluster.gpu_type_of(gpu).0 as usize] -= 1;
+        self.jobs_changed = true;
+        self.note_utilization(now);
+    }
+
+    /// Puts a failed GPU back in service.
+    pub fn enable_gpu(&mut self, gpu: GpuId) {
+        let g = gpu.0 as usize;
+        if std::mem::take(&mut self.disabled[g]) {
+            self.free.release(&self.cluster, &[gpu]);
+            self.capacity[self.cluster.gpu_type_of(gpu).0 as usize] += 1;
+            self.jobs_changed = true;
+        }
+    }
+
+    /// Frees `gpus`, except those out of service.
+    fn release_gpus(&mut self, gpus: &GpuSet) {
+        if gpus.iter().any(|&g| self.disabled[g.0 as usize]) {
+            let in_service: GpuSet = gpus
+                .iter()
+                .copied()
+                .filter(|&g| !self.disabled[g.0 as usize])
+                .collect();
+            self.free.release(&self.cluster, &in_service);
+        } else {
+            self.free.release(&self.cluster, gpus);
+        }
     }
 
     /// The records of every job, in submission order, and the busy-time totals, up to `now`.
@@ -405,15 +509,6 @@ impl<'m> Engine<'m> {
             .steps_per_second(job, gpu_type, gpus)
             .filter(|r| r.is_finite() && *r > 0.0)
             .unwrap_or(0.0)
-    }
-
-    /// A job can run if some type it has a rate on has room for its whole gang.
-    fn can_ever_run(&self, i: usize) -> bool {
-        let gpus = self.trace.jobs[i].gpus;
-        self.job_rates(i)
-            .iter()
-            .zip(self.cluster.capacity())
-            .any(|(r, &cap)| *r > 0.0 && cap >= gpus)
     }
 
     fn admit(&mut self, i: usize, now: f64) {
@@ -519,7 +614,7 @@ impl<'m> Engine<'m> {
             None => {
                 self.note_busy(now);
                 self.busy_gpus -= run.gpus.len() as u32;
-                self.free.release(&self.cluster, &run.gpus);
+                self.release_gpus(&run.gpus);
             }
         }
         run
@@ -932,7 +1027,7 @@ impl<'m> Engine<'m> {
             }
         }
         for (t, &held) in held_per_type.iter().enumerate() {
-            let capacity = cluster.capacity()[t];
+            let capacity = self.capacity[t];
             assert!(held <= capacity, "type {t}: {held} GPUs held of {capacity}");
             assert_eq!(
                 held + self.free.free_of_type(GpuTypeId(t as u16)),
@@ -989,7 +1084,7 @@ impl<'m> Engine<'m> {
             now,
             round_length: self.config.round_length,
             cluster,
-            capacity: cluster.capacity(),
+            capacity: &self.capacity,
             jobs: &views,
             jobs_changed: std::mem::take(&mut self.jobs_changed),
             model: &*self.model,

@@ -104,6 +104,7 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
             schedule_on_completion: on_completion,
             seed,
             audit: true,
+            log_changes: false,
         })
 }
 

@@ -320,6 +320,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         schedule_on_completion: args.schedule_on_completion,
         seed: args.seed,
         audit: false,
+        log_changes: false,
     };
     simulation.window = window;
 

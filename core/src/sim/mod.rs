@@ -27,7 +27,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
-use crate::engine::{Engine, new_record};
+use crate::engine::{Change, Engine, new_record};
 use crate::job::{JobId, Trace};
 use crate::metrics::{self, JobRecord, RunTotals, Summary, Window};
 use crate::policy::Policy;
@@ -57,6 +57,9 @@ pub struct SimConfig {
     /// Check the invariants after every scheduling pass and panic on a violation (for tests).
     #[serde(default)]
     pub audit: bool,
+    /// Keep every start and stop in [`SimResult::changes`] (to compare runs decision by decision).
+    #[serde(default)]
+    pub log_changes: bool,
 }
 
 impl Default for SimConfig {
@@ -70,6 +73,7 @@ impl Default for SimConfig {
             schedule_on_completion: false,
             seed: 0,
             audit: false,
+            log_changes: false,
         }
     }
 }
@@ -90,6 +94,8 @@ pub struct SimResult {
     /// Jobs whose gang is larger than any GPU type's capacity; they never run.
     pub unschedulable: Vec<JobId>,
     pub rounds: u64,
+    /// Every start and stop with its time, when [`SimConfig::log_changes`] is on.
+    pub changes: Vec<(f64, Change)>,
 }
 
 impl SimResult {
@@ -160,6 +166,10 @@ impl<'a> Simulation<'a> {
             self.trace.clone_names(),
             start,
         );
+        let mut changes = Vec::new();
+        if self.config.log_changes {
+            world.record_changes();
+        }
         let round = self.config.round_length.max(1e-6);
         let trace_jobs = &self.trace.jobs;
         let mut unschedulable = Vec::new();
@@ -188,6 +198,7 @@ impl<'a> Simulation<'a> {
             last_event = last_event.max(now);
             let mut pass = false;
             while world.complete_due(now).is_some() {
+                changes.extend(world.take_changes().into_iter().map(|c| (now, c)));
                 progress(world.finished_jobs(), trace_jobs.len());
                 pass |= self.config.schedule_on_completion;
             }
@@ -207,6 +218,7 @@ impl<'a> Simulation<'a> {
             }
             if pass && !world.is_idle() {
                 world.schedule(policy, placer, now);
+                changes.extend(world.take_changes().into_iter().map(|c| (now, c)));
                 if self.config.audit {
                     world.audit();
                 }
@@ -243,6 +255,7 @@ impl<'a> Simulation<'a> {
             window: self.window.clone(),
             unschedulable,
             rounds,
+            changes,
         }
     }
 }

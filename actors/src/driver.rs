@@ -1,0 +1,109 @@
+//! Replays a trace through a control plane in virtual time, event by event, in the simulator's order:
+//! worker completions, then arrivals, then the round boundary. With the simulated executor this is the
+//! live control plane doing exactly what `gangway simulate` does, which the parity test checks.
+
+use std::sync::Arc;
+
+use actix::prelude::*;
+use gangway_core::job::Trace;
+use gangway_core::sim::SimConfig;
+
+use crate::clock::VirtualClock;
+use crate::cluster::{ClusterActor, JobRequest, Peek, Poll, Round, Submit};
+
+/// Scheduling passes with every GPU idle, jobs waiting and no arrivals left, before giving up.
+const STALL_ROUNDS: u32 = 1000;
+
+/// How a replay ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Replay {
+    pub rounds: u64,
+    /// Virtual time of the last event.
+    pub end: f64,
+    /// The control plane refused these jobs (they cannot run on its cluster).
+    pub refused: Vec<gangway_core::job::JobId>,
+    pub stalled: bool,
+}
+
+/// Feeds `trace` to `cluster`, advancing `clock` from event to event until every job has ended.
+pub async fn replay(
+    cluster: &Addr<ClusterActor>,
+    clock: &Arc<VirtualClock>,
+    trace: &Trace,
+    config: &SimConfig,
+) -> Result<Replay, MailboxError> {
+    let jobs = &trace.jobs;
+    let round = config.round_length.max(1e-6);
+    let mut next_arrival = 0;
+    let mut next_round = jobs.first().map_or(0.0, |j| j.arrival);
+    let mut report = Replay {
+        rounds: 0,
+        end: next_round,
+        refused: Vec::new(),
+        stalled: false,
+    };
+    let mut idle_rounds = 0;
+    loop {
+        let outlook = cluster.send(Peek).await?;
+        let arrival_at = jobs.get(next_arrival).map(|j| j.arrival);
+        if outlook.idle && outlook.next_event.is_none() {
+            match arrival_at {
+                // Nothing to do: jump to the next arrival and restart rounds there.
+                Some(t) => next_round = next_round.max(t),
+                None => break,
+            }
+        }
+        let now = [outlook.next_event, arrival_at, Some(next_round)]
+            .into_iter()
+            .flatten()
+            .fold(f64::INFINITY, f64::min);
+        clock.set(now);
+        report.end = report.end.max(now);
+        let mut pass = false;
+        if outlook.next_event.is_some_and(|t| t <= now) {
+            cluster.send(Poll).await?;
+            pass |= config.schedule_on_completion;
+        }
+        while let Some(job) = jobs.get(next_arrival).filter(|j| j.arrival <= now) {
+            next_arrival += 1;
+            let request = JobRequest {
+                id: Some(job.id),
+                job_type: trace.job_type_name(job.job_type).to_owned(),
+                tenant: trace
+                    .tenants
+                    .get(job.tenant.0 as usize)
+                    .cloned()
+                    .unwrap_or_else(|| "default".to_owned()),
+                gpus: job.gpus,
+                work: job.total_steps,
+                weight: job.weight,
+            };
+            match cluster
+                .send(Submit {
+                    request,
+                    at: Some(job.arrival),
+                })
+                .await?
+            {
+                Ok(_) => pass |= config.schedule_on_arrival,
+                Err(_) => report.refused.push(job.id),
+            }
+        }
+        if now >= next_round {
+            pass = true;
+            report.rounds += 1;
+            next_round = now + round;
+        }
+        if pass {
+            cluster.send(Round).await?;
+            let after = cluster.send(Peek).await?;
+            let stalled = !after.idle && after.busy_gpus == 0 && next_arrival == jobs.len();
+            idle_rounds = if stalled { idle_rounds + 1 } else { 0 };
+            if idle_rounds > STALL_ROUNDS {
+                report.stalled = true;
+                break;
+            }
+        }
+    }
+    Ok(report)
+}

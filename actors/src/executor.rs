@@ -1,0 +1,299 @@
+//! The only way the control plane reaches workers: the [`Executor`] trait, and [`SimExecutor`], which
+//! runs jobs in virtual time at the throughput model's rates.
+
+use gangway_core::cluster::{GpuSet, GpuTypeId};
+use gangway_core::job::JobId;
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+/// What a job's workers are launched with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub job: JobId,
+    /// Unique per start of this job (the journal sequence number of the decision): launching the same
+    /// attempt twice is a no-op, which makes replays idempotent.
+    pub attempt: u64,
+    pub gpu_type: GpuTypeId,
+    pub gpus: GpuSet,
+    /// The pace the scheduler expects (the simulated executor runs at exactly this pace).
+    pub steps_per_second: f64,
+    /// Seconds of restore or migration before the first step.
+    pub startup_seconds: f64,
+    pub remaining_steps: f64,
+    pub total_steps: f64,
+}
+
+/// Something the workers did, reported by [`Executor::poll`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WorkerEvent {
+    Finished {
+        job: JobId,
+        attempt: u64,
+        at: f64,
+    },
+    Failed {
+        job: JobId,
+        attempt: u64,
+        at: f64,
+        error: String,
+        /// A crash worth retrying, or a user error (bad script, bad arguments) that never is.
+        retryable: bool,
+    },
+    /// The workers saved a checkpoint with this much work done.
+    Checkpointed {
+        job: JobId,
+        attempt: u64,
+        steps_done: f64,
+    },
+}
+
+/// Why the executor could not do what it was asked.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("job {0} has no running workers")]
+    NotRunning(JobId),
+    #[error("job {job}: launch failed: {reason}")]
+    Launch { job: JobId, reason: String },
+}
+
+/// Runs and stops a job's workers. The control plane calls it off its actor threads, so a call may
+/// block for as long as the workers take to checkpoint (bounded by the grace period).
+pub trait Executor: Send + 'static {
+    /// Starts the workers of `launch` at `now`. Launching an attempt that already runs does nothing.
+    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError>;
+
+    /// Makes the workers of `job` save a checkpoint and exit; returns the work saved, once they have
+    /// exited.
+    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError>;
+
+    /// The job's pace changed in place (its packing partner left).
+    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64);
+
+    /// Whether the workers of this attempt still run (to re-adopt them after a control-plane restart).
+    fn alive(&mut self, job: JobId, attempt: u64) -> bool;
+
+    /// What happened by `now`, in time order.
+    fn poll(&mut self, now: f64) -> Vec<WorkerEvent>;
+
+    /// When the next event is due, for a virtual clock; `None` for an executor whose events come on
+    /// their own (real processes).
+    fn next_event(&self) -> Option<f64>;
+}
+
+/// A simulated job's run.
+#[derive(Clone, Debug)]
+struct SimRun {
+    attempt: u64,
+    total_steps: f64,
+    /// Work left when the current pace began (kept as given, so that the finish is computed from
+    /// exactly the engine's figure).
+    left_at_pace: f64,
+    /// Steps start (again) here.
+    progress_from: f64,
+    steps_per_second: f64,
+    finish_at: f64,
+    last_checkpoint: f64,
+}
+
+impl SimRun {
+    fn left_at(&self, t: f64) -> f64 {
+        let progressed = (t - self.progress_from).max(0.0) * self.steps_per_second;
+        (self.left_at_pace - progressed).max(0.0)
+    }
+
+    fn done_by(&self, t: f64) -> f64 {
+        self.total_steps - self.left_at(t)
+    }
+
+    fn reschedule(&mut self) {
+        // The same expression as the engine's, so that both predict the same instant.
+        self.finish_at = self.progress_from + self.left_at_pace / self.steps_per_second;
+    }
+}
+
+/// Workers that exist only in virtual time: each job progresses at the pace it was launched with and
+/// finishes when its remaining steps are done. Used by the sim/live parity test, the crash tests and
+/// `gangway serve --fake-gpus`.
+#[derive(Debug)]
+pub struct SimExecutor {
+    runs: FxHashMap<JobId, SimRun>,
+    /// Seconds of (virtual) time between the checkpoints that running jobs report.
+    checkpoint_every: f64,
+}
+
+impl SimExecutor {
+    pub fn new(checkpoint_every: f64) -> Self {
+        SimExecutor {
+            runs: FxHashMap::default(),
+            checkpoint_every,
+        }
+    }
+
+    /// How many jobs have running workers.
+    pub fn running(&self) -> usize {
+        self.runs.len()
+    }
+}
+
+impl Default for SimExecutor {
+    fn default() -> Self {
+        SimExecutor::new(600.0)
+    }
+}
+
+impl Executor for SimExecutor {
+    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
+        if self
+            .runs
+            .get(&launch.job)
+            .is_some_and(|r| r.attempt == launch.attempt)
+        {
+            return Ok(());
+        }
+        if launch.steps_per_second.is_nan() || launch.steps_per_second <= 0.0 {
+            return Err(ExecutorError::Launch {
+                job: launch.job,
+                reason: format!("pace {} steps/s", launch.steps_per_second),
+            });
+        }
+        let mut run = SimRun {
+            attempt: launch.attempt,
+            total_steps: launch.total_steps,
+            left_at_pace: launch.remaining_steps,
+            progress_from: now + launch.startup_seconds,
+            steps_per_second: launch.steps_per_second,
+            finish_at: f64::INFINITY,
+            last_checkpoint: now,
+        };
+        run.reschedule();
+        self.runs.insert(launch.job, run);
+        Ok(())
+    }
+
+    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
+        let run = self
+            .runs
+            .remove(&job)
+            .ok_or(ExecutorError::NotRunning(job))?;
+        Ok(run.done_by(now))
+    }
+
+    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64) {
+        if let Some(run) = self.runs.get_mut(&job) {
+            run.left_at_pace = run.left_at(now);
+            run.progress_from = run.progress_from.max(now);
+            run.steps_per_second = steps_per_second;
+            run.reschedule();
+        }
+    }
+
+    fn alive(&mut self, job: JobId, attempt: u64) -> bool {
+        self.runs.get(&job).is_some_and(|r| r.attempt == attempt)
+    }
+
+    fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
+        let mut finished: Vec<(f64, JobId, u64)> = Vec::new();
+        let mut events = Vec::new();
+        for (&job, run) in &mut self.runs {
+            if run.finish_at <= now {
+                finished.push((run.finish_at, job, run.attempt));
+            } else if now - run.last_checkpoint >= self.checkpoint_every {
+                run.last_checkpoint = now;
+                events.push(WorkerEvent::Checkpointed {
+                    job,
+                    attempt: run.attempt,
+                    steps_done: run.done_by(now),
+                });
+            }
+        }
+        finished.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        for &(at, job, attempt) in &finished {
+            self.runs.remove(&job);
+            events.push(WorkerEvent::Finished { job, attempt, at });
+        }
+        events
+    }
+
+    fn next_event(&self) -> Option<f64> {
+        self.runs
+            .values()
+            .map(|r| r.finish_at)
+            .min_by(f64::total_cmp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gangway_core::cluster::GpuId;
+
+    fn launch(job: u32, attempt: u64, remaining: f64) -> Launch {
+        Launch {
+            job: JobId(job),
+            attempt,
+            gpu_type: GpuTypeId(0),
+            gpus: [GpuId(0)].into_iter().collect(),
+            steps_per_second: 2.0,
+            startup_seconds: 10.0,
+            remaining_steps: remaining,
+            total_steps: 100.0,
+        }
+    }
+
+    #[test]
+    fn a_job_finishes_after_its_startup_and_remaining_work() {
+        let mut exec = SimExecutor::new(1e9);
+        exec.launch(&launch(1, 7, 60.0), 100.0).unwrap();
+        assert_eq!(exec.next_event(), Some(100.0 + 10.0 + 30.0));
+        assert!(exec.poll(139.0).is_empty());
+        assert_eq!(
+            exec.poll(200.0),
+            [WorkerEvent::Finished {
+                job: JobId(1),
+                attempt: 7,
+                at: 140.0
+            }]
+        );
+        assert_eq!(exec.running(), 0);
+    }
+
+    #[test]
+    fn relaunching_the_same_attempt_is_a_no_op_and_stop_returns_the_work_saved() {
+        let mut exec = SimExecutor::new(1e9);
+        exec.launch(&launch(1, 7, 100.0), 0.0).unwrap();
+        // A replayed decision launches the same attempt again: the run is not restarted.
+        exec.launch(&launch(1, 7, 100.0), 20.0).unwrap();
+        assert_eq!(exec.stop(JobId(1), 30.0), Ok(40.0));
+        assert_eq!(
+            exec.stop(JobId(1), 31.0),
+            Err(ExecutorError::NotRunning(JobId(1)))
+        );
+        assert!(!exec.alive(JobId(1), 7));
+    }
+
+    #[test]
+    fn retuning_keeps_the_work_done_and_moves_the_finish() {
+        let mut exec = SimExecutor::new(1e9);
+        exec.launch(&launch(1, 1, 100.0), 0.0).unwrap();
+        exec.retune(JobId(1), 4.0, 20.0); // 20 steps done, 80 left at 4/s
+        assert_eq!(exec.next_event(), Some(40.0));
+    }
+
+    #[test]
+    fn running_jobs_report_checkpoints() {
+        let mut exec = SimExecutor::new(35.0);
+        exec.launch(&launch(1, 1, 100.0), 0.0).unwrap();
+        assert!(
+            exec.poll(30.0).is_empty(),
+            "no checkpoint before the interval"
+        );
+        assert_eq!(
+            exec.poll(40.0),
+            [WorkerEvent::Checkpointed {
+                job: JobId(1),
+                attempt: 1,
+                steps_done: 60.0
+            }]
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! The gang actor: takes all of a gang's GPUs or none of them.
+//!
+//! Phase one reserves every GPU; phase two commits them all when every reservation held, and discards
+//! them all otherwise. Reservations never wait (a held GPU refuses at once), so gangs that want the same
+//! GPUs cannot deadlock: one of them gets its gang, the others get an error and retry next round.
+
+use actix::prelude::*;
+use futures::future::join_all;
+use gangway_core::job::JobId;
+
+use crate::gpu::{Commit, Discard, GpuActor, Holder, LeaseError, Release, Reserve};
+
+/// A gang that could not be leased (its reservations are already given back).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum GangError {
+    #[error("job {job}: {cause}")]
+    Lease { job: JobId, cause: LeaseError },
+    #[error("job {job}: a GPU actor is gone")]
+    Mailbox { job: JobId },
+}
+
+/// Leases the gang: reserve all, then commit all or discard all.
+#[derive(Message)]
+#[rtype(result = "Result<(), GangError>")]
+pub struct Acquire;
+
+/// Gives every GPU back and stops the gang. Idempotent.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Disband;
+
+pub struct GangActor {
+    holder: Holder,
+    partner: Option<JobId>,
+    gpus: Vec<Addr<GpuActor>>,
+}
+
+impl GangActor {
+    pub fn new(holder: Holder, partner: Option<JobId>, gpus: Vec<Addr<GpuActor>>) -> Self {
+        GangActor {
+            holder,
+            partner,
+            gpus,
+        }
+    }
+}
+
+impl Actor for GangActor {
+    type Context = Context<Self>;
+}
+
+/// The first error among `results`, if any.
+fn first_error(
+    job: JobId,
+    results: Vec<Result<Result<(), LeaseError>, MailboxError>>,
+) -> Result<(), GangError> {
+    for result in results {
+        match result {
+            Err(_) => return Err(GangError::Mailbox { job }),
+            Ok(Err(cause)) => return Err(GangError::Lease { job, cause }),
+            Ok(Ok(())) => {}
+        }
+    }
+    Ok(())
+}
+
+impl Handler<Acquire> for GangActor {
+    type Result = ResponseFuture<Result<(), GangError>>;
+
+    fn handle(&mut self, _: Acquire, _: &mut Context<Self>) -> Self::Result {
+        let (holder, partner, gpus) = (self.holder, self.partner, self.gpus.clone());
+        let job = holder.job;
+        Box::pin(async move {
+            let reserved = join_all(gpus.iter().map(|g| g.send(Reserve { holder, partner }))).await;
+            if let Err(e) = first_error(job, reserved) {
+                // Discard is idempotent, so it goes to every GPU, reserved or not.
+                join_all(gpus.iter().map(|g| g.send(Discard(holder)))).await;
+                return Err(e);
+            }
+            let committed = join_all(gpus.iter().map(|g| g.send(Commit(holder)))).await;
+            if let Err(e) = first_error(job, committed) {
+                join_all(gpus.iter().map(|g| g.send(Release(holder)))).await;
+                return Err(e);
+            }
+            Ok(())
+        })
+    }
+}
+
+impl Handler<Disband> for GangActor {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, _: Disband, _: &mut Context<Self>) -> Self::Result {
+        let holder = self.holder;
+        let releases = join_all(self.gpus.iter().map(|g| g.send(Release(holder))));
+        Box::pin(
+            async move {
+                releases.await;
+            }
+            .into_actor(self)
+            .map(|_, _, ctx| ctx.stop()),
+        )
+    }
+}

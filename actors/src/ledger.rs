@@ -1,0 +1,396 @@
+//! What the journal records, and the state that replaying it rebuilds.
+//!
+//! Every decision is appended (and fsynced) before it is acted on. [`Ledger::apply`] folds records into
+//! the durable state, and checks the invariants as it goes: a job never starts while it runs, and a
+//! GPU is never held by two jobs that are not each other's packing partner. Replaying a journal through
+//! it is therefore also an audit of everything the control plane ever decided.
+
+use std::collections::BTreeMap;
+
+use gangway_core::cluster::{GpuSet, GpuTypeId};
+use gangway_core::job::JobId;
+use serde::{Deserialize, Serialize};
+
+/// A job as it was submitted.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpec {
+    pub id: JobId,
+    pub job_type: String,
+    pub tenant: String,
+    pub gpus: u32,
+    /// Work, in the units of the control plane's throughput model (seconds at the requested GPU count
+    /// for the default duration model).
+    pub total_steps: f64,
+    pub weight: f64,
+    /// Control-plane seconds.
+    pub arrival: f64,
+}
+
+/// One journal record.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Record {
+    /// The control plane's clock: control-plane second 0 is this Unix time, and control-plane time
+    /// runs `time_scale` times faster than the wall clock. The first record of a journal.
+    Epoch {
+        unix_seconds: f64,
+        time_scale: f64,
+    },
+    Submitted(JobSpec),
+    /// A start: the job's gang is `gpus`; `attempt` names this start everywhere (GPU leases, workers).
+    Started {
+        job: JobId,
+        attempt: u64,
+        gpu_type: GpuTypeId,
+        gpus: GpuSet,
+        partner: Option<JobId>,
+        at: f64,
+    },
+    /// The job stops running (preempted, moved, or its start failed); it keeps its last checkpoint.
+    Stopped {
+        job: JobId,
+        at: f64,
+    },
+    /// The workers saved this much work.
+    Checkpointed {
+        job: JobId,
+        steps_done: f64,
+    },
+    Finished {
+        job: JobId,
+        at: f64,
+    },
+    Cancelled {
+        job: JobId,
+        at: f64,
+    },
+    Failed {
+        job: JobId,
+        at: f64,
+        error: String,
+    },
+}
+
+/// Where a job stands in the ledger.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Standing {
+    Queued,
+    Running {
+        attempt: u64,
+        gpu_type: GpuTypeId,
+        gpus: GpuSet,
+        partner: Option<JobId>,
+    },
+    Finished {
+        at: f64,
+    },
+    Cancelled {
+        at: f64,
+    },
+    Failed {
+        at: f64,
+        error: String,
+    },
+}
+
+impl Standing {
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Standing::Finished { .. } | Standing::Cancelled { .. } | Standing::Failed { .. }
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    pub spec: JobSpec,
+    pub standing: Standing,
+    /// Work saved by the last checkpoint.
+    pub checkpoint: f64,
+    pub starts: u32,
+    pub stops: u32,
+}
+
+/// A record that breaks an invariant.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Violation {
+    #[error("record {seq}: job {job} is not known")]
+    UnknownJob { seq: u64, job: JobId },
+    #[error("record {seq}: job {job} submitted twice")]
+    Resubmitted { seq: u64, job: JobId },
+    #[error("record {seq}: job {job} started while it runs")]
+    StartedTwice { seq: u64, job: JobId },
+    #[error("record {seq}: job {job} takes GPU {gpu}, held by job {holder}")]
+    GpuHeldTwice {
+        seq: u64,
+        job: JobId,
+        gpu: u32,
+        holder: JobId,
+    },
+    #[error("record {seq}: job {job} changes after it ended")]
+    AfterEnd { seq: u64, job: JobId },
+}
+
+/// The durable state: every job, who holds which GPU, and the clock.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Ledger {
+    pub epoch: Option<(f64, f64)>,
+    pub jobs: BTreeMap<JobId, Entry>,
+    /// GPU id -> the jobs holding it (two only for packing partners).
+    pub holders: BTreeMap<u32, Vec<JobId>>,
+    pub next_attempt: u64,
+    pub next_job_id: u32,
+}
+
+impl Ledger {
+    /// Folds record `seq` in; a record that breaks an invariant is refused and changes nothing.
+    pub fn apply(&mut self, seq: u64, record: &Record) -> Result<(), Violation> {
+        match record {
+            Record::Epoch {
+                unix_seconds,
+                time_scale,
+            } => self.epoch = Some((*unix_seconds, *time_scale)),
+            Record::Submitted(spec) => {
+                if self.jobs.contains_key(&spec.id) {
+                    return Err(Violation::Resubmitted { seq, job: spec.id });
+                }
+                self.next_job_id = self.next_job_id.max(spec.id.0 + 1);
+                self.jobs.insert(
+                    spec.id,
+                    Entry {
+                        spec: spec.clone(),
+                        standing: Standing::Queued,
+                        checkpoint: 0.0,
+                        starts: 0,
+                        stops: 0,
+                    },
+                );
+            }
+            Record::Started {
+                job,
+                attempt,
+                gpu_type,
+                gpus,
+                partner,
+                ..
+            } => {
+                let entry = self.live(seq, *job)?;
+                if matches!(entry.standing, Standing::Running { .. }) {
+                    return Err(Violation::StartedTwice { seq, job: *job });
+                }
+                for g in gpus {
+                    let holders = self.holders.get(&g.0).map_or(&[][..], Vec::as_slice);
+                    if let Some(&holder) = holders.iter().find(|&&h| Some(h) != *partner) {
+                        return Err(Violation::GpuHeldTwice {
+                            seq,
+                            job: *job,
+                            gpu: g.0,
+                            holder,
+                        });
+                    }
+                }
+                for g in gpus {
+                    self.holders.entry(g.0).or_default().push(*job);
+                }
+                let entry = self.jobs.get_mut(job).expect("checked live");
+                entry.standing = Standing::Running {
+                    attempt: *attempt,
+                    gpu_type: *gpu_type,
+                    gpus: gpus.clone(),
+                    partner: *partner,
+                };
+                entry.starts += 1;
+                self.next_attempt = self.next_attempt.max(attempt + 1);
+            }
+            Record::Stopped { job, .. } => {
+                self.live(seq, *job)?;
+                self.release(*job);
+                let entry = self.jobs.get_mut(job).expect("checked live");
+                entry.standing = Standing::Queued;
+                entry.stops += 1;
+            }
+            Record::Checkpointed { job, steps_done } => {
+                let entry = self.live(seq, *job)?;
+                entry.checkpoint = entry.checkpoint.max(*steps_done);
+            }
+            Record::Finished { job, at } => self.end(seq, *job, Standing::Finished { at: *at })?,
+            Record::Cancelled { job, at } => {
+                self.end(seq, *job, Standing::Cancelled { at: *at })?
+            }
+            Record::Failed { job, at, error } => self.end(
+                seq,
+                *job,
+                Standing::Failed {
+                    at: *at,
+                    error: error.clone(),
+                },
+            )?,
+        }
+        Ok(())
+    }
+
+    /// A job that exists and has not ended.
+    fn live(&mut self, seq: u64, job: JobId) -> Result<&mut Entry, Violation> {
+        let entry = self
+            .jobs
+            .get_mut(&job)
+            .ok_or(Violation::UnknownJob { seq, job })?;
+        if entry.standing.is_terminal() {
+            return Err(Violation::AfterEnd { seq, job });
+        }
+        Ok(entry)
+    }
+
+    fn end(&mut self, seq: u64, job: JobId, standing: Standing) -> Result<(), Violation> {
+        self.live(seq, job)?;
+        self.release(job);
+        let entry = self.jobs.get_mut(&job).expect("checked live");
+        if matches!(standing, Standing::Finished { .. }) {
+            entry.checkpoint = entry.spec.total_steps;
+        }
+        entry.standing = standing;
+        Ok(())
+    }
+
+    fn release(&mut self, job: JobId) {
+        if let Some(Standing::Running { gpus, .. }) = self.jobs.get(&job).map(|e| &e.standing) {
+            for g in gpus.clone() {
+                if let Some(holders) = self.holders.get_mut(&g.0) {
+                    holders.retain(|&h| h != job);
+                    if holders.is_empty() {
+                        self.holders.remove(&g.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Jobs that have not ended, in id order.
+    pub fn unfinished(&self) -> impl Iterator<Item = &Entry> {
+        self.jobs.values().filter(|e| !e.standing.is_terminal())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gangway_core::cluster::GpuId;
+
+    fn spec(id: u32) -> Record {
+        Record::Submitted(JobSpec {
+            id: JobId(id),
+            job_type: "toy".into(),
+            tenant: "default".into(),
+            gpus: 2,
+            total_steps: 100.0,
+            weight: 1.0,
+            arrival: 0.0,
+        })
+    }
+
+    fn started(job: u32, attempt: u64, gpus: &[u32], partner: Option<u32>) -> Record {
+        Record::Started {
+            job: JobId(job),
+            attempt,
+            gpu_type: GpuTypeId(0),
+            gpus: gpus.iter().map(|&g| GpuId(g)).collect(),
+            partner: partner.map(JobId),
+            at: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_gpu_is_never_held_twice_except_by_partners() {
+        let mut ledger = Ledger::default();
+        for (seq, r) in [spec(1), spec(2), spec(3), started(1, 1, &[0, 1], Some(2))]
+            .iter()
+            .enumerate()
+        {
+            ledger.apply(seq as u64, r).unwrap();
+        }
+        let clash = started(3, 2, &[1, 2], None);
+        assert_eq!(
+            ledger.apply(9, &clash),
+            Err(Violation::GpuHeldTwice {
+                seq: 9,
+                job: JobId(3),
+                gpu: 1,
+                holder: JobId(1)
+            })
+        );
+        assert!(
+            !ledger.holders.contains_key(&2),
+            "a refused record changes nothing"
+        );
+        ledger.apply(10, &started(2, 3, &[0, 1], Some(1))).unwrap();
+        assert_eq!(ledger.holders[&0], [JobId(1), JobId(2)]);
+        ledger
+            .apply(
+                11,
+                &Record::Stopped {
+                    job: JobId(1),
+                    at: 5.0,
+                },
+            )
+            .unwrap();
+        ledger
+            .apply(
+                12,
+                &Record::Stopped {
+                    job: JobId(2),
+                    at: 5.0,
+                },
+            )
+            .unwrap();
+        ledger.apply(13, &clash).unwrap();
+        assert_eq!(ledger.next_attempt, 4);
+    }
+
+    #[test]
+    fn a_job_never_starts_while_it_runs_nor_moves_after_it_ends() {
+        let mut ledger = Ledger::default();
+        ledger.apply(0, &spec(1)).unwrap();
+        ledger.apply(1, &started(1, 1, &[0], None)).unwrap();
+        assert_eq!(
+            ledger.apply(2, &started(1, 2, &[1], None)),
+            Err(Violation::StartedTwice {
+                seq: 2,
+                job: JobId(1)
+            })
+        );
+        ledger
+            .apply(
+                3,
+                &Record::Checkpointed {
+                    job: JobId(1),
+                    steps_done: 40.0,
+                },
+            )
+            .unwrap();
+        ledger
+            .apply(
+                4,
+                &Record::Finished {
+                    job: JobId(1),
+                    at: 9.0,
+                },
+            )
+            .unwrap();
+        assert_eq!(ledger.jobs[&JobId(1)].checkpoint, 100.0);
+        assert!(ledger.holders.is_empty());
+        assert_eq!(
+            ledger.apply(
+                5,
+                &Record::Stopped {
+                    job: JobId(1),
+                    at: 9.0
+                }
+            ),
+            Err(Violation::AfterEnd {
+                seq: 5,
+                job: JobId(1)
+            })
+        );
+        assert_eq!(ledger.unfinished().count(), 0);
+    }
+}

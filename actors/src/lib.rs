@@ -1,0 +1,53 @@
+//! gangway-actors: the live control plane.
+//!
+//! Actors (actix on tokio) cooperate by message passing:
+//! - [`cluster::ClusterActor`] owns the scheduling state (the same [`gangway_core::engine::Engine`],
+//!   policy and placer the simulator runs) and runs the rounds, solving on a blocking thread;
+//! - [`job::JobActor`] holds one job's lifecycle, an explicit state machine ([`lifecycle::Phase`]);
+//! - [`gang::GangActor`] leases a gang's GPUs all-or-nothing, in two phases;
+//! - [`gpu::GpuActor`] holds one GPU's lease and health (NVML when present, see [`health`]).
+//!
+//! Workers are reached only through the [`executor::Executor`] trait. Every decision is journaled
+//! ([`ledger`], on `gangway-journal`) before it is acted on, and a restart recovers from the journal.
+//! [`api`] serves the local HTTP API; [`driver`] replays a trace in virtual time.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use gangway_actors::clock::VirtualClock;
+//! use gangway_actors::cluster::{ClusterActor, JobRequest, Parts, Settings, Submit, TimeSource};
+//! use gangway_actors::executor::SimExecutor;
+//! use gangway_core::{cluster::Cluster, job::Trace, policy, sim};
+//! use gangway_core::throughput::DurationModel;
+//!
+//! actix::System::new().block_on(async {
+//!     let clock = Arc::new(VirtualClock::new(0.0));
+//!     let parts = Parts {
+//!         cluster: Arc::new(Cluster::parse_spec("v100=4", 4).unwrap()),
+//!         model: Arc::new(DurationModel::uniform(1)),
+//!         names: Trace::default(),
+//!         policy: policy::build("fifo", &Default::default()).unwrap(),
+//!         placer: Box::new(sim::PackingPlacer),
+//!         executor: Box::new(SimExecutor::default()),
+//!         probes: Vec::new(),
+//!         health_every: std::time::Duration::from_secs(10),
+//!     };
+//!     let settings = Settings::new(sim::SimConfig::default(), TimeSource::Virtual(clock));
+//!     let cluster = ClusterActor::start(parts, settings).unwrap();
+//!     let request = JobRequest { id: None, job_type: "toy".into(), tenant: "a".into(), gpus: 2, work: 60.0, weight: 1.0 };
+//!     let id = cluster.send(Submit { request, at: None }).await.unwrap().unwrap();
+//!     assert_eq!(id.0, 0);
+//! });
+//! ```
+
+pub mod api;
+pub mod clock;
+pub mod cluster;
+pub mod driver;
+pub mod executor;
+pub mod gang;
+pub mod gpu;
+pub mod health;
+pub mod job;
+pub mod ledger;
+pub mod lifecycle;
+pub mod stats;
