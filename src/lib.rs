@@ -27,6 +27,7 @@ pub use gangway_core as core;
 pub use gangway_topology as topology;
 
 pub mod compare;
+pub mod control;
 pub mod fidelity;
 pub mod report;
 pub mod scenario;

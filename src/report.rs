@@ -9,6 +9,13 @@ use plotters::prelude::*;
 use gangway_core::metrics::{JobRecord, Summary};
 use gangway_core::sim::SimResult;
 
+/// How results are printed: a table for people, or JSON for programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    Table,
+    Json,
+}
+
 /// A fixed-width comparison table, one row per policy.
 pub fn table(summaries: &[Summary]) -> String {
     let headers = [

@@ -75,6 +75,35 @@ pub fn load_cluster(spec: &str, file: Option<&Path>, gpus_per_node: u32) -> Resu
     }
 }
 
+/// `servers` servers of the preset design `name`, `per_rack` to a rack.
+pub fn preset_cluster(
+    name: &str,
+    servers: usize,
+    per_rack: usize,
+) -> Result<gangway_topology::topology::ClusterSpec> {
+    use gangway_topology::presets::Preset;
+    let preset = Preset::parse(name).with_context(|| {
+        let known: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown preset `{name}`; known: {}", known.join(", "))
+    })?;
+    if servers == 0 {
+        bail!("--servers must be at least 1");
+    }
+    Ok(gangway_topology::topology::ClusterSpec::of(
+        preset, servers, per_rack,
+    ))
+}
+
+/// Reads a topology file (TOML or JSON).
+pub fn topology_file(path: &Path) -> Result<gangway_topology::topology::ClusterSpec> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(gangway_topology::file::parse(
+        &path.display().to_string(),
+        &text,
+    )?)
+}
+
 /// A topology for a cluster given only as node sizes: Philly's 2-, 4- and 8-GPU server designs, in racks
 /// of 16. Other node sizes need a topology file.
 pub fn topology_for(cluster: &Cluster) -> Result<gangway_topology::topology::ClusterSpec> {

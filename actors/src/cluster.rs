@@ -602,7 +602,7 @@ impl ClusterActor {
                 let gpus = launch
                     .gpus
                     .iter()
-                    .map(|g| self.gpus[g.0 as usize].clone())
+                    .map(|&g| (g, self.gpus[g.0 as usize].clone()))
                     .collect();
                 let gang = GangActor::new(holder, partner, gpus).start();
                 let via_placing = matches!(handle.phase, Phase::Pending | Phase::Preempted);
@@ -724,9 +724,16 @@ impl ClusterActor {
 
     /// Journals the checkpoints the stops saved, and requeues the starts that failed.
     fn settle(&mut self, outcome: Outcome, now: f64) -> RoundReport {
+        // A job that ended (cancelled) keeps no checkpoint.
         let mut records: Vec<Record> = outcome
             .saved
             .iter()
+            .filter(|(job, _)| {
+                self.ledger
+                    .jobs
+                    .get(job)
+                    .is_some_and(|e| !e.standing.is_terminal())
+            })
             .map(|&(job, steps_done)| Record::Checkpointed { job, steps_done })
             .collect();
         for (job, why) in &outcome.failed_starts {
@@ -896,7 +903,7 @@ impl Actor for ClusterActor {
             let holder = Holder { job, attempt };
             let addrs = gpus
                 .iter()
-                .map(|g| self.gpus[g.0 as usize].clone())
+                .map(|&g| (g, self.gpus[g.0 as usize].clone()))
                 .collect();
             let gang = GangActor::new(holder, partner, addrs).start();
             leases.push(gang.send(Acquire));

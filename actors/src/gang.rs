@@ -1,11 +1,14 @@
 //! The gang actor: takes all of a gang's GPUs or none of them.
 //!
-//! Phase one reserves every GPU; phase two commits them all when every reservation held, and discards
-//! them all otherwise. Reservations never wait (a held GPU refuses at once), so gangs that want the same
-//! GPUs cannot deadlock: one of them gets its gang, the others get an error and retry next round.
+//! Phase one reserves every GPU, one at a time in ascending GPU id; phase two commits them all when
+//! every reservation held, and discards them all otherwise. A reservation never waits (a held GPU
+//! refuses at once), so gangs that want the same GPUs cannot deadlock. Because every gang reserves in
+//! the same order, contention also cannot make them all fail: the gang that reached the highest
+//! contested GPU is blocked by nobody, so among gangs whose GPUs are otherwise free one always wins.
 
 use actix::prelude::*;
 use futures::future::join_all;
+use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 
 use crate::gpu::{Commit, Discard, GpuActor, Holder, LeaseError, Release, Reserve};
@@ -36,11 +39,17 @@ pub struct GangActor {
 }
 
 impl GangActor {
-    pub fn new(holder: Holder, partner: Option<JobId>, gpus: Vec<Addr<GpuActor>>) -> Self {
+    /// A gang of `gpus` (id, actor), reserved in ascending id.
+    pub fn new(
+        holder: Holder,
+        partner: Option<JobId>,
+        mut gpus: Vec<(GpuId, Addr<GpuActor>)>,
+    ) -> Self {
+        gpus.sort_by_key(|(id, _)| *id);
         GangActor {
             holder,
             partner,
-            gpus,
+            gpus: gpus.into_iter().map(|(_, addr)| addr).collect(),
         }
     }
 }
@@ -71,8 +80,14 @@ impl Handler<Acquire> for GangActor {
         let (holder, partner, gpus) = (self.holder, self.partner, self.gpus.clone());
         let job = holder.job;
         Box::pin(async move {
-            let reserved = join_all(gpus.iter().map(|g| g.send(Reserve { holder, partner }))).await;
-            if let Err(e) = first_error(job, reserved) {
+            let mut reserved = Ok(());
+            for gpu in &gpus {
+                reserved = first_error(job, vec![gpu.send(Reserve { holder, partner }).await]);
+                if reserved.is_err() {
+                    break;
+                }
+            }
+            if let Err(e) = reserved {
                 // Discard is idempotent, so it goes to every GPU, reserved or not.
                 join_all(gpus.iter().map(|g| g.send(Discard(holder)))).await;
                 return Err(e);

@@ -1,14 +1,22 @@
 //! The GPU actor: one GPU's lease and health.
 //!
 //! A lease is taken in two phases, so that a gang is never half-placed: a gang first *reserves* each of
-//! its GPUs, then *commits* all of them, or *discards* the reservations it got. Reserving never waits:
-//! a GPU held by someone else refuses at once, so two gangs can never wait on each other.
+//! its GPUs, then *commits* all of them, or *discards* the reservations it got.
+//!
+//! A GPU that is leased (committed) refuses a reservation at once. A GPU that is only reserved by a
+//! gang still acquiring makes the next reservation wait until that gang commits (the waiter is then
+//! refused) or discards (the waiter gets it). Every gang reserves in ascending GPU id, so a gang only
+//! ever waits for one that holds a higher GPU than any it holds itself: waits cannot form a cycle, and
+//! the gang furthest along always completes.
 
 use actix::prelude::*;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
+use std::collections::VecDeque;
+
 use serde::Serialize;
 use smallvec::SmallVec;
+use tokio::sync::oneshot;
 
 use crate::health::{Health, HealthProbe};
 
@@ -91,9 +99,17 @@ pub struct HealthChanged {
     pub health: Health,
 }
 
+/// A reservation waiting for another gang's in-flight reservation to be committed or discarded.
+struct Waiter {
+    holder: Holder,
+    partner: Option<JobId>,
+    answer: oneshot::Sender<Result<(), LeaseError>>,
+}
+
 pub struct GpuActor {
     gpu: GpuId,
     lease: Lease,
+    waiters: VecDeque<Waiter>,
     health: Health,
     probe: Option<(Box<dyn HealthProbe>, std::time::Duration)>,
     watcher: Option<Recipient<HealthChanged>>,
@@ -104,6 +120,7 @@ impl GpuActor {
         GpuActor {
             gpu,
             lease: Lease::default(),
+            waiters: VecDeque::new(),
             health: Health::healthy(),
             probe: None,
             watcher: None,
@@ -151,35 +168,79 @@ impl Actor for GpuActor {
     }
 }
 
-impl Handler<Reserve> for GpuActor {
-    type Result = Result<(), LeaseError>;
-
-    fn handle(&mut self, msg: Reserve, _: &mut Context<Self>) -> Self::Result {
+impl GpuActor {
+    /// Reserves for `holder` if it can have the GPU now; `None` if it must wait for an in-flight
+    /// reservation.
+    fn try_reserve(
+        &mut self,
+        holder: Holder,
+        partner: Option<JobId>,
+    ) -> Option<Result<(), LeaseError>> {
         let gpu = self.gpu.0;
         if !self.health.healthy {
-            return Err(LeaseError::Unhealthy { gpu });
+            return Some(Err(LeaseError::Unhealthy { gpu }));
         }
-        if self.lease.holders().any(|(h, _)| *h == msg.holder) {
-            return Ok(()); // a replayed reservation
+        if self.lease.holders().any(|(h, _)| *h == holder) {
+            return Some(Ok(())); // a replayed reservation
         }
-        // Sharing is allowed only between two jobs that name each other as partners.
         let holders: SmallVec<[(Holder, Option<JobId>); 2]> =
             self.lease.holders().copied().collect();
+        // Sharing is allowed only between two jobs that name each other as partners.
         let shareable = match holders.as_slice() {
             [] => true,
             [(other, other_partner)] => {
-                msg.partner == Some(other.job) && *other_partner == Some(msg.holder.job)
+                partner == Some(other.job) && *other_partner == Some(holder.job)
             }
             _ => false,
         };
-        if !shareable {
-            return Err(LeaseError::Busy {
+        if shareable {
+            self.lease.reserved.push((holder, partner));
+            return Some(Ok(()));
+        }
+        if !self.lease.committed.is_empty() {
+            return Some(Err(LeaseError::Busy {
                 gpu,
                 by: holders[0].0.job,
-            });
+            }));
         }
-        self.lease.reserved.push((msg.holder, msg.partner));
-        Ok(())
+        None
+    }
+
+    /// After a reservation ended: wake the waiters that can now be answered.
+    fn wake(&mut self) {
+        while let Some(waiter) = self.waiters.pop_front() {
+            match self.try_reserve(waiter.holder, waiter.partner) {
+                Some(answer) => {
+                    let _ = waiter.answer.send(answer);
+                }
+                None => {
+                    self.waiters.push_front(waiter);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+impl Handler<Reserve> for GpuActor {
+    type Result = ResponseFuture<Result<(), LeaseError>>;
+
+    fn handle(&mut self, msg: Reserve, _: &mut Context<Self>) -> Self::Result {
+        if let Some(answer) = self.try_reserve(msg.holder, msg.partner) {
+            return Box::pin(std::future::ready(answer));
+        }
+        let (answer, wait) = oneshot::channel();
+        self.waiters.push_back(Waiter {
+            holder: msg.holder,
+            partner: msg.partner,
+            answer,
+        });
+        let gpu = self.gpu.0;
+        let holder = msg.holder.job;
+        Box::pin(async move {
+            wait.await
+                .unwrap_or(Err(LeaseError::Busy { gpu, by: holder }))
+        })
     }
 }
 
@@ -198,6 +259,8 @@ impl Handler<Commit> for GpuActor {
         };
         let entry = self.lease.reserved.remove(k);
         self.lease.committed.push(entry);
+        // The GPU is leased now: waiters that cannot share it are refused.
+        self.wake();
         Ok(())
     }
 }
@@ -207,6 +270,7 @@ impl Handler<Discard> for GpuActor {
 
     fn handle(&mut self, Discard(holder): Discard, _: &mut Context<Self>) {
         self.lease.reserved.retain(|(h, _)| *h != holder);
+        self.wake();
     }
 }
 
@@ -216,6 +280,7 @@ impl Handler<Release> for GpuActor {
     fn handle(&mut self, Release(holder): Release, _: &mut Context<Self>) {
         self.lease.reserved.retain(|(h, _)| *h != holder);
         self.lease.committed.retain(|(h, _)| *h != holder);
+        self.wake();
     }
 }
 

@@ -5,15 +5,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use gangway::compare;
+use gangway::control;
 use gangway::core::metrics::Window;
 use gangway::core::policy;
 use gangway::core::sim::{Placement, Placer, SimConfig, Simulation, TopologyPlacer};
 use gangway::core::trace::{TraceFormat, TraceOptions};
-use gangway::report;
+use gangway::report::{self, OutputFormat as Format};
 use gangway::scenario;
 
 #[derive(Parser)]
@@ -37,6 +38,14 @@ enum Command {
     Simulate(SimulateArgs),
     /// Shows a cluster's GPU topology: the GPU-to-GPU matrix (as `nvidia-smi topo -m`) and bandwidths.
     Topology(TopologyArgs),
+    /// Runs the live control plane on this machine, with a local HTTP API.
+    Serve(control::ServeArgs),
+    /// Submits a job to a running `gangway serve`; prints its id.
+    Submit(control::SubmitArgs),
+    /// Lists the jobs of a running `gangway serve`.
+    Jobs(control::JobsArgs),
+    /// Cancels a job of a running `gangway serve`.
+    Cancel(control::CancelArgs),
 }
 
 #[derive(clap::Args)]
@@ -69,12 +78,6 @@ struct TopologyArgs {
     /// Write a picture of the server's GPU links.
     #[arg(long, value_name = "PATH")]
     svg: Option<PathBuf>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum Format {
-    Table,
-    Json,
 }
 
 #[derive(clap::Parser)]
@@ -202,11 +205,16 @@ fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let outcome = match cli.command {
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Topology(args)) => topology(args),
+        Some(Command::Serve(args)) => control::serve(args),
+        Some(Command::Submit(args)) => control::submit(args),
+        Some(Command::Jobs(args)) => control::jobs(args),
+        Some(Command::Cancel(args)) => control::cancel(args),
         None => simulate(SimulateArgs::parse_from(["simulate"])),
     };
     if let Err(e) = outcome {
@@ -266,14 +274,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     }
     trace.scale_load(args.load_factor);
     let topology_spec = match &args.topology {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            Some(gangway::topology::file::parse(
-                &path.display().to_string(),
-                &text,
-            )?)
-        }
+        Some(path) => Some(scenario::topology_file(path)?),
         None => None,
     };
     let cluster = match &topology_spec {
@@ -443,18 +444,9 @@ fn topology(args: TopologyArgs) -> Result<()> {
         return Ok(());
     }
     let spec = if let Some(name) = &args.preset {
-        let preset = Preset::parse(name).with_context(|| {
-            let known: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
-            format!("unknown preset `{name}`; known: {}", known.join(", "))
-        })?;
-        if args.servers == 0 {
-            bail!("--servers must be at least 1");
-        }
-        ClusterSpec::of(preset, args.servers, args.servers_per_rack)
+        scenario::preset_cluster(name, args.servers, args.servers_per_rack)?
     } else if let Some(path) = &args.file {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        gangway::topology::file::parse(&path.display().to_string(), &text)?
+        scenario::topology_file(path)?
     } else if args.discover {
         let found = gangway::topology::discover::discover()?;
         print!("{}", found.text());

@@ -1,0 +1,135 @@
+//! Many multi-GPU gangs competing for overlapping GPUs: each gets all of its GPUs or none, and every
+//! acquisition ends (no deadlock).
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures::future::join_all;
+use gangway_actors::gang::{Acquire, Disband, GangActor, GangError};
+use gangway_actors::gpu::{GpuActor, Holder, Inspect, LeaseError};
+use gangway_core::cluster::GpuId;
+use gangway_core::job::JobId;
+
+const GPUS: u32 = 24;
+
+/// xorshift64*, so that a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// A gang of 2 to 8 GPUs, scattered over the cluster (fragmented: no two gangs line up).
+fn random_gang(rng: &mut Rng) -> Vec<u32> {
+    let size = 2 + rng.below(7) as usize;
+    let mut gpus = Vec::new();
+    while gpus.len() < size {
+        let g = rng.below(u64::from(GPUS)) as u32;
+        if !gpus.contains(&g) {
+            gpus.push(g);
+        }
+    }
+    gpus
+}
+
+#[actix::test]
+async fn competing_gangs_get_all_their_gpus_or_none_and_never_deadlock() {
+    let gpus: Vec<Addr<GpuActor>> = (0..GPUS).map(|g| GpuActor::new(GpuId(g)).start()).collect();
+    let mut rng = Rng(42);
+    let mut granted = 0;
+    let mut refused = 0;
+    for wave in 0..20u64 {
+        let before: Vec<_> = join_all(gpus.iter().map(|g| g.send(Inspect)))
+            .await
+            .into_iter()
+            .map(|l| l.unwrap().lease.is_free())
+            .collect();
+        let mut granted_now = 0;
+        // Gangs from earlier waves still hold GPUs, so the cluster stays fragmented.
+        let gangs: Vec<(Holder, Vec<u32>, Addr<GangActor>)> = (0..30)
+            .map(|k| {
+                let members = random_gang(&mut rng);
+                let holder = Holder {
+                    job: JobId((wave * 100 + k) as u32),
+                    attempt: wave,
+                };
+                let addrs = members
+                    .iter()
+                    .map(|&g| (GpuId(g), gpus[g as usize].clone()))
+                    .collect();
+                (holder, members, GangActor::new(holder, None, addrs).start())
+            })
+            .collect();
+        let results = tokio::time::timeout(
+            Duration::from_secs(10),
+            join_all(gangs.iter().map(|(_, _, gang)| gang.send(Acquire))),
+        )
+        .await
+        .expect("every acquisition ends: no deadlock");
+
+        let leases: Vec<_> = join_all(gpus.iter().map(|g| g.send(Inspect)))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        for lease in &leases {
+            assert!(
+                lease.lease.reserved.is_empty(),
+                "GPU {} keeps a reservation",
+                lease.gpu
+            );
+            assert!(
+                lease.lease.committed.len() <= 1,
+                "GPU {} leased twice",
+                lease.gpu
+            );
+        }
+        let mut keep = Vec::new();
+        let mut some_gang_fit = false;
+        for ((holder, members, gang), result) in gangs.into_iter().zip(results) {
+            let held: Vec<u32> = leases
+                .iter()
+                .filter(|l| l.lease.committed.iter().any(|(h, _)| *h == holder))
+                .map(|l| l.gpu)
+                .collect();
+            some_gang_fit |= members.iter().all(|&g| before[g as usize]);
+            match result.unwrap() {
+                Ok(()) => {
+                    granted += 1;
+                    granted_now += 1;
+                    let mut want = members.clone();
+                    want.sort_unstable();
+                    assert_eq!(held, want, "a granted gang holds exactly its GPUs");
+                    keep.push(gang);
+                }
+                Err(GangError::Lease {
+                    cause: LeaseError::Busy { .. },
+                    ..
+                }) => {
+                    refused += 1;
+                    assert!(held.is_empty(), "a refused gang holds {held:?}");
+                }
+                Err(other) => panic!("unexpected: {other}"),
+            }
+        }
+        // Ordered reservation: contention alone never makes every gang fail.
+        assert!(
+            !some_gang_fit || granted_now > 0,
+            "wave {wave}: a gang's GPUs were all free, yet no gang got its GPUs"
+        );
+        // Half of the granted gangs finish; the rest keep their GPUs into the next wave.
+        for gang in keep.iter().step_by(2) {
+            gang.send(Disband).await.unwrap();
+        }
+    }
+    // Both outcomes happened, many times.
+    assert!(
+        granted > 10 && refused > 10,
+        "granted {granted}, refused {refused}"
+    );
+}
