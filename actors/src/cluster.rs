@@ -20,9 +20,9 @@ use gangway_core::policy::Policy;
 use gangway_core::sim::{Placer, SimConfig};
 use gangway_core::throughput::ThroughputModel;
 use gangway_journal::{Journal, JournalError};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, oneshot};
 
 use crate::clock::{Clock, VirtualClock, WallClock};
 use crate::executor::{Executor, Launch, WorkerEvent};
@@ -179,6 +179,8 @@ pub struct RoundReport {
     pub stops: usize,
     /// Starts that could not lease their gang or launch, and went back to the queue.
     pub failed_starts: usize,
+    /// Seconds the policy and placer took (the rest of the round carries out their decisions).
+    pub solve_seconds: f64,
 }
 
 /// Collects worker events from the executor and acts on them.
@@ -232,6 +234,10 @@ struct JobHandle {
     crashes: u32,
 }
 
+/// A submission validated and waiting for its journal record: the spec, the engine's job, and where
+/// to answer.
+type Unjournaled = (JobSpec, Job, oneshot::Sender<Result<JobId, Refusal>>);
+
 /// A stop to carry out.
 struct StopStep {
     job: JobId,
@@ -278,6 +284,10 @@ pub struct ClusterActor {
     /// Jobs re-adopted at recovery whose gangs are leased once the actor runs.
     adopted: Vec<JobId>,
     round_queued: bool,
+    /// Submissions validated and waiting to be journaled together.
+    unjournaled: Vec<Unjournaled>,
+    /// The id the next submission gets.
+    next_job_id: u32,
 }
 
 impl ClusterActor {
@@ -357,10 +367,13 @@ impl ClusterActor {
                 settings,
                 adopted: Vec::new(),
                 round_queued: false,
+                unjournaled: Vec::new(),
+                next_job_id: 0,
             };
             std::mem::swap(&mut actor.ledger, &mut ledger);
             actor.persist(epoch.as_slice());
             actor.recover(engine, parts.policy, parts.placer, now);
+            actor.next_job_id = actor.ledger.next_job_id;
             actor.stats.recovery_seconds = recovery.elapsed().as_secs_f64();
             tracing::info!(
                 seconds = actor.stats.recovery_seconds,
@@ -698,21 +711,26 @@ impl ClusterActor {
             })
             .await;
             outcome.failed_starts.extend(launch_failures);
-            for step in &starts {
-                let failed = outcome
-                    .failed_starts
-                    .iter()
-                    .any(|(j, _)| *j == step.launch.job);
-                let path: &[Phase] = if failed {
+            let failed: FxHashSet<JobId> = outcome.failed_starts.iter().map(|(j, _)| *j).collect();
+            let moves = starts.iter().map(|step| {
+                let failed = failed.contains(&step.launch.job);
+                if failed {
                     step.gang.do_send(Disband);
-                    &[Phase::Pending]
-                } else {
-                    &[Phase::Starting, Phase::Running]
-                };
-                for &to in path {
-                    log_refusals(vec![step.addr.send(Advance { to, at: now }).await]);
                 }
-            }
+                async move {
+                    let path: &[Phase] = if failed {
+                        &[Phase::Pending]
+                    } else {
+                        &[Phase::Starting, Phase::Running]
+                    };
+                    let mut results = Vec::new();
+                    for &to in path {
+                        results.push(step.addr.send(Advance { to, at: now }).await);
+                    }
+                    results
+                }
+            });
+            log_refusals(join_all(moves).await.into_iter().flatten().collect());
             outcome.report.failed_starts = outcome.failed_starts.len();
             outcome
         };
@@ -844,7 +862,8 @@ impl ClusterActor {
             }
         }
         if let Some(id) = request.id
-            && self.ledger.jobs.contains_key(&id)
+            && (self.ledger.jobs.contains_key(&id)
+                || self.unjournaled.iter().any(|(spec, _, _)| spec.id == id))
         {
             return Err(Refusal::Exists(id));
         }
@@ -951,6 +970,7 @@ impl Handler<Round> for ClusterActor {
         let span = tracing::info_span!("round", now, jobs = sched.engine.active_jobs());
         let solve = blocking(move || {
             let _span = span.entered();
+            let solving = Instant::now();
             let Scheduler {
                 engine,
                 policy,
@@ -960,15 +980,20 @@ impl Handler<Round> for ClusterActor {
             if engine.config().audit {
                 engine.audit();
             }
-            sched
+            (sched, solving.elapsed().as_secs_f64())
         });
         AtomicResponse::new(Box::pin(
             solve
                 .into_actor(self)
-                .then(move |mut sched, actor, _| {
+                .then(move |(mut sched, solve_seconds), actor, _| {
                     let changes = sched.engine.take_changes();
                     actor.sched = Some(sched);
-                    actor.carry_out(changes, now, FxHashMap::default())
+                    actor
+                        .carry_out(changes, now, FxHashMap::default())
+                        .map(move |report, _, _| RoundReport {
+                            solve_seconds,
+                            ..report
+                        })
                 })
                 .map(move |report, actor, _| {
                     actor.stats.note_round(began.elapsed());
@@ -1056,13 +1081,18 @@ impl Handler<Poll> for ClusterActor {
 }
 
 impl Handler<Submit> for ClusterActor {
-    type Result = Result<JobId, Refusal>;
+    type Result = ResponseFuture<Result<JobId, Refusal>>;
 
+    /// Validates the job now, and answers once it is journaled. Submissions that wait in the mailbox
+    /// together are journaled together, with one fsync (group commit).
     fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
+        let refused = |r| -> Self::Result { Box::pin(std::future::ready(Err(r))) };
         let request = msg.request;
-        self.validate(&request)?;
+        if let Err(r) = self.validate(&request) {
+            return refused(r);
+        }
         let at = msg.at.unwrap_or_else(|| self.clock.now());
-        let id = request.id.unwrap_or(JobId(self.ledger.next_job_id));
+        let id = request.id.unwrap_or(JobId(self.next_job_id));
         let spec = JobSpec {
             id,
             job_type: request.job_type,
@@ -1074,7 +1104,7 @@ impl Handler<Submit> for ClusterActor {
         };
         let job = job_of(self.engine(), &spec);
         if !self.engine().accepts(&job) {
-            return Err(Refusal::Invalid {
+            return refused(Refusal::Invalid {
                 field: "gpus",
                 problem: format!(
                     "no GPU type can run a gang of {} for job type {:?} on this cluster",
@@ -1082,16 +1112,51 @@ impl Handler<Submit> for ClusterActor {
                 ),
             });
         }
-        self.persist(&[Record::Submitted(spec)]);
-        self.engine()
-            .submit(job, at)
-            .expect("checked: new id, runnable");
-        self.add_job(id, Phase::Pending);
-        self.stats.submitted += 1;
+        self.next_job_id = self.next_job_id.max(id.0 + 1);
+        let (answer, answered) = oneshot::channel();
+        self.unjournaled.push((spec, job, answer));
+        if self.unjournaled.len() == 1 {
+            // Through the mailbox, behind the submissions already waiting there, so that they join
+            // this batch (`notify` would run it before them).
+            ctx.address().do_send(JournalSubmissions);
+        }
+        Box::pin(async move {
+            answered.await.unwrap_or_else(|_| {
+                Err(Refusal::Invalid {
+                    field: "job",
+                    problem: "the control plane stopped before journaling it".into(),
+                })
+            })
+        })
+    }
+}
+
+/// Journals the submissions validated so far, then admits and answers them.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct JournalSubmissions;
+
+impl Handler<JournalSubmissions> for ClusterActor {
+    type Result = ();
+
+    fn handle(&mut self, _: JournalSubmissions, ctx: &mut Context<Self>) {
+        let batch = std::mem::take(&mut self.unjournaled);
+        let records: Vec<Record> = batch
+            .iter()
+            .map(|(spec, _, _)| Record::Submitted(spec.clone()))
+            .collect();
+        self.persist(&records);
+        for (spec, job, answer) in batch {
+            self.engine()
+                .submit(job, spec.arrival)
+                .expect("checked: new id, runnable");
+            self.add_job(spec.id, Phase::Pending);
+            self.stats.submitted += 1;
+            let _ = answer.send(Ok(spec.id));
+        }
         if self.settings.sim.schedule_on_arrival {
             self.queue_round(ctx);
         }
-        Ok(id)
     }
 }
 

@@ -1,0 +1,140 @@
+//! The control plane at scale, through its HTTP API: `cargo run --release --example control_plane_scale`.
+//!
+//! Starts `gangway serve`'s control plane in-process on a simulated 4,096-GPU cluster (512 servers of 8
+//! GPUs, three types) with the simulated executor, 600x faster than real time (a 60 s round every
+//! 100 ms), then submits 10,000 jobs over HTTP from 4 client threads. Prints the API throughput, the
+//! round latency (p50/p99 over every round), and the memory per job (resident set growth / jobs).
+//! Optional arguments: POLICY (default tiresias) and JOBS.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gangway::actors::api::{self, Listen};
+use gangway::actors::cluster::{ClusterActor, GetStats, Parts, Settings, TimeSource};
+use gangway::actors::executor::SimExecutor;
+use gangway::core::cluster::Cluster;
+use gangway::core::job::Trace;
+use gangway::core::policy::{self, PolicyConfig};
+use gangway::core::sim::{PackingPlacer, SimConfig};
+use gangway::core::throughput::DurationModel;
+
+const CLIENTS: u32 = 16;
+
+/// Resident memory of this process, in bytes (Linux).
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let policy_name = args.next().unwrap_or_else(|| "tiresias".into());
+    let jobs: u32 = args
+        .next()
+        .map_or(10_000, |n| n.parse().expect("JOBS is a number"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let journal = tempfile::tempdir().unwrap();
+    let journal_dir = journal.path().join("journal");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = policy_name.clone();
+    std::thread::spawn(move || {
+        let system = actix::System::with_tokio_rt(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        });
+        system.block_on(async move {
+            let cluster = Cluster::parse_spec("v100=171x8,p100=171x8,k80=170x8", 8).unwrap();
+            let types = cluster.num_gpu_types();
+            let parts = Parts {
+                cluster: Arc::new(cluster),
+                model: Arc::new(DurationModel::uniform(types)),
+                names: Trace::default(),
+                policy: policy::build(&name, &PolicyConfig::seeded(0)).unwrap(),
+                placer: Box::new(PackingPlacer),
+                executor: Box::new(SimExecutor::default()),
+                probes: Vec::new(),
+                health_every: Duration::from_secs(60),
+            };
+            let sim = SimConfig {
+                round_length: 60.0,
+                ..SimConfig::default()
+            };
+            let mut settings = Settings::new(sim, TimeSource::Wall { time_scale: 600.0 });
+            settings.journal = Some(journal_dir);
+            let cluster = ClusterActor::start(parts, settings).unwrap();
+            tx.send(cluster.clone()).unwrap();
+            let listen = Listen::Tcp(format!("127.0.0.1:{port}").parse().unwrap());
+            api::serve(&listen, cluster).await.unwrap();
+        });
+    });
+    let cluster = rx.recv().unwrap();
+    let url = format!("http://127.0.0.1:{port}/jobs");
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    while agent.get(&url).call().is_err() {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let memory_before = resident_bytes();
+    let began = Instant::now();
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let (agent, url) = (agent.clone(), url.clone());
+            std::thread::spawn(move || {
+                for k in (c..jobs).step_by(CLIENTS as usize) {
+                    let gpus = [1, 1, 1, 1, 1, 1, 1, 2, 4, 8][(k % 10) as usize];
+                    let body = serde_json::json!({
+                        "gpus": gpus,
+                        // 1 to 28 hours of work: some finish while the run lasts, most do not.
+                        "work": 3600 + (k * 7919) % 100_000,
+                        "tenant": format!("team-{}", k % 8),
+                    });
+                    agent.post(&url).send_json(&body).expect("submit");
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    let submitting = began.elapsed();
+    let memory_after = resident_bytes();
+    // Let rounds run on the full queue for a while (10 s wall = 100 rounds).
+    std::thread::sleep(Duration::from_secs(10));
+    let stats = actix::System::new()
+        .block_on(async { cluster.send(GetStats).await })
+        .unwrap();
+    println!("policy {policy_name}, {jobs} jobs via HTTP on 4,096 simulated GPUs");
+    println!(
+        "API: {:.0} submissions/s ({CLIENTS} clients, {:.2} s)",
+        f64::from(jobs) / submitting.as_secs_f64(),
+        submitting.as_secs_f64()
+    );
+    println!(
+        "rounds: {} (p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms); {} starts, {} preemptions, {} finished",
+        stats.rounds,
+        stats.round_latency_p50 * 1e3,
+        stats.round_latency_p99 * 1e3,
+        stats.round_latency_sum / stats.rounds.max(1) as f64 * 1e3,
+        stats.starts,
+        stats.preemptions,
+        stats.finished
+    );
+    println!(
+        "memory: {:.1} KiB per job (resident {:.0} MiB -> {:.0} MiB)",
+        (memory_after.saturating_sub(memory_before)) as f64 / 1024.0 / f64::from(jobs),
+        memory_before as f64 / (1 << 20) as f64,
+        memory_after as f64 / (1 << 20) as f64
+    );
+}
