@@ -1,0 +1,233 @@
+//! `elastic-run [gangway options] [torchrun options] script.py [args...]`: gangway's own options are
+//! parsed with clap; every other option before the script passes to torchrun unchanged.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// gangway's options. Anything else before the script is torchrun's.
+#[derive(Clone, Debug, Parser, PartialEq)]
+#[command(
+    name = "elastic-run",
+    about = "Runs a torchrun job under gangway: scheduled placement, preemption without lost work, restarts.",
+    override_usage = "elastic-run [GANGWAY OPTIONS] [TORCHRUN OPTIONS] SCRIPT [SCRIPT ARGS...]"
+)]
+pub struct Options {
+    /// GPUs: `N`, or `MIN:MAX` for an elastic job (the world size is always a multiple of tp x pp).
+    #[arg(long, default_value = "1", value_parser = parse_gpus)]
+    pub gpus: (u32, u32),
+    /// Tensor-parallel degree.
+    #[arg(long, default_value_t = 1)]
+    pub tp: u32,
+    /// Pipeline-parallel degree.
+    #[arg(long, default_value_t = 1)]
+    pub pp: u32,
+    /// Where the workers save checkpoints (default: ./checkpoints/JOB_ID).
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<PathBuf>,
+    /// Seconds the workers get to save and exit after a stop request, before they are killed.
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    pub grace: f64,
+    /// Worker crashes retried before the job fails (user errors are never retried).
+    #[arg(long, default_value_t = 3, value_name = "N")]
+    pub max_restarts: u32,
+    /// Seconds without a new step in the progress file before the job counts as hung and restarts
+    /// (ten times that before its first step, for startup).
+    #[arg(long, value_name = "SECONDS")]
+    pub hang_timeout: Option<f64>,
+    /// Where to run: `local` (this machine's GPUs).
+    #[arg(long, default_value = "local", value_parser = ["local"])]
+    pub backend: String,
+    /// N fake GPUs (when this machine has none): CUDA_VISIBLE_DEVICES still names them.
+    #[arg(long, value_name = "N")]
+    pub fake_gpus: Option<u32>,
+    /// The job's id, for checkpoints and logs (default: the script's name and the launcher's pid).
+    #[arg(long, value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Samples per optimizer step, kept across resizes (passed to the workers).
+    #[arg(long, value_name = "N")]
+    pub global_batch: Option<u32>,
+    /// Largest micro-batch one replica fits, to split the global batch (default: the global batch).
+    #[arg(long, value_name = "N")]
+    pub max_micro_batch: Option<u32>,
+    /// The Python that runs torchrun (`python -m torch.distributed.run`).
+    #[arg(long, default_value = "python3", value_name = "PATH")]
+    pub python: PathBuf,
+}
+
+fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
+    let number = |s: &str| {
+        s.parse::<u32>()
+            .ok()
+            .filter(|&n| n > 0)
+            .ok_or_else(|| format!("`{s}` is not a GPU count of at least 1"))
+    };
+    let (min, max) = match text.split_once(':') {
+        Some((min, max)) => (number(min)?, number(max)?),
+        None => (number(text)?, number(text)?),
+    };
+    if min > max {
+        return Err(format!("`{text}`: MIN is above MAX"));
+    }
+    Ok((min, max))
+}
+
+impl Options {
+    pub fn grace(&self) -> Duration {
+        Duration::from_secs_f64(self.grace.max(0.0))
+    }
+}
+
+/// A whole command line, split.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Invocation {
+    pub options: Options,
+    /// torchrun's options, as given.
+    pub torchrun: Vec<String>,
+    pub script: String,
+    pub script_args: Vec<String>,
+}
+
+/// Why a command line was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Clap(#[from] clap::Error),
+    #[error("no training script given: elastic-run [OPTIONS] SCRIPT [ARGS...]")]
+    NoScript,
+    #[error("`{0}` is set by elastic-run ({1}); leave it out")]
+    Reserved(String, &'static str),
+}
+
+/// gangway's options that take a value (the `--name value` form).
+const OWN_WITH_VALUE: [&str; 12] = [
+    "--gpus",
+    "--tp",
+    "--pp",
+    "--checkpoint-dir",
+    "--grace",
+    "--max-restarts",
+    "--hang-timeout",
+    "--backend",
+    "--fake-gpus",
+    "--job-id",
+    "--global-batch",
+    "--max-micro-batch",
+];
+const OWN_VALUE_LAST: &str = "--python";
+
+/// torchrun's options that take no value; every other torchrun option takes one.
+const TORCHRUN_FLAGS: [&str; 8] = [
+    "--standalone",
+    "-m",
+    "--module",
+    "--no-python",
+    "--no_python",
+    "--run-path",
+    "--run_path",
+    "--help",
+];
+
+/// torchrun options elastic-run decides itself, with why.
+const RESERVED: [(&str, &str); 8] = [
+    ("--nproc-per-node", "from --gpus"),
+    ("--nproc_per_node", "from --gpus"),
+    ("--nnodes", "from the placement"),
+    ("--rdzv-id", "a new one for every launch"),
+    ("--rdzv_id", "a new one for every launch"),
+    ("--max-restarts", "gangway keeps the restart budget"),
+    ("--max_restarts", "gangway keeps the restart budget"),
+    ("--node-rank", "from the placement"),
+];
+
+/// Splits `args` (without the program name).
+pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
+    let mut own = vec!["elastic-run".to_owned()];
+    let mut torchrun = Vec::new();
+    let mut k = 0;
+    while k < args.len() {
+        let arg = &args[k];
+        let name = arg.split('=').next().unwrap_or(arg);
+        let takes_value = !arg.contains('=');
+        if OWN_WITH_VALUE.contains(&name) || name == OWN_VALUE_LAST {
+            own.push(arg.clone());
+            if takes_value && k + 1 < args.len() {
+                own.push(args[k + 1].clone());
+                k += 1;
+            }
+        } else if name == "-h" || name == "--help" || name == "-V" || name == "--version" {
+            own.push(arg.clone());
+        } else if arg.starts_with('-') {
+            if let Some((_, why)) = RESERVED.iter().find(|(r, _)| *r == name) {
+                return Err(CliError::Reserved(name.to_owned(), why));
+            }
+            torchrun.push(arg.clone());
+            if takes_value && !TORCHRUN_FLAGS.contains(&name) && k + 1 < args.len() {
+                torchrun.push(args[k + 1].clone());
+                k += 1;
+            }
+        } else {
+            let options = Options::try_parse_from(own)?;
+            return Ok(Invocation {
+                options,
+                torchrun,
+                script: arg.clone(),
+                script_args: args[k + 1..].to_vec(),
+            });
+        }
+        k += 1;
+    }
+    // No script: let clap answer --help and --version, or report the missing script.
+    Options::try_parse_from(own)?;
+    Err(CliError::NoScript)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn gangway_and_torchrun_options_are_split_before_the_script() {
+        let inv = parse(&args(
+            "--gpus 2:4 --tp=2 --log-dir /tmp/logs --standalone --grace 5 train.py --lr 0.1 --gpus 9",
+        ))
+        .unwrap();
+        assert_eq!(inv.options.gpus, (2, 4));
+        assert_eq!(inv.options.tp, 2);
+        assert_eq!(inv.options.grace(), Duration::from_secs(5));
+        assert_eq!(inv.torchrun, args("--log-dir /tmp/logs --standalone"));
+        assert_eq!(inv.script, "train.py");
+        assert_eq!(
+            inv.script_args,
+            args("--lr 0.1 --gpus 9"),
+            "the script's own args are untouched"
+        );
+    }
+
+    #[test]
+    fn options_elastic_run_sets_itself_are_refused_with_the_reason() {
+        let err = parse(&args("--nproc-per-node 4 train.py")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`--nproc-per-node` is set by elastic-run (from --gpus); leave it out"
+        );
+        assert!(matches!(parse(&args("--gpus 2")), Err(CliError::NoScript)));
+        assert!(
+            parse(&args("--gpus 0 train.py"))
+                .unwrap_err()
+                .to_string()
+                .contains("at least 1")
+        );
+        assert!(
+            parse(&args("--gpus 4:2 train.py"))
+                .unwrap_err()
+                .to_string()
+                .contains("MIN is above MAX")
+        );
+    }
+}

@@ -1,0 +1,105 @@
+//! What a launch's end means: done, a user error (never retried), or a crash (retried within budget).
+//!
+//! torchrun exits 1 when any worker fails and prints each failed worker's `exitcode : N`; it exits 2
+//! itself on bad arguments. A worker exit 2 is argparse's usage error, by convention a configuration
+//! mistake. A Python syntax error, or a script that cannot be opened or imported, fails the same way on
+//! every try.
+
+use std::process::ExitStatus;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Completed,
+    /// Retrying cannot help.
+    UserError(String),
+    /// Worth another try from the last checkpoint.
+    Crashed(String),
+}
+
+/// Messages that only a broken script or command line produces.
+const USER_ERRORS: [&str; 6] = [
+    "SyntaxError",
+    "IndentationError",
+    "can't open file",
+    "ModuleNotFoundError",
+    "error: unrecognized arguments",
+    "error: the following arguments are required",
+];
+
+/// Classifies a launch that ended with `status`, given the tail of its output.
+pub fn classify(status: ExitStatus, output_tail: &str) -> Verdict {
+    use std::os::unix::process::ExitStatusExt;
+    if status.success() {
+        return Verdict::Completed;
+    }
+    if let Some(marker) = USER_ERRORS.iter().find(|m| output_tail.contains(**m)) {
+        return Verdict::UserError(format!("the script failed with `{marker}`"));
+    }
+    let worker_codes = worker_exit_codes(output_tail);
+    if status.code() == Some(2) || worker_codes.contains(&2) {
+        return Verdict::UserError("exit code 2: a usage or configuration error".into());
+    }
+    let how = match (status.code(), status.signal()) {
+        (_, Some(signal)) => format!("killed by signal {signal}"),
+        (Some(code), _) if !worker_codes.is_empty() => {
+            format!("exit code {code}; worker exit codes {worker_codes:?}")
+        }
+        (Some(code), _) => format!("exit code {code}"),
+        (None, None) => "ended".into(),
+    };
+    Verdict::Crashed(how)
+}
+
+/// The `exitcode : N` values of torchrun's failure summary (negative: killed by signal -N).
+fn worker_exit_codes(text: &str) -> Vec<i32> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("exitcode")?;
+            let value = rest
+                .trim_start()
+                .strip_prefix(':')?
+                .split_whitespace()
+                .next()?;
+            value.parse().ok()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn exited(code: i32) -> ExitStatus {
+        ExitStatus::from_raw(code << 8)
+    }
+
+    #[test]
+    fn crashes_are_retried_and_user_errors_are_not() {
+        assert_eq!(classify(exited(0), ""), Verdict::Completed);
+        let summary = "Root Cause (first observed failure):\n[0]:\n  exitcode  : -9 (pid: 12)\n";
+        assert_eq!(
+            classify(exited(1), summary),
+            Verdict::Crashed("exit code 1; worker exit codes [-9]".into())
+        );
+        assert!(matches!(
+            classify(
+                exited(1),
+                "  File \"train.py\", line 3\n    def f(:\nSyntaxError: invalid syntax"
+            ),
+            Verdict::UserError(_)
+        ));
+        assert!(matches!(
+            classify(exited(1), "  exitcode  : 2 (pid: 7)"),
+            Verdict::UserError(_)
+        ));
+        assert!(matches!(
+            classify(exited(2), "usage: torchrun ..."),
+            Verdict::UserError(_)
+        ));
+        assert_eq!(
+            classify(ExitStatus::from_raw(9), ""),
+            Verdict::Crashed("killed by signal 9".into())
+        );
+    }
+}

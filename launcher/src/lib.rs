@@ -1,0 +1,22 @@
+//! gangway-launcher: runs training jobs under torchrun for gangway (`elastic-run`).
+//!
+//! - [`cli`]: `elastic-run`'s command line: gangway's options, torchrun's passed through unchanged;
+//! - [`process`]: torchrun in its own process group with a parent-death signal, every worker marked
+//!   with a run token, and a guardian that kills them all if the launcher is killed;
+//! - [`exit`]: how a launch ended: completed, a user error (never retried), or a crash;
+//! - [`local`]: the local backend's run loop: launch with the worker contract's environment, restart
+//!   after crashes and hangs within the budget, stop cooperatively on request.
+//!
+//! ```
+//! let args: Vec<String> = ["--gpus", "2", "--standalone", "train.py", "--lr", "0.1"]
+//!     .map(String::from)
+//!     .to_vec();
+//! let inv = gangway_launcher::cli::parse(&args).unwrap();
+//! assert_eq!((inv.options.gpus, inv.script.as_str()), ((2, 2), "train.py"));
+//! assert_eq!(inv.torchrun, ["--standalone"]);
+//! ```
+
+pub mod cli;
+pub mod exit;
+pub mod local;
+pub mod process;

@@ -1,0 +1,337 @@
+//! The local backend: one torchrun on this machine's GPUs (or fake ones), relaunched from the last
+//! checkpoint after a crash or a hang, and stopped cooperatively on request.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gangway_elastic::{HostOffer, JobSpec, Plan, plan};
+
+use crate::cli::Invocation;
+use crate::exit::{Verdict, classify};
+use crate::process::Launch;
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ending {
+    Completed,
+    /// Stopped on request after the workers saved a checkpoint; running the same command resumes.
+    Preempted,
+    /// A user error (not retried) or crashes beyond the restart budget.
+    Failed {
+        code: i32,
+        why: String,
+    },
+}
+
+impl Ending {
+    /// The launcher's exit code: 0 done, 75 (EX_TEMPFAIL) preempted, else the failure's.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Ending::Completed => 0,
+            Ending::Preempted => 75,
+            Ending::Failed { code, .. } => *code,
+        }
+    }
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error("no GPUs: pass --fake-gpus N on a machine without any")]
+    NoGpus,
+    #[error("cannot plan the job on {gpus} GPUs: {cause}")]
+    Plan {
+        gpus: usize,
+        cause: gangway_elastic::PlanError,
+    },
+    #[error("{what}: {cause}")]
+    Io { what: String, cause: std::io::Error },
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
+    let what = what.into();
+    move |cause| LaunchError::Io { what, cause }
+}
+
+/// The last output of a launch, for classifying its end.
+const TAIL_BYTES: usize = 64 << 10;
+
+/// Runs `inv` on `gpus` (local device ids) until it completes, fails, or `stop` is raised. Every
+/// process it starts carries `token` (see [`crate::process`]).
+pub fn run(
+    inv: &Invocation,
+    gpus: &[u32],
+    stop: &AtomicBool,
+    token: &str,
+) -> Result<Ending, LaunchError> {
+    let options = &inv.options;
+    if gpus.is_empty() {
+        return Err(LaunchError::NoGpus);
+    }
+    let job_id = options.job_id.clone().unwrap_or_else(|| {
+        let stem = Path::new(&inv.script)
+            .file_stem()
+            .map_or("job".into(), |s| s.to_string_lossy().into_owned());
+        format!("{stem}-{}", std::process::id())
+    });
+    let checkpoint_dir = options
+        .checkpoint_dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("checkpoints").join(&job_id));
+    std::fs::create_dir_all(&checkpoint_dir)
+        .map_err(io(format!("creating {}", checkpoint_dir.display())))?;
+    let spec = JobSpec {
+        tp: options.tp,
+        pp: options.pp,
+        min_gpus: options.gpus.0,
+        max_gpus: options.gpus.1,
+        global_batch: options.global_batch.unwrap_or(options.gpus.1.max(1)),
+        max_micro_batch: options
+            .max_micro_batch
+            .or(options.global_batch)
+            .unwrap_or(options.gpus.1.max(1)),
+        rescale_batch: true,
+    };
+    let offer = [HostOffer::new("localhost", gpus.iter().copied())];
+    let plan = plan(&spec, &offer).map_err(|cause| LaunchError::Plan {
+        gpus: gpus.len(),
+        cause,
+    })?;
+    let stop_file = checkpoint_dir.join("STOP");
+    let progress_file = checkpoint_dir.join("progress.json");
+    let mut crashes = 0;
+    for attempt in 0.. {
+        // A stale stop request would end the new launch at its first step, and a stale progress
+        // report would start its hang timer before it has started.
+        let _ = std::fs::remove_file(&stop_file);
+        let _ = std::fs::remove_file(&progress_file);
+        let command = torchrun_command(
+            inv,
+            &plan,
+            &job_id,
+            &checkpoint_dir,
+            &stop_file,
+            &progress_file,
+        );
+        eprintln!(
+            "elastic-run: launch {attempt} of {job_id}: {} on GPUs {} ({})",
+            plan.parallel,
+            plan.cuda_visible_devices()[0].1,
+            if attempt == 0 {
+                "fresh or resumed"
+            } else {
+                "from the last checkpoint"
+            }
+        );
+        let mut launch = Launch::spawn(command, token).map_err(io("starting torchrun"))?;
+        let (tail, readers) = capture(&mut launch);
+        let watch = watch(
+            &mut launch,
+            stop,
+            options.hang_timeout,
+            &progress_file,
+            || std::fs::write(&stop_file, b"stop\n"),
+        );
+        let (status, hung) = match watch {
+            Watched::Exited(status) => (status, false),
+            Watched::StopRequested => {
+                let status = launch
+                    .stop(options.grace())
+                    .map_err(io("stopping the workers"))?;
+                eprintln!(
+                    "elastic-run: stopped on request ({status}); run the same command to resume"
+                );
+                return Ok(Ending::Preempted);
+            }
+            Watched::Hung(since) => {
+                eprintln!("elastic-run: no progress for {since:?}: the job is hung; killing it");
+                (launch.kill().map_err(io("killing a hung launch"))?, true)
+            }
+        };
+        // Every process is gone now, so the readers reach the end of the output.
+        drop(launch);
+        for reader in readers {
+            let _ = reader.join();
+        }
+        let output =
+            String::from_utf8_lossy(tail.lock().expect("tail").make_contiguous()).into_owned();
+        let verdict = if hung {
+            Verdict::Crashed("hung".into())
+        } else {
+            classify(status, &output)
+        };
+        match verdict {
+            Verdict::Completed => return Ok(Ending::Completed),
+            Verdict::UserError(why) => {
+                eprintln!("elastic-run: {why}; not retried");
+                return Ok(Ending::Failed { code: 2, why });
+            }
+            Verdict::Crashed(why) => {
+                crashes += 1;
+                if crashes > options.max_restarts {
+                    eprintln!(
+                        "elastic-run: {why}; the restart budget ({}) is spent",
+                        options.max_restarts
+                    );
+                    return Ok(Ending::Failed { code: 1, why });
+                }
+                eprintln!(
+                    "elastic-run: {why}; restart {crashes} of {} from the last checkpoint",
+                    options.max_restarts
+                );
+            }
+        }
+    }
+    unreachable!("the loop returns")
+}
+
+/// torchrun's command line and the worker contract's environment for one launch.
+fn torchrun_command(
+    inv: &Invocation,
+    plan: &Plan,
+    job_id: &str,
+    checkpoint_dir: &Path,
+    stop_file: &Path,
+    progress_file: &Path,
+) -> Command {
+    let options = &inv.options;
+    let mut command = Command::new(&options.python);
+    command
+        .args([
+            "-m",
+            "torch.distributed.run",
+            "--nnodes=1",
+            "--max-restarts=0",
+        ])
+        .arg(format!("--nproc-per-node={}", plan.world_size()));
+    // --standalone picks a free port and a fresh rendezvous id for every launch.
+    if !inv
+        .torchrun
+        .iter()
+        .any(|a| a.starts_with("--rdzv") || a == "--standalone")
+    {
+        command.arg("--standalone");
+    }
+    command
+        .args(&inv.torchrun)
+        .arg(&inv.script)
+        .args(&inv.script_args);
+    let (_, devices) = plan.cuda_visible_devices().remove(0);
+    let parallel = plan.parallel;
+    command
+        .env("CUDA_VISIBLE_DEVICES", devices)
+        .env("GANGWAY_JOB_ID", job_id)
+        .env("GANGWAY_CHECKPOINT_DIR", checkpoint_dir)
+        .env("GANGWAY_STOP_FILE", stop_file)
+        .env("GANGWAY_PROGRESS_FILE", progress_file)
+        .env(
+            "GANGWAY_PLAN",
+            format!("dp={},tp={},pp={}", parallel.dp, parallel.tp, parallel.pp),
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if options.global_batch.is_some() {
+        command
+            .env("GANGWAY_GLOBAL_BATCH", plan.batch.global_batch.to_string())
+            .env("GANGWAY_MICRO_BATCH", plan.batch.micro_batch.to_string())
+            .env("GANGWAY_ACCUM_STEPS", plan.batch.accum_steps.to_string());
+    }
+    command
+}
+
+/// Forwards the launch's stdout and stderr to ours, keeping the last bytes of both; the threads end
+/// when every process of the launch has closed its output.
+fn capture(launch: &mut Launch) -> (Arc<Mutex<VecDeque<u8>>>, Vec<JoinHandle<()>>) {
+    let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL_BYTES)));
+    let mut readers = Vec::new();
+    let child = launch.child();
+    let streams: [(Option<Box<dyn std::io::Read + Send>>, bool); 2] = [
+        (child.stdout.take().map(|s| Box::new(s) as _), true),
+        (child.stderr.take().map(|s| Box::new(s) as _), false),
+    ];
+    for (stream, is_stdout) in streams {
+        let Some(stream) = stream else { continue };
+        let tail = Arc::clone(&tail);
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stream).split(b'\n').map_while(Result::ok) {
+                let _ = if is_stdout {
+                    writeln!(std::io::stdout(), "{}", String::from_utf8_lossy(&line))
+                } else {
+                    writeln!(std::io::stderr(), "{}", String::from_utf8_lossy(&line))
+                };
+                let mut tail = tail.lock().expect("tail");
+                tail.extend(line.iter().chain(b"\n"));
+                let excess = tail.len().saturating_sub(TAIL_BYTES);
+                tail.drain(..excess);
+            }
+        }));
+    }
+    (tail, readers)
+}
+
+enum Watched {
+    Exited(std::process::ExitStatus),
+    StopRequested,
+    /// No new step for this long.
+    Hung(Duration),
+}
+
+/// Before a launch's first progress report (torch import, rendezvous, checkpoint load), it counts as
+/// hung only after this many times the hang timeout.
+const STARTUP_ALLOWANCE: f64 = 10.0;
+
+/// Waits for the launch to exit, a stop request (after which `request_stop` runs), or a hang: no new
+/// step for `hang_timeout` seconds once steps are reported.
+fn watch(
+    launch: &mut Launch,
+    stop: &AtomicBool,
+    hang_timeout: Option<f64>,
+    progress_file: &Path,
+    request_stop: impl FnOnce() -> std::io::Result<()>,
+) -> Watched {
+    let mut last_step: Option<u64> = None;
+    let mut since = Instant::now();
+    loop {
+        match launch.try_wait() {
+            Ok(Some(status)) => return Watched::Exited(status),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "waiting for torchrun");
+                return Watched::Hung(since.elapsed());
+            }
+        }
+        if stop.load(Ordering::SeqCst) {
+            if let Err(e) = request_stop() {
+                tracing::warn!(error = %e, "could not write the stop file; SIGTERM only");
+            }
+            return Watched::StopRequested;
+        }
+        if let Some(timeout) = hang_timeout {
+            let step = read_step(progress_file);
+            let allowed = if last_step.is_none() && step.is_none() {
+                timeout * STARTUP_ALLOWANCE
+            } else {
+                timeout
+            };
+            if step != last_step {
+                last_step = step;
+                since = Instant::now();
+            } else if since.elapsed().as_secs_f64() > allowed {
+                return Watched::Hung(since.elapsed());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The step in the progress file the worker helper writes.
+fn read_step(path: &Path) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str::<serde_json::Value>(&text).ok()?["step"].as_u64()
+}

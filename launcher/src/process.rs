@@ -1,0 +1,170 @@
+//! Worker processes: torchrun in its own process group, with a parent-death signal, and a guardian
+//! that kills every worker if the launcher itself is killed.
+//!
+//! torchrun starts its workers in new sessions, so killing torchrun's process group does not reach
+//! them, and SIGKILL to torchrun orphans them. Every process of a launch therefore carries a run token
+//! in its environment (inherited by everything it starts, whatever its session). Teardown kills every
+//! process with the token. The guardian, a second copy of the launcher started first, waits on a pipe
+//! from the launcher: when the launcher dies (even by SIGKILL) the pipe closes, and the guardian kills
+//! every process with the token.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// The environment variable that marks a launch's processes.
+pub const TOKEN_VAR: &str = "GANGWAY_RUN_TOKEN";
+
+/// The guardian's hidden command-line flag.
+pub const GUARD_FLAG: &str = "--gangway-guard";
+
+/// Pids (other than this process) whose environment has `TOKEN_VAR=token`.
+pub fn processes_with_token(token: &str) -> Vec<i32> {
+    let needle = format!("{TOKEN_VAR}={token}");
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            // Processes come and go, and some are not ours to read: those are simply not matches.
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+        })
+        .collect()
+}
+
+/// SIGKILLs every process with the token until none is left (bounded: about 2 s).
+pub fn kill_all(token: &str) -> usize {
+    let mut killed = 0;
+    for _ in 0..100 {
+        let pids = processes_with_token(token);
+        if pids.is_empty() {
+            break;
+        }
+        for pid in pids {
+            // SAFETY: kill(2) with a pid we just read; at worst the process is already gone.
+            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
+                killed += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    killed
+}
+
+/// The guardian's body: wait for the launcher's pipe to close, then kill the token's processes.
+pub fn guard(token: &str) -> ! {
+    let mut buf = [0u8; 64];
+    let mut stdin = std::io::stdin();
+    // Returns 0 (EOF) or an error when the launcher is gone.
+    while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+    kill_all(token);
+    std::process::exit(0)
+}
+
+/// A running guardian; dropping it (or the launcher dying) makes it sweep.
+pub struct Guardian {
+    child: Child,
+    pipe: Option<ChildStdin>,
+}
+
+impl Guardian {
+    /// Starts `launcher GUARD_FLAG token` in its own process group, so that a signal to the
+    /// launcher's group does not take the guardian down before it sweeps.
+    pub fn start(launcher: &std::path::Path, token: &str) -> std::io::Result<Guardian> {
+        let mut child = Command::new(launcher)
+            .args([GUARD_FLAG, token])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        let pipe = child.stdin.take();
+        Ok(Guardian { child, pipe })
+    }
+}
+
+impl Drop for Guardian {
+    fn drop(&mut self) {
+        drop(self.pipe.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// One launch's torchrun.
+pub struct Launch {
+    child: Child,
+    token: String,
+}
+
+impl Launch {
+    /// Starts `command` in its own process group, killed if the launcher dies, marked with `token`.
+    pub fn spawn(mut command: Command, token: &str) -> std::io::Result<Launch> {
+        command.env(TOKEN_VAR, token).process_group(0);
+        // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                // The launcher may have died before prctl took effect.
+                if libc::getppid() == 1 {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+        Ok(Launch {
+            child: command.spawn()?,
+            token: token.to_owned(),
+        })
+    }
+
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+
+    pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        self.child.try_wait()
+    }
+
+    /// SIGTERM to torchrun's group (torchrun forwards it to its workers), then up to `grace` for it to
+    /// exit, then SIGKILL to everything with the token. Returns torchrun's status.
+    pub fn stop(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
+        let group = self.child.id() as i32;
+        // SAFETY: signals the process group we created.
+        unsafe { libc::kill(-group, libc::SIGTERM) };
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some(status) = self.child.try_wait()? {
+                kill_all(&self.token);
+                return Ok(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        tracing::warn!(
+            ?grace,
+            "workers did not exit within the grace period; killing them"
+        );
+        self.kill()
+    }
+
+    /// Kills torchrun and every worker at once.
+    pub fn kill(&mut self) -> std::io::Result<ExitStatus> {
+        let group = self.child.id() as i32;
+        // SAFETY: signals the process group we created.
+        unsafe { libc::kill(-group, libc::SIGKILL) };
+        kill_all(&self.token);
+        self.child.wait()
+    }
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.kill();
+        }
+        kill_all(&self.token);
+    }
+}
