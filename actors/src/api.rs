@@ -107,8 +107,11 @@ pub async fn serve(listen: &Listen, cluster: Addr<ClusterActor>) -> std::io::Res
             axum::serve(listener, app).await
         }
         Listen::Unix(path) => {
-            // A socket left by a crashed daemon would make bind fail.
-            let _ = std::fs::remove_file(path);
+            // A socket left by a crashed daemon would make bind fail; anything else is not ours.
+            use std::os::unix::fs::FileTypeExt;
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
+                std::fs::remove_file(path)?;
+            }
             let listener = tokio::net::UnixListener::bind(path)?;
             tracing::info!(path = %path.display(), "API listening");
             axum::serve(listener, app).await

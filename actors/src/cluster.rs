@@ -400,7 +400,15 @@ impl ClusterActor {
             let job = job_of(&mut engine, &entry.spec);
             let id = job.id;
             if engine.submit(job, entry.spec.arrival).is_err() {
+                // The cluster changed under the journal: the job can never run here. It fails, and
+                // gives back whatever the ledger says it held.
                 tracing::error!(job = id.0, "a journaled job cannot run on this cluster");
+                requeued.push(Record::Failed {
+                    job: id,
+                    at: now,
+                    error: "cannot run on this cluster (it changed since the job was submitted)"
+                        .into(),
+                });
                 continue;
             }
             engine.restore_progress(id, entry.checkpoint, entry.stops);
@@ -412,18 +420,32 @@ impl ClusterActor {
                 ..
             } = &entry.standing
             {
-                let alive = self.executor.lock().expect("executor").alive(id, *attempt);
+                let mut executor = self.executor.lock().expect("executor");
+                let alive = executor.alive(id, *attempt);
                 if alive && engine.adopt(id, *gpu_type, gpus.clone(), now).is_ok() {
                     phase = Phase::Running;
                     self.adopted.push(id);
                 } else {
+                    // Live workers that cannot be re-adopted (a packed partner's GPUs are taken by
+                    // then) are stopped, so that the job never runs twice.
+                    if alive && let Ok(saved) = executor.stop(id, now) {
+                        requeued.push(Record::Checkpointed {
+                            job: id,
+                            steps_done: saved,
+                        });
+                    }
                     requeued.push(Record::Stopped { job: id, at: now });
                 }
             }
             self.add_job(id, phase);
         }
-        // Changes from adoption are already journaled.
+        // Changes from adoption are already journaled. A requeued job's checkpoint counts.
         engine.take_changes();
+        for record in &requeued {
+            if let Record::Checkpointed { job, steps_done } = record {
+                engine.restore_progress(*job, *steps_done, 0);
+            }
+        }
         self.sched = Some(Scheduler {
             engine,
             policy,
@@ -477,12 +499,15 @@ impl ClusterActor {
         let first = match self.journal.as_mut() {
             // The control plane cannot act on what it cannot record: it stops, and a restart recovers
             // from what did reach the disk.
-            Some(journal) => {
-                journal
-                    .append_batch(records)
-                    .unwrap_or_else(|e| panic!("journal append failed: {e}"))
-                    .start
-            }
+            Some(journal) => match journal.append_batch(records) {
+                Ok(seqs) => seqs.start,
+                Err(e) => {
+                    // A panic would end only this actor and leave the API up; end the process.
+                    tracing::error!(error = %e, "journal append failed; stopping");
+                    eprintln!("gangway: journal append failed: {e}; stopping");
+                    std::process::abort();
+                }
+            },
             None => self.memory_seq,
         };
         self.memory_seq = first + records.len() as u64;
@@ -1014,13 +1039,24 @@ impl Handler<Poll> for ClusterActor {
         let mut records = Vec::new();
         let mut ending = FxHashMap::default();
         let mut requeue = Vec::new();
+        // The ledger learns of this batch only after the loop: one event per job ends it.
+        let mut ended = FxHashSet::default();
         for event in events {
+            let job = match &event {
+                WorkerEvent::Finished { job, .. }
+                | WorkerEvent::Failed { job, .. }
+                | WorkerEvent::Checkpointed { job, .. } => *job,
+            };
+            if ended.contains(&job) {
+                continue;
+            }
             match event {
                 WorkerEvent::Finished { job, attempt, at }
                     if self.current_attempt(job) == Some(attempt) =>
                 {
                     records.push(Record::Finished { job, at });
                     ending.insert(job, Phase::Finished);
+                    ended.insert(job);
                 }
                 WorkerEvent::Checkpointed {
                     job,
@@ -1036,11 +1072,14 @@ impl Handler<Poll> for ClusterActor {
                     error,
                     retryable,
                 } if self.current_attempt(job) == Some(attempt) => {
-                    let handle = self.jobs.get_mut(&job).expect("a running job has a handle");
-                    handle.crashes += 1;
-                    if retryable && handle.crashes <= self.settings.max_restarts {
-                        tracing::warn!(job = job.0, %error, crashes = handle.crashes, "workers crashed; requeued");
-                        records.push(Record::Stopped { job, at });
+                    let crashes = self.jobs.get_mut(&job).map_or(u32::MAX, |h| {
+                        h.crashes += 1;
+                        h.crashes
+                    });
+                    ended.insert(job);
+                    if retryable && crashes <= self.settings.max_restarts {
+                        tracing::warn!(job = job.0, %error, crashes, "workers crashed; requeued");
+                        // Journaled as stopped by carry_out, with the engine's change.
                         requeue.push(job);
                     } else {
                         tracing::warn!(job = job.0, %error, "job failed");
@@ -1073,6 +1112,9 @@ impl Handler<Poll> for ClusterActor {
             self.queue_round(ctx);
         }
         let changes = self.engine().take_changes();
+        if changes.is_empty() {
+            return AtomicResponse::new(Box::pin(fut::ready(count)));
+        }
         AtomicResponse::new(Box::pin(
             self.carry_out(changes, now, ending)
                 .map(move |_, _, _| count),

@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
     pub job: JobId,
-    /// Unique per start of this job (the journal sequence number of the decision): launching the same
-    /// attempt twice is a no-op, which makes replays idempotent.
+    /// Unique per start (a counter the journal keeps): launching the same attempt twice is a no-op,
+    /// which makes replays idempotent.
     pub attempt: u64,
     pub gpu_type: GpuTypeId,
     pub gpus: GpuSet,

@@ -1,10 +1,10 @@
 //! The gang actor: takes all of a gang's GPUs or none of them.
 //!
 //! Phase one reserves every GPU, one at a time in ascending GPU id; phase two commits them all when
-//! every reservation held, and discards them all otherwise. A reservation never waits (a held GPU
-//! refuses at once), so gangs that want the same GPUs cannot deadlock. Because every gang reserves in
-//! the same order, contention also cannot make them all fail: the gang that reached the highest
-//! contested GPU is blocked by nobody, so among gangs whose GPUs are otherwise free one always wins.
+//! every reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once;
+//! a GPU only reserved by a gang still acquiring makes the next one wait for it (see [`crate::gpu`]).
+//! Because every gang reserves in the same order, waits cannot form a cycle (no deadlock), and the gang
+//! furthest along always completes.
 
 use actix::prelude::*;
 use futures::future::join_all;

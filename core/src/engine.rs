@@ -659,7 +659,9 @@ impl<'m> Engine<'m> {
     }
 
     fn complete(&mut self, i: usize, now: f64) {
-        self.stop(i, now);
+        if self.jobs[i].run.is_some() {
+            self.stop(i, now);
+        }
         let state = &mut self.jobs[i];
         state.steps_done = self.trace.jobs[i].total_steps;
         state.record.finish = Some(now);

@@ -27,14 +27,14 @@ pub struct Options {
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
     /// Seconds the workers get to save and exit after a stop request, before they are killed.
-    #[arg(long, default_value_t = 60.0, value_name = "SECONDS")]
+    #[arg(long, default_value_t = 60.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub grace: f64,
     /// Worker crashes retried before the job fails (user errors are never retried).
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_restarts: u32,
     /// Seconds without a new step in the progress file before the job counts as hung and restarts
     /// (ten times that before its first step, for startup).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub hang_timeout: Option<f64>,
     /// Where to run: `local` (this machine's GPUs).
     #[arg(long, default_value = "local", value_parser = ["local"])]
@@ -42,7 +42,8 @@ pub struct Options {
     /// N fake GPUs (when this machine has none): CUDA_VISIBLE_DEVICES still names them.
     #[arg(long, value_name = "N")]
     pub fake_gpus: Option<u32>,
-    /// The job's id, for checkpoints and logs (default: the script's name and the launcher's pid).
+    /// The job's id, for checkpoints and logs (default: the script's name and a hash of the command
+    /// line, so that running the same command again resumes it).
     #[arg(long, value_name = "ID")]
     pub job_id: Option<String>,
     /// Samples per optimizer step, kept across resizes (passed to the workers).
@@ -71,6 +72,16 @@ fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
         return Err(format!("`{text}`: MIN is above MAX"));
     }
     Ok((min, max))
+}
+
+/// Seconds: a finite number from 0.1 to a week.
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if (0.1..=604_800.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "`{text}` is not a number of seconds from 0.1 to 604800"
+        )),
+    }
 }
 
 impl Options {
@@ -130,7 +141,7 @@ const TORCHRUN_FLAGS: [&str; 8] = [
 ];
 
 /// torchrun options elastic-run decides itself, with why.
-const RESERVED: [(&str, &str); 8] = [
+const RESERVED: [(&str, &str); 9] = [
     ("--nproc-per-node", "from --gpus"),
     ("--nproc_per_node", "from --gpus"),
     ("--nnodes", "from the placement"),
@@ -139,6 +150,7 @@ const RESERVED: [(&str, &str); 8] = [
     ("--max-restarts", "gangway keeps the restart budget"),
     ("--max_restarts", "gangway keeps the restart budget"),
     ("--node-rank", "from the placement"),
+    ("--node_rank", "from the placement"),
 ];
 
 /// Splits `args` (without the program name).

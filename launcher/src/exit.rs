@@ -16,15 +16,34 @@ pub enum Verdict {
     Crashed(String),
 }
 
-/// Messages that only a broken script or command line produces.
-const USER_ERRORS: [&str; 6] = [
-    "SyntaxError",
-    "IndentationError",
+/// How the final line of a traceback or an error message starts when only a broken script or command
+/// line produces it. Matched at the start of a line, so that a script's own logs that mention them
+/// (a warning about an optional import) do not count.
+const USER_ERRORS: [&str; 4] = [
+    "SyntaxError:",
+    "IndentationError:",
+    "ModuleNotFoundError:",
+    "ImportError:",
+];
+
+/// Python's own messages for a script it cannot open, and argparse's usage errors: anywhere in a line.
+const USER_ERRORS_ANYWHERE: [&str; 3] = [
     "can't open file",
-    "ModuleNotFoundError",
     "error: unrecognized arguments",
     "error: the following arguments are required",
 ];
+
+/// The user error `text` shows, if any.
+fn user_error(text: &str) -> Option<&'static str> {
+    text.lines().find_map(|line| {
+        let line = line.trim_start();
+        USER_ERRORS
+            .iter()
+            .find(|m| line.starts_with(**m))
+            .or_else(|| USER_ERRORS_ANYWHERE.iter().find(|m| line.contains(**m)))
+            .copied()
+    })
+}
 
 /// Classifies a launch that ended with `status`, given the tail of its output.
 pub fn classify(status: ExitStatus, output_tail: &str) -> Verdict {
@@ -32,7 +51,7 @@ pub fn classify(status: ExitStatus, output_tail: &str) -> Verdict {
     if status.success() {
         return Verdict::Completed;
     }
-    if let Some(marker) = USER_ERRORS.iter().find(|m| output_tail.contains(**m)) {
+    if let Some(marker) = user_error(output_tail) {
         return Verdict::UserError(format!("the script failed with `{marker}`"));
     }
     let worker_codes = worker_exit_codes(output_tail);

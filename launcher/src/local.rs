@@ -74,12 +74,10 @@ pub fn run(
     if gpus.is_empty() {
         return Err(LaunchError::NoGpus);
     }
-    let job_id = options.job_id.clone().unwrap_or_else(|| {
-        let stem = Path::new(&inv.script)
-            .file_stem()
-            .map_or("job".into(), |s| s.to_string_lossy().into_owned());
-        format!("{stem}-{}", std::process::id())
-    });
+    let job_id = options
+        .job_id
+        .clone()
+        .unwrap_or_else(|| default_job_id(inv));
     let checkpoint_dir = options
         .checkpoint_dir
         .clone()
@@ -189,6 +187,25 @@ pub fn run(
         }
     }
     unreachable!("the loop returns")
+}
+
+/// The script's name and a hash of the command line: the same command gets the same id (and checkpoint
+/// directory), so that running it again after a preemption resumes it.
+fn default_job_id(inv: &Invocation) -> String {
+    let stem = Path::new(&inv.script)
+        .file_stem()
+        .map_or("job".into(), |s| s.to_string_lossy().into_owned());
+    // FNV-1a: stable across runs and Rust versions, unlike the standard library's hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let words = inv
+        .torchrun
+        .iter()
+        .chain([&inv.script])
+        .chain(&inv.script_args);
+    for byte in words.flat_map(|w| w.bytes().chain([0])) {
+        hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{stem}-{:08x}", hash as u32)
 }
 
 /// torchrun's command line and the worker contract's environment for one launch.

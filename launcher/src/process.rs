@@ -104,12 +104,13 @@ impl Launch {
     /// Starts `command` in its own process group, killed if the launcher dies, marked with `token`.
     pub fn spawn(mut command: Command, token: &str) -> std::io::Result<Launch> {
         command.env(TOKEN_VAR, token).process_group(0);
+        let launcher = std::process::id() as libc::pid_t;
         // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
         unsafe {
-            command.pre_exec(|| {
+            command.pre_exec(move || {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-                // The launcher may have died before prctl took effect.
-                if libc::getppid() == 1 {
+                // The launcher may have died before prctl took effect (the child was reparented).
+                if libc::getppid() != launcher {
                     libc::_exit(1);
                 }
                 Ok(())
@@ -129,17 +130,22 @@ impl Launch {
         self.child.try_wait()
     }
 
-    /// SIGTERM to torchrun's group (torchrun forwards it to its workers), then up to `grace` for it to
-    /// exit, then SIGKILL to everything with the token. Returns torchrun's status.
+    /// Stops a launch whose stop file was just written: the first half of `grace` for the workers to
+    /// see it at a step boundary, save and exit; then SIGTERM to torchrun's group (torchrun forwards it
+    /// to its workers) and the rest of `grace`; then SIGKILL to everything with the token. Returns
+    /// torchrun's status.
     pub fn stop(&mut self, grace: Duration) -> std::io::Result<ExitStatus> {
-        let group = self.child.id() as i32;
-        // SAFETY: signals the process group we created.
-        unsafe { libc::kill(-group, libc::SIGTERM) };
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline {
+        let began = Instant::now();
+        let mut signalled = false;
+        while began.elapsed() < grace {
             if let Some(status) = self.child.try_wait()? {
                 kill_all(&self.token);
                 return Ok(status);
+            }
+            if !signalled && began.elapsed() >= grace / 2 {
+                // SAFETY: signals the process group we created.
+                unsafe { libc::kill(-(self.child.id() as i32), libc::SIGTERM) };
+                signalled = true;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
