@@ -433,19 +433,15 @@ impl ClusterActor {
                             job: id,
                             steps_done: saved,
                         });
+                        engine.restore_progress(id, saved, entry.stops);
                     }
                     requeued.push(Record::Stopped { job: id, at: now });
                 }
             }
             self.add_job(id, phase);
         }
-        // Changes from adoption are already journaled. A requeued job's checkpoint counts.
+        // Changes from adoption are already journaled.
         engine.take_changes();
-        for record in &requeued {
-            if let Record::Checkpointed { job, steps_done } = record {
-                engine.restore_progress(*job, *steps_done, 0);
-            }
-        }
         self.sched = Some(Scheduler {
             engine,
             policy,
