@@ -1,7 +1,6 @@
 //! `gangway serve` killed with SIGKILL at random points, and restarted on the same journal: no job is
 //! lost, none runs twice at once, no GPU is leased twice, and every job finishes.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,20 +12,12 @@ use gangway_journal::Journal;
 
 const JOBS: u32 = 40;
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+mod support;
+
+use support::free_port;
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(5)))
-        .build()
-        .into()
+    support::agent(Duration::from_secs(5))
 }
 
 struct Daemon {
@@ -65,18 +56,8 @@ impl Daemon {
             child,
             base: format!("http://127.0.0.1:{port}"),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while Instant::now() < deadline {
-            if agent()
-                .get(format!("{}/healthz", daemon.base))
-                .call()
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return (daemon, began.elapsed());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        panic!("gangway serve did not answer within 30 s");
+        support::wait_until_answering(&daemon.base);
+        (daemon, began.elapsed())
     }
 
     fn jobs(&self) -> Vec<JobInfo> {

@@ -90,15 +90,7 @@ fn wait_for_step(dir: &Path, job: &str, step: u64, child: &mut Child) {
 
 /// Processes whose environment names this job.
 fn processes_of(job: &str) -> Vec<i32> {
-    let needle = format!("GANGWAY_JOB_ID={job}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == needle.as_bytes()))
-        })
-        .collect()
+    gangway_launcher::process::processes_with_env("GANGWAY_JOB_ID", job)
 }
 
 #[test]

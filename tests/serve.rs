@@ -2,7 +2,6 @@
 //! requests that are refused without changing anything.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -18,22 +17,15 @@ impl Drop for Daemon {
     }
 }
 
+mod support;
+
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(10)))
-        .build()
-        .into()
+    support::agent(Duration::from_secs(10))
 }
 
 /// Starts a daemon on 4 fake GPUs; returns it and its address.
 fn daemon(journal: &std::path::Path) -> (Daemon, String) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let addr = format!("127.0.0.1:{}", support::free_port());
     let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args([
             "serve",
@@ -52,15 +44,7 @@ fn daemon(journal: &std::path::Path) -> (Daemon, String) {
         .spawn()
         .unwrap();
     let daemon = Daemon(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while agent()
-        .get(format!("http://{addr}/healthz"))
-        .call()
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "the daemon did not answer");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    support::wait_until_answering(&format!("http://{addr}"));
     (daemon, addr)
 }
 

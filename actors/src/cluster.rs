@@ -452,12 +452,7 @@ impl ClusterActor {
             .ledger
             .jobs
             .values()
-            .filter_map(|e| match e.standing {
-                Standing::Finished { .. } => Some(Phase::Finished),
-                Standing::Cancelled { .. } => Some(Phase::Cancelled),
-                Standing::Failed { .. } => Some(Phase::Failed),
-                _ => None,
-            })
+            .filter_map(|e| e.standing.ended_phase())
             .collect();
         // Ended jobs need no actor: the API lists them from the ledger.
         for phase in ended {
@@ -819,12 +814,7 @@ impl ClusterActor {
         let entry = self.ledger.jobs.get(&id)?;
         let spec = entry.spec.clone();
         let phase = self.jobs.get(&id).map_or(
-            match entry.standing {
-                Standing::Finished { .. } => Phase::Finished,
-                Standing::Cancelled { .. } => Phase::Cancelled,
-                Standing::Failed { .. } => Phase::Failed,
-                _ => Phase::Pending,
-            },
+            entry.standing.ended_phase().unwrap_or(Phase::Pending),
             |h| h.phase,
         );
         let checkpoint = entry.checkpoint;

@@ -11,6 +11,8 @@ use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::job::JobId;
 use serde::{Deserialize, Serialize};
 
+use crate::lifecycle::Phase;
+
 /// A job as it was submitted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
@@ -94,10 +96,17 @@ pub enum Standing {
 
 impl Standing {
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            Standing::Finished { .. } | Standing::Cancelled { .. } | Standing::Failed { .. }
-        )
+        self.ended_phase().is_some()
+    }
+
+    /// The lifecycle phase a job that has ended ended in; `None` while it lives.
+    pub fn ended_phase(&self) -> Option<Phase> {
+        match self {
+            Standing::Finished { .. } => Some(Phase::Finished),
+            Standing::Cancelled { .. } => Some(Phase::Cancelled),
+            Standing::Failed { .. } => Some(Phase::Failed),
+            Standing::Queued | Standing::Running { .. } => None,
+        }
     }
 }
 

@@ -19,9 +19,9 @@ pub const TOKEN_VAR: &str = "GANGWAY_RUN_TOKEN";
 /// The guardian's hidden command-line flag.
 pub const GUARD_FLAG: &str = "--gangway-guard";
 
-/// Pids (other than this process) whose environment has `TOKEN_VAR=token`.
-pub fn processes_with_token(token: &str) -> Vec<i32> {
-    let needle = format!("{TOKEN_VAR}={token}");
+/// Pids (other than this process) whose environment has `name=value`.
+pub fn processes_with_env(name: &str, value: &str) -> Vec<i32> {
+    let needle = format!("{name}={value}");
     let me = std::process::id() as i32;
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -35,6 +35,11 @@ pub fn processes_with_token(token: &str) -> Vec<i32> {
                 .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
         })
         .collect()
+}
+
+/// Pids (other than this process) whose environment has `TOKEN_VAR=token`.
+pub fn processes_with_token(token: &str) -> Vec<i32> {
+    processes_with_env(TOKEN_VAR, token)
 }
 
 /// SIGKILLs every process with the token until none is left (bounded: about 2 s).
