@@ -72,6 +72,7 @@ fn rounds(c: &mut Criterion) {
                     // Days of work: nothing finishes during the benchmark.
                     work: 1e6 + f64::from(k),
                     weight: 1.0,
+                    run: None,
                 };
                 cluster
                     .send(Submit {

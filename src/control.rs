@@ -7,13 +7,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use gangway_actors::api::{self, Listen};
 use gangway_actors::cluster::{ClusterActor, JobInfo, JobRequest, Parts, Settings, TimeSource};
-use gangway_actors::executor::SimExecutor;
+use gangway_actors::executor::{Executor, SimExecutor};
 use gangway_actors::health::{HealthProbe, NvmlProbe};
 use gangway_core::cluster::Cluster;
 use gangway_core::job::Trace;
 use gangway_core::policy::{self, PolicyConfig};
 use gangway_core::sim::{PackingPlacer, SimConfig};
 use gangway_core::throughput::DurationModel;
+use gangway_launcher::executor::ProcessExecutor;
 
 use crate::scenario;
 
@@ -26,7 +27,7 @@ pub struct ServeArgs {
     /// Listen on `HOST:PORT` or `unix:PATH`.
     #[arg(long, default_value = DEFAULT_DAEMON, value_name = "ADDR")]
     pub listen: Listen,
-    /// N fake GPUs on this machine, run by simulated workers. Without any of --fake-gpus, --preset,
+    /// N fake GPUs on this machine (simulated workers, unless --workers processes). Without any of --fake-gpus, --preset,
     /// --topology and --cluster, the GPUs come from NVML discovery.
     #[arg(long, value_name = "N")]
     pub fake_gpus: Option<u32>,
@@ -57,31 +58,60 @@ pub struct ServeArgs {
     /// Journal records between snapshots (each snapshot compacts the journal).
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     pub snapshot_every: u64,
-    /// Worker crashes retried per job before it fails.
+    /// Worker crashes retried per job before it fails. (With process workers, `elastic-run` keeps
+    /// each job's own budget; this one counts launches that died without reporting, e.g. killed.)
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_restarts: u32,
+    /// Who runs the jobs: real `processes` (through `elastic-run`; the default on NVML GPUs), or
+    /// `simulated` workers in virtual time (the default otherwise).
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub workers: Option<Workers>,
+    /// The `elastic-run` that process workers run (default: the one beside this `gangway`).
+    #[arg(long, value_name = "PATH")]
+    pub elastic_run: Option<PathBuf>,
 }
 
-/// The cluster to serve, and whether its GPUs are real (NVML) ones.
-fn serve_cluster(args: &ServeArgs) -> Result<(Cluster, bool)> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Workers {
+    Processes,
+    Simulated,
+}
+
+/// The cluster to serve, with the device index of each GPU when they are all on this machine, and
+/// whether they are real (NVML) ones.
+struct Served {
+    cluster: Cluster,
+    devices: Option<Vec<u32>>,
+    real: bool,
+}
+
+fn serve_cluster(args: &ServeArgs) -> Result<Served> {
+    let elsewhere = |cluster| Served {
+        cluster,
+        devices: None,
+        real: false,
+    };
     if let Some(n) = args.fake_gpus {
         if n == 0 {
             bail!("--fake-gpus must be at least 1");
         }
-        return Ok((Cluster::parse_spec(&format!("fake=1x{n}"), n)?, false));
+        return Ok(Served {
+            cluster: Cluster::parse_spec(&format!("fake=1x{n}"), n)?,
+            devices: Some((0..n).collect()),
+            real: false,
+        });
     }
     if let Some(name) = &args.preset {
         let spec = scenario::preset_cluster(name, args.servers, 16)?;
-        return Ok((Cluster::from_topology(&spec.build()), false));
+        return Ok(elsewhere(Cluster::from_topology(&spec.build())));
     }
     if let Some(path) = &args.topology {
-        return Ok((
-            Cluster::from_topology(&scenario::topology_file(path)?.build()),
-            false,
-        ));
+        return Ok(elsewhere(Cluster::from_topology(
+            &scenario::topology_file(path)?.build(),
+        )));
     }
     if let Some(spec) = &args.cluster {
-        return Ok((scenario::load_cluster(spec, None, 1)?, false));
+        return Ok(elsewhere(scenario::load_cluster(spec, None, 1)?));
     }
     match gangway_topology::discover::discover() {
         Ok(found) => {
@@ -92,10 +122,11 @@ fn serve_cluster(args: &ServeArgs) -> Result<(Cluster, bool)> {
                 );
             }
             let model = found.gpus[0].name.to_ascii_lowercase().replace(' ', "-");
-            Ok((
-                Cluster::parse_spec(&format!("{model}=1x{count}"), count)?,
-                true,
-            ))
+            Ok(Served {
+                cluster: Cluster::parse_spec(&format!("{model}=1x{count}"), count)?,
+                devices: Some(found.gpus.iter().map(|g| g.index).collect()),
+                real: true,
+            })
         }
         Err(e) => bail!(
             "no GPUs discovered ({e}); pass --fake-gpus N, --preset NAME, --topology FILE or --cluster SPEC"
@@ -111,14 +142,45 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
         bail!("--time-scale must be positive");
     }
-    let (cluster, real_gpus) = serve_cluster(&args)?;
-    if real_gpus {
-        bail!(
-            "this build runs jobs on simulated workers only; real GPUs need the launcher's executor \
-             (elastic-run). Pass --fake-gpus {} to serve them simulated",
-            cluster.num_gpus()
-        );
-    }
+    let Served {
+        cluster,
+        devices,
+        real: real_gpus,
+    } = serve_cluster(&args)?;
+    let workers = args.workers.unwrap_or(if real_gpus {
+        Workers::Processes
+    } else {
+        Workers::Simulated
+    });
+    let executor: Box<dyn Executor> = match (workers, devices) {
+        (Workers::Simulated, _) => Box::new(SimExecutor::default()),
+        (Workers::Processes, None) => bail!(
+            "process workers run on this machine's GPUs (NVML discovery or --fake-gpus N); \
+             these GPUs are on other servers"
+        ),
+        (Workers::Processes, Some(devices)) => {
+            if args.time_scale != 1.0 {
+                bail!("--time-scale must be 1 with process workers: real jobs run in real time");
+            }
+            let elastic_run = match &args.elastic_run {
+                Some(path) => path.clone(),
+                None => std::env::current_exe()
+                    .context("locating gangway")?
+                    .with_file_name("elastic-run"),
+            };
+            if !elastic_run.is_file() {
+                bail!(
+                    "{} not found: build it (cargo build --bin elastic-run) or pass --elastic-run PATH",
+                    elastic_run.display()
+                );
+            }
+            let runs = args.journal.join("runs");
+            Box::new(
+                ProcessExecutor::new(elastic_run, devices, runs.clone())
+                    .with_context(|| format!("creating {}", runs.display()))?,
+            )
+        }
+    };
     let policy = policy::build(&args.policy, &PolicyConfig::default())?;
     std::fs::create_dir_all(&args.journal)
         .with_context(|| format!("creating {}", args.journal.display()))?;
@@ -128,9 +190,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     };
     let types = cluster.num_gpu_types();
     eprintln!(
-        "gangway serve: {} GPUs ({}), policy {}, journal {}, listening on {}",
+        "gangway serve: {} GPUs ({}), {} workers, policy {}, journal {}, listening on {}",
         cluster.num_gpus(),
         cluster.describe(),
+        match workers {
+            Workers::Processes => "process",
+            Workers::Simulated => "simulated",
+        },
         args.policy,
         args.journal.display(),
         match &args.listen {
@@ -144,7 +210,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         names: Trace::default(),
         policy,
         placer: Box::new(PackingPlacer),
-        executor: Box::new(SimExecutor::default()),
+        executor,
         probes,
         health_every: Duration::from_secs(5),
     };
@@ -231,6 +297,15 @@ pub struct CancelArgs {
     pub daemon: DaemonArg,
 }
 
+#[derive(clap::Args)]
+pub struct CordonArgs {
+    /// GPU ids (as `gangway jobs` shows them).
+    #[arg(required = true, value_name = "GPU")]
+    pub gpus: Vec<u32>,
+    #[command(flatten)]
+    pub daemon: DaemonArg,
+}
+
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -268,6 +343,7 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
         gpus: args.gpus,
         work: args.work,
         weight: args.weight,
+        run: None,
     };
     let body = answer(&url, agent().post(&url).send_json(&request))?;
     println!("{}", body["id"]);
@@ -309,5 +385,23 @@ pub fn cancel(args: CancelArgs) -> Result<()> {
     let url = args.daemon.url(&format!("/jobs/{}", args.id));
     answer(&url, agent().delete(&url).call())?;
     println!("cancelled {}", args.id);
+    Ok(())
+}
+
+pub fn cordon(args: CordonArgs, cordoned: bool) -> Result<()> {
+    let path = if cordoned {
+        "/gpus/cordon"
+    } else {
+        "/gpus/uncordon"
+    };
+    let url = args.daemon.url(path);
+    let body = serde_json::json!({ "gpus": args.gpus });
+    answer(&url, agent().post(&url).send_json(&body))?;
+    let gpus: Vec<String> = args.gpus.iter().map(u32::to_string).collect();
+    println!(
+        "{} GPUs {}",
+        if cordoned { "cordoned" } else { "uncordoned" },
+        gpus.join(",")
+    );
     Ok(())
 }

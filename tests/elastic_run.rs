@@ -1,9 +1,16 @@
 //! `elastic-run` end to end, with real torchrun on CPU (gloo) and fake GPUs. Needs a Python with torch:
 //! GANGWAY_TEST_PYTHON (scripts/test sets it up); skipped with a message otherwise.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use gangway_actors::executor::{Executor, Launch, RunCommand, WorkerEvent};
+use gangway_core::cluster::{GpuId, GpuTypeId};
+use gangway_core::job::JobId;
+use gangway_launcher::executor::ProcessExecutor;
 
 const TOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/examples/toy_ddp.py");
 
@@ -68,6 +75,16 @@ fn write_script(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 fn wait_for_step(dir: &Path, job: &str, step: u64, child: &mut Child) {
+    wait_for_progress(dir, job, step, || {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "elastic-run ended early"
+        )
+    });
+}
+
+/// Waits until the job's progress file reports `step`, calling `check` while it waits.
+fn wait_for_progress(dir: &Path, job: &str, step: u64, mut check: impl FnMut()) {
     let path = dir.join(job).join("progress.json");
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
@@ -79,10 +96,7 @@ fn wait_for_step(dir: &Path, job: &str, step: u64, child: &mut Child) {
         if reached {
             return;
         }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "elastic-run ended early"
-        );
+        check();
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("no progress to step {step}");
@@ -271,4 +285,303 @@ fn crashes_are_retried_user_errors_are_not_and_hangs_are_restarted() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(text(&out).contains("the job is hung"), "{}", text(&out));
     assert!(began.elapsed() < Duration::from_secs(120));
+}
+
+/// The toy's `plan:` lines (one per launch), and the steps it saved when stopped, from its output.
+fn launches_and_saves(output: &str) -> (Vec<String>, Vec<u64>) {
+    let plans = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("plan: "))
+        .map(str::to_owned)
+        .collect();
+    let saved = output
+        .lines()
+        .filter_map(|l| l.strip_prefix("stop requested: saved step "))
+        .map(|rest| rest.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    (plans, saved)
+}
+
+/// A real job for the process executor: `elastic-run ARGS` in `dir`, logging to `dir/JOB.log`.
+fn process_job(dir: &Path, job: &str, args: &[&str]) -> RunCommand {
+    let checkpoint_dir = dir.join(job).display().to_string();
+    let own = [
+        "--job-id",
+        job,
+        "--grace",
+        "30",
+        "--checkpoint-dir",
+        &checkpoint_dir,
+    ];
+    RunCommand {
+        args: own.iter().chain(args).map(|a| a.to_string()).collect(),
+        cwd: dir.to_path_buf(),
+        env: std::env::vars().collect(),
+        log: Some(dir.join(format!("{job}.log"))),
+    }
+}
+
+fn launch_on(job: u32, attempt: u64, gpus: &[u32], run: &RunCommand) -> Launch {
+    Launch {
+        job: JobId(job),
+        attempt,
+        gpu_type: GpuTypeId(0),
+        gpus: gpus.iter().map(|&g| GpuId(g)).collect(),
+        steps_per_second: 1.0,
+        startup_seconds: 0.0,
+        remaining_steps: 1000.0,
+        total_steps: 1000.0,
+        run: Some(run.clone()),
+    }
+}
+
+/// Polls `exec` until the job's workers end; their event.
+fn wait_for_end(exec: &mut ProcessExecutor) -> WorkerEvent {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Some(event) = exec.poll(0.0).pop() {
+            return event;
+        }
+        assert!(Instant::now() < deadline, "the workers did not end");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn executor(dir: &Path) -> ProcessExecutor {
+    ProcessExecutor::new(
+        PathBuf::from(env!("CARGO_BIN_EXE_elastic-run")),
+        vec![0, 1, 2, 3],
+        dir.join("runs"),
+    )
+    .unwrap()
+}
+
+#[test]
+fn resizing_two_one_two_resumes_from_each_checkpoint_and_keeps_the_global_batch() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let run = process_job(
+        dir.path(),
+        "resized",
+        &[
+            "--gpus",
+            "1:2",
+            "--python",
+            &python,
+            "--global-batch",
+            "8",
+            "--max-micro-batch",
+            "4",
+            TOY,
+            "--steps",
+            "50",
+            "--save-every",
+            "10",
+            "--step-sleep",
+            "0.1",
+        ],
+    );
+    let mut exec = executor(dir.path());
+    // Each resize is what the control plane does: stop (checkpoint), then launch on the new GPUs.
+    exec.launch(&launch_on(1, 0, &[0, 1], &run), 0.0).unwrap();
+    wait_for_progress(dir.path(), "resized", 12, || {});
+    exec.stop(JobId(1), 1.0).unwrap();
+    exec.launch(&launch_on(1, 1, &[0], &run), 1.0).unwrap();
+    wait_for_progress(dir.path(), "resized", 25, || {});
+    exec.stop(JobId(1), 2.0).unwrap();
+    exec.launch(&launch_on(1, 2, &[0, 1], &run), 2.0).unwrap();
+    let end = wait_for_end(&mut exec);
+    let log = std::fs::read_to_string(dir.path().join("resized.log")).unwrap();
+    assert!(
+        matches!(end, WorkerEvent::Finished { attempt: 2, .. }),
+        "{end:?}\n{log}"
+    );
+    let (plans, saved) = launches_and_saves(&log);
+    assert_eq!(
+        saved.len(),
+        2,
+        "two stops, each saving a checkpoint:\n{log}"
+    );
+    assert!(saved[0] >= 12 && saved[1] >= 25, "{saved:?}");
+    assert_eq!(
+        plans,
+        [
+            "world=2 dp=2 global=8 micro=4 accum=1 devices=0,1; starting from scratch".to_owned(),
+            format!(
+                "world=1 dp=1 global=8 micro=4 accum=2 devices=0; resumed from step {}",
+                saved[0]
+            ),
+            format!(
+                "world=2 dp=2 global=8 micro=4 accum=1 devices=0,1; resumed from step {}",
+                saved[1]
+            ),
+        ],
+        "each launch resumes exactly where the last one saved, with the same global batch"
+    );
+    assert!(log.contains("final loss"), "{log}");
+}
+
+#[test]
+fn a_tp2_job_on_four_gpus_only_ever_runs_at_world_size_two_or_four() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let probe = write_script(
+        dir.path(),
+        "probe.py",
+        "import os\nif os.environ['RANK'] == '0':\n    open('worlds.txt', 'a').write(\
+         os.environ['WORLD_SIZE'] + ' ' + os.environ['GANGWAY_PLAN'] + ' ' + os.environ['CUDA_VISIBLE_DEVICES'] + '\\n')\n",
+    );
+    let run = process_job(
+        dir.path(),
+        "tp2",
+        &[
+            "--gpus",
+            "1:4",
+            "--tp",
+            "2",
+            "--python",
+            &python,
+            probe.to_str().unwrap(),
+        ],
+    );
+    let mut exec = executor(dir.path());
+    let mut endings = Vec::new();
+    for (attempt, gpus) in [&[0, 1, 2, 3][..], &[0, 1, 2], &[1, 3], &[2]]
+        .into_iter()
+        .enumerate()
+    {
+        exec.launch(&launch_on(2, attempt as u64, gpus, &run), 0.0)
+            .unwrap();
+        endings.push(wait_for_end(&mut exec));
+    }
+    let worlds = std::fs::read_to_string(dir.path().join("worlds.txt")).unwrap();
+    assert_eq!(
+        worlds.lines().collect::<Vec<_>>(),
+        [
+            "4 dp=2,tp=2,pp=1 0,1,2,3",
+            "2 dp=1,tp=2,pp=1 0,1",
+            "2 dp=1,tp=2,pp=1 1,3"
+        ],
+        "three GPUs give one tp group of two; one GPU gives none"
+    );
+    assert!(
+        endings[..3]
+            .iter()
+            .all(|e| matches!(e, WorkerEvent::Finished { .. })),
+        "{endings:?}"
+    );
+    match &endings[3] {
+        WorkerEvent::Failed {
+            error, retryable, ..
+        } => {
+            assert!(!retryable, "a plan that cannot fit is not retried");
+            assert!(error.contains("tp"), "{error}");
+        }
+        other => panic!("one GPU cannot hold a tp=2 group, but {other:?}"),
+    }
+}
+
+/// Kills a child (the daemon) when the test ends, however it ends.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let _daemon = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args([
+                "serve",
+                "--fake-gpus",
+                "4",
+                "--workers",
+                "processes",
+                "--policy",
+                "fifo",
+            ])
+            .args(["--round", "1", "--listen", &addr, "--journal"])
+            .arg(dir.path().join("journal"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://{addr}");
+    support::wait_until_answering(&base);
+    let toy = |job: &str, placement: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
+        command
+            .args(placement)
+            .args([
+                "--gpus", "2", "--python", &python, "--job-id", job, "--grace", "30",
+            ])
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join(job))
+            .args([
+                TOY,
+                "--steps",
+                "50",
+                "--save-every",
+                "10",
+                "--out",
+                &format!("{job}.json"),
+            ])
+            .current_dir(dir.path());
+        command
+    };
+    let reference = run(&mut toy("reference", &["--fake-gpus", "2"]));
+    assert!(reference.status.success(), "{}", text(&reference));
+
+    let mut client = toy("moved", &["--daemon", &addr])
+        .args(["--step-sleep", "0.1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_step(dir.path(), "moved", 8, &mut client);
+    let http = support::agent(Duration::from_secs(60));
+    let refused = http
+        .post(format!("{base}/gpus/cordon"))
+        .send_json(serde_json::json!({ "gpus": [9] }))
+        .unwrap();
+    assert_eq!(refused.status(), 422, "GPU 9 does not exist");
+    let cordoned = http
+        .post(format!("{base}/gpus/cordon"))
+        .send_json(serde_json::json!({ "gpus": [0, 1] }))
+        .unwrap();
+    assert_eq!(cordoned.status(), 200);
+    let out = client.wait_with_output().unwrap();
+    let output = text(&out);
+    assert!(out.status.success(), "{output}");
+    let (plans, saved) = launches_and_saves(&output);
+    assert_eq!(saved.len(), 1, "{output}");
+    assert_eq!(
+        plans,
+        [
+            "world=2 dp=2 global=16 micro=4 accum=2 devices=0,1; starting from scratch".to_owned(),
+            format!(
+                "world=2 dp=2 global=16 micro=4 accum=2 devices=2,3; resumed from step {}",
+                saved[0]
+            ),
+        ],
+        "moved to GPUs 2,3, from the checkpoint"
+    );
+    assert!(output.contains("job 0 running on GPUs 2,3"), "{output}");
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
+    };
+    assert_eq!(
+        read("reference.json")["params"],
+        read("moved.json")["params"],
+        "bit-identical to the run that never moved"
+    );
 }

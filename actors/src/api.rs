@@ -6,6 +6,8 @@
 //! | `GET /jobs` | lists every job | 200 `[JobInfo]` |
 //! | `GET /jobs/{id}` | shows one | 200 `JobInfo`; 404 |
 //! | `DELETE /jobs/{id}` | cancels it | 200 `{"cancelled": N}`; 404; 409 when it already ended |
+//! | `POST /gpus/cordon` | takes `{"gpus": [..]}` out of service: their jobs checkpoint and move | 200; 422 for an unknown GPU |
+//! | `POST /gpus/uncordon` | puts them back | 200; 422 |
 //! | `GET /events` | job transitions as server-sent events | `data: {"job":..,"from":..,"to":..,"at":..}` |
 //! | `GET /metrics` | Prometheus text format | queue length, running jobs, GPUs, round latency, preemptions |
 //! | `GET /healthz` | liveness | 200 `ok` |
@@ -21,7 +23,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::Stream;
 use futures::StreamExt;
@@ -30,7 +32,8 @@ use serde_json::json;
 use tokio_stream::wrappers::BroadcastStream;
 
 use crate::cluster::{
-    Cancel, ClusterActor, GetStats, JobRequest, ListJobs, Refusal, ShowJob, Submit, Subscribe,
+    Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Refusal, ShowJob, Submit,
+    Subscribe,
 };
 use crate::stats::{LATENCY_BUCKETS, StatsSnapshot};
 
@@ -92,6 +95,8 @@ pub fn router(cluster: Addr<ClusterActor>) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/jobs", get(list).post(submit))
         .route("/jobs/{id}", get(show).delete(cancel))
+        .route("/gpus/cordon", post(cordon))
+        .route("/gpus/uncordon", post(uncordon))
         .route("/events", get(events))
         .route("/metrics", get(metrics))
         .with_state(cluster)
@@ -165,6 +170,41 @@ async fn cancel(
     let id = job_id(&id)?;
     cluster.send(Cancel(id)).await??;
     Ok(Json(json!({ "cancelled": id })).into_response())
+}
+
+/// The body of `/gpus/cordon` and `/gpus/uncordon`.
+#[derive(serde::Deserialize)]
+struct GpuList {
+    gpus: Vec<u32>,
+}
+
+async fn cordon(
+    State(cluster): State<Addr<ClusterActor>>,
+    request: Result<Json<GpuList>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    set_cordon(cluster, request, true).await
+}
+
+async fn uncordon(
+    State(cluster): State<Addr<ClusterActor>>,
+    request: Result<Json<GpuList>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    set_cordon(cluster, request, false).await
+}
+
+async fn set_cordon(
+    cluster: Addr<ClusterActor>,
+    request: Result<Json<GpuList>, JsonRejection>,
+    cordoned: bool,
+) -> Result<Response, ApiError> {
+    let Json(GpuList { gpus }) = request.map_err(|e| ApiError(e.status(), e.body_text()))?;
+    cluster
+        .send(Cordon {
+            gpus: gpus.clone(),
+            cordoned,
+        })
+        .await??;
+    Ok(Json(json!({ "gpus": gpus, "cordoned": cordoned })).into_response())
 }
 
 async fn events(

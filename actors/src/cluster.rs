@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::clock::{Clock, VirtualClock, WallClock};
-use crate::executor::{Executor, Launch, WorkerEvent};
+use crate::executor::{Executor, Launch, RunCommand, WorkerEvent};
 use crate::gang::{Acquire, Disband, GangActor};
 use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::health::HealthProbe;
@@ -109,6 +109,9 @@ pub struct JobRequest {
     pub work: f64,
     #[serde(default = "default_weight")]
     pub weight: f64,
+    /// What to run, when the control plane runs real processes (`elastic-run --daemon` fills it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunCommand>,
 }
 
 fn default_name() -> String {
@@ -557,11 +560,9 @@ impl ClusterActor {
                         partner,
                         at: now,
                     });
-                    let total_steps = self
-                        .ledger
-                        .jobs
-                        .get(&job)
-                        .map_or(0.0, |e| e.spec.total_steps);
+                    let spec = self.ledger.jobs.get(&job).map(|e| &e.spec);
+                    let total_steps = spec.map_or(0.0, |s| s.total_steps);
+                    let run = spec.and_then(|s| s.run.clone());
                     launches.push((
                         Launch {
                             job,
@@ -572,6 +573,7 @@ impl ClusterActor {
                             startup_seconds,
                             remaining_steps,
                             total_steps,
+                            run,
                         },
                         partner,
                     ));
@@ -674,9 +676,10 @@ impl ClusterActor {
             let exec = Arc::clone(&executor);
             outcome.saved = blocking(move || {
                 let mut exec = exec.lock().expect("executor");
-                let saved = to_stop
+                let saved = exec
+                    .stop_many(&to_stop, now)
                     .into_iter()
-                    .filter_map(|job| match exec.stop(job, now) {
+                    .filter_map(|(job, stopped)| match stopped {
                         Ok(steps) => Some((job, steps)),
                         Err(e) => {
                             tracing::warn!(error = %e, "stopping workers");
@@ -1129,6 +1132,7 @@ impl Handler<Submit> for ClusterActor {
             total_steps: request.work,
             weight: request.weight,
             arrival: at,
+            run: request.run,
         };
         let job = job_of(self.engine(), &spec);
         if !self.engine().accepts(&job) {
@@ -1227,18 +1231,67 @@ impl Handler<HealthChanged> for ClusterActor {
     type Result = AtomicResponse<Self, ()>;
 
     fn handle(&mut self, msg: HealthChanged, _: &mut Context<Self>) -> Self::Result {
-        let now = self.clock.now();
-        if msg.health.healthy {
-            self.engine().enable_gpu(msg.gpu);
-        } else {
+        if !msg.health.healthy {
             tracing::warn!(gpu = msg.gpu.0, reason = ?msg.health.reason, "GPU out of service; its job moves");
-            self.engine().disable_gpu(msg.gpu, now);
+        }
+        // Its job is placed again by the next round on the timer: GPU failures come in bursts
+        // (a node's XID storm), and one round then moves all their jobs.
+        AtomicResponse::new(self.set_in_service(&[msg.gpu], msg.health.healthy))
+    }
+}
+
+/// An operator takes GPUs out of service (`cordoned`), or puts them back: the jobs on them checkpoint
+/// and move, and nothing new lands on them. All of them change in one step, so that no round places
+/// a moving job on a GPU about to be cordoned too.
+#[derive(Message, Clone, Debug, Serialize, Deserialize)]
+#[rtype(result = "Result<(), Refusal>")]
+pub struct Cordon {
+    pub gpus: Vec<u32>,
+    pub cordoned: bool,
+}
+
+impl Handler<Cordon> for ClusterActor {
+    type Result = AtomicResponse<Self, Result<(), Refusal>>;
+
+    fn handle(&mut self, msg: Cordon, ctx: &mut Context<Self>) -> Self::Result {
+        let count = self.gpus.len();
+        if let Some(bad) = msg.gpus.iter().find(|&&g| g as usize >= count) {
+            let problem = format!(
+                "GPU {bad} does not exist (this cluster has GPUs 0 to {})",
+                count - 1
+            );
+            return AtomicResponse::new(Box::pin(fut::ready(Err(Refusal::Invalid {
+                field: "gpus",
+                problem,
+            }))));
+        }
+        tracing::info!(gpus = ?msg.gpus, cordoned = msg.cordoned, "cordon changed by the operator");
+        let gpus: Vec<GpuId> = msg.gpus.iter().map(|&g| GpuId(g)).collect();
+        // An operator waits on the move: place the jobs now.
+        self.queue_round(ctx);
+        AtomicResponse::new(Box::pin(
+            self.set_in_service(&gpus, !msg.cordoned)
+                .map(|_, _, _| Ok(())),
+        ))
+    }
+}
+
+impl ClusterActor {
+    /// Puts GPUs in or out of service; the jobs on those leaving stop now and wait for a round.
+    fn set_in_service(&mut self, gpus: &[GpuId], in_service: bool) -> ResponseActFuture<Self, ()> {
+        let now = self.clock.now();
+        for &gpu in gpus {
+            if in_service {
+                self.engine().enable_gpu(gpu);
+            } else {
+                self.engine().disable_gpu(gpu, now);
+            }
         }
         let changes = self.engine().take_changes();
-        AtomicResponse::new(Box::pin(
+        Box::pin(
             self.carry_out(changes, now, FxHashMap::default())
                 .map(|_, _, _| ()),
-        ))
+        )
     }
 }
 

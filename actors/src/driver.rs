@@ -77,6 +77,7 @@ pub async fn replay(
                 gpus: job.gpus,
                 work: job.total_steps,
                 weight: job.weight,
+                run: None,
             };
             match cluster
                 .send(Submit {

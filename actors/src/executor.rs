@@ -1,10 +1,29 @@
 //! The only way the control plane reaches workers: the [`Executor`] trait, and [`SimExecutor`], which
 //! runs jobs in virtual time at the throughput model's rates.
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
 use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
+
+/// A real job's command, for executors that run processes. Scheduling never reads it; the journal
+/// keeps it, so that a restarted control plane can relaunch the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunCommand {
+    /// `elastic-run`'s arguments: gangway's options, torchrun's, the script and its arguments.
+    pub args: Vec<String>,
+    /// The directory it runs in.
+    pub cwd: PathBuf,
+    /// The whole environment it runs with (the submitter's, as `sbatch` passes it).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Where its output goes, appended across launches (discarded when `None`).
+    #[serde(default)]
+    pub log: Option<PathBuf>,
+}
 
 /// What a job's workers are launched with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -21,6 +40,8 @@ pub struct Launch {
     pub startup_seconds: f64,
     pub remaining_steps: f64,
     pub total_steps: f64,
+    /// What to run, for executors of real processes (`None` for simulated jobs).
+    pub run: Option<RunCommand>,
 }
 
 /// Something the workers did, reported by [`Executor::poll`].
@@ -65,6 +86,12 @@ pub trait Executor: Send + 'static {
     /// Makes the workers of `job` save a checkpoint and exit; returns the work saved, once they have
     /// exited.
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError>;
+
+    /// Stops several jobs' workers; an executor of real processes stops them all at once, so that
+    /// one round waits for the slowest checkpoint rather than for the sum of them.
+    fn stop_many(&mut self, jobs: &[JobId], now: f64) -> Vec<(JobId, Result<f64, ExecutorError>)> {
+        jobs.iter().map(|&job| (job, self.stop(job, now))).collect()
+    }
 
     /// The job's pace changed in place (its packing partner left).
     fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64);
@@ -237,6 +264,7 @@ mod tests {
             startup_seconds: 10.0,
             remaining_steps: remaining,
             total_steps: 100.0,
+            run: None,
         }
     }
 

@@ -11,6 +11,7 @@ use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::job::JobId;
 use serde::{Deserialize, Serialize};
 
+use crate::executor::RunCommand;
 use crate::lifecycle::Phase;
 
 /// A job as it was submitted.
@@ -26,6 +27,8 @@ pub struct JobSpec {
     pub weight: f64,
     /// Control-plane seconds.
     pub arrival: f64,
+    /// The command of a real job.
+    pub run: Option<RunCommand>,
 }
 
 /// One journal record.
@@ -294,6 +297,7 @@ mod tests {
             total_steps: 100.0,
             weight: 1.0,
             arrival: 0.0,
+            run: None,
         })
     }
 

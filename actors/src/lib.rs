@@ -33,7 +33,7 @@
 //!     };
 //!     let settings = Settings::new(sim::SimConfig::default(), TimeSource::Virtual(clock));
 //!     let cluster = ClusterActor::start(parts, settings).unwrap();
-//!     let request = JobRequest { id: None, job_type: "toy".into(), tenant: "a".into(), gpus: 2, work: 60.0, weight: 1.0 };
+//!     let request = JobRequest { id: None, job_type: "toy".into(), tenant: "a".into(), gpus: 2, work: 60.0, weight: 1.0, run: None };
 //!     let id = cluster.send(Submit { request, at: None }).await.unwrap().unwrap();
 //!     assert_eq!(id.0, 0);
 //! });

@@ -45,6 +45,7 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         gpus: 2,
         work: 3600.0,
         weight: 1.0,
+        run: None,
     };
     let job = cluster
         .send(Submit { request, at: None })

@@ -71,6 +71,7 @@ fn request(gpus: u32, work: f64) -> JobRequest {
         gpus,
         work,
         weight: 1.0,
+        run: None,
     }
 }
 

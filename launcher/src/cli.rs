@@ -36,6 +36,16 @@ pub struct Options {
     /// (ten times that before its first step, for startup).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub hang_timeout: Option<f64>,
+    /// Exactly these GPUs (device indices, `0,1`), without discovery: what a scheduler gives the job.
+    #[arg(long, value_name = "LIST", value_parser = parse_devices, conflicts_with = "fake_gpus")]
+    pub devices: Option<DeviceList>,
+    /// Submit the job to a running `gangway serve` at `HOST:PORT` and follow it there: the daemon's
+    /// policy decides when and on which GPUs it runs, and may preempt or move it.
+    #[arg(long, value_name = "ADDR", conflicts_with_all = ["devices", "fake_gpus"])]
+    pub daemon: Option<String>,
+    /// With --daemon: seconds the job is expected to run at its full size (for the daemon's policy).
+    #[arg(long, default_value_t = 3600.0, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub expected_runtime: f64,
     /// Where to run: `local` (this machine's GPUs).
     #[arg(long, default_value = "local", value_parser = ["local"])]
     pub backend: String,
@@ -72,6 +82,28 @@ fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
         return Err(format!("`{text}`: MIN is above MAX"));
     }
     Ok((min, max))
+}
+
+/// GPU device indices, as `0,1`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceList(pub Vec<u32>);
+
+fn parse_devices(text: &str) -> Result<DeviceList, String> {
+    let devices: Vec<u32> = text
+        .split(',')
+        .map(|d| {
+            d.trim()
+                .parse()
+                .map_err(|_| format!("`{d}` in `{text}` is not a device index"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut sorted = devices.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != devices.len() {
+        return Err(format!("`{text}` names a device twice"));
+    }
+    Ok(DeviceList(devices))
 }
 
 /// Seconds: a finite number from 0.1 to a week.
@@ -112,7 +144,7 @@ pub enum CliError {
 }
 
 /// gangway's options that take a value (the `--name value` form).
-const OWN_WITH_VALUE: [&str; 12] = [
+const OWN_WITH_VALUE: [&str; 15] = [
     "--gpus",
     "--tp",
     "--pp",
@@ -125,6 +157,9 @@ const OWN_WITH_VALUE: [&str; 12] = [
     "--job-id",
     "--global-batch",
     "--max-micro-batch",
+    "--devices",
+    "--daemon",
+    "--expected-runtime",
 ];
 const OWN_VALUE_LAST: &str = "--python";
 

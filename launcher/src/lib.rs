@@ -5,7 +5,10 @@
 //!   with a run token, and a guardian that kills them all if the launcher is killed;
 //! - [`exit`]: how a launch ended: completed, a user error (never retried), or a crash;
 //! - [`local`]: the local backend's run loop: launch with the worker contract's environment, restart
-//!   after crashes and hangs within the budget, stop cooperatively on request.
+//!   after crashes and hangs within the budget, stop cooperatively on request;
+//! - [`daemon`]: `elastic-run --daemon`: submit the job to `gangway serve` and follow it;
+//! - [`executor`]: the control plane's executor over `elastic-run` processes, so that `gangway serve`
+//!   runs real jobs, preempts them, and moves or resizes them by checkpoint and relaunch.
 //!
 //! ```
 //! let args: Vec<String> = ["--gpus", "2", "--standalone", "train.py", "--lr", "0.1"]
@@ -17,6 +20,8 @@
 //! ```
 
 pub mod cli;
+pub mod daemon;
+pub mod executor;
 pub mod exit;
 pub mod local;
 pub mod process;

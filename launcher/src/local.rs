@@ -40,6 +40,16 @@ impl Ending {
     }
 }
 
+impl std::fmt::Display for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Ending::Completed => f.write_str("completed"),
+            Ending::Preempted => f.write_str("stopped with a checkpoint"),
+            Ending::Failed { why, .. } => f.write_str(why),
+        }
+    }
+}
+
 /// Why a run could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
@@ -52,6 +62,8 @@ pub enum LaunchError {
     },
     #[error("{what}: {cause}")]
     Io { what: String, cause: std::io::Error },
+    #[error("{0}")]
+    Daemon(String),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
@@ -191,7 +203,7 @@ pub fn run(
 
 /// The script's name and a hash of the command line: the same command gets the same id (and checkpoint
 /// directory), so that running it again after a preemption resumes it.
-fn default_job_id(inv: &Invocation) -> String {
+pub(crate) fn default_job_id(inv: &Invocation) -> String {
     let stem = Path::new(&inv.script)
         .file_stem()
         .map_or("job".into(), |s| s.to_string_lossy().into_owned());

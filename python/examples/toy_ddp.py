@@ -37,6 +37,8 @@ def parse_args():
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--step-sleep", type=float, default=0.0,
                         help="seconds to sleep after each step (lets tests stop it mid-run)")
+    parser.add_argument("--timing", action="store_true",
+                        help="rank 0 prints `timing: EVENT=UNIX_SECONDS` lines (for launch overheads)")
     parser.add_argument("--out", help="rank 0 writes the final parameters here (JSON of float.hex)")
     args = parser.parse_args()
     if args.steps < 0 or args.save_every < 0:
@@ -68,6 +70,12 @@ def main():
     else:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     rank, world = dist.get_rank(), dist.get_world_size()
+
+    def timing(event):
+        if args.timing and rank == 0:
+            print(f"timing: {event}={time.time():.6f}", flush=True)
+
+    timing("rendezvous_done")
 
     # Same initial weights everywhere (DDP would broadcast rank 0's anyway), then a different RNG
     # stream per rank, as real jobs have (dropout masks must differ between data shards).
@@ -113,8 +121,8 @@ def main():
             # RNG streams cannot be remapped across world sizes; reseed deterministically instead.
             torch.manual_seed(args.seed + 1000 + rank + 7919 * start)
     if rank == 0:
-        print(f"plan: dp={plan.dp} global={plan.global_batch} micro={plan.micro_batch} "
-              f"accum={plan.accum_steps}; " + (f"resumed from step {start}" if resumed else "starting from scratch"),
+        print(f"plan: world={world} dp={plan.dp} global={plan.global_batch} micro={plan.micro_batch} "
+              f"accum={plan.accum_steps} devices={os.environ.get('CUDA_VISIBLE_DEVICES', '')}; " + (f"resumed from step {start}" if resumed else "starting from scratch"),
               flush=True)
 
     last_saved = start if resumed else None
@@ -122,6 +130,7 @@ def main():
         if gw.should_stop():
             if last_saved != step:
                 checkpoint(step)
+            timing("checkpoint_saved")
             if rank == 0:
                 print(f"stop requested: saved step {step}, exiting {gw.EXIT_PREEMPTED_OK}", flush=True)
             dist.destroy_process_group()
@@ -143,6 +152,8 @@ def main():
 
         done = step + 1
         gw.report_progress(done)
+        if step == start:
+            timing("first_step")
         if args.save_every and done % args.save_every == 0 and done < args.steps:
             checkpoint(done)
             last_saved = done

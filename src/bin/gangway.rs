@@ -46,6 +46,10 @@ enum Command {
     Jobs(control::JobsArgs),
     /// Cancels a job of a running `gangway serve`.
     Cancel(control::CancelArgs),
+    /// Takes GPUs of a running `gangway serve` out of service: their jobs checkpoint and move.
+    Cordon(control::CordonArgs),
+    /// Puts cordoned GPUs back in service.
+    Uncordon(control::CordonArgs),
 }
 
 #[derive(clap::Args)]
@@ -215,6 +219,8 @@ fn main() {
         Some(Command::Submit(args)) => control::submit(args),
         Some(Command::Jobs(args)) => control::jobs(args),
         Some(Command::Cancel(args)) => control::cancel(args),
+        Some(Command::Cordon(args)) => control::cordon(args, true),
+        Some(Command::Uncordon(args)) => control::cordon(args, false),
         None => simulate(SimulateArgs::parse_from(["simulate"])),
     };
     if let Err(e) = outcome {

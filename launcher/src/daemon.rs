@@ -1,0 +1,228 @@
+//! `elastic-run --daemon ADDR`: submits the job to a running `gangway serve`, then follows it there,
+//! like `sbatch --wait`: its output, where it runs, how it ends.
+//!
+//! The daemon runs the same command (without `--daemon`) through its process executor, on the GPUs
+//! its policy picks, in this directory and with this environment. Interrupting `elastic-run` cancels
+//! the job: its workers save a checkpoint first, so the same command resumes it.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use gangway_actors::cluster::{JobInfo, JobRequest};
+use gangway_actors::executor::RunCommand;
+use gangway_actors::lifecycle::Phase;
+
+use crate::cli::Invocation;
+use crate::local::{Ending, LaunchError, default_job_id};
+
+fn daemon_error(what: impl Into<String>) -> LaunchError {
+    LaunchError::Daemon(what.into())
+}
+
+/// The command the daemon runs: `args` without `--daemon`, with the job id made explicit so that
+/// every launch of the job finds the same checkpoints.
+fn daemon_args(args: &[String], job_id: &str, has_job_id: bool) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len() + 2);
+    if !has_job_id {
+        out.extend(["--job-id".to_owned(), job_id.to_owned()]);
+    }
+    let mut k = 0;
+    let mut removed = false;
+    while k < args.len() {
+        // gangway's options come before the script, so the first --daemon is ours.
+        if !removed && args[k] == "--daemon" {
+            k += 2;
+            removed = true;
+            continue;
+        }
+        if !removed && args[k].starts_with("--daemon=") {
+            k += 1;
+            removed = true;
+            continue;
+        }
+        out.push(args[k].clone());
+        k += 1;
+    }
+    out
+}
+
+/// Submits `inv` (parsed from `args`) to the daemon at `addr` and follows it until it ends, or until
+/// `stop` is raised, which cancels it.
+pub fn submit_and_follow(
+    inv: &Invocation,
+    args: &[String],
+    addr: &str,
+    stop: &AtomicBool,
+) -> Result<Ending, LaunchError> {
+    let options = &inv.options;
+    let job_id = options
+        .job_id
+        .clone()
+        .unwrap_or_else(|| default_job_id(inv));
+    let cwd =
+        std::env::current_dir().map_err(|e| daemon_error(format!("current directory: {e}")))?;
+    let checkpoint_dir = cwd.join(
+        options
+            .checkpoint_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("checkpoints").join(&job_id)),
+    );
+    std::fs::create_dir_all(&checkpoint_dir)
+        .map_err(|e| daemon_error(format!("creating {}: {e}", checkpoint_dir.display())))?;
+    let log = checkpoint_dir.join("elastic-run.log");
+    std::fs::write(&log, b"")
+        .map_err(|e| daemon_error(format!("creating {}: {e}", log.display())))?;
+    let request = JobRequest {
+        id: None,
+        job_type: "default".into(),
+        tenant: std::env::var("USER").unwrap_or_else(|_| "default".into()),
+        gpus: options.gpus.1,
+        work: options.expected_runtime,
+        weight: 1.0,
+        run: Some(RunCommand {
+            args: daemon_args(args, &job_id, options.job_id.is_some()),
+            cwd,
+            env: std::env::vars().collect(),
+            log: Some(log.clone()),
+        }),
+    };
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let base = format!("http://{addr}");
+    let submitted = call(agent.post(format!("{base}/jobs")).send_json(&request), addr)?;
+    let id = submitted["id"]
+        .as_u64()
+        .ok_or_else(|| daemon_error(format!("{addr} answered {submitted} to a submission")))?;
+    eprintln!(
+        "elastic-run: submitted {job_id} to {addr} as job {id}; its output follows (Ctrl-C cancels it after a checkpoint)"
+    );
+    let mut tail = Tail::new(log);
+    let mut last_phase: Option<Phase> = None;
+    let mut cancelled = false;
+    loop {
+        if stop.load(Ordering::SeqCst) && !cancelled {
+            eprintln!("elastic-run: cancelling job {id}; its workers save a checkpoint first");
+            call(agent.delete(format!("{base}/jobs/{id}")).call(), addr)?;
+            cancelled = true;
+        }
+        let body = call(agent.get(format!("{base}/jobs/{id}")).call(), addr)?;
+        let info: JobInfo = serde_json::from_value(body).map_err(|e| {
+            daemon_error(format!(
+                "{addr} sent a job this elastic-run cannot read: {e}"
+            ))
+        })?;
+        tail.copy_new(&mut std::io::stdout());
+        if last_phase != Some(info.phase) {
+            let gpus: Vec<String> = info.placement.iter().map(u32::to_string).collect();
+            eprintln!(
+                "elastic-run: job {id} {}{}",
+                info.phase,
+                if gpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(" on GPUs {}", gpus.join(","))
+                }
+            );
+            last_phase = Some(info.phase);
+        }
+        match info.phase {
+            Phase::Finished => return Ok(Ending::Completed),
+            Phase::Cancelled if cancelled => {
+                eprintln!("elastic-run: cancelled; run the same command to resume");
+                return Ok(Ending::Preempted);
+            }
+            Phase::Cancelled => {
+                return Ok(Ending::Failed {
+                    code: 1,
+                    why: "cancelled at the daemon".into(),
+                });
+            }
+            Phase::Failed => {
+                return Ok(Ending::Failed {
+                    code: 1,
+                    why: format!("the daemon reports job {id} failed; see its output above"),
+                });
+            }
+            _ => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+}
+
+/// The JSON answer, or the daemon's `{"error"}` as the error.
+fn call(
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    addr: &str,
+) -> Result<serde_json::Value, LaunchError> {
+    let mut response = response.map_err(|e| {
+        daemon_error(format!(
+            "cannot reach the daemon at {addr} ({e}); is `gangway serve` running?"
+        ))
+    })?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .body_mut()
+        .read_json()
+        .map_err(|e| daemon_error(format!("{addr} answered {status} with no JSON ({e})")))?;
+    if !status.is_success() {
+        let message = body["error"].as_str().unwrap_or("no message");
+        return Err(daemon_error(format!(
+            "{addr} refused ({status}): {message}"
+        )));
+    }
+    Ok(body)
+}
+
+/// Follows a growing file.
+struct Tail {
+    path: PathBuf,
+    offset: u64,
+}
+
+impl Tail {
+    fn new(path: PathBuf) -> Self {
+        Tail { path, offset: 0 }
+    }
+
+    fn copy_new(&mut self, out: &mut impl Write) {
+        let Ok(mut file) = std::fs::File::open(Path::new(&self.path)) else {
+            return;
+        };
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return;
+        }
+        let mut buffer = Vec::new();
+        if let Ok(read) = file.read_to_end(&mut buffer) {
+            self.offset += read as u64;
+            let _ = out.write_all(&buffer);
+            let _ = out.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn the_daemon_runs_the_same_command_without_daemon_and_with_an_explicit_job_id() {
+        let args = words("--gpus 2 --daemon 127.0.0.1:7 --standalone train.py --daemon x");
+        assert_eq!(
+            daemon_args(&args, "train-1", false),
+            words("--job-id train-1 --gpus 2 --standalone train.py --daemon x")
+        );
+        let args = words("--job-id mine --daemon=127.0.0.1:7 train.py");
+        assert_eq!(
+            daemon_args(&args, "mine", true),
+            words("--job-id mine train.py")
+        );
+    }
+}
