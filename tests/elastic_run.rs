@@ -585,3 +585,185 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
         "bit-identical to the run that never moved"
     );
 }
+
+/// Whether a local Slurm with four idle nodes answers (scripts/test starts one with
+/// scripts/slurm-up); the Slurm tests skip, loudly, without it.
+fn slurm_ready() -> bool {
+    let idle = Command::new("sinfo")
+        .args(["-h", "-N", "-t", "idle", "-o", "%N"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+        .unwrap_or(0);
+    if idle < 4 {
+        eprintln!(
+            "skipped: no local Slurm with 4 idle nodes (run scripts/slurm-up and export SLURM_CONF)"
+        );
+    }
+    idle >= 4
+}
+
+fn slurm_jobs_named(name: &str) -> usize {
+    let out = Command::new("squeue")
+        .args(["-h", "-o", "%j"])
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.trim() == name)
+        .count()
+}
+
+fn on_slurm(python: &str, dir: &Path, job: &str, nodelist: &str) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
+    command
+        .args([
+            "--backend",
+            "slurm",
+            "--nodes",
+            "2",
+            "--gpus",
+            "2",
+            "--nodelist",
+            nodelist,
+        ])
+        .args([
+            "--python",
+            python,
+            "--job-id",
+            job,
+            "--grace",
+            "30",
+            "--checkpoint-dir",
+        ])
+        .arg(dir.join(job))
+        .current_dir(dir);
+    command
+}
+
+#[test]
+fn slurm_runs_one_agent_per_node_and_a_preempted_job_resumes_on_other_nodes() {
+    let python = need_torch!();
+    if !slurm_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let probe = write_script(
+        dir.path(),
+        "probe.py",
+        "import os\nrank = os.environ['RANK']\nopen(f'rank{rank}.txt', 'w').write(' '.join(\
+         os.environ[v] for v in ['SLURMD_NODENAME', 'CUDA_VISIBLE_DEVICES', 'WORLD_SIZE', 'GANGWAY_PLAN']))\n",
+    );
+    let out = run(on_slurm(&python, dir.path(), "probe", "node[1-2]").arg(&probe));
+    assert!(out.status.success(), "{}", text(&out));
+    let mut seen: Vec<String> = (0..2)
+        .map(|rank| std::fs::read_to_string(dir.path().join(format!("rank{rank}.txt"))).unwrap())
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["node1 0 2 dp=2,tp=1,pp=1", "node2 0 2 dp=2,tp=1,pp=1"],
+        "one worker per node, on its GPU 0"
+    );
+
+    // Preempted on nodes 1-2, resumed on nodes 3-4: the same parameters as a run never interrupted.
+    let toy = |command: &mut Command, sleep: &str| {
+        command.args([
+            TOY,
+            "--steps",
+            "40",
+            "--save-every",
+            "15",
+            "--step-sleep",
+            sleep,
+            "--out",
+        ]);
+    };
+    let mut reference = elastic_run(&python, dir.path(), "reference", &["--gpus", "2"]);
+    toy(&mut reference, "0");
+    let reference = run(reference.arg("reference.json"));
+    assert!(reference.status.success(), "{}", text(&reference));
+    let mut first = on_slurm(&python, dir.path(), "moved", "node[1-2]");
+    toy(&mut first, "0.1");
+    let mut child = first
+        .arg("moved.json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let name = format!("elastic-run-{}", child.id());
+    wait_for_step(dir.path(), "moved", 8, &mut child);
+    assert_eq!(slurm_jobs_named(&name), 1, "the step runs under its name");
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let preempted = child.wait_with_output().unwrap();
+    assert_eq!(preempted.status.code(), Some(75), "{}", text(&preempted));
+    let (_, saved) = launches_and_saves(&text(&preempted));
+    assert_eq!(saved.len(), 1, "{}", text(&preempted));
+    assert_eq!(
+        slurm_jobs_named(&name),
+        0,
+        "nothing is left in Slurm's queue"
+    );
+
+    let mut second = on_slurm(&python, dir.path(), "moved", "node[3-4]");
+    toy(&mut second, "0");
+    let resumed = run(second.arg("moved.json"));
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(
+        text(&resumed).contains("node3:0 node4:0"),
+        "{}",
+        text(&resumed)
+    );
+    let (plans, _) = launches_and_saves(&text(&resumed));
+    assert_eq!(
+        plans,
+        [format!(
+            "world=2 dp=2 global=16 micro=4 accum=2 devices=0; resumed from step {}",
+            saved[0]
+        )]
+    );
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
+    };
+    assert_eq!(
+        read("reference.json")["params"],
+        read("moved.json")["params"],
+        "no step lost or repeated"
+    );
+}
+
+#[test]
+fn slurm_steps_are_cancelled_when_elastic_run_is_killed() {
+    let python = need_torch!();
+    if !slurm_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = on_slurm(&python, dir.path(), "killed", "node[1-2]")
+        .args([
+            TOY,
+            "--steps",
+            "100000",
+            "--save-every",
+            "0",
+            "--step-sleep",
+            "0.05",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let name = format!("elastic-run-{}", child.id());
+    wait_for_step(dir.path(), "killed", 2, &mut child);
+    child.kill().unwrap(); // SIGKILL: only the guardian is left to clean up
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slurm_jobs_named(&name) > 0 || !processes_of("killed").is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "30 s after kill -9: {} Slurm steps, processes {:?}",
+            slurm_jobs_named(&name),
+            processes_of("killed")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

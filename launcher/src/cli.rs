@@ -46,9 +46,16 @@ pub struct Options {
     /// With --daemon: seconds the job is expected to run at its full size (for the daemon's policy).
     #[arg(long, default_value_t = 3600.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub expected_runtime: f64,
-    /// Where to run: `local` (this machine's GPUs).
-    #[arg(long, default_value = "local", value_parser = ["local"])]
-    pub backend: String,
+    /// Where to run: `local` (this machine's GPUs), or `slurm` (across nodes: one torchrun agent per
+    /// node, started by `srun`).
+    #[arg(long, value_enum, default_value = "local")]
+    pub backend: Backend,
+    /// With `--backend slurm`: nodes to spread the GPUs over (the same number on each).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub nodes: u32,
+    /// With `--backend slurm`: exactly these nodes (Slurm's syntax, `node[1-2]`), else free ones.
+    #[arg(long, value_name = "LIST")]
+    pub nodelist: Option<String>,
     /// N fake GPUs (when this machine has none): CUDA_VISIBLE_DEVICES still names them.
     #[arg(long, value_name = "N")]
     pub fake_gpus: Option<u32>,
@@ -82,6 +89,13 @@ fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
         return Err(format!("`{text}`: MIN is above MAX"));
     }
     Ok((min, max))
+}
+
+/// Where the workers run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    Local,
+    Slurm,
 }
 
 /// GPU device indices, as `0,1`.
@@ -144,7 +158,7 @@ pub enum CliError {
 }
 
 /// gangway's options that take a value (the `--name value` form).
-const OWN_WITH_VALUE: [&str; 15] = [
+const OWN_WITH_VALUE: [&str; 17] = [
     "--gpus",
     "--tp",
     "--pp",
@@ -160,6 +174,8 @@ const OWN_WITH_VALUE: [&str; 15] = [
     "--devices",
     "--daemon",
     "--expected-runtime",
+    "--nodes",
+    "--nodelist",
 ];
 const OWN_VALUE_LAST: &str = "--python";
 

@@ -6,6 +6,8 @@
 //! - [`exit`]: how a launch ended: completed, a user error (never retried), or a crash;
 //! - [`local`]: the local backend's run loop: launch with the worker contract's environment, restart
 //!   after crashes and hangs within the budget, stop cooperatively on request;
+//! - [`slurm`]: the Slurm backend: nodes from `scontrol`, one torchrun agent per node by `srun`, c10d
+//!   rendezvous on the first node, `scancel` to clean up;
 //! - [`daemon`]: `elastic-run --daemon`: submit the job to `gangway serve` and follow it;
 //! - [`executor`]: the control plane's executor over `elastic-run` processes, so that `gangway serve`
 //!   runs real jobs, preempts them, and moves or resizes them by checkpoint and relaunch.
@@ -25,3 +27,4 @@ pub mod executor;
 pub mod exit;
 pub mod local;
 pub mod process;
+pub mod slurm;

@@ -1,5 +1,6 @@
-//! The local backend: one torchrun on this machine's GPUs (or fake ones), relaunched from the last
-//! checkpoint after a crash or a hang, and stopped cooperatively on request.
+//! The run loop of both backends: torchrun on this machine's GPUs (or fake ones), or one torchrun agent
+//! per node through Slurm; relaunched from the last checkpoint after a crash or a hang, and stopped
+//! cooperatively on request.
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -15,6 +16,29 @@ use gangway_elastic::{HostOffer, JobSpec, Plan, plan};
 use crate::cli::Invocation;
 use crate::exit::{Verdict, classify};
 use crate::process::Launch;
+use crate::slurm::{self, Allocation};
+
+/// Where a run's workers go.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// These GPUs (device indices) of this machine.
+    Local(Vec<u32>),
+    /// These Slurm nodes.
+    Slurm(Allocation),
+}
+
+impl Target {
+    fn offer(&self) -> Vec<HostOffer> {
+        match self {
+            Target::Local(gpus) => vec![HostOffer::new("localhost", gpus.iter().copied())],
+            Target::Slurm(allocation) => allocation.offer(),
+        }
+    }
+
+    fn gpus(&self) -> usize {
+        self.offer().iter().map(|o| o.gpus.len()).sum()
+    }
+}
 
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -64,6 +88,8 @@ pub enum LaunchError {
     Io { what: String, cause: std::io::Error },
     #[error("{0}")]
     Daemon(String),
+    #[error("slurm: {0}")]
+    Slurm(#[from] slurm::SlurmError),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
@@ -74,16 +100,16 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
 /// The last output of a launch, for classifying its end.
 const TAIL_BYTES: usize = 64 << 10;
 
-/// Runs `inv` on `gpus` (local device ids) until it completes, fails, or `stop` is raised. Every
-/// process it starts carries `token` (see [`crate::process`]).
+/// Runs `inv` on `target` until it completes, fails, or `stop` is raised. Every process it starts
+/// carries `token` (see [`crate::process`]); a Slurm step is named `token`.
 pub fn run(
     inv: &Invocation,
-    gpus: &[u32],
+    target: &Target,
     stop: &AtomicBool,
     token: &str,
 ) -> Result<Ending, LaunchError> {
     let options = &inv.options;
-    if gpus.is_empty() {
+    if target.gpus() == 0 {
         return Err(LaunchError::NoGpus);
     }
     let job_id = options
@@ -108,9 +134,8 @@ pub fn run(
             .unwrap_or(options.gpus.1.max(1)),
         rescale_batch: true,
     };
-    let offer = [HostOffer::new("localhost", gpus.iter().copied())];
-    let plan = plan(&spec, &offer).map_err(|cause| LaunchError::Plan {
-        gpus: gpus.len(),
+    let plan = plan(&spec, &target.offer()).map_err(|cause| LaunchError::Plan {
+        gpus: target.gpus(),
         cause,
     })?;
     let stop_file = checkpoint_dir.join("STOP");
@@ -121,25 +146,32 @@ pub fn run(
         // report would start its hang timer before it has started.
         let _ = std::fs::remove_file(&stop_file);
         let _ = std::fs::remove_file(&progress_file);
-        let command = torchrun_command(
-            inv,
-            &plan,
-            &job_id,
-            &checkpoint_dir,
-            &stop_file,
-            &progress_file,
-        );
+        let files = Files {
+            checkpoint_dir: &checkpoint_dir,
+            stop_file: &stop_file,
+            progress_file: &progress_file,
+        };
+        let command = launch_command(inv, target, &plan, &job_id, &files, token, attempt)?;
+        let hosts: Vec<String> = plan
+            .cuda_visible_devices()
+            .into_iter()
+            .map(|(host, devices)| match target {
+                Target::Local(_) => devices,
+                Target::Slurm(_) => format!("{host}:{devices}"),
+            })
+            .collect();
         eprintln!(
             "elastic-run: launch {attempt} of {job_id}: {} on GPUs {} ({})",
             plan.parallel,
-            plan.cuda_visible_devices()[0].1,
+            hosts.join(" "),
             if attempt == 0 {
                 "fresh or resumed"
             } else {
                 "from the last checkpoint"
             }
         );
-        let mut launch = Launch::spawn(command, token).map_err(io("starting torchrun"))?;
+        let cancel = matches!(target, Target::Slurm(_)).then(|| token.to_owned());
+        let mut launch = Launch::spawn(command, token, cancel).map_err(io("starting torchrun"))?;
         let (tail, readers) = capture(&mut launch);
         let watch = watch(
             &mut launch,
@@ -220,45 +252,72 @@ pub(crate) fn default_job_id(inv: &Invocation) -> String {
     format!("{stem}-{:08x}", hash as u32)
 }
 
-/// torchrun's command line and the worker contract's environment for one launch.
-fn torchrun_command(
+/// The files of the worker contract.
+struct Files<'a> {
+    checkpoint_dir: &'a Path,
+    stop_file: &'a Path,
+    progress_file: &'a Path,
+}
+
+/// torchrun's command line (under `srun`, as a step named `token`, for Slurm) and the worker
+/// contract's environment for launch `attempt`, which gets a rendezvous id of its own.
+fn launch_command(
     inv: &Invocation,
+    target: &Target,
     plan: &Plan,
     job_id: &str,
-    checkpoint_dir: &Path,
-    stop_file: &Path,
-    progress_file: &Path,
-) -> Command {
+    files: &Files,
+    token: &str,
+    attempt: u32,
+) -> Result<Command, LaunchError> {
     let options = &inv.options;
-    let mut command = Command::new(&options.python);
+    let (mut command, torchrun_options) = match target {
+        Target::Local(_) => {
+            let mut torchrun_options = vec![
+                "--nnodes=1".to_owned(),
+                "--max-restarts=0".to_owned(),
+                format!("--nproc-per-node={}", plan.world_size()),
+            ];
+            // --standalone picks a free port and a fresh rendezvous id for every launch.
+            if !inv
+                .torchrun
+                .iter()
+                .any(|a| a.starts_with("--rdzv") || a == "--standalone")
+            {
+                torchrun_options.push("--standalone".into());
+            }
+            (Command::new(&options.python), torchrun_options)
+        }
+        Target::Slurm(allocation) => {
+            let mut srun = allocation.srun(plan, token)?;
+            srun.arg(&options.python);
+            let rdzv_id = format!("{token}-{attempt}");
+            let port = allocation.rendezvous_port(&rdzv_id);
+            (srun, allocation.torchrun_options(plan, &rdzv_id, port)?)
+        }
+    };
     command
-        .args([
-            "-m",
-            "torch.distributed.run",
-            "--nnodes=1",
-            "--max-restarts=0",
-        ])
-        .arg(format!("--nproc-per-node={}", plan.world_size()));
-    // --standalone picks a free port and a fresh rendezvous id for every launch.
-    if !inv
-        .torchrun
-        .iter()
-        .any(|a| a.starts_with("--rdzv") || a == "--standalone")
-    {
-        command.arg("--standalone");
-    }
-    command
+        .args(["-m", "torch.distributed.run"])
+        .args(torchrun_options)
         .args(&inv.torchrun)
         .arg(&inv.script)
         .args(&inv.script_args);
-    let (_, devices) = plan.cuda_visible_devices().remove(0);
+    match target {
+        Target::Local(_) => {
+            let (_, devices) = plan.cuda_visible_devices().remove(0);
+            command.env("CUDA_VISIBLE_DEVICES", devices);
+        }
+        // Slurm binds each node's GPUs itself (--gres) and sets CUDA_VISIBLE_DEVICES there.
+        Target::Slurm(_) => {
+            command.env_remove("CUDA_VISIBLE_DEVICES");
+        }
+    }
     let parallel = plan.parallel;
     command
-        .env("CUDA_VISIBLE_DEVICES", devices)
         .env("GANGWAY_JOB_ID", job_id)
-        .env("GANGWAY_CHECKPOINT_DIR", checkpoint_dir)
-        .env("GANGWAY_STOP_FILE", stop_file)
-        .env("GANGWAY_PROGRESS_FILE", progress_file)
+        .env("GANGWAY_CHECKPOINT_DIR", files.checkpoint_dir)
+        .env("GANGWAY_STOP_FILE", files.stop_file)
+        .env("GANGWAY_PROGRESS_FILE", files.progress_file)
         .env(
             "GANGWAY_PLAN",
             format!("dp={},tp={},pp={}", parallel.dp, parallel.tp, parallel.pp),
@@ -271,7 +330,7 @@ fn torchrun_command(
             .env("GANGWAY_MICRO_BATCH", plan.batch.micro_batch.to_string())
             .env("GANGWAY_ACCUM_STEPS", plan.batch.accum_steps.to_string());
     }
-    command
+    Ok(command)
 }
 
 /// Forwards the launch's stdout and stderr to ours, keeping the last bytes of both; the threads end

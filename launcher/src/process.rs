@@ -61,15 +61,22 @@ pub fn kill_all(token: &str) -> usize {
     killed
 }
 
-/// The guardian's body: wait for the launcher's pipe to close, then kill the token's processes.
-pub fn guard(token: &str) -> ! {
+/// The guardian's body: wait for the launcher's pipe to close, then kill the token's processes, and
+/// cancel its Slurm steps when `slurm` (their processes run on other nodes).
+pub fn guard(token: &str, slurm: bool) -> ! {
     let mut buf = [0u8; 64];
     let mut stdin = std::io::stdin();
     // Returns 0 (EOF) or an error when the launcher is gone.
     while matches!(stdin.read(&mut buf), Ok(n) if n > 0) {}
+    if slurm {
+        crate::slurm::cancel(token);
+    }
     kill_all(token);
     std::process::exit(0)
 }
+
+/// The guardian's flag for a launcher that uses Slurm.
+pub const GUARD_SLURM: &str = "slurm";
 
 /// A running guardian; dropping it (or the launcher dying) makes it sweep.
 pub struct Guardian {
@@ -80,9 +87,14 @@ pub struct Guardian {
 impl Guardian {
     /// Starts `launcher GUARD_FLAG token` in its own process group, so that a signal to the
     /// launcher's group does not take the guardian down before it sweeps.
-    pub fn start(launcher: &std::path::Path, token: &str) -> std::io::Result<Guardian> {
+    pub fn start(
+        launcher: &std::path::Path,
+        token: &str,
+        slurm: bool,
+    ) -> std::io::Result<Guardian> {
         let mut child = Command::new(launcher)
             .args([GUARD_FLAG, token])
+            .args(slurm.then_some(GUARD_SLURM))
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .process_group(0)
@@ -99,15 +111,22 @@ impl Drop for Guardian {
     }
 }
 
-/// One launch's torchrun.
+/// One launch's torchrun (or `srun`).
 pub struct Launch {
     child: Child,
     token: String,
+    /// The Slurm step to cancel when it is killed.
+    slurm_step: Option<String>,
 }
 
 impl Launch {
     /// Starts `command` in its own process group, killed if the launcher dies, marked with `token`.
-    pub fn spawn(mut command: Command, token: &str) -> std::io::Result<Launch> {
+    /// Killing it also cancels the Slurm step named `slurm_step`.
+    pub fn spawn(
+        mut command: Command,
+        token: &str,
+        slurm_step: Option<String>,
+    ) -> std::io::Result<Launch> {
         command.env(TOKEN_VAR, token).process_group(0);
         let launcher = std::process::id() as libc::pid_t;
         // SAFETY: prctl and getppid are async-signal-safe; nothing else runs between fork and exec.
@@ -124,6 +143,7 @@ impl Launch {
         Ok(Launch {
             child: command.spawn()?,
             token: token.to_owned(),
+            slurm_step,
         })
     }
 
@@ -163,6 +183,9 @@ impl Launch {
 
     /// Kills torchrun and every worker at once.
     pub fn kill(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(step) = &self.slurm_step {
+            crate::slurm::cancel(step);
+        }
         let group = self.child.id() as i32;
         // SAFETY: signals the process group we created.
         unsafe { libc::kill(-group, libc::SIGKILL) };

@@ -3,16 +3,20 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use gangway_launcher::cli::{self, CliError};
+use gangway_launcher::cli::{self, Backend, CliError, Options};
 use gangway_launcher::daemon;
 use gangway_launcher::executor::{EXIT_FILE_VAR, ExitReport};
-use gangway_launcher::local::{self, Ending};
-use gangway_launcher::process::{GUARD_FLAG, Guardian};
+use gangway_launcher::local::{self, Ending, Target};
+use gangway_launcher::process::{GUARD_FLAG, GUARD_SLURM, Guardian};
+use gangway_launcher::slurm;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(GUARD_FLAG) {
-        gangway_launcher::process::guard(args.get(1).map_or("", String::as_str));
+        gangway_launcher::process::guard(
+            args.get(1).map_or("", String::as_str),
+            args.get(2).map(String::as_str) == Some(GUARD_SLURM),
+        );
     }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -32,25 +36,65 @@ fn main() {
         signal_hook::flag::register(signal, Arc::clone(&stop)).expect("a signal handler");
     }
     if let Some(addr) = &inv.options.daemon {
+        if inv.options.backend == Backend::Slurm {
+            eprintln!(
+                "elastic-run: --daemon runs the job on the daemon's GPUs; leave out --backend slurm"
+            );
+            std::process::exit(2);
+        }
         finish(daemon::submit_and_follow(&inv, &args, addr, &stop));
     }
-    let gpus: Vec<u32> = match (&inv.options.devices, inv.options.fake_gpus) {
-        (Some(devices), _) => devices.0.clone(),
-        (None, Some(n)) => (0..n).collect(),
-        (None, None) => match gangway_topology::discover::discover() {
-            Ok(found) => found.gpus.iter().map(|g| g.index).collect(),
-            Err(e) => {
-                eprintln!("elastic-run: {e}; pass --fake-gpus N to run without GPUs");
-                std::process::exit(2);
-            }
-        },
+    let target = match target(&inv.options) {
+        Ok(target) => target,
+        Err(why) => {
+            eprintln!("elastic-run: {why}");
+            std::process::exit(2);
+        }
     };
     let token = format!("elastic-run-{}", std::process::id());
+    let slurm = matches!(target, Target::Slurm(_));
     let _guardian = std::env::current_exe()
-        .and_then(|exe| Guardian::start(&exe, &token))
+        .and_then(|exe| Guardian::start(&exe, &token, slurm))
         .map_err(|e| eprintln!("elastic-run: no guardian ({e}); workers may outlive a SIGKILL"))
         .ok();
-    finish(local::run(&inv, &gpus, &stop, &token));
+    finish(local::run(&inv, &target, &stop, &token));
+}
+
+/// Where the workers go: Slurm nodes, given GPUs, fake ones, or the GPUs NVML finds.
+fn target(options: &Options) -> Result<Target, String> {
+    if options.backend == Backend::Local && (options.nodes != 1 || options.nodelist.is_some()) {
+        return Err("--nodes and --nodelist need --backend slurm".into());
+    }
+    if options.backend == Backend::Slurm {
+        if options.devices.is_some() || options.fake_gpus.is_some() {
+            return Err("--backend slurm takes GPUs from Slurm's nodes: leave out --devices and --fake-gpus".into());
+        }
+        let nodes = options.nodes.max(1);
+        if !options.gpus.1.is_multiple_of(nodes) {
+            return Err(format!(
+                "--gpus {} does not split evenly over --nodes {nodes}",
+                options.gpus.1
+            ));
+        }
+        let all = slurm::nodes().map_err(|e| e.to_string())?;
+        let wanted = match &options.nodelist {
+            Some(list) => Some(slurm::expand(list).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        return slurm::choose(&all, wanted.as_deref(), nodes, options.gpus.1 / nodes)
+            .map(Target::Slurm)
+            .map_err(|e| e.to_string());
+    }
+    Ok(Target::Local(match (&options.devices, options.fake_gpus) {
+        (Some(devices), _) => devices.0.clone(),
+        (None, Some(n)) => (0..n).collect(),
+        (None, None) => gangway_topology::discover::discover()
+            .map_err(|e| format!("{e}; pass --fake-gpus N to run without GPUs"))?
+            .gpus
+            .iter()
+            .map(|g| g.index)
+            .collect(),
+    }))
 }
 
 /// Exits with the run's code, after writing it where a scheduler asked for it (`$GANGWAY_EXIT_FILE`).
