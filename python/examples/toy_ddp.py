@@ -50,6 +50,12 @@ def main():
     # First thing, before the slow torch import: until the handler exists, SIGTERM kills us outright.
     gw.install_sigterm_handler()
     parser, args = parse_args()
+
+    def timing(event):
+        if args.timing and os.environ.get("RANK", "0") == "0":
+            print(f"timing: {event}={time.time():.6f}", flush=True)
+
+    timing("worker_started")
     try:
         plan = gw.plan(global_batch=args.global_batch, micro_batch=args.micro_batch)
     except gw.PlanError as e:
@@ -70,11 +76,6 @@ def main():
     else:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     rank, world = dist.get_rank(), dist.get_world_size()
-
-    def timing(event):
-        if args.timing and rank == 0:
-            print(f"timing: {event}={time.time():.6f}", flush=True)
-
     timing("rendezvous_done")
 
     # Same initial weights everywhere (DDP would broadcast rank 0's anyway), then a different RNG

@@ -24,10 +24,16 @@ fn main() {
         .init();
     let inv = match cli::parse(&args) {
         Ok(inv) => inv,
-        Err(CliError::Clap(e)) => e.exit(),
+        // --help and --version.
+        Err(CliError::Clap(e)) if !e.use_stderr() => e.exit(),
+        // A bad command line is a user error, reported like any other ending (a scheduler that
+        // launched it reads the exit file).
         Err(e) => {
             eprintln!("elastic-run: {e}");
-            std::process::exit(2);
+            finish(Ok(Ending::Failed {
+                code: 2,
+                why: format!("bad command line: {e}"),
+            }));
         }
     };
     // SIGTERM or SIGINT: checkpoint and stop (a scheduler's preemption, or Ctrl-C).
@@ -48,7 +54,7 @@ fn main() {
         Ok(target) => target,
         Err(why) => {
             eprintln!("elastic-run: {why}");
-            std::process::exit(2);
+            finish(Ok(Ending::Failed { code: 2, why }));
         }
     };
     let token = format!("elastic-run-{}", std::process::id());
