@@ -14,6 +14,7 @@ use gangway_core::job::Trace;
 use gangway_core::policy::{self, PolicyConfig};
 use gangway_core::sim::{PackingPlacer, SimConfig};
 use gangway_core::throughput::DurationModel;
+use gangway_launcher::daemon::{self, agent};
 use gangway_launcher::executor::ProcessExecutor;
 
 use crate::scenario;
@@ -69,6 +70,15 @@ pub struct ServeArgs {
     /// The `elastic-run` that process workers run (default: the one beside this `gangway`).
     #[arg(long, value_name = "PATH")]
     pub elastic_run: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    fn listen_text(&self) -> String {
+        match &self.listen {
+            Listen::Tcp(addr) => addr.to_string(),
+            Listen::Unix(path) => format!("unix:{}", path.display()),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -174,6 +184,13 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     elastic_run.display()
                 );
             }
+            if matches!(args.listen, Listen::Tcp(_)) {
+                eprintln!(
+                    "gangway serve: WARNING: with process workers, whoever reaches {} runs commands \
+                     as this user; prefer --listen unix:PATH (a socket only this user can open)",
+                    args.listen_text()
+                );
+            }
             let runs = args.journal.join("runs");
             Box::new(
                 ProcessExecutor::new(elastic_run, devices, runs.clone())
@@ -199,10 +216,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         },
         args.policy,
         args.journal.display(),
-        match &args.listen {
-            Listen::Tcp(addr) => addr.to_string(),
-            Listen::Unix(path) => format!("unix:{}", path.display()),
-        }
+        args.listen_text()
     );
     let parts = Parts {
         cluster: Arc::new(cluster),
@@ -306,32 +320,12 @@ pub struct CordonArgs {
     pub daemon: DaemonArg,
 }
 
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
-}
-
-/// The JSON body of a response, or the daemon's error message.
+/// The daemon's JSON answer at `url`, or its error.
 fn answer(
     url: &str,
     response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
 ) -> Result<serde_json::Value> {
-    let mut response = response.with_context(|| {
-        format!("cannot reach the daemon at {url}; is `gangway serve` running?")
-    })?;
-    let status = response.status();
-    let body: serde_json::Value = response
-        .body_mut()
-        .read_json()
-        .with_context(|| format!("{url}: the answer is not JSON"))?;
-    if !status.is_success() {
-        let message = body["error"].as_str().unwrap_or("no message");
-        bail!("the daemon refused ({status}): {message}");
-    }
-    Ok(body)
+    daemon::answer(url, response).map_err(anyhow::Error::msg)
 }
 
 pub fn submit(args: SubmitArgs) -> Result<()> {

@@ -602,6 +602,12 @@ fn slurm_ready() -> bool {
     idle >= 4
 }
 
+/// The Slurm job name of the elastic-run `child`: its run token.
+fn slurm_job_name(child: &Child) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    format!("elastic-run-{}-{}", host.trim(), child.id())
+}
+
 fn slurm_jobs_named(name: &str) -> usize {
     let out = Command::new("squeue")
         .args(["-h", "-o", "%j"])
@@ -690,7 +696,7 @@ fn slurm_runs_one_agent_per_node_and_a_preempted_job_resumes_on_other_nodes() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let name = format!("elastic-run-{}", child.id());
+    let name = slurm_job_name(&child);
     wait_for_step(dir.path(), "moved", 8, &mut child);
     assert_eq!(slurm_jobs_named(&name), 1, "the step runs under its name");
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
@@ -752,7 +758,7 @@ fn slurm_steps_are_cancelled_when_elastic_run_is_killed() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let name = format!("elastic-run-{}", child.id());
+    let name = slurm_job_name(&child);
     wait_for_step(dir.path(), "killed", 2, &mut child);
     child.kill().unwrap(); // SIGKILL: only the guardian is left to clean up
     child.wait().unwrap();

@@ -8,7 +8,7 @@
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gangway_actors::cluster::{JobInfo, JobRequest};
 use gangway_actors::executor::RunCommand;
@@ -84,17 +84,17 @@ pub fn submit_and_follow(
         run: Some(RunCommand {
             args: daemon_args(args, &job_id, options.job_id.is_some()),
             cwd,
-            env: std::env::vars().collect(),
+            // As text: a variable that is not UTF-8 cannot travel in JSON, and is left out.
+            env: std::env::vars_os()
+                .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .collect(),
             log: Some(log.clone()),
         }),
     };
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into();
+    let agent = agent();
     let base = format!("http://{addr}");
-    let submitted = call(agent.post(format!("{base}/jobs")).send_json(&request), addr)?;
+    let jobs = format!("{base}/jobs");
+    let submitted = call(agent.post(&jobs).send_json(&request), &jobs)?;
     let id = submitted["id"]
         .as_u64()
         .ok_or_else(|| daemon_error(format!("{addr} answered {submitted} to a submission")))?;
@@ -104,77 +104,124 @@ pub fn submit_and_follow(
     let mut tail = Tail::new(log);
     let mut last_phase: Option<Phase> = None;
     let mut cancelled = false;
+    let job = format!("{base}/jobs/{id}");
+    // The daemon may be slow to answer (a round waiting for workers to checkpoint) or restarting:
+    // the job goes on meanwhile, so keep following it for a while.
+    let mut last_contact = Instant::now();
+    let mut lost = false;
     loop {
-        if stop.load(Ordering::SeqCst) && !cancelled {
-            eprintln!("elastic-run: cancelling job {id}; its workers save a checkpoint first");
-            call(agent.delete(format!("{base}/jobs/{id}")).call(), addr)?;
-            cancelled = true;
-        }
-        let body = call(agent.get(format!("{base}/jobs/{id}")).call(), addr)?;
-        let info: JobInfo = serde_json::from_value(body).map_err(|e| {
-            daemon_error(format!(
-                "{addr} sent a job this elastic-run cannot read: {e}"
-            ))
-        })?;
         tail.copy_new(&mut std::io::stdout());
-        if last_phase != Some(info.phase) {
-            let gpus: Vec<String> = info.placement.iter().map(u32::to_string).collect();
-            eprintln!(
-                "elastic-run: job {id} {}{}",
-                info.phase,
-                if gpus.is_empty() {
-                    String::new()
-                } else {
-                    format!(" on GPUs {}", gpus.join(","))
+        let answered = if stop.load(Ordering::SeqCst) && !cancelled {
+            eprintln!("elastic-run: cancelling job {id}; its workers save a checkpoint first");
+            answer(&job, agent.delete(&job).call()).map(|_| {
+                cancelled = true;
+                None
+            })
+        } else {
+            answer(&job, agent.get(&job).call()).and_then(|body| {
+                serde_json::from_value::<JobInfo>(body)
+                    .map_err(|e| format!("{addr} sent a job this elastic-run cannot read: {e}"))
+                    .map(|info| follow(id, &info, &mut last_phase))
+            })
+        };
+        match answered {
+            Ok(None) => {}
+            Ok(Some(phase)) => {
+                tail.copy_new(&mut std::io::stdout());
+                return Ok(ending(id, phase, cancelled));
+            }
+            Err(why) if last_contact.elapsed() < FOLLOW_PATIENCE => {
+                if !std::mem::replace(&mut lost, true) {
+                    eprintln!("elastic-run: {why}; retrying (the job goes on)");
                 }
-            );
-            last_phase = Some(info.phase);
+                std::thread::sleep(Duration::from_secs(1));
+                continue;
+            }
+            Err(why) => return Err(daemon_error(why)),
         }
-        match info.phase {
-            Phase::Finished => return Ok(Ending::Completed),
-            Phase::Cancelled if cancelled => {
-                eprintln!("elastic-run: cancelled; run the same command to resume");
-                return Ok(Ending::Preempted);
-            }
-            Phase::Cancelled => {
-                return Ok(Ending::Failed {
-                    code: 1,
-                    why: "cancelled at the daemon".into(),
-                });
-            }
-            Phase::Failed => {
-                return Ok(Ending::Failed {
-                    code: 1,
-                    why: format!("the daemon reports job {id} failed; see its output above"),
-                });
-            }
-            _ => std::thread::sleep(Duration::from_millis(250)),
+        if std::mem::take(&mut lost) {
+            eprintln!("elastic-run: the daemon answers again");
         }
+        last_contact = Instant::now();
+        std::thread::sleep(Duration::from_millis(250));
     }
 }
 
-/// The JSON answer, or the daemon's `{"error"}` as the error.
-fn call(
+/// How long `--daemon` keeps following a job through a daemon that does not answer.
+const FOLLOW_PATIENCE: Duration = Duration::from_secs(15 * 60);
+
+/// Prints the job's moves; its phase once it has ended.
+fn follow(id: u64, info: &JobInfo, last_phase: &mut Option<Phase>) -> Option<Phase> {
+    if *last_phase != Some(info.phase) {
+        let gpus: Vec<String> = info.placement.iter().map(u32::to_string).collect();
+        eprintln!(
+            "elastic-run: job {id} {}{}",
+            info.phase,
+            if gpus.is_empty() {
+                String::new()
+            } else {
+                format!(" on GPUs {}", gpus.join(","))
+            }
+        );
+        *last_phase = Some(info.phase);
+    }
+    info.phase.is_terminal().then_some(info.phase)
+}
+
+/// How `elastic-run --daemon` ends when its job ended in `phase`.
+fn ending(id: u64, phase: Phase, cancelled: bool) -> Ending {
+    match phase {
+        Phase::Finished => Ending::Completed,
+        Phase::Cancelled if cancelled => {
+            eprintln!("elastic-run: cancelled; run the same command to resume");
+            Ending::Preempted
+        }
+        Phase::Cancelled => Ending::Failed {
+            code: 1,
+            why: "cancelled at the daemon".into(),
+        },
+        _ => Ending::Failed {
+            code: 1,
+            why: format!("the daemon reports job {id} {phase}; see its output above"),
+        },
+    }
+}
+
+/// An HTTP client for the daemon's API that returns 4xx and 5xx answers instead of errors (their
+/// bodies say what was wrong).
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into()
+}
+
+/// The JSON answer of the daemon at `url`, or why not: unreachable, not JSON, or its `{"error"}`.
+pub fn answer(
+    url: &str,
     response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    addr: &str,
-) -> Result<serde_json::Value, LaunchError> {
+) -> Result<serde_json::Value, String> {
     let mut response = response.map_err(|e| {
-        daemon_error(format!(
-            "cannot reach the daemon at {addr} ({e}); is `gangway serve` running?"
-        ))
+        format!("cannot reach the daemon at {url} ({e}); is `gangway serve` running?")
     })?;
     let status = response.status();
     let body: serde_json::Value = response
         .body_mut()
         .read_json()
-        .map_err(|e| daemon_error(format!("{addr} answered {status} with no JSON ({e})")))?;
+        .map_err(|e| format!("{url}: the answer ({status}) is not JSON: {e}"))?;
     if !status.is_success() {
         let message = body["error"].as_str().unwrap_or("no message");
-        return Err(daemon_error(format!(
-            "{addr} refused ({status}): {message}"
-        )));
+        return Err(format!("the daemon refused ({status}): {message}"));
     }
     Ok(body)
+}
+
+fn call(
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    url: &str,
+) -> Result<serde_json::Value, LaunchError> {
+    answer(url, response).map_err(daemon_error)
 }
 
 /// Follows a growing file.

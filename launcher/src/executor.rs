@@ -6,7 +6,7 @@
 //! hang detection, and its restart budget.
 //!
 //! - **Stop** is SIGTERM to that `elastic-run`: the workers save a checkpoint and exit within its
-//!   `--grace`. A stop that outlasts `stop_timeout` kills every process of the attempt.
+//!   `--grace`. A stop that outlasts that grace plus `stop_margin` kills every process of the attempt.
 //! - **Resize and migration** are a stop, then a launch on other GPUs: a new torchrun with a new
 //!   rendezvous that resumes from the checkpoint, at the world size the new GPUs allow.
 //! - **Endings** come from the exit file `elastic-run` writes: completed, a user error, or a crash
@@ -24,7 +24,7 @@ use gangway_actors::executor::{Executor, ExecutorError, Launch, WorkerEvent};
 use gangway_core::job::JobId;
 use serde::{Deserialize, Serialize};
 
-use crate::process::processes_with_env;
+use crate::process::{kill_all_with_env, process_has_env};
 
 /// Marks every process of one attempt: `JOB.ATTEMPT`.
 pub const ATTEMPT_VAR: &str = "GANGWAY_ATTEMPT";
@@ -40,14 +40,40 @@ pub struct ExitReport {
 }
 
 impl ExitReport {
-    /// Writes the report atomically (temporary file, then rename).
+    /// Writes the report atomically.
     pub fn write(&self, path: &Path) -> std::io::Result<()> {
-        let temp = path.with_extension("tmp");
-        std::fs::write(
-            &temp,
-            serde_json::to_vec(self).map_err(std::io::Error::other)?,
-        )?;
-        std::fs::rename(temp, path)
+        write_atomically(
+            path,
+            &serde_json::to_vec(self).map_err(std::io::Error::other)?,
+        )
+    }
+}
+
+/// Writes `bytes` to a temporary file beside `path`, then renames it over `path`: a reader sees the
+/// old file or the new one, never a part.
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut temp = path.as_os_str().to_owned();
+    temp.push(".tmp");
+    std::fs::write(&temp, bytes)?;
+    std::fs::rename(temp, path)
+}
+
+/// Why an attempt did not start.
+enum SpawnError {
+    /// It never can (no command, no such device, a missing directory or a permission).
+    Refused(String),
+    /// It could not now (out of processes, memory or file descriptors, a storage hiccup).
+    Failed(String),
+}
+
+impl SpawnError {
+    fn from_io(what: String, e: std::io::Error) -> Self {
+        use std::io::ErrorKind::{NotFound, PermissionDenied};
+        let why = format!("{what}: {e}");
+        match e.kind() {
+            NotFound | PermissionDenied => SpawnError::Refused(why),
+            _ => SpawnError::Failed(why),
+        }
     }
 }
 
@@ -56,12 +82,15 @@ impl ExitReport {
 struct RunRecord {
     pid: i32,
     launched_at: f64,
+    stop_timeout: Duration,
     launch: Launch,
 }
 
 /// One running attempt.
 struct Run {
     attempt: u64,
+    /// How long its stop may take: the job's `--grace` and a margin for torchrun's teardown.
+    stop_timeout: Duration,
     /// `None` for an attempt re-adopted after a restart (not our child).
     child: Option<Child>,
     pid: i32,
@@ -106,9 +135,7 @@ fn marker(job: JobId, attempt: u64) -> String {
 
 /// Whether `pid` is alive and carries the attempt's marker (not a reused pid).
 fn process_has(pid: i32, marker: &str) -> bool {
-    let needle = format!("{ATTEMPT_VAR}={marker}");
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+    process_has_env(pid, ATTEMPT_VAR, marker)
 }
 
 /// Runs each job as an `elastic-run` child process on this machine.
@@ -118,8 +145,9 @@ pub struct ProcessExecutor {
     devices: Vec<u32>,
     /// Exit files and run files, one per attempt.
     state_dir: PathBuf,
-    /// How long a stop may take before the attempt's processes are killed.
-    pub stop_timeout: Duration,
+    /// How long a stop may take, beyond the job's own `--grace`, before the attempt's processes
+    /// are killed.
+    pub stop_margin: Duration,
     runs: HashMap<JobId, Run>,
     /// Events found outside `poll` (a launch refused before it ran).
     pending: Vec<WorkerEvent>,
@@ -138,7 +166,7 @@ impl ProcessExecutor {
             elastic_run,
             devices,
             state_dir,
-            stop_timeout: Duration::from_secs(300),
+            stop_margin: Duration::from_secs(60),
             runs: HashMap::new(),
             pending: Vec::new(),
         })
@@ -149,16 +177,21 @@ impl ProcessExecutor {
             .join(format!("{}.{what}", marker(job, attempt)))
     }
 
-    fn spawn(&self, launch: &Launch) -> Result<Child, String> {
+    /// Starts the attempt; `Refused` when the job can never start (retrying is pointless), `Failed`
+    /// when it could not start now (the round puts it back in the queue).
+    fn spawn(&self, launch: &Launch) -> Result<(Child, Duration), SpawnError> {
         let Some(run) = &launch.run else {
-            return Err("it has no command: submit real jobs with `elastic-run --daemon`".into());
+            return Err(SpawnError::Refused(
+                "it has no command: submit real jobs with `elastic-run --daemon`".into(),
+            ));
         };
+        // A command elastic-run refuses still starts: it reports why in its exit file.
+        let grace = crate::cli::parse(&run.args).map_or(Duration::ZERO, |inv| inv.options.grace());
         let mut devices = Vec::new();
         for gpu in launch.gpus.iter() {
-            let device = self
-                .devices
-                .get(gpu.0 as usize)
-                .ok_or_else(|| format!("GPU {} has no device on this machine", gpu.0))?;
+            let device = self.devices.get(gpu.0 as usize).ok_or_else(|| {
+                SpawnError::Refused(format!("GPU {} has no device on this machine", gpu.0))
+            })?;
             devices.push(device.to_string());
         }
         let (out, err) = match &run.log {
@@ -167,8 +200,12 @@ impl ProcessExecutor {
                     .create(true)
                     .append(true)
                     .open(path)
-                    .map_err(|e| format!("opening the log {}: {e}", path.display()))?;
-                let copy = file.try_clone().map_err(|e| e.to_string())?;
+                    .map_err(|e| {
+                        SpawnError::from_io(format!("opening the log {}", path.display()), e)
+                    })?;
+                let copy = file
+                    .try_clone()
+                    .map_err(|e| SpawnError::from_io("duplicating the log".into(), e))?;
                 (Stdio::from(file), Stdio::from(copy))
             }
             None => (Stdio::null(), Stdio::null()),
@@ -192,9 +229,17 @@ impl ProcessExecutor {
         // Its own process group: the daemon's terminal signals never reach it, and it outlives a
         // daemon restart to be re-adopted.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        command
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", self.elastic_run.display()))
+        let child = command.spawn().map_err(|e| {
+            SpawnError::from_io(
+                format!(
+                    "starting {} in {}",
+                    self.elastic_run.display(),
+                    run.cwd.display()
+                ),
+                e,
+            )
+        })?;
+        Ok((child, grace + self.stop_margin))
     }
 
     /// The event for a run that exited.
@@ -228,13 +273,17 @@ impl ProcessExecutor {
         }
     }
 
-    /// Stops every process of `run`: SIGTERM to `elastic-run`, then, after `stop_timeout`,
-    /// SIGKILL to everything carrying the attempt's marker.
+    /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `wait_stopped` for what follows).
     fn signal_stop(run: &Run) {
-        // SAFETY: kill(2) on the pid we started; at worst it is gone already.
+        // An adopted run is not our child: its pid may have been reused since it exited.
+        if run.child.is_none() && !process_has(run.pid, &run.marker()) {
+            return;
+        }
+        // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
     }
 
+    /// Waits for `run` to exit; at `deadline`, SIGKILLs everything carrying the attempt's marker.
     fn wait_stopped(&self, run: &mut Run, deadline: Instant) {
         while !run.exited() {
             if Instant::now() >= deadline {
@@ -258,17 +307,7 @@ impl ProcessExecutor {
 
 /// SIGKILLs every process carrying the attempt's marker.
 fn kill_marked(marker: &str) {
-    for _ in 0..50 {
-        let pids = processes_with_env(ATTEMPT_VAR, marker);
-        if pids.is_empty() {
-            return;
-        }
-        for pid in pids {
-            // SAFETY: kill(2) on a pid just read from /proc.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_all_with_env(ATTEMPT_VAR, marker);
 }
 
 impl Executor for ProcessExecutor {
@@ -280,22 +319,34 @@ impl Executor for ProcessExecutor {
         {
             return Ok(());
         }
+        if let Some(old) = self.runs.remove(&launch.job) {
+            // The control plane stops a job before starting it again; never leave one running.
+            tracing::warn!(
+                job = launch.job.0,
+                attempt = old.attempt,
+                "a new attempt replaces a running one; stopping it"
+            );
+            self.runs.insert(launch.job, old);
+            let _ = self.stop(launch.job, now);
+        }
         match self.spawn(launch) {
-            Ok(child) => {
+            Ok((child, stop_timeout)) => {
                 let record = RunRecord {
                     pid: child.id() as i32,
                     launched_at: now,
+                    stop_timeout,
                     launch: launch.clone(),
                 };
                 let run_file = self.attempt_file(launch.job, launch.attempt, "run");
                 if let Err(e) = serde_json::to_vec(&record)
                     .map_err(std::io::Error::other)
-                    .and_then(|bytes| std::fs::write(&run_file, bytes))
+                    .and_then(|bytes| write_atomically(&run_file, &bytes))
                 {
                     tracing::warn!(error = %e, "writing {}: a restarted daemon cannot re-adopt it", run_file.display());
                 }
                 let run = Run {
                     attempt: launch.attempt,
+                    stop_timeout,
                     pid: child.id() as i32,
                     child: Some(child),
                     exit_file: self.attempt_file(launch.job, launch.attempt, "exit"),
@@ -306,8 +357,12 @@ impl Executor for ProcessExecutor {
                 self.runs.insert(launch.job, run);
                 Ok(())
             }
-            // The GPUs are fine and retrying cannot help: the job fails, and says why.
-            Err(reason) => {
+            Err(SpawnError::Failed(reason)) => Err(ExecutorError::Launch {
+                job: launch.job,
+                reason,
+            }),
+            // Retrying cannot help: the job fails, and says why.
+            Err(SpawnError::Refused(reason)) => {
                 tracing::warn!(job = launch.job.0, %reason, "cannot launch");
                 self.pending.push(WorkerEvent::Failed {
                     job: launch.job,
@@ -337,8 +392,9 @@ impl Executor for ProcessExecutor {
                 None => answers.push((job, Err(ExecutorError::NotRunning(job)))),
             }
         }
-        let deadline = Instant::now() + self.stop_timeout;
+        let began = Instant::now();
         for mut run in stopping {
+            let deadline = began + run.stop_timeout;
             self.wait_stopped(&mut run, deadline);
             tracing::info!(
                 job = run.launch.job.0,
@@ -363,13 +419,19 @@ impl Executor for ProcessExecutor {
         let record: Option<RunRecord> = std::fs::read(self.attempt_file(job, attempt, "run"))
             .ok()
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
-        let Some(record) = record.filter(|r| process_has(r.pid, &marker(job, attempt))) else {
+        // Alive, or ended while the daemon was down with its exit file written: adopted either
+        // way, and the next poll reports the ending.
+        let exit_file = self.attempt_file(job, attempt, "exit");
+        let Some(record) =
+            record.filter(|r| process_has(r.pid, &marker(job, attempt)) || exit_file.exists())
+        else {
             return false;
         };
         self.runs.insert(
             job,
             Run {
                 attempt,
+                stop_timeout: record.stop_timeout,
                 child: None,
                 pid: record.pid,
                 exit_file: self.attempt_file(job, attempt, "exit"),

@@ -90,6 +90,8 @@ pub enum LaunchError {
     Daemon(String),
     #[error("slurm: {0}")]
     Slurm(#[from] slurm::SlurmError),
+    #[error("another elastic-run is running this job (its checkpoint directory {0} is locked)")]
+    Busy(PathBuf),
 }
 
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
@@ -138,10 +140,16 @@ pub fn run(
         gpus: target.gpus(),
         cause,
     })?;
+    // One run of a job at a time: two would share its checkpoints and its stop file.
+    let _lock = lock(&checkpoint_dir)?;
     let stop_file = checkpoint_dir.join("STOP");
     let progress_file = checkpoint_dir.join("progress.json");
     let mut crashes = 0;
     for attempt in 0.. {
+        // Stopped before (re)launching: nothing to save, nothing to start.
+        if stop.load(Ordering::SeqCst) {
+            return Ok(Ending::Preempted);
+        }
         // A stale stop request would end the new launch at its first step, and a stale progress
         // report would start its hang timer before it has started.
         let _ = std::fs::remove_file(&stop_file);
@@ -151,7 +159,13 @@ pub fn run(
             stop_file: &stop_file,
             progress_file: &progress_file,
         };
-        let command = launch_command(inv, target, &plan, &job_id, &files, token, attempt)?;
+        let resume = newest_checkpoint(&checkpoint_dir);
+        let mut command = launch_command(inv, target, &plan, &job_id, &files, token, attempt)?;
+        // The job's own newest checkpoint; else a GANGWAY_RESUME_FROM the user set (a pretrained
+        // start) passes through.
+        if let Some((_, path)) = &resume {
+            command.env(RESUME_FROM_VAR, path);
+        }
         let hosts: Vec<String> = plan
             .cuda_visible_devices()
             .into_iter()
@@ -164,10 +178,9 @@ pub fn run(
             "elastic-run: launch {attempt} of {job_id}: {} on GPUs {} ({})",
             plan.parallel,
             hosts.join(" "),
-            if attempt == 0 {
-                "fresh or resumed"
-            } else {
-                "from the last checkpoint"
+            match &resume {
+                Some((step, _)) => format!("from its checkpoint at step {step}"),
+                None => "from the start".to_owned(),
             }
         );
         let cancel = matches!(target, Target::Slurm(_)).then(|| token.to_owned());
@@ -252,6 +265,44 @@ pub(crate) fn default_job_id(inv: &Invocation) -> String {
     format!("{stem}-{:08x}", hash as u32)
 }
 
+/// Holds an exclusive lock on the job's checkpoint directory while it lives.
+struct DirLock {
+    _file: std::fs::File,
+}
+
+fn lock(dir: &Path) -> Result<DirLock, LaunchError> {
+    let path = dir.join(".elastic-run.lock");
+    let file = std::fs::File::create(&path).map_err(io(format!("creating {}", path.display())))?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor we own; the lock goes with the descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(LaunchError::Busy(dir.to_path_buf()));
+    }
+    Ok(DirLock { _file: file })
+}
+
+/// The worker contract's variable naming the checkpoint to resume from.
+const RESUME_FROM_VAR: &str = "GANGWAY_RESUME_FROM";
+
+/// The newest checkpoint in the worker helper's manifest (`gangway-manifest/1`), with its step.
+fn newest_checkpoint(dir: &Path) -> Option<(u64, PathBuf)> {
+    let text = std::fs::read_to_string(dir.join("manifest.json")).ok()?;
+    let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+    if doc["format"] != "gangway-manifest/1" {
+        return None;
+    }
+    doc["checkpoints"]
+        .as_array()?
+        .iter()
+        .filter_map(|e| {
+            let file = e["file"].as_str()?;
+            // Only a plain file name inside the directory (the helper writes `ckpt-<step>.pt`).
+            let plain = !file.contains('/') && !file.starts_with('.');
+            Some((e["step"].as_u64()?, dir.join(file))).filter(|_| plain)
+        })
+        .max_by_key(|(step, _)| *step)
+}
+
 /// The files of the worker contract.
 struct Files<'a> {
     checkpoint_dir: &'a Path,
@@ -305,7 +356,10 @@ fn launch_command(
     match target {
         Target::Local(_) => {
             let (_, devices) = plan.cuda_visible_devices().remove(0);
-            command.env("CUDA_VISIBLE_DEVICES", devices);
+            // Device indices are NVML's, which orders GPUs by PCI bus; CUDA must count the same way.
+            command
+                .env("CUDA_VISIBLE_DEVICES", devices)
+                .env("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
         }
         // Slurm binds each node's GPUs itself (--gres) and sets CUDA_VISIBLE_DEVICES there.
         Target::Slurm(_) => {
@@ -422,4 +476,35 @@ fn watch(
 fn read_step(path: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(path).ok()?;
     serde_json::from_str::<serde_json::Value>(&text).ok()?["step"].as_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launch_resumes_from_the_newest_checkpoint_in_the_manifest() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(newest_checkpoint(dir.path()), None, "no manifest yet");
+        let manifest = |checkpoints: &str| {
+            let doc =
+                format!(r#"{{"format": "gangway-manifest/1", "checkpoints": [{checkpoints}]}}"#);
+            std::fs::write(dir.path().join("manifest.json"), doc).unwrap();
+        };
+        manifest(
+            r#"{"step": 300, "file": "ckpt-000000000300.pt"}, {"step": 200, "file": "ckpt-000000000200.pt"}"#,
+        );
+        assert_eq!(
+            newest_checkpoint(dir.path()),
+            Some((300, dir.path().join("ckpt-000000000300.pt")))
+        );
+        manifest(r#"{"step": 400, "file": "../elsewhere.pt"}"#);
+        assert_eq!(
+            newest_checkpoint(dir.path()),
+            None,
+            "never outside the directory"
+        );
+        std::fs::write(dir.path().join("manifest.json"), "{\"format\": \"other\"}").unwrap();
+        assert_eq!(newest_checkpoint(dir.path()), None);
+    }
 }

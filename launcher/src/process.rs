@@ -19,21 +19,23 @@ pub const TOKEN_VAR: &str = "GANGWAY_RUN_TOKEN";
 /// The guardian's hidden command-line flag.
 pub const GUARD_FLAG: &str = "--gangway-guard";
 
+/// Whether process `pid` is alive and its environment has `name=value` (so a reused pid is told
+/// apart). Processes come and go, and some are not ours to read: those are simply not matches.
+pub fn process_has_env(pid: i32, name: &str, value: &str) -> bool {
+    let needle = format!("{name}={value}");
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+}
+
 /// Pids (other than this process) whose environment has `name=value`.
 pub fn processes_with_env(name: &str, value: &str) -> Vec<i32> {
-    let needle = format!("{name}={value}");
     let me = std::process::id() as i32;
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
     entries
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            // Processes come and go, and some are not ours to read: those are simply not matches.
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
-        })
+        .filter(|&pid| pid != me && process_has_env(pid, name, value))
         .collect()
 }
 
@@ -44,9 +46,14 @@ pub fn processes_with_token(token: &str) -> Vec<i32> {
 
 /// SIGKILLs every process with the token until none is left (bounded: about 2 s).
 pub fn kill_all(token: &str) -> usize {
+    kill_all_with_env(TOKEN_VAR, token)
+}
+
+/// SIGKILLs every process whose environment has `name=value` until none is left (bounded: about 2 s).
+pub fn kill_all_with_env(name: &str, value: &str) -> usize {
     let mut killed = 0;
     for _ in 0..100 {
-        let pids = processes_with_token(token);
+        let pids = processes_with_env(name, value);
         if pids.is_empty() {
             break;
         }

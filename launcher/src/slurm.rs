@@ -30,10 +30,24 @@ pub struct SlurmNode {
 }
 
 impl SlurmNode {
-    /// Idle, and neither draining nor down.
+    /// Idle, and not draining, reserved, powered down or unreachable (`*`).
     pub fn is_free(&self) -> bool {
         let state = self.state.to_ascii_uppercase();
-        state.starts_with("IDLE") && !state.contains("DRAIN") && !state.ends_with('*')
+        let mut flags = state.split('+');
+        flags.next() == Some("IDLE")
+            && !state.ends_with('*')
+            && flags.all(|f| {
+                ![
+                    "DRAIN",
+                    "RESERVED",
+                    "POWER",
+                    "MAINT",
+                    "FAIL",
+                    "NOT_RESPONDING",
+                ]
+                .iter()
+                .any(|bad| f.contains(bad))
+            })
     }
 }
 
@@ -244,10 +258,13 @@ impl Allocation {
     }
 }
 
-/// Cancels every Slurm job step named `name` (best effort: at worst it has ended already).
+/// Cancels this user's Slurm jobs named `name` (best effort: at worst they have ended already).
 pub fn cancel(name: &str) {
+    // SAFETY: getuid(2) cannot fail.
+    let uid = unsafe { libc::getuid() };
     let _ = Command::new("scancel")
         .arg(format!("--name={name}"))
+        .arg(format!("--user={uid}"))
         .arg("--quiet")
         .status();
 }
@@ -264,6 +281,8 @@ NodeName=node3 NodeAddr=10.0.0.3 Gres=gpu:4 State=IDLE+DRAIN
 NodeName=node4 NodeAddr=10.0.0.4 Gres=gpu:2,shard:8 State=IDLE
 NodeName=node5 NodeAddr=10.0.0.5 Gres=(null) State=IDLE
 NodeName=node6 NodeAddr=10.0.0.6 Gres=gpu:4 State=DOWN*
+NodeName=node7 NodeAddr=10.0.0.7 Gres=gpu:4 State=IDLE+RESERVED
+NodeName=node8 NodeAddr=10.0.0.8 Gres=gpu:4 State=IDLE+CLOUD
 ";
 
     #[test]
@@ -282,6 +301,8 @@ NodeName=node6 NodeAddr=10.0.0.6 Gres=gpu:4 State=DOWN*
                 ("node4", "10.0.0.4", 2, true),
                 ("node5", "10.0.0.5", 0, true),
                 ("node6", "10.0.0.6", 4, false),
+                ("node7", "10.0.0.7", 4, false),
+                ("node8", "10.0.0.8", 4, true),
             ]
         );
     }
@@ -294,9 +315,9 @@ NodeName=node6 NodeAddr=10.0.0.6 Gres=gpu:4 State=DOWN*
             names(&choose(&nodes, None, 2, 2).unwrap()),
             ["node1", "node4"]
         );
-        let err = choose(&nodes, None, 2, 4).unwrap_err().to_string();
+        let err = choose(&nodes, None, 3, 4).unwrap_err().to_string();
         assert!(
-            err.contains("needs 2 nodes with 4 GPUs each; 1 are free"),
+            err.contains("needs 3 nodes with 4 GPUs each; 2 are free"),
             "{err}"
         );
         let wanted = ["node6".to_owned(), "node2".to_owned()];

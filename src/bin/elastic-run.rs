@@ -57,13 +57,19 @@ fn main() {
             finish(Ok(Ending::Failed { code: 2, why }));
         }
     };
-    let token = format!("elastic-run-{}", std::process::id());
+    let token = run_token();
     let slurm = matches!(target, Target::Slurm(_));
     let _guardian = std::env::current_exe()
         .and_then(|exe| Guardian::start(&exe, &token, slurm))
         .map_err(|e| eprintln!("elastic-run: no guardian ({e}); workers may outlive a SIGKILL"))
         .ok();
     finish(local::run(&inv, &target, &stop, &token));
+}
+
+/// This run's token, also its Slurm job name: unique across the machines a user launches from.
+fn run_token() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("elastic-run-{}-{}", host.trim(), std::process::id())
 }
 
 /// Where the workers go: Slurm nodes, given GPUs, fake ones, or the GPUs NVML finds.
