@@ -319,14 +319,13 @@ impl Executor for ProcessExecutor {
         {
             return Ok(());
         }
-        if let Some(old) = self.runs.remove(&launch.job) {
+        if let Some(old) = self.runs.get(&launch.job) {
             // The control plane stops a job before starting it again; never leave one running.
             tracing::warn!(
                 job = launch.job.0,
                 attempt = old.attempt,
                 "a new attempt replaces a running one; stopping it"
             );
-            self.runs.insert(launch.job, old);
             let _ = self.stop(launch.job, now);
         }
         match self.spawn(launch) {

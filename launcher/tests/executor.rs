@@ -1,0 +1,160 @@
+//! The process executor without torch: a shell script stands in for `elastic-run`, and behaves as
+//! its `FAKE_MODE` variable says (finish, fail as a user error, crash, or run until stopped).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use gangway_actors::executor::{Executor, Launch, RunCommand, WorkerEvent};
+use gangway_core::cluster::{GpuId, GpuTypeId};
+use gangway_core::job::JobId;
+use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor};
+use gangway_launcher::process::processes_with_env;
+
+const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
+echo "$@" >> calls.log
+case "$FAKE_MODE" in
+  finish) echo '{"code":0,"why":"completed"}' > "$GANGWAY_EXIT_FILE"; exit 0 ;;
+  usererror) echo '{"code":2,"why":"SyntaxError in train.py"}' > "$GANGWAY_EXIT_FILE"; exit 2 ;;
+  crash) exit 9 ;;
+  run)
+    trap 'echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
+    while true; do sleep 0.05; done ;;
+esac
+"#;
+
+/// A directory with the fake `elastic-run`, and an executor over it on devices 5..=8.
+fn setup() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("elastic-run");
+    std::fs::write(&fake, FAKE_ELASTIC_RUN).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    (dir, fake)
+}
+
+fn executor(dir: &Path, fake: &Path) -> ProcessExecutor {
+    ProcessExecutor::new(fake.to_path_buf(), vec![5, 6, 7, 8], dir.join("runs")).unwrap()
+}
+
+fn launch(job: u32, attempt: u64, gpus: &[u32], mode: Option<&str>, dir: &Path) -> Launch {
+    Launch {
+        job: JobId(job),
+        attempt,
+        gpu_type: GpuTypeId(0),
+        gpus: gpus.iter().map(|&g| GpuId(g)).collect(),
+        steps_per_second: 2.0,
+        startup_seconds: 0.0,
+        remaining_steps: 100.0,
+        total_steps: 100.0,
+        run: mode.map(|mode| RunCommand {
+            args: vec!["--grace".into(), "1".into(), "train.py".into()],
+            cwd: dir.to_path_buf(),
+            env: std::env::vars()
+                .chain([("FAKE_MODE".to_owned(), mode.to_owned())])
+                .collect(),
+            log: Some(dir.join("job.log")),
+        }),
+    }
+}
+
+fn wait_for_event(exec: &mut ProcessExecutor) -> WorkerEvent {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(event) = exec.poll(1.0).pop() {
+            return event;
+        }
+        assert!(Instant::now() < deadline, "no event within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn attempt_processes(job: u32, attempt: u64) -> Vec<i32> {
+    processes_with_env(ATTEMPT_VAR, &format!("{job}.{attempt}"))
+}
+
+#[test]
+fn endings_come_from_the_exit_file_and_only_crashes_are_retried() {
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    let cases = [
+        (Some("finish"), "finished"),
+        (Some("usererror"), "fails for good"),
+        (Some("crash"), "retried"),
+        (None, "fails for good"),
+    ];
+    for (k, (mode, expected)) in cases.into_iter().enumerate() {
+        exec.launch(&launch(k as u32, 0, &[1, 3], mode, dir.path()), 0.0)
+            .unwrap();
+        let event = wait_for_event(&mut exec);
+        let seen = match &event {
+            WorkerEvent::Finished { job, .. } if job.0 == k as u32 => "finished",
+            WorkerEvent::Failed {
+                retryable: true, ..
+            } => "retried",
+            WorkerEvent::Failed {
+                retryable: false, ..
+            } => "fails for good",
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(seen, expected, "{mode:?}: {event:?}");
+        if let WorkerEvent::Failed { error, .. } = &event {
+            let why = match mode {
+                Some("usererror") => "SyntaxError in train.py",
+                Some(_) => "without reporting",
+                None => "elastic-run --daemon",
+            };
+            assert!(error.contains(why), "{error}");
+        }
+    }
+    // GPU ids 1 and 3 are devices 6 and 8, named before the submitted command.
+    let calls = std::fs::read_to_string(dir.path().join("calls.log")).unwrap();
+    assert_eq!(
+        calls.lines().next(),
+        Some("--devices 6,8 --grace 1 train.py")
+    );
+    assert_eq!(calls.lines().count(), 3, "no launch without a command");
+}
+
+#[test]
+fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
+    let (dir, fake) = setup();
+    let mut first = executor(dir.path(), &fake);
+    first
+        .launch(&launch(1, 4, &[0], Some("run"), dir.path()), 10.0)
+        .unwrap();
+    first
+        .launch(&launch(2, 7, &[1], Some("finish"), dir.path()), 10.0)
+        .unwrap();
+    // Job 2 ends while no daemon watches: its exit file is all that is left of it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !attempt_processes(2, 7).is_empty() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!attempt_processes(1, 4).is_empty(), "job 1 runs");
+    drop(first); // the daemon dies; its children live on
+
+    let mut second = executor(dir.path(), &fake);
+    assert!(!second.alive(JobId(1), 3), "not an attempt that ran");
+    assert!(second.alive(JobId(1), 4), "the live attempt is re-adopted");
+    assert!(second.alive(JobId(2), 7), "the ended attempt is adopted");
+    assert!(
+        matches!(
+            wait_for_event(&mut second),
+            WorkerEvent::Finished {
+                job: JobId(2),
+                attempt: 7,
+                ..
+            }
+        ),
+        "and reports how it ended"
+    );
+    // Stopping the adopted run: SIGTERM, it exits, and the work counts from its launch at t=10.
+    let saved = second.stop(JobId(1), 30.0).unwrap();
+    assert_eq!(saved, 40.0, "20 s at 2 steps/s");
+    assert!(attempt_processes(1, 4).is_empty(), "nothing of it is left");
+    assert!(
+        second.poll(31.0).is_empty(),
+        "a stopped job reports no ending"
+    );
+}
