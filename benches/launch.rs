@@ -16,7 +16,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use criterion::{Criterion, SamplingMode, criterion_group, criterion_main};
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion, SamplingMode, criterion_group, criterion_main};
 
 const TOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/examples/toy_ddp.py");
 const ELASTIC_RUN: &str = env!("CARGO_BIN_EXE_elastic-run");
@@ -147,17 +148,21 @@ fn paired_ratio(python: &str, pairs: usize) -> (f64, f64, f64) {
     (median(bare), median(ours), median(ratios))
 }
 
+/// Seconds per iteration: 10 samples of one iteration each, within about `seconds`.
+fn slow(group: &mut BenchmarkGroup<'_, WallTime>, seconds: u64) {
+    group
+        .sample_size(10)
+        .sampling_mode(SamplingMode::Flat)
+        .measurement_time(Duration::from_secs(seconds));
+}
+
 fn bench(c: &mut Criterion) {
     let Ok(python) = std::env::var("GANGWAY_TEST_PYTHON") else {
         eprintln!("skipped: set GANGWAY_TEST_PYTHON to a Python with torch");
         return;
     };
     let mut group = c.benchmark_group("launch");
-    // Seconds per iteration: one iteration per sample.
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .measurement_time(Duration::from_secs(60));
+    slow(&mut group, 60);
     group.bench_function("torchrun", |b| {
         b.iter_custom(|iters| {
             (0..iters)
@@ -183,10 +188,7 @@ fn bench(c: &mut Criterion) {
     );
 
     let mut group = c.benchmark_group("resize");
-    group
-        .sample_size(10)
-        .sampling_mode(SamplingMode::Flat)
-        .measurement_time(Duration::from_secs(90));
+    slow(&mut group, 90);
     group.bench_function("2_to_1", |b| {
         b.iter_custom(|iters| (0..iters).map(|_| resize_two_to_one(&python)).sum())
     });

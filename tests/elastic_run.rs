@@ -107,6 +107,38 @@ fn processes_of(job: &str) -> Vec<i32> {
     gangway_launcher::process::processes_with_env("GANGWAY_JOB_ID", job)
 }
 
+/// A JSON file the toy wrote in `dir` (its `--out`).
+fn read_json(dir: &Path, name: &str) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join(name)).unwrap()).unwrap()
+}
+
+/// Starts `command` on the toy job, which runs until it is killed, with its output discarded.
+fn spawn_endless_toy(command: &mut Command) -> Child {
+    command
+        .args([
+            TOY,
+            "--steps",
+            "100000",
+            "--save-every",
+            "0",
+            "--step-sleep",
+            "0.05",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Polls `check` until it passes; after `timeout`, panics with what it last said.
+fn eventually(timeout: Duration, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + timeout;
+    while let Err(why) = check() {
+        assert!(Instant::now() < deadline, "after {timeout:?}: {why}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_ddp_job_on_two_fake_gpus_completes_and_sees_its_devices() {
     let python = need_torch!();
@@ -184,9 +216,7 @@ fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
         "{}",
         text(&resumed)
     );
-    let read = |name: &str| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
-    };
+    let read = |name: &str| read_json(dir.path(), name);
     let (a, b) = (read("reference.json"), read("resumed.json"));
     assert_eq!(a["params"], b["params"], "bit-identical parameters");
     assert_eq!(a["final_loss"], b["final_loss"]);
@@ -196,20 +226,12 @@ fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
 fn no_worker_outlives_a_sigkilled_launcher() {
     let python = need_torch!();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = elastic_run(&python, dir.path(), "killed", &["--gpus", "2"])
-        .args([
-            TOY,
-            "--steps",
-            "100000",
-            "--save-every",
-            "0",
-            "--step-sleep",
-            "0.05",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_endless_toy(&mut elastic_run(
+        &python,
+        dir.path(),
+        "killed",
+        &["--gpus", "2"],
+    ));
     wait_for_step(dir.path(), "killed", 2, &mut child);
     assert!(
         processes_of("killed").len() >= 3,
@@ -217,15 +239,10 @@ fn no_worker_outlives_a_sigkilled_launcher() {
     );
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !processes_of("killed").is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "processes left 10 s after kill -9: {:?}",
-            processes_of("killed")
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    eventually(Duration::from_secs(10), || match processes_of("killed") {
+        left if left.is_empty() => Ok(()),
+        left => Err(format!("processes left after kill -9: {left:?}")),
+    });
 }
 
 #[test]
@@ -576,9 +593,7 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
         "moved to GPUs 2,3, from the checkpoint"
     );
     assert!(output.contains("job 0 running on GPUs 2,3"), "{output}");
-    let read = |name: &str| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
-    };
+    let read = |name: &str| read_json(dir.path(), name);
     assert_eq!(
         read("reference.json")["params"],
         read("moved.json")["params"],
@@ -727,9 +742,7 @@ fn slurm_runs_one_agent_per_node_and_a_preempted_job_resumes_on_other_nodes() {
             saved[0]
         )]
     );
-    let read = |name: &str| -> serde_json::Value {
-        serde_json::from_str(&std::fs::read_to_string(dir.path().join(name)).unwrap()).unwrap()
-    };
+    let read = |name: &str| read_json(dir.path(), name);
     assert_eq!(
         read("reference.json")["params"],
         read("moved.json")["params"],
@@ -744,32 +757,19 @@ fn slurm_steps_are_cancelled_when_elastic_run_is_killed() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut child = on_slurm(&python, dir.path(), "killed", "node[1-2]")
-        .args([
-            TOY,
-            "--steps",
-            "100000",
-            "--save-every",
-            "0",
-            "--step-sleep",
-            "0.05",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_endless_toy(&mut on_slurm(&python, dir.path(), "killed", "node[1-2]"));
     let name = slurm_job_name(&child);
     wait_for_step(dir.path(), "killed", 2, &mut child);
     child.kill().unwrap(); // SIGKILL: only the guardian is left to clean up
     child.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while slurm_jobs_named(&name) > 0 || !processes_of("killed").is_empty() {
-        assert!(
-            Instant::now() < deadline,
-            "30 s after kill -9: {} Slurm steps, processes {:?}",
-            slurm_jobs_named(&name),
-            processes_of("killed")
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    eventually(Duration::from_secs(30), || {
+        let (steps, left) = (slurm_jobs_named(&name), processes_of("killed"));
+        if steps == 0 && left.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "after kill -9: {steps} Slurm steps, processes {left:?}"
+            ))
+        }
+    });
 }

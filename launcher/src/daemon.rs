@@ -6,7 +6,7 @@
 //! the job: its workers save a checkpoint first, so the same command resumes it.
 
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -236,7 +236,7 @@ impl Tail {
     }
 
     fn copy_new(&mut self, out: &mut impl Write) {
-        let Ok(mut file) = std::fs::File::open(Path::new(&self.path)) else {
+        let Ok(mut file) = std::fs::File::open(&self.path) else {
             return;
         };
         if file.seek(SeekFrom::Start(self.offset)).is_err() {

@@ -312,21 +312,18 @@ fn kill_marked(marker: &str) {
 
 impl Executor for ProcessExecutor {
     fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
-        if self
-            .runs
-            .get(&launch.job)
-            .is_some_and(|r| r.attempt == launch.attempt)
-        {
-            return Ok(());
-        }
-        if let Some(old) = self.runs.get(&launch.job) {
-            // The control plane stops a job before starting it again; never leave one running.
-            tracing::warn!(
-                job = launch.job.0,
-                attempt = old.attempt,
-                "a new attempt replaces a running one; stopping it"
-            );
-            let _ = self.stop(launch.job, now);
+        match self.runs.get(&launch.job) {
+            Some(run) if run.attempt == launch.attempt => return Ok(()),
+            Some(old) => {
+                // The control plane stops a job before starting it again; never leave one running.
+                tracing::warn!(
+                    job = launch.job.0,
+                    attempt = old.attempt,
+                    "a new attempt replaces a running one; stopping it"
+                );
+                let _ = self.stop(launch.job, now);
+            }
+            None => {}
         }
         match self.spawn(launch) {
             Ok((child, stop_timeout)) => {

@@ -43,10 +43,12 @@ fn main() {
     }
     if let Some(addr) = &inv.options.daemon {
         if inv.options.backend == Backend::Slurm {
-            eprintln!(
-                "elastic-run: --daemon runs the job on the daemon's GPUs; leave out --backend slurm"
-            );
-            std::process::exit(2);
+            let why = "--daemon runs the job on the daemon's GPUs; leave out --backend slurm";
+            eprintln!("elastic-run: {why}");
+            finish(Ok(Ending::Failed {
+                code: 2,
+                why: why.into(),
+            }));
         }
         finish(daemon::submit_and_follow(&inv, &args, addr, &stop));
     }
