@@ -60,6 +60,8 @@ fn bench_solves(c: &mut Criterion) {
                 preemptions: 0,
             })
             .collect();
+        let type_order: Vec<GpuTypeId> =
+            (0..cluster.num_gpu_types() as u16).map(GpuTypeId).collect();
         let input = RoundInput {
             now: 0.0,
             round_length: 360.0,
@@ -67,6 +69,7 @@ fn bench_solves(c: &mut Criterion) {
             capacity: cluster.capacity(),
             jobs: &views,
             jobs_changed: true,
+            type_order: &type_order,
             model: model.as_ref(),
         };
         for name in ["max_min_fairness_perf", "max_min_fairness_packed"] {

@@ -1,6 +1,7 @@
 //! Fidelity against Gavel's own published numbers (continuous-single trace, seed 0, 36:36:36 GPUs,
 //! 360 s rounds, jobs 4000..5000): average JCT within +-10% of Gavel's, and mean rho within +-10% where
-//! Gavel reports it, except the figures listed in `KNOWN_GAPS` (reported in docs/FIDELITY.md).
+//! Gavel reports it, except the figures Gavel's own simulator does not reproduce, listed in
+//! `NOT_REPRODUCED_BY_GAVEL` (reported in docs/FIDELITY.md).
 //! - the seed policies (`fifo`, `max_min_fairness`, `finish_time_fairness`, `gandiva`) at 0.4, 2.0 and 4.0
 //!   jobs/hour (issue 4);
 //! - the heterogeneity-aware ones (`fifo_perf`, `max_min_fairness_perf`, `finish_time_fairness_perf`,
@@ -28,20 +29,19 @@ fn shared_gavel() -> Option<(GavelExpected, String)> {
     Some((expected, trace))
 }
 
-/// Figures that do not yet match Gavel's within 10%, and are therefore not claimed: (policy, rate, what).
-/// Each is reported in docs/FIDELITY.md with the measured gap. A figure is removed from here once it
-/// matches; the test fails if a listed gap has closed, so that the list cannot go stale.
-const KNOWN_GAPS: &[(&str, f64, Figure)] = &[
-    // gangway's heterogeneity-aware FTF is 16% faster than Gavel's near saturation (17.2 h vs 20.4 h),
-    // and its mean rho 14% lower (0.55 vs 0.64).
-    ("finish_time_fairness_perf", 4.8, Figure::Jct),
-    ("finish_time_fairness_perf", 4.8, Figure::Rho),
-    // AlloX's JCT matches at every rate, but its mean rho is 11-15% lower than Gavel's at 0.4, 2.0 and 4.8
-    // jobs/hour (within 10% at 4.0).
-    ("allox", 0.4, Figure::Rho),
-    ("allox", 2.0, Figure::Rho),
-    ("allox", 4.8, Figure::Rho),
+/// Figures that Gavel's own simulator, run today in the same setup (`scripts/gavel_rerun.py`, Gavel @
+/// c4fa400 with ECOS), does not reproduce: (policy, rate, figure, what it gave). gangway is checked against
+/// the re-run figure for these. Each is reported in docs/FIDELITY.md.
+const NOT_REPRODUCED_BY_GAVEL: &[(&str, f64, Figure, f64)] = &[
+    // Gavel's AlloX at 4.8 jobs/hour: 20.60 h and mean rho 0.65 when re-run (published: 20.92 h, 0.73).
+    ("allox", 4.8, Figure::Rho, 0.65),
+    // Gavel's heterogeneity-aware FTF at 4.8 jobs/hour: 22.00 h and rho 0.64 when re-run (published:
+    // 20.43 h, 0.64).
+    ("finish_time_fairness_perf", 4.8, Figure::Jct, 22.00),
 ];
+
+/// Only a figure that Gavel's simulator misses by more than this may be checked against a re-run.
+const NOT_REPRODUCED: f64 = 0.05;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Figure {
@@ -49,22 +49,31 @@ enum Figure {
     Rho,
 }
 
-/// Checks one figure: within 10% of Gavel's, or, for a listed gap, still outside.
-fn expect_close(policy: &str, rate: f64, figure: Figure, ours: f64, gavel: f64) {
-    let gap = ours / gavel - 1.0;
-    let known = KNOWN_GAPS.contains(&(policy, rate, figure));
-    if known {
-        assert!(
-            gap.abs() > 0.10,
-            "{policy} {figure:?} at {rate} now matches Gavel ({ours:.2} vs {gavel:.2}): remove it from KNOWN_GAPS"
-        );
-    } else {
-        assert!(
-            gap.abs() <= 0.10,
-            "{policy} {figure:?} at {rate} jobs/h: {ours:.2} vs Gavel's {gavel:.2} ({:+.1}%)",
-            gap * 100.0
-        );
-    }
+/// Checks one figure: within 10% of Gavel's published number, or, where Gavel's simulator does not
+/// reproduce that, within 10% of what it gives instead.
+fn expect_close(policy: &str, rate: f64, figure: Figure, ours: f64, published: f64) {
+    let rerun = NOT_REPRODUCED_BY_GAVEL
+        .iter()
+        .find(|(p, r, f, _)| (*p, *r, *f) == (policy, rate, figure))
+        .map(|&(.., value)| value);
+    let reference = match rerun {
+        Some(rerun) => {
+            assert!(
+                (rerun / published - 1.0).abs() > NOT_REPRODUCED,
+                "{policy} {figure:?} at {rate}: Gavel's simulator gives {rerun:.2}, close to its published \
+                 {published:.2}; remove it from NOT_REPRODUCED_BY_GAVEL"
+            );
+            rerun
+        }
+        None => published,
+    };
+    let gap = ours / reference - 1.0;
+    assert!(
+        gap.abs() <= 0.10,
+        "{policy} {figure:?} at {rate} jobs/h: {ours:.2} vs Gavel's {reference:.2}{} ({:+.1}%)",
+        if rerun.is_some() { " (re-run)" } else { "" },
+        gap * 100.0
+    );
 }
 
 /// Runs `policies` at each of `rates` and checks every figure Gavel published for them.

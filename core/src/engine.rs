@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId};
 use crate::job::{Job, JobId, JobTypeId, TenantId, Trace};
 use crate::metrics::JobRecord;
+use crate::policy::effective::FastestFirst;
 use crate::policy::timeshare::Mechanism;
 use crate::policy::{Allocation, Grant, JobView, Policy, RoundInput, Running, Unit};
 use crate::sim::{FreeGpus, PlaceRequest, Placed, Placer, SimConfig};
@@ -87,6 +88,8 @@ pub struct Engine<'m> {
     trace: Trace,
     /// rates[i * types + t]: steps/s of job i alone on its gang of type t (0 = cannot run).
     rates: Vec<f64>,
+    /// The GPU types, fastest first for the jobs admitted so far.
+    type_order: FastestFirst,
     /// Per job type: how much a poorly placed gang slows down (see `throughput::locality`).
     sensitivity: Vec<f64>,
     jobs: Vec<JobState>,
@@ -183,6 +186,7 @@ impl<'m> Engine<'m> {
                 .collect(),
             trace,
             rates: Vec::new(),
+            type_order: FastestFirst::new(types),
             jobs: Vec::new(),
             active: Vec::new(),
             index_of: FxHashMap::default(),
@@ -512,6 +516,8 @@ impl<'m> Engine<'m> {
     }
 
     fn admit(&mut self, i: usize, now: f64) {
+        let t = self.types();
+        self.type_order.observe(&self.rates[i * t..(i + 1) * t]);
         self.jobs[i].queued_since = now;
         self.active.push(i);
         self.jobs_changed = true;
@@ -1089,6 +1095,7 @@ impl<'m> Engine<'m> {
             capacity: &self.capacity,
             jobs: &views,
             jobs_changed: std::mem::take(&mut self.jobs_changed),
+            type_order: self.type_order.order(),
             model: &*self.model,
         };
         match policy.allocate(&input) {

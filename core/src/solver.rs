@@ -5,7 +5,7 @@
 //! HiGHS runs single-threaded, because the simulator already runs policies in parallel and HiGHS's thread
 //! pool is global to the process.
 
-use good_lp::solvers::highs::{HighsParallelType, HighsSolverType};
+use good_lp::solvers::highs::{HighsParallelType, HighsPresolveType, HighsSolverType};
 use good_lp::{
     Expression, ProblemVariables, ResolutionError, Solution as _, SolverModel, Variable, variable,
 };
@@ -112,6 +112,21 @@ impl Program {
         self,
         terms: impl IntoIterator<Item = (f64, Var)>,
     ) -> Result<Solution, SolveError> {
+        self.solve(terms, false)
+    }
+
+    /// A point well inside the feasible region, not at one of its vertices: the interior-point method's
+    /// answer to an empty objective, without crossover. Where many allocations are optimal, this spreads
+    /// the slack among them as interior-point solvers such as ECOS (Gavel's) do.
+    pub fn central_point(self) -> Result<Solution, SolveError> {
+        self.solve([], true)
+    }
+
+    fn solve(
+        self,
+        terms: impl IntoIterator<Item = (f64, Var)>,
+        central: bool,
+    ) -> Result<Solution, SolveError> {
         let objective = self.expression(terms);
         let Program {
             variables,
@@ -127,7 +142,14 @@ impl Program {
         model.set_verbose(false);
         // Dual simplex is fastest on small programs; from a few thousand variables the interior-point
         // method (with crossover to a vertex) is ten times faster on these allocation LPs.
-        if handles.len() >= IPM_FROM_VARS && !has_integers {
+        if central {
+            // Presolve would fix variables with no cost at a bound before the interior-point method
+            // starts.
+            model = model
+                .set_solver(HighsSolverType::Ipm)
+                .set_presolve(HighsPresolveType::Off)
+                .set_option("run_crossover", "off");
+        } else if handles.len() >= IPM_FROM_VARS && !has_integers {
             model = model.set_solver(HighsSolverType::Ipm);
         }
         for (expression, relation, rhs) in constraints {
@@ -164,6 +186,35 @@ mod tests {
         let s = p.maximize([(1.0, a), (2.0, b)]).unwrap();
         assert!((s.value(a) - 0.5).abs() < 1e-9 && (s.value(b) - 1.0).abs() < 1e-9);
         assert!((s.objective - 2.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_central_point_lies_inside_the_feasible_region_not_at_a_vertex() {
+        // x + y <= 1, x, y in [0, 1]: every point of the triangle is feasible; its vertices are (0, 0),
+        // (1, 0) and (0, 1), and a central point stays well away from all three sides.
+        let triangle = || {
+            let mut p = Program::new();
+            let x = p.var(0.0, 1.0);
+            let y = p.var(0.0, 1.0);
+            p.constrain([(1.0, x), (1.0, y)], Relation::AtMost, 1.0);
+            (p, x, y)
+        };
+        let (p, x, y) = triangle();
+        let s = p.central_point().unwrap();
+        let (cx, cy) = (s.value(x), s.value(y));
+        assert!(
+            cx > 0.1 && cy > 0.1 && cx + cy < 0.9,
+            "central point ({cx}, {cy})"
+        );
+        let (p, x, y) = triangle();
+        let s = p.maximize([]).unwrap();
+        let on_a_side = |v: f64| v.abs() < 1e-9 || (v - 1.0).abs() < 1e-9;
+        assert!(
+            on_a_side(s.value(x)) || on_a_side(s.value(y)) || on_a_side(s.value(x) + s.value(y)),
+            "simplex gives a vertex: ({}, {})",
+            s.value(x),
+            s.value(y)
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use pathfinding::matrix::Matrix;
 
 use rustc_hash::FxHashMap;
 
-use super::effective::{Cadence, fastest_first};
+use super::effective::Cadence;
 use super::{
     Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
 };
@@ -36,7 +36,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
     build: |config| {
         Box::new(AlloX {
             cadence: Cadence::new(config.knob("realloc")),
-            assigned: FxHashMap::default(),
+            matching: Matching::default(),
         })
     },
 }];
@@ -44,6 +44,11 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
 pub struct AlloX {
     /// When to re-match (Gavel's cadence).
     cadence: Cadence,
+    matching: Matching,
+}
+
+#[derive(Default)]
+struct Matching {
     /// The GPU type each matched job holds until it finishes (AlloX never preempts).
     assigned: FxHashMap<JobId, usize>,
 }
@@ -53,7 +58,7 @@ const COST_SCALE: f64 = 1000.0;
 /// The largest cost matrix built (cells); Kuhn-Munkres is cubic in it.
 const MAX_CELLS: usize = 2_000_000;
 
-impl AlloX {
+impl Matching {
     /// Matches the jobs not yet assigned to the GPUs no assigned job holds.
     fn rematch(&mut self, input: &RoundInput<'_>) {
         let active: FxHashMap<JobId, &JobView<'_>> =
@@ -111,17 +116,13 @@ impl AlloX {
             }
         }
     }
-}
 
-impl Policy for AlloX {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        if self.cadence.due(input) {
-            self.rematch(input);
-        }
-        // Whole time on the assigned type. Like every Gavel policy but FIFO, GPUs that no assigned job
-        // uses may still run the others (that is why Gavel's AlloX equals all-on-V100 at low load).
+    /// Whole time on the assigned type, for every job present at this matching. Like every Gavel policy
+    /// but FIFO, GPUs that no assigned job uses may still run the others (that is why Gavel's AlloX
+    /// equals all-on-V100 at low load); a job that arrives later waits for the next matching.
+    fn shares(&self, input: &RoundInput<'_>) -> TimeShares {
         let types = input.capacity.len();
-        let mut shares = TimeShares::new(types, TypePreference::Ordered(fastest_first(input)));
+        let mut shares = TimeShares::new(types, TypePreference::Ordered(input.type_order.to_vec()));
         shares.fill_idle = true;
         for view in input.jobs {
             let assigned = self.assigned.get(&view.id()).copied();
@@ -130,6 +131,16 @@ impl Policy for AlloX {
                 (0..types).map(|t| if assigned == Some(t) { 1.0 } else { 0.0 }),
             );
         }
-        Allocation::TimeShares(shares)
+        shares
+    }
+}
+
+impl Policy for AlloX {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+        let AlloX { cadence, matching } = self;
+        Allocation::TimeShares(cadence.get_or_solve(input, || {
+            matching.rematch(input);
+            matching.shares(input)
+        }))
     }
 }

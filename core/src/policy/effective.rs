@@ -16,28 +16,53 @@ pub fn effective_throughput(rates: &[f64], row: &[f64]) -> f64 {
     rates.iter().zip(row).map(|(r, x)| r * x).sum()
 }
 
-/// Gavel's proportional share, the fairness reference of its max-min policies: `capacity[t] / m` of
-/// every type, scaled so that the row sums to at most 1.
-pub fn proportional_row(capacity: &[u32], m: usize) -> Vec<f64> {
-    let raw: Vec<f64> = capacity
-        .iter()
-        .map(|&c| f64::from(c) / m.max(1) as f64)
-        .collect();
+/// Gavel's proportional share, the fairness reference of its max-min policies and its isolated policy,
+/// for a gang of `gpus`: `capacity[t] / (m gpus)` of every type, scaled so that the row sums to at most 1.
+pub fn proportional_row(capacity: &[u32], m: usize, gpus: u32) -> Vec<f64> {
+    let per_gang = (m.max(1) * gpus.max(1) as usize) as f64;
+    let raw: Vec<f64> = capacity.iter().map(|&c| f64::from(c) / per_gang).collect();
     let scale = raw.iter().sum::<f64>().max(1.0);
     raw.into_iter().map(|x| x / scale).collect()
 }
 
 /// The GPU types in the order the mechanism should offer them to a heterogeneity-aware policy: fastest
-/// first, by the active jobs' summed rates (Gavel hard-codes V100, P100, K80 for the same reason).
-pub fn fastest_first(input: &RoundInput<'_>) -> Vec<GpuTypeId> {
-    let mut speed: Vec<(f64, GpuTypeId)> = (0..input.capacity.len())
-        .map(|t| {
-            let total: f64 = input.jobs.iter().map(|v| v.rates[t]).sum();
-            (total, GpuTypeId(t as u16))
-        })
-        .collect();
-    speed.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    speed.into_iter().map(|(_, t)| t).collect()
+/// first for the jobs seen so far (Gavel hard-codes V100, P100, K80 for the same reason). Each job
+/// counts its rates relative to its best type, so that models with large step rates do not decide the
+/// order alone; and the order follows every job admitted, not only the active ones, so that it does not
+/// flip (and move jobs) as the few active jobs change at low load.
+#[derive(Clone, Debug)]
+pub struct FastestFirst {
+    /// Per type, the sum over jobs seen of rate / best rate.
+    relative_speed: Vec<f64>,
+    order: Vec<GpuTypeId>,
+}
+
+impl FastestFirst {
+    pub fn new(types: usize) -> Self {
+        FastestFirst {
+            relative_speed: vec![0.0; types],
+            order: (0..types as u16).map(GpuTypeId).collect(),
+        }
+    }
+
+    /// Counts one more job, by its rates per type (0 where it cannot run).
+    pub fn observe(&mut self, rates: &[f64]) {
+        let best = rates.iter().copied().fold(0.0, f64::max);
+        if best <= 0.0 {
+            return;
+        }
+        for (speed, rate) in self.relative_speed.iter_mut().zip(rates) {
+            *speed += rate / best;
+        }
+        let speed = &self.relative_speed;
+        // Stable: equal speeds keep the cluster's type order.
+        self.order
+            .sort_by(|a, b| speed[b.0 as usize].total_cmp(&speed[a.0 as usize]));
+    }
+
+    pub fn order(&self) -> &[GpuTypeId] {
+        &self.order
+    }
 }
 
 /// One unit an allocation ranges over: a job alone, or two jobs packed on the same GPUs.
@@ -222,7 +247,10 @@ impl AllocationVars {
 
     /// The solved allocation as time shares, offered fastest type first.
     pub fn shares(&self, solution: &Solution, input: &RoundInput<'_>) -> TimeShares {
-        let mut out = TimeShares::new(self.types, TypePreference::Ordered(fastest_first(input)));
+        let mut out = TimeShares::new(
+            self.types,
+            TypePreference::Ordered(input.type_order.to_vec()),
+        );
         out.fill_idle = true;
         for (k, unit) in self.units.iter().enumerate() {
             let row: Vec<f64> = (0..self.types)
@@ -288,5 +316,54 @@ impl Cadence {
             self.last = Some(solve());
         }
         self.last.clone().expect("solved above")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(order: &[GpuTypeId]) -> Vec<u16> {
+        order.iter().map(|t| t.0).collect()
+    }
+
+    #[test]
+    fn a_model_with_large_rates_does_not_decide_the_order_alone() {
+        let mut order = FastestFirst::new(3);
+        assert_eq!(
+            ids(order.order()),
+            [0, 1, 2],
+            "no jobs: the cluster's order"
+        );
+        // Two jobs twice as fast on type 0, and one with step rates a hundred times larger that is a
+        // little faster on type 1: summed raw rates would put type 1 first.
+        order.observe(&[2.0, 1.0, 0.5]);
+        order.observe(&[2.0, 1.0, 0.5]);
+        order.observe(&[100.0, 120.0, 10.0]);
+        assert_eq!(ids(order.order()), [0, 1, 2]);
+        // Once most jobs seen prefer type 1, it comes first.
+        for _ in 0..3 {
+            order.observe(&[1.0, 3.0, 0.5]);
+        }
+        assert_eq!(ids(order.order()), [1, 0, 2]);
+    }
+
+    #[test]
+    fn jobs_that_cannot_run_anywhere_and_ties_leave_the_order_alone() {
+        let mut order = FastestFirst::new(3);
+        order.observe(&[0.0, 0.0, 0.0]);
+        order.observe(&[1.0, 1.0, 1.0]);
+        assert_eq!(ids(order.order()), [0, 1, 2]);
+        order.observe(&[0.0, 0.0, 2.0]);
+        assert_eq!(ids(order.order()), [2, 0, 1]);
+    }
+
+    #[test]
+    fn the_proportional_row_divides_each_type_among_gangs_and_caps_the_row_at_one() {
+        // 4 jobs on 4 + 4 GPUs: a single-GPU job gets 1 of each type, capped to half of each.
+        assert_eq!(proportional_row(&[4, 4], 4, 1), [0.5, 0.5]);
+        // 16 jobs: a quarter of a GPU of each type, or an eighth of the time of a 2-GPU gang.
+        assert_eq!(proportional_row(&[4, 4], 16, 1), [0.25, 0.25]);
+        assert_eq!(proportional_row(&[4, 4], 16, 2), [0.125, 0.125]);
     }
 }

@@ -11,6 +11,7 @@
 
 use rustc_hash::FxHashMap;
 
+use super::effective::{effective_throughput, proportional_row};
 use super::fair_share::split;
 use super::{
     Allocation, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares, TypePreference,
@@ -53,23 +54,56 @@ impl FtfRow {
     }
 }
 
+/// What "alone on 1/N of the cluster" means for a job's isolated rate.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) enum IsolatedShare {
+    /// 1/N of the GPUs, all as fast as its fastest type: the heterogeneity-agnostic view (Themis, and
+    /// Gavel's agnostic FTF, to which every type looks alike).
+    #[default]
+    FastestType,
+    /// 1/N of every type, at each type's own rate: Gavel's isolated policy, the reference of its
+    /// heterogeneity-aware FTF (`IsolatedPolicy.get_throughputs`).
+    EveryType,
+}
+
+impl IsolatedShare {
+    /// The rate of a job (`rates` per type, for its gang of `gpus`) alone on 1/m of the cluster.
+    fn rate(self, rates: &[f64], gpus: u32, capacity: &[u32], m: usize) -> f64 {
+        match self {
+            IsolatedShare::FastestType => {
+                let total: f64 = capacity.iter().map(|&n| f64::from(n)).sum();
+                let best = rates.iter().copied().fold(0.0, f64::max);
+                best * (total / (m as f64 * f64::from(gpus))).min(1.0)
+            }
+            IsolatedShare::EveryType => {
+                effective_throughput(rates, &proportional_row(capacity, m, gpus))
+            }
+        }
+    }
+}
+
 /// Tracks, per job, the time it would have needed on 1/N of the cluster (N = active jobs) for the
 /// steps it has done: the isolated reference rho divides by, advanced round by round as N changes.
 #[derive(Default)]
 pub(super) struct IsolatedClock {
+    share: IsolatedShare,
     isolated: FxHashMap<JobId, Isolated>,
 }
 
 impl IsolatedClock {
+    pub fn new(share: IsolatedShare) -> Self {
+        IsolatedClock {
+            share,
+            isolated: FxHashMap::default(),
+        }
+    }
+
     /// Brings every job's isolated time up to date and returns its row, in `input.jobs` order.
     pub fn rows(&mut self, input: &RoundInput<'_>) -> Vec<FtfRow> {
-        let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
-        let m = input.jobs.len().max(1) as f64;
+        let m = input.jobs.len().max(1);
         let mut rows = Vec::with_capacity(input.jobs.len());
         for v in input.jobs {
-            let rate = best_rate(v);
-            let gpus = f64::from(v.job.gpus);
-            let iso_rate = rate * (total / (m * gpus)).min(1.0);
+            let iso_rate = self.share.rate(v.rates, v.job.gpus, input.capacity, m);
             let state = self.isolated.entry(v.id()).or_default();
             // Credit the steps done since the last round at the isolated rate of that round.
             if state.rate > 0.0 {
@@ -80,8 +114,8 @@ impl IsolatedClock {
             rows.push(FtfRow {
                 age: input.now - v.job.arrival,
                 remaining: v.remaining_steps,
-                rate,
-                gpus,
+                rate: best_rate(v),
+                gpus: f64::from(v.job.gpus),
                 iso_time: state.time,
                 iso_rate,
             });
@@ -201,6 +235,22 @@ mod tests {
             iso_time: 0.0,
             iso_rate: 0.5,
         }
+    }
+
+    #[test]
+    fn the_isolated_rate_is_the_fastest_type_or_every_type_at_its_own_speed() {
+        let rates = [2.0, 1.0, 0.5];
+        let capacity = [4, 4, 4];
+        let rate = |share: IsolatedShare, gpus, m| share.rate(&rates, gpus, &capacity, m);
+        // 24 jobs on 12 GPUs: half a GPU each.
+        assert_eq!(rate(IsolatedShare::FastestType, 1, 24), 1.0);
+        // A sixth of a GPU of each type, each at its own rate (Gavel's isolated policy).
+        assert!((rate(IsolatedShare::EveryType, 1, 24) - 3.5 / 6.0).abs() < 1e-12);
+        // 2 jobs: a whole GPU, on the fastest type or a third of the time on each.
+        assert_eq!(rate(IsolatedShare::FastestType, 1, 2), 2.0);
+        assert!((rate(IsolatedShare::EveryType, 1, 2) - 3.5 / 3.0).abs() < 1e-12);
+        // A 2-GPU gang among 24 jobs gets half the time a single GPU does.
+        assert!((rate(IsolatedShare::EveryType, 2, 24) - 3.5 / 12.0).abs() < 1e-12);
     }
 
     #[test]

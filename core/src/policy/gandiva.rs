@@ -17,7 +17,7 @@
 //!   job leaves and a server can now hold a gang that runs spread, the simulator moves the gang there
 //!   (paying `migrate_cost`).
 //! - **Heterogeneity.** Gandiva does not model GPU types. Like Gavel's version, the mechanism offers the
-//!   types in a fixed order, fastest first (by the active jobs' summed rates).
+//!   types in a fixed order, fastest first (see `effective::FastestFirst`).
 //!
 //! - **Introspective grow-shrink** (knob `grow`, off by default because Gavel's version has none): GPUs
 //!   that no unit uses this round go to running jobs that the throughput model says run at least 10%
@@ -32,7 +32,6 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::effective::fastest_first;
 use super::{
     Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
 };
@@ -146,8 +145,8 @@ impl Gandiva {
 
     fn shares(&self, input: &RoundInput<'_>) -> TimeShares {
         let capacity = input.capacity;
-        let order = fastest_first(input);
-        let mut out = TimeShares::new(capacity.len(), TypePreference::Ordered(order));
+        let order = TypePreference::Ordered(input.type_order.to_vec());
+        let mut out = TimeShares::new(capacity.len(), order);
         out.defragment = true;
         out.grow = self.grow;
         // Each job once: alone, or in its pair (listed by its lower id).

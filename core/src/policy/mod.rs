@@ -70,6 +70,9 @@ pub struct RoundInput<'a> {
     pub jobs: &'a [JobView<'a>],
     /// Whether a job arrived or finished since the previous call.
     pub jobs_changed: bool,
+    /// The GPU types, fastest first for the jobs seen so far (see [`effective::FastestFirst`]): the order
+    /// in which heterogeneity-aware policies have the mechanism offer them.
+    pub type_order: &'a [GpuTypeId],
     /// The throughput model, for what `JobView::rates` does not hold: rates at other gang sizes, and
     /// the rates of two jobs packed together.
     pub model: &'a dyn ThroughputModel,

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Runs Gavel's own simulator in the setup of docs/FIDELITY.md, and records every measured job's JCT.
+
+gangway's fidelity test compares with the numbers Gavel published. Where gangway misses one of them,
+this script tells whether Gavel's code, run today on the same trace, reproduces it:
+
+    python3 scripts/gavel_rerun.py run GAVEL/scheduler allox 4.8 allox_4.8.json
+    python3 scripts/gavel_rerun.py run GAVEL/scheduler isolated 4.8 isolated_4.8.json
+    python3 scripts/gavel_rerun.py rho allox_4.8.json isolated_4.8.json
+
+GAVEL is a checkout of stanford-futuredata/gavel (c4fa400); its simulator needs numpy, scipy, cvxpy and
+ecos. The setup is Gavel's: 36 V100 + 36 P100 + 36 K80, 360 s rounds, seed 0, arrivals every 3600/rate
+seconds on average, jobs 4000..4999 measured, and Gavel's default of at most one reallocation per 1,920 s.
+A run takes 4 to 20 minutes. Gavel's RPC and matrix-completion modules are not used in simulation; empty
+stand-ins take their place, so that neither grpc nor the physical-cluster code is needed.
+"""
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+WINDOW = range(4000, 5000)
+
+
+def stand_ins():
+    """A directory of empty modules for the imports the simulator never uses."""
+    root = tempfile.mkdtemp(prefix="gavel-stand-ins-")
+    os.makedirs(os.path.join(root, "runtime", "rpc"))
+    for name in ("matrix_completion.py", "runtime/__init__.py", "runtime/rpc/__init__.py"):
+        open(os.path.join(root, name), "w").close()
+    return root
+
+
+def run(args):
+    scheduler_dir = os.path.abspath(args.scheduler_dir)
+    sys.path.insert(0, stand_ins())
+    sys.path.append(scheduler_dir)
+    os.chdir(scheduler_dir)  # Gavel opens its throughput table by a relative path
+    import scheduler  # noqa: E402  (Gavel's)
+    import utils  # noqa: E402
+    from job_id_pair import JobIdPair  # noqa: E402
+
+    logging.disable(logging.CRITICAL)
+    policy = utils.get_policy(args.policy, solver="ECOS", seed=0)
+    sim = scheduler.Scheduler(policy, throughputs_file="simulation_throughputs.json", seed=0,
+                              time_per_iteration=360, simulate=True)
+    measured = {JobIdPair(i, None) for i in WINDOW}
+    started = time.time()
+    # Gavel prints every job's completion; keep stdout for the summary.
+    with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet), \
+            contextlib.redirect_stderr(quiet):
+        sim.simulate({"v100": 36, "p100": 36, "k80": 36}, lam=3600.0 / args.rate,
+                     jobs_to_complete=measured)
+    jcts = {str(job[0]): sim._job_completion_times[job] for job in measured}
+    with open(args.out, "w") as out:
+        json.dump({"policy": args.policy, "rate": args.rate, "jct_s": jcts}, out)
+    print(f"{args.policy} at {args.rate} jobs/h: average JCT {statistics.mean(jcts.values()) / 3600:.2f} h "
+          f"({time.time() - started:.0f} s)")
+
+
+def rho(args):
+    with open(args.policy_json) as f:
+        policy = json.load(f)
+    with open(args.isolated_json) as f:
+        isolated = json.load(f)
+    ratios = [policy["jct_s"][j] / isolated["jct_s"][j] for j in policy["jct_s"]]
+    print(f"{policy['policy']} at {policy['rate']} jobs/h: average JCT "
+          f"{statistics.mean(policy['jct_s'].values()) / 3600:.2f} h, mean rho {statistics.mean(ratios):.2f} "
+          f"(isolated: {statistics.mean(isolated['jct_s'].values()) / 3600:.2f} h)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("run", help="simulate one policy at one rate")
+    p.add_argument("scheduler_dir", help="Gavel's scheduler/ directory")
+    p.add_argument("policy", help="Gavel's policy name, e.g. allox or isolated")
+    p.add_argument("rate", type=float, help="jobs per hour")
+    p.add_argument("out", help="where to write the measured jobs' JCTs (JSON)")
+    p.set_defaults(func=run)
+    p = commands.add_parser("rho", help="average JCT and mean rho from two runs")
+    p.add_argument("policy_json")
+    p.add_argument("isolated_json")
+    p.set_defaults(func=rho)
+    args = parser.parse_args()
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
