@@ -11,7 +11,7 @@ this script tells whether Gavel's code, run today on the same trace, reproduces 
 GAVEL is a checkout of stanford-futuredata/gavel (c4fa400); its simulator needs numpy, scipy, cvxpy and
 ecos. The setup is Gavel's: 36 V100 + 36 P100 + 36 K80, 360 s rounds, seed 0, arrivals every 3600/rate
 seconds on average, jobs 4000..4999 measured, and Gavel's default of at most one reallocation per 1,920 s.
-A run takes 4 to 20 minutes. Gavel's RPC and matrix-completion modules are not used in simulation; empty
+A run takes 4 to 25 minutes. Gavel's RPC and matrix-completion modules are not used in simulation; empty
 stand-ins take their place, so that neither grpc nor the physical-cluster code is needed.
 """
 
@@ -28,18 +28,19 @@ import time
 WINDOW = range(4000, 5000)
 
 
-def stand_ins():
-    """A directory of empty modules for the imports the simulator never uses."""
-    root = tempfile.mkdtemp(prefix="gavel-stand-ins-")
+def stand_ins(root):
+    """Empty modules, under `root`, for the imports the simulator never uses."""
     os.makedirs(os.path.join(root, "runtime", "rpc"))
-    for name in ("matrix_completion.py", "runtime/__init__.py", "runtime/rpc/__init__.py"):
+    for name in ("matrix_completion.py", "runtime/__init__.py", "runtime/rpc/__init__.py",
+                 "runtime/rpc/scheduler_server.py", "runtime/rpc/scheduler_client.py"):
         open(os.path.join(root, name), "w").close()
-    return root
 
 
 def run(args):
     scheduler_dir = os.path.abspath(args.scheduler_dir)
-    sys.path.insert(0, stand_ins())
+    stand_in_dir = tempfile.TemporaryDirectory(prefix="gavel-stand-ins-")
+    stand_ins(stand_in_dir.name)
+    sys.path.insert(0, stand_in_dir.name)
     sys.path.append(scheduler_dir)
     os.chdir(scheduler_dir)  # Gavel opens its throughput table by a relative path
     import scheduler  # noqa: E402  (Gavel's)
@@ -57,11 +58,13 @@ def run(args):
             contextlib.redirect_stderr(quiet):
         sim.simulate({"v100": 36, "p100": 36, "k80": 36}, lam=3600.0 / args.rate,
                      jobs_to_complete=measured)
+    # Gavel keeps per-job JCTs only in this private map (get_average_jct averages it).
     jcts = {str(job[0]): sim._job_completion_times[job] for job in measured}
     with open(args.out, "w") as out:
         json.dump({"policy": args.policy, "rate": args.rate, "jct_s": jcts}, out)
     print(f"{args.policy} at {args.rate} jobs/h: average JCT {statistics.mean(jcts.values()) / 3600:.2f} h "
           f"({time.time() - started:.0f} s)")
+    stand_in_dir.cleanup()
 
 
 def rho(args):

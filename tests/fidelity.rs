@@ -8,6 +8,7 @@
 //!   `max_min_fairness_packed`, `allox`) at 0.4, 2.0, 4.0 and 4.8 jobs/hour (issue 5), one test each so
 //!   that they run in parallel.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gangway::core::metrics::Summary;
@@ -29,19 +30,47 @@ fn shared_gavel() -> Option<(GavelExpected, String)> {
     Some((expected, trace))
 }
 
-/// Figures that Gavel's own simulator, run today in the same setup (`scripts/gavel_rerun.py`, Gavel @
-/// c4fa400 with ECOS), does not reproduce: (policy, rate, figure, what it gave). gangway is checked against
-/// the re-run figure for these. Each is reported in docs/FIDELITY.md.
-const NOT_REPRODUCED_BY_GAVEL: &[(&str, f64, Figure, f64)] = &[
-    // Gavel's AlloX at 4.8 jobs/hour: 20.60 h and mean rho 0.65 when re-run (published: 20.92 h, 0.73).
-    ("allox", 4.8, Figure::Rho, 0.65),
-    // Gavel's heterogeneity-aware FTF at 4.8 jobs/hour: 22.00 h and rho 0.64 when re-run (published:
-    // 20.43 h, 0.64).
-    ("finish_time_fairness_perf", 4.8, Figure::Jct, 22.00),
+/// Figures that Gavel's own simulator, run today in the same setup, does not reproduce: gangway is
+/// checked against what it gave instead. Its runs are in testdata/gavel_rerun (every measured job's JCT,
+/// written by `scripts/gavel_rerun.py` with Gavel @ c4fa400 and ECOS); docs/FIDELITY.md reports them.
+/// - AlloX at 4.8 jobs/hour: rho 0.65 re-run (published: 0.73).
+/// - Heterogeneity-aware FTF at 4.8 jobs/hour: 22.00 h re-run (published: 20.43 h). gangway's 22.47 h is
+///   also, by a hair, within 10% of the published figure; the re-run is the stricter reference.
+const NOT_REPRODUCED_BY_GAVEL: &[(&str, f64, Figure)] = &[
+    ("allox", 4.8, Figure::Rho),
+    ("finish_time_fairness_perf", 4.8, Figure::Jct),
 ];
 
-/// Only a figure that Gavel's simulator misses by more than this may be checked against a re-run.
-const NOT_REPRODUCED: f64 = 0.05;
+/// Only a figure that Gavel's simulator misses by more than this may be checked against its re-run.
+const MIN_RERUN_DISCREPANCY: f64 = 0.05;
+
+/// Every measured job's JCT in seconds, from one re-run of Gavel's simulator.
+fn rerun_jcts(policy: &str, rate: f64) -> BTreeMap<String, f64> {
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/gavel_rerun"))
+        .join(format!("{policy}_{rate:.1}.json"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let run: serde_json::Value = serde_json::from_str(&text).unwrap();
+    serde_json::from_value(run["jct_s"].clone()).unwrap()
+}
+
+/// A figure as Gavel's simulator gives it when re-run: average JCT in hours, or mean rho against its
+/// own isolated run, over the same jobs.
+fn rerun_figure(policy: &str, rate: f64, figure: Figure) -> f64 {
+    let jcts = rerun_jcts(policy, rate);
+    assert_eq!(
+        jcts.len(),
+        1000,
+        "{policy} at {rate}: the re-run must hold the whole window"
+    );
+    let mean = |values: Vec<f64>| values.iter().sum::<f64>() / values.len() as f64;
+    match figure {
+        Figure::Jct => mean(jcts.values().copied().collect()) / 3600.0,
+        Figure::Rho => {
+            let isolated = rerun_jcts("isolated", rate);
+            mean(jcts.iter().map(|(job, jct)| jct / isolated[job]).collect())
+        }
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Figure {
@@ -53,13 +82,12 @@ enum Figure {
 /// reproduce that, within 10% of what it gives instead.
 fn expect_close(policy: &str, rate: f64, figure: Figure, ours: f64, published: f64) {
     let rerun = NOT_REPRODUCED_BY_GAVEL
-        .iter()
-        .find(|(p, r, f, _)| (*p, *r, *f) == (policy, rate, figure))
-        .map(|&(.., value)| value);
+        .contains(&(policy, rate, figure))
+        .then(|| rerun_figure(policy, rate, figure));
     let reference = match rerun {
         Some(rerun) => {
             assert!(
-                (rerun / published - 1.0).abs() > NOT_REPRODUCED,
+                (rerun / published - 1.0).abs() > MIN_RERUN_DISCREPANCY,
                 "{policy} {figure:?} at {rate}: Gavel's simulator gives {rerun:.2}, close to its published \
                  {published:.2}; remove it from NOT_REPRODUCED_BY_GAVEL"
             );
@@ -74,6 +102,17 @@ fn expect_close(policy: &str, rate: f64, figure: Figure, ours: f64, published: f
         if rerun.is_some() { " (re-run)" } else { "" },
         gap * 100.0
     );
+}
+
+/// The re-run reproduces Gavel's published AlloX at 0.4 jobs/hour (17.58 h, rho 0.84): the evidence that
+/// the re-runs are in Gavel's setup.
+#[test]
+fn the_gavel_rerun_reproduces_a_published_figure() {
+    let jct = rerun_figure("allox", 0.4, Figure::Jct);
+    let rho = rerun_figure("allox", 0.4, Figure::Rho);
+    // Gavel publishes two decimals.
+    assert_eq!(format!("{jct:.2}"), "17.58", "re-run JCT {jct:.4} h");
+    assert_eq!(format!("{rho:.2}"), "0.84", "re-run rho {rho:.4}");
 }
 
 /// Runs `policies` at each of `rates` and checks every figure Gavel published for them.

@@ -397,6 +397,13 @@ impl ClusterActor {
         placer: Box<dyn Placer>,
         now: f64,
     ) {
+        // Ended jobs still count toward the order in which GPU types are offered (sim/live parity).
+        for entry in self.ledger.jobs.values() {
+            if entry.standing.is_terminal() {
+                let job = job_of(&mut engine, &entry.spec);
+                engine.remember_ended(&job);
+            }
+        }
         let entries: Vec<_> = self.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
         for entry in &entries {

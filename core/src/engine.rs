@@ -265,16 +265,32 @@ impl<'m> Engine<'m> {
         Ok(())
     }
 
+    /// Steps/s of `job` alone on its gang of each type (0 where it cannot run).
+    fn rates_of<'a>(&'a self, job: &'a Job) -> impl Iterator<Item = f64> + 'a {
+        (0..self.types()).map(move |t| {
+            self.model
+                .steps_per_second(job, GpuTypeId(t as u16), job.gpus)
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .unwrap_or(0.0)
+        })
+    }
+
+    /// The GPU types in the order heterogeneity-aware policies are offered them.
+    pub fn type_order(&self) -> &[GpuTypeId] {
+        self.type_order.order()
+    }
+
+    /// Counts a job that ran before a restart, and has ended, toward the GPU type order, as its
+    /// admission did: a recovered control plane then offers the types in the order it did before.
+    pub fn remember_ended(&mut self, job: &Job) {
+        let rates: Vec<f64> = self.rates_of(job).collect();
+        self.type_order.observe(&rates);
+    }
+
     /// Adds a job's state without admitting it.
     fn push(&mut self, job: Job) -> usize {
-        let types = self.types();
-        for t in 0..types {
-            let r = self
-                .model
-                .steps_per_second(&job, GpuTypeId(t as u16), job.gpus);
-            self.rates
-                .push(r.filter(|r| r.is_finite() && *r > 0.0).unwrap_or(0.0));
-        }
+        let rates: Vec<f64> = self.rates_of(&job).collect();
+        self.rates.extend(rates);
         let i = self.jobs.len();
         self.index_of.insert(job.id, i);
         self.jobs.push(JobState {
@@ -291,7 +307,7 @@ impl<'m> Engine<'m> {
             completion: None,
             grant: None,
             displaced: false,
-            record: new_record(&job, self.trace.job_type_name(job.job_type), types),
+            record: new_record(&job, self.trace.job_type_name(job.job_type), self.types()),
         });
         self.trace.jobs.push(job);
         i
@@ -1130,5 +1146,67 @@ pub fn new_record(job: &Job, job_type: &str, gpu_types: usize) -> JobRecord {
         gpu_seconds: vec![0.0; gpu_types],
         preemptions: 0,
         migrations: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Job type 0 runs 3x faster on GPU type 1; job type 1 twice as fast on GPU type 0.
+    struct TwoKinds;
+
+    impl ThroughputModel for TwoKinds {
+        fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, _gpus: u32) -> Option<f64> {
+            let rates = [[1.0, 3.0], [2.0, 1.0]];
+            Some(rates[job.job_type.0 as usize][gpu_type.0 as usize])
+        }
+    }
+
+    fn engine() -> Engine<'static> {
+        let cluster = Arc::new(Cluster::parse_spec("a=2,b=2", 1).unwrap());
+        let mut engine = Engine::new(
+            cluster,
+            Arc::new(TwoKinds),
+            SimConfig::default(),
+            Trace::default(),
+            0.0,
+        );
+        for name in ["fast-on-b", "fast-on-a"] {
+            engine.intern_job_type(name);
+        }
+        engine
+    }
+
+    fn job(id: u32, job_type: u32) -> Job {
+        Job {
+            id: JobId(id),
+            arrival: 0.0,
+            job_type: JobTypeId(job_type),
+            gpus: 1,
+            total_steps: 100.0,
+            weight: 1.0,
+            tenant: TenantId(0),
+        }
+    }
+
+    #[test]
+    fn ended_jobs_remembered_at_recovery_give_the_type_order_their_admission_gave() {
+        // Before the restart: two jobs that prefer type 1 (both ended), then one that prefers type 0.
+        let mut before = engine();
+        for (id, kind) in [(0, 0), (1, 0), (2, 1)] {
+            before.submit(job(id, kind), 0.0).unwrap();
+        }
+        assert_eq!(before.type_order(), [GpuTypeId(1), GpuTypeId(0)]);
+        // After it, only job 2 is submitted again: without the ended ones the order would flip.
+        let mut recovered = engine();
+        recovered.submit(job(2, 1), 0.0).unwrap();
+        assert_eq!(recovered.type_order(), [GpuTypeId(0), GpuTypeId(1)]);
+        let mut remembered = engine();
+        for id in [0, 1] {
+            remembered.remember_ended(&job(id, 0));
+        }
+        remembered.submit(job(2, 1), 0.0).unwrap();
+        assert_eq!(remembered.type_order(), before.type_order());
     }
 }

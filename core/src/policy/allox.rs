@@ -119,7 +119,8 @@ impl Matching {
 
     /// Whole time on the assigned type, for every job present at this matching. Like every Gavel policy
     /// but FIFO, GPUs that no assigned job uses may still run the others (that is why Gavel's AlloX
-    /// equals all-on-V100 at low load); a job that arrives later waits for the next matching.
+    /// equals all-on-V100 at low load); a job that arrives later waits for the next matching. The type
+    /// order too is the one at the matching, as Gavel's is fixed.
     fn shares(&self, input: &RoundInput<'_>) -> TimeShares {
         let types = input.capacity.len();
         let mut shares = TimeShares::new(types, TypePreference::Ordered(input.type_order.to_vec()));

@@ -45,8 +45,12 @@ impl FastestFirst {
         }
     }
 
-    /// Counts one more job, by its rates per type (0 where it cannot run).
+    /// Counts one more job, by its rates per type (0 where it cannot run). A job with a rate that is
+    /// not a finite, non-negative number is not counted.
     pub fn observe(&mut self, rates: &[f64]) {
+        if rates.iter().any(|r| !r.is_finite() || *r < 0.0) {
+            return;
+        }
         let best = rates.iter().copied().fold(0.0, f64::max);
         if best <= 0.0 {
             return;
@@ -349,9 +353,10 @@ mod tests {
     }
 
     #[test]
-    fn jobs_that_cannot_run_anywhere_and_ties_leave_the_order_alone() {
+    fn jobs_that_cannot_run_anywhere_bad_rates_and_ties_leave_the_order_alone() {
         let mut order = FastestFirst::new(3);
         order.observe(&[0.0, 0.0, 0.0]);
+        order.observe(&[f64::NAN, 5.0, 0.0]);
         order.observe(&[1.0, 1.0, 1.0]);
         assert_eq!(ids(order.order()), [0, 1, 2]);
         order.observe(&[0.0, 0.0, 2.0]);

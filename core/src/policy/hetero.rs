@@ -183,6 +183,8 @@ impl Formulation {
         let x = AllocationVars::over(&mut program, units.clone(), jobs.len(), input.capacity);
         let solution = match self.objective {
             Objective::MaxMinFairness => {
+                // Gavel's max-min reference is the proportional row of a single GPU; the gang size
+                // enters through `scale` below, as in Gavel's program.
                 let prop = proportional_row(input.capacity, jobs.len(), 1);
                 let z = program.var(0.0, f64::INFINITY);
                 for (j, v) in jobs.iter().enumerate() {
@@ -241,9 +243,10 @@ impl Formulation {
     ///
     /// Many allocations reach the optimal worst rho: only the jobs furthest behind are held to it. Gavel's
     /// solver (ECOS, interior point, on the program with `inv_pos`) answers with one in the middle, where
-    /// every job gets some slack beyond rho*, and so does this (interior point without crossover). A vertex
-    /// that spends the slack on throughput instead is a different policy: 16% faster than Gavel's at 4.8
-    /// jobs/hour (docs/FIDELITY.md).
+    /// every job gets some slack beyond rho*; this approximates that with the central point of the
+    /// allocations that reach rho* + 0.1% (interior point without crossover). A vertex that spends the
+    /// slack on throughput instead is a different policy: 16% faster than Gavel's at 4.8 jobs/hour
+    /// (docs/FIDELITY.md).
     fn finish_time_fairness(&mut self, input: &RoundInput<'_>, units: &[UnitSpec]) -> TimeShares {
         let rows = self.clock.rows(input);
         let jobs = input.jobs;
@@ -263,68 +266,90 @@ impl Formulation {
             Some((program, x))
         };
         // Any vertex answers whether rho is reachable.
-        let reachable = |rho: f64| {
-            program_at(rho).and_then(|(program, x)| Some((program.maximize([]).ok()?, x)))
-        };
+        let reachable =
+            |rho: f64| program_at(rho).is_some_and(|(program, _)| program.maximize([]).is_ok());
         // No job can beat its rho at full speed on its fastest type from now: a lower bound on rho*.
         let floor = rows
             .iter()
             .map(|r| r.rho_at(r.rate, 0.0))
             .filter(|r| r.is_finite())
             .fold(0.0, f64::max);
-        // Bracket rho* in (lo, hi], widening geometrically from the last one (or from the floor).
+        // rho* moves little between solves: search from the last one.
         let guess = self
             .last_rho
             .map_or(floor.max(1e-3) * 1.25, |r| r.max(floor));
-        let mut step: f64 = 1.01;
-        let (mut lo, mut hi, mut best);
-        if let Some(vertex) = reachable(guess) {
-            (hi, best) = (guess, vertex);
-            loop {
-                lo = (hi / step).max(floor);
-                match reachable(lo).filter(|_| lo > floor) {
-                    Some(vertex) => (hi, best) = (lo, vertex),
-                    None => break,
-                }
-                step *= step;
-            }
-        } else {
-            lo = guess;
-            loop {
-                hi = lo * step;
-                if hi >= 1e9 {
-                    return proportional_shares(input);
-                }
-                if let Some(vertex) = reachable(hi) {
-                    best = vertex;
-                    break;
-                }
-                lo = hi;
-                step *= step;
-            }
-        }
-        // rho* to 0.1%: the middle of the allocations that reach it is then close to ECOS's.
+        let Some((mut lo, mut hi)) = bracket(guess, floor, reachable) else {
+            tracing::warn!(
+                jobs = jobs.len(),
+                "no finish-time-fair allocation found; falling back to proportional shares"
+            );
+            return proportional_shares(input);
+        };
+        // rho* to 0.1%, bisecting in log space (the bracket can span orders of magnitude).
         while hi - lo > 1e-3 * hi {
-            let mid = 0.5 * (lo + hi);
-            match reachable(mid) {
-                Some(vertex) => {
-                    best = vertex;
-                    hi = mid;
-                }
-                None => lo = mid,
+            let mid = if lo > 0.0 { (lo * hi).sqrt() } else { 0.5 * hi };
+            if reachable(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
             }
         }
         self.last_rho = Some(hi);
-        let central =
-            program_at(hi).and_then(|(program, x)| Some((program.central_point().ok()?, x)));
-        let (solution, x) = central.unwrap_or(best);
-        x.shares(&solution, input)
+        let (program, x) = program_at(hi).expect("hi is reachable");
+        let solution = program.central_point().or_else(|e| {
+            // Still an allocation that reaches rho*: the vertex that spends the slack on throughput.
+            tracing::warn!(error = %e, "no central point; using a vertex");
+            let (program, x) = program_at(hi).expect("hi is reachable");
+            let terms: Vec<_> = jobs
+                .iter()
+                .enumerate()
+                .flat_map(|(j, v)| x.throughput(j, 1.0 / v.rates.iter().sum::<f64>()))
+                .collect();
+            program.maximize(terms)
+        });
+        match solution {
+            Ok(solution) => x.shares(&solution, input),
+            Err(e) => {
+                tracing::warn!(error = %e, "LP failed; falling back to proportional shares");
+                proportional_shares(input)
+            }
+        }
+    }
+}
+
+/// Brackets the smallest reachable rho in (lo, hi], with `floor` a lower bound on it: from `guess`, the
+/// step away from it squaring each time (1%, 2%, 4%, 8%, ...); None if nothing below 1e9 is reachable.
+fn bracket(guess: f64, floor: f64, reachable: impl Fn(f64) -> bool) -> Option<(f64, f64)> {
+    let mut step: f64 = 1.01;
+    if reachable(guess) {
+        let mut hi = guess;
+        loop {
+            let lo = hi / step;
+            if lo <= floor || !reachable(lo) {
+                return Some((lo.max(floor), hi));
+            }
+            hi = lo;
+            step *= step;
+        }
+    }
+    let mut lo = guess;
+    loop {
+        let hi = lo * step;
+        if hi >= 1e9 {
+            return None;
+        }
+        if reachable(hi) {
+            return Some((lo, hi));
+        }
+        lo = hi;
+        step *= step;
     }
 }
 
 /// Hierarchical max-min fairness by water-filling (see the module docs).
 fn water_filling(input: &RoundInput<'_>, units: &[UnitSpec]) -> TimeShares {
     let jobs = input.jobs;
+    // As for max-min, a single GPU's proportional row; gangs enter through `per_unit` below.
     let prop = proportional_row(input.capacity, jobs.len(), 1);
     // Normalized throughput: effective throughput over the proportional share's.
     let norm: Vec<f64> = jobs
