@@ -297,7 +297,8 @@ impl Formulation {
         self.last_rho = Some(hi);
         let (program, x) = program_at(hi).expect("hi is reachable");
         let solution = program.central_point().or_else(|e| {
-            // Still an allocation that reaches rho*: the vertex that spends the slack on throughput.
+            // Still an allocation that reaches rho*: the vertex that spends the slack on throughput. The
+            // program is built as before, so its variables are the ones `x` names.
             tracing::warn!(error = %e, "no central point; using a vertex");
             let (program, x) = program_at(hi).expect("hi is reachable");
             let terms: Vec<_> = jobs
@@ -471,5 +472,23 @@ impl Policy for Lp {
             program.clock.rows(input);
         }
         Allocation::TimeShares(self.cadence.get_or_solve(input, || program.solve(input)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bracket;
+
+    #[test]
+    fn the_bracket_holds_the_smallest_reachable_rho_from_either_side_of_the_guess() {
+        let reachable = |rho: f64| rho >= 2.0;
+        for guess in [0.01, 1.0, 1.99, 2.0, 2.5, 300.0] {
+            let (lo, hi) = bracket(guess, 0.005, reachable).unwrap();
+            assert!(lo < 2.0 && 2.0 <= hi, "guess {guess}: ({lo}, {hi})");
+        }
+        // The floor is a lower bound: the bracket never goes below it.
+        let (lo, hi) = bracket(5.0, 1.5, |rho| rho >= 1.5).unwrap();
+        assert!(lo == 1.5 && hi >= 1.5, "({lo}, {hi})");
+        assert_eq!(bracket(1.0, 0.0, |_| false), None);
     }
 }
