@@ -9,7 +9,8 @@ this script tells whether Gavel's code, run today on the same trace, reproduces 
     python3 scripts/gavel_rerun.py rho allox_4.8.json isolated_4.8.json
 
 GAVEL is a checkout of stanford-futuredata/gavel (c4fa400); its simulator needs numpy, scipy, cvxpy and
-ecos. The setup is Gavel's: 36 V100 + 36 P100 + 36 K80, 360 s rounds, seed 0, arrivals every 3600/rate
+ecos, and numpy < 2 for the `*_packed` policies (they call float() on one-element arrays, which numpy 2
+refuses). The setup is Gavel's: 36 V100 + 36 P100 + 36 K80, 360 s rounds, seed 0, arrivals every 3600/rate
 seconds on average, jobs 4000..4999 measured, and Gavel's default of at most one reallocation per 1,920 s.
 A run takes 4 to 25 minutes. Gavel's RPC and matrix-completion modules are not used in simulation; empty
 stand-ins take their place, so that neither grpc nor the physical-cluster code is needed.
