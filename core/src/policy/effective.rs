@@ -16,6 +16,11 @@ pub fn effective_throughput(rates: &[f64], row: &[f64]) -> f64 {
     rates.iter().zip(row).map(|(r, x)| r * x).sum()
 }
 
+/// A job's rate on its fastest type (0 if it can run nowhere).
+pub fn best_rate(rates: &[f64]) -> f64 {
+    rates.iter().copied().fold(0.0, f64::max)
+}
+
 /// Gavel's proportional share, the fairness reference of its max-min policies and its isolated policy,
 /// for a gang of `gpus`: `capacity[t] / (m gpus)` of every type, scaled so that the row sums to at most 1.
 pub fn proportional_row(capacity: &[u32], m: usize, gpus: u32) -> Vec<f64> {
@@ -51,7 +56,7 @@ impl FastestFirst {
         if rates.iter().any(|r| !r.is_finite() || *r < 0.0) {
             return;
         }
-        let best = rates.iter().copied().fold(0.0, f64::max);
+        let best = best_rate(rates);
         if best <= 0.0 {
             return;
         }

@@ -11,11 +11,9 @@
 
 use rustc_hash::FxHashMap;
 
-use super::effective::{effective_throughput, proportional_row};
+use super::effective::{best_rate, effective_throughput, proportional_row};
 use super::fair_share::split;
-use super::{
-    Allocation, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares, TypePreference,
-};
+use super::{Allocation, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares, TypePreference};
 use crate::job::JobId;
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -72,8 +70,7 @@ impl IsolatedShare {
         match self {
             IsolatedShare::FastestType => {
                 let total: f64 = capacity.iter().map(|&n| f64::from(n)).sum();
-                let best = rates.iter().copied().fold(0.0, f64::max);
-                best * (total / (m as f64 * f64::from(gpus))).min(1.0)
+                best_rate(rates) * (total / (m as f64 * f64::from(gpus))).min(1.0)
             }
             IsolatedShare::EveryType => {
                 effective_throughput(rates, &proportional_row(capacity, m, gpus))
@@ -114,7 +111,7 @@ impl IsolatedClock {
             rows.push(FtfRow {
                 age: input.now - v.job.arrival,
                 remaining: v.remaining_steps,
-                rate: best_rate(v),
+                rate: best_rate(v.rates),
                 gpus: f64::from(v.job.gpus),
                 iso_time: state.time,
                 iso_rate,
@@ -129,10 +126,6 @@ impl IsolatedClock {
 #[derive(Default)]
 pub struct FinishTimeFairness {
     clock: IsolatedClock,
-}
-
-pub(super) fn best_rate(view: &JobView<'_>) -> f64 {
-    view.rates.iter().copied().fold(0.0, f64::max)
 }
 
 impl FinishTimeFairness {

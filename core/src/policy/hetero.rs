@@ -24,11 +24,11 @@
 //! 1,920 s): a knob, `max_min_fairness_perf:realloc=360` re-solves every round.
 
 use super::effective::{
-    AllocationVars, Cadence, UnitSpec, packing_units, proportional_row, single_units,
+    AllocationVars, Cadence, UnitSpec, best_rate, packing_units, proportional_row, single_units,
 };
 use super::finish_time::{IsolatedClock, IsolatedShare};
 use super::{Allocation, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares};
-use crate::solver::{Program, Relation};
+use crate::solver::{Program, Relation, Var};
 
 const REALLOC: Knob = Knob {
     name: "realloc",
@@ -206,17 +206,7 @@ impl Formulation {
                 }
                 program.maximize([(1.0, s)])
             }
-            Objective::SumThroughput => {
-                let terms: Vec<_> = jobs
-                    .iter()
-                    .enumerate()
-                    .flat_map(|(j, v)| {
-                        let total: f64 = v.rates.iter().sum();
-                        x.throughput(j, 1.0 / total)
-                    })
-                    .collect();
-                program.maximize(terms)
-            }
+            Objective::SumThroughput => program.maximize(normalized_throughput(&x, jobs)),
             Objective::ThroughputPerDollar => {
                 let prices = self.config.prices(input.cluster);
                 let terms: Vec<_> = jobs
@@ -301,12 +291,7 @@ impl Formulation {
             // program is built as before, so its variables are the ones `x` names.
             tracing::warn!(error = %e, "no central point; using a vertex");
             let (program, x) = program_at(hi).expect("hi is reachable");
-            let terms: Vec<_> = jobs
-                .iter()
-                .enumerate()
-                .flat_map(|(j, v)| x.throughput(j, 1.0 / v.rates.iter().sum::<f64>()))
-                .collect();
-            program.maximize(terms)
+            program.maximize(normalized_throughput(&x, jobs))
         });
         match solution {
             Ok(solution) => x.shares(&solution, input),
@@ -347,6 +332,15 @@ fn bracket(guess: f64, floor: f64, reachable: impl Fn(f64) -> bool) -> Option<(f
     }
 }
 
+/// The sum of every job's throughput normalized by its summed rates over the types, so that fast models
+/// do not take everything (`max_sum_throughput_perf`'s objective).
+fn normalized_throughput(x: &AllocationVars, jobs: &[super::JobView<'_>]) -> Vec<(f64, Var)> {
+    jobs.iter()
+        .enumerate()
+        .flat_map(|(j, v)| x.throughput(j, 1.0 / v.rates.iter().sum::<f64>()))
+        .collect()
+}
+
 /// Hierarchical max-min fairness by water-filling (see the module docs).
 fn water_filling(input: &RoundInput<'_>, units: &[UnitSpec]) -> TimeShares {
     let jobs = input.jobs;
@@ -361,7 +355,7 @@ fn water_filling(input: &RoundInput<'_>, units: &[UnitSpec]) -> TimeShares {
     let big_m: Vec<f64> = jobs
         .iter()
         .zip(&norm)
-        .map(|(v, n)| v.rates.iter().fold(0.0, |a: f64, r| a.max(*r)) * n + 1.0)
+        .map(|(v, n)| best_rate(v.rates) * n + 1.0)
         .collect();
     let mut level = vec![0.0; jobs.len()];
     let mut frozen = vec![false; jobs.len()];

@@ -4,6 +4,7 @@
 //! types, that has room for its whole gang. A job that runs keeps its type where it can, so that it is
 //! not migrated needlessly.
 
+use super::effective::best_rate;
 use super::{Allocation, Grant, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 
@@ -22,7 +23,7 @@ pub struct Ordered {
 
 /// Seconds a job would take at its fastest, from `steps` of work.
 fn seconds_at_best(view: &JobView<'_>, steps: f64) -> f64 {
-    let best = view.rates.iter().copied().fold(0.0, f64::max);
+    let best = best_rate(view.rates);
     if best > 0.0 {
         steps / best
     } else {

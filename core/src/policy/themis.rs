@@ -24,7 +24,8 @@
 
 use rustc_hash::FxHashMap;
 
-use super::finish_time::{FtfRow, IsolatedClock, best_rate};
+use super::effective::best_rate;
+use super::finish_time::{FtfRow, IsolatedClock};
 use super::{Allocation, Grant, JobView, Knob, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
@@ -172,7 +173,7 @@ impl Policy for Themis {
                 _ => {
                     self.leases.remove(&view.id());
                     let row = rows[k];
-                    let rate = best_rate(view);
+                    let rate = best_rate(view.rates);
                     if rate > 0.0 && row.remaining > 0.0 {
                         let rho_waiting =
                             row.rho_at(rate, self.lease_seconds.max(input.round_length));
