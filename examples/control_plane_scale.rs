@@ -13,9 +13,10 @@ use gangway::actors::api::{self, Listen};
 use gangway::actors::cluster::{ClusterActor, GetStats, Parts, Settings, TimeSource};
 use gangway::actors::executor::SimExecutor;
 use gangway::core::cluster::Cluster;
-use gangway::core::job::Trace;
+use gangway::core::engine::EngineConfig;
+use gangway::core::job::Names;
+use gangway::core::placement::PackingPlacer;
 use gangway::core::policy::{self, PolicyConfig};
-use gangway::core::sim::{PackingPlacer, SimConfig};
 use gangway::core::throughput::DurationModel;
 
 const CLIENTS: u32 = 16;
@@ -58,18 +59,18 @@ fn main() {
             let parts = Parts {
                 cluster: Arc::new(cluster),
                 model: Arc::new(DurationModel::uniform(types)),
-                names: Trace::default(),
+                names: Names::default(),
                 policy: policy::build(&name, &PolicyConfig::seeded(0)).unwrap(),
                 placer: Box::new(PackingPlacer),
                 executor: Box::new(SimExecutor::default()),
                 probes: Vec::new(),
                 health_every: Duration::from_secs(60),
             };
-            let sim = SimConfig {
+            let engine = EngineConfig {
                 round_length: 60.0,
-                ..SimConfig::default()
+                ..EngineConfig::default()
             };
-            let mut settings = Settings::new(sim, TimeSource::Wall { time_scale: 600.0 });
+            let mut settings = Settings::new(engine, TimeSource::Wall { time_scale: 600.0 });
             settings.journal = Some(journal_dir);
             let cluster = ClusterActor::start(parts, settings).unwrap();
             tx.send(cluster.clone()).unwrap();

@@ -10,14 +10,12 @@ use gangway_actors::cluster::{ClusterActor, JobInfo, JobRequest, Parts, Settings
 use gangway_actors::executor::{Executor, SimExecutor};
 use gangway_actors::health::{HealthProbe, NvmlProbe};
 use gangway_core::cluster::Cluster;
-use gangway_core::job::Trace;
-use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimConfig};
-use gangway_core::throughput::DurationModel;
+use gangway_core::engine::EngineConfig;
 use gangway_launcher::daemon::{self, agent};
 use gangway_launcher::executor::ProcessExecutor;
+use gangway_topology::topology::ClusterSpec;
 
-use crate::scenario;
+use crate::scenario::{self, Scenario};
 
 /// Where clients find the daemon unless told.
 pub const DEFAULT_DAEMON: &str = "127.0.0.1:7878";
@@ -70,6 +68,8 @@ pub struct ServeArgs {
     /// The `elastic-run` that process workers run (default: the one beside this `gangway`).
     #[arg(long, value_name = "PATH")]
     pub elastic_run: Option<PathBuf>,
+    #[command(flatten)]
+    pub scenario: scenario::ScenarioArgs,
 }
 
 impl ServeArgs {
@@ -87,17 +87,19 @@ pub enum Workers {
     Simulated,
 }
 
-/// The cluster to serve, with the device index of each GPU when they are all on this machine, and
-/// whether they are real (NVML) ones.
+/// The cluster to serve, with its hardware graph when it came from one, the device index of each GPU
+/// when they are all on this machine, and whether they are real (NVML) ones.
 struct Served {
     cluster: Cluster,
+    topology: Option<ClusterSpec>,
     devices: Option<Vec<u32>>,
     real: bool,
 }
 
 fn serve_cluster(args: &ServeArgs) -> Result<Served> {
-    let elsewhere = |cluster| Served {
-        cluster,
+    let elsewhere = |spec: ClusterSpec| Served {
+        cluster: Cluster::from_topology(&spec.build()),
+        topology: Some(spec),
         devices: None,
         real: false,
     };
@@ -107,21 +109,24 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
         }
         return Ok(Served {
             cluster: Cluster::parse_spec(&format!("fake=1x{n}"), n)?,
+            topology: None,
             devices: Some((0..n).collect()),
             real: false,
         });
     }
     if let Some(name) = &args.preset {
-        let spec = scenario::preset_cluster(name, args.servers, 16)?;
-        return Ok(elsewhere(Cluster::from_topology(&spec.build())));
+        return Ok(elsewhere(scenario::preset_cluster(name, args.servers, 16)?));
     }
     if let Some(path) = &args.topology {
-        return Ok(elsewhere(Cluster::from_topology(
-            &scenario::topology_file(path)?.build(),
-        )));
+        return Ok(elsewhere(scenario::topology_file(path)?));
     }
     if let Some(spec) = &args.cluster {
-        return Ok(elsewhere(scenario::load_cluster(spec, None, 1)?));
+        return Ok(Served {
+            cluster: scenario::load_cluster(spec, None, 1)?,
+            topology: None,
+            devices: None,
+            real: false,
+        });
     }
     match gangway_topology::discover::discover() {
         Ok(found) => {
@@ -134,6 +139,7 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
             let model = found.gpus[0].name.to_ascii_lowercase().replace(' ', "-");
             Ok(Served {
                 cluster: Cluster::parse_spec(&format!("{model}=1x{count}"), count)?,
+                topology: None,
                 devices: Some(found.gpus.iter().map(|g| g.index).collect()),
                 real: true,
             })
@@ -146,17 +152,24 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
 
 /// Runs the control plane until interrupted.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    if !(args.round.is_finite() && args.round > 0.0) {
-        bail!("--round must be a positive number of seconds");
-    }
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
         bail!("--time-scale must be positive");
     }
     let Served {
         cluster,
+        topology,
         devices,
         real: real_gpus,
     } = serve_cluster(&args)?;
+    // What runs live is what `gangway simulate` runs: the same model, placer, knobs and costs; live,
+    // arrivals and completions also trigger a round.
+    let engine = EngineConfig {
+        round_length: args.round,
+        schedule_on_arrival: true,
+        schedule_on_completion: true,
+        ..EngineConfig::default()
+    };
+    let scenario = Scenario::assemble(&args.scenario, cluster, topology, engine, false)?;
     let workers = args.workers.unwrap_or(if real_gpus {
         Workers::Processes
     } else {
@@ -198,14 +211,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             )
         }
     };
-    let policy = policy::build(&args.policy, &PolicyConfig::default())?;
+    let policy = scenario.policy(&args.policy)?;
     std::fs::create_dir_all(&args.journal)
         .with_context(|| format!("creating {}", args.journal.display()))?;
     let probes: Vec<Box<dyn HealthProbe>> = match NvmlProbe::for_all_gpus() {
         Some(probes) if real_gpus => probes.into_iter().map(|p| Box::new(p) as _).collect(),
         _ => Vec::new(),
     };
-    let types = cluster.num_gpu_types();
+    let cluster = &scenario.cluster;
     eprintln!(
         "gangway serve: {} GPUs ({}), {} workers, policy {}, journal {}, listening on {}",
         cluster.num_gpus(),
@@ -218,24 +231,19 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         args.journal.display(),
         args.listen_text()
     );
+    let (model, names) = scenario.live_model();
     let parts = Parts {
-        cluster: Arc::new(cluster),
-        model: Arc::new(DurationModel::uniform(types)),
-        names: Trace::default(),
+        cluster: Arc::clone(&scenario.cluster),
+        model,
+        names,
         policy,
-        placer: Box::new(PackingPlacer),
+        placer: scenario.placer(),
         executor,
         probes,
         health_every: Duration::from_secs(5),
     };
-    let sim = SimConfig {
-        round_length: args.round,
-        schedule_on_arrival: true,
-        schedule_on_completion: true,
-        ..SimConfig::default()
-    };
     let mut settings = Settings::new(
-        sim,
+        scenario.engine.clone(),
         TimeSource::Wall {
             time_scale: args.time_scale,
         },

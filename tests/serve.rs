@@ -88,7 +88,7 @@ fn bad_requests_get_a_clear_4xx_and_change_nothing() {
         (
             r#"{"gpus": 8, "work": 60}"#,
             422,
-            "no GPU type can run a gang of 8",
+            "gpus: job type \"default\" cannot run here: no GPU type has 8 GPUs",
         ),
         (
             r#"{"gpus": 1, "work": 60, "id": 7}"#,

@@ -73,6 +73,16 @@ pub enum Record {
         at: f64,
         error: String,
     },
+    /// The job's workers crashed; it was requeued. Counts toward its restart budget.
+    Crashed {
+        job: JobId,
+        at: f64,
+    },
+    /// An operator took these GPUs out of service (`cordoned`), or put them back.
+    Cordoned {
+        gpus: Vec<u32>,
+        cordoned: bool,
+    },
 }
 
 /// Where a job stands in the ledger.
@@ -121,6 +131,8 @@ pub struct Entry {
     pub checkpoint: f64,
     pub starts: u32,
     pub stops: u32,
+    /// Worker crashes so far (the restart budget spent).
+    pub crashes: u32,
 }
 
 /// A record that breaks an invariant.
@@ -152,6 +164,8 @@ pub struct Ledger {
     pub holders: BTreeMap<u32, Vec<JobId>>,
     pub next_attempt: u64,
     pub next_job_id: u32,
+    /// GPUs an operator took out of service.
+    pub cordoned: std::collections::BTreeSet<u32>,
 }
 
 impl Ledger {
@@ -175,6 +189,7 @@ impl Ledger {
                         checkpoint: 0.0,
                         starts: 0,
                         stops: 0,
+                        crashes: 0,
                     },
                 );
             }
@@ -228,6 +243,16 @@ impl Ledger {
             Record::Finished { job, at } => self.end(seq, *job, Standing::Finished { at: *at })?,
             Record::Cancelled { job, at } => {
                 self.end(seq, *job, Standing::Cancelled { at: *at })?
+            }
+            Record::Crashed { job, .. } => self.live(seq, *job)?.crashes += 1,
+            Record::Cordoned { gpus, cordoned } => {
+                for &g in gpus {
+                    if *cordoned {
+                        self.cordoned.insert(g);
+                    } else {
+                        self.cordoned.remove(&g);
+                    }
+                }
             }
             Record::Failed { job, at, error } => self.end(
                 seq,

@@ -10,9 +10,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gangway_actors::cluster::{JobInfo, JobRequest};
-use gangway_actors::executor::RunCommand;
-use gangway_actors::lifecycle::Phase;
+use gangway_protocol::api::{JobInfo, JobRequest};
+use gangway_protocol::lifecycle::Phase;
+use gangway_protocol::worker::RunCommand;
 
 use crate::cli::Invocation;
 use crate::local::{Ending, LaunchError, default_job_id};

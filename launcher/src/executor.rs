@@ -11,6 +11,10 @@
 //!   rendezvous that resumes from the checkpoint, at the world size the new GPUs allow.
 //! - **Endings** come from the exit file `elastic-run` writes: completed, a user error, or a crash
 //!   beyond its restart budget. A launch that died without one (killed) is a crash worth retrying.
+//! - **Progress** comes from the workers: each attempt's progress file ([`PROGRESS_FILE_VAR`], which
+//!   the worker helper writes with its step and total steps) is read at every poll and reported as
+//!   the job's work done; before the first report, and for workers that report no total, the
+//!   scheduler's model estimates it.
 //! - **Re-adoption**: the children run in their own process groups and outlive the daemon; every
 //!   process of an attempt carries [`ATTEMPT_VAR`] in its environment, and a restarted daemon finds
 //!   them by it.
@@ -20,8 +24,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gangway_actors::executor::{Executor, ExecutorError, Launch, WorkerEvent};
-use gangway_core::job::JobId;
+use gangway_protocol::ids::JobId;
+use gangway_protocol::worker::{Executor, ExecutorError, Launch, WorkerEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::process::{kill_all_with_env, process_has_env};
@@ -30,6 +34,19 @@ use crate::process::{kill_all_with_env, process_has_env};
 pub const ATTEMPT_VAR: &str = "GANGWAY_ATTEMPT";
 /// Where `elastic-run` writes its [`ExitReport`] before it exits.
 pub const EXIT_FILE_VAR: &str = "GANGWAY_EXIT_FILE";
+/// Where the workers report their progress: `{"step": N, "total_steps": T, ...}` (see the Python helper's
+/// `report_progress`). `elastic-run` sets it for its workers, to the path it is given or its own.
+pub const PROGRESS_FILE_VAR: &str = "GANGWAY_PROGRESS_FILE";
+
+/// The fraction of its work a job's workers last reported (step over total steps), if they did.
+pub fn reported_fraction(progress_file: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(progress_file).ok()?;
+    let report: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let step = report["step"].as_f64()?;
+    let total = report["total_steps"].as_f64()?;
+    (step.is_finite() && total.is_finite() && step >= 0.0 && total > 0.0)
+        .then(|| (step / total).min(1.0))
+}
 
 /// How an `elastic-run` ended, as it writes it to `$GANGWAY_EXIT_FILE`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,17 +115,38 @@ struct Run {
     launched: Instant,
     launched_at: f64,
     launch: Launch,
+    progress_file: PathBuf,
+    /// The last fraction of its work the workers reported, and whether it was polled since.
+    reported: Option<f64>,
 }
 
 impl Run {
-    /// Work done by control-plane time `now`, as the scheduler counts it: real steps are the
-    /// script's business, and the checkpoint on disk is what the next launch resumes from.
+    /// Work done by control-plane time `now`, as the scheduler counts it: what the workers last
+    /// reported; without a report, the model's estimate from the launch.
     fn work_done(&self, now: f64) -> f64 {
         let l = &self.launch;
+        // Never all of it: only the workers' own exit finishes a job.
+        let most = l.total_steps * 0.999;
+        if let Some(fraction) = self.reported {
+            return (fraction * l.total_steps).min(most);
+        }
         let done_at_launch = l.total_steps - l.remaining_steps;
         let running = (now - self.launched_at - l.startup_seconds).max(0.0);
-        // Never all of it: only the workers' own exit finishes a job.
-        (done_at_launch + running * l.steps_per_second).min(l.total_steps * 0.999)
+        (done_at_launch + running * l.steps_per_second).min(most)
+    }
+
+    /// A progress event when the workers reported something new since the last poll.
+    fn progressed(&mut self) -> Option<WorkerEvent> {
+        let fraction = reported_fraction(&self.progress_file)?;
+        if self.reported == Some(fraction) {
+            return None;
+        }
+        self.reported = Some(fraction);
+        Some(WorkerEvent::Progressed {
+            job: self.launch.job,
+            attempt: self.attempt,
+            steps_done: fraction * self.launch.total_steps,
+        })
     }
 
     fn exited(&mut self) -> bool {
@@ -126,6 +164,7 @@ impl Run {
     fn forget(&self) {
         let _ = std::fs::remove_file(&self.exit_file);
         let _ = std::fs::remove_file(self.exit_file.with_extension("run"));
+        let _ = std::fs::remove_file(&self.progress_file);
     }
 }
 
@@ -212,6 +251,8 @@ impl ProcessExecutor {
         };
         let exit_file = self.attempt_file(launch.job, launch.attempt, "exit");
         let _ = std::fs::remove_file(&exit_file);
+        let progress_file = self.attempt_file(launch.job, launch.attempt, "progress");
+        let _ = std::fs::remove_file(&progress_file);
         let mut command = Command::new(&self.elastic_run);
         // The GPUs first: a submitted command never names them (the client refuses --devices).
         command
@@ -223,6 +264,7 @@ impl ProcessExecutor {
             .envs(&run.env)
             .env(ATTEMPT_VAR, marker(launch.job, launch.attempt))
             .env(EXIT_FILE_VAR, &exit_file)
+            .env(PROGRESS_FILE_VAR, &progress_file)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
@@ -349,6 +391,8 @@ impl Executor for ProcessExecutor {
                     launched: Instant::now(),
                     launched_at: now,
                     launch: launch.clone(),
+                    progress_file: self.attempt_file(launch.job, launch.attempt, "progress"),
+                    reported: None,
                 };
                 self.runs.insert(launch.job, run);
                 Ok(())
@@ -392,6 +436,8 @@ impl Executor for ProcessExecutor {
         for mut run in stopping {
             let deadline = began + run.stop_timeout;
             self.wait_stopped(&mut run, deadline);
+            // The workers' last report: their checkpoint on the way out.
+            run.progressed();
             tracing::info!(
                 job = run.launch.job.0,
                 seconds = run.launched.elapsed().as_secs_f64(),
@@ -434,6 +480,8 @@ impl Executor for ProcessExecutor {
                 launched: Instant::now(),
                 launched_at: record.launched_at,
                 launch: record.launch,
+                progress_file: self.attempt_file(job, attempt, "progress"),
+                reported: None,
             },
         );
         true
@@ -441,6 +489,7 @@ impl Executor for ProcessExecutor {
 
     fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
         let mut events = std::mem::take(&mut self.pending);
+        events.extend(self.runs.values_mut().filter_map(Run::progressed));
         let exited: Vec<JobId> = self
             .runs
             .iter_mut()

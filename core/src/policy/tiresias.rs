@@ -18,7 +18,7 @@
 use rustc_hash::FxHashMap;
 
 use super::ordered::{GrantRules, grant_in_order};
-use super::{Allocation, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput};
+use super::{Grant, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput};
 use crate::job::JobId;
 
 /// What counts as attained service.
@@ -154,7 +154,7 @@ impl Tiresias {
 }
 
 impl Policy for Tiresias {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         self.learn(input);
         // Starvation promotion.
         for v in input.jobs {
@@ -173,7 +173,7 @@ impl Policy for Tiresias {
             consolidate: false,
             fastest: false,
         };
-        let grants = grant_in_order(input, &rules, |v| {
+        grant_in_order(input, &rules, |v| {
             let service =
                 self.service_of(v) - self.promoted_at.get(&v.id()).copied().unwrap_or(0.0);
             let queue = self.queue_of(service);
@@ -190,8 +190,7 @@ impl Policy for Tiresias {
             } else {
                 (queue as f64, v.job.arrival)
             }
-        });
-        Allocation::Grants(grants)
+        })
     }
 }
 
