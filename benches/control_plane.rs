@@ -78,6 +78,7 @@ fn rounds(c: &mut Criterion) {
                     .send(Submit {
                         request,
                         at: Some(0.0),
+                        key: None,
                     })
                     .await
                     .unwrap()

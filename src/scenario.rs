@@ -20,6 +20,10 @@ pub const EMBEDDED_THROUGHPUTS_NAME: &str = "embedded:gavel/simulation_throughpu
 /// The GPU type that Gavel's durations are measured on.
 pub const REFERENCE_GPU: &str = "v100";
 
+/// The shortest scheduling round, in seconds, for `simulate` and `serve` alike: a round is a policy
+/// decision, and shorter ones only burn a core re-deciding.
+pub const MIN_ROUND_SECONDS: f64 = 1.0;
+
 /// Reads a throughput table from a file, or the bundled one.
 pub fn load_throughputs(path: Option<&Path>) -> Result<ThroughputTable> {
     Ok(match path {

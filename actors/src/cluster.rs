@@ -25,13 +25,14 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::clock::{Clock, VirtualClock, WallClock};
-use crate::executor::{Executor, Launch, RunCommand, WorkerEvent};
+use crate::executor::{Executor, Launch, WorkerEvent};
 use crate::gang::{Acquire, Disband, GangActor};
 use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::health::HealthProbe;
 use crate::job::{Advance, JobActor, JobEvent};
 use crate::ledger::{JobSpec, Ledger, Record, Standing};
 use crate::lifecycle::Phase;
+use crate::request::{KnownTypes, same_request};
 use crate::stats::{Stats, StatsSnapshot};
 
 /// Where control-plane time comes from.
@@ -94,33 +95,7 @@ pub enum StartError {
     Journal(#[from] JournalError),
 }
 
-/// A job to run, as the API receives it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JobRequest {
-    /// Set by trace replays; the control plane numbers jobs itself otherwise.
-    #[serde(default)]
-    pub id: Option<JobId>,
-    #[serde(default = "default_name")]
-    pub job_type: String,
-    #[serde(default = "default_name")]
-    pub tenant: String,
-    pub gpus: u32,
-    /// Work, in the model's units (seconds at the requested GPU count for the duration model).
-    pub work: f64,
-    #[serde(default = "default_weight")]
-    pub weight: f64,
-    /// What to run, when the control plane runs real processes (`elastic-run --daemon` fills it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub run: Option<RunCommand>,
-}
-
-fn default_name() -> String {
-    "default".to_owned()
-}
-
-fn default_weight() -> f64 {
-    1.0
-}
+pub use crate::request::JobRequest;
 
 /// A request the control plane refuses; nothing changed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -136,6 +111,9 @@ pub enum Refusal {
     Ended(JobId),
     #[error("job {0} already exists")]
     Exists(JobId),
+    /// An idempotency key names a job submitted with a different request.
+    #[error("Idempotency-Key `{key}` was used for job {job} with a different request")]
+    KeyReused { key: String, job: JobId },
 }
 
 /// A job as the API shows it.
@@ -164,6 +142,9 @@ pub struct Submit {
     pub request: JobRequest,
     /// Its arrival time; now when `None`.
     pub at: Option<f64>,
+    /// An idempotency key: a submission with a key already journaled returns that job (and is
+    /// refused if its request differs).
+    pub key: Option<String>,
 }
 
 /// Cancels a job.
@@ -291,6 +272,11 @@ pub struct ClusterActor {
     unjournaled: Vec<Unjournaled>,
     /// The id the next submission gets.
     next_job_id: u32,
+    /// The job types the engine has interned, to check a submission before interning its names.
+    known_types: KnownTypes,
+    /// Submissions that repeat the idempotency key of one waiting to be journaled: answered with
+    /// its id once it is.
+    key_waiters: Vec<(JobId, oneshot::Sender<Result<JobId, Refusal>>)>,
 }
 
 impl ClusterActor {
@@ -329,6 +315,7 @@ impl ClusterActor {
             }
         };
         let now = clock.now();
+        let known_types = KnownTypes::new(&parts.names);
         let mut engine = Engine::new(
             Arc::clone(&parts.cluster),
             parts.model,
@@ -372,6 +359,8 @@ impl ClusterActor {
                 round_queued: false,
                 unjournaled: Vec::new(),
                 next_job_id: 0,
+                known_types,
+                key_waiters: Vec::new(),
             };
             std::mem::swap(&mut actor.ledger, &mut ledger);
             actor.persist(epoch.as_slice());
@@ -400,14 +389,14 @@ impl ClusterActor {
         // Ended jobs still count toward the order in which GPU types are offered (sim/live parity).
         for entry in self.ledger.jobs.values() {
             if entry.standing.is_terminal() {
-                let job = job_of(&mut engine, &entry.spec);
+                let job = job_of(&mut engine, &mut self.known_types, &entry.spec);
                 engine.remember_ended(&job);
             }
         }
         let entries: Vec<_> = self.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
         for entry in &entries {
-            let job = job_of(&mut engine, &entry.spec);
+            let job = job_of(&mut engine, &mut self.known_types, &entry.spec);
             let id = job.id;
             if engine.submit(job, entry.spec.arrival).is_err() {
                 // The cluster changed under the journal: the job can never run here. It fails, and
@@ -860,28 +849,31 @@ impl ClusterActor {
         })
     }
 
+    /// The job an idempotency key already names, and whether it is journaled yet; a refusal when
+    /// that job was submitted with another request; `None` for a new key.
+    fn keyed(&self, key: &str, request: &JobRequest) -> Option<Result<(JobId, bool), Refusal>> {
+        let (spec, journaled) = match self.ledger.keys.get(key) {
+            Some(id) => (&self.ledger.jobs.get(id)?.spec, true),
+            None => (
+                self.unjournaled
+                    .iter()
+                    .map(|(spec, _, _)| spec)
+                    .find(|spec| spec.key.as_deref() == Some(key))?,
+                false,
+            ),
+        };
+        Some(if same_request(spec, request) {
+            Ok((spec.id, journaled))
+        } else {
+            Err(Refusal::KeyReused {
+                key: key.to_owned(),
+                job: spec.id,
+            })
+        })
+    }
+
     fn validate(&self, request: &JobRequest) -> Result<(), Refusal> {
-        let invalid = |field, problem: String| Err(Refusal::Invalid { field, problem });
-        if request.gpus == 0 {
-            return invalid("gpus", "must be at least 1".into());
-        }
-        if !request.work.is_finite() || request.work <= 0.0 {
-            return invalid(
-                "work",
-                format!("must be a positive number, not {}", request.work),
-            );
-        }
-        if !request.weight.is_finite() || request.weight <= 0.0 {
-            return invalid(
-                "weight",
-                format!("must be a positive number, not {}", request.weight),
-            );
-        }
-        for (field, name) in [("job_type", &request.job_type), ("tenant", &request.tenant)] {
-            if name.is_empty() || name.len() > 200 {
-                return invalid(field, "must be 1 to 200 characters".into());
-            }
-        }
+        crate::request::validate(request)?;
         if let Some(id) = request.id
             && (self.ledger.jobs.contains_key(&id)
                 || self.unjournaled.iter().any(|(spec, _, _)| spec.id == id))
@@ -893,11 +885,13 @@ impl ClusterActor {
 }
 
 /// A job of the engine's from a journaled spec, interning its names.
-fn job_of(engine: &mut Engine<'static>, spec: &JobSpec) -> Job {
+fn job_of(engine: &mut Engine<'static>, known: &mut KnownTypes, spec: &JobSpec) -> Job {
+    let job_type = engine.intern_job_type(&spec.job_type);
+    known.note(&spec.job_type, job_type);
     Job {
         id: spec.id,
         arrival: spec.arrival,
-        job_type: engine.intern_job_type(&spec.job_type),
+        job_type,
         gpus: spec.gpus,
         total_steps: spec.total_steps,
         weight: spec.weight,
@@ -1125,11 +1119,29 @@ impl Handler<Submit> for ClusterActor {
     /// together are journaled together, with one fsync (group commit).
     fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
         let refused = |r| -> Self::Result { Box::pin(std::future::ready(Err(r))) };
-        let request = msg.request;
+        let Submit { request, at, key } = msg;
         if let Err(r) = self.validate(&request) {
             return refused(r);
         }
-        let at = msg.at.unwrap_or_else(|| self.clock.now());
+        if let Some(key) = &key {
+            // A retry: the job its key names, once that is journaled.
+            match self.keyed(key, &request) {
+                Some(Ok((id, true))) => return Box::pin(std::future::ready(Ok(id))),
+                Some(Ok((id, false))) => {
+                    let (answer, answered) = oneshot::channel();
+                    self.key_waiters.push((id, answer));
+                    return Box::pin(async move {
+                        answered.await.unwrap_or(Err(Refusal::Invalid {
+                            field: "job",
+                            problem: "the control plane stopped before journaling it".into(),
+                        }))
+                    });
+                }
+                Some(Err(r)) => return refused(r),
+                None => {}
+            }
+        }
+        let at = at.unwrap_or_else(|| self.clock.now());
         let id = request.id.unwrap_or(JobId(self.next_job_id));
         let spec = JobSpec {
             id,
@@ -1140,9 +1152,11 @@ impl Handler<Submit> for ClusterActor {
             weight: request.weight,
             arrival: at,
             run: request.run,
+            key,
         };
-        let job = job_of(self.engine(), &spec);
-        if !self.engine().accepts(&job) {
+        // Checked before its names are interned: a refused submission adds nothing.
+        let probe = self.known_types.probe(&spec);
+        if !self.engine().accepts(&probe) {
             return refused(Refusal::Invalid {
                 field: "gpus",
                 problem: format!(
@@ -1151,6 +1165,11 @@ impl Handler<Submit> for ClusterActor {
                 ),
             });
         }
+        let sched = self
+            .sched
+            .as_mut()
+            .expect("the scheduler is home between rounds");
+        let job = job_of(&mut sched.engine, &mut self.known_types, &spec);
         self.next_job_id = self.next_job_id.max(id.0 + 1);
         let (answer, answered) = oneshot::channel();
         self.unjournaled.push((spec, job, answer));
@@ -1192,6 +1211,9 @@ impl Handler<JournalSubmissions> for ClusterActor {
             self.add_job(spec.id, Phase::Pending);
             self.stats.submitted += 1;
             let _ = answer.send(Ok(spec.id));
+        }
+        for (id, answer) in self.key_waiters.drain(..) {
+            let _ = answer.send(Ok(id));
         }
         if self.settings.sim.schedule_on_arrival {
             self.queue_round(ctx);
@@ -1377,5 +1399,22 @@ impl Handler<Timeline> for ClusterActor {
                 })
                 .collect(),
         )
+    }
+}
+
+/// The job type and tenant ids the engine gave a job (tests: a refused submission interns nothing).
+#[cfg(test)]
+#[derive(Message)]
+#[rtype(result = "Option<(u32, u32)>")]
+pub(crate) struct InternedIds(pub JobId);
+
+#[cfg(test)]
+impl Handler<InternedIds> for ClusterActor {
+    type Result = MessageResult<InternedIds>;
+
+    fn handle(&mut self, InternedIds(id): InternedIds, _: &mut Context<Self>) -> Self::Result {
+        let engine = self.engine();
+        let job = engine.jobs().iter().find(|j| j.id == id);
+        MessageResult(job.map(|j| (j.job_type.0, j.tenant.0)))
     }
 }

@@ -83,6 +83,7 @@ pub async fn replay(
                 .send(Submit {
                     request,
                     at: Some(job.arrival),
+                    key: None,
                 })
                 .await?
             {

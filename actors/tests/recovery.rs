@@ -91,6 +91,7 @@ fn live_workers_are_readopted_and_dead_ones_requeued() {
                 .send(Submit {
                     request: request(gpus, work),
                     at: None,
+                    key: None,
                 })
                 .await
                 .unwrap()

@@ -255,8 +255,12 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     for name in &args.policy {
         policy::find(name)?;
     }
-    if !(args.round.is_finite() && args.round >= 1.0) {
-        bail!("--round must be at least 1 second (got {})", args.round);
+    if !(args.round.is_finite() && args.round >= scenario::MIN_ROUND_SECONDS) {
+        bail!(
+            "--round must be at least {} second (got {})",
+            scenario::MIN_ROUND_SECONDS,
+            args.round
+        );
     }
     for (name, v) in [
         ("--preempt-cost", args.preempt_cost),
