@@ -604,7 +604,8 @@ pub fn check_program(
     let found = if program.components().count() > 1 || program.is_absolute() {
         Some(run.cwd.join(program))
     } else {
-        let path = run.env.get("PATH").map_or("", String::as_str);
+        // Without PATH, the C library searches its default one.
+        let path = run.env.get("PATH").map_or("/bin:/usr/bin", String::as_str);
         path.split(':')
             .map(|dir| {
                 run.cwd
@@ -895,6 +896,12 @@ mod tests {
         let me = Submitter::this_process();
         let run = command(dir.path());
         assert!(check_program("run.args", Path::new("sh"), &run, &me).is_ok());
+        let mut no_path = run.clone();
+        no_path.env.clear();
+        assert!(
+            check_program("run.args", Path::new("sh"), &no_path, &me).is_ok(),
+            "the C library's default PATH"
+        );
         let script = dir.path().join("python");
         std::fs::write(&script, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o777)).unwrap();
