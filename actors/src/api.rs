@@ -2,7 +2,7 @@
 //!
 //! | method and path | does | answers |
 //! |---|---|---|
-//! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 409, 413, 415 or 422 with `{"error": ...}` |
+//! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 413, 415 or 422 with `{"error": ...}` |
 //! | `GET /jobs` | lists every job | 200 `[JobInfo]` |
 //! | `GET /jobs/{id}` | shows one | 200 `JobInfo`; 404 |
 //! | `DELETE /jobs/{id}` | cancels it | 200 `{"cancelled": N}`; 404; 409 when it already ended |
