@@ -79,6 +79,7 @@ fn rounds(c: &mut Criterion) {
                     .send(Submit {
                         request,
                         at: Some(0.0),
+                        key: None,
                     })
                     .await
                     .unwrap()

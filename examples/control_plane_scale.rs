@@ -9,9 +9,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gangway::actors::api::{self, Listen};
+use gangway::actors::api::{self, ApiConfig, Listen};
+use gangway::actors::auth::Token;
 use gangway::actors::cluster::{ClusterActor, GetStats, Parts, Settings, TimeSource};
 use gangway::actors::executor::SimExecutor;
+use gangway::actors::listener::Bound;
 use gangway::core::cluster::Cluster;
 use gangway::core::engine::EngineConfig;
 use gangway::core::job::Names;
@@ -46,6 +48,8 @@ fn main() {
     let journal_dir = journal.path().join("journal");
     let (tx, rx) = std::sync::mpsc::channel();
     let name = policy_name.clone();
+    let token = Token::generate().unwrap();
+    let config = ApiConfig::new(Some(token.clone()));
     std::thread::spawn(move || {
         let system = actix::System::with_tokio_rt(|| {
             tokio::runtime::Builder::new_multi_thread()
@@ -75,7 +79,8 @@ fn main() {
             let cluster = ClusterActor::start(parts, settings).unwrap();
             tx.send(cluster.clone()).unwrap();
             let listen = Listen::Tcp(format!("127.0.0.1:{port}").parse().unwrap());
-            api::serve(&listen, cluster).await.unwrap();
+            let bound = Bound::bind(&listen, 0o600).unwrap();
+            api::serve(bound, cluster, config).await.unwrap();
         });
     });
     let cluster = rx.recv().unwrap();
@@ -84,14 +89,20 @@ fn main() {
         .timeout_global(Some(Duration::from_secs(30)))
         .build()
         .into();
-    while agent.get(&url).call().is_err() {
+    let authorization = token.header_value();
+    while agent
+        .get(&url)
+        .header("Authorization", &authorization)
+        .call()
+        .is_err()
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let memory_before = resident_bytes();
     let began = Instant::now();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let (agent, url) = (agent.clone(), url.clone());
+            let (agent, url, authorization) = (agent.clone(), url.clone(), authorization.clone());
             std::thread::spawn(move || {
                 for k in (c..jobs).step_by(CLIENTS as usize) {
                     let gpus = [1, 1, 1, 1, 1, 1, 1, 2, 4, 8][(k % 10) as usize];
@@ -101,7 +112,11 @@ fn main() {
                         "work": 3600 + (k * 7919) % 100_000,
                         "tenant": format!("team-{}", k % 8),
                     });
-                    agent.post(&url).send_json(&body).expect("submit");
+                    agent
+                        .post(&url)
+                        .header("Authorization", &authorization)
+                        .send_json(&body)
+                        .expect("submit");
                 }
             })
         })

@@ -84,6 +84,7 @@ pub async fn replay(
                 .send(Submit {
                     request,
                     at: Some(job.arrival),
+                    key: None,
                 })
                 .await?
             {

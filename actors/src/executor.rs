@@ -5,7 +5,9 @@
 use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
 
-pub use gangway_protocol::worker::{Executor, ExecutorError, Launch, RunCommand, WorkerEvent};
+pub use gangway_protocol::worker::{
+    Executor, ExecutorError, Launch, RunAs, RunCommand, WorkerEvent,
+};
 
 /// A simulated job's run.
 #[derive(Clone, Debug)]

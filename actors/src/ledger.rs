@@ -29,6 +29,9 @@ pub struct JobSpec {
     pub arrival: f64,
     /// The command of a real job.
     pub run: Option<RunCommand>,
+    /// The idempotency key it was submitted with (scoped to its submitter): a retry with the same
+    /// key gets this job, across restarts.
+    pub key: Option<String>,
 }
 
 /// One journal record.
@@ -164,6 +167,8 @@ pub struct Ledger {
     pub holders: BTreeMap<u32, Vec<JobId>>,
     pub next_attempt: u64,
     pub next_job_id: u32,
+    /// Idempotency keys of submissions, and their jobs.
+    pub keys: BTreeMap<String, JobId>,
     /// GPUs an operator took out of service.
     pub cordoned: std::collections::BTreeSet<u32>,
 }
@@ -181,6 +186,9 @@ impl Ledger {
                     return Err(Violation::Resubmitted { seq, job: spec.id });
                 }
                 self.next_job_id = self.next_job_id.max(spec.id.0 + 1);
+                if let Some(key) = &spec.key {
+                    self.keys.insert(key.clone(), spec.id);
+                }
                 self.jobs.insert(
                     spec.id,
                     Entry {
@@ -323,6 +331,7 @@ mod tests {
             weight: 1.0,
             arrival: 0.0,
             run: None,
+            key: None,
         })
     }
 

@@ -9,7 +9,9 @@
 //!
 //! Workers are reached only through the [`executor::Executor`] trait. Every decision is journaled
 //! ([`ledger`], on `gangway-journal`) before it is acted on, and a restart recovers from the journal.
-//! [`api`] serves the local HTTP API; [`driver`] replays a trace in virtual time.
+//! [`api`] serves the HTTP API: [`request`] checks what a submission may say and run, [`auth`] holds
+//! the token and the `Host` check, [`listener`] bounds connections and timeouts. [`driver`] replays a
+//! trace in virtual time.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -34,12 +36,13 @@
 //!     let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
 //!     let cluster = ClusterActor::start(parts, settings).unwrap();
 //!     let request = JobRequest { id: None, job_type: "toy".into(), tenant: "a".into(), gpus: 2, work: 60.0, weight: 1.0, run: None };
-//!     let id = cluster.send(Submit { request, at: None }).await.unwrap().unwrap();
+//!     let id = cluster.send(Submit { request, at: None, key: None }).await.unwrap().unwrap();
 //!     assert_eq!(id.0, 0);
 //! });
 //! ```
 
 pub mod api;
+pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod driver;
@@ -49,6 +52,8 @@ pub mod gpu;
 pub mod health;
 pub mod job;
 pub mod ledger;
+pub mod listener;
+pub mod request;
 pub mod stats;
 
 pub use gangway_protocol::lifecycle;

@@ -49,7 +49,11 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         run: None,
     };
     let job = cluster
-        .send(Submit { request, at: None })
+        .send(Submit {
+            request,
+            at: None,
+            key: None,
+        })
         .await
         .unwrap()
         .unwrap();

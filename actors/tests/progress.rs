@@ -99,7 +99,11 @@ async fn reported_progress_replaces_the_models_estimate() {
         run: None,
     };
     let job = cluster
-        .send(Submit { request, at: None })
+        .send(Submit {
+            request,
+            at: None,
+            key: None,
+        })
         .await
         .unwrap()
         .unwrap();

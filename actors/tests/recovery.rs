@@ -95,6 +95,7 @@ fn live_workers_are_readopted_and_dead_ones_requeued() {
                 .send(Submit {
                     request: request(gpus, work),
                     at: None,
+                    key: None,
                 })
                 .await
                 .unwrap()
@@ -222,6 +223,7 @@ fn the_restart_budget_survives_a_restart() {
             .send(Submit {
                 request: request(2, 100.0),
                 at: None,
+                key: None,
             })
             .await
             .unwrap()
@@ -278,6 +280,7 @@ fn cordoned_gpus_stay_out_of_service_after_a_restart() {
                 .send(Submit {
                     request: request(2, 1000.0),
                     at: None,
+                    key: None,
                 })
                 .await
                 .unwrap()

@@ -123,6 +123,7 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
         .send(Submit {
             request: request(),
             at: None,
+            key: None,
         })
         .await
         .unwrap()
@@ -165,6 +166,7 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
         cluster.send(Submit {
             request: request(),
             at: None,
+            key: None,
         }),
     )
     .await

@@ -57,6 +57,7 @@ fn launch(job: u32, attempt: u64, gpus: &[u32], mode: Option<&str>, dir: &Path) 
                 .chain([("FAKE_MODE".to_owned(), mode.to_owned())])
                 .collect(),
             log: Some(dir.join("job.log")),
+            user: None,
         }),
     }
 }

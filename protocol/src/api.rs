@@ -6,8 +6,10 @@ use crate::ids::JobId;
 use crate::lifecycle::Phase;
 use crate::worker::RunCommand;
 
-/// A job to run, as the API receives it (`POST /jobs`).
+/// A job to run, as the API receives it (`POST /jobs`). Unknown fields are refused: a typo in a field
+/// name would otherwise do nothing.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct JobRequest {
     /// Set by trace replays; the control plane numbers jobs itself otherwise.
     #[serde(default)]

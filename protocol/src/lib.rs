@@ -5,7 +5,10 @@
 //! - [`api`]: the bodies of the control plane's HTTP API (what `gangway submit` and `elastic-run --daemon`
 //!   send, what `gangway jobs` shows);
 //! - [`worker`]: the worker contract: what a job's workers are launched with, what they report, and the
-//!   [`worker::Executor`] trait through which the control plane reaches them.
+//!   [`worker::Executor`] trait through which the control plane reaches them;
+//! - [`command`]: the checks on a submitted command that both the control plane and the launcher
+//!   apply (who submitted it, which programs it may start);
+//! - [`token`]: the API's bearer token, as the daemon writes it and its clients send it.
 //!
 //! The launcher (`elastic-run`) and the control plane both depend on this crate, so that the launcher
 //! needs neither the actors nor the solver.
@@ -17,6 +20,8 @@
 //! ```
 
 pub mod api;
+pub mod command;
 pub mod ids;
 pub mod lifecycle;
+pub mod token;
 pub mod worker;

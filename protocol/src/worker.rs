@@ -11,6 +11,7 @@ use crate::ids::{GpuSet, GpuTypeId, JobId};
 /// A real job's command, for executors that run processes. Scheduling never reads it; the journal
 /// keeps it, so that a restarted control plane can relaunch the job.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RunCommand {
     /// `elastic-run`'s arguments: gangway's options, torchrun's, the script and its arguments.
     pub args: Vec<String>,
@@ -22,6 +23,18 @@ pub struct RunCommand {
     /// Where its output goes, appended across launches (discarded when `None`).
     #[serde(default)]
     pub log: Option<PathBuf>,
+    /// The user it runs as, when not the control plane's own: set by a daemon running as root to
+    /// whoever submitted the job, never by a client.
+    #[serde(default)]
+    pub user: Option<RunAs>,
+}
+
+/// A user and group to run a command as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// What a job's workers are launched with.

@@ -22,7 +22,8 @@ use crate::health::HealthProbe;
 use crate::job::JobEvent;
 use crate::stats::StatsSnapshot;
 
-pub use gangway_protocol::api::{JobInfo, JobRequest};
+pub use crate::request::JobRequest;
+pub use gangway_protocol::api::JobInfo;
 
 /// Where control-plane time comes from.
 #[derive(Clone)]
@@ -98,6 +99,9 @@ pub enum Refusal {
     Ended(JobId),
     #[error("job {0} already exists")]
     Exists(JobId),
+    /// An idempotency key names a job submitted with a different request.
+    #[error("Idempotency-Key `{key}` was used for job {job} with a different request")]
+    KeyReused { key: String, job: JobId },
 }
 
 /// Submits a job.
@@ -107,6 +111,9 @@ pub struct Submit {
     pub request: JobRequest,
     /// Its arrival time; now when `None`.
     pub at: Option<f64>,
+    /// An idempotency key: a submission with a key already journaled returns that job (and is
+    /// refused if its request differs).
+    pub key: Option<String>,
 }
 
 /// Cancels a job.

@@ -37,6 +37,7 @@ use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::job::{Advance, JobActor, JobEvent};
 use crate::ledger::{JobSpec, Record, Standing};
 use crate::lifecycle::Phase;
+use crate::request::same_request;
 use crate::stats::{Stats, StatsSnapshot};
 
 use carry::{Outcome, StartStep, Steps, StopStep, blocking, carry_out};
@@ -96,6 +97,9 @@ pub struct ClusterActor {
     unjournaled: Vec<Unjournaled>,
     /// The id the next submission gets.
     next_job_id: u32,
+    /// Submissions that repeat the idempotency key of one waiting to be journaled: answered with
+    /// its id once it is.
+    key_waiters: Vec<(JobId, oneshot::Sender<Result<JobId, Refusal>>)>,
     /// Jobs re-adopted at recovery whose gangs are leased once the actor runs.
     adopted: Vec<JobId>,
     round_queued: bool,
@@ -167,6 +171,7 @@ impl ClusterActor {
                 stats: Stats::default(),
                 settings,
                 unjournaled: Vec::new(),
+                key_waiters: Vec::new(),
                 adopted: Vec::new(),
                 round_queued: false,
             };
@@ -452,28 +457,31 @@ impl ClusterActor {
         })
     }
 
+    /// The job an idempotency key already names, and whether it is journaled yet; a refusal when
+    /// that job was submitted with another request; `None` for a new key.
+    fn keyed(&self, key: &str, request: &JobRequest) -> Option<Result<(JobId, bool), Refusal>> {
+        let (spec, journaled) = match self.store.ledger.keys.get(key) {
+            Some(id) => (&self.store.ledger.jobs.get(id)?.spec, true),
+            None => (
+                self.unjournaled
+                    .iter()
+                    .map(|(spec, _, _)| spec)
+                    .find(|spec| spec.key.as_deref() == Some(key))?,
+                false,
+            ),
+        };
+        Some(if same_request(spec, request) {
+            Ok((spec.id, journaled))
+        } else {
+            Err(Refusal::KeyReused {
+                key: key.to_owned(),
+                job: spec.id,
+            })
+        })
+    }
+
     fn validate(&self, request: &JobRequest) -> Result<(), Refusal> {
-        let invalid = |field, problem: String| Err(Refusal::Invalid { field, problem });
-        if request.gpus == 0 {
-            return invalid("gpus", "must be at least 1".into());
-        }
-        if !request.work.is_finite() || request.work <= 0.0 {
-            return invalid(
-                "work",
-                format!("must be a positive number, not {}", request.work),
-            );
-        }
-        if !request.weight.is_finite() || request.weight <= 0.0 {
-            return invalid(
-                "weight",
-                format!("must be a positive number, not {}", request.weight),
-            );
-        }
-        for (field, name) in [("job_type", &request.job_type), ("tenant", &request.tenant)] {
-            if name.is_empty() || name.len() > 200 {
-                return invalid(field, "must be 1 to 200 characters".into());
-            }
-        }
+        crate::request::validate(request)?;
         if let Some(id) = request.id
             && (self.store.ledger.jobs.contains_key(&id)
                 || self.unjournaled.iter().any(|(spec, _, _)| spec.id == id))
@@ -741,11 +749,29 @@ impl Handler<Submit> for ClusterActor {
     /// together are journaled together, with one fsync (group commit).
     fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
         let refused = |r| -> Self::Result { Box::pin(std::future::ready(Err(r))) };
-        let request = msg.request;
+        let Submit { request, at, key } = msg;
         if let Err(r) = self.validate(&request) {
             return refused(r);
         }
-        let at = msg.at.unwrap_or_else(|| self.clock.now());
+        if let Some(key) = &key {
+            // A retry: the job its key names, once that is journaled.
+            match self.keyed(key, &request) {
+                Some(Ok((id, true))) => return Box::pin(std::future::ready(Ok(id))),
+                Some(Ok((id, false))) => {
+                    let (answer, answered) = oneshot::channel();
+                    self.key_waiters.push((id, answer));
+                    return Box::pin(async move {
+                        answered.await.unwrap_or(Err(Refusal::Invalid {
+                            field: "job",
+                            problem: "the control plane stopped before journaling it".into(),
+                        }))
+                    });
+                }
+                Some(Err(r)) => return refused(r),
+                None => {}
+            }
+        }
+        let at = at.unwrap_or_else(|| self.clock.now());
         let id = request.id.unwrap_or(JobId(self.next_job_id));
         let spec = JobSpec {
             id,
@@ -756,9 +782,12 @@ impl Handler<Submit> for ClusterActor {
             weight: request.weight,
             arrival: at,
             run: request.run,
+            key,
         };
-        let job = job_of(self.engine(), &spec);
-        if let Err(why) = self.engine().check(&job) {
+        // Checked before its names are interned: a refused submission adds nothing to the engine.
+        let engine = self.engine();
+        let candidate = engine.candidate(spec.id, &spec.job_type, spec.gpus, spec.total_steps);
+        if let Err(why) = engine.check(&candidate) {
             let field = match why {
                 Unrunnable::TooLong { .. } => "work",
                 Unrunnable::GangTooLarge { .. } | Unrunnable::NoRate { .. } => "gpus",
@@ -768,6 +797,7 @@ impl Handler<Submit> for ClusterActor {
                 problem: format!("job type {:?} cannot run here: {why}", spec.job_type),
             });
         }
+        let job = job_of(self.engine(), &spec);
         self.next_job_id = self.next_job_id.max(id.0 + 1);
         let (answer, answered) = oneshot::channel();
         self.unjournaled.push((spec, job, answer));
@@ -809,6 +839,9 @@ impl Handler<JournalSubmissions> for ClusterActor {
             self.add_job(spec.id, Phase::Pending);
             self.stats.submitted += 1;
             let _ = answer.send(Ok(spec.id));
+        }
+        for (id, answer) in self.key_waiters.drain(..) {
+            let _ = answer.send(Ok(id));
         }
         if self.settings.engine.schedule_on_arrival {
             self.queue_round(ctx);
@@ -972,5 +1005,22 @@ impl Handler<Timeline> for ClusterActor {
                 })
                 .collect(),
         )
+    }
+}
+
+/// The job type and tenant ids the engine gave a job (tests: a refused submission interns nothing).
+#[cfg(test)]
+#[derive(Message)]
+#[rtype(result = "Option<(u32, u32)>")]
+pub(crate) struct InternedIds(pub JobId);
+
+#[cfg(test)]
+impl Handler<InternedIds> for ClusterActor {
+    type Result = MessageResult<InternedIds>;
+
+    fn handle(&mut self, InternedIds(id): InternedIds, _: &mut Context<Self>) -> Self::Result {
+        let engine = self.engine();
+        let job = engine.jobs().iter().find(|j| j.id == id);
+        MessageResult(job.map(|j| (j.job_type.0, j.tenant.0)))
     }
 }

@@ -164,6 +164,7 @@ mod tests {
                 weight: 1.0,
                 arrival: 0.0,
                 run: None,
+                key: None,
             };
             ledger
                 .apply(u64::from(id), &Record::Submitted(spec))

@@ -3,7 +3,7 @@
 
 use super::{Engine, JobState};
 use crate::cluster::{GpuSet, GpuTypeId};
-use crate::job::{Job, JobTypeId, TenantId};
+use crate::job::{Job, JobId, JobTypeId, TenantId};
 use crate::throughput::locality::default_sensitivity;
 
 use super::accounting::new_record;
@@ -21,6 +21,27 @@ impl Engine<'_> {
             self.sensitivity.push(default_sensitivity(name));
         }
         id
+    }
+
+    /// The job a submission would become, without interning its names: its job type's id, or the id
+    /// the type would get; no tenant (what can run depends on the model, which reads the job type,
+    /// never the tenant). For checking a submission before anything is stored.
+    pub fn candidate(&self, id: JobId, job_type: &str, gpus: u32, total_steps: f64) -> Job {
+        let job_type = self
+            .names
+            .job_types
+            .iter()
+            .position(|n| n == job_type)
+            .unwrap_or(self.names.job_types.len());
+        Job {
+            id,
+            arrival: 0.0,
+            job_type: JobTypeId(job_type as u32),
+            gpus,
+            total_steps,
+            weight: 1.0,
+            tenant: TenantId(0),
+        }
     }
 
     /// The id of a tenant by name, added if new.
