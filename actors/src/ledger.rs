@@ -136,7 +136,13 @@ pub struct Entry {
     pub stops: u32,
     /// Worker crashes so far (the restart budget spent).
     pub crashes: u32,
+    /// When it first started.
+    pub first_start: Option<f64>,
 }
+
+/// Ended jobs the ledger remembers, the most recent ones: a control plane that runs for months keeps
+/// its active jobs and a bounded history, in memory and in its snapshots.
+pub const HISTORY: usize = 10_000;
 
 /// A record that breaks an invariant.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -171,6 +177,8 @@ pub struct Ledger {
     pub keys: BTreeMap<String, JobId>,
     /// GPUs an operator took out of service.
     pub cordoned: std::collections::BTreeSet<u32>,
+    /// Ended jobs, oldest first: beyond [`HISTORY`], the oldest are forgotten.
+    pub ended: std::collections::VecDeque<JobId>,
 }
 
 impl Ledger {
@@ -198,6 +206,7 @@ impl Ledger {
                         starts: 0,
                         stops: 0,
                         crashes: 0,
+                        first_start: None,
                     },
                 );
             }
@@ -207,7 +216,7 @@ impl Ledger {
                 gpu_type,
                 gpus,
                 partner,
-                ..
+                at,
             } => {
                 let entry = self.live(seq, *job)?;
                 if matches!(entry.standing, Standing::Running { .. }) {
@@ -235,6 +244,7 @@ impl Ledger {
                     partner: *partner,
                 };
                 entry.starts += 1;
+                entry.first_start.get_or_insert(*at);
                 self.next_attempt = self.next_attempt.max(attempt + 1);
             }
             Record::Stopped { job, .. } => {
@@ -294,6 +304,17 @@ impl Ledger {
             entry.checkpoint = entry.spec.total_steps;
         }
         entry.standing = standing;
+        self.ended.push_back(job);
+        while self.ended.len() > HISTORY {
+            let Some(old) = self.ended.pop_front() else {
+                break;
+            };
+            if let Some(entry) = self.jobs.remove(&old)
+                && let Some(key) = &entry.spec.key
+            {
+                self.keys.remove(key);
+            }
+        }
         Ok(())
     }
 
@@ -439,5 +460,34 @@ mod tests {
             })
         );
         assert_eq!(ledger.unfinished().count(), 0);
+    }
+
+    #[test]
+    fn the_ledger_keeps_a_bounded_history_of_ended_jobs() {
+        let mut ledger = Ledger::default();
+        let mut seq = 0;
+        let total = HISTORY as u32 + 5;
+        for id in 0..total {
+            for record in [
+                spec(id),
+                Record::Finished {
+                    job: JobId(id),
+                    at: f64::from(id),
+                },
+            ] {
+                ledger.apply(seq, &record).unwrap();
+                seq += 1;
+            }
+        }
+        // One job still runs: it is kept whatever the history.
+        ledger.apply(seq, &spec(total)).unwrap();
+        assert_eq!(ledger.jobs.len(), HISTORY + 1);
+        assert!(
+            !ledger.jobs.contains_key(&JobId(4)),
+            "the oldest are forgotten"
+        );
+        assert!(ledger.jobs.contains_key(&JobId(5)));
+        assert!(ledger.jobs.contains_key(&JobId(total)));
+        assert_eq!(ledger.ended.len(), HISTORY);
     }
 }

@@ -17,7 +17,7 @@ mod plan;
 mod recover;
 mod store;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,7 @@ use crate::executor::{Executor, WorkerEvent};
 use crate::gang::{Acquire, GangActor};
 use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::job::{Advance, JobActor, JobEvent};
-use crate::ledger::{JobSpec, Record, Standing};
+use crate::ledger::{HISTORY, JobSpec, Record, Standing};
 use crate::lifecycle::Phase;
 use crate::request::same_request;
 use crate::stats::{Stats, StatsSnapshot};
@@ -47,6 +47,10 @@ pub use messages::{
     Cancel, Cordon, GetStats, JobInfo, JobRequest, ListJobs, Outlook, Parts, Peek, Poll, Refusal,
     Round, RoundReport, Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
 };
+
+/// Distinct job types, and distinct tenants, a control plane keeps: names are never forgotten (ids
+/// must stay stable), so a client that invents a new one per job is refused past this many.
+const MAX_NAMES: usize = 10_000;
 
 /// The policy's state and the placer, with the engine they drive; moved to a blocking thread while a
 /// round solves.
@@ -100,6 +104,9 @@ pub struct ClusterActor {
     /// Submissions that repeat the idempotency key of one waiting to be journaled: answered with
     /// its id once it is.
     key_waiters: Vec<(JobId, oneshot::Sender<Result<JobId, Refusal>>)>,
+    /// How the jobs that ended since the start ended, as the API shows them (the most recent
+    /// [`HISTORY`]); the engine forgets them.
+    ended: BTreeMap<JobId, JobInfo>,
     /// Jobs re-adopted at recovery whose gangs are leased once the actor runs.
     adopted: Vec<JobId>,
     round_queued: bool,
@@ -172,6 +179,7 @@ impl ClusterActor {
                 settings,
                 unjournaled: Vec::new(),
                 key_waiters: Vec::new(),
+                ended: BTreeMap::new(),
                 adopted: Vec::new(),
                 round_queued: false,
             };
@@ -405,6 +413,21 @@ impl ClusterActor {
         self.persist(&records);
     }
 
+    /// Jobs that ended (their ending committed): the API keeps how they ended, and the engine and the
+    /// actor's handles forget them, so that memory follows the active jobs and a bounded history.
+    fn retire(&mut self, jobs: impl IntoIterator<Item = JobId>) {
+        for job in jobs {
+            if let Some(info) = self.info(job) {
+                self.ended.insert(job, info);
+            }
+            self.engine().forget(job);
+            self.jobs.remove(&job);
+        }
+        while self.ended.len() > HISTORY {
+            self.ended.pop_first();
+        }
+    }
+
     fn current_attempt(&self, job: JobId) -> Option<u64> {
         match self.store.ledger.jobs.get(&job).map(|e| &e.standing) {
             Some(Standing::Running { attempt, .. }) => Some(*attempt),
@@ -414,6 +437,9 @@ impl ClusterActor {
 
     fn info(&mut self, id: JobId) -> Option<JobInfo> {
         let entry = self.store.ledger.jobs.get(&id)?;
+        if let Some(info) = self.ended.get(&id) {
+            return Some(info.clone());
+        }
         let spec = entry.spec.clone();
         let phase = self.jobs.get(&id).map_or(
             entry.standing.ended_phase().unwrap_or(Phase::Pending),
@@ -434,7 +460,14 @@ impl ClusterActor {
                 s.record.preemptions,
                 s.record.migrations,
             ),
-            None => (checkpoint, None, None, Vec::new(), 0, 0),
+            // Ended before a restart: what the ledger remembers.
+            None => {
+                let finished = match entry.standing {
+                    Standing::Finished { at } => Some(at),
+                    _ => None,
+                };
+                (checkpoint, entry.first_start, finished, Vec::new(), 0, 0)
+            }
         };
         Some(JobInfo {
             id,
@@ -731,10 +764,13 @@ impl Handler<Poll> for ClusterActor {
             self.queue_round(ctx);
         }
         let changes = self.engine().take_changes();
+        let ended: Vec<JobId> = ending.keys().copied().collect();
         if changes.is_empty() {
+            self.retire(ended);
             return Box::pin(std::future::ready(count));
         }
         let carried = self.commit(changes, now, ending, ctx);
+        self.retire(ended);
         Box::pin(async move {
             let _ = carried.await;
             count
@@ -786,6 +822,20 @@ impl Handler<Submit> for ClusterActor {
         };
         // Checked before its names are interned: a refused submission adds nothing to the engine.
         let engine = self.engine();
+        let names = engine.names();
+        for (field, name, known) in [
+            ("job_type", &spec.job_type, &names.job_types),
+            ("tenant", &spec.tenant, &names.tenants),
+        ] {
+            if known.len() >= MAX_NAMES && !known.contains(name) {
+                return refused(Refusal::Invalid {
+                    field,
+                    problem: format!(
+                        "this control plane already knows {MAX_NAMES} names of that kind, the most it keeps"
+                    ),
+                });
+            }
+        }
         let candidate = engine.candidate(spec.id, &spec.job_type, spec.gpus, spec.total_steps);
         if let Err(why) = engine.check(&candidate) {
             let field = match why {
@@ -879,6 +929,7 @@ impl Handler<Cancel> for ClusterActor {
         }
         let ending = FxHashMap::from_iter([(job, Phase::Cancelled)]);
         let carried = self.commit(changes, now, ending, ctx);
+        self.retire([job]);
         Box::pin(async move {
             let _ = carried.await;
             Ok(())
@@ -995,14 +1046,9 @@ impl Handler<Timeline> for ClusterActor {
 
     fn handle(&mut self, _: Timeline, _: &mut Context<Self>) -> Self::Result {
         let ids: Vec<JobId> = self.store.ledger.jobs.keys().copied().collect();
-        let engine = self.engine();
         MessageResult(
             ids.into_iter()
-                .filter_map(|id| {
-                    engine
-                        .status(id)
-                        .map(|s| (id, (s.record.first_start, s.record.finish)))
-                })
+                .filter_map(|id| self.info(id).map(|i| (id, (i.started, i.finished))))
                 .collect(),
         )
     }
@@ -1020,7 +1066,126 @@ impl Handler<InternedIds> for ClusterActor {
 
     fn handle(&mut self, InternedIds(id): InternedIds, _: &mut Context<Self>) -> Self::Result {
         let engine = self.engine();
-        let job = engine.jobs().iter().find(|j| j.id == id);
-        MessageResult(job.map(|j| (j.job_type.0, j.tenant.0)))
+        MessageResult(engine.job(id).map(|j| (j.job_type.0, j.tenant.0)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::VirtualClock;
+    use crate::executor::SimExecutor;
+    use gangway_core::cluster::Cluster;
+    use gangway_core::engine::EngineConfig;
+    use gangway_core::job::Names;
+    use gangway_core::placement::PackingPlacer;
+    use gangway_core::throughput::DurationModel;
+
+    #[actix::test]
+    async fn ended_jobs_leave_the_engine_and_stay_listed() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let parts = Parts {
+            cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
+            model: Arc::new(DurationModel::uniform(1)),
+            names: Names::default(),
+            policy: gangway_core::policy::build("fifo", &Default::default()).unwrap(),
+            placer: Box::new(PackingPlacer),
+            executor: Box::new(SimExecutor::default()),
+            probes: Vec::new(),
+            health_every: Duration::from_secs(60),
+        };
+        let settings = Settings::new(
+            EngineConfig::default(),
+            TimeSource::Virtual(Arc::clone(&clock)),
+        );
+        let cluster = ClusterActor::start(parts, settings).unwrap();
+        let mut ids = Vec::new();
+        for work in [100.0, 5000.0, 7000.0] {
+            let request = JobRequest {
+                id: None,
+                job_type: "toy".into(),
+                tenant: "a".into(),
+                gpus: 2,
+                work,
+                weight: 1.0,
+                run: None,
+            };
+            let submit = Submit {
+                request,
+                at: None,
+                key: None,
+            };
+            ids.push(cluster.send(submit).await.unwrap().unwrap());
+        }
+        cluster.send(Round).await.unwrap();
+        cluster.send(Cancel(ids[2])).await.unwrap().unwrap();
+        clock.set(200.0);
+        cluster.send(Poll).await.unwrap();
+        // The finished and the cancelled jobs are gone from the engine; the running one is there.
+        let interned = |id| cluster.send(InternedIds(id));
+        assert_eq!(interned(ids[0]).await.unwrap(), None, "finished, forgotten");
+        assert_eq!(
+            interned(ids[2]).await.unwrap(),
+            None,
+            "cancelled, forgotten"
+        );
+        assert!(interned(ids[1]).await.unwrap().is_some(), "running, kept");
+        // The API still shows how they ended.
+        let jobs = cluster.send(ListJobs).await.unwrap();
+        let phases: Vec<Phase> = jobs.iter().map(|j| j.phase).collect();
+        assert_eq!(phases, [Phase::Finished, Phase::Running, Phase::Cancelled]);
+        assert_eq!(jobs[0].finished, Some(100.0));
+        assert_eq!(jobs[0].started, Some(0.0));
+        assert_eq!(jobs[0].progress, 1.0);
+    }
+
+    #[actix::test]
+    async fn a_client_inventing_names_is_refused_past_the_limit() {
+        let parts = Parts {
+            cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
+            model: Arc::new(DurationModel::uniform(1)),
+            names: Names::default(),
+            policy: gangway_core::policy::build("fifo", &Default::default()).unwrap(),
+            placer: Box::new(PackingPlacer),
+            executor: Box::new(SimExecutor::default()),
+            probes: Vec::new(),
+            health_every: Duration::from_secs(60),
+        };
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
+        let cluster = ClusterActor::start(parts, settings).unwrap();
+        let submit = |tenant: String| Submit {
+            request: JobRequest {
+                id: None,
+                job_type: "toy".into(),
+                tenant,
+                gpus: 1,
+                work: 10.0,
+                weight: 1.0,
+                run: None,
+            },
+            at: None,
+            key: None,
+        };
+        for k in 0..MAX_NAMES {
+            cluster
+                .send(submit(format!("tenant-{k}")))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let refused = cluster.send(submit("one-more".into())).await.unwrap();
+        assert!(
+            matches!(&refused, Err(Refusal::Invalid { field: "tenant", problem }) if problem.contains("10000")),
+            "{refused:?}"
+        );
+        // A name it knows is still fine.
+        assert!(
+            cluster
+                .send(submit("tenant-7".into()))
+                .await
+                .unwrap()
+                .is_ok()
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use super::{Engine, JobState};
 use crate::cluster::{GpuSet, GpuTypeId};
-use crate::job::{Job, JobId, JobTypeId, TenantId};
+use crate::job::{Job, JobId, JobTypeId, Names, TenantId};
 use crate::throughput::locality::default_sensitivity;
 
 use super::accounting::new_record;
@@ -42,6 +42,11 @@ impl Engine<'_> {
             weight: 1.0,
             tenant: TenantId(0),
         }
+    }
+
+    /// The names job-type and tenant ids refer to.
+    pub fn names(&self) -> &Names {
+        &self.names
     }
 
     /// The id of a tenant by name, added if new.
@@ -118,13 +123,10 @@ impl Engine<'_> {
         })
     }
 
-    /// Adds a job's state without admitting it.
+    /// Adds a job's state without admitting it, in a forgotten job's slot if there is one.
     fn push(&mut self, job: Job) -> usize {
         let rates: Vec<f64> = self.rates_of(&job).collect();
-        self.rates.extend(rates);
-        let i = self.jobs.len();
-        self.index_of.insert(job.id, i);
-        self.states.push(JobState {
+        let state = JobState {
             steps_done: 0.0,
             attained_gpu_seconds: 0.0,
             attained_seconds: 0.0,
@@ -140,8 +142,23 @@ impl Engine<'_> {
             displaced: false,
             waiting: None,
             record: new_record(&job, self.names.job_type(job.job_type), self.types()),
-        });
-        self.jobs.push(job);
+        };
+        let i = match self.vacant.pop() {
+            Some(i) => {
+                let t = self.types();
+                self.rates[i * t..(i + 1) * t].copy_from_slice(&rates);
+                self.states[i] = state;
+                self.jobs[i] = job;
+                i
+            }
+            None => {
+                self.rates.extend(rates);
+                self.states.push(state);
+                self.jobs.push(job);
+                self.jobs.len() - 1
+            }
+        };
+        self.index_of.insert(self.jobs[i].id, i);
         i
     }
 

@@ -10,6 +10,8 @@ use crate::job::JobId;
 use crate::metrics::JobRecord;
 use crate::placement::{Placed, Placer, Unplaced};
 
+use super::accounting::new_record;
+
 /// A start or stop that a scheduling pass (or a completion) made, for a live driver to carry out.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Change {
@@ -156,6 +158,23 @@ impl Engine<'_> {
             let from = run.progress_from.max(now);
             self.reschedule_completion(i, from);
         }
+    }
+
+    /// Drops everything the engine keeps about job `id`, which has ended: a live driver keeps its
+    /// history elsewhere (the journal), and the engine's memory then follows the active jobs. Returns
+    /// whether it was forgotten (an active job is not).
+    pub fn forget(&mut self, id: JobId) -> bool {
+        let Some(&i) = self.index_of.get(&id) else {
+            return false;
+        };
+        if self.active.contains(&i) {
+            return false;
+        }
+        self.index_of.remove(&id);
+        self.states[i].record = new_record(&self.jobs[i], "", 0);
+        self.states[i].last_gpus = GpuSet::new();
+        self.vacant.push(i);
+        true
     }
 
     /// Job `id` finished at `now` (a live driver's executor says so).

@@ -106,6 +106,9 @@ pub struct Engine<'m> {
     jobs: Vec<Job>,
     states: Vec<JobState>,
     index_of: FxHashMap<JobId, usize>,
+    /// Slots of forgotten jobs, reused by the next submissions (a live control plane forgets the jobs
+    /// that ended, so that its memory follows its active jobs, not its history).
+    vacant: Vec<usize>,
     /// rates[i * types + t]: steps/s of job i alone on its gang of type t (0 = cannot run).
     rates: Vec<f64>,
     /// The GPU types, fastest first for the jobs admitted so far.
@@ -150,6 +153,7 @@ impl<'m> Engine<'m> {
             jobs: Vec::new(),
             states: Vec::new(),
             index_of: FxHashMap::default(),
+            vacant: Vec::new(),
             rates: Vec::new(),
             type_order: FastestFirst::new(types),
             active: Vec::new(),
@@ -193,9 +197,9 @@ impl<'m> Engine<'m> {
         self.finished
     }
 
-    /// Every job submitted, in submission order.
-    pub fn jobs(&self) -> &[Job] {
-        &self.jobs
+    /// A job submitted and not forgotten.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.index_of.get(&id).map(|&i| &self.jobs[i])
     }
 
     fn types(&self) -> usize {
