@@ -75,24 +75,42 @@ fn write_script(dir: &Path, name: &str, body: &str) -> PathBuf {
 }
 
 fn wait_for_step(dir: &Path, job: &str, step: u64, child: &mut Child) {
-    wait_for_progress(dir, job, step, || {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "elastic-run ended early"
-        )
-    });
+    wait_for_progress(
+        || vec![dir.join(job).join("progress.json")],
+        step,
+        || {
+            assert!(
+                child.try_wait().unwrap().is_none(),
+                "elastic-run ended early"
+            )
+        },
+    );
 }
 
-/// Waits until the job's progress file reports `step`, calling `check` while it waits.
-fn wait_for_progress(dir: &Path, job: &str, step: u64, mut check: impl FnMut()) {
-    let path = dir.join(job).join("progress.json");
+/// The progress files of the attempts a process executor started in `runs`: under an executor
+/// the workers report to it, not into the checkpoint directory.
+fn attempt_progress_files(runs: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(runs)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "progress"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Waits until one of the progress files reports `step`, calling `check` while it waits.
+fn wait_for_progress(files: impl Fn() -> Vec<PathBuf>, step: u64, mut check: impl FnMut()) {
     let deadline = Instant::now() + Duration::from_secs(120);
     while Instant::now() < deadline {
-        let reached = std::fs::read_to_string(&path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .and_then(|v| v["step"].as_u64())
-            .is_some_and(|s| s >= step);
+        let reached = files().iter().any(|path| {
+            std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                .and_then(|v| v["step"].as_u64())
+                .is_some_and(|s| s >= step)
+        });
         if reached {
             return;
         }
@@ -353,11 +371,15 @@ fn launch_on(job: u32, attempt: u64, gpus: &[u32], run: &RunCommand) -> Launch {
     }
 }
 
-/// Polls `exec` until the job's workers end; their event.
+/// Polls `exec` until the job's workers end; their event (progress reports on the way are passed).
 fn wait_for_end(exec: &mut ProcessExecutor) -> WorkerEvent {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        if let Some(event) = exec.poll(0.0).pop() {
+        let ending = exec
+            .poll(0.0)
+            .into_iter()
+            .find(|event| !matches!(event, WorkerEvent::Progressed { .. }));
+        if let Some(event) = ending {
             return event;
         }
         assert!(Instant::now() < deadline, "the workers did not end");
@@ -402,10 +424,11 @@ fn resizing_two_one_two_resumes_from_each_checkpoint_and_keeps_the_global_batch(
     let mut exec = executor(dir.path());
     // Each resize is what the control plane does: stop (checkpoint), then launch on the new GPUs.
     exec.launch(&launch_on(1, 0, &[0, 1], &run), 0.0).unwrap();
-    wait_for_progress(dir.path(), "resized", 12, || {});
+    let runs = dir.path().join("runs");
+    wait_for_progress(|| attempt_progress_files(&runs), 12, || {});
     exec.stop(JobId(1), 1.0).unwrap();
     exec.launch(&launch_on(1, 1, &[0], &run), 1.0).unwrap();
-    wait_for_progress(dir.path(), "resized", 25, || {});
+    wait_for_progress(|| attempt_progress_files(&runs), 25, || {});
     exec.stop(JobId(1), 2.0).unwrap();
     exec.launch(&launch_on(1, 2, &[0, 1], &run), 2.0).unwrap();
     let end = wait_for_end(&mut exec);
@@ -569,7 +592,17 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_for_step(dir.path(), "moved", 8, &mut client);
+    let runs = journal.join("runs");
+    wait_for_progress(
+        || attempt_progress_files(&runs),
+        8,
+        || {
+            assert!(
+                client.try_wait().unwrap().is_none(),
+                "elastic-run ended early"
+            )
+        },
+    );
     let http = support::Api::new(&base, &journal, Duration::from_secs(60));
     let refused = http
         .post("/gpus/cordon", &serde_json::json!({ "gpus": [9] }))
