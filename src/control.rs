@@ -497,11 +497,15 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
         }
         crate::report::OutputFormat::Table => {
             println!(
-                "{:>6}  {:<13} {:>4}  {:>8}  {:<12} {:<12} PLACEMENT",
+                "{:>6}  {:<13} {:>4}  {:>8}  {:<12} {:<12} PLACEMENT (or why it waits)",
                 "ID", "PHASE", "GPUS", "PROGRESS", "TYPE", "TENANT"
             );
             for j in &jobs {
                 let gpus: Vec<String> = j.placement.iter().map(u32::to_string).collect();
+                let placement = match &j.waiting {
+                    Some(why) if gpus.is_empty() => format!("waits: {why}"),
+                    _ => gpus.join(","),
+                };
                 println!(
                     "{:>6}  {:<13} {:>4}  {:>7.1}%  {:<12} {:<12} {}",
                     j.id,
@@ -512,7 +516,7 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     // were checked).
                     escape(&j.job_type),
                     escape(&j.tenant),
-                    gpus.join(",")
+                    placement
                 );
             }
         }
