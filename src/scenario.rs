@@ -13,6 +13,7 @@ use gangway_core::error::Source;
 use gangway_core::job::{Names, Trace, WorkUnit};
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
+use gangway_core::throughput::goodput::ProfiledWorkload;
 use gangway_core::throughput::{DurationModel, TableModel, ThroughputModel, ThroughputTable};
 use gangway_core::trace::{self, SyntheticSpec, TraceOptions};
 use gangway_topology::topology::{ClusterSpec, Topology};
@@ -164,6 +165,9 @@ impl Scenario {
     /// The model for a trace: the table for step-counted traces, durations otherwise.
     pub fn model_for(&self, trace: &Trace) -> Result<Box<dyn ThroughputModel>> {
         match (trace.work_unit(), &self.table) {
+            (WorkUnit::Progress, _) => {
+                Ok(Box::new(ProfiledWorkload::for_trace(trace, &self.cluster)?))
+            }
             (WorkUnit::Steps, Some(table)) => {
                 Ok(Box::new(TableModel::new(table, trace, &self.cluster)?))
             }
@@ -242,6 +246,7 @@ pub fn model_for(
     Ok(match trace.work_unit() {
         WorkUnit::Steps => Box::new(TableModel::new(table, trace, cluster)?),
         WorkUnit::Seconds => Box::new(DurationModel::uniform(cluster.num_gpu_types())),
+        WorkUnit::Progress => Box::new(ProfiledWorkload::for_trace(trace, cluster)?),
     })
 }
 

@@ -596,7 +596,7 @@ fn pollux_workload_runs_with_explicit_and_default_profiles() {
     let explicit = simulate(&[
         "--trace",
         &workload,
-        "--pollux-profiles",
+        "--profiles",
         &profiles,
         "--cluster",
         "t4=16x4",
@@ -604,7 +604,7 @@ fn pollux_workload_runs_with_explicit_and_default_profiles() {
         "json",
     ])
     .success();
-    // Without --pollux-profiles, ../profiles next to the workload is used.
+    // Without --profiles, the profiles beside the workloads are used.
     let default = simulate(&[
         "--trace",
         &workload,
@@ -634,7 +634,7 @@ fn pollux_workload_runs_with_explicit_and_default_profiles() {
     let run = simulate(&[
         "--trace",
         &workload,
-        "--pollux-profiles",
+        "--profiles",
         &path_arg(&dir.path().join("nowhere")),
         "--cluster",
         "t4=16x4",

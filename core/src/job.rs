@@ -20,6 +20,9 @@ pub enum WorkUnit {
     Steps,
     /// Seconds of running time at the job's requested GPU count, for traces that give only durations.
     Seconds,
+    /// Training progress, in iterations at each application's initial batch size (Pollux's and Sia's
+    /// workloads): a goodput model over the applications' profiles says how fast a run makes it.
+    Progress,
 }
 
 /// One training job.
@@ -36,6 +39,11 @@ pub struct Job {
     /// Priority weight (1 by default).
     pub weight: f64,
     pub tenant: TenantId,
+    /// The global batch size the job was tuned for, when its trace gives one (Pollux's and Sia's
+    /// workloads): what policies that keep a job's size run it with, and the bound a goodput model
+    /// tunes within.
+    #[serde(default)]
+    pub batch: Option<u32>,
 }
 
 /// The names that job-type and tenant ids refer to.
@@ -73,6 +81,9 @@ pub struct Trace {
     pub work_unit: Option<WorkUnit>,
     pub jobs: Vec<Job>,
     pub names: Names,
+    /// Where the profiles of its applications are, for traces counted in [`WorkUnit::Progress`].
+    #[serde(skip)]
+    pub profiles: Option<std::path::PathBuf>,
 }
 
 impl Trace {

@@ -76,6 +76,7 @@ fn trace() -> impl Strategy<Value = Trace> {
                 total_steps: steps,
                 weight: 1.0 + (i % 3) as f64,
                 tenant,
+                batch: None,
             });
         }
         trace
@@ -168,6 +169,7 @@ fn an_oversized_gang_is_reported_not_lost() {
             total_steps: 100.0,
             weight: 1.0,
             tenant,
+            batch: None,
         });
     }
     let result = run(
@@ -204,6 +206,7 @@ fn preemption_costs_delay_the_preempted_job() {
             total_steps: 3600.0,
             weight: 1.0,
             tenant,
+            batch: None,
         });
     }
     let free = run(
@@ -320,6 +323,7 @@ mod topology_placement {
             total_steps: 10_000.0,
             weight: 1.0,
             tenant,
+            batch: None,
         });
         // Two DGX-1s: the best 8 GPUs are one server (NVLink rings at 25 GB/s); a random 8 of the 16
         // almost surely spans both, and its ring crosses the 12.5 GB/s network.
@@ -363,6 +367,7 @@ fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
             total_steps: steps,
             weight: 1.0,
             tenant,
+            batch: None,
         });
     }
     let config = SimConfig {

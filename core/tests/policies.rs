@@ -43,6 +43,7 @@ fn trace(jobs: &[(f64, u32, f64)]) -> Trace {
             total_steps: steps,
             weight: 1.0,
             tenant,
+            batch: None,
         });
     }
     t
@@ -144,6 +145,8 @@ every_policy! {
     finish_time_fairness: fair = true;
     tiresias: fair = true;
     tiresias_gittins: fair = false;
+    // No starvation promotion, as Pollux runs it: a long job can wait behind short ones.
+    tiresias_pollux: fair = false;
     dlas: fair = true;
     gandiva: fair = true;
     // Themis bounds rho, not waiting: a long job's ideal finish time grows with the queue, so its rho

@@ -38,6 +38,7 @@ fn trace(work: &[(f64, f64)]) -> Trace {
             total_steps: seconds,
             weight: 1.0,
             tenant,
+            batch: None,
         });
     }
     trace

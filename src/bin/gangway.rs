@@ -159,9 +159,10 @@ struct SimulateArgs {
     /// Write per-job CSVs, summary.json and SVG plots (JCT CDF, utilization) here.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
-    /// Pollux's profiles/ folder, for Pollux workloads (default: ../profiles next to the workload).
+    /// The application profiles of a Pollux or Sia workload (default: the `profiles/` folder beside its
+    /// folder of workloads, or beside the one above).
     #[arg(long, value_name = "DIR")]
-    pollux_profiles: Option<PathBuf>,
+    profiles: Option<PathBuf>,
     #[command(flatten)]
     scenario: scenario::ScenarioArgs,
 }
@@ -236,7 +237,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     let options = TraceOptions {
         format: args.trace_format.map(|f| f.0),
         rate: args.rate.or(embedded.then_some(2.0)),
-        pollux_profiles: args.pollux_profiles.clone(),
+        profiles: args.profiles.clone(),
     };
     let topology_spec = match &args.topology {
         Some(path) => Some(scenario::topology_file(path)?),

@@ -613,6 +613,7 @@ fn job_of(engine: &mut Engine<'static>, spec: &JobSpec) -> Job {
         total_steps: spec.total_steps,
         weight: spec.weight,
         tenant: engine.intern_tenant(&spec.tenant),
+        batch: None,
     }
 }
 

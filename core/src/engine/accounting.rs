@@ -85,7 +85,6 @@ impl Engine<'_> {
             return;
         }
         let held = now - from;
-        let progressing = (now - run.progress_from.max(from)).max(0.0);
         // Packed partners split the GPUs' time between them, so that GPU-time adds up to busy time.
         let sharers = if run.partner.is_some() { 2.0 } else { 1.0 };
         let gpus = run.gpus.len() as f64 / sharers;
@@ -97,7 +96,39 @@ impl Engine<'_> {
         } else {
             state.record.gpu_seconds[run.gpu_type.0 as usize] += held * gpus;
         }
-        state.steps_done += progressing * run.rate;
+        // Progress, segment by segment: a model whose rate changes with progress (epochs) is asked again
+        // where a segment ends.
+        let mut t = run.progress_from.max(from);
+        while t < now {
+            if run.until <= state.steps_done {
+                let segment = super::runs::alone_segment(
+                    &*self.model,
+                    cluster,
+                    &self.jobs[i],
+                    run.gpu_type,
+                    &run.gpus,
+                    run.batch,
+                    state.steps_done,
+                );
+                run.rate = segment.rate * run.locality;
+                // Past its last segment (at its end, by rounding): the rate holds from here on.
+                run.until = if segment.until > state.steps_done {
+                    segment.until
+                } else {
+                    f64::INFINITY
+                };
+                if run.rate <= 0.0 {
+                    break;
+                }
+            }
+            let to_boundary = (run.until - state.steps_done) / run.rate;
+            if t + to_boundary >= now || !to_boundary.is_finite() {
+                state.steps_done += (now - t) * run.rate;
+                break;
+            }
+            state.steps_done = run.until;
+            t += to_boundary;
+        }
         state.attained_seconds += held;
         state.attained_gpu_seconds += held * gpus;
         self.usage.push(Usage {

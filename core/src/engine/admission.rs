@@ -41,6 +41,7 @@ impl Engine<'_> {
             total_steps,
             weight: 1.0,
             tenant: TenantId(0),
+            batch: None,
         }
     }
 
@@ -233,6 +234,7 @@ mod tests {
             total_steps: 100.0,
             weight: 1.0,
             tenant: TenantId(0),
+            batch: None,
         }
     }
 

@@ -58,10 +58,23 @@ impl Engine<'_> {
         self.completions.horizon = horizon;
         for k in 0..self.active.len() {
             let i = self.active[k];
-            let state = &mut self.states[i];
-            if state.run.is_some() && state.completion.is_none() {
-                state.completion = self.completions.insert(state.finish_at, i);
+            let state = &self.states[i];
+            let Some(run) = &state.run else {
+                continue;
+            };
+            if state.completion.is_some() {
+                continue;
             }
+            // A finish beyond the old horizon of a rate that changes with progress is predicted now.
+            let finish = if state.finish_at.is_infinite() && run.until.is_finite() {
+                let from = run.progress_from.max(run.settled_to);
+                self.predict_finish(i, from, state.steps_done, horizon)
+            } else {
+                state.finish_at
+            };
+            let state = &mut self.states[i];
+            state.finish_at = finish;
+            state.completion = self.completions.insert(finish, i);
         }
     }
 
@@ -69,8 +82,16 @@ impl Engine<'_> {
     pub fn next_finish(&self) -> f64 {
         self.active
             .iter()
-            .filter(|&&i| self.states[i].run.is_some())
-            .map(|&i| self.states[i].finish_at)
+            .filter_map(|&i| {
+                let state = &self.states[i];
+                let run = state.run.as_ref()?;
+                Some(if state.finish_at.is_finite() {
+                    state.finish_at
+                } else {
+                    let from = run.progress_from.max(run.settled_to);
+                    self.predict_finish(i, from, state.steps_done, f64::INFINITY)
+                })
+            })
             .fold(f64::INFINITY, f64::min)
     }
 
@@ -99,11 +120,53 @@ impl Engine<'_> {
 
     /// Recomputes when job `i`'s run ends, progressing from `progress_from` at its current rate.
     pub(super) fn reschedule_completion(&mut self, i: usize, progress_from: f64) {
-        let remaining = (self.jobs[i].total_steps - self.states[i].steps_done).max(0.0);
         self.unindex_completion(i);
+        let steps = self.states[i].steps_done;
+        let finish = self.predict_finish(i, progress_from, steps, self.completions.horizon);
         let state = &mut self.states[i];
-        let rate = state.run.as_ref().map_or(0.0, |r| r.rate);
-        state.finish_at = progress_from + remaining / rate;
-        state.completion = self.completions.insert(state.finish_at, i);
+        state.finish_at = finish;
+        state.completion = self.completions.insert(finish, i);
+    }
+
+    /// When job `i`'s run finishes if nothing changes, progressing from time `from` with `steps` done:
+    /// exact when its rate holds to the end; for a rate that changes as it progresses (epochs), exact
+    /// when that is by `limit`, and infinite beyond (it is asked again when the horizon moves).
+    fn predict_finish(&self, i: usize, from: f64, steps: f64, limit: f64) -> f64 {
+        let total = self.jobs[i].total_steps;
+        let Some(run) = &self.states[i].run else {
+            return f64::INFINITY;
+        };
+        if run.until >= total {
+            return from + (total - steps).max(0.0) / run.rate;
+        }
+        let (mut t, mut done, mut rate, mut until) = (from, steps, run.rate, run.until);
+        // Epochs are finite: a bound on the segments keeps a model that never ends one from spinning.
+        for _ in 0..100_000 {
+            if rate <= 0.0 {
+                return f64::INFINITY;
+            }
+            if until >= total {
+                return t + (total - done).max(0.0) / rate;
+            }
+            if until > done {
+                t += (until - done) / rate;
+                done = until;
+            }
+            if t > limit {
+                return f64::INFINITY;
+            }
+            let segment = super::runs::alone_segment(
+                &*self.model,
+                &self.cluster,
+                &self.jobs[i],
+                run.gpu_type,
+                &run.gpus,
+                run.batch,
+                done,
+            );
+            rate = segment.rate * run.locality;
+            until = segment.until.max(done);
+        }
+        f64::INFINITY
     }
 }

@@ -25,6 +25,8 @@ impl Engine<'_> {
                     running: state.run.as_ref().map(|r| Running {
                         gpu_type: r.gpu_type,
                         gpus: &r.gpus,
+                        batch: r.batch,
+                        restarting: r.progress_from > now,
                     }),
                     queued_since: state.queued_since,
                     last_run_seconds: state.last_run_seconds,

@@ -247,7 +247,7 @@ impl Engine<'_> {
         }
         self.states[i].overhead_due = 0.0;
         let locality = placer.locality(&self.cluster, &gpus);
-        self.start(i, Placed { gpus, locality }, gpu_type, None, now);
+        self.start(i, Placed { gpus, locality }, gpu_type, None, None, now);
         self.note_utilization(now);
         Ok(())
     }
@@ -328,6 +328,7 @@ mod tests {
             total_steps: 100.0,
             weight: 1.0,
             tenant: TenantId(0),
+            batch: None,
         };
         engine.submit(job, 0.0).unwrap();
         let gpus: GpuSet = [GpuId(0), GpuId(1)].into_iter().collect();

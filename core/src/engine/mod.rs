@@ -36,8 +36,8 @@ use crate::metrics::JobRecord;
 use crate::placement::{FreeGpus, Unplaced};
 use crate::policy::effective::FastestFirst;
 use crate::policy::{Grant, Usage};
-use crate::throughput::ThroughputModel;
 use crate::throughput::locality::default_sensitivity;
+use crate::throughput::{BatchPlan, ThroughputModel};
 
 pub use accounting::{EngineTotals, new_record};
 pub use admission::MAX_JOB_SECONDS;
@@ -56,6 +56,10 @@ struct Run {
     /// Its GPUs span types (placed for an `Intent::MixedTypes` grant).
     mixed: bool,
     rate: f64,
+    /// Work done at which `rate` stops holding (an epoch ends); infinite for models of constant rate.
+    until: f64,
+    /// The batch plan it runs with, when a policy chose one.
+    batch: Option<BatchPlan>,
     /// How much its placement slows it (1 = ideal), kept to recompute the rate when a partner leaves.
     locality: f64,
     /// The job packed on the same GPUs, if any. The GPUs belong to the pair: they are free again only

@@ -46,6 +46,17 @@ impl Engine<'_> {
             {
                 spread.push(i);
             }
+            // A new batch plan for a run that keeps its GPUs changes its pace, not its place.
+            let new_batch = self.states[i]
+                .grant
+                .and_then(|g| g.batch)
+                .filter(|b| keep && Some(*b) != self.states[i].run.as_ref().and_then(|r| r.batch));
+            if let Some(batch) = new_batch {
+                if let Some(run) = self.states[i].run.as_mut() {
+                    run.batch = Some(batch);
+                }
+                self.rerate(i, now);
+            }
             if !keep {
                 self.stop(i, now);
                 self.states[i].displaced = true;
@@ -78,7 +89,7 @@ impl Engine<'_> {
             let placed = self.place(i, g, partner.is_some(), placer, now);
             match placed {
                 Ok(placed) if placed.gpus.len() == g.gpus as usize => {
-                    self.start(i, placed, g.gpu_type, partner, now)
+                    self.start(i, placed, g.gpu_type, partner, g.batch, now)
                 }
                 Ok(_) => {}
                 Err(why) => self.states[i].waiting = Some(self.explain(why)),
@@ -173,7 +184,7 @@ impl Engine<'_> {
         if run.partner.is_some() || run.mixed {
             return;
         }
-        let gpu_type = run.gpu_type;
+        let (gpu_type, batch) = (run.gpu_type, run.batch);
         let request = PlaceRequest {
             job: &self.jobs[i],
             gpu_type,
@@ -189,7 +200,7 @@ impl Engine<'_> {
             // The new GPUs were free before the old ones are released, so the two sets never overlap.
             self.stop(i, now);
             self.states[i].displaced = true;
-            self.start(i, placed, gpu_type, None, now);
+            self.start(i, placed, gpu_type, None, batch, now);
         }
     }
 

@@ -1,28 +1,80 @@
 //! Starting and stopping runs, and what they cost: restore, migration and checkpoint time owed.
 
+use smallvec::SmallVec;
+
 use super::{Engine, Run};
-use crate::cluster::{GpuSet, GpuTypeId};
+use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId};
+use crate::job::Job;
 use crate::placement::Placed;
 use crate::throughput::locality::locality_factor;
+use crate::throughput::{BatchPlan, RunShape, Segment, ThroughputModel};
 
 use super::live::Change;
 
+/// GPUs per server of a gang, in server order.
+pub(super) fn placement_shape(cluster: &Cluster, gpus: &[GpuId]) -> SmallVec<[u32; 8]> {
+    let mut nodes: SmallVec<[u32; 8]> = gpus.iter().map(|&g| cluster.node_of(g).0).collect();
+    nodes.sort_unstable();
+    let mut shape = SmallVec::new();
+    let mut k = 0;
+    while k < nodes.len() {
+        let same = nodes[k..].iter().take_while(|&&n| n == nodes[k]).count();
+        shape.push(same as u32);
+        k += same;
+    }
+    shape
+}
+
+/// Job `job`'s rate alone on `gpus` of `gpu_type` from `steps_done` on (0 where it cannot run).
+pub(super) fn alone_segment(
+    model: &dyn ThroughputModel,
+    cluster: &Cluster,
+    job: &Job,
+    gpu_type: GpuTypeId,
+    gpus: &[GpuId],
+    batch: Option<BatchPlan>,
+    steps_done: f64,
+) -> Segment {
+    let placement = placement_shape(cluster, gpus);
+    let shape = RunShape {
+        gpu_type,
+        placement: &placement,
+        batch,
+    };
+    model
+        .run_rate(job, &shape, steps_done)
+        .filter(|s| s.rate.is_finite() && s.rate > 0.0)
+        .unwrap_or(Segment {
+            rate: 0.0,
+            until: f64::INFINITY,
+        })
+}
+
 impl Engine<'_> {
-    /// Takes `placed` GPUs and starts job `i` on them (with its partner, when packed).
+    /// Takes `placed` GPUs and starts job `i` on them (with its partner, when packed), with `batch`.
     pub(super) fn start(
         &mut self,
         i: usize,
         placed: Placed,
         gpu_type: GpuTypeId,
         partner: Option<usize>,
+        batch: Option<BatchPlan>,
         now: f64,
     ) {
         self.busy.change(now, placed.gpus.len() as i64);
         self.free.take(&self.cluster, &placed.gpus);
         match partner {
             None => {
-                let rate = self.rate_at(i, gpu_type, placed.gpus.len() as u32);
-                self.begin_run(i, &placed, gpu_type, rate, None, now);
+                let segment = alone_segment(
+                    &*self.model,
+                    &self.cluster,
+                    &self.jobs[i],
+                    gpu_type,
+                    &placed.gpus,
+                    batch,
+                    self.states[i].steps_done,
+                );
+                self.begin_run(i, &placed, gpu_type, segment, batch, None, now);
             }
             Some(p) => {
                 let (a, b) = (&self.jobs[i], &self.jobs[p]);
@@ -30,23 +82,30 @@ impl Engine<'_> {
                     .model
                     .packed_steps_per_second(a, b, gpu_type, a.gpus)
                     .expect("the pair's rates were checked before it was placed");
-                self.begin_run(i, &placed, gpu_type, rate_a, Some(p), now);
-                self.begin_run(p, &placed, gpu_type, rate_b, Some(i), now);
+                let for_good = |rate| Segment {
+                    rate,
+                    until: f64::INFINITY,
+                };
+                self.begin_run(i, &placed, gpu_type, for_good(rate_a), None, Some(p), now);
+                self.begin_run(p, &placed, gpu_type, for_good(rate_b), None, Some(i), now);
             }
         }
     }
 
-    /// Sets up job `i`'s run on GPUs already taken, at `rate` alone (scaled by its locality factor),
-    /// after the costs it owes.
+    /// Sets up job `i`'s run on GPUs already taken, at `segment`'s rate alone (scaled by its locality
+    /// factor), after the costs it owes.
+    #[allow(clippy::too_many_arguments)]
     fn begin_run(
         &mut self,
         i: usize,
         placed: &Placed,
         gpu_type: GpuTypeId,
-        rate: f64,
+        segment: Segment,
+        batch: Option<BatchPlan>,
         partner: Option<usize>,
         now: f64,
     ) {
+        let rate = segment.rate;
         let locality = locality_factor(self.sensitivity_of(i), placed.locality);
         let overhead = self.start_overhead(i, &placed.gpus);
         let cluster = &self.cluster;
@@ -63,6 +122,8 @@ impl Engine<'_> {
             mixed,
             gpus: placed.gpus.clone(),
             rate: rate * locality,
+            until: segment.until,
+            batch,
             locality,
             partner,
             settled_to: now,
@@ -84,14 +145,15 @@ impl Engine<'_> {
         self.reschedule_completion(i, now + overhead);
     }
 
-    /// Seconds of no progress job `i` pays when it starts on `gpus`: costs it still owes, plus a
-    /// migration when it ran last round elsewhere.
+    /// Seconds of no progress job `i` pays when it starts on `gpus`: costs it still owes (at least its
+    /// model's restart delay), plus a migration when it ran last round elsewhere.
     fn start_overhead(&mut self, i: usize, gpus: &GpuSet) -> f64 {
         let migrate_cost = self.config.migrate_cost;
+        let restart = self.model.restart_seconds(&self.jobs[i]);
         let state = &mut self.states[i];
         let was_running = std::mem::take(&mut state.displaced);
         let previous = std::mem::take(&mut state.last_gpus);
-        let mut overhead = state.overhead_due;
+        let mut overhead = state.overhead_due.max(restart);
         if was_running && *gpus != previous {
             state.record.migrations += 1;
             if state.progressed {
@@ -135,17 +197,33 @@ impl Engine<'_> {
     /// Job `i`'s partner left: from `now` on it runs alone on the GPUs, at its rate alone there.
     fn run_alone(&mut self, i: usize, now: f64) {
         self.settle(i, now);
+        if let Some(run) = self.states[i].run.as_mut() {
+            run.partner = None;
+        }
+        self.rerate(i, now);
+    }
+
+    /// Recomputes job `i`'s rate from `now` (its partner left, or its batch changed), and tells the
+    /// live driver.
+    pub(super) fn rerate(&mut self, i: usize, now: f64) {
         let id = self.jobs[i].id;
+        let steps_done = self.states[i].steps_done;
         let Some(run) = self.states[i].run.as_mut() else {
             return;
         };
-        run.partner = None;
-        let (gpu_type, gpus, locality) = (run.gpu_type, run.gpus.len() as u32, run.locality);
         let progress_from = run.progress_from.max(now);
-        let rate = self.rate_at(i, gpu_type, gpus) * locality;
-        if let Some(run) = self.states[i].run.as_mut() {
-            run.rate = rate;
-        }
+        let segment = alone_segment(
+            &*self.model,
+            &self.cluster,
+            &self.jobs[i],
+            run.gpu_type,
+            &run.gpus,
+            run.batch,
+            steps_done,
+        );
+        run.rate = segment.rate * run.locality;
+        run.until = segment.until;
+        let rate = run.rate;
         self.note_change(|| Change::Retuned {
             job: id,
             steps_per_second: rate,

@@ -88,6 +88,7 @@ mod tests {
             total_steps: 1.0,
             weight: 1.0,
             tenant: TenantId(0),
+            batch: None,
         }
     }
 

@@ -168,6 +168,7 @@ mod tests {
             total_steps: 100.0,
             weight,
             tenant: TenantId(0),
+            batch: None,
         }
     }
 

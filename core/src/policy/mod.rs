@@ -40,7 +40,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
 use crate::error::SimError;
 use crate::job::{Job, JobId};
-use crate::throughput::ThroughputModel;
+use crate::throughput::{BatchPlan, ThroughputModel};
 
 pub use cadence::{Cadence, Cadenced};
 pub use mechanism::{Realize, TimeSharePolicy, TimeShares, TypePreference, Unit};
@@ -118,6 +118,10 @@ pub struct JobView<'a> {
 pub struct Running<'a> {
     pub gpu_type: GpuTypeId,
     pub gpus: &'a [GpuId],
+    /// The batch plan it runs with, when a policy chose one.
+    pub batch: Option<BatchPlan>,
+    /// It is still paying its restart (or restore, or migration) cost.
+    pub restarting: bool,
 }
 
 impl JobView<'_> {
@@ -134,6 +138,10 @@ pub struct Grant {
     pub gpus: u32,
     #[serde(default)]
     pub intent: Intent,
+    /// The batch plan the job should run with (goodput-aware policies); `None`: its own. A grant that
+    /// only changes a running job's batch keeps it where it runs, without a restart.
+    #[serde(default)]
+    pub batch: Option<BatchPlan>,
 }
 
 /// How a grant wants its GPUs placed; each names one placement step (see `crate::placement`).
@@ -165,6 +173,15 @@ impl Grant {
             gpu_type,
             gpus,
             intent: Intent::Anywhere,
+            batch: None,
+        }
+    }
+
+    /// The same grant with a batch plan.
+    pub fn with_batch(self, batch: BatchPlan) -> Self {
+        Grant {
+            batch: Some(batch),
+            ..self
         }
     }
 

@@ -11,6 +11,10 @@
 //!   is given (`PolicyConfig::service_distribution`, e.g. Tiresias' `yarn-gput*.csv`), or learned online
 //!   from the jobs that have finished; until 10 have, 2DAS order is used.
 //! - **1-D LAS** (`dlas`): the same, with service counted in time only, for comparison.
+//! - **As Pollux's simulator runs it** (`tiresias_pollux`, Pollux's baseline "Tiresias+TunedJobs",
+//!   Qiao et al., OSDI'21): two queues split at 16 GPU-hours, no starvation promotion, and a job enters
+//!   the back of its new queue when it is demoted; jobs keep the GPU count and batch size their workload
+//!   tuned them to.
 //!
 //! Placement is the placer's job: Tiresias consolidates only placement-sensitive models, which is
 //! `--placement sensitive`. Preemption costs are the simulator's checkpoint and restore costs.
@@ -32,6 +36,8 @@ pub enum Service {
 
 /// Tiresias' queue thresholds in its simulator, in service units (GPU-seconds).
 pub const DEFAULT_THRESHOLDS: [f64; 3] = [3250.0, 7200.0, 18000.0];
+/// The one queue threshold of Pollux's Tiresias: 16 GPU-hours.
+pub const POLLUX_THRESHOLD: f64 = 16.0 * 3600.0;
 /// Finished jobs needed before the Gittins index replaces 2DAS order.
 const MIN_SAMPLES: usize = 10;
 
@@ -51,6 +57,10 @@ pub struct Tiresias {
     learned: std::collections::VecDeque<f64>,
     /// The distribution was given: do not learn it.
     fixed: bool,
+    /// Inside a queue, order jobs by when they entered it (Pollux's variant), not by arrival.
+    by_queue_entry: bool,
+    /// Each job's queue, and when it entered it.
+    entered: FxHashMap<JobId, (usize, f64)>,
 }
 
 /// Finished jobs whose service the learned Gittins distribution remembers: the most recent ones, so
@@ -70,6 +80,8 @@ impl Tiresias {
             prefix: Vec::new(),
             learned: std::collections::VecDeque::new(),
             fixed: false,
+            by_queue_entry: false,
+            entered: FxHashMap::default(),
         }
     }
 
@@ -127,6 +139,7 @@ impl Tiresias {
                 added = true;
             }
             self.promoted_at.remove(&job);
+            self.entered.remove(&job);
         }
         if added {
             self.samples.clear();
@@ -185,24 +198,39 @@ impl Policy for Tiresias {
             consolidate: false,
             fastest: false,
         };
-        grant_in_order(input, &rules, |v| {
-            let service =
-                self.service_of(v) - self.promoted_at.get(&v.id()).copied().unwrap_or(0.0);
-            let queue = self.queue_of(service);
-            if use_gittins {
-                // Discretized: the queue first, then the Gittins index (higher first) inside it, both
-                // from the service counted since the job's last promotion.
-                let next = self.thresholds.get(queue).copied().unwrap_or(f64::INFINITY);
-                let delta = if next.is_finite() {
-                    next - service
-                } else {
-                    service.max(1.0)
-                };
-                (queue as f64, -self.gittins_index(service, delta))
+        let keys: FxHashMap<JobId, (f64, f64)> = input
+            .jobs
+            .iter()
+            .map(|v| (v.id(), self.key(v, use_gittins, input.now)))
+            .collect();
+        grant_in_order(input, &rules, |v| keys[&v.id()])
+    }
+}
+
+impl Tiresias {
+    /// A job's place in line: its queue, then its order inside the queue.
+    fn key(&mut self, v: &JobView<'_>, use_gittins: bool, now: f64) -> (f64, f64) {
+        let service = self.service_of(v) - self.promoted_at.get(&v.id()).copied().unwrap_or(0.0);
+        let queue = self.queue_of(service);
+        if use_gittins {
+            // Discretized: the queue first, then the Gittins index (higher first) inside it, both
+            // from the service counted since the job's last promotion.
+            let next = self.thresholds.get(queue).copied().unwrap_or(f64::INFINITY);
+            let delta = if next.is_finite() {
+                next - service
             } else {
-                (queue as f64, v.job.arrival)
+                service.max(1.0)
+            };
+            (queue as f64, -self.gittins_index(service, delta))
+        } else if self.by_queue_entry {
+            let entry = self.entered.entry(v.id()).or_insert((queue, v.job.arrival));
+            if entry.0 != queue {
+                *entry = (queue, now);
             }
-        })
+            (queue as f64, entry.1)
+        } else {
+            (queue as f64, v.job.arrival)
+        }
     }
 }
 
@@ -220,6 +248,19 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         summary: "Tiresias' discretized 2D-Gittins index over a GPU-time distribution learned from finished jobs",
         knobs: &[PROMOTE],
         build: |config| build(config, Service::GpuTime, true),
+    },
+    PolicyInfo {
+        name: "tiresias_pollux",
+        aliases: &[],
+        summary: "Tiresias as Pollux's simulator runs it: 2 queues split at 16 GPU-hours, no promotion, the workload's tuned size and batch",
+        knobs: &[],
+        build: |_| {
+            let mut policy = Tiresias::new(Service::GpuTime, false);
+            policy.thresholds = vec![POLLUX_THRESHOLD];
+            policy.promote_knob = f64::INFINITY;
+            policy.by_queue_entry = true;
+            Box::new(policy)
+        },
     },
     PolicyInfo {
         name: "dlas",

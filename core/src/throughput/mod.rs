@@ -5,15 +5,36 @@
 //! - [`TableModel`]: Gavel's measured table, per job type, scale factor and GPU type, with the
 //!   space-sharing pair entries kept for packing policies;
 //! - [`DurationModel`]: for traces that give only durations, every GPU type runs a job at one
-//!   "second of work" per second at its requested size.
+//!   "second of work" per second at its requested size;
+//! - [`goodput::ProfiledWorkload`]: elastic jobs (Pollux's and Sia's workloads) whose rate follows
+//!   their epochs, placement and batch, with restart delays.
 
+pub mod goodput;
 pub mod locality;
 mod table;
 
+pub use goodput::BatchPlan;
 pub use table::{TableModel, ThroughputTable};
 
 use crate::cluster::GpuTypeId;
 use crate::job::Job;
+
+/// The shape of a run, for models whose rate depends on more than a GPU count.
+#[derive(Clone, Copy, Debug)]
+pub struct RunShape<'a> {
+    pub gpu_type: GpuTypeId,
+    /// GPUs per server, in server order.
+    pub placement: &'a [u32],
+    /// The batch plan a policy chose; `None`: the job's own.
+    pub batch: Option<BatchPlan>,
+}
+
+/// A progress rate that holds until the job's work done reaches `until` (then it is asked again).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Segment {
+    pub rate: f64,
+    pub until: f64,
+}
 
 /// How fast jobs run. The simulator asks once per job and GPU type and caches the answer.
 pub trait ThroughputModel: Send + Sync {
@@ -29,6 +50,29 @@ pub trait ThroughputModel: Send + Sync {
         _gpu_type: GpuTypeId,
         _gpus: u32,
     ) -> Option<(f64, f64)> {
+        None
+    }
+
+    /// The rate of a run of `job` shaped as `shape`, from `steps_done` on, and how far it holds: for
+    /// models whose rate changes as a job progresses (its epochs) or with its placement and batch. The
+    /// default is [`ThroughputModel::steps_per_second`] on the shape's GPUs, for good.
+    fn run_rate(&self, job: &Job, shape: &RunShape<'_>, _steps_done: f64) -> Option<Segment> {
+        let gpus = shape.placement.iter().sum();
+        self.steps_per_second(job, shape.gpu_type, gpus)
+            .map(|rate| Segment {
+                rate,
+                until: f64::INFINITY,
+            })
+    }
+
+    /// Seconds of no progress every (re)start of `job` costs (a restart delay); 0 by default, where the
+    /// engine's preemption and migration costs stand instead.
+    fn restart_seconds(&self, _job: &Job) -> f64 {
+        0.0
+    }
+
+    /// Goodput queries, for models of elastic jobs.
+    fn elastic(&self) -> Option<&dyn goodput::Elastic> {
         None
     }
 }
@@ -47,6 +91,18 @@ impl<T: ThroughputModel + ?Sized> ThroughputModel for &T {
         gpus: u32,
     ) -> Option<(f64, f64)> {
         (**self).packed_steps_per_second(a, b, gpu_type, gpus)
+    }
+
+    fn run_rate(&self, job: &Job, shape: &RunShape<'_>, steps_done: f64) -> Option<Segment> {
+        (**self).run_rate(job, shape, steps_done)
+    }
+
+    fn restart_seconds(&self, job: &Job) -> f64 {
+        (**self).restart_seconds(job)
+    }
+
+    fn elastic(&self) -> Option<&dyn goodput::Elastic> {
+        (**self).elastic()
     }
 }
 

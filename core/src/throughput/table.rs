@@ -247,6 +247,7 @@ impl TableModel {
                 total_steps: 1.0,
                 weight: 1.0,
                 tenant,
+                batch: None,
             });
         }
         // Keys that run on none of the cluster's types are simply absent from the model.
@@ -336,6 +337,7 @@ mod tests {
             total_steps: 1.0,
             weight: 1.0,
             tenant,
+            batch: None,
         };
         trace.jobs.push(job.clone());
         let model = TableModel::new(&table, &trace, &cluster).unwrap();

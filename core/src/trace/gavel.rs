@@ -35,6 +35,7 @@ pub(crate) fn parse_continuous(
             total_steps: row.number_at_least("total_steps", 0.0)?,
             weight: 1.0,
             tenant: default_tenant,
+            batch: None,
         });
         Ok(())
     })?;
@@ -102,6 +103,7 @@ pub(crate) fn parse_tabbed(
             total_steps: row.number_at_least("total_steps", 0.0)?,
             weight,
             tenant: default_tenant,
+            batch: None,
         });
         Ok(())
     })?;

@@ -14,7 +14,7 @@
 mod gavel;
 mod philly;
 mod pollux;
-mod rows;
+pub(crate) mod rows;
 pub mod synthetic;
 mod tiresias;
 
@@ -110,21 +110,26 @@ pub struct TraceOptions {
     pub format: Option<TraceFormat>,
     /// Input job rate in jobs/hour, for Gavel's continuous traces (arrival = unit x 3600 / rate).
     pub rate: Option<f64>,
-    /// Pollux's `profiles/` folder; defaults to `../profiles` next to a Pollux workload file.
-    pub pollux_profiles: Option<PathBuf>,
+    /// The application profiles of Pollux's or Sia's workloads; found beside the workload file when
+    /// not given (see `pollux::find_profiles`).
+    pub profiles: Option<PathBuf>,
 }
 
 /// Reads a trace file, detecting its format unless `options.format` names one.
 pub fn load(path: &Path, options: &TraceOptions) -> Result<Trace, InputError> {
     let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, e))?;
     let mut options = options.clone();
-    if options.pollux_profiles.is_none() {
-        options.pollux_profiles = path
-            .parent()
-            .and_then(Path::parent)
-            .map(|p| p.join("profiles"));
+    if options.profiles.is_none() {
+        options.profiles = pollux::find_profiles(path);
     }
     parse(&Source::path(path), &text, &options)
+}
+
+/// Reads the application profiles in `dir` (Pollux's or Sia's layout; Sia's takes its
+/// statistical-efficiency files from Pollux's beside it).
+pub fn load_profiles(dir: &Path) -> Result<crate::throughput::goodput::Profiles, InputError> {
+    let validation = pollux::find_validation(dir);
+    crate::throughput::goodput::Profiles::load(dir, validation.as_deref())
 }
 
 /// Parses trace text from `source` (used in messages).
@@ -150,10 +155,13 @@ pub fn parse(source: &Source, text: &str, options: &TraceOptions) -> Result<Trac
         TraceFormat::Philly => philly::parse(source, text)?,
         TraceFormat::Tiresias => tiresias::parse(source, text)?,
         TraceFormat::Pollux => {
-            let dir = options.pollux_profiles.as_deref().ok_or_else(|| {
-                InputError::whole(source, "a Pollux workload needs Pollux's profiles/ folder")
+            let dir = options.profiles.as_deref().ok_or_else(|| {
+                InputError::whole(
+                    source,
+                    "a Pollux or Sia workload needs its applications' profiles: pass --profiles DIR",
+                )
             })?;
-            pollux::parse(source, text, &pollux::Profiles::load(dir)?)?
+            pollux::parse(source, text, &load_profiles(dir)?, dir)?
         }
     };
     if trace.jobs.is_empty() {

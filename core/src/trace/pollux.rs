@@ -1,131 +1,61 @@
-//! Pollux's workload CSVs (`name,time,application,num_replicas,batch_size`).
+//! Pollux's and Sia's workload CSVs (`name,time,application,num_replicas,batch_size`): elastic jobs of
+//! the applications their profiles measure.
 //!
-//! The workloads give no durations: a Pollux job runs until it reaches its target metric. Until the goodput
-//! model lands, a job's duration is derived from Pollux's own profiles (measured on 4xT4 nodes): the
-//! iterations its batch size needed to reach the end of its validation curve (`validation-<bsz>.csv`), times
-//! the step time measured at the nearest replica count and per-replica batch size (`scalability.csv`).
+//! A job's work is its application's training progress (iterations at the application's initial batch
+//! size, through all its epochs), not a duration: how fast it goes depends on the GPUs, placement and
+//! batch size it runs with (see `throughput::goodput`). `num_replicas` and `batch_size` are the
+//! configuration the workload tuned the job to: what policies that keep a job's size run it with.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::rows::for_each_row;
 use crate::error::{InputError, Source};
 use crate::job::{Job, JobId, Trace, WorkUnit};
+use crate::throughput::goodput::Profiles;
 
-#[derive(Debug, Default)]
-struct AppProfile {
-    /// Batch size -> iterations to the end of the validation curve.
-    iterations: BTreeMap<u32, f64>,
-    /// (replicas, per-replica batch, step seconds).
-    step_times: Vec<(u32, f64, f64)>,
-}
-
-/// The profiles of every application under a Pollux `profiles/` folder.
-#[derive(Debug, Default)]
-pub(crate) struct Profiles {
-    apps: BTreeMap<String, AppProfile>,
-}
-
-impl Profiles {
-    pub fn load(dir: &Path) -> Result<Profiles, InputError> {
-        let entries = std::fs::read_dir(dir).map_err(|e| InputError::io(dir, e))?;
-        let mut apps = BTreeMap::new();
-        for entry in entries {
-            let entry = entry.map_err(|e| InputError::io(dir, e))?;
-            if entry.path().is_dir() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                apps.insert(name, load_app(&entry.path())?);
-            }
-        }
-        Ok(Profiles { apps })
-    }
-
-    /// Seconds that `app` needs at `replicas` GPUs and global `batch` size.
-    fn duration(&self, app: &str, replicas: u32, batch: u32) -> Result<f64, String> {
-        let profile = self
-            .apps
-            .get(app)
-            .ok_or_else(|| format!("no profile for application `{app}`"))?;
-        let iterations = profile
-            .iterations
-            .get(&batch)
-            .ok_or_else(|| format!("no validation-{batch}.csv profile for `{app}`"))?;
-        let per_replica = f64::from(batch) / f64::from(replicas);
-        let distance = |r: u32, b: f64| {
-            let dr = (f64::from(r) / f64::from(replicas)).ln().abs();
-            let db = (b / per_replica).ln().abs();
-            (dr, db)
-        };
-        let step = profile
-            .step_times
-            .iter()
-            .min_by(|a, b| {
-                distance(a.0, a.1)
-                    .partial_cmp(&distance(b.0, b.1))
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            })
-            .map(|s| s.2)
-            .ok_or_else(|| format!("empty scalability profile for `{app}`"))?;
-        Ok(iterations * step)
-    }
-}
-
-fn load_app(dir: &Path) -> Result<AppProfile, InputError> {
-    let mut profile = AppProfile::default();
-    let read = |path: &Path| std::fs::read_to_string(path).map_err(|e| InputError::io(path, e));
-    let entries = std::fs::read_dir(dir).map_err(|e| InputError::io(dir, e))?;
-    for entry in entries {
-        let path = entry.map_err(|e| InputError::io(dir, e))?.path();
-        let name = path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
-        let Some(batch) = name
-            .strip_prefix("validation-")
-            .and_then(|s| s.strip_suffix(".csv"))
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let mut last = 0.0f64;
-        for_each_row(&Source::path(&path), &read(&path)?, b',', None, |row| {
-            last = last.max(row.number_at_least("iteration", 0.0)?);
-            Ok(())
-        })?;
-        profile.iterations.insert(batch, last);
-    }
-    let path = dir.join("scalability.csv");
-    for_each_row(&Source::path(&path), &read(&path)?, b',', None, |row| {
-        profile.step_times.push((
-            row.gpu_count("num_replicas")?,
-            row.number_at_least("local_bsz", 1.0)?,
-            row.number_at_least("step_time", 0.0)?,
-        ));
-        Ok(())
-    })?;
-    Ok(profile)
-}
-
-pub(crate) fn parse(source: &Source, text: &str, profiles: &Profiles) -> Result<Trace, InputError> {
-    let mut trace = Trace::new(source.to_string(), WorkUnit::Seconds);
+pub(crate) fn parse(
+    source: &Source,
+    text: &str,
+    profiles: &Profiles,
+    profiles_dir: &Path,
+) -> Result<Trace, InputError> {
+    let mut trace = Trace::new(source.to_string(), WorkUnit::Progress);
+    trace.profiles = Some(profiles_dir.to_path_buf());
     let tenant = trace.intern_tenant("default");
     for_each_row(source, text, b',', None, |row| {
-        let app = row.text("application")?;
-        let gpus = row.gpu_count("num_replicas")?;
+        let name = row.text("application")?;
+        let Some(app) = profiles.apps.get(name) else {
+            let known: Vec<&str> = profiles.apps.keys().map(String::as_str).collect();
+            return Err(InputError::field(
+                source,
+                row.line,
+                "application",
+                format!(
+                    "no profile for `{name}` in {} (it has {})",
+                    profiles.source,
+                    known.join(", ")
+                ),
+            ));
+        };
         let batch: u32 = row.parse("batch_size")?;
-        let seconds = profiles
-            .duration(app, gpus, batch)
-            .map_err(|m| InputError::field(source, row.line, "application", m))?;
-        let job_type = trace.intern_job_type(app);
+        if batch == 0 {
+            return Err(InputError::field(
+                source,
+                row.line,
+                "batch_size",
+                "a batch holds at least one sample",
+            ));
+        }
+        let job_type = trace.intern_job_type(name);
         trace.jobs.push(Job {
             id: JobId(0),
             arrival: row.number_at_least("time", 0.0)?,
             job_type,
-            gpus,
-            total_steps: seconds,
+            gpus: row.gpu_count("num_replicas")?,
+            total_steps: app.total_progress(),
             weight: 1.0,
             tenant,
+            batch: Some(batch),
         });
         Ok(())
     })?;
@@ -134,38 +64,52 @@ pub(crate) fn parse(source: &Source, text: &str, profiles: &Profiles) -> Result<
     Ok(trace)
 }
 
+/// Where a workload's profiles are: a `profiles/` folder beside the folder of workloads it is in (Pollux's
+/// layout, `pollux/workloads/workload-1.csv`), or beside the one above (Sia's,
+/// `sia/workloads/philly/workload-1.csv`).
+pub(crate) fn find_profiles(workload: &Path) -> Option<std::path::PathBuf> {
+    workload
+        .ancestors()
+        .skip(2)
+        .take(2)
+        .map(|dir| dir.join("profiles"))
+        .find(|p| p.is_dir())
+}
+
+/// Where an application's statistical-efficiency profiles are when its own folder has none: Pollux's,
+/// beside Sia's data (`sia/profiles` -> `pollux/profiles`).
+pub(crate) fn find_validation(profiles: &Path) -> Option<std::path::PathBuf> {
+    let theirs = profiles.parent()?.parent()?.join("pollux").join("profiles");
+    theirs.is_dir().then_some(theirs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn profiles() -> Profiles {
-        let mut apps = BTreeMap::new();
-        apps.insert(
-            "cifar10".to_owned(),
-            AppProfile {
-                iterations: BTreeMap::from([(2048, 1000.0)]),
-                step_times: vec![(1, 32.0, 0.05), (4, 512.0, 0.2), (8, 256.0, 0.3)],
-            },
-        );
-        Profiles { apps }
-    }
-
     #[test]
-    fn duration_uses_the_nearest_measured_configuration() {
-        let text = "name,time,application,num_replicas,batch_size\ncifar10-0,107,cifar10,4,2048\n";
-        let t = parse(&Source("w.csv".into()), text, &profiles()).unwrap();
-        assert_eq!(t.jobs[0].gpus, 4);
-        assert!((t.jobs[0].total_steps - 200.0).abs() < 1e-9);
-        let err = parse(
-            &Source("w.csv".into()),
-            &text.replace("2048", "64"),
-            &profiles(),
-        )
-        .unwrap_err()
-        .to_string();
+    fn profiles_are_found_beside_either_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for d in [
+            "pollux/profiles",
+            "pollux/workloads",
+            "sia/profiles",
+            "sia/workloads/philly",
+        ] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
         assert_eq!(
-            err,
-            "w.csv:2: field `application`: no validation-64.csv profile for `cifar10`"
+            find_profiles(&root.join("pollux/workloads/workload-1.csv")),
+            Some(root.join("pollux/profiles"))
+        );
+        assert_eq!(
+            find_profiles(&root.join("sia/workloads/philly/workload-1.csv")),
+            Some(root.join("sia/profiles"))
+        );
+        assert_eq!(
+            find_validation(&root.join("sia/profiles")),
+            Some(root.join("pollux/profiles"))
         );
     }
 }

@@ -118,6 +118,7 @@ impl SyntheticSpec {
                 total_steps: duration * rate,
                 weight: 1.0,
                 tenant,
+                batch: None,
             });
             arrival += -(1.0 - uniform(&mut rng)).ln() * 3600.0 / self.rate;
         }

@@ -20,6 +20,7 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
             total_steps: row.number_at_least("duration", 0.0)?,
             weight: 1.0,
             tenant,
+            batch: None,
         });
         Ok(())
     })?;

@@ -1,0 +1,153 @@
+//! Goodput: what a deep-learning job gains from more GPUs or a larger batch (Pollux, Qiao et al.,
+//! OSDI'21; Sia, Jayaram Subramanya et al., SOSP'23).
+//!
+//! - [`profiles`]: measured step times per placement and batch on each GPU type, and gradient
+//!   statistics per epoch and batch size, from the peers' published profiles.
+//! - [`perf`]: Pollux's step-time model and its fit to measured steps.
+//! - goodput = throughput x statistical efficiency, and the batch size and accumulation that maximize it
+//!   for an allocation ([`optimize`]);
+//! - [`learned`]: what a scheduler knows of one job: the steps it has measured, per GPU type, the models
+//!   fitted to them, and estimates for types it has not run on at scale (Sia's bootstrapping).
+//! - [`workload`]: the simulated truth, a [`crate::throughput::ThroughputModel`] whose rate follows a
+//!   job's epochs, placement and batch, with restart delays.
+//!
+//! Progress is counted in iterations at the application's initial batch size M0, so that work is the same
+//! whatever batch size a job runs with; a larger batch makes more progress per step, by Pollux's gain.
+
+pub mod learned;
+pub mod perf;
+pub mod profiles;
+pub mod workload;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::GpuTypeId;
+use crate::job::Job;
+
+pub use learned::Learned;
+pub use perf::{Observation, PerfParams};
+pub use profiles::{Application, Profiles, TypeProfile};
+pub use workload::{Calibration, ProfiledWorkload};
+
+/// How a job's global batch is split for a run: the per-replica (micro-)batch, and the extra
+/// gradient-accumulation micro-steps per optimizer step. The global batch is
+/// `replicas * local * (accum + 1)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct BatchPlan {
+    pub local: u32,
+    pub accum: u32,
+}
+
+impl BatchPlan {
+    /// The global batch on `replicas` replicas.
+    pub fn global(&self, replicas: u32) -> u32 {
+        replicas * self.local * (self.accum + 1)
+    }
+
+    /// A fixed global batch `batch` split over `replicas` (Pollux's simulator's rule): the per-replica
+    /// share, accumulated when it exceeds `max_local` (and, on one replica above M0, at least once, to
+    /// measure gradient noise), capped so that the global batch stays within `max_batch`.
+    pub fn split(batch: u32, replicas: u32, app: &Application, max_local: u32) -> BatchPlan {
+        let replicas = replicas.max(1);
+        let local = (f64::from(batch) / f64::from(replicas) - 1e-8)
+            .ceil()
+            .max(1.0);
+        let mut accum = ((local / f64::from(max_local.max(1)) - 1e-8).ceil() - 1.0).max(0.0) as u32;
+        if replicas == 1 && batch > app.init_batch {
+            accum = accum.max(1);
+        }
+        let mut per = (local / f64::from(accum + 1) - 1e-8).ceil().max(1.0) as u32;
+        let cap = app.max_batch / (replicas * (accum + 1));
+        if cap > 0 {
+            per = per.min(cap);
+        }
+        BatchPlan { local: per, accum }
+    }
+}
+
+/// Goodput (progress per second, in iterations at M0) of `plan` on `nodes` nodes with `replicas`
+/// replicas, predicted by `params` with gradient statistics `(sqr, var)`.
+pub fn goodput(
+    params: &PerfParams,
+    app: &Application,
+    grad: (f64, f64),
+    nodes: u32,
+    replicas: u32,
+    plan: BatchPlan,
+) -> f64 {
+    let batch = f64::from(plan.global(replicas));
+    let scale = batch / f64::from(app.init_batch);
+    let seconds = params.step_time(nodes, replicas, f64::from(plan.local), plan.accum);
+    profiles::gain(grad.0, grad.1, scale) / seconds
+}
+
+/// Candidate global batch sizes Pollux searches: 50, geometrically spaced.
+const CANDIDATES: usize = 50;
+
+/// The batch plan that maximizes goodput on `nodes` nodes with `replicas` replicas, with global batches
+/// up to `max_batch` and per-replica batches in `local_range`: Pollux's search over 50 global batch
+/// sizes from `max(M0, min_local * replicas)` to `max_batch`, each split with as little accumulation
+/// as fits. `None` when no batch fits.
+pub fn optimize(
+    params: &PerfParams,
+    app: &Application,
+    grad: (f64, f64),
+    nodes: u32,
+    replicas: u32,
+    max_batch: u32,
+    local_range: (u32, u32),
+) -> Option<(f64, BatchPlan)> {
+    let (min_local, max_local) = local_range;
+    let r = f64::from(replicas.max(1));
+    let lo = f64::from(app.init_batch).max(f64::from(min_local) * r);
+    let hi = f64::from(max_batch);
+    let mut best: Option<(f64, BatchPlan)> = None;
+    for k in 0..CANDIDATES {
+        let batch = if CANDIDATES == 1 || lo == hi {
+            lo
+        } else {
+            lo * (hi / lo).powf(k as f64 / (CANDIDATES - 1) as f64)
+        };
+        let local = batch / r;
+        let mut accum = ((local / f64::from(max_local.max(1)) - 1e-8).ceil() - 1.0).max(0.0) as u32;
+        if replicas == 1 && local > f64::from(app.init_batch) + 1e-8 {
+            accum = accum.max(1);
+        }
+        let per = (local / f64::from(accum + 1) - 1e-8).ceil() as u32;
+        if per < min_local || per > max_local {
+            continue;
+        }
+        let plan = BatchPlan { local: per, accum };
+        let value = goodput(params, app, grad, nodes, replicas, plan);
+        if value.is_finite() && best.is_none_or(|(b, _)| value > b) {
+            best = Some((value, plan));
+        }
+    }
+    best
+}
+
+/// What goodput-aware policies ask of a throughput model, beyond rates: a job's application, and what a
+/// run of it measures (in simulation the profiles' truth; live, the workers' reports).
+pub trait Elastic: Send + Sync {
+    /// The application `job` runs, when it is one the model knows.
+    fn application(&self, job: &Job) -> Option<&Application>;
+
+    /// The application's step-time profile on `gpu_type`, when it has one.
+    fn profile(&self, job: &Job, gpu_type: GpuTypeId) -> Option<&TypeProfile>;
+
+    /// The step and synchronization seconds a run of `job` on `placement` (GPUs per node) of
+    /// `gpu_type` measures at per-replica batch `local`.
+    fn measure(
+        &self,
+        job: &Job,
+        gpu_type: GpuTypeId,
+        placement: &[u32],
+        local: f64,
+    ) -> Option<(f64, f64)>;
+
+    /// GPUs per server of `gpu_type`.
+    fn node_size(&self, gpu_type: GpuTypeId) -> u32;
+
+    /// Seconds a (re)start of `job` costs, as a policy reckons it (its restart factor).
+    fn restart_penalty(&self, job: &Job) -> f64;
+}

@@ -1,0 +1,313 @@
+//! The simulated truth for elastic workloads (Pollux's and Sia's): a job's progress rate on a run
+//! follows its application's measured profiles, epoch by epoch, at the batch it runs with, on the
+//! placement it has; every (re)start costs a restart delay.
+//!
+//! As in Pollux's simulator, the step time of a placement measured exactly (up to four nodes) is
+//! interpolated over the per-replica batch; others are interpolated over the replicas and batch of the
+//! nearest measured shapes. The gain of a step follows the gradient statistics of the job's current
+//! epoch at its global batch.
+
+use std::sync::Arc;
+
+use super::profiles::{Application, Profiles, TypeProfile, interpolate, placement_id};
+use super::{BatchPlan, Elastic};
+use crate::cluster::{Cluster, GpuTypeId};
+use crate::error::{InputError, Source};
+use crate::job::{Job, Names, Trace};
+use crate::throughput::{RunShape, Segment, ThroughputModel};
+
+/// Whose simulator's constants to follow: restart delays, and how much slower real runs were than
+/// the profiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Calibration {
+    /// Pollux's: a 30 s restart for every application, the profiles as measured.
+    Pollux,
+    /// Sia's: restart delays per application (bert 120 s, imagenet 250 s, yolov3 80 s, cifar10 50 s,
+    /// deepspeech2 25 s, ncf 15 s, others 30 s) and profiles slowed to real runs (cifar10 1.8x, ncf
+    /// 1.5x, imagenet, yolov3, bert and deepspeech2 1.2x), as Sia's simulator calibrates them.
+    Sia,
+}
+
+impl Calibration {
+    fn restart_delay(self, app: &str) -> f64 {
+        match self {
+            Calibration::Pollux => 30.0,
+            Calibration::Sia => match app {
+                "cifar10" => 50.0,
+                "deepspeech2" => 25.0,
+                "bert" => 120.0,
+                "yolov3" => 80.0,
+                "imagenet" => 250.0,
+                "ncf" => 15.0,
+                _ => 30.0,
+            },
+        }
+    }
+
+    fn slowdown(self, app: &str) -> f64 {
+        match self {
+            Calibration::Pollux => 1.0,
+            Calibration::Sia => match app {
+                "cifar10" => 1.8,
+                "ncf" => 1.5,
+                "imagenet" | "yolov3" | "bert" | "deepspeech2" => 1.2,
+                _ => 1.0,
+            },
+        }
+    }
+
+    /// The restart cost a policy reckons with (Pollux: 30 s; Sia's program: per application).
+    fn penalty(self, app: &str) -> f64 {
+        match self {
+            Calibration::Pollux => 30.0,
+            Calibration::Sia => match app {
+                "deepspeech2" => 25.0,
+                "imagenet" => 250.0,
+                "cifar10" => 30.0,
+                "bert" => 120.0,
+                "yolov3" => 45.0,
+                _ => 30.0,
+            },
+        }
+    }
+}
+
+/// Elastic jobs on a cluster, as their profiles say they run.
+#[derive(Clone, Debug)]
+pub struct ProfiledWorkload {
+    profiles: Arc<Profiles>,
+    /// By job type id: its application's name (job types are applications).
+    apps: Vec<Option<String>>,
+    /// By GPU type id: the profile key, and GPUs per server.
+    types: Vec<(String, u32)>,
+    calibration: Calibration,
+}
+
+impl ProfiledWorkload {
+    /// The workload of jobs named by `names` (job types are application names) on `cluster`, whose GPU
+    /// type names are profile keys (`t4` and `aws` for Pollux's profiles; `rtx`, `dgx-ext`, ... for
+    /// Sia's).
+    pub fn new(
+        profiles: Arc<Profiles>,
+        names: &Names,
+        cluster: &Cluster,
+        calibration: Calibration,
+    ) -> ProfiledWorkload {
+        let apps = names
+            .job_types
+            .iter()
+            .map(|n| profiles.apps.contains_key(n).then(|| n.clone()))
+            .collect();
+        let types = cluster
+            .gpu_types()
+            .iter()
+            .enumerate()
+            .map(|(t, name)| {
+                let size = cluster
+                    .nodes()
+                    .iter()
+                    .filter(|n| n.gpu_type.0 as usize == t)
+                    .map(|n| n.gpus)
+                    .max()
+                    .unwrap_or(1);
+                (name.clone(), size)
+            })
+            .collect();
+        ProfiledWorkload {
+            profiles,
+            apps,
+            types,
+            calibration,
+        }
+    }
+
+    /// The workload of `trace` (counted in progress, with its profiles' folder) on `cluster`, with the
+    /// constants of the simulator whose profiles these are (Sia's for per-type profiles, else Pollux's).
+    pub fn for_trace(trace: &Trace, cluster: &Cluster) -> Result<ProfiledWorkload, InputError> {
+        let source = Source(trace.source.clone());
+        let dir = trace.profiles.as_deref().ok_or_else(|| {
+            InputError::whole(&source, "the trace counts progress but names no profiles")
+        })?;
+        let profiles = crate::trace::load_profiles(dir)?;
+        let calibration = if profiles.per_type {
+            Calibration::Sia
+        } else {
+            Calibration::Pollux
+        };
+        for name in cluster.gpu_types() {
+            let profiled = profiles.apps.values().any(|a| a.types.contains_key(name));
+            if !profiled {
+                let mut known: Vec<&str> = profiles
+                    .apps
+                    .values()
+                    .flat_map(|a| a.types.keys().map(String::as_str))
+                    .collect();
+                known.sort_unstable();
+                known.dedup();
+                return Err(InputError::whole(
+                    &Source(profiles.source.clone()),
+                    format!(
+                        "no profile for GPU type `{name}` of the cluster (profiled: {})",
+                        known.join(", ")
+                    ),
+                ));
+            }
+        }
+        Ok(ProfiledWorkload::new(
+            Arc::new(profiles),
+            &trace.names,
+            cluster,
+            calibration,
+        ))
+    }
+
+    pub fn calibration(&self) -> Calibration {
+        self.calibration
+    }
+
+    fn app(&self, job: &Job) -> Option<&Application> {
+        let name = self.apps.get(job.job_type.0 as usize)?.as_ref()?;
+        self.profiles.apps.get(name)
+    }
+
+    fn type_profile<'a>(
+        &'a self,
+        app: &'a Application,
+        gpu_type: GpuTypeId,
+    ) -> Option<&'a TypeProfile> {
+        let (key, _) = self.types.get(gpu_type.0 as usize)?;
+        app.types.get(key)
+    }
+
+    /// The batch plan a run without a policy's choice uses: the job's own batch (or M0, or the least
+    /// its replicas hold), split by the fixed rule.
+    pub fn default_plan(&self, job: &Job, gpu_type: GpuTypeId, replicas: u32) -> Option<BatchPlan> {
+        let app = self.app(job)?;
+        let profile = self.type_profile(app, gpu_type)?;
+        let batch = job
+            .batch
+            .unwrap_or_else(|| app.init_batch.max(profile.min_local * replicas));
+        Some(BatchPlan::split(batch, replicas, app, profile.max_local))
+    }
+
+    /// Progress per second of `job` at `steps_done` on `placement` of `gpu_type` with `plan`, and the
+    /// progress at which its epoch ends.
+    fn rate(
+        &self,
+        job: &Job,
+        gpu_type: GpuTypeId,
+        placement: &[u32],
+        plan: BatchPlan,
+        steps_done: f64,
+    ) -> Option<Segment> {
+        let app = self.app(job)?;
+        let replicas: u32 = placement.iter().sum();
+        let (step, sync) = self.measure(job, gpu_type, placement, f64::from(plan.local))?;
+        let seconds = step + (step - sync).max(0.0) * f64::from(plan.accum);
+        let (epoch, until) = app.epoch_at(steps_done);
+        let gain = app.gain(f64::from(plan.global(replicas)), epoch);
+        let rate = gain / seconds / self.calibration.slowdown(&app.name);
+        (rate.is_finite() && rate > 0.0).then_some(Segment { rate, until })
+    }
+
+    /// Whole servers first, then the rest on one more: the placement a gang of `gpus` packs into.
+    fn packed(&self, gpu_type: GpuTypeId, gpus: u32) -> Vec<u32> {
+        let size = self.node_size(gpu_type).max(1);
+        let mut placement = vec![size; (gpus / size) as usize];
+        if !gpus.is_multiple_of(size) {
+            placement.push(gpus % size);
+        }
+        placement
+    }
+}
+
+impl ThroughputModel for ProfiledWorkload {
+    /// Progress per second at the start of the job, with its own batch, packed onto whole servers.
+    fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
+        let plan = self.default_plan(job, gpu_type, gpus)?;
+        let placement = self.packed(gpu_type, gpus);
+        self.rate(job, gpu_type, &placement, plan, 0.0)
+            .map(|s| s.rate)
+    }
+
+    fn run_rate(&self, job: &Job, shape: &RunShape<'_>, steps_done: f64) -> Option<Segment> {
+        let replicas: u32 = shape.placement.iter().sum();
+        let plan = match shape.batch {
+            Some(plan) => plan,
+            None => self.default_plan(job, shape.gpu_type, replicas)?,
+        };
+        self.rate(job, shape.gpu_type, shape.placement, plan, steps_done)
+    }
+
+    fn restart_seconds(&self, job: &Job) -> f64 {
+        self.app(job)
+            .map_or(0.0, |app| self.calibration.restart_delay(&app.name))
+    }
+
+    fn elastic(&self) -> Option<&dyn Elastic> {
+        Some(self)
+    }
+}
+
+impl Elastic for ProfiledWorkload {
+    fn application(&self, job: &Job) -> Option<&Application> {
+        self.app(job)
+    }
+
+    fn profile(&self, job: &Job, gpu_type: GpuTypeId) -> Option<&TypeProfile> {
+        self.type_profile(self.app(job)?, gpu_type)
+    }
+
+    fn measure(
+        &self,
+        job: &Job,
+        gpu_type: GpuTypeId,
+        placement: &[u32],
+        local: f64,
+    ) -> Option<(f64, f64)> {
+        let profile = self.profile(job, gpu_type)?;
+        if let Some(steps) = profile.placements.get(&placement_id(placement)) {
+            return interpolate(steps, local);
+        }
+        shape_time(
+            profile,
+            placement.len() as u32,
+            placement.iter().sum(),
+            local,
+        )
+    }
+
+    fn node_size(&self, gpu_type: GpuTypeId) -> u32 {
+        self.types.get(gpu_type.0 as usize).map_or(1, |t| t.1)
+    }
+
+    fn restart_penalty(&self, job: &Job) -> f64 {
+        self.app(job)
+            .map_or(30.0, |app| self.calibration.penalty(&app.name))
+    }
+}
+
+/// Step and sync time on a shape no placement measured: interpolated over the replicas of the measured
+/// shapes nearest in nodes, each over the per-replica batch.
+fn shape_time(profile: &TypeProfile, nodes: u32, replicas: u32, local: f64) -> Option<(f64, f64)> {
+    let nearest_nodes = profile
+        .shapes
+        .keys()
+        .map(|&(n, _)| n)
+        .min_by_key(|&n| (n.abs_diff(nodes), n))?;
+    let candidates: Vec<(u32, (f64, f64))> = profile
+        .shapes
+        .range((nearest_nodes, 0)..=(nearest_nodes, u32::MAX))
+        .filter_map(|(&(_, r), steps)| Some((r, interpolate(steps, local)?)))
+        .collect();
+    let below = candidates.iter().rev().find(|(r, _)| *r <= replicas);
+    let above = candidates.iter().find(|(r, _)| *r >= replicas);
+    match (below, above) {
+        (Some(&(lo, a)), Some(&(hi, b))) if hi > lo => {
+            let w = f64::from(replicas - lo) / f64::from(hi - lo);
+            Some((a.0 + (b.0 - a.0) * w, a.1 + (b.1 - a.1) * w))
+        }
+        (Some(&(_, a)), _) | (None, Some(&(_, a))) => Some(a),
+        (None, None) => None,
+    }
+}
