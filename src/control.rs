@@ -105,20 +105,22 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
         if n == 0 {
             bail!("--fake-gpus must be at least 1");
         }
+        // The cluster first: it refuses a count beyond its limit before any per-GPU list is made.
+        let cluster = Cluster::parse_spec(&format!("fake=1x{n}"), n)?;
         return Ok(Served {
-            cluster: Cluster::parse_spec(&format!("fake=1x{n}"), n)?,
+            cluster,
             devices: Some((0..n).collect()),
             real: false,
         });
     }
     if let Some(name) = &args.preset {
         let spec = scenario::preset_cluster(name, args.servers, 16)?;
-        return Ok(elsewhere(Cluster::from_topology(&spec.build())));
+        return Ok(elsewhere(Cluster::from_topology(&spec.build())?));
     }
     if let Some(path) = &args.topology {
         return Ok(elsewhere(Cluster::from_topology(
             &scenario::topology_file(path)?.build(),
-        )));
+        )?));
     }
     if let Some(spec) = &args.cluster {
         return Ok(elsewhere(scenario::load_cluster(spec, None, 1)?));

@@ -89,9 +89,10 @@ pub fn preset_cluster(
     if servers == 0 {
         bail!("--servers must be at least 1");
     }
-    Ok(gangway_topology::topology::ClusterSpec::of(
-        preset, servers, per_rack,
-    ))
+    let spec = gangway_topology::topology::ClusterSpec::of(preset, servers, per_rack);
+    spec.check()
+        .map_err(|why| anyhow::anyhow!("--servers {servers}: {why}"))?;
+    Ok(spec)
 }
 
 /// Reads a topology file (TOML or JSON).

@@ -258,7 +258,7 @@ mod topology_placement {
     }
 
     fn run_on(trace: &Trace, topology: &Arc<Topology>, policy: &str, mode: Placement) -> SimResult {
-        let cluster = Cluster::from_topology(topology);
+        let cluster = Cluster::from_topology(topology).unwrap();
         let mut sim = Simulation::new(trace, &cluster, &TestModel);
         sim.config = SimConfig {
             audit: true,

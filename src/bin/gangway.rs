@@ -284,7 +284,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         None => None,
     };
     let cluster = match &topology_spec {
-        Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build()),
+        Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build())?,
         None => scenario::load_cluster(
             &args.cluster,
             args.cluster_file.as_deref(),
