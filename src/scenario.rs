@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::{Context, Result, bail};
 
 use gangway_core::cluster::Cluster;
-use gangway_core::error::Source;
+use gangway_core::error::{Source, read_text};
 use gangway_core::job::{Trace, WorkUnit};
 use gangway_core::throughput::{DurationModel, TableModel, ThroughputModel, ThroughputTable};
 use gangway_core::trace::{self, SyntheticSpec, TraceOptions};
@@ -23,11 +23,7 @@ pub const REFERENCE_GPU: &str = "v100";
 /// Reads a throughput table from a file, or the bundled one.
 pub fn load_throughputs(path: Option<&Path>) -> Result<ThroughputTable> {
     Ok(match path {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            ThroughputTable::parse(&Source::path(p), &text)?
-        }
+        Some(p) => ThroughputTable::parse(&Source::path(p), &read_text(p)?)?,
         None => ThroughputTable::parse(
             &Source(EMBEDDED_THROUGHPUTS_NAME.into()),
             EMBEDDED_THROUGHPUTS,
@@ -65,11 +61,7 @@ pub fn model_for(
 /// Reads `--cluster-file` or parses `--cluster`.
 pub fn load_cluster(spec: &str, file: Option<&Path>, gpus_per_node: u32) -> Result<Cluster> {
     match file {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(Cluster::parse_toml(&Source::path(p), &text)?)
-        }
+        Some(p) => Ok(Cluster::parse_toml(&Source::path(p), &read_text(p)?)?),
         None if spec.trim().is_empty() => bail!("--cluster is empty"),
         None => Ok(Cluster::parse_spec(spec, gpus_per_node)?),
     }
@@ -97,8 +89,7 @@ pub fn preset_cluster(
 
 /// Reads a topology file (TOML or JSON).
 pub fn topology_file(path: &Path) -> Result<gangway_topology::topology::ClusterSpec> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = read_text(path)?;
     Ok(gangway_topology::file::parse(
         &path.display().to_string(),
         &text,

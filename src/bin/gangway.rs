@@ -279,6 +279,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         bail!("--load-factor must be positive");
     }
     trace.scale_load(args.load_factor);
+    if let Some(last) = trace.jobs.iter().map(|j| j.arrival).reduce(f64::max)
+        && last > gangway::core::job::MAX_ARRIVAL_SECONDS
+    {
+        bail!(
+            "--load-factor {}: the last job would arrive at {last:e} s, after the latest gangway simulates ({:e} s)",
+            args.load_factor,
+            gangway::core::job::MAX_ARRIVAL_SECONDS
+        );
+    }
     let topology_spec = match &args.topology {
         Some(path) => Some(scenario::topology_file(path)?),
         None => None,

@@ -72,7 +72,7 @@ impl Profiles {
 
 fn load_app(dir: &Path) -> Result<AppProfile, InputError> {
     let mut profile = AppProfile::default();
-    let read = |path: &Path| std::fs::read_to_string(path).map_err(|e| InputError::io(path, e));
+    let read = |path: &Path| crate::error::read_text(path);
     let entries = std::fs::read_dir(dir).map_err(|e| InputError::io(dir, e))?;
     for entry in entries {
         let path = entry.map_err(|e| InputError::io(dir, e))?.path();
@@ -120,7 +120,7 @@ pub(crate) fn parse(source: &Source, text: &str, profiles: &Profiles) -> Result<
         let job_type = trace.intern_job_type(app);
         trace.jobs.push(Job {
             id: JobId(0),
-            arrival: row.number_at_least("time", 0.0)?,
+            arrival: row.arrival("time", 1.0)?,
             job_type,
             gpus,
             total_steps: seconds,
