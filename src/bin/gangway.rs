@@ -241,7 +241,10 @@ fn list_policies() {
         };
         println!("  {:<20} {}{}", p.name, p.summary, aliases);
         for k in p.knobs {
-            println!("  {:<20}   :{}={} {}", "", k.name, k.default, k.help);
+            println!(
+                "  {:<20}   :{}={} {} ({})",
+                "", k.name, k.default, k.help, k.range
+            );
         }
     }
 }
