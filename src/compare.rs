@@ -16,6 +16,17 @@ pub type ProgressFactory<'a> = &'a (dyn Fn(&str) -> Box<dyn FnMut(usize, usize) 
 /// Makes a fresh placer for each run.
 pub type PlacerFactory<'a> = &'a (dyn Fn() -> Box<dyn Placer> + Sync);
 
+/// The jobs of a run that never finished, leaving out those too large for the cluster (reported apart).
+/// The simulator runs until every job finishes, so any other unfinished job means the policy stalled.
+pub fn unfinished(result: &SimResult) -> Vec<gangway_core::job::JobId> {
+    result
+        .records
+        .iter()
+        .filter(|r| r.finish.is_none() && !result.unschedulable.contains(&r.id))
+        .map(|r| r.id)
+        .collect()
+}
+
 /// The default placer: best-fit consolidation without a topology.
 pub fn packing() -> Box<dyn Placer> {
     Box::new(PackingPlacer)

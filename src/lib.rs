@@ -26,6 +26,7 @@ pub use gangway_actors as actors;
 pub use gangway_core as core;
 pub use gangway_topology as topology;
 
+pub mod cli;
 pub mod compare;
 pub mod control;
 pub mod fidelity;

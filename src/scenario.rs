@@ -17,6 +17,12 @@ pub const EMBEDDED_TRACE: &str = include_str!("../data/gavel/continuous_single_s
 pub const EMBEDDED_THROUGHPUTS: &str = include_str!("../data/gavel/simulation_throughputs.json");
 pub const EMBEDDED_TRACE_NAME: &str = "embedded:gavel/continuous_single_seed0.csv";
 pub const EMBEDDED_THROUGHPUTS_NAME: &str = "embedded:gavel/simulation_throughputs.json";
+/// The policies `gangway simulate` compares when `--policy` is not given: FIFO and LAS as baselines
+/// beside the systems gangway exists for: Tiresias, Gandiva, Themis, and Gavel's heterogeneity-aware LAS
+/// (`max_min_fairness_perf`, on HiGHS). The one list: the CLI's default, the README and the tests read it.
+pub const DEFAULT_POLICIES: &str =
+    "fifo,max_min_fairness,tiresias,gandiva,themis,max_min_fairness_perf";
+
 /// The GPU type that Gavel's durations are measured on.
 pub const REFERENCE_GPU: &str = "v100";
 

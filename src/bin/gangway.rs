@@ -132,7 +132,7 @@ struct SimulateArgs {
     /// Policies to compare, comma-separated, each optionally with knobs (`themis:f=0.5`); `help` lists them.
     #[arg(
         long,
-        default_value = "fifo,sjf,srtf,max_min_fairness",
+        default_value = scenario::DEFAULT_POLICIES,
         value_delimiter = ',',
         value_name = "NAMES"
     )]
@@ -206,12 +206,13 @@ impl std::str::FromStr for TraceFormatArg {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    gangway::cli::init_logging();
     let cli = Cli::parse();
+    // Every command but the daemon only prints: it ends quietly when its reader goes away
+    // (`gangway topology --list | head -5`).
+    if !matches!(cli.command, Some(Command::Serve(_))) {
+        gangway::cli::exit_quietly_on_closed_output();
+    }
     let outcome = match cli.command {
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Topology(args)) => topology(args),
@@ -224,7 +225,7 @@ fn main() {
         None => simulate(SimulateArgs::parse_from(["simulate"])),
     };
     if let Err(e) = outcome {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", gangway::cli::error_report(&e));
         std::process::exit(1);
     }
 }
@@ -408,6 +409,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         placer_factory.as_ref(),
         &factory,
     )?;
+    let mut stalled = Vec::new();
     for (result, summary) in &results {
         if !result.unschedulable.is_empty() {
             eprintln!(
@@ -416,6 +418,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
                 result.unschedulable.len(),
                 result.unschedulable[0]
             );
+        }
+        let unfinished = compare::unfinished(result);
+        if let Some(first) = unfinished.first() {
+            eprintln!(
+                "gangway: {}: {} jobs never finished: the policy stalled, leaving them waiting while every GPU idled (first: job {first}); its figures cover finished jobs only",
+                summary.policy,
+                unfinished.len(),
+            );
+            stalled.push(summary.policy.clone());
         }
     }
     let summaries: Vec<_> = results.iter().map(|(_, s)| s.clone()).collect();
@@ -440,6 +451,12 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         eprintln!(
             "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg to {}",
             dir.display()
+        );
+    }
+    if !stalled.is_empty() {
+        bail!(
+            "{} stalled with jobs unfinished (see above); the results are incomplete",
+            stalled.join(", ")
         );
     }
     Ok(())
