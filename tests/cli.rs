@@ -8,6 +8,8 @@ use std::time::Duration;
 use assert_cmd::Command;
 use serde_json::Value;
 
+mod support;
+
 /// A small, fast synthetic scenario used by most tests.
 const SYNTHETIC: &str = "synthetic:jobs=300,seed=1,rate=4";
 const SMALL_CLUSTER: &str = "v100=8,k80=8";
@@ -178,9 +180,26 @@ fn shared_data(what: &str) -> Option<PathBuf> {
     if path.exists() {
         Some(dir)
     } else {
-        eprintln!("skipping: {} not found", path.display());
+        support::skip(&format!(
+            "{} not found (the shared reference data is absent)",
+            path.display()
+        ));
         None
     }
+}
+
+/// The tests' one rule for a missing component (here, the reference data): skip, loudly, except in CI,
+/// where it fails (a broken install must not turn the suite green).
+#[test]
+fn a_test_that_would_skip_fails_in_ci() {
+    let in_ci = std::panic::catch_unwind(|| support::skip_unless_ci(true, "no widget"));
+    let message = in_ci.unwrap_err();
+    let message = message.downcast_ref::<String>().expect("a formatted panic");
+    assert!(
+        message.contains("CI=true, and this test would skip: no widget"),
+        "{message}"
+    );
+    support::skip_unless_ci(false, "(the rule's own test: outside CI it only says so)");
 }
 
 /// Data lines of a headerless trace file.
@@ -676,7 +695,10 @@ fn gavel_tab_separated_traces_run_with_both_throughput_tables() {
     ] {
         let path = data.join(trace);
         if !path.exists() {
-            eprintln!("skipping: {} not found", path.display());
+            support::skip(&format!(
+                "{} not found (the shared reference data is incomplete)",
+                path.display()
+            ));
             continue;
         }
         let jobs = data_lines(&path) as u64;

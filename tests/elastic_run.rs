@@ -31,9 +31,9 @@ fn python() -> Option<String> {
 macro_rules! need_torch {
     () => {
         match python() {
-            Some(p) => p,
-            None => {
-                eprintln!("skipped: no torch (set GANGWAY_TEST_PYTHON to a python that has it)");
+            Ok(p) => p,
+            Err(why) => {
+                support::skip(&why);
                 return;
             }
         }
@@ -610,8 +610,8 @@ fn slurm_ready() -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
         .unwrap_or(0);
     if idle < 4 {
-        eprintln!(
-            "skipped: no local Slurm with 4 idle nodes (run scripts/slurm-up and export SLURM_CONF)"
+        support::skip(
+            "no local Slurm with 4 idle nodes (run scripts/slurm-up and export SLURM_CONF)",
         );
     }
     idle >= 4
