@@ -30,6 +30,8 @@ pub mod cli;
 pub mod compare;
 pub mod control;
 pub mod fidelity;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod report;
 pub mod scenario;
 pub mod topology_view;
