@@ -16,9 +16,10 @@ use gangway::actors::cluster::{
 };
 use gangway::actors::executor::SimExecutor;
 use gangway::core::cluster::Cluster;
-use gangway::core::job::Trace;
+use gangway::core::engine::EngineConfig;
+use gangway::core::job::Names;
+use gangway::core::placement::PackingPlacer;
 use gangway::core::policy::{self, PolicyConfig};
-use gangway::core::sim::{PackingPlacer, SimConfig};
 use gangway::core::throughput::DurationModel;
 
 const JOBS: u32 = 10_000;
@@ -50,7 +51,7 @@ fn rounds(c: &mut Criterion) {
             let parts = Parts {
                 cluster: Arc::new(cluster),
                 model: Arc::new(DurationModel::uniform(types)),
-                names: Trace::default(),
+                names: Names::default(),
                 policy: policy::build(name, &PolicyConfig::seeded(0)).unwrap(),
                 placer: Box::new(PackingPlacer),
                 executor: Box::new(SimExecutor::new(f64::INFINITY)),
@@ -58,7 +59,7 @@ fn rounds(c: &mut Criterion) {
                 health_every: Duration::from_secs(60),
             };
             let mut settings = Settings::new(
-                SimConfig::default(),
+                EngineConfig::default(),
                 TimeSource::Virtual(Arc::clone(&clock)),
             );
             settings.journal = Some(dir.path().join("journal"));
@@ -78,6 +79,7 @@ fn rounds(c: &mut Criterion) {
                     .send(Submit {
                         request,
                         at: Some(0.0),
+                        key: None,
                     })
                     .await
                     .unwrap()

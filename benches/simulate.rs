@@ -12,8 +12,9 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 use gangway::core::cluster::Cluster;
 use gangway::core::job::Trace;
+use gangway::core::placement::PackingPlacer;
 use gangway::core::policy::{self, PolicyConfig};
-use gangway::core::sim::{PackingPlacer, Simulation};
+use gangway::core::sim::Simulation;
 use gangway::core::trace::TraceOptions;
 use gangway::scenario;
 

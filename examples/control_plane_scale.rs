@@ -9,13 +9,16 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gangway::actors::api::{self, Listen};
+use gangway::actors::api::{self, ApiConfig, Listen};
+use gangway::actors::auth::Token;
 use gangway::actors::cluster::{ClusterActor, GetStats, Parts, Settings, TimeSource};
 use gangway::actors::executor::SimExecutor;
+use gangway::actors::listener::Bound;
 use gangway::core::cluster::Cluster;
-use gangway::core::job::Trace;
+use gangway::core::engine::EngineConfig;
+use gangway::core::job::Names;
+use gangway::core::placement::PackingPlacer;
 use gangway::core::policy::{self, PolicyConfig};
-use gangway::core::sim::{PackingPlacer, SimConfig};
 use gangway::core::throughput::DurationModel;
 
 const CLIENTS: u32 = 16;
@@ -45,6 +48,8 @@ fn main() {
     let journal_dir = journal.path().join("journal");
     let (tx, rx) = std::sync::mpsc::channel();
     let name = policy_name.clone();
+    let token = Token::generate().unwrap();
+    let config = ApiConfig::new(Some(token.clone()));
     std::thread::spawn(move || {
         let system = actix::System::with_tokio_rt(|| {
             tokio::runtime::Builder::new_multi_thread()
@@ -58,23 +63,24 @@ fn main() {
             let parts = Parts {
                 cluster: Arc::new(cluster),
                 model: Arc::new(DurationModel::uniform(types)),
-                names: Trace::default(),
+                names: Names::default(),
                 policy: policy::build(&name, &PolicyConfig::seeded(0)).unwrap(),
                 placer: Box::new(PackingPlacer),
                 executor: Box::new(SimExecutor::default()),
                 probes: Vec::new(),
                 health_every: Duration::from_secs(60),
             };
-            let sim = SimConfig {
+            let engine = EngineConfig {
                 round_length: 60.0,
-                ..SimConfig::default()
+                ..EngineConfig::default()
             };
-            let mut settings = Settings::new(sim, TimeSource::Wall { time_scale: 600.0 });
+            let mut settings = Settings::new(engine, TimeSource::Wall { time_scale: 600.0 });
             settings.journal = Some(journal_dir);
             let cluster = ClusterActor::start(parts, settings).unwrap();
             tx.send(cluster.clone()).unwrap();
             let listen = Listen::Tcp(format!("127.0.0.1:{port}").parse().unwrap());
-            api::serve(&listen, cluster).await.unwrap();
+            let bound = Bound::bind(&listen, 0o600).unwrap();
+            api::serve(bound, cluster, config).await.unwrap();
         });
     });
     let cluster = rx.recv().unwrap();
@@ -83,14 +89,20 @@ fn main() {
         .timeout_global(Some(Duration::from_secs(30)))
         .build()
         .into();
-    while agent.get(&url).call().is_err() {
+    let authorization = token.header_value();
+    while agent
+        .get(&url)
+        .header("Authorization", &authorization)
+        .call()
+        .is_err()
+    {
         std::thread::sleep(Duration::from_millis(10));
     }
     let memory_before = resident_bytes();
     let began = Instant::now();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let (agent, url) = (agent.clone(), url.clone());
+            let (agent, url, authorization) = (agent.clone(), url.clone(), authorization.clone());
             std::thread::spawn(move || {
                 for k in (c..jobs).step_by(CLIENTS as usize) {
                     let gpus = [1, 1, 1, 1, 1, 1, 1, 2, 4, 8][(k % 10) as usize];
@@ -100,7 +112,11 @@ fn main() {
                         "work": 3600 + (k * 7919) % 100_000,
                         "tenant": format!("team-{}", k % 8),
                     });
-                    agent.post(&url).send_json(&body).expect("submit");
+                    agent
+                        .post(&url)
+                        .header("Authorization", &authorization)
+                        .send_json(&body)
+                        .expect("submit");
                 }
             })
         })

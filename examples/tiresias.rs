@@ -6,8 +6,10 @@
 
 use anyhow::Result;
 use gangway::core::cluster::Cluster;
+use gangway::core::engine::EngineConfig;
+use gangway::core::placement::PackingPlacer;
 use gangway::core::policy::{self, PolicyConfig};
-use gangway::core::sim::{PackingPlacer, SimConfig, Simulation};
+use gangway::core::sim::{SimConfig, Simulation};
 use gangway::core::trace::TraceOptions;
 use gangway::scenario;
 
@@ -23,8 +25,11 @@ fn main() -> Result<()> {
     let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
     // Checkpointing costs 30 s and restoring 30 s: Tiresias pays for every preemption.
     simulation.config = SimConfig {
-        preempt_cost: 30.0,
-        restore_cost: 30.0,
+        engine: EngineConfig {
+            preempt_cost: 30.0,
+            restore_cost: 30.0,
+            ..EngineConfig::default()
+        },
         ..SimConfig::default()
     };
     for name in ["yarn_cs", "fifo", "tiresias", "tiresias_gittins"] {

@@ -4,8 +4,9 @@
 use anyhow::Result;
 
 use gangway_core::metrics::Summary;
+use gangway_core::placement::{PackingPlacer, Placer};
 use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, Placer, SimResult, Simulation};
+use gangway_core::sim::{SimResult, Simulation};
 
 /// The policy that finish-time fairness (rho) is measured against.
 pub const REFERENCE_POLICY: &str = "isolated";

@@ -5,19 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use gangway_actors::api::{self, Listen};
+use gangway_actors::api::{self, ApiConfig, Listen};
+use gangway_actors::auth::{HostCheck, Token};
 use gangway_actors::cluster::{ClusterActor, JobInfo, JobRequest, Parts, Settings, TimeSource};
 use gangway_actors::executor::{Executor, SimExecutor};
 use gangway_actors::health::{HealthProbe, NvmlProbe};
+use gangway_actors::listener::{Bound, Limits};
+use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
 use gangway_core::cluster::Cluster;
-use gangway_core::job::Trace;
-use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimConfig};
-use gangway_core::throughput::DurationModel;
-use gangway_launcher::daemon::{self, agent};
-use gangway_launcher::executor::ProcessExecutor;
+use gangway_core::engine::EngineConfig;
+use gangway_launcher::client::{Client, new_idempotency_key};
+use gangway_launcher::executor::{ProcessExecutor, check_command};
+use gangway_topology::topology::ClusterSpec;
 
-use crate::scenario;
+use crate::scenario::{self, Scenario};
 
 /// Where clients find the daemon unless told.
 pub const DEFAULT_DAEMON: &str = "127.0.0.1:7878";
@@ -25,9 +26,39 @@ pub const DEFAULT_DAEMON: &str = "127.0.0.1:7878";
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("gpus").args(["fake_gpus", "preset", "topology", "cluster"])))]
 pub struct ServeArgs {
-    /// Listen on `HOST:PORT` or `unix:PATH`.
+    /// Listen on `HOST:PORT` (a loopback address unless --allow-remote) or `unix:PATH`.
     #[arg(long, default_value = DEFAULT_DAEMON, value_name = "ADDR")]
     pub listen: Listen,
+    /// Allow a --listen address that is not loopback. Every TCP request but /healthz needs the
+    /// token anyway; add the names clients use with --allow-host.
+    #[arg(long)]
+    pub allow_remote: bool,
+    /// A name the `Host` header may give besides localhost, 127.0.0.1 and [::1] (repeatable; `*`
+    /// allows any). The check keeps web pages out through DNS rebinding.
+    #[arg(long, value_name = "NAME")]
+    pub allow_host: Vec<String>,
+    /// Where to write the API token, a new one at every start, readable by this user only
+    /// (default: JOURNAL/api-token).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// The permissions of a --listen unix: socket, in octal (who may connect: 600 is this user
+    /// only). Commands from another user run as that user when the daemon runs as root, and are
+    /// refused otherwise.
+    #[arg(long, default_value = "600", value_name = "MODE", value_parser = parse_mode)]
+    pub socket_mode: u32,
+    /// Let submitted jobs set this start-up variable (LD_*, BASH_ENV, ENV, ...: variables that
+    /// change how a shell or the dynamic loader starts programs), refused otherwise. Repeatable; a
+    /// trailing `*` allows a prefix.
+    #[arg(long, value_name = "NAME")]
+    pub allow_env: Vec<String>,
+    /// Connections open at once; beyond it, the one idle longest is closed (default: from the
+    /// open-files limit, at most 1024).
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Seconds a client has to send a request's headers (after connecting, or between requests on
+    /// a kept-alive connection) and, separately, its body.
+    #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
+    pub header_timeout: f64,
     /// N fake GPUs on this machine (simulated workers, unless --workers processes). Without any of --fake-gpus, --preset,
     /// --topology and --cluster, the GPUs come from NVML discovery.
     #[arg(long, value_name = "N")]
@@ -70,15 +101,38 @@ pub struct ServeArgs {
     /// The `elastic-run` that process workers run (default: the one beside this `gangway`).
     #[arg(long, value_name = "PATH")]
     pub elastic_run: Option<PathBuf>,
+    #[command(flatten)]
+    pub scenario: scenario::ScenarioArgs,
 }
 
 impl ServeArgs {
     fn listen_text(&self) -> String {
+        self.listen.to_string()
+    }
+
+    /// Refuses what would expose the daemon: a non-loopback address without --allow-remote.
+    fn check_listen(&self) -> Result<()> {
         match &self.listen {
-            Listen::Tcp(addr) => addr.to_string(),
-            Listen::Unix(path) => format!("unix:{}", path.display()),
+            Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.allow_remote => bail!(
+                "--listen {addr} is not a loopback address: anyone who can reach it could use the API \
+                 (with process workers, run commands). Pass --allow-remote to serve other machines \
+                 (they need the token, and --allow-host for the names they use), or listen on \
+                 127.0.0.1 or unix:PATH"
+            ),
+            Listen::Unix(_) if self.allow_remote || !self.allow_host.is_empty() => {
+                bail!("--allow-remote and --allow-host are for TCP; a Unix socket is local")
+            }
+            _ => Ok(()),
         }
     }
+}
+
+/// An octal file mode, as `chmod` takes it.
+fn parse_mode(text: &str) -> Result<u32, String> {
+    u32::from_str_radix(text, 8)
+        .ok()
+        .filter(|&m| m <= 0o777)
+        .ok_or_else(|| format!("`{text}` is not a file mode in octal (600, 660, 666)"))
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -87,19 +141,23 @@ pub enum Workers {
     Simulated,
 }
 
-/// The cluster to serve, with the device index of each GPU when they are all on this machine, and
-/// whether they are real (NVML) ones.
+/// The cluster to serve, with its hardware graph when it came from one, the device index of each GPU
+/// when they are all on this machine, and whether they are real (NVML) ones.
 struct Served {
     cluster: Cluster,
+    topology: Option<ClusterSpec>,
     devices: Option<Vec<u32>>,
     real: bool,
 }
 
 fn serve_cluster(args: &ServeArgs) -> Result<Served> {
-    let elsewhere = |cluster| Served {
-        cluster,
-        devices: None,
-        real: false,
+    let elsewhere = |spec: ClusterSpec| -> Result<Served> {
+        Ok(Served {
+            cluster: Cluster::from_topology(&spec.build())?,
+            topology: Some(spec),
+            devices: None,
+            real: false,
+        })
     };
     if let Some(n) = args.fake_gpus {
         if n == 0 {
@@ -109,21 +167,24 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
         let cluster = Cluster::parse_spec(&format!("fake=1x{n}"), n)?;
         return Ok(Served {
             cluster,
+            topology: None,
             devices: Some((0..n).collect()),
             real: false,
         });
     }
     if let Some(name) = &args.preset {
-        let spec = scenario::preset_cluster(name, args.servers, 16)?;
-        return Ok(elsewhere(Cluster::from_topology(&spec.build())?));
+        return elsewhere(scenario::preset_cluster(name, args.servers, 16)?);
     }
     if let Some(path) = &args.topology {
-        return Ok(elsewhere(Cluster::from_topology(
-            &scenario::topology_file(path)?.build(),
-        )?));
+        return elsewhere(scenario::topology_file(path)?);
     }
     if let Some(spec) = &args.cluster {
-        return Ok(elsewhere(scenario::load_cluster(spec, None, 1)?));
+        return Ok(Served {
+            cluster: scenario::load_cluster(spec, None, 1)?,
+            topology: None,
+            devices: None,
+            real: false,
+        });
     }
     match gangway_topology::discover::discover() {
         Ok(found) => {
@@ -136,6 +197,7 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
             let model = found.gpus[0].name.to_ascii_lowercase().replace(' ', "-");
             Ok(Served {
                 cluster: Cluster::parse_spec(&format!("{model}=1x{count}"), count)?,
+                topology: None,
                 devices: Some(found.gpus.iter().map(|g| g.index).collect()),
                 real: true,
             })
@@ -148,17 +210,46 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
 
 /// Runs the control plane until interrupted.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    if !(args.round.is_finite() && args.round > 0.0) {
-        bail!("--round must be a positive number of seconds");
+    if !(args.header_timeout.is_finite() && (0.1..=3600.0).contains(&args.header_timeout)) {
+        bail!("--header-timeout must be from 0.1 to 3600 seconds");
     }
+    if args.max_connections == Some(0) {
+        bail!("--max-connections must be at least 1");
+    }
+    if let Some(name) = args.allow_env.iter().find(|n| {
+        let n = n.strip_suffix('*').unwrap_or(n);
+        n.is_empty() || n.contains(['=', '\0'])
+    }) {
+        bail!("--allow-env `{}` is not a variable name", escape(name));
+    }
+    for name in args
+        .allow_env
+        .iter()
+        .filter(|n| !n.ends_with('*') && !startup_variable(n))
+    {
+        eprintln!(
+            "gangway serve: note: --allow-env {name} changes nothing: jobs may set it anyway"
+        );
+    }
+    args.check_listen()?;
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
         bail!("--time-scale must be positive");
     }
     let Served {
         cluster,
+        topology,
         devices,
         real: real_gpus,
     } = serve_cluster(&args)?;
+    // What runs live is what `gangway simulate` runs: the same model, placer, knobs and costs; live,
+    // arrivals and completions also trigger a round.
+    let engine = EngineConfig {
+        round_length: args.round,
+        schedule_on_arrival: true,
+        schedule_on_completion: true,
+        ..EngineConfig::default()
+    };
+    let scenario = Scenario::assemble(&args.scenario, cluster, topology, engine, false)?;
     let workers = args.workers.unwrap_or(if real_gpus {
         Workers::Processes
     } else {
@@ -186,13 +277,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                     elastic_run.display()
                 );
             }
-            if matches!(args.listen, Listen::Tcp(_)) {
-                eprintln!(
-                    "gangway serve: WARNING: with process workers, whoever reaches {} runs commands \
-                     as this user; prefer --listen unix:PATH (a socket only this user can open)",
-                    args.listen_text()
-                );
-            }
             let runs = args.journal.join("runs");
             Box::new(
                 ProcessExecutor::new(elastic_run, devices, runs.clone())
@@ -200,14 +284,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             )
         }
     };
-    let policy = policy::build(&args.policy, &PolicyConfig::default())?;
+    let policy = scenario.policy(&args.policy)?;
     std::fs::create_dir_all(&args.journal)
         .with_context(|| format!("creating {}", args.journal.display()))?;
     let probes: Vec<Box<dyn HealthProbe>> = match NvmlProbe::for_all_gpus() {
         Some(probes) if real_gpus => probes.into_iter().map(|p| Box::new(p) as _).collect(),
         _ => Vec::new(),
     };
-    let types = cluster.num_gpu_types();
+    let cluster = &scenario.cluster;
     eprintln!(
         "gangway serve: {} GPUs ({}), {} workers, policy {}, journal {}, listening on {}",
         cluster.num_gpus(),
@@ -220,24 +304,19 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         args.journal.display(),
         args.listen_text()
     );
+    let (model, names) = scenario.live_model();
     let parts = Parts {
-        cluster: Arc::new(cluster),
-        model: Arc::new(DurationModel::uniform(types)),
-        names: Trace::default(),
+        cluster: Arc::clone(&scenario.cluster),
+        model,
+        names,
         policy,
-        placer: Box::new(PackingPlacer),
+        placer: scenario.placer(),
         executor,
         probes,
         health_every: Duration::from_secs(5),
     };
-    let sim = SimConfig {
-        round_length: args.round,
-        schedule_on_arrival: true,
-        schedule_on_completion: true,
-        ..SimConfig::default()
-    };
     let mut settings = Settings::new(
-        sim,
+        scenario.engine.clone(),
         TimeSource::Wall {
             time_scale: args.time_scale,
         },
@@ -245,6 +324,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     settings.journal = Some(args.journal.clone());
     settings.snapshot_every = args.snapshot_every;
     settings.max_restarts = args.max_restarts;
+    let mut config = api_config(&args, workers)?;
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -252,30 +332,92 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             .expect("a tokio runtime")
     });
     system.block_on(async move {
+        // Before anything starts: a port in use fails here, with nothing to undo.
+        let bound = Bound::bind(&args.listen, args.socket_mode)
+            .with_context(|| format!("listening on {}", args.listen_text()))?;
+        if let Bound::Tcp(_) = &bound {
+            let hosts = HostCheck::new(bound.port().unwrap_or(0), args.allow_host.clone());
+            config.hosts = Some(hosts);
+        }
         let cluster = ClusterActor::start(parts, settings)?;
         tokio::select! {
-            served = api::serve(&args.listen, cluster) => served.context("serving the API")?,
+            served = api::serve(bound, cluster, config) => served.context("serving the API")?,
             _ = tokio::signal::ctrl_c() => eprintln!("gangway serve: interrupted; the journal has everything"),
         }
         Ok(())
     })
 }
 
+/// Who may use the API and what jobs may run: on TCP a new token, written where clients find it.
+fn api_config(args: &ServeArgs, workers: Workers) -> Result<ApiConfig> {
+    let token = match &args.listen {
+        Listen::Tcp(_) => {
+            let token = Token::generate()?;
+            let file = args
+                .token_file
+                .clone()
+                .unwrap_or_else(|| args.journal.join("api-token"));
+            token.write(&file)?;
+            eprintln!(
+                "gangway serve: API token in {} (readable by this user only; gangway's clients read it \
+                 from there or from $GANGWAY_TOKEN_FILE; curl -H \"Authorization: Bearer $(cat FILE)\")",
+                file.display()
+            );
+            Some((token, file))
+        }
+        Listen::Unix(_) => None,
+    };
+    let mut run_policy = RunPolicy::new(Submitter::this_process());
+    run_policy.allowed_env = args.allow_env.clone();
+    if workers == Workers::Processes {
+        run_policy.args = Some(Arc::new(check_command));
+    }
+    let open_files = gangway_actors::listener::raise_open_files_limit();
+    let limits = Limits {
+        // Room for the journal, the workers' logs and NVML beside the connections.
+        max_connections: args.max_connections.unwrap_or_else(|| {
+            usize::try_from(open_files.saturating_sub(128).clamp(16, 1024)).unwrap_or(1024)
+        }),
+        header_timeout: Duration::from_secs_f64(args.header_timeout),
+        body_timeout: Duration::from_secs_f64(args.header_timeout.max(30.0)),
+    };
+    Ok(ApiConfig {
+        token_file: token.as_ref().map(|(_, file)| file.clone()),
+        token: token.map(|(token, _)| token),
+        hosts: None,
+        run_policy,
+        limits,
+    })
+}
+
 #[derive(clap::Args)]
 pub struct DaemonArg {
-    /// The daemon's `HOST:PORT` (default: $GANGWAY_DAEMON, else 127.0.0.1:7878).
+    /// The daemon's `HOST:PORT` or `unix:PATH` (default: $GANGWAY_DAEMON, else 127.0.0.1:7878).
     #[arg(long, value_name = "ADDR")]
     pub daemon: Option<String>,
+    /// The file that holds the daemon's API token (default: $GANGWAY_TOKEN_FILE, else
+    /// .gangway/journal/api-token here or in the nearest parent directory that has one;
+    /// $GANGWAY_TOKEN gives the token itself).
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 impl DaemonArg {
-    fn url(&self, path: &str) -> String {
+    fn client(&self) -> Result<Client> {
         let addr = self
             .daemon
             .clone()
             .or_else(|| std::env::var("GANGWAY_DAEMON").ok())
             .unwrap_or_else(|| DEFAULT_DAEMON.to_owned());
-        format!("http://{addr}{path}")
+        Client::new(&addr, self.token_file.clone()).map_err(anyhow::Error::msg)
+    }
+}
+
+/// A number of seconds (or a weight): finite and positive. (NaN would travel as JSON null.)
+fn positive(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 => Ok(x),
+        _ => Err(format!("`{text}` is not a positive number")),
     }
 }
 
@@ -285,13 +427,19 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "N")]
     pub gpus: u32,
     /// Work: seconds of running time at that many GPUs.
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = positive, allow_negative_numbers = true)]
     pub work: f64,
     #[arg(long, default_value = "default", value_name = "NAME")]
     pub job_type: String,
     #[arg(long, default_value = "default", value_name = "NAME")]
     pub tenant: String,
-    #[arg(long, default_value_t = 1.0, value_name = "W")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "W",
+        value_parser = positive,
+        allow_negative_numbers = true
+    )]
     pub weight: f64,
     #[command(flatten)]
     pub daemon: DaemonArg,
@@ -322,16 +470,8 @@ pub struct CordonArgs {
     pub daemon: DaemonArg,
 }
 
-/// The daemon's JSON answer at `url`, or its error.
-fn answer(
-    url: &str,
-    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-) -> Result<serde_json::Value> {
-    daemon::answer(url, response).map_err(anyhow::Error::msg)
-}
-
 pub fn submit(args: SubmitArgs) -> Result<()> {
-    let url = args.daemon.url("/jobs");
+    let client = args.daemon.client()?;
     let request = JobRequest {
         id: None,
         job_type: args.job_type,
@@ -341,14 +481,19 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
         weight: args.weight,
         run: None,
     };
-    let body = answer(&url, agent().post(&url).send_json(&request))?;
+    let body = client
+        .post("/jobs", &request, Some(&new_idempotency_key()))
+        .map_err(anyhow::Error::msg)?;
     println!("{}", body["id"]);
     Ok(())
 }
 
 pub fn jobs(args: JobsArgs) -> Result<()> {
-    let url = args.daemon.url("/jobs");
-    let body = answer(&url, agent().get(&url).call())?;
+    let body = args
+        .daemon
+        .client()?
+        .get("/jobs")
+        .map_err(anyhow::Error::msg)?;
     let jobs: Vec<JobInfo> = serde_json::from_value(body).context("reading the job list")?;
     match args.format {
         crate::report::OutputFormat::Json => {
@@ -356,7 +501,7 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
         }
         crate::report::OutputFormat::Table => {
             println!(
-                "{:>6}  {:<13} {:>4}  {:>8}  {:<12} {:<12} GPUS",
+                "{:>6}  {:<13} {:>4}  {:>8}  {:<12} {:<12} PLACEMENT",
                 "ID", "PHASE", "GPUS", "PROGRESS", "TYPE", "TENANT"
             );
             for j in &jobs {
@@ -367,8 +512,10 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     j.phase.to_string(),
                     j.gpus,
                     j.progress * 100.0,
-                    j.job_type,
-                    j.tenant,
+                    // Names never reach a terminal raw (a journal may hold ones from before they
+                    // were checked).
+                    escape(&j.job_type),
+                    escape(&j.tenant),
                     gpus.join(",")
                 );
             }
@@ -378,8 +525,10 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
 }
 
 pub fn cancel(args: CancelArgs) -> Result<()> {
-    let url = args.daemon.url(&format!("/jobs/{}", args.id));
-    answer(&url, agent().delete(&url).call())?;
+    args.daemon
+        .client()?
+        .delete(&format!("/jobs/{}", args.id))
+        .map_err(anyhow::Error::msg)?;
     println!("cancelled {}", args.id);
     Ok(())
 }
@@ -390,9 +539,11 @@ pub fn cordon(args: CordonArgs, cordoned: bool) -> Result<()> {
     } else {
         "/gpus/uncordon"
     };
-    let url = args.daemon.url(path);
     let body = serde_json::json!({ "gpus": args.gpus });
-    answer(&url, agent().post(&url).send_json(&body))?;
+    args.daemon
+        .client()?
+        .post(path, &body, None)
+        .map_err(anyhow::Error::msg)?;
     let gpus: Vec<String> = args.gpus.iter().map(u32::to_string).collect();
     println!(
         "{} GPUs {}",

@@ -8,9 +8,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use gangway_actors::cluster::{
-    Cancel, ClusterActor, JobRequest, Parts, Settings, Submit, TimeSource,
-};
+use gangway_actors::cluster::{Cancel, ClusterActor, Parts, Settings, Submit, TimeSource};
 use gangway_actors::ledger::{Ledger, Record, torn_tail_report};
 use gangway_core::cluster::{Cluster, MAX_GPU_TYPES, MAX_GPUS};
 use gangway_core::error::{Source, text_of};
@@ -74,8 +72,8 @@ pub fn trace(data: &[u8]) {
                     "{job:?}"
                 );
                 assert!(job.weight.is_finite() && job.weight > 0.0, "{job:?}");
-                assert!((job.job_type.0 as usize) < t.job_types.len());
-                assert!((job.tenant.0 as usize) < t.tenants.len());
+                assert!((job.job_type.0 as usize) < t.names.job_types.len());
+                assert!((job.tenant.0 as usize) < t.names.tenants.len());
             }
         }
         Err(e) => assert!(e.to_string().starts_with(NAME), "{e}"),
@@ -215,15 +213,15 @@ fn control_plane() -> ControlPlane {
         let parts = Parts {
             cluster: Arc::new(Cluster::parse_spec("v100=4", 4).expect("a cluster")),
             model: Arc::new(gangway_core::throughput::DurationModel::uniform(1)),
-            names: gangway_core::job::Trace::default(),
+            names: gangway_core::job::Names::default(),
             policy: gangway_core::policy::build("fifo", &Default::default()).expect("fifo"),
-            placer: Box::new(gangway_core::sim::PackingPlacer),
+            placer: Box::new(gangway_core::placement::PackingPlacer),
             executor: Box::new(gangway_actors::executor::SimExecutor::default()),
             probes: Vec::new(),
             health_every: std::time::Duration::from_secs(3600),
         };
         let settings = Settings::new(
-            gangway_core::sim::SimConfig::default(),
+            gangway_core::engine::EngineConfig::default(),
             TimeSource::Virtual(clock),
         );
         ClusterActor::start(parts, settings).expect("a control plane")
@@ -231,20 +229,33 @@ fn control_plane() -> ControlPlane {
     ControlPlane { system, cluster }
 }
 
-/// The API's request body: a `POST /jobs` body decoded as a [`JobRequest`] (as the API decodes it),
-/// then submitted to a control plane, which validates it. An accepted job is cancelled at once, so
-/// that the control plane's state stays small over millions of inputs.
+/// The API's request body, through the API's own public steps: a `POST /jobs` body read strictly
+/// (`request::parse_job_request`), checked (`request::validate`), then submitted to a control plane,
+/// which checks it against the cluster. An accepted job is cancelled at once, so that the control
+/// plane's state stays small over millions of inputs.
 pub fn job_request(data: &[u8]) {
-    let Ok(request) = serde_json::from_slice::<JobRequest>(data) else {
-        return;
+    let request = match gangway_actors::request::parse_job_request(data) {
+        Ok(request) => request,
+        Err(e) => {
+            assert!(!e.to_string().is_empty());
+            return;
+        }
     };
+    if let Err(invalid) = gangway_actors::request::validate(&request) {
+        assert!(!invalid.to_string().is_empty());
+        return;
+    }
     CONTROL_PLANE.with(|cell| {
         let mut cell = cell.borrow_mut();
         let plane = cell.get_or_insert_with(control_plane);
         let cluster = plane.cluster.clone();
         plane.system.block_on(async move {
             let answer = cluster
-                .send(Submit { request, at: None })
+                .send(Submit {
+                    request,
+                    at: None,
+                    key: None,
+                })
                 .await
                 .expect("the control plane answers");
             match answer {

@@ -4,7 +4,7 @@
 //! examples and tests: assembling a scenario from user input, running several policies, and reports.
 //!
 //! ```
-//! use gangway::core::{cluster::Cluster, metrics::Window, policy, sim};
+//! use gangway::core::{cluster::Cluster, metrics::Window, placement, policy, sim};
 //! use gangway::scenario;
 //!
 //! // Gavel's bundled trace at 2 jobs/hour on 12 V100s, under LAS.
@@ -16,22 +16,44 @@
 //! let model = scenario::model_for(&trace, &cluster, &table).unwrap();
 //! let simulation = sim::Simulation::new(&trace, &cluster, model.as_ref());
 //! let mut las = policy::build("las", &policy::PolicyConfig::seeded(0)).unwrap();
-//! let result = simulation.run(las.as_mut(), &mut sim::PackingPlacer, &mut |_, _| {});
+//! let result = simulation.run(las.as_mut(), &mut placement::PackingPlacer, &mut |_, _| {});
 //! let summary = result.summary("las", None);
 //! assert_eq!(summary.measured_jobs, 200);
 //! assert!(summary.avg_jct_h > 0.0);
 //! ```
 
+//!
+//! Features: `simulate` (the simulator and its reports), `plots` (SVG pictures), `serve` (the live
+//! control plane, its HTTP API and clients), `launcher` (`elastic-run`); all on by default.
+//! `cargo build --no-default-features --features simulate` builds the simulator alone.
+
+#[cfg(feature = "serve")]
 pub use gangway_actors as actors;
 pub use gangway_core as core;
+#[cfg(feature = "launcher")]
+pub use gangway_elastic as elastic;
+#[cfg(feature = "serve")]
+pub use gangway_journal as journal;
+#[cfg(feature = "launcher")]
+pub use gangway_launcher as launcher;
+pub use gangway_protocol as protocol;
 pub use gangway_topology as topology;
 
 pub mod cli;
+#[cfg(feature = "simulate")]
 pub mod compare;
+#[cfg(feature = "serve")]
 pub mod control;
+#[cfg(feature = "simulate")]
 pub mod fidelity;
+#[cfg(feature = "serve")]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(all(feature = "simulate", feature = "plots"))]
+pub mod plots;
+#[cfg(feature = "simulate")]
 pub mod report;
+#[cfg(feature = "simulate")]
 pub mod scenario;
+#[cfg(feature = "plots")]
 pub mod topology_view;

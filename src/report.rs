@@ -4,7 +4,6 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use plotters::prelude::*;
 
 use gangway_core::metrics::{JobRecord, Summary};
 use gangway_core::sim::SimResult;
@@ -103,7 +102,7 @@ pub fn table(summaries: &[Summary]) -> String {
     out
 }
 
-/// Writes per-job CSVs, the summary JSON and the SVG plots into `dir`.
+/// Writes per-job CSVs, the summary JSON and (with the `plots` feature) the SVG plots into `dir`.
 pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (result, summary) in results {
@@ -115,12 +114,8 @@ pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()>
     let path = dir.join("summary.json");
     std::fs::write(&path, serde_json::to_string_pretty(&summaries)? + "\n")
         .with_context(|| format!("writing {}", path.display()))?;
-    let path = dir.join("jct_cdf.svg");
-    jct_cdf(&path, results).with_context(|| format!("writing {}", path.display()))?;
-    let path = dir.join("utilization.svg");
-    utilization(&path, results).with_context(|| format!("writing {}", path.display()))?;
-    let path = dir.join("comparison.svg");
-    comparison(&path, &summaries).with_context(|| format!("writing {}", path.display()))?;
+    #[cfg(feature = "plots")]
+    crate::plots::write(dir, results)?;
     Ok(())
 }
 
@@ -156,196 +151,5 @@ fn write_records(path: &Path, records: &[JobRecord], gpu_types: &[String]) -> Re
         w.write_record(&row)?;
     }
     w.flush()?;
-    Ok(())
-}
-
-fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
-    anyhow::anyhow!("plotting failed: {e:?}")
-}
-
-/// A CDF of JCT (hours, log scale) per policy, over the measured window.
-fn jct_cdf(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
-    let curves: Vec<(String, Vec<f64>)> = results
-        .iter()
-        .map(|(r, s)| {
-            let mut jct: Vec<f64> = r
-                .records
-                .iter()
-                .filter(|rec| r.window.contains(rec.id))
-                .filter_map(|rec| rec.jct())
-                .map(|x| (x / 3600.0).max(1e-3))
-                .collect();
-            jct.sort_by(f64::total_cmp);
-            (s.policy.clone(), jct)
-        })
-        .collect();
-    let lo = curves
-        .iter()
-        .filter_map(|c| c.1.first())
-        .copied()
-        .fold(f64::INFINITY, f64::min);
-    let hi = curves
-        .iter()
-        .filter_map(|c| c.1.last())
-        .copied()
-        .fold(0.0, f64::max);
-    let (lo, hi) = if lo.is_finite() && hi > lo {
-        (lo, hi)
-    } else {
-        (1e-3, 1.0)
-    };
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("JCT CDF", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("job completion time (hours)")
-        .y_desc("fraction of jobs")
-        .draw()
-        .map_err(plot_err)?;
-    for (i, (name, jct)) in curves.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let n = jct.len().max(1) as f64;
-        // At most ~2,000 points per curve (every job's step would make the SVG megabytes large).
-        let stride = (jct.len() / 2000).max(1);
-        let points = jct
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| k % stride == 0 || k + 1 == jct.len())
-            .map(|(k, x)| (*x, (k + 1) as f64 / n));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::LowerRight)
-        .draw()
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)?;
-    Ok(())
-}
-
-/// Busy GPUs over simulated time (hours), per policy.
-fn utilization(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
-    let end = results
-        .iter()
-        .filter_map(|(r, _)| r.utilization.last().map(|s| s.0))
-        .fold(0.0f64, f64::max)
-        / 3600.0;
-    let capacity = results.first().map_or(1, |(r, _)| r.capacity_gpus) as f64;
-    let root = SVGBackend::new(path, (800, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("Cluster utilization", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0.0..end.max(1e-3), 0.0..1.0)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .x_desc("simulated time (hours)")
-        .y_desc("busy GPUs / all GPUs")
-        .draw()
-        .map_err(plot_err)?;
-    for (i, (r, s)) in results.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        // Step function, thinned to at most ~2000 points so that the SVG stays small.
-        let stride = (r.utilization.len() / 2000).max(1);
-        let mut points = Vec::new();
-        let mut last = 0.0;
-        for (k, &(t, busy)) in r.utilization.iter().enumerate() {
-            if k % stride == 0 || k + 1 == r.utilization.len() {
-                points.push((t / 3600.0, last));
-                last = f64::from(busy) / capacity;
-                points.push((t / 3600.0, last));
-            }
-        }
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(1)))
-            .map_err(plot_err)?
-            .label(s.policy.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)?;
-    Ok(())
-}
-
-/// Average and p99 JCT per policy, side by side.
-fn comparison(path: &Path, summaries: &[&Summary]) -> Result<()> {
-    let top = summaries
-        .iter()
-        .map(|s| s.p99_jct_h.max(s.avg_jct_h))
-        .fold(0.0f64, f64::max)
-        .max(1e-3)
-        * 1.1;
-    let n = summaries.len().max(1);
-    let root = SVGBackend::new(path, (160 + 140 * n as u32, 500)).into_drawing_area();
-    root.fill(&WHITE).map_err(plot_err)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("JCT per policy", ("sans-serif", 22))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(-0.5..n as f64 - 0.5, 0.0..top)
-        .map_err(plot_err)?;
-    chart
-        .configure_mesh()
-        .disable_x_mesh()
-        .x_labels(n)
-        .x_label_formatter(&|x| {
-            let i = x.round();
-            match summaries.get(i as usize) {
-                Some(s) if (x - i).abs() < 1e-6 && i >= 0.0 => s.policy.clone(),
-                _ => String::new(),
-            }
-        })
-        .y_desc("hours")
-        .draw()
-        .map_err(plot_err)?;
-    // Two bars per policy: the average on the left of its slot, p99 on the right.
-    for (k, (label, color)) in [("average JCT", BLUE.mix(0.7)), ("p99 JCT", RED.mix(0.5))]
-        .into_iter()
-        .enumerate()
-    {
-        let bars = summaries.iter().enumerate().map(|(i, s)| {
-            let value = if k == 0 { s.avg_jct_h } else { s.p99_jct_h };
-            let left = i as f64 - 0.4 + 0.4 * k as f64;
-            Rectangle::new([(left, 0.0), (left + 0.38, value)], color.filled())
-        });
-        chart
-            .draw_series(bars)
-            .map_err(plot_err)?
-            .label(label)
-            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(plot_err)?;
-    root.present().map_err(plot_err)?;
     Ok(())
 }

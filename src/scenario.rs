@@ -1,15 +1,197 @@
-//! Assembling a simulation from user input: a trace, a cluster and a throughput model, with the
-//! bundled Gavel data as the default.
+//! Assembling a scenario from user input, the same way for `gangway simulate` and `gangway serve`: the
+//! cluster, the throughput model, the placer (and the topology it scores on), the policy's
+//! configuration and the engine's costs. What runs live is what was simulated.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
 use gangway_core::cluster::Cluster;
+use gangway_core::engine::EngineConfig;
 use gangway_core::error::{Source, read_text};
-use gangway_core::job::{Trace, WorkUnit};
+use gangway_core::job::{Names, Trace, WorkUnit};
+use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
+use gangway_core::policy::{self, Policy, PolicyConfig};
 use gangway_core::throughput::{DurationModel, TableModel, ThroughputModel, ThroughputTable};
 use gangway_core::trace::{self, SyntheticSpec, TraceOptions};
+use gangway_topology::topology::{ClusterSpec, Topology};
+
+/// The options `gangway simulate` and `gangway serve` share.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ScenarioArgs {
+    /// Gavel-format throughput table (JSON): job types' steps per second by GPU type and gang size.
+    /// `simulate` uses the bundled Gavel table without it; `serve` then counts work in seconds.
+    #[arg(long, value_name = "PATH")]
+    pub throughputs: Option<PathBuf>,
+    /// Placement: `packing` (best fit, no topology), or on the topology: `consolidate`, `relaxed`,
+    /// `relax-after:SECONDS`, `sensitive` (consolidate placement-sensitive models only), `random`.
+    /// Poorly placed gangs run slower (see core/src/throughput/locality.rs).
+    #[arg(long, default_value = "packing", value_name = "MODE")]
+    pub placement: String,
+    /// Seconds to checkpoint a preempted job.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub preempt_cost: f64,
+    /// Seconds to restore a job from its checkpoint.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub restore_cost: f64,
+    /// Seconds lost when a running job moves to other GPUs.
+    #[arg(
+        long,
+        default_value_t = 0.0,
+        value_name = "SECONDS",
+        allow_negative_numbers = true
+    )]
+    pub migrate_cost: f64,
+    /// Seed for every random choice (policies and placers).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// A CSV of job service in GPU-seconds (first column, or one named `duration`), such as Tiresias'
+    /// `yarn-gput*.csv`, for `tiresias_gittins`; without it the distribution is learned from finished jobs.
+    #[arg(long, value_name = "PATH")]
+    pub gittins_distribution: Option<PathBuf>,
+}
+
+/// A cluster with everything needed to run policies on it, simulated or live.
+pub struct Scenario {
+    pub cluster: Arc<Cluster>,
+    /// The throughput table, when work is counted in steps.
+    pub table: Option<ThroughputTable>,
+    /// Where and how the topology-aware placer scores sets; `None`: best-fit packing.
+    placement: Option<(Arc<Topology>, PlacementMode)>,
+    pub engine: EngineConfig,
+    pub policy_config: PolicyConfig,
+    pub seed: u64,
+}
+
+impl Scenario {
+    /// Assembles `args` on `cluster`. `topology` is the hardware graph when the cluster came from one;
+    /// otherwise a topology-aware placement uses Philly's server designs. `engine` carries the round
+    /// length and when to schedule between rounds; the costs come from `args`. Without
+    /// `--throughputs`, the bundled table is used when `bundled_table`, and durations otherwise.
+    pub fn assemble(
+        args: &ScenarioArgs,
+        cluster: Cluster,
+        topology: Option<ClusterSpec>,
+        engine: EngineConfig,
+        bundled_table: bool,
+    ) -> Result<Self> {
+        for (name, v) in [
+            ("--preempt-cost", args.preempt_cost),
+            ("--restore-cost", args.restore_cost),
+            ("--migrate-cost", args.migrate_cost),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                bail!("{name} must be a number of seconds >= 0");
+            }
+        }
+        let round = engine.round_length;
+        if !(round.is_finite() && round >= EngineConfig::MIN_ROUND_SECONDS) {
+            bail!(
+                "--round must be at least {} second(s) (got {round})",
+                EngineConfig::MIN_ROUND_SECONDS
+            );
+        }
+        let placement = match args.placement.as_str() {
+            "packing" => None,
+            other => {
+                let mode: PlacementMode = other.parse().map_err(anyhow::Error::msg)?;
+                let spec = match topology {
+                    Some(spec) => spec,
+                    None => topology_for(&cluster)?,
+                };
+                let topology = Arc::new(spec.build());
+                // Fail now, not inside a run, if the topology does not match the cluster.
+                TopologyPlacer::new(Arc::clone(&topology), &cluster, mode, args.seed)
+                    .map_err(anyhow::Error::msg)?;
+                Some((topology, mode))
+            }
+        };
+        let table = match (&args.throughputs, bundled_table) {
+            (Some(path), _) => Some(load_throughputs(Some(path))?),
+            (None, true) => Some(load_throughputs(None)?),
+            (None, false) => None,
+        };
+        let policy_config = PolicyConfig {
+            seed: args.seed,
+            service_distribution: match &args.gittins_distribution {
+                Some(path) => Some(Arc::new(load_service_distribution(path)?)),
+                None => None,
+            },
+            ..PolicyConfig::default()
+        };
+        Ok(Scenario {
+            cluster: Arc::new(cluster),
+            table,
+            placement,
+            engine: EngineConfig {
+                preempt_cost: args.preempt_cost,
+                restore_cost: args.restore_cost,
+                migrate_cost: args.migrate_cost,
+                ..engine
+            },
+            policy_config,
+            seed: args.seed,
+        })
+    }
+
+    /// A fresh placer for one run.
+    pub fn placer(&self) -> Box<dyn Placer> {
+        match &self.placement {
+            None => Box::new(PackingPlacer),
+            Some((topology, mode)) => Box::new(
+                TopologyPlacer::new(Arc::clone(topology), &self.cluster, *mode, self.seed)
+                    .expect("checked when assembled"),
+            ),
+        }
+    }
+
+    /// The policy a spec names, with this scenario's configuration.
+    pub fn policy(&self, spec: &str) -> Result<Box<dyn Policy>> {
+        Ok(policy::build(spec, &self.policy_config)?)
+    }
+
+    /// The model for a trace: the table for step-counted traces, durations otherwise.
+    pub fn model_for(&self, trace: &Trace) -> Result<Box<dyn ThroughputModel>> {
+        match (trace.work_unit(), &self.table) {
+            (WorkUnit::Steps, Some(table)) => {
+                Ok(Box::new(TableModel::new(table, trace, &self.cluster)?))
+            }
+            (WorkUnit::Steps, None) => bail!(
+                "{} counts work in steps: pass --throughputs with a table of steps per second",
+                trace.source
+            ),
+            (WorkUnit::Seconds, _) => Ok(Box::new(DurationModel::uniform(
+                self.cluster.num_gpu_types(),
+            ))),
+        }
+    }
+
+    /// The model for jobs submitted live, and the job-type names it knows: every job type of the table
+    /// (work in steps), or durations (work in seconds at the requested GPU count).
+    pub fn live_model(&self) -> (Arc<dyn ThroughputModel>, Names) {
+        match &self.table {
+            Some(table) => {
+                let (model, names) = TableModel::for_every_job_type(table, &self.cluster);
+                (Arc::new(model), names)
+            }
+            None => (
+                Arc::new(DurationModel::uniform(self.cluster.num_gpu_types())),
+                Names::default(),
+            ),
+        }
+    }
+}
 
 /// Gavel's continuous-single trace, seed 0 (6,000 jobs), bundled in the binary.
 pub const EMBEDDED_TRACE: &str = include_str!("../data/gavel/continuous_single_seed0.csv");
@@ -52,7 +234,8 @@ pub fn load_trace(
     })
 }
 
-/// The throughput model a trace needs: Gavel's table for step-counted traces, durations otherwise.
+/// The throughput model a trace needs: Gavel's table for step-counted traces, durations otherwise (for
+/// callers with a table in hand; a [`Scenario`] does the same).
 pub fn model_for(
     trace: &Trace,
     cluster: &Cluster,
@@ -74,11 +257,7 @@ pub fn load_cluster(spec: &str, file: Option<&Path>, gpus_per_node: u32) -> Resu
 }
 
 /// `servers` servers of the preset design `name`, `per_rack` to a rack.
-pub fn preset_cluster(
-    name: &str,
-    servers: usize,
-    per_rack: usize,
-) -> Result<gangway_topology::topology::ClusterSpec> {
+pub fn preset_cluster(name: &str, servers: usize, per_rack: usize) -> Result<ClusterSpec> {
     use gangway_topology::presets::Preset;
     let preset = Preset::parse(name).with_context(|| {
         let known: Vec<&str> = Preset::ALL.iter().map(|p| p.name()).collect();
@@ -87,14 +266,14 @@ pub fn preset_cluster(
     if servers == 0 {
         bail!("--servers must be at least 1");
     }
-    let spec = gangway_topology::topology::ClusterSpec::of(preset, servers, per_rack);
+    let spec = ClusterSpec::of(preset, servers, per_rack);
     spec.check()
         .map_err(|why| anyhow::anyhow!("--servers {servers}: {why}"))?;
     Ok(spec)
 }
 
 /// Reads a topology file (TOML or JSON).
-pub fn topology_file(path: &Path) -> Result<gangway_topology::topology::ClusterSpec> {
+pub fn topology_file(path: &Path) -> Result<ClusterSpec> {
     let text = read_text(path)?;
     Ok(gangway_topology::file::parse(
         &path.display().to_string(),
@@ -104,7 +283,7 @@ pub fn topology_file(path: &Path) -> Result<gangway_topology::topology::ClusterS
 
 /// A topology for a cluster given only as node sizes: Philly's 2-, 4- and 8-GPU server designs, in racks
 /// of 16. Other node sizes need a topology file.
-pub fn topology_for(cluster: &Cluster) -> Result<gangway_topology::topology::ClusterSpec> {
+pub fn topology_for(cluster: &Cluster) -> Result<ClusterSpec> {
     use gangway_topology::presets::Preset;
     let mut groups: Vec<(gangway_topology::presets::Design, usize)> = Vec::new();
     for (i, node) in cluster.nodes().iter().enumerate() {
@@ -121,7 +300,7 @@ pub fn topology_for(cluster: &Cluster) -> Result<gangway_topology::topology::Clu
             _ => groups.push((preset.design(), 1)),
         }
     }
-    Ok(gangway_topology::topology::ClusterSpec {
+    Ok(ClusterSpec {
         groups,
         hosts_per_rack: 16,
         uplink_factor: 4.0,

@@ -11,9 +11,11 @@ use gangway_actors::executor::SimExecutor;
 use gangway_actors::ledger::Record;
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::Change;
+use gangway_core::engine::EngineConfig;
 use gangway_core::job::{JobId, Trace};
+use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimConfig, Simulation};
+use gangway_core::sim::{SimConfig, Simulation};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::trace::TraceOptions;
 use gangway_journal::Journal;
@@ -31,9 +33,12 @@ fn scenario_of(jobs: u32) -> (Trace, Cluster, Arc<dyn ThroughputModel>) {
 
 fn config() -> SimConfig {
     SimConfig {
-        preempt_cost: 20.0,
-        restore_cost: 10.0,
-        migrate_cost: 15.0,
+        engine: EngineConfig {
+            preempt_cost: 20.0,
+            restore_cost: 10.0,
+            migrate_cost: 15.0,
+            ..EngineConfig::default()
+        },
         log_changes: true,
         ..SimConfig::default()
     }
@@ -56,14 +61,14 @@ fn live(
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
-    let mut settings = Settings::new(config(), TimeSource::Virtual(Arc::clone(&clock)));
+    let mut settings = Settings::new(config().engine, TimeSource::Virtual(Arc::clone(&clock)));
     settings.journal = Some(journal.clone());
     // Keep every record, to compare them all.
     settings.snapshot_every = u64::MAX;
     let parts = Parts {
         cluster: Arc::new(cluster.clone()),
         model,
-        names: trace.clone_names(),
+        names: trace.names.clone(),
         policy: policy::build(policy_spec, &PolicyConfig::default()).unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SimExecutor::new(f64::INFINITY)),
@@ -72,7 +77,9 @@ fn live(
     };
     let (timeline, violations) = actix::System::new().block_on(async {
         let addr = ClusterActor::start(parts, settings).unwrap();
-        let report = replay(&addr, &clock, trace, &config()).await.unwrap();
+        let report = replay(&addr, &clock, trace, &config().engine)
+            .await
+            .unwrap();
         assert!(!report.stalled && report.refused.is_empty(), "{report:?}");
         let timeline = addr.send(gangway_actors::cluster::Timeline).await.unwrap();
         let stats = addr.send(GetStats).await.unwrap();

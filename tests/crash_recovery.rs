@@ -16,13 +16,9 @@ mod support;
 
 use support::free_port;
 
-fn agent() -> ureq::Agent {
-    support::agent(Duration::from_secs(5))
-}
-
 struct Daemon {
     child: Child,
-    base: String,
+    api: support::Api,
 }
 
 impl Daemon {
@@ -52,18 +48,18 @@ impl Daemon {
             .stderr(Stdio::null())
             .spawn()
             .expect("start gangway serve");
+        let base = format!("http://127.0.0.1:{port}");
+        support::wait_until_answering(&base);
         let daemon = Daemon {
             child,
-            base: format!("http://127.0.0.1:{port}"),
+            api: support::Api::new(&base, journal, Duration::from_secs(5)),
         };
-        support::wait_until_answering(&daemon.base);
         (daemon, began.elapsed())
     }
 
     fn jobs(&self) -> Vec<JobInfo> {
-        agent()
-            .get(format!("{}/jobs", self.base))
-            .call()
+        self.api
+            .get("/jobs")
             .unwrap()
             .body_mut()
             .read_json()
@@ -101,10 +97,7 @@ fn chaos(journal: &Path, kills: u32, snapshot_every: u64) -> Vec<Duration> {
             "work": 600 + rng.below(6000),
             "tenant": format!("team-{}", k % 3),
         });
-        let response = agent()
-            .post(format!("{}/jobs", daemon.base))
-            .send_json(&body)
-            .unwrap();
+        let response = daemon.api.post("/jobs", &body).unwrap();
         assert_eq!(response.status(), 201);
     }
     let mut recoveries = Vec::new();

@@ -383,6 +383,7 @@ fn process_job(dir: &Path, job: &str, args: &[&str]) -> RunCommand {
         cwd: dir.to_path_buf(),
         env: std::env::vars().collect(),
         log: Some(dir.join(format!("{job}.log"))),
+        user: None,
     }
 }
 
@@ -606,22 +607,24 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
     let reference = run(&mut toy("reference", &["--fake-gpus", "2"]));
     assert!(reference.status.success(), "{}", text(&reference));
 
+    let journal = dir.path().join("journal");
     let mut client = toy("moved", &["--daemon", &addr])
         .args(["--step-sleep", "0.1"])
+        .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
+        // cargo's library path for the tests: the daemon refuses loader variables by default.
+        .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     wait_for_step(dir.path(), "moved", 8, &mut client);
-    let http = support::agent(Duration::from_secs(60));
+    let http = support::Api::new(&base, &journal, Duration::from_secs(60));
     let refused = http
-        .post(format!("{base}/gpus/cordon"))
-        .send_json(serde_json::json!({ "gpus": [9] }))
+        .post("/gpus/cordon", &serde_json::json!({ "gpus": [9] }))
         .unwrap();
     assert_eq!(refused.status(), 422, "GPU 9 does not exist");
     let cordoned = http
-        .post(format!("{base}/gpus/cordon"))
-        .send_json(serde_json::json!({ "gpus": [0, 1] }))
+        .post("/gpus/cordon", &serde_json::json!({ "gpus": [0, 1] }))
         .unwrap();
     assert_eq!(cordoned.status(), 200);
     let out = client.wait_with_output().unwrap();

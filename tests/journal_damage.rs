@@ -25,6 +25,7 @@ fn submitted(id: u32) -> Record {
         weight: 1.0,
         arrival: 0.0,
         run: None,
+        key: None,
     })
 }
 
@@ -151,9 +152,8 @@ fn a_torn_tail_is_reported_by_default_and_finished_jobs_stay_finished() {
         .unwrap();
     let base = format!("http://127.0.0.1:{port}");
     support::wait_until_answering(&base);
-    let jobs: Vec<JobInfo> = support::agent(Duration::from_secs(5))
-        .get(format!("{base}/jobs"))
-        .call()
+    let jobs: Vec<JobInfo> = support::Api::new(&base, &journal, Duration::from_secs(5))
+        .get("/jobs")
         .unwrap()
         .body_mut()
         .read_json()

@@ -1,51 +1,71 @@
-//! `gangway serve` and its clients, end to end: submit, list, show, cancel, events, metrics, and bad
-//! requests that are refused without changing anything.
+//! `gangway serve` and its clients, end to end: submit, list, show, cancel, events, metrics; bad
+//! requests that are refused without changing anything; the token, the `Host` check and the other
+//! guards of the API; Unix sockets; connection limits.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use assert_cmd::cargo::cargo_bin_cmd;
 use serde_json::{Value, json};
 
-struct Daemon(Child);
+mod support;
+
+use support::Api;
+
+struct Daemon {
+    child: Child,
+    addr: String,
+    api: Api,
+}
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
-mod support;
-
-fn agent() -> ureq::Agent {
-    support::agent(Duration::from_secs(10))
+fn gangway() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gangway"))
 }
 
-/// Starts a daemon on 4 fake GPUs; returns it and its address.
-fn daemon(journal: &std::path::Path) -> (Daemon, String) {
-    let addr = format!("127.0.0.1:{}", support::free_port());
-    let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .args([
-            "serve",
-            "--fake-gpus",
-            "4",
-            "--policy",
-            "fifo",
-            "--listen",
-            &addr,
-        ])
-        .args(["--time-scale", "50"])
+/// `gangway serve` on 4 fake GPUs, with `extra` options, on TCP at `port`.
+fn serve_command(journal: &Path, port: u16, extra: &[&str]) -> Command {
+    let mut command = gangway();
+    command
+        .args(["serve", "--fake-gpus", "4", "--policy", "fifo"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
         .arg("--journal")
         .arg(journal)
+        .args(extra)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon(child);
-    support::wait_until_answering(&format!("http://{addr}"));
-    (daemon, addr)
+        .stderr(Stdio::null());
+    command
+}
+
+/// Starts a daemon on 4 fake GPUs, 50 times faster than real time.
+fn daemon(journal: &Path) -> Daemon {
+    daemon_with(journal, support::free_port(), &["--time-scale", "50"])
+}
+
+fn daemon_with(journal: &Path, port: u16, extra: &[&str]) -> Daemon {
+    start(serve_command(journal, port, extra), journal, port)
+}
+
+fn start(mut command: Command, journal: &Path, port: u16) -> Daemon {
+    let child = command.spawn().unwrap();
+    let addr = format!("127.0.0.1:{port}");
+    let base = format!("http://{addr}");
+    support::wait_until_answering(&base);
+    Daemon {
+        child,
+        api: Api::new(&base, journal, Duration::from_secs(10)),
+        addr,
+    }
 }
 
 fn status_and_body(
@@ -59,20 +79,21 @@ fn status_and_body(
     )
 }
 
+/// Runs `gangway ARGS`.
+fn run(args: &[&str]) -> Output {
+    cargo_bin_cmd!("gangway").args(args).output().unwrap()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
-fn bad_requests_get_a_clear_4xx_and_change_nothing() {
+fn bad_requests_get_a_clear_4xx_with_a_json_body_and_change_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let (_daemon, addr) = daemon(&dir.path().join("journal"));
-    let jobs = format!("http://{addr}/jobs");
-    let post = |body: &str| {
-        status_and_body(
-            agent()
-                .post(&jobs)
-                .header("content-type", "application/json")
-                .send(body),
-        )
-    };
-    let cases: [(&str, u16, &str); 6] = [
+    let d = daemon(&dir.path().join("journal"));
+    let post = |body: &str| status_and_body(d.api.post_raw("/jobs", body, &[]));
+    let cases: &[(&str, u16, &str)] = &[
         (r#"{"gpus": 1"#, 400, "EOF"),
         (r#"{"gpus": 1}"#, 422, "missing field `work`"),
         (
@@ -88,15 +109,55 @@ fn bad_requests_get_a_clear_4xx_and_change_nothing() {
         (
             r#"{"gpus": 8, "work": 60}"#,
             422,
-            "no GPU type can run a gang of 8",
+            "gpus: job type \"default\" cannot run here: no GPU type has 8 GPUs",
         ),
         (
             r#"{"gpus": 1, "work": 60, "id": 7}"#,
             422,
             "id: the control plane numbers jobs",
         ),
+        // Unknown fields are named, all of them, nested ones with their path.
+        (
+            r#"{"gpus": 1, "work": 60, "tenat": "x", "prio": 1}"#,
+            400,
+            "unknown fields `prio`, `tenat`",
+        ),
+        (
+            r#"{"gpus": 1, "work": 60, "run": {"args": ["t.py"], "cwd": "/", "evn": {}}}"#,
+            400,
+            "`run.evn`",
+        ),
+        (r#"{"gpus": "one", "work": 60}"#, 422, "gpus: invalid type"),
+        // Numbers are bounded, and the limit is named.
+        (
+            r#"{"gpus": 1, "work": 1e308}"#,
+            422,
+            "work: 1e308 is above the limit of 1e9",
+        ),
+        (
+            r#"{"gpus": 100000, "work": 60}"#,
+            422,
+            "gpus: 100000 is above the limit of 65536",
+        ),
+        (
+            r#"{"gpus": 1, "work": 60, "weight": 1e300}"#,
+            422,
+            "weight: must be a number from",
+        ),
+        // Control characters in names.
+        (
+            r#"{"gpus": 1, "work": 60, "tenant": "a\u0000b\n\u001b[31m"}"#,
+            422,
+            "tenant: must not contain control characters",
+        ),
+        (
+            r#"{"gpus": 1, "work": 60, "job_type": "x\u0007"}"#,
+            422,
+            "job_type: must not contain control characters",
+        ),
+        (r#"[1, 2]"#, 400, "must be a JSON object"),
     ];
-    for (body, status, message) in cases {
+    for &(body, status, message) in cases {
         let (got, answer) = post(body);
         assert_eq!(got, status, "{body}: {answer}");
         let error = answer["error"].as_str().unwrap_or_default();
@@ -104,37 +165,641 @@ fn bad_requests_get_a_clear_4xx_and_change_nothing() {
             error.contains(message),
             "{body}: `{error}` should say `{message}`"
         );
+        assert!(!error.chars().any(char::is_control), "{error}");
     }
-    let (status, answer) = status_and_body(agent().get(&jobs).call());
+    let (status, answer) = status_and_body(d.api.get("/jobs"));
     assert_eq!(
         (status, answer),
         (200, json!([])),
         "refused requests added nothing"
     );
 
-    let (status, _) = status_and_body(agent().get(format!("{jobs}/12")).call());
-    assert_eq!(status, 404);
-    let (status, answer) = status_and_body(agent().delete(format!("{jobs}/x")).call());
-    assert_eq!(status, 400, "{answer}");
+    // Every error has a JSON body, whatever made it.
+    let agent = support::agent(Duration::from_secs(10));
+    let base = &d.api.base;
+    let auth = d.api.authorization.as_str();
+    let errors = [
+        (
+            agent
+                .get(format!("{base}/jobs/12"))
+                .header("Authorization", auth)
+                .call(),
+            404,
+            "does not exist",
+        ),
+        (
+            agent
+                .get(format!("{base}/nowhere"))
+                .header("Authorization", auth)
+                .call(),
+            404,
+            "no GET /nowhere",
+        ),
+        (
+            agent
+                .put(format!("{base}/jobs"))
+                .header("Authorization", auth)
+                .send_empty(),
+            405,
+            "does not take PUT",
+        ),
+        (
+            agent
+                .delete(format!("{base}/jobs/x"))
+                .header("Authorization", auth)
+                .call(),
+            400,
+            "not a job id",
+        ),
+        (
+            agent
+                .post(format!("{base}/jobs"))
+                .header("Authorization", auth)
+                .header("content-type", "text/plain")
+                .send("{}"),
+            415,
+            "Content-Type",
+        ),
+        (
+            agent
+                .post(format!("{base}/jobs"))
+                .header("Authorization", auth)
+                .header("content-type", "application/json")
+                .send(vec![b' '; 2 << 20]),
+            413,
+            "over the limit",
+        ),
+        (
+            agent
+                .post(format!("{base}/gpus/cordon"))
+                .header("Authorization", auth)
+                .send_json(json!({"gpu": [1]})),
+            400,
+            "unknown field `gpu`",
+        ),
+        (
+            agent.get(format!("{base}/jobs")).call(),
+            401,
+            "Authorization",
+        ),
+    ];
+    for (response, status, message) in errors {
+        let mut response = response.unwrap();
+        assert_eq!(response.status().as_u16(), status);
+        let text = response.body_mut().read_to_string().unwrap();
+        let body: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{status}: not JSON: {text}"));
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(message),
+            "{status}: `{error}` should say `{message}`"
+        );
+    }
+}
+
+#[test]
+fn tcp_needs_the_token_and_a_loopback_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let d = daemon(&journal);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(journal.join("api-token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(
+        mode & 0o777,
+        0o600,
+        "only the daemon's user reads the token"
+    );
+
+    let agent = support::agent(Duration::from_secs(10));
+    let base = &d.api.base;
+    let (status, _) = status_and_body(agent.get(format!("{base}/healthz")).call());
+    assert_eq!(status, 200, "liveness needs no token");
+    for authorization in [None, Some("Bearer 00"), Some(&*"Bearer ".repeat(2))] {
+        let mut request = agent.post(format!("{base}/jobs"));
+        if let Some(value) = authorization {
+            request = request.header("Authorization", value);
+        }
+        let mut response = request.send_json(json!({"gpus": 1, "work": 60})).unwrap();
+        assert_eq!(response.status(), 401, "{authorization:?}");
+        assert_eq!(response.headers()["www-authenticate"], "Bearer");
+        let body: Value = response.body_mut().read_json().unwrap();
+        assert!(
+            body["error"].as_str().unwrap().contains("api-token"),
+            "{body}"
+        );
+    }
+    // A page that rebinds its own name to 127.0.0.1 sends its name as the Host.
+    let (status, body) = status_and_body(
+        agent
+            .get(format!("{base}/jobs"))
+            .header("Authorization", &d.api.authorization)
+            .header(
+                "Host",
+                &format!("evil.example:{}", d.addr.rsplit(':').next().unwrap()),
+            )
+            .call(),
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["error"].as_str().unwrap().starts_with("Host:"),
+        "{body}"
+    );
+    let (status, body) = status_and_body(d.api.get("/jobs"));
+    assert_eq!((status, body), (200, json!([])));
+
+    // The clients read the token from the file `gangway serve` wrote.
+    let out = cargo_bin_cmd!("gangway")
+        .args(["submit", "--gpus", "1", "--work", "60", "--daemon", &d.addr])
+        .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(&["jobs", "--daemon", &d.addr, "--token-file", "/nonexistent"]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("/nonexistent"), "{}", stderr(&out));
+    let out = cargo_bin_cmd!("gangway")
+        .args(["jobs", "--daemon", &d.addr])
+        .current_dir(dir.path())
+        .env_remove("GANGWAY_TOKEN_FILE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "no token file here or above");
+    assert!(
+        stderr(&out).contains("401") && stderr(&out).contains("GANGWAY_TOKEN_FILE"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn serve_refuses_a_public_address_a_short_round_and_a_port_in_use_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let journal_arg = journal.display().to_string();
+    let port = support::free_port();
+    let public = format!("0.0.0.0:{port}");
+    let out = run(&[
+        "serve",
+        "--fake-gpus",
+        "1",
+        "--listen",
+        &public,
+        "--journal",
+        &journal_arg,
+    ]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--allow-remote"), "{}", stderr(&out));
+
+    let out = run(&[
+        "serve",
+        "--fake-gpus",
+        "1",
+        "--round",
+        "1e-9",
+        "--journal",
+        &journal_arg,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--round must be at least 1 second"),
+        "{}",
+        stderr(&out)
+    );
+
+    // A port in use: only the clean error, no panic and no backtrace.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = run(&[
+        "serve",
+        "--fake-gpus",
+        "1",
+        "--listen",
+        &addr,
+        "--journal",
+        &journal_arg,
+    ]);
+    assert!(!out.status.success());
+    let text = stderr(&out);
+    assert!(text.contains("Address already in use"), "{text}");
+    assert!(
+        !text.contains("panicked") && !text.contains("reactor"),
+        "{text}"
+    );
+
+    // --allow-remote serves other machines, behind the token.
+    let d = daemon_with(
+        &journal,
+        port,
+        &["--allow-remote", "--allow-host", "gpu-box.lan"],
+    );
+    let agent = support::agent(Duration::from_secs(10));
+    let (status, _) = status_and_body(
+        agent
+            .get(format!("{}/jobs", d.api.base))
+            .header("Host", &format!("gpu-box.lan:{port}"))
+            .header("Authorization", &d.api.authorization)
+            .call(),
+    );
+    assert_eq!(status, 200, "an allowed name");
+}
+
+#[test]
+fn the_same_idempotency_key_gives_the_same_job_even_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let port = support::free_port();
+    let body = r#"{"gpus": 1, "work": 100000, "tenant": "alice"}"#;
+    let key = [("Idempotency-Key", "retry-7f3a")];
+    let first = {
+        let d = daemon_with(&journal, port, &[]);
+        let (status, first) = status_and_body(d.api.post_raw("/jobs", body, &key));
+        assert_eq!(status, 201, "{first}");
+        let (status, again) = status_and_body(d.api.post_raw("/jobs", body, &key));
+        assert_eq!((status, &again), (201, &first), "a retry gets the same job");
+        let other = r#"{"gpus": 2, "work": 100000, "tenant": "alice"}"#;
+        let (status, refused) = status_and_body(d.api.post_raw("/jobs", other, &key));
+        assert_eq!(status, 422, "{refused}");
+        assert!(
+            refused["error"].as_str().unwrap().contains("retry-7f3a"),
+            "{refused}"
+        );
+        let (status, bad) =
+            status_and_body(d.api.post_raw("/jobs", body, &[("Idempotency-Key", "")]));
+        assert_eq!(status, 400, "{bad}");
+        first
+    };
+    let d = daemon_with(&journal, port, &[]);
+    let (status, after) = status_and_body(d.api.post_raw("/jobs", body, &key));
+    assert_eq!((status, &after), (201, &first), "the key was journaled");
+    let (_, jobs) = status_and_body(d.api.get("/jobs"));
+    assert_eq!(jobs.as_array().unwrap().len(), 1, "{jobs}");
+    // Another key makes another job.
+    let (status, second) = status_and_body(d.api.post_raw(
+        "/jobs",
+        body,
+        &[("Idempotency-Key", "retry-8")],
+    ));
+    assert_eq!(status, 201);
+    assert_ne!(second, first);
+}
+
+#[test]
+fn the_bundled_clients_reach_a_unix_socket_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("gangway.sock");
+    let listen = format!("unix:{}", socket.display());
+    let _daemon = KillOnDrop(
+        gangway()
+            .args([
+                "serve",
+                "--fake-gpus",
+                "2",
+                "--policy",
+                "fifo",
+                "--listen",
+                &listen,
+            ])
+            .arg("--journal")
+            .arg(dir.path().join("journal"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "the daemon did not listen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "only this user may connect");
+    assert!(
+        !dir.path().join("journal/api-token").exists(),
+        "no token on a socket"
+    );
+    let out = run(&[
+        "submit", "--gpus", "1", "--work", "60", "--tenant", "bob", "--daemon", &listen,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    let out = run(&["jobs", "--format", "json", "--daemon", &listen]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let jobs: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(jobs[0]["tenant"], "bob");
+    let out = run(&["cancel", "0", "--daemon", &listen]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn healthz_answers_under_hundreds_of_idle_and_slow_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let port = support::free_port();
+    let mut command = serve_command(&journal, port, &["--header-timeout", "2"]);
+    // Fewer descriptors than the connections below, as with `ulimit -n 128`.
+    // SAFETY: setrlimit(2) is async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 128,
+                rlim_max: 128,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let d = start(command, &journal, port);
+    // Alone, an idle connection is closed after the header timeout.
+    let mut lone = TcpStream::connect(&d.addr).unwrap();
+    assert!(closed(&mut lone), "an idle connection stays open");
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        if let Ok(stream) = TcpStream::connect(&d.addr) {
+            idle.push(stream);
+        }
+    }
+    let mut slow = Vec::new();
+    for _ in 0..50 {
+        if let Ok(mut stream) = TcpStream::connect(&d.addr) {
+            let _ = stream.write_all(b"GET /jobs HTTP/1.1\r\nHost: local");
+            slow.push(stream);
+        }
+    }
+    assert!(
+        idle.len() + slow.len() > 128,
+        "more connections than descriptors"
+    );
+    for _ in 0..5 {
+        let (status, body) = status_and_body(
+            support::agent(Duration::from_secs(20))
+                .get(format!("{}/healthz", d.api.base))
+                .call()
+                .map_err(|e| panic!("/healthz under load: {e}")),
+        );
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, _) = status_and_body(d.api.get("/jobs"));
+    assert_eq!(status, 200);
+    // An idle connection is closed by the daemon (evicted, or after the header timeout).
+    let mut first = idle.swap_remove(0);
+    assert!(closed(&mut first), "an idle connection stays open forever");
+}
+
+/// Whether the daemon closed `stream` (an end of file or a reset), waiting up to a minute.
+fn closed(stream: &mut TcpStream) -> bool {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut byte = [0u8];
+    match stream.read(&mut byte) {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    }
+}
+
+/// A stand-in for `elastic-run` that records how it was called.
+fn fake_elastic_run(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("elastic-run");
+    std::fs::write(
+        &path,
+        "#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls.log\"\necho '{\"code\":0,\"why\":\"done\"}' > \"$GANGWAY_EXIT_FILE\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn submitted_commands_are_checked_before_they_can_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let fake = fake_elastic_run(dir.path());
+    let port = support::free_port();
+    let fake_arg = fake.display().to_string();
+    let d = daemon_with(
+        &journal,
+        port,
+        &[
+            "--workers",
+            "processes",
+            "--time-scale",
+            "1",
+            "--round",
+            "1",
+            "--elastic-run",
+            &fake_arg,
+        ],
+    );
+    let work = dir.path().display().to_string();
+    let job = |run: Value| json!({"gpus": 1, "work": 60, "run": run});
+    let command = |extra: Value| {
+        let mut run = json!({
+            "args": ["--python", "/bin/sh", "train.py"],
+            "cwd": work,
+            "env": {"PATH": "/usr/bin:/bin"},
+            "log": format!("{work}/job.log"),
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            run[k] = v.clone();
+        }
+        job(run)
+    };
+    let cases = [
+        (
+            command(json!({"env": {"BASH_ENV": "$(id > /tmp/x)"}})),
+            422,
+            "run.env: BASH_ENV changes how",
+        ),
+        (
+            command(json!({"env": {"LD_PRELOAD": "/tmp/x.so"}})),
+            422,
+            "--allow-env LD_PRELOAD",
+        ),
+        (
+            command(json!({"log": "/dev/null"})),
+            422,
+            "run.log: /dev/null exists and is not a regular file",
+        ),
+        (
+            command(json!({"log": "relative.log"})),
+            422,
+            "run.log: relative.log is not an absolute path",
+        ),
+        (
+            command(json!({"log": "/no/such/dir/x.log"})),
+            422,
+            "run.log: /no/such/dir does not exist",
+        ),
+        (
+            command(json!({"cwd": "/no/such/dir"})),
+            422,
+            "run.cwd: /no/such/dir does not exist",
+        ),
+        (
+            command(json!({"user": {"uid": 0, "gid": 0}})),
+            422,
+            "run.user: the daemon sets it",
+        ),
+        (
+            command(json!({"args": ["--devices", "3", "train.py"]})),
+            422,
+            "run.args: elastic-run refuses",
+        ),
+        (
+            command(json!({"args": ["--backend", "slurm", "train.py"]})),
+            422,
+            "leave out --backend",
+        ),
+        (
+            command(json!({"args": ["--python", "no-such-python", "train.py"]})),
+            422,
+            "not on the submitted PATH",
+        ),
+    ];
+    for (body, status, message) in cases {
+        let (got, answer) = status_and_body(d.api.post("/jobs", &body));
+        assert_eq!(got, status, "{body}: {answer}");
+        let error = answer["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(message),
+            "{body}: `{error}` should say `{message}`"
+        );
+    }
+    // Without the token nothing runs at all.
+    let (status, _) = status_and_body(
+        support::agent(Duration::from_secs(10))
+            .post(format!("{}/jobs", d.api.base))
+            .send_json(command(json!({}))),
+    );
+    assert_eq!(status, 401);
+    let (_, jobs) = status_and_body(d.api.get("/jobs"));
+    assert_eq!(jobs, json!([]), "nothing refused was kept");
+    assert!(
+        !dir.path().join("calls.log").exists(),
+        "nothing refused ran"
+    );
+
+    // A command that passes runs, with the operator's allowed variables.
+    let (status, answer) = status_and_body(d.api.post(
+        "/jobs",
+        &command(json!({"env": {"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"}})),
+    ));
+    assert_eq!(status, 201, "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, job) = status_and_body(d.api.get("/jobs/0"));
+        if job["phase"] == "finished" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the job did not finish: {job}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let calls = std::fs::read_to_string(dir.path().join("calls.log")).unwrap();
+    assert_eq!(calls.trim(), "--devices 0 --python /bin/sh train.py");
+}
+
+#[test]
+fn the_jobs_table_titles_each_column_once_and_escapes_names() {
+    use gangway_actors::ledger::{JobSpec, Record};
+    use gangway_core::job::JobId;
+    // A journal from before names were checked, with control characters in one.
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    {
+        let (mut writer, _) =
+            gangway_journal::Journal::<Record>::open::<gangway_actors::ledger::Ledger>(&journal)
+                .unwrap();
+        writer
+            .append_batch(&[Record::Submitted(JobSpec {
+                id: JobId(0),
+                job_type: "toy".into(),
+                tenant: "a\u{1b}[31mred\n".into(),
+                gpus: 1,
+                total_steps: 1e6,
+                weight: 1.0,
+                arrival: 0.0,
+                run: None,
+                key: None,
+            })])
+            .unwrap();
+    }
+    let d = daemon(&journal);
+    let out = cargo_bin_cmd!("gangway")
+        .args(["jobs", "--daemon", &d.addr])
+        .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = String::from_utf8(out.stdout).unwrap();
+    let header = table.lines().next().unwrap();
+    assert_eq!(header.matches("GPUS").count(), 1, "{header}");
+    assert!(header.contains("PLACEMENT"), "{header}");
+    assert!(
+        !table.contains('\u{1b}'),
+        "no raw escape reaches the terminal: {table:?}"
+    );
+    assert!(table.contains("a\\u{1b}[31mred\\n"), "{table}");
+    assert_eq!(table.lines().count(), 2, "one line per job: {table:?}");
+}
+
+#[test]
+fn submit_refuses_work_that_is_not_a_number() {
+    for work in ["nan", "inf", "-1", "0"] {
+        let out = run(&[
+            "submit",
+            "--gpus",
+            "1",
+            "--work",
+            work,
+            "--daemon",
+            "127.0.0.1:9",
+        ]);
+        assert!(!out.status.success());
+        let text = stderr(&out);
+        assert!(
+            text.contains("--work") && text.contains("not a positive number"),
+            "{work}: {text}"
+        );
+        assert!(!text.contains("null"), "{text}");
+    }
 }
 
 #[test]
 fn clients_submit_list_and_cancel_and_the_event_stream_follows() {
     let dir = tempfile::tempdir().unwrap();
-    let (_daemon, addr) = daemon(&dir.path().join("journal"));
-    let mut events = agent().get(format!("http://{addr}/events")).call().unwrap();
+    let journal = dir.path().join("journal");
+    let d = daemon(&journal);
+    let addr = d.addr.clone();
+    let mut events = d.api.get("/events").unwrap();
     assert_eq!(events.status(), 200);
 
-    let submit = |gpus: &str, work: &str| {
-        let out = cargo_bin_cmd!("gangway")
-            .args(["submit", "--gpus", gpus, "--work", work, "--daemon", &addr])
+    let gangway = |args: &[&str]| {
+        cargo_bin_cmd!("gangway")
+            .args(args)
+            .args(["--daemon", &addr])
+            .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
             .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .unwrap()
+    };
+    let submit = |gpus: &str, work: &str| {
+        let out = gangway(&["submit", "--gpus", gpus, "--work", work]);
+        assert!(out.status.success(), "{}", stderr(&out));
         String::from_utf8(out.stdout).unwrap().trim().to_owned()
     };
     assert_eq!(submit("4", "100000"), "0");
@@ -154,41 +819,29 @@ fn clients_submit_list_and_cancel_and_the_event_stream_follows() {
     }
     assert_eq!(seen, ["placing", "starting", "running"]);
 
-    let out = cargo_bin_cmd!("gangway")
-        .args(["jobs", "--format", "json", "--daemon", &addr])
-        .output()
-        .unwrap();
+    let out = gangway(&["jobs", "--format", "json"]);
     let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(listed[0]["phase"], "running");
     assert_eq!(listed[0]["placement"], json!([0, 1, 2, 3]));
     assert_eq!(listed[1]["phase"], "pending");
 
-    let out = cargo_bin_cmd!("gangway")
-        .args(["cancel", "0", "--daemon", &addr])
-        .output()
-        .unwrap();
+    let out = gangway(&["cancel", "0"]);
     assert!(out.status.success());
-    let out = cargo_bin_cmd!("gangway")
-        .args(["cancel", "0", "--daemon", &addr])
-        .output()
-        .unwrap();
+    let out = gangway(&["cancel", "0"]);
     assert!(!out.status.success(), "cancelling twice is refused");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("409"));
+    assert!(stderr(&out).contains("409"));
 
     // With the GPUs free, the second job runs and finishes (60 s of work at 50x: about a second).
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (_, job) = status_and_body(agent().get(format!("http://{addr}/jobs/1")).call());
+        let (_, job) = status_and_body(d.api.get("/jobs/1"));
         if job["phase"] == "finished" {
             break;
         }
         assert!(Instant::now() < deadline, "job 1 did not finish: {job}");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut metrics = agent()
-        .get(format!("http://{addr}/metrics"))
-        .call()
-        .unwrap();
+    let mut metrics = d.api.get("/metrics").unwrap();
     let text = metrics.body_mut().read_to_string().unwrap();
     for line in [
         "gangway_jobs_submitted_total 2",
@@ -203,4 +856,79 @@ fn clients_submit_list_and_cancel_and_the_event_stream_follows() {
         );
     }
     assert!(text.contains("gangway_round_latency_seconds_bucket{le=\"+Inf\"}"));
+}
+
+#[test]
+fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only a daemon running as root runs jobs as their submitters");
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    const NOBODY: u32 = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
+    let fake = dir.path().join("elastic-run");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nid -u > \"$(pwd)/whoami\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' > \"$GANGWAY_EXIT_FILE\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let socket = dir.path().join("gangway.sock");
+    let listen = format!("unix:{}", socket.display());
+    let _daemon = KillOnDrop(
+        gangway()
+            .args([
+                "serve",
+                "--fake-gpus",
+                "1",
+                "--workers",
+                "processes",
+                "--round",
+                "1",
+            ])
+            .args(["--listen", &listen, "--socket-mode", "666", "--elastic-run"])
+            .arg(&fake)
+            .arg("--journal")
+            .arg(dir.path().join("journal"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "the daemon did not listen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args([
+            "--daemon", &listen, "--python", "/bin/sh", "--job-id", "mine",
+        ])
+        .args(["--expected-runtime", "60", "train.py"])
+        .current_dir(&home)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        // cargo's library path for the tests: the daemon refuses loader variables by default.
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let whoami = std::fs::read_to_string(home.join("whoami")).unwrap();
+    assert_eq!(
+        whoami.trim(),
+        NOBODY.to_string(),
+        "the job ran as its submitter"
+    );
+    let log = home.join("checkpoints/mine/elastic-run.log");
+    assert_eq!(std::fs::metadata(&log).unwrap().uid(), NOBODY);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .contains("ran --devices 0 --python /bin/sh --job-id mine")
+    );
 }

@@ -1,8 +1,8 @@
-//! The local HTTP/JSON API (axum), on 127.0.0.1 or a Unix socket.
+//! The HTTP/JSON API (axum), on a Unix socket or on TCP (loopback unless the operator allows more).
 //!
 //! | method and path | does | answers |
 //! |---|---|---|
-//! | `POST /jobs` | submits a [`JobRequest`] | 201 `{"id": N}`; 400 or 422 with `{"error": ...}` |
+//! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 413, 415 or 422 with `{"error": ...}` |
 //! | `GET /jobs` | lists every job | 200 `[JobInfo]` |
 //! | `GET /jobs/{id}` | shows one | 200 `JobInfo`; 404 |
 //! | `DELETE /jobs/{id}` | cancels it | 200 `{"cancelled": N}`; 404; 409 when it already ended |
@@ -10,17 +10,26 @@
 //! | `POST /gpus/uncordon` | puts them back | 200; 422 |
 //! | `GET /events` | job transitions as server-sent events | `data: {"job":..,"from":..,"to":..,"at":..}` |
 //! | `GET /metrics` | Prometheus text format | queue length, running jobs, GPUs, round latency, preemptions |
-//! | `GET /healthz` | liveness | 200 `ok` |
+//! | `GET /healthz` | liveness (the only path that needs no token) | 200 `ok` |
 //!
-//! A refused request changes nothing.
+//! Every error has a JSON body `{"error": "..."}` that names the field or header at fault: 400 (bad
+//! JSON, unknown fields, a bad header), 401 (no token over TCP), 403 (a command this submitter may not
+//! run), 404, 405, 408 (a body too slow), 409, 413 (a body over 1 MiB), 415 (not JSON), 422 (a value
+//! out of range). A refused request changes nothing.
+//!
+//! Over TCP every request but `/healthz` needs `Authorization: Bearer TOKEN` ([`crate::auth`]) and a
+//! loopback `Host` (or one the operator allows); a Unix socket is guarded by its file's permissions.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use actix::Addr;
-use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, Path, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -31,11 +40,17 @@ use gangway_core::job::JobId;
 use serde_json::json;
 use tokio_stream::wrappers::BroadcastStream;
 
+use crate::auth::{HostCheck, Token};
 use crate::cluster::{
     Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Refusal, ShowJob, Submit,
     Subscribe,
 };
+use crate::listener::{Bound, Limits};
+use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
 use crate::stats::{LATENCY_BUCKETS, StatsSnapshot};
+
+/// The largest request body.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
 
 /// Where the API listens.
 #[derive(Clone, Debug, PartialEq)]
@@ -60,6 +75,42 @@ impl std::str::FromStr for Listen {
     }
 }
 
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// Who may use the API and what a submitted command may do.
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    /// The bearer token every TCP request but `/healthz` must carry; required on TCP.
+    pub token: Option<Token>,
+    /// Where clients find the token (said in a 401, to help them).
+    pub token_file: Option<PathBuf>,
+    /// The `Host` check (TCP; `None` on a Unix socket).
+    pub hosts: Option<HostCheck>,
+    pub run_policy: RunPolicy,
+    pub limits: Limits,
+}
+
+impl ApiConfig {
+    /// A configuration for a Unix socket, or for TCP with `token`: loopback names only, commands run
+    /// as this process's user.
+    pub fn new(token: Option<Token>) -> Self {
+        ApiConfig {
+            token,
+            token_file: None,
+            hosts: None,
+            run_policy: RunPolicy::new(Submitter::this_process()),
+            limits: Limits::default(),
+        }
+    }
+}
+
 /// An error answer: a status and `{"error": message}`.
 struct ApiError(StatusCode, String);
 
@@ -72,7 +123,7 @@ impl IntoResponse for ApiError {
 impl From<Refusal> for ApiError {
     fn from(r: Refusal) -> Self {
         let status = match r {
-            Refusal::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Refusal::Invalid { .. } | Refusal::KeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Refusal::NoSuchJob(_) => StatusCode::NOT_FOUND,
             Refusal::Ended(_) | Refusal::Exists(_) => StatusCode::CONFLICT,
         };
@@ -89,8 +140,43 @@ impl From<actix::MailboxError> for ApiError {
     }
 }
 
-/// The API's routes over a running cluster actor.
-pub fn router(cluster: Addr<ClusterActor>) -> Router {
+impl From<BodyError> for ApiError {
+    fn from(e: BodyError) -> Self {
+        let status = match e {
+            BodyError::Malformed(_) => StatusCode::BAD_REQUEST,
+            BodyError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        };
+        ApiError(status, e.to_string())
+    }
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+struct ApiState {
+    cluster: Addr<ClusterActor>,
+    runs: Arc<RunPolicy>,
+    body_timeout: Duration,
+}
+
+/// Who may reach the handlers (TCP).
+struct Access {
+    token: Option<Token>,
+    token_file: Option<PathBuf>,
+    hosts: Option<HostCheck>,
+}
+
+/// The API's routes over a running cluster actor, behind `config`'s token and `Host` checks.
+pub fn router(cluster: Addr<ClusterActor>, config: &ApiConfig) -> Router {
+    let state = ApiState {
+        cluster,
+        runs: Arc::new(config.run_policy.clone()),
+        body_timeout: config.limits.body_timeout,
+    };
+    let access = Arc::new(Access {
+        token: config.token.clone(),
+        token_file: config.token_file.clone(),
+        hosts: config.hosts.clone(),
+    });
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/jobs", get(list).post(submit))
@@ -99,106 +185,319 @@ pub fn router(cluster: Addr<ClusterActor>) -> Router {
         .route("/gpus/uncordon", post(uncordon))
         .route("/events", get(events))
         .route("/metrics", get(metrics))
-        .with_state(cluster)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(access, guard))
+        .layer(axum::middleware::map_response(json_errors))
 }
 
-/// Serves the API until the process ends.
-pub async fn serve(listen: &Listen, cluster: Addr<ClusterActor>) -> std::io::Result<()> {
-    let app = router(cluster);
-    match listen {
-        Listen::Tcp(addr) => {
-            let listener = tokio::net::TcpListener::bind(addr).await?;
-            tracing::info!(addr = %listener.local_addr()?, "API listening");
-            axum::serve(listener, app).await
+/// Serves the API on `bound` until the process ends. TCP needs a token.
+pub async fn serve(
+    bound: Bound,
+    cluster: Addr<ClusterActor>,
+    mut config: ApiConfig,
+) -> std::io::Result<()> {
+    if let Bound::Tcp(_) = &bound {
+        if config.token.is_none() {
+            return Err(std::io::Error::other(
+                "the API needs a token on TCP (see gangway_actors::auth)",
+            ));
         }
-        Listen::Unix(path) => {
-            // A socket left by a crashed daemon would make bind fail; anything else is not ours.
-            use std::os::unix::fs::FileTypeExt;
-            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
-                std::fs::remove_file(path)?;
+        if config.hosts.is_none() {
+            config.hosts = Some(HostCheck::new(bound.port().unwrap_or(0), Vec::new()));
+        }
+    }
+    let app = router(cluster, &config);
+    crate::listener::serve(bound, app, config.limits).await
+}
+
+/// The `Host` check, then the token.
+async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+    if let Some(hosts) = &access.hosts {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok());
+        if !hosts.admits(host) {
+            let shown = host.map_or("none".into(), request::escape);
+            return ApiError(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "Host: `{shown}` is not a name of this daemon (it answers to localhost, 127.0.0.1 \
+                     and [::1] on port {}, and to names its operator allows with --allow-host)",
+                    hosts.port
+                ),
+            )
+            .into_response();
+        }
+    }
+    if let Some(token) = &access.token
+        && request.uri().path() != "/healthz"
+    {
+        let authorization = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map(|h| h.as_bytes());
+        if !token.admits(authorization) {
+            let file = access.token_file.as_ref().map_or(String::new(), |f| {
+                format!(" (the daemon wrote it to {})", f.display())
+            });
+            let mut response = ApiError(
+                StatusCode::UNAUTHORIZED,
+                format!(
+                    "Authorization: this API needs `Authorization: Bearer TOKEN` with the daemon's token{file}; \
+                     gangway's clients read it from $GANGWAY_TOKEN_FILE or .gangway/journal/api-token"
+                ),
+            )
+            .into_response();
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+            return response;
+        }
+    }
+    next.run(request).await
+}
+
+/// Gives every error answer a JSON body: those axum makes itself (a bad path parameter, a body over
+/// the limit) carry their text as `{"error": ...}`.
+async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    let json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let message = if text.is_empty() {
+        status
+            .canonical_reason()
+            .unwrap_or("error")
+            .to_ascii_lowercase()
+    } else {
+        text
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
+    let body = serde_json::to_vec(&json!({ "error": message })).unwrap_or_default();
+    Response::from_parts(parts, Body::from(body))
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        StatusCode::NOT_FOUND,
+        format!(
+            "no {method} {} here (the API's paths: /jobs, /jobs/ID, /gpus/cordon, /gpus/uncordon, \
+             /events, /metrics, /healthz)",
+            request::escape(uri.path())
+        ),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("{} does not take {method}", request::escape(uri.path())),
+    )
+}
+
+/// A JSON body: `Content-Type: application/json` (415 otherwise), at most [`MAX_BODY_BYTES`] (413),
+/// arriving within the body timeout (408).
+async fn json_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|t| t.to_str().ok())
+        .unwrap_or("");
+    let essence = content_type.split(';').next().unwrap_or("").trim();
+    if !(essence.eq_ignore_ascii_case("application/json") || essence.ends_with("+json")) {
+        return Err(ApiError(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!(
+                "Content-Type: expected application/json, got `{}`",
+                request::escape(content_type)
+            ),
+        ));
+    }
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Err(_) => Err(ApiError(
+            StatusCode::REQUEST_TIMEOUT,
+            format!("the body did not arrive within {} s", timeout.as_secs_f64()),
+        )),
+        Ok(Err(e)) => {
+            let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            let mut too_long = false;
+            while let Some(c) = cause {
+                too_long |= c.is::<http_body_util::LengthLimitError>();
+                cause = c.source();
             }
-            let listener = tokio::net::UnixListener::bind(path)?;
-            tracing::info!(path = %path.display(), "API listening");
-            axum::serve(listener, app).await
+            Err(if too_long {
+                ApiError(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the body is over the limit of {MAX_BODY_BYTES} bytes"),
+                )
+            } else {
+                ApiError(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
+            })
         }
+        Ok(Ok(bytes)) => Ok(bytes),
     }
 }
 
+/// The `Idempotency-Key` header, scoped to its submitter: 1 to 255 printable ASCII characters.
+fn idempotency_key(headers: &HeaderMap, submitter: &Submitter) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bytes = value.as_bytes();
+    if bytes.is_empty()
+        || bytes.len() > request::limits::MAX_KEY_BYTES
+        || !bytes.iter().all(|b| (0x20..0x7f).contains(b))
+    {
+        return Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "Idempotency-Key: must be 1 to {} printable ASCII characters",
+                request::limits::MAX_KEY_BYTES
+            ),
+        ));
+    }
+    Ok(Some(format!(
+        "{}:{}",
+        submitter.uid,
+        String::from_utf8_lossy(bytes)
+    )))
+}
+
 async fn submit(
-    State(cluster): State<Addr<ClusterActor>>,
-    request: Result<Json<JobRequest>, JsonRejection>,
+    State(state): State<ApiState>,
+    Extension(submitter): Extension<Submitter>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let Json(request) = request.map_err(|e| ApiError(e.status(), e.body_text()))?;
+    let bytes = json_body(&headers, body, state.body_timeout).await?;
+    let mut request: JobRequest = request::parse_job_request(&bytes)?;
     if request.id.is_some() {
         return Err(ApiError(
             StatusCode::UNPROCESSABLE_ENTITY,
             "id: the control plane numbers jobs; leave it out".into(),
         ));
     }
-    let id = cluster.send(Submit { request, at: None }).await??;
+    request::validate(&request).map_err(Refusal::from)?;
+    if let Some(run) = &mut request.run {
+        state
+            .runs
+            .check(run, &submitter)
+            .map_err(|refusal| match refusal {
+                RunRefusal::Invalid(i) => ApiError::from(Refusal::from(i)),
+                RunRefusal::Forbidden(why) => ApiError(StatusCode::FORBIDDEN, why),
+            })?;
+    }
+    let key = idempotency_key(&headers, &submitter)?;
+    let sent = state
+        .cluster
+        .send(Submit {
+            request,
+            at: None,
+            key,
+        })
+        .await?;
+    let id = sent.map_err(|refusal| match refusal {
+        Refusal::KeyReused { job, .. } => ApiError(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!(
+                "Idempotency-Key: `{}` was used for job {job} with a different request",
+                headers
+                    .get("idempotency-key")
+                    .map_or(String::new(), |v| String::from_utf8_lossy(v.as_bytes())
+                        .into_owned())
+            ),
+        ),
+        other => other.into(),
+    })?;
     Ok((StatusCode::CREATED, Json(json!({ "id": id }))))
 }
 
-async fn list(State(cluster): State<Addr<ClusterActor>>) -> Result<Response, ApiError> {
-    Ok(Json(cluster.send(ListJobs).await?).into_response())
+async fn list(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    Ok(Json(state.cluster.send(ListJobs).await?).into_response())
 }
 
 fn job_id(text: &str) -> Result<JobId, ApiError> {
     text.parse().map(JobId).map_err(|_| {
         ApiError(
             StatusCode::BAD_REQUEST,
-            format!("`{text}` is not a job id (a number)"),
+            format!("`{}` is not a job id (a number)", request::escape(text)),
         )
     })
 }
 
-async fn show(
-    State(cluster): State<Addr<ClusterActor>>,
-    Path(id): Path<String>,
-) -> Result<Response, ApiError> {
+async fn show(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    match cluster.send(ShowJob(id)).await? {
+    match state.cluster.send(ShowJob(id)).await? {
         Some(info) => Ok(Json(info).into_response()),
         None => Err(Refusal::NoSuchJob(id).into()),
     }
 }
 
 async fn cancel(
-    State(cluster): State<Addr<ClusterActor>>,
+    State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    cluster.send(Cancel(id)).await??;
+    state.cluster.send(Cancel(id)).await??;
     Ok(Json(json!({ "cancelled": id })).into_response())
 }
 
 /// The body of `/gpus/cordon` and `/gpus/uncordon`.
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 struct GpuList {
     gpus: Vec<u32>,
 }
 
 async fn cordon(
-    State(cluster): State<Addr<ClusterActor>>,
-    request: Result<Json<GpuList>, JsonRejection>,
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    set_cordon(cluster, request, true).await
+    set_cordon(state, headers, body, true).await
 }
 
 async fn uncordon(
-    State(cluster): State<Addr<ClusterActor>>,
-    request: Result<Json<GpuList>, JsonRejection>,
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    body: Body,
 ) -> Result<Response, ApiError> {
-    set_cordon(cluster, request, false).await
+    set_cordon(state, headers, body, false).await
 }
 
 async fn set_cordon(
-    cluster: Addr<ClusterActor>,
-    request: Result<Json<GpuList>, JsonRejection>,
+    state: ApiState,
+    headers: HeaderMap,
+    body: Body,
     cordoned: bool,
 ) -> Result<Response, ApiError> {
-    let Json(GpuList { gpus }) = request.map_err(|e| ApiError(e.status(), e.body_text()))?;
-    cluster
+    let bytes = json_body(&headers, body, state.body_timeout).await?;
+    let GpuList { gpus } = serde_json::from_slice(&bytes).map_err(|e| {
+        let status = if e.is_data() && !e.to_string().starts_with("unknown field") {
+            StatusCode::UNPROCESSABLE_ENTITY
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        ApiError(status, e.to_string())
+    })?;
+    state
+        .cluster
         .send(Cordon {
             gpus: gpus.clone(),
             cordoned,
@@ -208,9 +507,9 @@ async fn set_cordon(
 }
 
 async fn events(
-    State(cluster): State<Addr<ClusterActor>>,
+    State(state): State<ApiState>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let receiver = cluster.send(Subscribe).await?.subscribe();
+    let receiver = state.cluster.send(Subscribe).await?.subscribe();
     let stream = BroadcastStream::new(receiver).filter_map(|item| async move {
         // A slow reader that fell behind skips what it missed.
         let event = item.ok()?;
@@ -219,8 +518,8 @@ async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-async fn metrics(State(cluster): State<Addr<ClusterActor>>) -> Result<Response, ApiError> {
-    let stats = cluster.send(GetStats).await?;
+async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    let stats = state.cluster.send(GetStats).await?;
     Ok((
         [("content-type", "text/plain; version=0.0.4")],
         prometheus_text(&stats),

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use actix::prelude::*;
+use gangway_core::engine::EngineConfig;
 use gangway_core::job::Trace;
-use gangway_core::sim::SimConfig;
 
 use crate::clock::VirtualClock;
 use crate::cluster::{ClusterActor, JobRequest, Peek, Poll, Round, Submit};
@@ -30,7 +30,7 @@ pub async fn replay(
     cluster: &Addr<ClusterActor>,
     clock: &Arc<VirtualClock>,
     trace: &Trace,
-    config: &SimConfig,
+    config: &EngineConfig,
 ) -> Result<Replay, MailboxError> {
     let jobs = &trace.jobs;
     let round = config.round_length.max(1e-6);
@@ -70,6 +70,7 @@ pub async fn replay(
                 id: Some(job.id),
                 job_type: trace.job_type_name(job.job_type).to_owned(),
                 tenant: trace
+                    .names
                     .tenants
                     .get(job.tenant.0 as usize)
                     .cloned()
@@ -83,6 +84,7 @@ pub async fn replay(
                 .send(Submit {
                     request,
                     at: Some(job.arrival),
+                    key: None,
                 })
                 .await?
             {

@@ -1,111 +1,13 @@
-//! The only way the control plane reaches workers: the [`Executor`] trait, and [`SimExecutor`], which
-//! runs jobs in virtual time at the throughput model's rates.
+//! The only way the control plane reaches workers: the [`Executor`] trait (in `gangway-protocol`, so
+//! that the launcher implements it without depending on the actors), and [`SimExecutor`], which runs
+//! jobs in virtual time at the throughput model's rates.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
-
-use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
-use serde::{Deserialize, Serialize};
 
-/// A real job's command, for executors that run processes. Scheduling never reads it; the journal
-/// keeps it, so that a restarted control plane can relaunch the job.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunCommand {
-    /// `elastic-run`'s arguments: gangway's options, torchrun's, the script and its arguments.
-    pub args: Vec<String>,
-    /// The directory it runs in.
-    pub cwd: PathBuf,
-    /// The whole environment it runs with (the submitter's, as `sbatch` passes it).
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Where its output goes, appended across launches (discarded when `None`).
-    #[serde(default)]
-    pub log: Option<PathBuf>,
-}
-
-/// What a job's workers are launched with.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Launch {
-    pub job: JobId,
-    /// Unique per start (a counter the journal keeps): launching the same attempt twice is a no-op,
-    /// which makes replays idempotent.
-    pub attempt: u64,
-    pub gpu_type: GpuTypeId,
-    pub gpus: GpuSet,
-    /// The pace the scheduler expects (the simulated executor runs at exactly this pace).
-    pub steps_per_second: f64,
-    /// Seconds of restore or migration before the first step.
-    pub startup_seconds: f64,
-    pub remaining_steps: f64,
-    pub total_steps: f64,
-    /// What to run, for executors of real processes (`None` for simulated jobs).
-    pub run: Option<RunCommand>,
-}
-
-/// Something the workers did, reported by [`Executor::poll`].
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub enum WorkerEvent {
-    Finished {
-        job: JobId,
-        attempt: u64,
-        at: f64,
-    },
-    Failed {
-        job: JobId,
-        attempt: u64,
-        at: f64,
-        error: String,
-        /// A crash worth retrying, or a user error (bad script, bad arguments) that never is.
-        retryable: bool,
-    },
-    /// The workers saved a checkpoint with this much work done.
-    Checkpointed {
-        job: JobId,
-        attempt: u64,
-        steps_done: f64,
-    },
-}
-
-/// Why the executor could not do what it was asked.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ExecutorError {
-    #[error("job {0} has no running workers")]
-    NotRunning(JobId),
-    #[error("job {job}: launch failed: {reason}")]
-    Launch { job: JobId, reason: String },
-}
-
-/// Runs and stops a job's workers. The control plane calls it off its actor threads, so a call may
-/// block for as long as the workers take to checkpoint (bounded by the grace period).
-pub trait Executor: Send + 'static {
-    /// Starts the workers of `launch` at `now`. Launching an attempt that already runs does nothing.
-    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError>;
-
-    /// Makes the workers of `job` save a checkpoint and exit; returns the work saved, once they have
-    /// exited.
-    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError>;
-
-    /// Stops several jobs' workers; an executor of real processes stops them all at once, so that
-    /// one round waits for the slowest checkpoint rather than for the sum of them.
-    fn stop_many(&mut self, jobs: &[JobId], now: f64) -> Vec<(JobId, Result<f64, ExecutorError>)> {
-        jobs.iter().map(|&job| (job, self.stop(job, now))).collect()
-    }
-
-    /// The job's pace changed in place (its packing partner left).
-    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64);
-
-    /// Whether the workers of this attempt still run (to re-adopt them after a control-plane restart).
-    fn alive(&mut self, job: JobId, attempt: u64) -> bool;
-
-    /// What happened by `now`, in time order.
-    fn poll(&mut self, now: f64) -> Vec<WorkerEvent>;
-
-    /// When the next event is due, for a virtual clock; `None` for an executor whose events come on
-    /// their own (real processes).
-    fn next_event(&self) -> Option<f64>;
-}
+pub use gangway_protocol::worker::{
+    Executor, ExecutorError, Launch, RunAs, RunCommand, WorkerEvent,
+};
 
 /// A simulated job's run.
 #[derive(Clone, Debug)]
@@ -252,7 +154,7 @@ impl Executor for SimExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gangway_core::cluster::GpuId;
+    use gangway_core::cluster::{GpuId, GpuTypeId};
 
     fn launch(job: u32, attempt: u64, remaining: f64) -> Launch {
         Launch {

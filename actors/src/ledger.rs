@@ -29,6 +29,9 @@ pub struct JobSpec {
     pub arrival: f64,
     /// The command of a real job.
     pub run: Option<RunCommand>,
+    /// The idempotency key it was submitted with (scoped to its submitter): a retry with the same
+    /// key gets this job, across restarts.
+    pub key: Option<String>,
 }
 
 /// One journal record.
@@ -73,25 +76,36 @@ pub enum Record {
         at: f64,
         error: String,
     },
+    /// The job's workers crashed; it was requeued. Counts toward its restart budget.
+    Crashed {
+        job: JobId,
+        at: f64,
+    },
+    /// An operator took these GPUs out of service (`cordoned`), or put them back.
+    Cordoned {
+        gpus: Vec<u32>,
+        cordoned: bool,
+    },
 }
 
 impl Record {
-    /// The job a record is about (`None` for the clock).
+    /// The job a record is about (`None` for the clock and cordons).
     pub fn job(&self) -> Option<JobId> {
         match self {
-            Record::Epoch { .. } => None,
+            Record::Epoch { .. } | Record::Cordoned { .. } => None,
             Record::Submitted(spec) => Some(spec.id),
             Record::Started { job, .. }
             | Record::Stopped { job, .. }
             | Record::Checkpointed { job, .. }
             | Record::Finished { job, .. }
             | Record::Cancelled { job, .. }
-            | Record::Failed { job, .. } => Some(*job),
+            | Record::Failed { job, .. }
+            | Record::Crashed { job, .. } => Some(*job),
         }
     }
 
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
-    pub const KINDS: [&'static str; 8] = [
+    pub const KINDS: [&'static str; 10] = [
         "epoch",
         "submitted",
         "started",
@@ -100,6 +114,8 @@ impl Record {
         "finished",
         "cancelled",
         "failed",
+        "crashed",
+        "cordoned",
     ];
 
     /// The record's kind, as a word for reports.
@@ -113,6 +129,8 @@ impl Record {
             Record::Finished { .. } => 5,
             Record::Cancelled { .. } => 6,
             Record::Failed { .. } => 7,
+            Record::Crashed { .. } => 8,
+            Record::Cordoned { .. } => 9,
         }]
     }
 }
@@ -129,10 +147,11 @@ pub fn torn_tail_report(torn: &gangway_journal::TornTail<Record>) -> String {
     }
     let dropped = torn.dropped();
     let mut unread = dropped.saturating_sub(torn.readable.len() as u64);
-    // The record the cut went through: every kind but the clock starts with its job's id.
+    // The record the cut went through: every kind but the clock and cordons starts with its job's id.
     if let [variant, job] = torn.cut_varints(2)[..]
         && let Some(&kind) = Record::KINDS.get(variant as usize)
         && kind != "epoch"
+        && kind != "cordoned"
         && let Ok(job) = u32::try_from(job)
     {
         touched.entry(JobId(job)).or_default().push(kind);
@@ -208,7 +227,15 @@ pub struct Entry {
     pub checkpoint: f64,
     pub starts: u32,
     pub stops: u32,
+    /// Worker crashes so far (the restart budget spent).
+    pub crashes: u32,
+    /// When it first started.
+    pub first_start: Option<f64>,
 }
+
+/// Ended jobs the ledger remembers, the most recent ones: a control plane that runs for months keeps
+/// its active jobs and a bounded history, in memory and in its snapshots.
+pub const HISTORY: usize = 10_000;
 
 /// A record that breaks an invariant.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -239,6 +266,12 @@ pub struct Ledger {
     pub holders: BTreeMap<u32, Vec<JobId>>,
     pub next_attempt: u64,
     pub next_job_id: u32,
+    /// Idempotency keys of submissions, and their jobs.
+    pub keys: BTreeMap<String, JobId>,
+    /// GPUs an operator took out of service.
+    pub cordoned: std::collections::BTreeSet<u32>,
+    /// Ended jobs, oldest first: beyond [`HISTORY`], the oldest are forgotten.
+    pub ended: std::collections::VecDeque<JobId>,
 }
 
 impl Ledger {
@@ -254,6 +287,9 @@ impl Ledger {
                     return Err(Violation::Resubmitted { seq, job: spec.id });
                 }
                 self.next_job_id = self.next_job_id.max(spec.id.0 + 1);
+                if let Some(key) = &spec.key {
+                    self.keys.insert(key.clone(), spec.id);
+                }
                 self.jobs.insert(
                     spec.id,
                     Entry {
@@ -262,6 +298,8 @@ impl Ledger {
                         checkpoint: 0.0,
                         starts: 0,
                         stops: 0,
+                        crashes: 0,
+                        first_start: None,
                     },
                 );
             }
@@ -271,7 +309,7 @@ impl Ledger {
                 gpu_type,
                 gpus,
                 partner,
-                ..
+                at,
             } => {
                 let entry = self.live(seq, *job)?;
                 if matches!(entry.standing, Standing::Running { .. }) {
@@ -299,6 +337,7 @@ impl Ledger {
                     partner: *partner,
                 };
                 entry.starts += 1;
+                entry.first_start.get_or_insert(*at);
                 self.next_attempt = self.next_attempt.max(attempt + 1);
             }
             Record::Stopped { job, .. } => {
@@ -315,6 +354,16 @@ impl Ledger {
             Record::Finished { job, at } => self.end(seq, *job, Standing::Finished { at: *at })?,
             Record::Cancelled { job, at } => {
                 self.end(seq, *job, Standing::Cancelled { at: *at })?
+            }
+            Record::Crashed { job, .. } => self.live(seq, *job)?.crashes += 1,
+            Record::Cordoned { gpus, cordoned } => {
+                for &g in gpus {
+                    if *cordoned {
+                        self.cordoned.insert(g);
+                    } else {
+                        self.cordoned.remove(&g);
+                    }
+                }
             }
             Record::Failed { job, at, error } => self.end(
                 seq,
@@ -348,6 +397,17 @@ impl Ledger {
             entry.checkpoint = entry.spec.total_steps;
         }
         entry.standing = standing;
+        self.ended.push_back(job);
+        while self.ended.len() > HISTORY {
+            let Some(old) = self.ended.pop_front() else {
+                break;
+            };
+            if let Some(entry) = self.jobs.remove(&old)
+                && let Some(key) = &entry.spec.key
+            {
+                self.keys.remove(key);
+            }
+        }
         Ok(())
     }
 
@@ -385,6 +445,7 @@ mod tests {
             weight: 1.0,
             arrival: 0.0,
             run: None,
+            key: None,
         })
     }
 
@@ -426,6 +487,10 @@ mod tests {
                 job: JobId(7),
                 at: 1.0,
                 error: "x".into(),
+            },
+            Record::Crashed {
+                job: JobId(7),
+                at: 1.0,
             },
         ];
         for record in samples {
@@ -537,5 +602,34 @@ mod tests {
             })
         );
         assert_eq!(ledger.unfinished().count(), 0);
+    }
+
+    #[test]
+    fn the_ledger_keeps_a_bounded_history_of_ended_jobs() {
+        let mut ledger = Ledger::default();
+        let mut seq = 0;
+        let total = HISTORY as u32 + 5;
+        for id in 0..total {
+            for record in [
+                spec(id),
+                Record::Finished {
+                    job: JobId(id),
+                    at: f64::from(id),
+                },
+            ] {
+                ledger.apply(seq, &record).unwrap();
+                seq += 1;
+            }
+        }
+        // One job still runs: it is kept whatever the history.
+        ledger.apply(seq, &spec(total)).unwrap();
+        assert_eq!(ledger.jobs.len(), HISTORY + 1);
+        assert!(
+            !ledger.jobs.contains_key(&JobId(4)),
+            "the oldest are forgotten"
+        );
+        assert!(ledger.jobs.contains_key(&JobId(5)));
+        assert!(ledger.jobs.contains_key(&JobId(total)));
+        assert_eq!(ledger.ended.len(), HISTORY);
     }
 }

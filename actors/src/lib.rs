@@ -9,14 +9,16 @@
 //!
 //! Workers are reached only through the [`executor::Executor`] trait. Every decision is journaled
 //! ([`ledger`], on `gangway-journal`) before it is acted on, and a restart recovers from the journal.
-//! [`api`] serves the local HTTP API; [`driver`] replays a trace in virtual time.
+//! [`api`] serves the HTTP API: [`request`] checks what a submission may say and run, [`auth`] holds
+//! the token and the `Host` check, [`listener`] bounds connections and timeouts. [`driver`] replays a
+//! trace in virtual time.
 //!
 //! ```
 //! use std::sync::Arc;
 //! use gangway_actors::clock::VirtualClock;
 //! use gangway_actors::cluster::{ClusterActor, JobRequest, Parts, Settings, Submit, TimeSource};
 //! use gangway_actors::executor::SimExecutor;
-//! use gangway_core::{cluster::Cluster, job::Trace, policy, sim};
+//! use gangway_core::{cluster::Cluster, engine::EngineConfig, job::Names, placement, policy};
 //! use gangway_core::throughput::DurationModel;
 //!
 //! actix::System::new().block_on(async {
@@ -24,22 +26,23 @@
 //!     let parts = Parts {
 //!         cluster: Arc::new(Cluster::parse_spec("v100=4", 4).unwrap()),
 //!         model: Arc::new(DurationModel::uniform(1)),
-//!         names: Trace::default(),
+//!         names: Names::default(),
 //!         policy: policy::build("fifo", &Default::default()).unwrap(),
-//!         placer: Box::new(sim::PackingPlacer),
+//!         placer: Box::new(placement::PackingPlacer),
 //!         executor: Box::new(SimExecutor::default()),
 //!         probes: Vec::new(),
 //!         health_every: std::time::Duration::from_secs(10),
 //!     };
-//!     let settings = Settings::new(sim::SimConfig::default(), TimeSource::Virtual(clock));
+//!     let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
 //!     let cluster = ClusterActor::start(parts, settings).unwrap();
 //!     let request = JobRequest { id: None, job_type: "toy".into(), tenant: "a".into(), gpus: 2, work: 60.0, weight: 1.0, run: None };
-//!     let id = cluster.send(Submit { request, at: None }).await.unwrap().unwrap();
+//!     let id = cluster.send(Submit { request, at: None, key: None }).await.unwrap().unwrap();
 //!     assert_eq!(id.0, 0);
 //! });
 //! ```
 
 pub mod api;
+pub mod auth;
 pub mod clock;
 pub mod cluster;
 pub mod driver;
@@ -49,5 +52,8 @@ pub mod gpu;
 pub mod health;
 pub mod job;
 pub mod ledger;
-pub mod lifecycle;
+pub mod listener;
+pub mod request;
 pub mod stats;
+
+pub use gangway_protocol::lifecycle;

@@ -11,9 +11,10 @@ use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{HealthProbe, Switch};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::Cluster;
-use gangway_core::job::Trace;
+use gangway_core::engine::EngineConfig;
+use gangway_core::job::Names;
+use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimConfig};
 use gangway_core::throughput::DurationModel;
 
 #[actix::test]
@@ -23,7 +24,7 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
     let parts = Parts {
         cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
-        names: Trace::default(),
+        names: Names::default(),
         policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SimExecutor::default()),
@@ -34,7 +35,7 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         health_every: Duration::from_millis(5),
     };
     let settings = Settings::new(
-        SimConfig::default(),
+        EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(&clock)),
     );
     let cluster = ClusterActor::start(parts, settings).unwrap();
@@ -48,7 +49,11 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         run: None,
     };
     let job = cluster
-        .send(Submit { request, at: None })
+        .send(Submit {
+            request,
+            at: None,
+            key: None,
+        })
         .await
         .unwrap()
         .unwrap();

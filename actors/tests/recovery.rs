@@ -12,9 +12,10 @@ use gangway_actors::executor::{Executor, ExecutorError, Launch, SimExecutor, Wor
 use gangway_actors::ledger::{Ledger, Record};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::Cluster;
-use gangway_core::job::{JobId, Trace};
+use gangway_core::engine::EngineConfig;
+use gangway_core::job::{JobId, Names};
+use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimConfig};
 use gangway_core::throughput::DurationModel;
 use gangway_journal::Journal;
 
@@ -51,14 +52,17 @@ fn start(
     let parts = Parts {
         cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
-        names: Trace::default(),
+        names: Names::default(),
         policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(workers.clone()),
         probes: Vec::new(),
         health_every: Duration::from_secs(60),
     };
-    let mut settings = Settings::new(SimConfig::default(), TimeSource::Virtual(Arc::clone(clock)));
+    let mut settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::clone(clock)),
+    );
     settings.journal = Some(journal.to_owned());
     ClusterActor::start(parts, settings).unwrap()
 }
@@ -91,6 +95,7 @@ fn live_workers_are_readopted_and_dead_ones_requeued() {
                 .send(Submit {
                     request: request(gpus, work),
                     at: None,
+                    key: None,
                 })
                 .await
                 .unwrap()
@@ -145,4 +150,152 @@ fn live_workers_are_readopted_and_dead_ones_requeued() {
         "a re-adopted job is never started twice"
     );
     assert_eq!(ledger.jobs[&JobId(1)].starts, 2);
+}
+
+/// Workers that crash at every launch, as a job with a bug in its data loader does.
+#[derive(Clone, Default)]
+struct Crashing(Arc<Mutex<Vec<(JobId, u64)>>>);
+
+impl Executor for Crashing {
+    fn launch(&mut self, launch: &Launch, _: f64) -> Result<(), ExecutorError> {
+        self.0.lock().unwrap().push((launch.job, launch.attempt));
+        Ok(())
+    }
+    fn stop(&mut self, job: JobId, _: f64) -> Result<f64, ExecutorError> {
+        Err(ExecutorError::NotRunning(job))
+    }
+    fn retune(&mut self, _: JobId, _: f64, _: f64) {}
+    fn alive(&mut self, _: JobId, _: u64) -> bool {
+        false
+    }
+    fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
+        self.0
+            .lock()
+            .unwrap()
+            .drain(..)
+            .map(|(job, attempt)| WorkerEvent::Failed {
+                job,
+                attempt,
+                at: now,
+                error: "segfault".into(),
+                retryable: true,
+            })
+            .collect()
+    }
+    fn next_event(&self) -> Option<f64> {
+        None
+    }
+}
+
+fn start_with(
+    journal: &std::path::Path,
+    clock: &Arc<VirtualClock>,
+    executor: Box<dyn Executor>,
+) -> actix::Addr<ClusterActor> {
+    let parts = Parts {
+        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
+        model: Arc::new(DurationModel::uniform(1)),
+        names: Names::default(),
+        policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
+        placer: Box::new(PackingPlacer),
+        executor,
+        probes: Vec::new(),
+        health_every: Duration::from_secs(60),
+    };
+    let mut settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::clone(clock)),
+    );
+    settings.journal = Some(journal.to_owned());
+    settings.max_restarts = 3;
+    ClusterActor::start(parts, settings).unwrap()
+}
+
+#[test]
+fn the_restart_budget_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    // Two crashes before the restart, of a budget of three.
+    actix::System::new().block_on(async {
+        let cluster = start_with(&journal, &clock, Box::new(Crashing::default()));
+        cluster
+            .send(Submit {
+                request: request(2, 100.0),
+                at: None,
+                key: None,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        for t in [0.0, 10.0] {
+            clock.set(t);
+            cluster.send(Round).await.unwrap();
+            cluster.send(Poll).await.unwrap();
+        }
+    });
+    // After it: the third crash is still retried, the fourth is one too many.
+    let phases = actix::System::new().block_on(async {
+        let cluster = start_with(&journal, &clock, Box::new(Crashing::default()));
+        let mut phases = Vec::new();
+        for t in [20.0, 30.0] {
+            clock.set(t);
+            cluster.send(Round).await.unwrap();
+            cluster.send(Poll).await.unwrap();
+            phases.push(
+                cluster
+                    .send(ShowJob(JobId(0)))
+                    .await
+                    .unwrap()
+                    .unwrap()
+                    .phase,
+            );
+        }
+        phases
+    });
+    assert_eq!(phases, [Phase::Preempted, Phase::Failed]);
+}
+
+#[test]
+fn cordoned_gpus_stay_out_of_service_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let workers = Outliving(Arc::new(Mutex::new(SimExecutor::new(1e9))));
+    actix::System::new().block_on(async {
+        let cluster = start(&journal, &clock, &workers);
+        cluster
+            .send(gangway_actors::cluster::Cordon {
+                gpus: vec![0, 1],
+                cordoned: true,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+    });
+    let (first, second) = actix::System::new().block_on(async {
+        let cluster = start(&journal, &clock, &workers);
+        for _ in 0..2 {
+            cluster
+                .send(Submit {
+                    request: request(2, 1000.0),
+                    at: None,
+                    key: None,
+                })
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        cluster.send(Round).await.unwrap();
+        let show = |id| {
+            let cluster = cluster.clone();
+            async move { cluster.send(ShowJob(JobId(id))).await.unwrap().unwrap() }
+        };
+        (show(0).await, show(1).await)
+    });
+    assert_eq!(first.phase, Phase::Running);
+    assert_eq!(first.placement, [2, 3], "only the GPUs in service");
+    assert_eq!(second.phase, Phase::Pending);
+    let why = second.waiting.expect("a waiting job says why");
+    assert!(why.contains("2 out of service"), "{why}");
 }

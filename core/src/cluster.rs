@@ -7,20 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{InputError, Source};
 
-/// Index of a GPU type in [`Cluster::gpu_types`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct GpuTypeId(pub u16);
+pub use gangway_protocol::ids::{GpuId, GpuSet, GpuTypeId};
 
 /// Index of a node in [`Cluster::nodes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct NodeId(pub u32);
-
-/// A GPU, numbered densely across the cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct GpuId(pub u32);
-
-/// The GPUs of one gang. Gangs are small, so they are kept inline without a heap allocation.
-pub type GpuSet = smallvec::SmallVec<[GpuId; 8]>;
 
 /// One server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -222,17 +213,6 @@ impl Cluster {
 
     pub fn gpu_types(&self) -> &[String] {
         &self.gpu_types
-    }
-
-    pub fn gpu_type_name(&self, t: GpuTypeId) -> &str {
-        &self.gpu_types[t.0 as usize]
-    }
-
-    pub fn gpu_type_id(&self, name: &str) -> Option<GpuTypeId> {
-        self.gpu_types
-            .iter()
-            .position(|n| n.eq_ignore_ascii_case(name))
-            .map(|i| GpuTypeId(i as u16))
     }
 
     pub fn num_gpu_types(&self) -> usize {
@@ -469,7 +449,8 @@ mod tests {
             "{err}"
         );
         let fits = Cluster::parse_spec(&many[..MAX_GPU_TYPES].join(","), 1).unwrap();
-        assert_eq!(fits.gpu_type_id("t1023"), Some(GpuTypeId(1023)));
+        assert_eq!(fits.gpu_types()[1023], "t1023");
+        assert_eq!(fits.gpu_type_of(GpuId(1023)), GpuTypeId(1023));
     }
 
     #[test]

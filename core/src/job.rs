@@ -2,22 +2,13 @@
 
 use serde::{Deserialize, Serialize};
 
-/// A job's id. Traces that carry ids keep them; others number jobs in arrival order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct JobId(pub u32);
+pub use gangway_protocol::ids::JobId;
 
-impl std::fmt::Display for JobId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-/// Index of a job type (a model and batch size, such as `ResNet-18 (batch size 64)`) in [`Trace::job_types`].
+/// Index of a job type (a model and batch size, such as `ResNet-18 (batch size 64)`) in [`Names`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct JobTypeId(pub u32);
 
-/// Index of a user or tenant (Philly's virtual cluster) in [`Trace::tenants`].
+/// Index of a user or tenant (Philly's virtual cluster) in [`Names`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct TenantId(pub u32);
 
@@ -52,6 +43,33 @@ pub struct Job {
     pub tenant: TenantId,
 }
 
+/// The names that job-type and tenant ids refer to.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Names {
+    pub job_types: Vec<String>,
+    pub tenants: Vec<String>,
+}
+
+impl Names {
+    pub fn job_type(&self, t: JobTypeId) -> &str {
+        &self.job_types[t.0 as usize]
+    }
+
+    pub fn tenant(&self, t: TenantId) -> &str {
+        &self.tenants[t.0 as usize]
+    }
+
+    /// The id of a job type, added if new.
+    pub fn intern_job_type(&mut self, name: &str) -> JobTypeId {
+        JobTypeId(intern(&mut self.job_types, name))
+    }
+
+    /// The id of a tenant, added if new.
+    pub fn intern_tenant(&mut self, name: &str) -> TenantId {
+        TenantId(intern(&mut self.tenants, name))
+    }
+}
+
 /// A list of jobs in arrival order, with the names their ids refer to.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Trace {
@@ -59,8 +77,7 @@ pub struct Trace {
     pub source: String,
     pub work_unit: Option<WorkUnit>,
     pub jobs: Vec<Job>,
-    pub job_types: Vec<String>,
-    pub tenants: Vec<String>,
+    pub names: Names,
 }
 
 impl Trace {
@@ -80,37 +97,26 @@ impl Trace {
         }
     }
 
-    /// The names and source, without the jobs.
-    pub fn clone_names(&self) -> Trace {
-        Trace {
-            source: self.source.clone(),
-            work_unit: self.work_unit,
-            jobs: Vec::new(),
-            job_types: self.job_types.clone(),
-            tenants: self.tenants.clone(),
-        }
-    }
-
     pub fn work_unit(&self) -> WorkUnit {
         self.work_unit.unwrap_or(WorkUnit::Steps)
     }
 
     pub fn job_type_name(&self, t: JobTypeId) -> &str {
-        &self.job_types[t.0 as usize]
+        self.names.job_type(t)
     }
 
     pub fn tenant_name(&self, t: TenantId) -> &str {
-        &self.tenants[t.0 as usize]
+        self.names.tenant(t)
     }
 
     /// The id of a job type, added if new.
     pub fn intern_job_type(&mut self, name: &str) -> JobTypeId {
-        JobTypeId(intern(&mut self.job_types, name))
+        self.names.intern_job_type(name)
     }
 
     /// The id of a tenant, added if new.
     pub fn intern_tenant(&mut self, name: &str) -> TenantId {
-        TenantId(intern(&mut self.tenants, name))
+        self.names.intern_tenant(name)
     }
 
     /// Sorts jobs by arrival (stable, so equal arrivals keep file order).

@@ -4,8 +4,11 @@
 //! - [`job`] and [`trace`]: jobs and the trace formats they come from.
 //! - [`throughput`]: how fast a job runs on an allocation.
 //! - [`policy`]: the [`policy::Policy`] trait, its single input struct, and the policies.
+//! - [`placement`]: free GPUs, placers, and the placement steps grants ask for.
 //! - [`engine`]: the scheduling state that the simulator and the live control plane both drive.
-//! - [`sim`]: the deterministic discrete-event simulator.
+//! - [`sim`]: the deterministic discrete-event simulator, a driver of the engine.
+//!
+//! Dependencies point one way: `sim -> engine -> placement`, and both use `policy` and `throughput`.
 //! - [`metrics`]: JCT, fairness and utilization over a job-id window.
 
 pub mod cluster;
@@ -13,6 +16,7 @@ pub mod engine;
 pub mod error;
 pub mod job;
 pub mod metrics;
+pub mod placement;
 pub mod policy;
 pub mod sim;
 pub mod solver;

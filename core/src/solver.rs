@@ -102,11 +102,6 @@ impl Program {
         expression
     }
 
-    /// Number of variables so far.
-    pub fn num_vars(&self) -> usize {
-        self.handles.len()
-    }
-
     /// Maximizes `sum(coefficient * var)` subject to the constraints.
     pub fn maximize(
         self,

@@ -4,9 +4,11 @@
 //! the same inputs give byte-identical results.
 
 use gangway_core::cluster::{Cluster, GpuTypeId};
+use gangway_core::engine::EngineConfig;
 use gangway_core::job::{Job, JobId, Trace, WorkUnit};
+use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimConfig, SimResult, Simulation};
+use gangway_core::sim::{SimConfig, SimResult, Simulation};
 use gangway_core::throughput::ThroughputModel;
 use proptest::prelude::*;
 
@@ -96,14 +98,16 @@ fn sim_config() -> impl Strategy<Value = SimConfig> {
         0u64..4,
     )
         .prop_map(|(round, cost, on_arrival, on_completion, seed)| SimConfig {
-            round_length: round,
-            preempt_cost: cost,
-            restore_cost: cost / 2.0,
-            migrate_cost: cost / 4.0,
-            schedule_on_arrival: on_arrival,
-            schedule_on_completion: on_completion,
+            engine: EngineConfig {
+                round_length: round,
+                preempt_cost: cost,
+                restore_cost: cost / 2.0,
+                migrate_cost: cost / 4.0,
+                schedule_on_arrival: on_arrival,
+                schedule_on_completion: on_completion,
+                audit: true,
+            },
             seed,
-            audit: true,
             log_changes: false,
         })
 }
@@ -171,7 +175,10 @@ fn an_oversized_gang_is_reported_not_lost() {
         &cluster,
         "fifo",
         &SimConfig {
-            audit: true,
+            engine: EngineConfig {
+                audit: true,
+                ..EngineConfig::default()
+            },
             ..SimConfig::default()
         },
     );
@@ -204,7 +211,10 @@ fn preemption_costs_delay_the_preempted_job() {
         &cluster,
         "las",
         &SimConfig {
-            audit: true,
+            engine: EngineConfig {
+                audit: true,
+                ..EngineConfig::default()
+            },
             ..SimConfig::default()
         },
     );
@@ -213,9 +223,12 @@ fn preemption_costs_delay_the_preempted_job() {
         &cluster,
         "las",
         &SimConfig {
-            preempt_cost: 20.0,
-            restore_cost: 10.0,
-            audit: true,
+            engine: EngineConfig {
+                preempt_cost: 20.0,
+                restore_cost: 10.0,
+                audit: true,
+                ..EngineConfig::default()
+            },
             ..SimConfig::default()
         },
     );
@@ -241,7 +254,7 @@ fn preemption_costs_delay_the_preempted_job() {
 
 mod topology_placement {
     use super::*;
-    use gangway_core::sim::{Placement, TopologyPlacer};
+    use gangway_core::placement::{PlacementMode, TopologyPlacer};
     use gangway_topology::presets::Preset;
     use gangway_topology::topology::{ClusterSpec, Topology};
     use std::sync::Arc;
@@ -257,12 +270,20 @@ mod topology_placement {
         )
     }
 
-    fn run_on(trace: &Trace, topology: &Arc<Topology>, policy: &str, mode: Placement) -> SimResult {
+    fn run_on(
+        trace: &Trace,
+        topology: &Arc<Topology>,
+        policy: &str,
+        mode: PlacementMode,
+    ) -> SimResult {
         let cluster = Cluster::from_topology(topology).unwrap();
         let mut sim = Simulation::new(trace, &cluster, &TestModel);
         sim.config = SimConfig {
-            audit: true,
-            round_length: 120.0,
+            engine: EngineConfig {
+                audit: true,
+                round_length: 120.0,
+                ..EngineConfig::default()
+            },
             ..SimConfig::default()
         };
         let mut placer = TopologyPlacer::new(Arc::clone(topology), &cluster, mode, 0).unwrap();
@@ -276,7 +297,7 @@ mod topology_placement {
         #[test]
         fn every_policy_and_mode_keeps_the_invariants(trace in trace()) {
             let t = topology(vec![(Preset::Philly8Gpu, 2), (Preset::Philly4Gpu, 1), (Preset::Philly2Gpu, 2)]);
-            for mode in [Placement::Consolidate, Placement::Relaxed, Placement::RelaxAfter(600.0), Placement::SensitiveOnly, Placement::Random] {
+            for mode in [PlacementMode::Consolidate, PlacementMode::Relaxed, PlacementMode::RelaxAfter(600.0), PlacementMode::SensitiveOnly, PlacementMode::Random] {
                 for info in policy::registry() {
                     let result = run_on(&trace, &t, info.name, mode);
                     let finished = result.records.iter().filter(|r| r.finish.is_some()).count();
@@ -303,8 +324,8 @@ mod topology_placement {
         // Two DGX-1s: the best 8 GPUs are one server (NVLink rings at 25 GB/s); a random 8 of the 16
         // almost surely spans both, and its ring crosses the 12.5 GB/s network.
         let dgx = topology(vec![(Preset::Dgx1V100, 2)]);
-        let whole = run_on(&trace, &dgx, "fifo", Placement::Relaxed);
-        let split = run_on(&trace, &dgx, "fifo", Placement::Random);
+        let whole = run_on(&trace, &dgx, "fifo", PlacementMode::Relaxed);
+        let split = run_on(&trace, &dgx, "fifo", PlacementMode::Random);
         let jct = |r: &SimResult| r.records[0].jct().unwrap();
         assert!(
             jct(&split) > 1.2 * jct(&whole),
@@ -317,7 +338,7 @@ mod topology_placement {
             &trace,
             &topology(vec![(Preset::Philly4Gpu, 2)]),
             "fifo",
-            Placement::Consolidate,
+            PlacementMode::Consolidate,
         );
         assert!(strict.records[0].finish.is_some());
     }
@@ -345,7 +366,10 @@ fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
         });
     }
     let config = SimConfig {
-        audit: true,
+        engine: EngineConfig {
+            audit: true,
+            ..EngineConfig::default()
+        },
         ..SimConfig::default()
     };
     let fifo = run(&trace, &cluster, "fifo", &config);

@@ -3,9 +3,11 @@
 //! so a new policy cannot be left out.
 
 use gangway_core::cluster::{Cluster, GpuTypeId};
+use gangway_core::engine::EngineConfig;
 use gangway_core::job::{Job, JobId, JobTypeId, Trace, WorkUnit};
+use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::sim::{PackingPlacer, SimConfig, SimResult, Simulation};
+use gangway_core::sim::{SimConfig, SimResult, Simulation};
 use gangway_core::throughput::ThroughputModel;
 
 /// One step per second on every GPU type, at any gang size the job asked for; two jobs of one gang size
@@ -49,9 +51,12 @@ fn trace(jobs: &[(f64, u32, f64)]) -> Trace {
 fn run(name: &str, trace: &Trace, cluster: &Cluster) -> SimResult {
     let mut sim = Simulation::new(trace, cluster, &Unit);
     sim.config = SimConfig {
-        audit: true,
-        preempt_cost: 10.0,
-        restore_cost: 5.0,
+        engine: EngineConfig {
+            audit: true,
+            preempt_cost: 10.0,
+            restore_cost: 5.0,
+            ..EngineConfig::default()
+        },
         ..SimConfig::default()
     };
     let mut policy = policy::build(name, &PolicyConfig::seeded(1)).unwrap();
@@ -190,7 +195,7 @@ fn gandiva_packs_only_pairs_that_do_not_interfere() {
     let finishes = |kept: f64| {
         let model = Packing { kept };
         let mut sim = Simulation::new(&trace, &cluster, &model);
-        sim.config.audit = true;
+        sim.config.engine.audit = true;
         let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0)).unwrap();
         let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
         let mut f: Vec<f64> = result.records.iter().map(|r| r.finish.unwrap()).collect();
@@ -221,7 +226,7 @@ fn a_packed_job_runs_alone_when_its_partner_finishes() {
     let trace = trace(&[(0.0, 1, 360.0), (0.0, 1, 1000.0)]);
     let model = Packing { kept: 0.6 };
     let mut sim = Simulation::new(&trace, &cluster, &model);
-    sim.config.audit = true;
+    sim.config.engine.audit = true;
     let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0)).unwrap();
     let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     let finish = |i: usize| result.records[i].finish.unwrap();
@@ -288,7 +293,7 @@ fn gandiva_grows_into_idle_gpus_and_shrinks_for_newcomers() {
     let run_with = |spec: &str, jobs: &[(f64, u32, f64)]| {
         let trace = trace(jobs);
         let mut sim = Simulation::new(&trace, &cluster, &Scaling);
-        sim.config.audit = true;
+        sim.config.engine.audit = true;
         let mut policy = policy::build(spec, &PolicyConfig::seeded(0)).unwrap();
         sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
     };
@@ -339,7 +344,7 @@ fn hadar_runs_a_gang_across_gpu_types() {
     trace.jobs[2].job_type = JobTypeId(1);
     let run_with = |spec: &str| {
         let mut sim = Simulation::new(&trace, &cluster, &TwoSpeeds);
-        sim.config.audit = true;
+        sim.config.engine.audit = true;
         let mut policy = policy::build(spec, &PolicyConfig::seeded(0)).unwrap();
         sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
     };

@@ -39,8 +39,10 @@ pub struct Options {
     /// Exactly these GPUs (device indices, `0,1`), without discovery: what a scheduler gives the job.
     #[arg(long, value_name = "LIST", value_parser = parse_devices, conflicts_with = "fake_gpus")]
     pub devices: Option<DeviceList>,
-    /// Submit the job to a running `gangway serve` at `HOST:PORT` and follow it there: the daemon's
-    /// policy decides when and on which GPUs it runs, and may preempt or move it.
+    /// Submit the job to a running `gangway serve` at `HOST:PORT` or `unix:PATH` and follow it
+    /// there: the daemon's policy decides when and on which GPUs it runs, and may preempt or move
+    /// it. Over TCP the daemon's token is read from $GANGWAY_TOKEN_FILE (or $GANGWAY_TOKEN), else
+    /// from .gangway/journal/api-token here or in a parent directory.
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["devices", "fake_gpus"])]
     pub daemon: Option<String>,
     /// With --daemon: seconds the job is expected to run at its full size (for the daemon's policy).

@@ -10,11 +10,12 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use gangway_actors::cluster::{JobInfo, JobRequest};
-use gangway_actors::executor::RunCommand;
-use gangway_actors::lifecycle::Phase;
+use gangway_protocol::api::{JobInfo, JobRequest};
+use gangway_protocol::lifecycle::Phase;
+use gangway_protocol::worker::RunCommand;
 
 use crate::cli::Invocation;
+use crate::client::{Client, TOKEN_VAR, new_idempotency_key};
 use crate::local::{Ending, LaunchError, default_job_id};
 
 fn daemon_error(what: impl Into<String>) -> LaunchError {
@@ -84,17 +85,20 @@ pub fn submit_and_follow(
         run: Some(RunCommand {
             args: daemon_args(args, &job_id, options.job_id.is_some()),
             cwd,
-            // As text: a variable that is not UTF-8 cannot travel in JSON, and is left out.
+            // As text: a variable that is not UTF-8 cannot travel in JSON, and is left out; so is the
+            // daemon's token, which the job has no use for.
             env: std::env::vars_os()
                 .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+                .filter(|(k, _)| k != TOKEN_VAR)
                 .collect(),
             log: Some(log.clone()),
+            user: None,
         }),
     };
-    let agent = agent();
-    let base = format!("http://{addr}");
-    let jobs = format!("{base}/jobs");
-    let submitted = call(agent.post(&jobs).send_json(&request), &jobs)?;
+    let client = Client::new(addr, None).map_err(daemon_error)?;
+    let submitted = client
+        .post("/jobs", &request, Some(&new_idempotency_key()))
+        .map_err(daemon_error)?;
     let id = submitted["id"]
         .as_u64()
         .ok_or_else(|| daemon_error(format!("{addr} answered {submitted} to a submission")))?;
@@ -104,7 +108,7 @@ pub fn submit_and_follow(
     let mut tail = Tail::new(log);
     let mut last_phase: Option<Phase> = None;
     let mut cancelled = false;
-    let job = format!("{base}/jobs/{id}");
+    let job = format!("/jobs/{id}");
     // The daemon may be slow to answer (a round waiting for workers to checkpoint) or restarting:
     // the job goes on meanwhile, so keep following it for a while.
     let mut last_contact = Instant::now();
@@ -113,12 +117,12 @@ pub fn submit_and_follow(
         tail.copy_new(&mut std::io::stdout());
         let answered = if stop.load(Ordering::SeqCst) && !cancelled {
             eprintln!("elastic-run: cancelling job {id}; its workers save a checkpoint first");
-            answer(&job, agent.delete(&job).call()).map(|_| {
+            client.delete(&job).map(|_| {
                 cancelled = true;
                 None
             })
         } else {
-            answer(&job, agent.get(&job).call()).and_then(|body| {
+            client.get(&job).and_then(|body| {
                 serde_json::from_value::<JobInfo>(body)
                     .map_err(|e| format!("{addr} sent a job this elastic-run cannot read: {e}"))
                     .map(|info| follow(id, &info, &mut last_phase))
@@ -185,43 +189,6 @@ fn ending(id: u64, phase: Phase, cancelled: bool) -> Ending {
             why: format!("the daemon reports job {id} {phase}; see its output above"),
         },
     }
-}
-
-/// An HTTP client for the daemon's API that returns 4xx and 5xx answers instead of errors (their
-/// bodies say what was wrong).
-pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into()
-}
-
-/// The JSON answer of the daemon at `url`, or why not: unreachable, not JSON, or its `{"error"}`.
-pub fn answer(
-    url: &str,
-    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-) -> Result<serde_json::Value, String> {
-    let mut response = response.map_err(|e| {
-        format!("cannot reach the daemon at {url} ({e}); is `gangway serve` running?")
-    })?;
-    let status = response.status();
-    let body: serde_json::Value = response
-        .body_mut()
-        .read_json()
-        .map_err(|e| format!("{url}: the answer ({status}) is not JSON: {e}"))?;
-    if !status.is_success() {
-        let message = body["error"].as_str().unwrap_or("no message");
-        return Err(format!("the daemon refused ({status}): {message}"));
-    }
-    Ok(body)
-}
-
-fn call(
-    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    url: &str,
-) -> Result<serde_json::Value, LaunchError> {
-    answer(url, response).map_err(daemon_error)
 }
 
 /// Follows a growing file.

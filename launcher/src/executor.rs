@@ -11,6 +11,10 @@
 //!   rendezvous that resumes from the checkpoint, at the world size the new GPUs allow.
 //! - **Endings** come from the exit file `elastic-run` writes: completed, a user error, or a crash
 //!   beyond its restart budget. A launch that died without one (killed) is a crash worth retrying.
+//! - **Progress** comes from the workers: each attempt's progress file ([`PROGRESS_FILE_VAR`], which
+//!   the worker helper writes with its step and total steps) is read at every poll and reported as
+//!   the job's work done; before the first report, and for workers that report no total, the
+//!   scheduler's model estimates it.
 //! - **Re-adoption**: the children run in their own process groups and outlive the daemon; every
 //!   process of an attempt carries [`ATTEMPT_VAR`] in its environment, and a restarted daemon finds
 //!   them by it.
@@ -20,8 +24,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gangway_actors::executor::{Executor, ExecutorError, Launch, WorkerEvent};
-use gangway_core::job::JobId;
+use gangway_protocol::command::{Invalid, Submitter, check_program};
+use gangway_protocol::ids::JobId;
+use gangway_protocol::worker::{Executor, ExecutorError, Launch, RunAs, RunCommand, WorkerEvent};
 use serde::{Deserialize, Serialize};
 
 use crate::process::{kill_all_with_env, process_has_env};
@@ -30,6 +35,19 @@ use crate::process::{kill_all_with_env, process_has_env};
 pub const ATTEMPT_VAR: &str = "GANGWAY_ATTEMPT";
 /// Where `elastic-run` writes its [`ExitReport`] before it exits.
 pub const EXIT_FILE_VAR: &str = "GANGWAY_EXIT_FILE";
+/// Where the workers report their progress: `{"step": N, "total_steps": T, ...}` (see the Python helper's
+/// `report_progress`). `elastic-run` sets it for its workers, to the path it is given or its own.
+pub const PROGRESS_FILE_VAR: &str = "GANGWAY_PROGRESS_FILE";
+
+/// The fraction of its work a job's workers last reported (step over total steps), if they did.
+pub fn reported_fraction(progress_file: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(progress_file).ok()?;
+    let report: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let step = report["step"].as_f64()?;
+    let total = report["total_steps"].as_f64()?;
+    (step.is_finite() && total.is_finite() && step >= 0.0 && total > 0.0)
+        .then(|| (step / total).min(1.0))
+}
 
 /// How an `elastic-run` ended, as it writes it to `$GANGWAY_EXIT_FILE`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,6 +74,81 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     temp.push(".tmp");
     std::fs::write(&temp, bytes)?;
     std::fs::rename(temp, path)
+}
+
+/// Checks a submitted command as the process executor will run it (its GPUs first): `elastic-run`
+/// must accept the command line, on this machine's GPUs (no `--backend slurm`), and the programs it
+/// names to run (the `--python` interpreter, or the script under torchrun's `--no-python`) must be
+/// ones the submitter may run: see [`check_program`].
+pub fn check_command(run: &RunCommand, submitter: &Submitter) -> Result<(), Invalid> {
+    const FIELD: &str = "run.args";
+    let mut args = vec!["--devices".to_owned(), "0".to_owned()];
+    args.extend(run.args.iter().cloned());
+    let inv = crate::cli::parse(&args).map_err(|e| {
+        let text = e.to_string();
+        let first = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("")
+            .trim_start_matches("error: ")
+            .to_owned();
+        Invalid {
+            field: FIELD,
+            problem: format!("elastic-run refuses this command line: {first}"),
+        }
+    })?;
+    if inv.options.backend != crate::cli::Backend::Local {
+        return Err(Invalid {
+            field: FIELD,
+            problem: "the daemon runs jobs on its own GPUs: leave out --backend".into(),
+        });
+    }
+    check_program(FIELD, &inv.options.python, run, submitter)?;
+    if inv
+        .torchrun
+        .iter()
+        .any(|a| a == "--no-python" || a == "--no_python")
+    {
+        check_program(FIELD, Path::new(&inv.script), run, submitter)?;
+    }
+    Ok(())
+}
+
+/// Makes `command` run as `user` (its groups dropped), with its output appended to `log`, which the
+/// child opens once it is that user: a link or a file the user may not write is refused by the
+/// kernel, not trusted from a check made earlier.
+fn run_as(command: &mut Command, user: RunAs, log: Option<&Path>) -> Result<(), SpawnError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::CommandExt;
+    command.uid(user.uid).gid(user.gid);
+    let Some(log) = log else {
+        return Ok(());
+    };
+    let path = std::ffi::CString::new(log.as_os_str().as_bytes()).map_err(|_| {
+        SpawnError::Refused(format!("the log {} contains a NUL byte", log.display()))
+    })?;
+    // SAFETY: between fork and exec the closure only calls open(2), dup2(2) and close(2), which are
+    // async-signal-safe, and allocates nothing (the path was made before the fork).
+    unsafe {
+        command.pre_exec(move || {
+            let flags = libc::O_WRONLY
+                | libc::O_APPEND
+                | libc::O_CREAT
+                | libc::O_NOFOLLOW
+                | libc::O_CLOEXEC;
+            let fd = libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::dup2(fd, 1) < 0 || libc::dup2(fd, 2) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// Why an attempt did not start.
@@ -95,20 +188,42 @@ struct Run {
     child: Option<Child>,
     pid: i32,
     exit_file: PathBuf,
+    run_file: PathBuf,
     launched: Instant,
     launched_at: f64,
     launch: Launch,
+    progress_file: PathBuf,
+    /// The last fraction of its work the workers reported, and whether it was polled since.
+    reported: Option<f64>,
 }
 
 impl Run {
-    /// Work done by control-plane time `now`, as the scheduler counts it: real steps are the
-    /// script's business, and the checkpoint on disk is what the next launch resumes from.
+    /// Work done by control-plane time `now`, as the scheduler counts it: what the workers last
+    /// reported; without a report, the model's estimate from the launch.
     fn work_done(&self, now: f64) -> f64 {
         let l = &self.launch;
+        // Never all of it: only the workers' own exit finishes a job.
+        let most = l.total_steps * 0.999;
+        if let Some(fraction) = self.reported {
+            return (fraction * l.total_steps).min(most);
+        }
         let done_at_launch = l.total_steps - l.remaining_steps;
         let running = (now - self.launched_at - l.startup_seconds).max(0.0);
-        // Never all of it: only the workers' own exit finishes a job.
-        (done_at_launch + running * l.steps_per_second).min(l.total_steps * 0.999)
+        (done_at_launch + running * l.steps_per_second).min(most)
+    }
+
+    /// A progress event when the workers reported something new since the last poll.
+    fn progressed(&mut self) -> Option<WorkerEvent> {
+        let fraction = reported_fraction(&self.progress_file)?;
+        if self.reported == Some(fraction) {
+            return None;
+        }
+        self.reported = Some(fraction);
+        Some(WorkerEvent::Progressed {
+            job: self.launch.job,
+            attempt: self.attempt,
+            steps_done: fraction * self.launch.total_steps,
+        })
     }
 
     fn exited(&mut self) -> bool {
@@ -125,7 +240,8 @@ impl Run {
     /// Removes the attempt's files once its ending is known.
     fn forget(&self) {
         let _ = std::fs::remove_file(&self.exit_file);
-        let _ = std::fs::remove_file(self.exit_file.with_extension("run"));
+        let _ = std::fs::remove_file(&self.run_file);
+        let _ = std::fs::remove_file(&self.progress_file);
     }
 }
 
@@ -177,6 +293,33 @@ impl ProcessExecutor {
             .join(format!("{}.{what}", marker(job, attempt)))
     }
 
+    /// Where an attempt's `elastic-run` writes how it ended: in a directory of its user's own when
+    /// it runs as another user than the daemon's.
+    fn exit_file(&self, launch: &Launch) -> PathBuf {
+        let name = format!("{}.exit", marker(launch.job, launch.attempt));
+        match launch.run.as_ref().and_then(|r| r.user) {
+            Some(user) => self.state_dir.join(format!("uid-{}", user.uid)).join(name),
+            None => self.state_dir.join(name),
+        }
+    }
+
+    /// Where an attempt's workers report their progress: beside its exit file, where they may write.
+    fn progress_file(&self, launch: &Launch) -> PathBuf {
+        self.exit_file(launch).with_extension("progress")
+    }
+
+    /// The directory for the exit files of `user`'s attempts: theirs, and only theirs (0700).
+    fn user_dir(&self, user: RunAs) -> std::io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let dir = self.state_dir.join(format!("uid-{}", user.uid));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+    }
+
     /// Starts the attempt; `Refused` when the job can never start (retrying is pointless), `Failed`
     /// when it could not start now (the round puts it back in the queue).
     fn spawn(&self, launch: &Launch) -> Result<(Child, Duration), SpawnError> {
@@ -195,6 +338,8 @@ impl ProcessExecutor {
             devices.push(device.to_string());
         }
         let (out, err) = match &run.log {
+            // Opened by the child once it is that user (below): the kernel checks the user's access.
+            Some(_) if run.user.is_some() => (Stdio::null(), Stdio::null()),
             Some(path) => {
                 let file = std::fs::OpenOptions::new()
                     .create(true)
@@ -210,9 +355,17 @@ impl ProcessExecutor {
             }
             None => (Stdio::null(), Stdio::null()),
         };
-        let exit_file = self.attempt_file(launch.job, launch.attempt, "exit");
+        let exit_file = self.exit_file(launch);
         let _ = std::fs::remove_file(&exit_file);
+        let progress_file = self.progress_file(launch);
+        let _ = std::fs::remove_file(&progress_file);
         let mut command = Command::new(&self.elastic_run);
+        if let Some(user) = run.user {
+            self.user_dir(user).map_err(|e| {
+                SpawnError::from_io(format!("making the exit directory of uid {}", user.uid), e)
+            })?;
+            run_as(&mut command, user, run.log.as_deref())?;
+        }
         // The GPUs first: a submitted command never names them (the client refuses --devices).
         command
             .arg("--devices")
@@ -223,6 +376,7 @@ impl ProcessExecutor {
             .envs(&run.env)
             .env(ATTEMPT_VAR, marker(launch.job, launch.attempt))
             .env(EXIT_FILE_VAR, &exit_file)
+            .env(PROGRESS_FILE_VAR, &progress_file)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
@@ -345,10 +499,13 @@ impl Executor for ProcessExecutor {
                     stop_timeout,
                     pid: child.id() as i32,
                     child: Some(child),
-                    exit_file: self.attempt_file(launch.job, launch.attempt, "exit"),
+                    exit_file: self.exit_file(launch),
+                    run_file,
                     launched: Instant::now(),
                     launched_at: now,
                     launch: launch.clone(),
+                    progress_file: self.progress_file(launch),
+                    reported: None,
                 };
                 self.runs.insert(launch.job, run);
                 Ok(())
@@ -392,6 +549,8 @@ impl Executor for ProcessExecutor {
         for mut run in stopping {
             let deadline = began + run.stop_timeout;
             self.wait_stopped(&mut run, deadline);
+            // The workers' last report: their checkpoint on the way out.
+            run.progressed();
             tracing::info!(
                 job = run.launch.job.0,
                 seconds = run.launched.elapsed().as_secs_f64(),
@@ -417,12 +576,12 @@ impl Executor for ProcessExecutor {
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
         // Alive, or ended while the daemon was down with its exit file written: adopted either
         // way, and the next poll reports the ending.
-        let exit_file = self.attempt_file(job, attempt, "exit");
-        let Some(record) =
-            record.filter(|r| process_has(r.pid, &marker(job, attempt)) || exit_file.exists())
-        else {
+        let Some(record) = record.filter(|r| {
+            process_has(r.pid, &marker(job, attempt)) || self.exit_file(&r.launch).exists()
+        }) else {
             return false;
         };
+        let progress_file = self.progress_file(&record.launch);
         self.runs.insert(
             job,
             Run {
@@ -430,10 +589,13 @@ impl Executor for ProcessExecutor {
                 stop_timeout: record.stop_timeout,
                 child: None,
                 pid: record.pid,
-                exit_file: self.attempt_file(job, attempt, "exit"),
+                exit_file: self.exit_file(&record.launch),
+                run_file: self.attempt_file(job, attempt, "run"),
                 launched: Instant::now(),
                 launched_at: record.launched_at,
                 launch: record.launch,
+                progress_file,
+                reported: None,
             },
         );
         true
@@ -441,6 +603,7 @@ impl Executor for ProcessExecutor {
 
     fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
         let mut events = std::mem::take(&mut self.pending);
+        events.extend(self.runs.values_mut().filter_map(Run::progressed));
         let exited: Vec<JobId> = self
             .runs
             .iter_mut()

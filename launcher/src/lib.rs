@@ -9,6 +9,7 @@
 //! - [`slurm`]: the Slurm backend: nodes from `scontrol`, one torchrun agent per node by `srun`, c10d
 //!   rendezvous on the first node, `scancel` to clean up;
 //! - [`daemon`]: `elastic-run --daemon`: submit the job to `gangway serve` and follow it;
+//! - [`client`]: the daemon's API client (TCP with its token, or a Unix socket), shared with `gangway`;
 //! - [`executor`]: the control plane's executor over `elastic-run` processes, so that `gangway serve`
 //!   runs real jobs, preempts them, and moves or resizes them by checkpoint and relaunch.
 //!
@@ -22,6 +23,7 @@
 //! ```
 
 pub mod cli;
+pub mod client;
 pub mod daemon;
 pub mod executor;
 pub mod exit;

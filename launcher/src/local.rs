@@ -143,7 +143,10 @@ pub fn run(
     // One run of a job at a time: two would share its checkpoints and its stop file.
     let _lock = lock(&checkpoint_dir)?;
     let stop_file = checkpoint_dir.join("STOP");
-    let progress_file = checkpoint_dir.join("progress.json");
+    // Where whoever launched us reads the workers' progress (the daemon's process executor), else ours.
+    let progress_file = std::env::var_os(crate::executor::PROGRESS_FILE_VAR)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| checkpoint_dir.join("progress.json"));
     let mut crashes = 0;
     for attempt in 0.. {
         // Stopped before (re)launching: nothing to save, nothing to start.

@@ -39,11 +39,6 @@ pub fn processes_with_env(name: &str, value: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Pids (other than this process) whose environment has `TOKEN_VAR=token`.
-pub fn processes_with_token(token: &str) -> Vec<i32> {
-    processes_with_env(TOKEN_VAR, token)
-}
-
 /// SIGKILLs every process with the token until none is left (bounded: about 2 s).
 pub fn kill_all(token: &str) -> usize {
     kill_all_with_env(TOKEN_VAR, token)

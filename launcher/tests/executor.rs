@@ -4,11 +4,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gangway_actors::executor::{Executor, Launch, RunCommand, WorkerEvent};
-use gangway_core::cluster::{GpuId, GpuTypeId};
-use gangway_core::job::JobId;
 use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor};
 use gangway_launcher::process::processes_with_env;
+use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
+use gangway_protocol::worker::{Executor, Launch, RunCommand, WorkerEvent};
 
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 echo "$@" >> calls.log
@@ -18,6 +17,11 @@ case "$FAKE_MODE" in
   crash) exit 9 ;;
   run)
     trap 'echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
+    while true; do sleep 0.05; done ;;
+  report)
+    # 30 of 120 steps, then 90 of 120 on the way out (its checkpoint at the stop).
+    echo '{"step":30,"total_steps":120}' > "$GANGWAY_PROGRESS_FILE"
+    trap 'echo "{\"step\":90,\"total_steps\":120}" > "$GANGWAY_PROGRESS_FILE"; echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
     while true; do sleep 0.05; done ;;
 esac
 "#;
@@ -53,6 +57,7 @@ fn launch(job: u32, attempt: u64, gpus: &[u32], mode: Option<&str>, dir: &Path) 
                 .chain([("FAKE_MODE".to_owned(), mode.to_owned())])
                 .collect(),
             log: Some(dir.join("job.log")),
+            user: None,
         }),
     }
 }
@@ -70,6 +75,30 @@ fn wait_for_event(exec: &mut ProcessExecutor) -> WorkerEvent {
 
 fn attempt_processes(job: u32, attempt: u64) -> Vec<i32> {
     processes_with_env(ATTEMPT_VAR, &format!("{job}.{attempt}"))
+}
+
+#[test]
+fn the_workers_reported_progress_is_the_jobs_work_done() {
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    // The model would say 2 steps/s from 0 of 100: about 0 at time 1, and 20 at time 10.
+    exec.launch(&launch(4, 0, &[0], Some("report"), dir.path()), 0.0)
+        .unwrap();
+    let event = wait_for_event(&mut exec);
+    assert_eq!(
+        event,
+        WorkerEvent::Progressed {
+            job: JobId(4),
+            attempt: 0,
+            steps_done: 25.0
+        },
+        "30 of 120 steps is a quarter of the job's 100 units of work"
+    );
+    // Nothing new reported: no new event.
+    assert!(exec.poll(2.0).is_empty());
+    // Stopped, the workers report their last step; that is the work saved, not the model's 20.
+    let saved = exec.stop(JobId(4), 10.0).unwrap();
+    assert_eq!(saved, 75.0);
 }
 
 #[test]

@@ -152,7 +152,7 @@ def main():
         opt.step()
 
         done = step + 1
-        gw.report_progress(done)
+        gw.report_progress(done, total_steps=args.steps)
         if step == start:
             timing("first_step")
         if args.save_every and done % args.save_every == 0 and done < args.steps:

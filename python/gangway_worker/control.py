@@ -63,8 +63,10 @@ def should_stop(group=None):
     return _dist.all_max([local], group)[0] > 0
 
 
-def report_progress(step, min_interval=0.0):
-    """Record ``step`` and the current time in GANGWAY_PROGRESS_FILE, for hang detection.
+def report_progress(step, total_steps=None, min_interval=0.0):
+    """Record ``step`` and the current time in GANGWAY_PROGRESS_FILE, for hang detection and for the
+    scheduler: with ``total_steps``, the daemon counts ``step / total_steps`` of the job as done (what
+    a worker reports is the truth; the scheduler's model only predicts).
 
     Written by LOCAL_RANK 0 only: one writer per node, so the file works whether the path is on
     node-local disk (each node's launcher watches its own) or shared storage (last writer wins;
@@ -91,6 +93,8 @@ def report_progress(step, min_interval=0.0):
         "host": socket.gethostname(),
         "job_id": _env.get_str(_env.JOB_ID),
     }
+    if total_steps is not None:
+        record["total_steps"] = int(total_steps)
     data = (json.dumps(record) + "\n").encode()
     _fs.write_atomic(path, lambda f: f.write(data), durable=False)
     _last_progress_write = now

@@ -143,8 +143,9 @@ class ProgressTest(ControlStateMixin, unittest.TestCase):
             self.assertEqual(record["step"], 7)
             self.assertTrue(before <= record["time"] <= after)
             self.assertEqual((record["job_id"], record["rank"], record["pid"]), ("j1", 4, os.getpid()))
-            self.assertTrue(report_progress(8))
-            self.assertEqual(self.read(path)["step"], 8)
+            self.assertNotIn("total_steps", record)
+            self.assertTrue(report_progress(8, total_steps=40))
+            self.assertEqual((self.read(path)["step"], self.read(path)["total_steps"]), (8, 40))
         # Only the file itself: no temp file left behind.
         self.assertEqual(os.listdir(self.tmp.name), ["progress.json"])
 

@@ -1,7 +1,7 @@
 //! The `gangway` command line.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -9,10 +9,12 @@ use clap::{Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use gangway::compare;
+#[cfg(feature = "serve")]
 use gangway::control;
+use gangway::core::engine::EngineConfig;
 use gangway::core::metrics::Window;
 use gangway::core::policy;
-use gangway::core::sim::{Placement, Placer, SimConfig, Simulation, TopologyPlacer};
+use gangway::core::sim::{SimConfig, Simulation};
 use gangway::core::trace::{TraceFormat, TraceOptions};
 use gangway::report::{self, OutputFormat as Format};
 use gangway::scenario;
@@ -39,16 +41,22 @@ enum Command {
     /// Shows a cluster's GPU topology: the GPU-to-GPU matrix (as `nvidia-smi topo -m`) and bandwidths.
     Topology(TopologyArgs),
     /// Runs the live control plane on this machine, with a local HTTP API.
+    #[cfg(feature = "serve")]
     Serve(control::ServeArgs),
     /// Submits a job to a running `gangway serve`; prints its id.
+    #[cfg(feature = "serve")]
     Submit(control::SubmitArgs),
     /// Lists the jobs of a running `gangway serve`.
+    #[cfg(feature = "serve")]
     Jobs(control::JobsArgs),
     /// Cancels a job of a running `gangway serve`.
+    #[cfg(feature = "serve")]
     Cancel(control::CancelArgs),
     /// Takes GPUs of a running `gangway serve` out of service: their jobs checkpoint and move.
+    #[cfg(feature = "serve")]
     Cordon(control::CordonArgs),
     /// Puts cordoned GPUs back in service.
+    #[cfg(feature = "serve")]
     Uncordon(control::CordonArgs),
 }
 
@@ -96,9 +104,6 @@ struct SimulateArgs {
     /// bundled trace: 2.0.
     #[arg(long, value_name = "JOBS_PER_HOUR", allow_negative_numbers = true)]
     rate: Option<f64>,
-    /// Gavel-format throughput table (JSON). Default: the bundled Gavel table.
-    #[arg(long, value_name = "PATH")]
-    throughputs: Option<PathBuf>,
     /// Cluster as `TYPE=N` (N GPUs, --gpus-per-node each node) or `TYPE=NxG` (N nodes of G GPUs), comma-separated.
     #[arg(long, default_value = "v100=36,p100=36,k80=36", value_name = "SPEC")]
     cluster: String,
@@ -109,15 +114,6 @@ struct SimulateArgs {
     /// overrides --cluster, and scores placements on the hardware graph.
     #[arg(long, value_name = "PATH")]
     topology: Option<PathBuf>,
-    /// Placement: `packing` (best fit, no topology), or on the topology: `consolidate`, `relaxed`,
-    /// `relax-after:SECONDS`, `sensitive` (consolidate placement-sensitive models only), `random`.
-    /// Poorly placed gangs run slower (see core/src/throughput/locality.rs).
-    #[arg(long, default_value = "packing", value_name = "MODE")]
-    placement: String,
-    /// A CSV of job service in GPU-seconds (first column, or one named `duration`), such as Tiresias'
-    /// `yarn-gput*.csv`, for `tiresias_gittins`; without it the distribution is learned from finished jobs.
-    #[arg(long, value_name = "PATH")]
-    gittins_distribution: Option<PathBuf>,
     /// Make arrivals this many times denser (divides every arrival time), to raise a trace's load.
     #[arg(
         long,
@@ -148,33 +144,6 @@ struct SimulateArgs {
     /// Job ids to measure, as START..END (END excluded). Default: all jobs; 4000..5000 with the bundled trace.
     #[arg(long, value_name = "A..B", value_parser = Window::parse)]
     window: Option<Window>,
-    /// Seed for every random choice.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-    /// Seconds to checkpoint a preempted job.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "SECONDS",
-        allow_negative_numbers = true
-    )]
-    preempt_cost: f64,
-    /// Seconds to restore a job from its checkpoint.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "SECONDS",
-        allow_negative_numbers = true
-    )]
-    restore_cost: f64,
-    /// Seconds lost when a running job moves to other GPUs.
-    #[arg(
-        long,
-        default_value_t = 0.0,
-        value_name = "SECONDS",
-        allow_negative_numbers = true
-    )]
-    migrate_cost: f64,
     /// Also schedule when a job arrives, not only at round boundaries.
     #[arg(long)]
     schedule_on_arrival: bool,
@@ -193,6 +162,8 @@ struct SimulateArgs {
     /// Pollux's profiles/ folder, for Pollux workloads (default: ../profiles next to the workload).
     #[arg(long, value_name = "DIR")]
     pollux_profiles: Option<PathBuf>,
+    #[command(flatten)]
+    scenario: scenario::ScenarioArgs,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -210,17 +181,23 @@ fn main() {
     let cli = Cli::parse();
     // Every command but the daemon only prints: it ends quietly when its reader goes away
     // (`gangway topology --list | head -5`).
-    if !matches!(cli.command, Some(Command::Serve(_))) {
+    if !is_daemon(&cli.command) {
         gangway::cli::exit_quietly_on_closed_output();
     }
     let outcome = match cli.command {
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Topology(args)) => topology(args),
+        #[cfg(feature = "serve")]
         Some(Command::Serve(args)) => control::serve(args),
+        #[cfg(feature = "serve")]
         Some(Command::Submit(args)) => control::submit(args),
+        #[cfg(feature = "serve")]
         Some(Command::Jobs(args)) => control::jobs(args),
+        #[cfg(feature = "serve")]
         Some(Command::Cancel(args)) => control::cancel(args),
+        #[cfg(feature = "serve")]
         Some(Command::Cordon(args)) => control::cordon(args, true),
+        #[cfg(feature = "serve")]
         Some(Command::Uncordon(args)) => control::cordon(args, false),
         None => simulate(SimulateArgs::parse_from(["simulate"])),
     };
@@ -228,6 +205,16 @@ fn main() {
         eprintln!("error: {}", gangway::cli::error_report(&e));
         std::process::exit(1);
     }
+}
+
+/// Whether the command runs the daemon, which must outlive its clients' connections.
+fn is_daemon(command: &Option<Command>) -> bool {
+    #[cfg(feature = "serve")]
+    if matches!(command, Some(Command::Serve(_))) {
+        return true;
+    }
+    let _ = command;
+    false
 }
 
 fn list_policies() {
@@ -259,26 +246,37 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     for name in &args.policy {
         policy::find(name)?;
     }
-    if !(args.round.is_finite() && args.round >= 1.0) {
-        bail!("--round must be at least 1 second (got {})", args.round);
-    }
-    for (name, v) in [
-        ("--preempt-cost", args.preempt_cost),
-        ("--restore-cost", args.restore_cost),
-        ("--migrate-cost", args.migrate_cost),
-    ] {
-        if !(v.is_finite() && v >= 0.0) {
-            bail!("{name} must be a number of seconds >= 0");
-        }
-    }
     let embedded = args.trace.is_none();
     let options = TraceOptions {
         format: args.trace_format.map(|f| f.0),
         rate: args.rate.or(embedded.then_some(2.0)),
         pollux_profiles: args.pollux_profiles.clone(),
     };
-    let table = scenario::load_throughputs(args.throughputs.as_deref())?;
-    let mut trace = scenario::load_trace(args.trace.as_deref(), &options, &table)?;
+    let topology_spec = match &args.topology {
+        Some(path) => Some(scenario::topology_file(path)?),
+        None => None,
+    };
+    let cluster = match &topology_spec {
+        Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build())?,
+        None => scenario::load_cluster(
+            &args.cluster,
+            args.cluster_file.as_deref(),
+            args.gpus_per_node,
+        )?,
+    };
+    let engine = EngineConfig {
+        round_length: args.round,
+        schedule_on_arrival: args.schedule_on_arrival,
+        schedule_on_completion: args.schedule_on_completion,
+        ..EngineConfig::default()
+    };
+    let scenario =
+        scenario::Scenario::assemble(&args.scenario, cluster, topology_spec, engine, true)?;
+    let table = scenario
+        .table
+        .as_ref()
+        .expect("simulate always has a table");
+    let mut trace = scenario::load_trace(args.trace.as_deref(), &options, table)?;
     if !(args.load_factor.is_finite() && args.load_factor > 0.0) {
         bail!("--load-factor must be positive");
     }
@@ -292,23 +290,8 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             gangway::core::job::MAX_ARRIVAL_SECONDS
         );
     }
-    let topology_spec = match &args.topology {
-        Some(path) => Some(scenario::topology_file(path)?),
-        None => None,
-    };
-    let cluster = match &topology_spec {
-        Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build())?,
-        None => scenario::load_cluster(
-            &args.cluster,
-            args.cluster_file.as_deref(),
-            args.gpus_per_node,
-        )?,
-    };
-    let placement: Option<Placement> = match args.placement.as_str() {
-        "packing" => None,
-        other => Some(other.parse().map_err(anyhow::Error::msg)?),
-    };
-    let model = scenario::model_for(&trace, &cluster, &table)?;
+    let cluster = &*scenario.cluster;
+    let model = scenario.model_for(&trace)?;
     let window = args.window.clone().unwrap_or_else(|| {
         if embedded {
             Window(Some(4000..5000))
@@ -330,16 +313,10 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         cluster.num_gpus(),
         cluster.describe()
     );
-    let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
+    let mut simulation = Simulation::new(&trace, cluster, model.as_ref());
     simulation.config = SimConfig {
-        round_length: args.round,
-        preempt_cost: args.preempt_cost,
-        restore_cost: args.restore_cost,
-        migrate_cost: args.migrate_cost,
-        schedule_on_arrival: args.schedule_on_arrival,
-        schedule_on_completion: args.schedule_on_completion,
-        seed: args.seed,
-        audit: false,
+        engine: scenario.engine.clone(),
+        seed: scenario.seed,
         log_changes: false,
     };
     simulation.window = window;
@@ -373,40 +350,12 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             }
         })
     };
-    let placer_factory: Box<dyn Fn() -> Box<dyn Placer> + Sync> = match placement {
-        None => Box::new(compare::packing),
-        Some(mode) => {
-            let spec = match topology_spec {
-                Some(spec) => spec,
-                None => scenario::topology_for(&cluster)?,
-            };
-            let topology = Arc::new(spec.build());
-            // Fail now, not inside a run, if the topology does not match the cluster.
-            TopologyPlacer::new(Arc::clone(&topology), &cluster, mode, args.seed)
-                .map_err(anyhow::Error::msg)?;
-            let (cluster, seed) = (&cluster, args.seed);
-            Box::new(move || {
-                Box::new(
-                    TopologyPlacer::new(Arc::clone(&topology), cluster, mode, seed)
-                        .expect("checked above"),
-                ) as Box<dyn Placer>
-            })
-        }
-    };
-    let policy_config = gangway::core::policy::PolicyConfig {
-        seed: args.seed,
-        service_distribution: match &args.gittins_distribution {
-            Some(path) => Some(Arc::new(scenario::load_service_distribution(path)?)),
-            None => None,
-        },
-        ..Default::default()
-    };
     let results = compare::run_policies(
         &simulation,
-        &policy_config,
+        &scenario.policy_config,
         &args.policy,
         !args.no_ftf,
-        placer_factory.as_ref(),
+        &|| scenario.placer(),
         &factory,
     )?;
     let mut stalled = Vec::new();
@@ -521,8 +470,29 @@ fn topology(args: TopologyArgs) -> Result<()> {
         eprintln!("gangway: wrote {}", path.display());
     }
     if let Some(path) = &args.svg {
-        gangway::topology_view::write_svg(path, &topology, args.server)?;
+        topology_svg(path, &topology, args.server)?;
         eprintln!("gangway: wrote {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(feature = "plots")]
+fn topology_svg(
+    path: &std::path::Path,
+    topology: &gangway::topology::topology::Topology,
+    server: usize,
+) -> Result<()> {
+    gangway::topology_view::write_svg(path, topology, server)
+}
+
+#[cfg(not(feature = "plots"))]
+fn topology_svg(
+    path: &std::path::Path,
+    _: &gangway::topology::topology::Topology,
+    _: usize,
+) -> Result<()> {
+    bail!(
+        "--svg {}: this gangway was built without the `plots` feature",
+        path.display()
+    )
 }

@@ -63,3 +63,61 @@ pub fn skip_unless_ci(ci: bool, why: &str) {
     );
     eprintln!("SKIPPED: {why}");
 }
+
+/// The daemon's API at `base` (`http://HOST:PORT`), with the token `gangway serve` wrote beside its
+/// journal (`JOURNAL/api-token`).
+pub struct Api {
+    pub base: String,
+    pub authorization: String,
+    agent: ureq::Agent,
+}
+
+// Each test file uses some of these.
+#[allow(dead_code)]
+impl Api {
+    pub fn new(base: &str, journal: &std::path::Path, timeout: Duration) -> Api {
+        let token = std::fs::read_to_string(journal.join("api-token"))
+            .expect("gangway serve writes its token beside the journal");
+        Api {
+            base: base.to_owned(),
+            authorization: format!("Bearer {}", token.trim()),
+            agent: agent(timeout),
+        }
+    }
+
+    pub fn get(&self, path: &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        self.agent
+            .get(format!("{}{path}", self.base))
+            .header("Authorization", &self.authorization)
+            .call()
+    }
+
+    pub fn post(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        self.agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", &self.authorization)
+            .send_json(body)
+    }
+
+    /// `POST path` with a raw body, as JSON, and extra headers.
+    pub fn post_raw(
+        &self,
+        path: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let mut request = self
+            .agent
+            .post(format!("{}{path}", self.base))
+            .header("Authorization", &self.authorization)
+            .header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.send(body)
+    }
+}

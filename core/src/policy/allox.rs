@@ -18,9 +18,9 @@ use pathfinding::matrix::Matrix;
 
 use rustc_hash::FxHashMap;
 
-use super::effective::Cadence;
 use super::{
-    Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
+    Cadenced, JobView, Knob, PolicyInfo, Realize, RoundInput, TimeSharePolicy, TimeShares,
+    TypePreference,
 };
 use crate::job::JobId;
 
@@ -35,21 +35,14 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
         help: "seconds between re-matchings, at least (Gavel: 1,920)",
     }],
     build: |config| {
-        Box::new(AlloX {
-            cadence: Cadence::new(config.knob("realloc")),
-            matching: Matching::default(),
-        })
+        let matching = Cadenced::new(Matching::default(), config.knob("realloc"));
+        Box::new(Realize::new(matching, config.seed))
     },
 }];
 
-pub struct AlloX {
-    /// When to re-match (Gavel's cadence).
-    cadence: Cadence,
-    matching: Matching,
-}
-
+/// AlloX's state: the jobs matched so far. Re-matched on Gavel's cadence ([`Cadenced`]).
 #[derive(Default)]
-struct Matching {
+pub struct Matching {
     /// The GPU type each matched job holds until it finishes (AlloX never preempts).
     assigned: FxHashMap<JobId, usize>,
 }
@@ -122,7 +115,7 @@ impl Matching {
     /// but FIFO, GPUs that no assigned job uses may still run the others (that is why Gavel's AlloX
     /// equals all-on-V100 at low load); a job that arrives later waits for the next matching. The type
     /// order too is the one at the matching, as Gavel's is fixed.
-    fn shares(&self, input: &RoundInput<'_>) -> TimeShares {
+    fn assigned_shares(&self, input: &RoundInput<'_>) -> TimeShares {
         let types = input.capacity.len();
         let mut shares = TimeShares::new(types, TypePreference::Ordered(input.type_order.to_vec()));
         shares.fill_idle = true;
@@ -137,12 +130,9 @@ impl Matching {
     }
 }
 
-impl Policy for AlloX {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        let AlloX { cadence, matching } = self;
-        Allocation::TimeShares(cadence.get_or_solve(input, || {
-            matching.rematch(input);
-            matching.shares(input)
-        }))
+impl TimeSharePolicy for Matching {
+    fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
+        self.rematch(input);
+        self.assigned_shares(input)
     }
 }

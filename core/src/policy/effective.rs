@@ -179,11 +179,6 @@ pub struct AllocationVars {
 }
 
 impl AllocationVars {
-    /// Every job alone (the heterogeneity-aware policies without packing).
-    pub fn new(program: &mut Program, jobs: &[JobView<'_>], capacity: &[u32]) -> Self {
-        Self::over(program, single_units(jobs), jobs.len(), capacity)
-    }
-
     pub fn over(
         program: &mut Program,
         units: Vec<UnitSpec>,
@@ -277,54 +272,6 @@ impl AllocationVars {
             }
         }
         out
-    }
-}
-
-/// Re-solves an optimizing policy at most once per `interval` seconds, and only when a job arrived or
-/// left, as Gavel's scheduler does (1,920 s by default); in between, the last answer stands, and a job
-/// that arrived since has no share until the next solve.
-pub struct Cadence {
-    pub interval: f64,
-    /// A job arrived or left since the last solve.
-    pending: bool,
-    /// When it last solved.
-    solved_at: Option<f64>,
-    last: Option<TimeShares>,
-}
-
-impl Cadence {
-    pub fn new(interval: f64) -> Self {
-        Cadence {
-            interval,
-            pending: false,
-            solved_at: None,
-            last: None,
-        }
-    }
-
-    /// Whether to re-solve this round (the first round always); if so, the solve counts as done now.
-    pub fn due(&mut self, input: &RoundInput<'_>) -> bool {
-        self.pending |= input.jobs_changed;
-        let due = self
-            .solved_at
-            .is_none_or(|at| self.pending && input.now - at >= self.interval);
-        if due {
-            self.pending = false;
-            self.solved_at = Some(input.now);
-        }
-        due
-    }
-
-    /// The shares in force: re-solved with `solve` when [`Cadence::due`], the last ones otherwise.
-    pub fn get_or_solve(
-        &mut self,
-        input: &RoundInput<'_>,
-        solve: impl FnOnce() -> TimeShares,
-    ) -> TimeShares {
-        if self.due(input) {
-            self.last = Some(solve());
-        }
-        self.last.clone().expect("solved above")
     }
 }
 

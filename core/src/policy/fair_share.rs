@@ -10,8 +10,8 @@
 //! can do, and what Gavel's solver returns on a cluster with equal counts per type.
 
 use super::{
-    Allocation, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares,
-    TypePreference,
+    Cadenced, JobView, Knob, PolicyConfig, PolicyInfo, Realize, RoundInput, TimeSharePolicy,
+    TimeShares, TypePreference,
 };
 
 /// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
@@ -79,32 +79,25 @@ pub fn max_min_shares(jobs: &[JobView<'_>], total_gpus: f64) -> Vec<f64> {
 #[derive(Default)]
 pub struct MaxMinFairness;
 
-impl Policy for MaxMinFairness {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+impl TimeSharePolicy for MaxMinFairness {
+    fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
         let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
         let shares = max_min_shares(input.jobs, total);
         let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
         for (view, s) in input.jobs.iter().zip(shares) {
             out.push(view.id(), split(view, input.capacity, s));
         }
-        Allocation::TimeShares(out)
+        out
     }
 }
 
 /// Each job alone on 1/N of the cluster (Gavel's `isolated`): the reference for finish-time fairness.
 #[derive(Default)]
-pub struct Isolated {
-    /// Reallocate only on Gavel's cadence (see [`super::effective::Cadence`]); `None`: every round.
-    cadence: Option<super::effective::Cadence>,
-}
+pub struct Isolated;
 
-impl Policy for Isolated {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        let shares = match &mut self.cadence {
-            Some(cadence) => cadence.get_or_solve(input, || isolated_shares(input)),
-            None => isolated_shares(input),
-        };
-        Allocation::TimeShares(shares)
+impl TimeSharePolicy for Isolated {
+    fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
+        isolated_shares(input)
     }
 }
 
@@ -140,7 +133,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         aliases: &["las"],
         summary: "least attained service: max-min fair time shares, GPU types treated as equal (Gavel's LAS)",
         knobs: &[],
-        build: |_: &PolicyConfig| Box::new(MaxMinFairness),
+        build: |config: &PolicyConfig| Box::new(Realize::new(MaxMinFairness, config.seed)),
     },
     PolicyInfo {
         name: "isolated",
@@ -152,11 +145,12 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
             range: super::KnobRange::SECONDS,
             help: "seconds between reallocations, at least (0: every round; Gavel's simulator: 1,920)",
         }],
-        build: |config| {
-            let interval = config.knob("realloc");
-            Box::new(Isolated {
-                cadence: (interval > 0.0).then(|| super::effective::Cadence::new(interval)),
-            })
+        build: |config| match config.knob("realloc") {
+            // Gavel's simulator reallocates on its cadence; without one, every round.
+            interval if interval > 0.0 => {
+                Box::new(Realize::new(Cadenced::new(Isolated, interval), config.seed))
+            }
+            _ => Box::new(Realize::new(Isolated, config.seed)),
         },
     },
 ];

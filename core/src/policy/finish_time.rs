@@ -13,7 +13,9 @@ use rustc_hash::FxHashMap;
 
 use super::effective::{best_rate, effective_throughput, proportional_row};
 use super::fair_share::split;
-use super::{Allocation, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares, TypePreference};
+use super::{
+    PolicyConfig, PolicyInfo, Realize, RoundInput, TimeSharePolicy, TimeShares, TypePreference,
+};
 use crate::job::JobId;
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -130,7 +132,7 @@ pub struct FinishTimeFairness {
 
 impl FinishTimeFairness {
     /// Total shares minimizing the largest rho.
-    fn shares(jobs: &[FtfRow], total_gpus: f64) -> Vec<f64> {
+    fn total_shares(jobs: &[FtfRow], total_gpus: f64) -> Vec<f64> {
         // Room for every gang: every job runs all the time, and no rho can be lowered.
         if jobs.iter().map(|j| j.gpus).sum::<f64>() <= total_gpus {
             return vec![1.0; jobs.len()];
@@ -193,16 +195,16 @@ impl FinishTimeFairness {
     }
 }
 
-impl Policy for FinishTimeFairness {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+impl TimeSharePolicy for FinishTimeFairness {
+    fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
         let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
         let rows = self.clock.rows(input);
-        let shares = Self::shares(&rows, total);
+        let shares = Self::total_shares(&rows, total);
         let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
         for (v, s) in input.jobs.iter().zip(shares) {
             out.push(v.id(), split(v, input.capacity, s));
         }
-        Allocation::TimeShares(out)
+        out
     }
 }
 
@@ -211,7 +213,9 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
     aliases: &["ftf"],
     summary: "minimize the largest finish-time fairness rho, GPU types treated as equal (Gavel's, after Themis)",
     knobs: &[],
-    build: |_: &PolicyConfig| Box::new(FinishTimeFairness::default()),
+    build: |config: &PolicyConfig| {
+        Box::new(Realize::new(FinishTimeFairness::default(), config.seed))
+    },
 }];
 
 #[cfg(test)]
@@ -249,7 +253,7 @@ mod tests {
     #[test]
     fn a_finished_job_does_not_break_the_others() {
         let jobs = [row(10.0, 0.0), row(1000.0, 3600.0), row(0.0, 3600.0)];
-        let s = FinishTimeFairness::shares(&jobs, 1.0);
+        let s = FinishTimeFairness::total_shares(&jobs, 1.0);
         assert!(
             s[1] > s[2],
             "the job that waited longer still gets more: {s:?}"
@@ -260,10 +264,10 @@ mod tests {
     fn the_job_furthest_behind_gets_the_larger_share() {
         // Two equal jobs on one GPU; job 0 has waited 1,000 s longer, so its rho is worse.
         let jobs = [row(1000.0, 3600.0), row(0.0, 3600.0)];
-        let s = FinishTimeFairness::shares(&jobs, 1.0);
+        let s = FinishTimeFairness::total_shares(&jobs, 1.0);
         assert!(s[0] > s[1], "{s:?}");
         assert!((s[0] + s[1] - 1.0).abs() < 1e-6, "work-conserving: {s:?}");
         // Plenty of room: everyone runs all the time.
-        assert_eq!(FinishTimeFairness::shares(&jobs, 4.0), vec![1.0, 1.0]);
+        assert_eq!(FinishTimeFairness::total_shares(&jobs, 4.0), vec![1.0, 1.0]);
     }
 }

@@ -11,11 +11,12 @@
 //! - **Packing.** Only when the jobs ask for more GPUs than the cluster has, jobs not already packed are
 //!   paired at random (same gang size, at most as many draws as there are such jobs), as Gandiva's
 //!   greedy packing does. A pair is kept only while it does not interfere: on some GPU type, the two
-//!   jobs' packed rates, each normalized by its rate alone, must add up to at least `pack_threshold`
-//!   (default 1.0: packing must beat time-slicing the two). A pair that falls below is split again.
-//! - **Migration to defragment.** A gang starts wherever it fits, spread over servers if it must; when a
-//!   job leaves and a server can now hold a gang that runs spread, the simulator moves the gang there
-//!   (paying `migrate_cost`).
+//!   jobs' packed rates, each normalized by its rate alone, must add up to at least 1 (packing must
+//!   beat time-slicing the two). A pair that falls below is split again.
+//! - **Migration to defragment.** A gang starts wherever it fits, spread over servers if it must; its
+//!   grants say [`Intent::Defragmented`], so that when a job leaves and a server can now hold a gang
+//!   that runs spread, the engine moves the gang there (paying `migrate_cost`; the placement step is
+//!   `crate::placement::defragment`).
 //! - **Heterogeneity.** Gandiva does not model GPU types. Like Gavel's version, the mechanism offers the
 //!   types in a fixed order, fastest first (see `effective::FastestFirst`).
 //!
@@ -25,15 +26,20 @@
 //!   back to its own gang (each resize costs a migration). It needs a model with rates at other gang
 //!   sizes, such as Gavel's table (scale factors 1, 2, 4, 8).
 //!
-//! Knobs (paper defaults): `pack_threshold` = 1.0; `grow` = 0 (`gandiva:grow=1` turns it on); the seed
-//! of the random pairing comes from [`PolicyConfig::seed`](super::PolicyConfig::seed).
+//! Knobs: `grow` = 0 (`gandiva:grow=1` turns it on). The packing threshold is 1.0, the paper's; the
+//! seed of the random pairing comes from [`PolicyConfig::seed`](super::PolicyConfig::seed).
+//!
+//! Structure: [`Pairing`] answers with time shares, re-solved whenever the jobs change ([`Cadenced`]),
+//! realized by Gavel's round mechanism ([`Realize`]); [`Gandiva`] then marks multi-GPU grants for
+//! defragmentation and grows grants into idle GPUs.
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{
-    Allocation, JobView, Knob, Policy, PolicyInfo, RoundInput, TimeShares, TypePreference,
+    Cadenced, Grant, Intent, JobView, Knob, Policy, PolicyInfo, Realize, RoundInput,
+    TimeSharePolicy, TimeShares, TypePreference,
 };
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
@@ -48,34 +54,56 @@ pub const POLICIES: &[PolicyInfo] = &[PolicyInfo {
         range: super::KnobRange::Flag,
         help: "1: grow jobs into idle GPUs where the throughput model says they speed up (off in Gavel's version)",
     }],
-    build: |config| {
-        let mut gandiva = Gandiva::new(config.seed);
-        gandiva.grow = config.knob("grow") != 0.0;
-        Box::new(gandiva)
-    },
+    build: |config| Box::new(Gandiva::new(config.seed, config.knob("grow") != 0.0)),
 }];
 
-/// Gandiva's scheduler state: which jobs are packed together.
+/// Gandiva: its pairing's shares through the round mechanism, then defragmenting and growing grants.
 pub struct Gandiva {
-    /// Each packed job's partner.
-    partners: FxHashMap<JobId, JobId>,
-    /// Combined normalized rate a pair needs on some GPU type to stay packed.
-    pub pack_threshold: f64,
+    /// Reused until a job arrives or leaves (a cadence of 0).
+    realize: Realize<Cadenced<Pairing>>,
     /// Grow jobs into GPUs nobody else uses.
-    pub grow: bool,
-    rng: ChaCha8Rng,
-    /// The answer in force, reused until a job arrives or leaves.
-    last: Option<TimeShares>,
+    grow: bool,
 }
 
 impl Gandiva {
-    pub fn new(seed: u64) -> Self {
+    pub fn new(seed: u64, grow: bool) -> Self {
         Gandiva {
+            realize: Realize::new(Cadenced::new(Pairing::new(seed), 0.0), seed),
+            grow,
+        }
+    }
+}
+
+impl Policy for Gandiva {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let mut grants = self.realize.allocate(input);
+        for grant in &mut grants {
+            if grant.gpus > 1 && grant.intent == Intent::Anywhere {
+                grant.intent = Intent::Defragmented;
+            }
+        }
+        if self.grow {
+            grow(&mut grants, input);
+        }
+        grants
+    }
+}
+
+/// The combined normalized rate a pair needs on some GPU type to stay packed.
+const PACK_THRESHOLD: f64 = 1.0;
+
+/// Which jobs are packed together: Gandiva's time shares.
+pub struct Pairing {
+    /// Each packed job's partner.
+    partners: FxHashMap<JobId, JobId>,
+    rng: ChaCha8Rng,
+}
+
+impl Pairing {
+    pub fn new(seed: u64) -> Self {
+        Pairing {
             partners: FxHashMap::default(),
-            pack_threshold: 1.0,
-            grow: false,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6761_6e64_6976_6121),
-            last: None,
         }
     }
 
@@ -89,7 +117,7 @@ impl Gandiva {
                     .packed_steps_per_second(a.job, b.job, GpuTypeId(t as u16), a.job.gpus);
             match packed {
                 Some((pa, pb)) if alone_a > 0.0 && alone_b > 0.0 && pa > 0.0 && pb > 0.0 => {
-                    pa / alone_a + pb / alone_b >= self.pack_threshold
+                    pa / alone_a + pb / alone_b >= PACK_THRESHOLD
                 }
                 _ => false,
             }
@@ -144,12 +172,10 @@ impl Gandiva {
         }
     }
 
-    fn shares(&self, input: &RoundInput<'_>) -> TimeShares {
+    fn equal_shares(&self, input: &RoundInput<'_>) -> TimeShares {
         let capacity = input.capacity;
         let order = TypePreference::Ordered(input.type_order.to_vec());
         let mut out = TimeShares::new(capacity.len(), order);
-        out.defragment = true;
-        out.grow = self.grow;
         // Each job once: alone, or in its pair (listed by its lower id).
         let units = input
             .jobs
@@ -181,12 +207,54 @@ impl Gandiva {
     }
 }
 
-impl Policy for Gandiva {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        if input.jobs_changed || self.last.is_none() {
-            self.repack(input);
-            self.last = Some(self.shares(input));
+impl TimeSharePolicy for Pairing {
+    fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
+        self.repack(input);
+        self.equal_shares(input)
+    }
+}
+
+/// A job grows only when doubling its gang speeds it up by at least this much.
+const GROW_SPEEDUP: f64 = 1.1;
+
+/// Gandiva's introspective grow-shrink: GPUs no grant uses go to granted jobs that run faster on twice as
+/// many, doubling while it pays. Jobs already running grown come first, so that growth is stable from
+/// round to round; a job whose extra GPUs are needed again shrinks back to its own gang next round.
+fn grow(grants: &mut [Grant], input: &RoundInput<'_>) {
+    let index: FxHashMap<JobId, usize> = input
+        .jobs
+        .iter()
+        .enumerate()
+        .map(|(k, v)| (v.id(), k))
+        .collect();
+    // What no grant uses: a packed pair's GPUs count once.
+    let mut left: Vec<u32> = input.capacity.to_vec();
+    for g in grants.iter() {
+        if g.partner().is_none_or(|p| g.job < p) {
+            left[g.gpu_type.0 as usize] -= g.gpus;
         }
-        Allocation::TimeShares(self.last.clone().expect("set above"))
+    }
+    let view = |g: &Grant| &input.jobs[index[&g.job]];
+    let running_size = |g: &Grant| view(g).running.map_or(0, |r| r.gpus.len());
+    let mut order: Vec<usize> = (0..grants.len())
+        .filter(|&k| grants[k].partner().is_none())
+        .collect();
+    order.sort_by_key(|&k| std::cmp::Reverse(running_size(&grants[k])));
+    for k in order {
+        let grant = &mut grants[k];
+        let job = view(grant).job;
+        let t = grant.gpu_type;
+        let mut rate = view(grant).rates[t.0 as usize];
+        while left[t.0 as usize] >= grant.gpus {
+            let bigger = grant.gpus * 2;
+            match input.model.steps_per_second(job, t, bigger) {
+                Some(r) if r >= rate * GROW_SPEEDUP => {
+                    left[t.0 as usize] -= grant.gpus;
+                    grant.gpus = bigger;
+                    rate = r;
+                }
+                _ => break,
+            }
+        }
     }
 }

@@ -17,7 +17,7 @@
 //!
 //! Knobs: `mixed` (1: allow gangs across GPU types).
 
-use super::{Allocation, Grant, JobView, Knob, Policy, PolicyInfo, RoundInput};
+use super::{Grant, Intent, JobView, Knob, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 
 pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
@@ -117,7 +117,7 @@ impl Hadar {
 }
 
 impl Policy for Hadar {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let types = input.capacity.len();
         let round = input.round_length;
         // The range of utility densities on offer bounds the prices.
@@ -130,7 +130,7 @@ impl Policy for Hadar {
         let low = densities.iter().copied().fold(f64::INFINITY, f64::min);
         let high = densities.iter().copied().fold(0.0, f64::max);
         if densities.is_empty() {
-            return Allocation::Grants(Vec::new());
+            return Vec::new();
         }
         let mut prices = Prices {
             // Half the lowest density: at no utilization every job gains more than it pays.
@@ -160,7 +160,7 @@ impl Policy for Hadar {
             }
             grants.push(grant(view, &take));
         }
-        Allocation::Grants(grants)
+        grants
     }
 }
 
@@ -171,8 +171,10 @@ fn grant(view: &JobView<'_>, take: &[u32]) -> Grant {
         .iter()
         .min_by(|&&a, &&b| view.rates[a].total_cmp(&view.rates[b]))
         .expect("an allocation uses some GPUs");
-    Grant {
-        mixed: used.len() > 1,
-        ..Grant::new(view.id(), GpuTypeId(slowest as u16), view.job.gpus)
+    let grant = Grant::new(view.id(), GpuTypeId(slowest as u16), view.job.gpus);
+    if used.len() > 1 {
+        grant.with(Intent::MixedTypes)
+    } else {
+        grant
     }
 }

@@ -24,10 +24,13 @@
 //! 1,920 s): a knob, `max_min_fairness_perf:realloc=360` re-solves every round.
 
 use super::effective::{
-    AllocationVars, Cadence, UnitSpec, best_rate, packing_units, proportional_row, single_units,
+    AllocationVars, UnitSpec, best_rate, packing_units, proportional_row, single_units,
 };
 use super::finish_time::{IsolatedClock, IsolatedShare};
-use super::{Allocation, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput, TimeShares};
+use super::{
+    Cadenced, Knob, Policy, PolicyConfig, PolicyInfo, Realize, RoundInput, TimeSharePolicy,
+    TimeShares,
+};
 use crate::solver::{Program, Relation, Var};
 
 const REALLOC: Knob = Knob {
@@ -43,84 +46,84 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         aliases: &["las_perf"],
         summary: "Gavel's heterogeneity-aware LAS: max-min of effective throughput over the proportional share (LP)",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::MaxMinFairness, false),
+        build: |c| Formulation::boxed(c, Objective::MaxMinFairness, false),
     },
     PolicyInfo {
         name: "finish_time_fairness_perf",
         aliases: &["ftf_perf"],
         summary: "Gavel's heterogeneity-aware finish-time fairness: minimize the largest rho (bisected LPs)",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::FinishTimeFairness, false),
+        build: |c| Formulation::boxed(c, Objective::FinishTimeFairness, false),
     },
     PolicyInfo {
         name: "min_total_duration",
         aliases: &["makespan"],
         summary: "Gavel's makespan policy: the allocation that finishes every active job soonest (LP)",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::MinTotalDuration, false),
+        build: |c| Formulation::boxed(c, Objective::MinTotalDuration, false),
     },
     PolicyInfo {
         name: "max_min_fairness_water_filling",
         aliases: &["water_filling"],
         summary: "Gavel's hierarchical max-min fairness by water-filling: tenants share equally, jobs by weight within a tenant (LPs and MILPs)",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::WaterFilling, false),
+        build: |c| Formulation::boxed(c, Objective::WaterFilling, false),
     },
     PolicyInfo {
         name: "max_sum_throughput_perf",
         aliases: &[],
         summary: "Gavel's throughput policy: maximize the sum of normalized effective throughputs (LP)",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::SumThroughput, false),
+        build: |c| Formulation::boxed(c, Objective::SumThroughput, false),
     },
     PolicyInfo {
         name: "max_sum_throughput_normalized_by_cost_perf",
         aliases: &["cost_perf"],
         summary: "Gavel's cost policy: maximize effective throughput per dollar, given per-type prices (LP)",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::ThroughputPerDollar, false),
+        build: |c| Formulation::boxed(c, Objective::ThroughputPerDollar, false),
     },
     PolicyInfo {
         name: "max_min_fairness_packed",
         aliases: &["las_packed"],
         summary: "max_min_fairness_perf over jobs and packed pairs (space sharing, the table's pair rates)",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::MaxMinFairness, true),
+        build: |c| Formulation::boxed(c, Objective::MaxMinFairness, true),
     },
     PolicyInfo {
         name: "max_min_fairness_water_filling_packed",
         aliases: &[],
         summary: "max_min_fairness_water_filling over jobs and packed pairs",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::WaterFilling, true),
+        build: |c| Formulation::boxed(c, Objective::WaterFilling, true),
     },
     PolicyInfo {
         name: "finish_time_fairness_packed",
         aliases: &["ftf_packed"],
         summary: "finish_time_fairness_perf over jobs and packed pairs",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::FinishTimeFairness, true),
+        build: |c| Formulation::boxed(c, Objective::FinishTimeFairness, true),
     },
     PolicyInfo {
         name: "min_total_duration_packed",
         aliases: &[],
         summary: "min_total_duration over jobs and packed pairs",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::MinTotalDuration, true),
+        build: |c| Formulation::boxed(c, Objective::MinTotalDuration, true),
     },
     PolicyInfo {
         name: "max_sum_throughput_packed",
         aliases: &[],
         summary: "max_sum_throughput_perf over jobs and packed pairs",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::SumThroughput, true),
+        build: |c| Formulation::boxed(c, Objective::SumThroughput, true),
     },
     PolicyInfo {
         name: "max_sum_throughput_normalized_by_cost_packed",
         aliases: &["cost_packed"],
         summary: "max_sum_throughput_normalized_by_cost_perf over jobs and packed pairs",
         knobs: &[REALLOC],
-        build: |c| Lp::boxed(c, Objective::ThroughputPerDollar, true),
+        build: |c| Formulation::boxed(c, Objective::ThroughputPerDollar, true),
     },
 ];
 
@@ -139,13 +142,8 @@ enum Objective {
     ThroughputPerDollar,
 }
 
-/// One of Gavel's programs, re-solved on Gavel's cadence.
-struct Lp {
-    cadence: Cadence,
-    program: Formulation,
-}
-
-/// What an [`Lp`] solves, and the state its objective keeps between solves.
+/// One of Gavel's programs, and the state its objective keeps between solves. It runs re-solved on
+/// Gavel's cadence ([`Cadenced`]) through the round mechanism ([`Realize`]).
 struct Formulation {
     objective: Objective,
     /// Range over packed pairs too (the `*_packed` variants).
@@ -157,18 +155,17 @@ struct Formulation {
     config: PolicyConfig,
 }
 
-impl Lp {
+impl Formulation {
     fn boxed(config: &PolicyConfig, objective: Objective, packed: bool) -> Box<dyn Policy> {
-        Box::new(Lp {
-            cadence: Cadence::new(config.knob("realloc")),
-            program: Formulation {
-                objective,
-                packed,
-                clock: IsolatedClock::new(IsolatedShare::EveryType),
-                last_rho: None,
-                config: config.clone(),
-            },
-        })
+        let program = Formulation {
+            objective,
+            packed,
+            clock: IsolatedClock::new(IsolatedShare::EveryType),
+            last_rho: None,
+            config: config.clone(),
+        };
+        let cadenced = Cadenced::new(program, config.knob("realloc"));
+        Box::new(Realize::new(cadenced, config.seed))
     }
 }
 
@@ -459,14 +456,16 @@ fn proportional_shares(input: &RoundInput<'_>) -> TimeShares {
     out
 }
 
-impl Policy for Lp {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
-        let program = &mut self.program;
-        if program.objective == Objective::FinishTimeFairness {
+impl TimeSharePolicy for Formulation {
+    fn observe(&mut self, input: &RoundInput<'_>) {
+        if self.objective == Objective::FinishTimeFairness {
             // The isolated clock advances every round, not only when the program is re-solved.
-            program.clock.rows(input);
+            self.clock.rows(input);
         }
-        Allocation::TimeShares(self.cadence.get_or_solve(input, || program.solve(input)))
+    }
+
+    fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
+        self.solve(input)
     }
 }
 

@@ -1,47 +1,38 @@
 //! Scheduling policies and the one input they all share.
 //!
-//! # Design note: one input, two kinds of answer
+//! # Design note: one input, one answer
 //!
 //! Every policy implements [`Policy::allocate`], which takes a [`RoundInput`]: the time, the round length,
-//! the cluster's capacity per GPU type, and every active job as a [`JobView`] with its attained service
-//! (GPU-seconds and seconds), its steps done and remaining, its throughput on each GPU type, where it runs
-//! now, and its queueing history. Nothing else reaches a policy, and no code branches on a policy's name:
-//! the simulator and the live control plane only ever see the trait.
+//! the cluster's capacity per GPU type, every active job as a [`JobView`] (its attained service, steps done
+//! and remaining, throughput on each GPU type, where it runs now, its queueing history), and what ran
+//! since the last pass ([`Usage`]). Nothing else reaches a policy, and no code branches on a policy's
+//! name: the simulator and the live control plane only ever see the trait.
 //!
-//! A policy answers with an [`Allocation`], in one of two forms:
-//! - [`Allocation::Grants`]: concrete "job j gets n GPUs of type t" decisions for the next round, in
-//!   priority order. The simulator keeps running jobs on their GPUs where the grant is unchanged, preempts
-//!   the rest, and places new grants in order, skipping any that no longer fit.
-//! - [`Allocation::TimeShares`]: Gavel's form, a fraction of time X\[j\]\[t\] per job and GPU type. The
-//!   round mechanism ([`timeshare`]) realizes it: a job's priority on a type is its target share divided by
-//!   the share it has received so far, and jobs are granted greedily in priority order.
+//! A policy answers with [`Grant`]s, in priority order: "job j gets n GPUs of type t next round", each
+//! with an [`Intent`] that names the placement step it needs (anywhere, one server, packed with a
+//! partner, across GPU types, defragmented). The engine keeps running jobs on their GPUs where the grant
+//! is unchanged, preempts the rest, and places new grants in order, skipping any that no longer fit.
 //!
-//! How the policies in the literature fit, without changing this shape:
-//! - **FIFO, SJF, SRTF, LAS** (here): order the jobs by arrival, size, remaining work or attained
-//!   service, and grant in that order ([`ordered`]).
-//! - **Tiresias** (2DAS, Gittins): a key from `attained_gpu_seconds` and the queue thresholds; starvation
-//!   promotion from `queued_since` and `last_run_seconds`; preemption costs come from the simulator config.
-//! - **Gandiva**: grants, with packing expressed as grants of a shared GPU (the throughput model's pair
-//!   rates) and migration as a changed placement; time-slicing is what rounds already do.
-//! - **Themis**: `rho` needs each job's ideal finish time, which comes from `rates` and the capacity
-//!   (1/N of the cluster); the auction picks winners among the worst-rho jobs and returns grants.
-//! - **Gavel's heterogeneity-aware LPs** (`*_perf`, `*_packed`): solve for X over `rates` and return
-//!   time shares; the mechanism is shared. They re-solve only when `input.jobs_changed` is set.
-//! - **Sia / Pollux**: goodput per (type, GPU count) comes from a goodput model behind the same
-//!   throughput trait; the answer is grants whose GPU count may differ from the job's request.
-//! - **Synergy**: the cluster carries CPUs and memory per node; a grant can carry a CPU and memory
-//!   demand when that lands, and the placer checks it.
+//! Policies that think in Gavel's time shares (a fraction of time X\[j\]\[t\] per job and GPU type)
+//! implement [`TimeSharePolicy`] instead, and are wrapped in [`Realize`], Gavel's round mechanism, which
+//! turns shares into each round's grants. [`Cadenced`] re-solves such a policy only on Gavel's cadence.
+//!
+//! Where each policy's logic lives: in its module here, plus the placement step its grants name
+//! (`crate::placement`). Gandiva is `gandiva.rs` (pairing, grow-shrink, defragmenting grants) and
+//! `placement/defragment.rs`; Hadar is `hadar.rs` and `placement/mixed.rs`; Gavel's mechanism is
+//! `mechanism.rs` and `cadence.rs`.
 
 pub mod allox;
+pub mod cadence;
 pub mod effective;
 pub mod fair_share;
 pub mod finish_time;
 pub mod gandiva;
 pub mod hadar;
 pub mod hetero;
+pub mod mechanism;
 pub mod ordered;
 pub mod themis;
-pub mod timeshare;
 pub mod tiresias;
 
 use serde::{Deserialize, Serialize};
@@ -51,10 +42,21 @@ use crate::error::SimError;
 use crate::job::{Job, JobId};
 use crate::throughput::ThroughputModel;
 
+pub use cadence::{Cadence, Cadenced};
+pub use mechanism::{Realize, TimeSharePolicy, TimeShares, TypePreference, Unit};
+
 /// A scheduling policy. Implementations keep whatever state they need between rounds.
 pub trait Policy: Send {
-    /// Decides who runs in the next round.
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation;
+    /// Decides who runs in the next round: grants in priority order.
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant>;
+
+    /// Whether time passing alone could change its answer: with no arrival, completion or change of
+    /// capacity, would a later round decide differently? Policies that order jobs by something time
+    /// does not reorder (arrival, size) answer `false`, and the simulator then skips the rounds between
+    /// events. The default, `true`, asks every round.
+    fn changes_with_time(&self) -> bool {
+        true
+    }
 }
 
 /// Everything a policy sees, every round.
@@ -68,7 +70,7 @@ pub struct RoundInput<'a> {
     pub capacity: &'a [u32],
     /// Active jobs (arrived, not finished), in arrival order.
     pub jobs: &'a [JobView<'a>],
-    /// Whether a job arrived or finished since the previous call.
+    /// Whether a job arrived or finished (or capacity changed) since the previous call.
     pub jobs_changed: bool,
     /// The GPU types, fastest first for the jobs seen so far (see [`effective::FastestFirst`]): the order
     /// in which heterogeneity-aware policies have the mechanism offer them.
@@ -76,6 +78,17 @@ pub struct RoundInput<'a> {
     /// The throughput model, for what `JobView::rates` does not hold: rates at other gang sizes, and
     /// the rates of two jobs packed together.
     pub model: &'a dyn ThroughputModel,
+    /// What ran where since the previous call, slice by slice (the mechanism charges time shares by it).
+    pub usage: &'a [Usage],
+}
+
+/// One stretch of running: `job` (with `partner`, when packed) held GPUs of `gpu_type` for `seconds`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Usage {
+    pub job: JobId,
+    pub partner: Option<JobId>,
+    pub gpu_type: GpuTypeId,
+    pub seconds: f64,
 }
 
 /// One active job, as policies see it.
@@ -113,27 +126,35 @@ impl JobView<'_> {
     }
 }
 
-/// A concrete decision: `job` runs on `gpus` GPUs of `gpu_type` next round.
+/// A concrete decision: `job` runs on `gpus` GPUs of `gpu_type` next round, placed as `intent` says.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Grant {
     pub job: JobId,
     pub gpu_type: GpuTypeId,
     pub gpus: u32,
-    /// The gang must sit on one server when one could hold it (the placer waits rather than spread).
     #[serde(default)]
-    pub consolidate: bool,
-    /// When the gang runs spread over servers and one server has room for it, move it there (Gandiva's
-    /// defragmenting migration).
-    #[serde(default)]
-    pub defragment: bool,
-    /// Runs packed with this job on the same GPUs (space sharing); the partner's grant names this job.
-    #[serde(default)]
-    pub partner: Option<JobId>,
-    /// The gang may span GPU types (task-level heterogeneity, Hadar): it takes GPUs of the types at
-    /// least as fast for it as `gpu_type`, fastest first, and `gpu_type`, the slowest it may use, sets
-    /// its pace.
-    #[serde(default)]
-    pub mixed: bool,
+    pub intent: Intent,
+}
+
+/// How a grant wants its GPUs placed; each names one placement step (see `crate::placement`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Intent {
+    /// Wherever the placer prefers.
+    #[default]
+    Anywhere,
+    /// On one server when one could hold the gang: the placer waits rather than spread it (YARN-CS).
+    Consolidated,
+    /// Anywhere now; while it runs spread over servers, moved onto one as soon as a server has room
+    /// (Gandiva's defragmenting migration, `placement::defragment`).
+    Defragmented,
+    /// On the same GPUs as this job (space sharing); the partner's grant names this job
+    /// (`placement::packed`).
+    PackedWith(JobId),
+    /// Across GPU types: the types at least as fast for the job as `gpu_type`, fastest first, with
+    /// `gpu_type`, the slowest it may use, setting its pace (Hadar's task-level heterogeneity,
+    /// `placement::mixed`).
+    MixedTypes,
 }
 
 impl Grant {
@@ -143,118 +164,22 @@ impl Grant {
             job,
             gpu_type,
             gpus,
-            consolidate: false,
-            defragment: false,
-            partner: None,
-            mixed: false,
-        }
-    }
-}
-
-/// A policy's answer.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Allocation {
-    /// Concrete grants in priority order; ones that do not fit are skipped.
-    Grants(Vec<Grant>),
-    /// Target time fractions per job and GPU type, realized by the round mechanism.
-    TimeShares(TimeShares),
-}
-
-/// What a row of a [`TimeShares`] matrix schedules: one job, or two jobs packed on the same GPUs
-/// (space sharing, each at its rate from the throughput model's pair entries).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Unit {
-    Job(JobId),
-    Pair(JobId, JobId),
-}
-
-impl Unit {
-    /// The jobs it runs.
-    pub fn members(self) -> impl Iterator<Item = JobId> {
-        let (a, b) = match self {
-            Unit::Job(a) => (a, None),
-            Unit::Pair(a, b) => (a, Some(b)),
-        };
-        std::iter::once(a).chain(b)
-    }
-
-    pub fn contains(self, job: JobId) -> bool {
-        self.members().any(|m| m == job)
-    }
-}
-
-/// Gavel's allocation: X[u][t], the fraction of time unit u (a job, or a packed pair) should spend on GPU
-/// type t. A job's shares, over its own row and every pair it is in, sum to at most 1. Stored as one
-/// row-major matrix, one row per unit, one column per GPU type.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TimeShares {
-    pub units: Vec<Unit>,
-    pub num_types: usize,
-    /// `x[k * num_types + t]` is unit `units[k]`'s share of type t.
-    pub x: Vec<f64>,
-    pub type_preference: TypePreference,
-    /// A gang placed spread over several servers (for want of one with room) moves onto one as soon as a
-    /// server can hold it (Gandiva's defragmenting migration).
-    pub defragment: bool,
-    /// GPUs left idle after every unit is placed go to jobs that speed up on more (Gandiva's grow-shrink).
-    pub grow: bool,
-    /// Units with no share of a type may still run on its GPUs that would otherwise idle, after every
-    /// unit with a share (Gavel's mechanism does this for every policy but FIFO; an LP's vertex solution
-    /// leaves many zero shares).
-    pub fill_idle: bool,
-}
-
-impl TimeShares {
-    pub fn new(num_types: usize, type_preference: TypePreference) -> Self {
-        TimeShares {
-            units: Vec::new(),
-            num_types,
-            x: Vec::new(),
-            type_preference,
-            defragment: false,
-            grow: false,
-            fill_idle: false,
+            intent: Intent::Anywhere,
         }
     }
 
-    /// Adds a job's row.
-    pub fn push(&mut self, job: JobId, row: impl IntoIterator<Item = f64>) {
-        self.push_unit(Unit::Job(job), row);
+    /// The same grant with another intent.
+    pub fn with(self, intent: Intent) -> Self {
+        Grant { intent, ..self }
     }
 
-    /// Adds the row of `a` and `b` packed together.
-    pub fn push_pair(&mut self, a: JobId, b: JobId, row: impl IntoIterator<Item = f64>) {
-        self.push_unit(Unit::Pair(a, b), row);
+    /// The job it is packed with, if any.
+    pub fn partner(&self) -> Option<JobId> {
+        match self.intent {
+            Intent::PackedWith(p) => Some(p),
+            _ => None,
+        }
     }
-
-    fn push_unit(&mut self, unit: Unit, row: impl IntoIterator<Item = f64>) {
-        self.units.push(unit);
-        let before = self.x.len();
-        self.x.extend(row);
-        debug_assert_eq!(self.x.len() - before, self.num_types);
-    }
-
-    /// Unit `k`'s row.
-    pub fn row(&self, k: usize) -> &[f64] {
-        &self.x[k * self.num_types..(k + 1) * self.num_types]
-    }
-
-    /// Rows as (unit, shares).
-    pub fn rows(&self) -> impl Iterator<Item = (Unit, &[f64])> {
-        self.units
-            .iter()
-            .enumerate()
-            .map(|(k, u)| (*u, self.row(k)))
-    }
-}
-
-/// The order in which the mechanism offers GPU types to jobs each round.
-#[derive(Clone, Debug, PartialEq)]
-pub enum TypePreference {
-    /// The policy cannot tell types apart (heterogeneity-agnostic): a fresh random order every round.
-    Interchangeable,
-    /// Most preferred first.
-    Ordered(Vec<GpuTypeId>),
 }
 
 /// Knobs a policy may read when it is built.

@@ -5,7 +5,7 @@
 //! not migrated needlessly.
 
 use super::effective::best_rate;
-use super::{Allocation, Grant, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput};
+use super::{Grant, Intent, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 
 /// Orders jobs by `key` (lowest first) and grants in that order.
@@ -87,9 +87,9 @@ impl Ordered {
 }
 
 impl Policy for Ordered {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let key = self.key;
-        Allocation::Grants(grant_in_order(
+        grant_in_order(
             input,
             &GrantRules {
                 preemptive: self.preemptive,
@@ -98,7 +98,13 @@ impl Policy for Ordered {
                 fastest: self.fastest,
             },
             |v| (key(v), 0.0),
-        ))
+        )
+    }
+
+    /// Arrival order and total work never change; remaining work only shrinks for running jobs, which
+    /// can only move them up: between events, every round decides as the last one did.
+    fn changes_with_time(&self) -> bool {
+        false
     }
 }
 
@@ -113,6 +119,16 @@ pub(super) struct GrantRules {
     /// Every job gets the fastest type with room, not the first in cluster order, and a running job
     /// moves to a faster type when one has room.
     pub fastest: bool,
+}
+
+impl GrantRules {
+    fn intent(&self) -> Intent {
+        if self.consolidate {
+            Intent::Consolidated
+        } else {
+            Intent::Anywhere
+        }
+    }
 }
 
 /// Grants GPUs to jobs in ascending `key` order (ties keep arrival order). A job gets the type it runs
@@ -132,10 +148,7 @@ pub(super) fn grant_in_order(
                 let gpus = run.gpus.len() as u32;
                 let t = run.gpu_type.0 as usize;
                 free[t] = free[t].saturating_sub(gpus);
-                grants.push(Grant {
-                    consolidate: rules.consolidate,
-                    ..Grant::new(view.id(), run.gpu_type, gpus)
-                });
+                grants.push(Grant::new(view.id(), run.gpu_type, gpus).with(rules.intent()));
             }
             _ => queue.push((key(view), view)),
         }
@@ -161,10 +174,7 @@ pub(super) fn grant_in_order(
         match current.or_else(fresh) {
             Some(t) => {
                 free[t] -= gpus;
-                grants.push(Grant {
-                    consolidate: rules.consolidate,
-                    ..Grant::new(view.id(), GpuTypeId(t as u16), gpus)
-                });
+                grants.push(Grant::new(view.id(), GpuTypeId(t as u16), gpus).with(rules.intent()));
             }
             None if rules.head_of_line_blocking => break,
             None => {}

@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap;
 
 use super::effective::best_rate;
 use super::finish_time::{FtfRow, IsolatedClock};
-use super::{Allocation, Grant, JobView, Knob, Policy, PolicyInfo, RoundInput};
+use super::{Grant, JobView, Knob, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
 
@@ -156,7 +156,7 @@ fn suffix_min(values: impl DoubleEndedIterator<Item = u32> + ExactSizeIterator) 
 }
 
 impl Policy for Themis {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let rows = self.clock.rows(input);
         let now = input.now;
         let mut pool = input.capacity.to_vec();
@@ -270,7 +270,7 @@ impl Policy for Themis {
                 grants.push(Grant::new(bid.view.id(), GpuTypeId(t as u16), gpus));
             }
         }
-        Allocation::Grants(grants)
+        grants
     }
 }
 

@@ -18,7 +18,7 @@
 use rustc_hash::FxHashMap;
 
 use super::ordered::{GrantRules, grant_in_order};
-use super::{Allocation, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput};
+use super::{Grant, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput};
 use crate::job::JobId;
 
 /// What counts as attained service.
@@ -47,9 +47,15 @@ pub struct Tiresias {
     /// Sorted services of finished jobs (or of a given distribution), and their prefix sums.
     samples: Vec<f64>,
     prefix: Vec<f64>,
+    /// The services learned, oldest first: the most recent [`LEARNED_SAMPLES`] make the distribution.
+    learned: std::collections::VecDeque<f64>,
     /// The distribution was given: do not learn it.
     fixed: bool,
 }
+
+/// Finished jobs whose service the learned Gittins distribution remembers: the most recent ones, so
+/// that a control plane that runs for months keeps a bounded, current distribution.
+const LEARNED_SAMPLES: usize = 10_000;
 
 impl Tiresias {
     pub fn new(service: Service, gittins: bool) -> Self {
@@ -62,6 +68,7 @@ impl Tiresias {
             last_seen: FxHashMap::default(),
             samples: Vec::new(),
             prefix: Vec::new(),
+            learned: std::collections::VecDeque::new(),
             fixed: false,
         }
     }
@@ -113,12 +120,17 @@ impl Tiresias {
             if let Some(s) = self.last_seen.remove(&job)
                 && !self.fixed
             {
-                self.samples.push(s);
+                if self.learned.len() == LEARNED_SAMPLES {
+                    self.learned.pop_front();
+                }
+                self.learned.push_back(s);
                 added = true;
             }
             self.promoted_at.remove(&job);
         }
         if added {
+            self.samples.clear();
+            self.samples.extend(&self.learned);
             self.index_samples();
         }
         for v in input.jobs {
@@ -154,7 +166,7 @@ impl Tiresias {
 }
 
 impl Policy for Tiresias {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Allocation {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         self.learn(input);
         // Starvation promotion.
         for v in input.jobs {
@@ -173,7 +185,7 @@ impl Policy for Tiresias {
             consolidate: false,
             fastest: false,
         };
-        let grants = grant_in_order(input, &rules, |v| {
+        grant_in_order(input, &rules, |v| {
             let service =
                 self.service_of(v) - self.promoted_at.get(&v.id()).copied().unwrap_or(0.0);
             let queue = self.queue_of(service);
@@ -190,8 +202,7 @@ impl Policy for Tiresias {
             } else {
                 (queue as f64, v.job.arrival)
             }
-        });
-        Allocation::Grants(grants)
+        })
     }
 }
 

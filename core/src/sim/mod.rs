@@ -16,10 +16,6 @@
 //! (the checkpoint is charged with the restore, so that GPU accounting stays per round); a job moved to
 //! other GPUs between two consecutive rounds pays `migrate_cost`.
 
-pub mod free;
-pub mod placer;
-pub mod topology_placer;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,55 +23,23 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::Cluster;
-use crate::engine::{Change, Engine, new_record};
+use crate::engine::{Change, Engine, EngineConfig, new_record};
 use crate::job::{JobId, Trace};
 use crate::metrics::{self, JobRecord, RunTotals, Summary, Window};
+use crate::placement::Placer;
 use crate::policy::Policy;
 use crate::throughput::ThroughputModel;
 
-pub use free::FreeGpus;
-pub use placer::{PackingPlacer, PlaceRequest, Placed, Placer};
-pub use topology_placer::{Placement, TopologyPlacer};
-
-/// Simulator settings.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Simulator settings: the engine's, and what only a simulation has.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SimConfig {
-    /// Seconds per round (Gavel: 360).
-    pub round_length: f64,
-    /// Seconds to checkpoint a preempted job.
-    pub preempt_cost: f64,
-    /// Seconds to restore a job from its checkpoint when it starts again.
-    pub restore_cost: f64,
-    /// Seconds lost when a running job moves to other GPUs.
-    pub migrate_cost: f64,
-    /// Run a scheduling pass when a job arrives, not only at round boundaries.
-    pub schedule_on_arrival: bool,
-    /// Run a scheduling pass when a job finishes, not only at round boundaries.
-    pub schedule_on_completion: bool,
-    /// Seeds every random choice (mechanism type order, random placers).
+    #[serde(flatten)]
+    pub engine: EngineConfig,
+    /// Seeds every random choice of the run (policies and placers are built with it).
     pub seed: u64,
-    /// Check the invariants after every scheduling pass and panic on a violation (for tests).
-    #[serde(default)]
-    pub audit: bool,
     /// Keep every start and stop in [`SimResult::changes`] (to compare runs decision by decision).
     #[serde(default)]
     pub log_changes: bool,
-}
-
-impl Default for SimConfig {
-    fn default() -> Self {
-        SimConfig {
-            round_length: 360.0,
-            preempt_cost: 0.0,
-            restore_cost: 0.0,
-            migrate_cost: 0.0,
-            schedule_on_arrival: false,
-            schedule_on_completion: false,
-            seed: 0,
-            audit: false,
-            log_changes: false,
-        }
-    }
 }
 
 /// Everything a run produces.
@@ -159,18 +123,19 @@ impl<'a> Simulation<'a> {
     ) -> SimResult {
         let wall = Instant::now();
         let start = self.trace.jobs.first().map_or(0.0, |j| j.arrival);
-        let mut world = Engine::new(
+        let config = &self.config.engine;
+        let mut engine = Engine::new(
             Arc::new(self.cluster.clone()),
             Arc::new(self.model),
-            self.config.clone(),
-            self.trace.clone_names(),
+            config.clone(),
+            self.trace.names.clone(),
             start,
         );
         let mut changes = Vec::new();
         if self.config.log_changes {
-            world.record_changes();
+            engine.record_changes();
         }
-        let round = self.config.round_length.max(1e-6);
+        let round = config.round_length.max(1e-6);
         let trace_jobs = &self.trace.jobs;
         let mut unschedulable = Vec::new();
         let mut next_arrival = 0usize;
@@ -182,8 +147,8 @@ impl<'a> Simulation<'a> {
         loop {
             // The next event: a completion, an arrival, or the round boundary.
             let arrival_at = trace_jobs.get(next_arrival).map(|j| j.arrival);
-            let completion_at = world.peek_completion();
-            if world.is_idle() && completion_at.is_none() {
+            let completion_at = engine.peek_completion();
+            if engine.is_idle() && completion_at.is_none() {
                 match arrival_at {
                     // Idle: jump to the next arrival and restart rounds there.
                     Some(t) => next_round = next_round.max(t),
@@ -197,16 +162,16 @@ impl<'a> Simulation<'a> {
             now = t;
             last_event = last_event.max(now);
             let mut pass = false;
-            while world.complete_due(now).is_some() {
-                changes.extend(world.take_changes().into_iter().map(|c| (now, c)));
-                progress(world.finished_jobs(), trace_jobs.len());
-                pass |= self.config.schedule_on_completion;
+            while engine.complete_due(now).is_some() {
+                changes.extend(engine.take_changes().into_iter().map(|c| (now, c)));
+                progress(engine.finished_jobs(), trace_jobs.len());
+                pass |= config.schedule_on_completion;
             }
             while next_arrival < trace_jobs.len() && trace_jobs[next_arrival].arrival <= now {
                 let job = &trace_jobs[next_arrival];
                 next_arrival += 1;
-                match world.submit(job.clone(), job.arrival) {
-                    Ok(()) => pass |= self.config.schedule_on_arrival,
+                match engine.submit(job.clone(), job.arrival) {
+                    Ok(()) => pass |= config.schedule_on_arrival,
                     Err(_) => unschedulable.push(job.id),
                 }
             }
@@ -214,28 +179,45 @@ impl<'a> Simulation<'a> {
                 pass = true;
                 rounds += 1;
                 next_round = now + round;
-                world.advance_horizon(next_round);
+                engine.advance_horizon(next_round);
             }
-            if pass && !world.is_idle() {
-                world.schedule(policy, placer, now);
-                changes.extend(world.take_changes().into_iter().map(|c| (now, c)));
-                if self.config.audit {
-                    world.audit();
+            if pass && !engine.is_idle() {
+                engine.schedule(policy, placer, now);
+                changes.extend(engine.take_changes().into_iter().map(|c| (now, c)));
+                if config.audit {
+                    engine.audit();
                 }
                 // A policy that leaves every GPU idle with jobs waiting and nothing left to arrive has
                 // stalled; stop rather than spin, and report those jobs unfinished.
-                let stalled = world.busy_gpus() == 0 && next_arrival == trace_jobs.len();
+                let stalled = engine.busy_gpus() == 0 && next_arrival == trace_jobs.len();
                 idle_rounds = if stalled { idle_rounds + 1 } else { 0 };
+                // A policy that time alone does not move decides as it just did until the next event:
+                // skip to the round that follows it, so that run time depends on events, not on time.
+                let steady = !policy.changes_with_time() && !placer.changes_with_time();
+                if steady && !engine.is_idle() {
+                    let next_event = trace_jobs
+                        .get(next_arrival)
+                        .map_or(f64::INFINITY, |j| j.arrival)
+                        .min(engine.next_finish());
+                    if next_event.is_infinite() {
+                        idle_rounds = STALL_ROUNDS + 1;
+                    } else if next_event > next_round {
+                        let skipped = ((next_event - next_round) / round).ceil();
+                        next_round += skipped * round;
+                        rounds += skipped as u64;
+                        engine.advance_horizon(next_round);
+                    }
+                }
                 if idle_rounds > STALL_ROUNDS {
                     tracing::warn!(
-                        jobs = world.active_jobs(),
+                        jobs = engine.active_jobs(),
                         "policy stalled: jobs wait while every GPU is idle"
                     );
                     break;
                 }
             }
         }
-        let totals = world.into_totals(now);
+        let totals = engine.into_totals(now);
         // Jobs that never arrived (the run stalled first) keep an unfinished record.
         let types = self.cluster.num_gpu_types();
         let mut records = totals.records;

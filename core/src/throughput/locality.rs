@@ -2,6 +2,7 @@
 //!
 //! A job on a set with locality score `s` (0..100, see `gangway_topology::placement`) runs at
 //! `1 - sensitivity x (1 - s/100)` of its well-placed throughput.
+
 //!
 //! Default sensitivities by model family. The literature gives the direction and the reason, not one
 //! number per model, so these values are gangway's estimates, to be calibrated against measurements:
@@ -15,6 +16,8 @@
 //! - Jeon et al. (Philly, ATC'19, section 3.1): jobs spread over servers ran slower, which is why the
 //!   scheduler waited for locality; with no model name (Philly's trace) we use 0.3.
 //! - Recommendation (embedding-heavy, small dense part), CycleGAN and A3C are mostly compute-bound: 0.1.
+
+use crate::placement::Locality;
 
 /// The default sensitivity (0..1) of a job type, from its name.
 pub fn default_sensitivity(job_type: &str) -> f64 {
@@ -35,9 +38,9 @@ pub fn default_sensitivity(job_type: &str) -> f64 {
     }
 }
 
-/// Throughput multiplier for a set with locality `score` (0..100).
-pub fn locality_factor(sensitivity: f64, score: f64) -> f64 {
-    (1.0 - sensitivity.clamp(0.0, 1.0) * (1.0 - score.clamp(0.0, 100.0) / 100.0)).max(0.0)
+/// Throughput multiplier for a job of `sensitivity` on a set with `locality`.
+pub fn locality_factor(sensitivity: f64, locality: Locality) -> f64 {
+    (1.0 - sensitivity.clamp(0.0, 1.0) * (1.0 - locality.score() / 100.0)).max(0.0)
 }
 
 #[cfg(test)]
@@ -49,8 +52,8 @@ mod tests {
         assert!(default_sensitivity("VGG19") > default_sensitivity("ResNet-50 (batch size 64)"));
         assert_eq!(default_sensitivity("LM (batch size 20)"), 0.5);
         assert_eq!(default_sensitivity("philly"), 0.3);
-        assert_eq!(locality_factor(0.6, 100.0), 1.0);
-        assert!((locality_factor(0.6, 50.0) - 0.7).abs() < 1e-12);
-        assert_eq!(locality_factor(0.3, 0.0), 0.7);
+        assert_eq!(locality_factor(0.6, Locality::IDEAL), 1.0);
+        assert!((locality_factor(0.6, Locality::new(50.0)) - 0.7).abs() < 1e-12);
+        assert_eq!(locality_factor(0.3, Locality::new(0.0)), 0.7);
     }
 }

@@ -8,7 +8,7 @@ use serde_json::Value;
 use super::ThroughputModel;
 use crate::cluster::{Cluster, GpuTypeId};
 use crate::error::{InputError, Source};
-use crate::job::{Job, JobTypeId, Trace};
+use crate::job::{Job, JobId, JobTypeId, Names, Trace, WorkUnit};
 
 /// A job type at a scale factor, as the table keys it.
 pub type TableKey = (String, u32);
@@ -223,6 +223,43 @@ impl TableModel {
             }
         }
         Ok(TableModel { rates, packed })
+    }
+}
+
+impl TableModel {
+    /// The model for jobs not known in advance (the live control plane): every job type the table has,
+    /// at every scale factor it has, on the cluster's GPU types; with the names that number them.
+    pub fn for_every_job_type(table: &ThroughputTable, cluster: &Cluster) -> (Self, Names) {
+        let mut trace = Trace::new(table.source.clone(), WorkUnit::Steps);
+        let keys: std::collections::BTreeSet<&TableKey> = table
+            .gpu_types
+            .values()
+            .flat_map(|jobs| jobs.keys())
+            .collect();
+        let tenant = trace.intern_tenant("default");
+        for (name, scale_factor) in keys {
+            let job_type = trace.intern_job_type(name);
+            trace.jobs.push(Job {
+                id: JobId(trace.jobs.len() as u32),
+                arrival: 0.0,
+                job_type,
+                gpus: *scale_factor,
+                total_steps: 1.0,
+                weight: 1.0,
+                tenant,
+            });
+        }
+        // Keys that run on none of the cluster's types are simply absent from the model.
+        trace.jobs.retain(|job| {
+            let name = trace.names.job_type(job.job_type);
+            cluster
+                .gpu_types()
+                .iter()
+                .any(|t| table.alone(t, name, job.gpus).is_some_and(|r| r > 0.0))
+        });
+        let model = TableModel::new(table, &trace, cluster)
+            .expect("every job kept runs on some GPU type of the cluster");
+        (model, trace.names)
     }
 }
 

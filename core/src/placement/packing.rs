@@ -1,44 +1,7 @@
-//! Placers turn "n GPUs of type t" into concrete GPUs. Any policy runs with any placer.
+//! Best-fit placement without a topology.
 
-use super::free::FreeGpus;
-use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId};
-use crate::job::Job;
-
-/// What a placer is asked: `gpus` GPUs of type `gpu_type` for `job`.
-#[derive(Clone, Copy, Debug)]
-pub struct PlaceRequest<'a> {
-    pub job: &'a Job,
-    pub gpu_type: GpuTypeId,
-    pub gpus: u32,
-    /// Where the job last ran, for placers that prefer to return it there.
-    pub previous: &'a [GpuId],
-    /// Seconds the job has waited since it was last queued (for time-based relaxation of locality).
-    pub waited: f64,
-    /// How much the job slows down on a poorly placed set (0..1, see `throughput::locality`).
-    pub sensitivity: f64,
-    /// The policy asks for one server where one could hold the gang.
-    pub consolidate: bool,
-}
-
-/// A placer's answer: the GPUs, and how good they are together.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Placed {
-    pub gpus: GpuSet,
-    /// Locality score 0..100 (100 = as good as the best set of this size). Placers that know no
-    /// topology answer 100, and then placement never slows a job.
-    pub score: f64,
-}
-
-/// Chooses concrete GPUs for a gang.
-pub trait Placer: Send {
-    /// Picks free GPUs for `request`, or `None` if they cannot (or, by policy, should not) be found.
-    fn place(
-        &mut self,
-        cluster: &Cluster,
-        free: &FreeGpus,
-        request: &PlaceRequest<'_>,
-    ) -> Option<Placed>;
-}
+use super::{FreeGpus, Locality, PlaceRequest, Placed, Placer, Unplaced, no_capacity};
+use crate::cluster::{Cluster, GpuSet};
 
 /// Best-fit consolidation: the whole gang on the fullest node that can hold it; otherwise the fewest nodes,
 /// taking the emptiest first. This keeps large free blocks for large gangs. It knows no topology, so
@@ -52,11 +15,16 @@ impl Placer for PackingPlacer {
         cluster: &Cluster,
         free: &FreeGpus,
         request: &PlaceRequest<'_>,
-    ) -> Option<Placed> {
+    ) -> Result<Placed, Unplaced> {
         let (gpu_type, gpus, previous) = (request.gpu_type, request.gpus, request.previous);
-        let placed = |gpus: GpuSet| Some(Placed { gpus, score: 100.0 });
-        if free.free_of_type(gpu_type) < gpus {
-            return None;
+        let placed = |gpus: GpuSet| {
+            Ok(Placed {
+                gpus,
+                locality: Locality::IDEAL,
+            })
+        };
+        if let Some(why) = no_capacity(free, request) {
+            return Err(why);
         }
         // A job that keeps its size and type goes back to its old GPUs when they are all free.
         if previous.len() == gpus as usize
@@ -78,7 +46,11 @@ impl Placer for PackingPlacer {
         }
         // A gang that must stay on one server waits if any server of the type could hold it.
         if request.consolidate && free.widest(gpu_type) >= gpus {
-            return None;
+            return Err(Unplaced::Consolidation {
+                gpu_type,
+                wanted: gpus,
+                free: free.free_of_type(gpu_type),
+            });
         }
         // Otherwise spread over the fewest nodes: emptiest first.
         let mut chosen = GpuSet::new();
@@ -91,14 +63,20 @@ impl Placer for PackingPlacer {
                 }
             }
         }
-        None
+        // Unreachable while the free counts add up: spreading covers any gang that many free GPUs hold.
+        Err(Unplaced::Fragmented {
+            gpu_type,
+            wanted: gpus,
+            free: free.free_of_type(gpu_type),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::NodeId;
+    use crate::cluster::{GpuId, GpuTypeId, NodeId};
+    use crate::job::Job;
     use crate::job::{JobId, JobTypeId, TenantId};
 
     fn job(gpus: u32) -> Job {
@@ -130,7 +108,7 @@ mod tests {
             sensitivity: 0.0,
             consolidate: false,
         };
-        p.place(c, f, &request).map(|placed| placed.gpus)
+        p.place(c, f, &request).ok().map(|placed| placed.gpus)
     }
 
     #[test]

@@ -8,13 +8,12 @@ use gangway_topology::topology::Topology;
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
-use super::free::FreeGpus;
-use super::placer::{PlaceRequest, Placed, Placer};
-use crate::cluster::{Cluster, GpuSet, NodeId};
+use super::{FreeGpus, Locality, PlaceRequest, Placed, Placer, Unplaced, no_capacity};
+use crate::cluster::{Cluster, GpuId, GpuSet, NodeId};
 
 /// How a topology-aware placer chooses.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Placement {
+pub enum PlacementMode {
     /// The best set, never spreading a gang that fits in one server (YARN-CS).
     Consolidate,
     /// The best set, spreading when no server has room.
@@ -27,16 +26,16 @@ pub enum Placement {
     Random,
 }
 
-impl std::str::FromStr for Placement {
+impl std::str::FromStr for PlacementMode {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
         Ok(match s {
-            "consolidate" => Placement::Consolidate,
-            "relaxed" => Placement::Relaxed,
-            "sensitive" => Placement::SensitiveOnly,
-            "random" => Placement::Random,
+            "consolidate" => PlacementMode::Consolidate,
+            "relaxed" => PlacementMode::Relaxed,
+            "sensitive" => PlacementMode::SensitiveOnly,
+            "random" => PlacementMode::Random,
             _ => match s.strip_prefix("relax-after:").map(str::parse::<f64>) {
-                Some(Ok(seconds)) if seconds >= 0.0 => Placement::RelaxAfter(seconds),
+                Some(Ok(seconds)) if seconds >= 0.0 => PlacementMode::RelaxAfter(seconds),
                 _ => {
                     return Err(format!(
                         "unknown placement `{s}`; known: consolidate, relaxed, relax-after:SECONDS, sensitive, random"
@@ -51,12 +50,12 @@ impl std::str::FromStr for Placement {
 pub struct TopologyPlacer {
     topology: Arc<Topology>,
     search: PlacementSearch,
-    mode: Placement,
+    mode: PlacementMode,
     rng: ChaCha8Rng,
     masks: FreeMasks,
 }
 
-/// Sensitivity above which `Placement::SensitiveOnly` consolidates a job.
+/// Sensitivity above which `PlacementMode::SensitiveOnly` consolidates a job.
 const SENSITIVE: f64 = 0.4;
 
 impl TopologyPlacer {
@@ -64,7 +63,7 @@ impl TopologyPlacer {
     pub fn new(
         topology: Arc<Topology>,
         cluster: &Cluster,
-        mode: Placement,
+        mode: PlacementMode,
         seed: u64,
     ) -> Result<Self, String> {
         if topology.hosts.len() != cluster.nodes().len() {
@@ -103,11 +102,13 @@ impl TopologyPlacer {
             return Strategy::Consolidate;
         }
         match self.mode {
-            Placement::Consolidate => Strategy::Consolidate,
-            Placement::Relaxed | Placement::Random => Strategy::Relaxed,
-            Placement::RelaxAfter(seconds) => Strategy::RelaxAfter(seconds),
-            Placement::SensitiveOnly if request.sensitivity >= SENSITIVE => Strategy::Consolidate,
-            Placement::SensitiveOnly => Strategy::Relaxed,
+            PlacementMode::Consolidate => Strategy::Consolidate,
+            PlacementMode::Relaxed | PlacementMode::Random => Strategy::Relaxed,
+            PlacementMode::RelaxAfter(seconds) => Strategy::RelaxAfter(seconds),
+            PlacementMode::SensitiveOnly if request.sensitivity >= SENSITIVE => {
+                Strategy::Consolidate
+            }
+            PlacementMode::SensitiveOnly => Strategy::Relaxed,
         }
     }
 }
@@ -118,9 +119,9 @@ impl Placer for TopologyPlacer {
         cluster: &Cluster,
         free: &FreeGpus,
         request: &PlaceRequest<'_>,
-    ) -> Option<Placed> {
-        if free.free_of_type(request.gpu_type) < request.gpus {
-            return None;
+    ) -> Result<Placed, Unplaced> {
+        if let Some(why) = no_capacity(free, request) {
+            return Err(why);
         }
         self.masks.clear();
         self.masks
@@ -136,7 +137,7 @@ impl Placer for TopologyPlacer {
             let gpu = &topology.gpus[g];
             cluster.gpu_at(NodeId(gpu.host as u32), gpu.local as u32)
         };
-        if self.mode == Placement::Random {
+        if self.mode == PlacementMode::Random {
             let mut candidates: Vec<usize> = Vec::new();
             for (h, &mask) in self.masks.iter().enumerate() {
                 let first = topology.hosts[h].first_gpu;
@@ -152,17 +153,52 @@ impl Placer for TopologyPlacer {
             }
             candidates.truncate(request.gpus as usize);
             let gpus: GpuSet = candidates.iter().map(|&g| to_sim(g)).collect();
-            let score = self.search.score(&candidates);
-            return Some(Placed { gpus, score });
+            let locality = Locality::new(self.search.score(&candidates));
+            return Ok(Placed { gpus, locality });
         }
         let strategy = self.strategy(request);
-        let placement =
+        let Some(placement) =
             self.search
-                .find(&self.masks, request.gpus as usize, strategy, request.waited)?;
+                .find(&self.masks, request.gpus as usize, strategy, request.waited)
+        else {
+            let (gpu_type, wanted) = (request.gpu_type, request.gpus);
+            let free = free.free_of_type(gpu_type);
+            // A search that may not spread the gang waits for one server; otherwise no set scored well
+            // enough on the graph.
+            return Err(if strategy == Strategy::Relaxed {
+                Unplaced::Fragmented {
+                    gpu_type,
+                    wanted,
+                    free,
+                }
+            } else {
+                Unplaced::Consolidation {
+                    gpu_type,
+                    wanted,
+                    free,
+                }
+            });
+        };
         let gpus: GpuSet = placement.gpus.iter().map(|&g| to_sim(g)).collect();
-        Some(Placed {
+        Ok(Placed {
             gpus,
-            score: placement.score,
+            locality: Locality::new(placement.score),
         })
+    }
+
+    fn changes_with_time(&self) -> bool {
+        // Only a wait relaxes locality.
+        matches!(self.mode, PlacementMode::RelaxAfter(_))
+    }
+
+    fn locality(&mut self, cluster: &Cluster, gpus: &[GpuId]) -> Locality {
+        let on_graph: Vec<usize> = gpus
+            .iter()
+            .map(|&g| {
+                let host = cluster.node_of(g).0 as usize;
+                self.topology.hosts[host].first_gpu + cluster.local_index(g) as usize
+            })
+            .collect();
+        Locality::new(self.search.score(&on_graph))
     }
 }

@@ -1,0 +1,188 @@
+//! What the cluster actor is built from, and the messages it answers.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use gangway_core::cluster::Cluster;
+use gangway_core::engine::EngineConfig;
+use gangway_core::job::{JobId, Names};
+use gangway_core::placement::Placer;
+use gangway_core::policy::Policy;
+use gangway_core::throughput::ThroughputModel;
+use gangway_journal::JournalError;
+use serde::{Deserialize, Serialize};
+use tokio::sync::broadcast;
+
+use crate::clock::VirtualClock;
+use crate::executor::Executor;
+use crate::health::HealthProbe;
+use crate::job::JobEvent;
+use crate::stats::StatsSnapshot;
+
+pub use crate::request::JobRequest;
+pub use gangway_protocol::api::JobInfo;
+
+/// Where control-plane time comes from.
+#[derive(Clone)]
+pub enum TimeSource {
+    /// A driver sets the time (trace replays, the parity test).
+    Virtual(Arc<VirtualClock>),
+    /// The wall clock from the journal's epoch, `time_scale` times faster than real time. Rounds and
+    /// executor polls run on timers.
+    Wall { time_scale: f64 },
+}
+
+/// How the control plane behaves.
+#[derive(Clone)]
+pub struct Settings {
+    /// Round length, preemption costs, and whether arrivals and completions trigger a round.
+    pub engine: EngineConfig,
+    pub time: TimeSource,
+    /// Journal directory; `None` keeps no journal (nothing survives a restart).
+    pub journal: Option<PathBuf>,
+    /// Records between snapshots (each snapshot compacts the journal).
+    pub snapshot_every: u64,
+    /// Worker crashes retried per job before it fails.
+    pub max_restarts: u32,
+    /// How often the executor is polled for worker events, in wall time.
+    pub poll_every: Duration,
+}
+
+impl Settings {
+    pub fn new(engine: EngineConfig, time: TimeSource) -> Self {
+        Settings {
+            engine,
+            time,
+            journal: None,
+            snapshot_every: 100_000,
+            max_restarts: 3,
+            poll_every: Duration::from_millis(20),
+        }
+    }
+}
+
+/// What a control plane runs on.
+pub struct Parts {
+    pub cluster: Arc<Cluster>,
+    pub model: Arc<dyn ThroughputModel>,
+    /// Names of the job types and tenants the model knows (their ids must match the model's).
+    pub names: Names,
+    pub policy: Box<dyn Policy>,
+    pub placer: Box<dyn Placer>,
+    pub executor: Box<dyn Executor>,
+    /// One health probe per GPU (by GPU id), polled every `health_every`; empty for none.
+    pub probes: Vec<Box<dyn HealthProbe>>,
+    pub health_every: Duration,
+}
+
+/// Why the control plane could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+}
+
+/// A request the control plane refuses; nothing changed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Refusal {
+    #[error("{field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+    #[error("job {0} does not exist")]
+    NoSuchJob(JobId),
+    #[error("job {0} has already ended")]
+    Ended(JobId),
+    #[error("job {0} already exists")]
+    Exists(JobId),
+    /// An idempotency key names a job submitted with a different request.
+    #[error("Idempotency-Key `{key}` was used for job {job} with a different request")]
+    KeyReused { key: String, job: JobId },
+}
+
+/// Submits a job.
+#[derive(Message)]
+#[rtype(result = "Result<JobId, Refusal>")]
+pub struct Submit {
+    pub request: JobRequest,
+    /// Its arrival time; now when `None`.
+    pub at: Option<f64>,
+    /// An idempotency key: a submission with a key already journaled returns that job (and is
+    /// refused if its request differs).
+    pub key: Option<String>,
+}
+
+/// Cancels a job.
+#[derive(Message)]
+#[rtype(result = "Result<(), Refusal>")]
+pub struct Cancel(pub JobId);
+
+/// Runs a scheduling round now (after the changes already being carried out).
+#[derive(Message)]
+#[rtype(result = "RoundReport")]
+pub struct Round;
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RoundReport {
+    pub starts: usize,
+    pub stops: usize,
+    /// Starts that could not lease their gang or launch, and went back to the queue.
+    pub failed_starts: usize,
+    /// Seconds the policy and placer took (the rest of the round carries out their decisions).
+    pub solve_seconds: f64,
+}
+
+/// Collects worker events from the executor and acts on them.
+#[derive(Message)]
+#[rtype(result = "usize")]
+pub struct Poll;
+
+/// What a virtual-time driver needs to pick the next event.
+#[derive(Message)]
+#[rtype(result = "Outlook")]
+pub struct Peek;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Outlook {
+    /// When the executor's next event is due.
+    pub next_event: Option<f64>,
+    /// No job waits or runs.
+    pub idle: bool,
+    pub busy_gpus: u32,
+}
+
+#[derive(Message)]
+#[rtype(result = "Vec<JobInfo>")]
+pub struct ListJobs;
+
+#[derive(Message)]
+#[rtype(result = "Option<JobInfo>")]
+pub struct ShowJob(pub JobId);
+
+#[derive(Message)]
+#[rtype(result = "StatsSnapshot")]
+pub struct GetStats;
+
+/// The event stream's sender, to subscribe.
+#[derive(Message)]
+#[rtype(result = "broadcast::Sender<JobEvent>")]
+pub struct Subscribe;
+
+/// An operator takes GPUs out of service (`cordoned`), or puts them back: the jobs on them checkpoint
+/// and move, and nothing new lands on them. All of them change in one step, so that no round places
+/// a moving job on a GPU about to be cordoned too.
+#[derive(Message, Clone, Debug, Serialize, Deserialize)]
+#[rtype(result = "Result<(), Refusal>")]
+pub struct Cordon {
+    pub gpus: Vec<u32>,
+    pub cordoned: bool,
+}
+
+/// Per-job records of a finished run, for comparisons with the simulator.
+#[derive(Message)]
+#[rtype(result = "BTreeMap<JobId, (Option<f64>, Option<f64>)>")]
+pub struct Timeline;

@@ -1,0 +1,279 @@
+//! Planning: what a batch of the engine's changes means for the journal and the workers, decided
+//! without touching either (in the manner of Volcano's `Statement`: the plan is committed, by
+//! journaling its records and carrying out its steps, or dropped whole).
+
+use gangway_core::engine::Change;
+use gangway_core::job::JobId;
+use rustc_hash::FxHashMap;
+
+use crate::executor::Launch;
+use crate::ledger::{Ledger, Record, Standing};
+use crate::lifecycle::Phase;
+
+/// A job to stop.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct StopPlan {
+    pub job: JobId,
+    /// Where the stop leaves it.
+    pub next: Phase,
+    /// Its workers must be stopped (not when they finished on their own).
+    pub stop_workers: bool,
+    /// Through `Checkpointing` (not when the job ends).
+    pub checkpoint: bool,
+}
+
+/// A job to start.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) struct StartPlan {
+    pub launch: Launch,
+    pub partner: Option<JobId>,
+    /// Through `Placing` (a queued job), or straight to `Starting` (a job being moved or resized).
+    pub via_placing: bool,
+}
+
+/// What a batch of changes comes to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(super) struct Plan {
+    /// To journal before anything is carried out.
+    pub records: Vec<Record>,
+    pub stops: Vec<StopPlan>,
+    pub starts: Vec<StartPlan>,
+    /// Jobs whose pace changed in place (a packing partner left).
+    pub retunes: Vec<(JobId, f64)>,
+}
+
+/// Plans `changes` made at `now`. `ending` names jobs whose stop ends them (finished, cancelled,
+/// failed); `phase_of` gives a job's phase before the batch. Attempts are numbered from the ledger's
+/// next one, in the order the starts come.
+pub(super) fn plan(
+    changes: Vec<Change>,
+    now: f64,
+    ending: &FxHashMap<JobId, Phase>,
+    ledger: &Ledger,
+    phase_of: impl Fn(JobId) -> Option<Phase>,
+) -> Plan {
+    let mut out = Plan::default();
+    let mut stopped = Vec::new();
+    let mut launches = Vec::new();
+    let mut attempt = ledger.next_attempt;
+    for change in changes {
+        match change {
+            Change::Stopped { job, .. } => {
+                if !ending.contains_key(&job) {
+                    out.records.push(Record::Stopped { job, at: now });
+                }
+                stopped.push(job);
+            }
+            Change::Started {
+                job,
+                gpu_type,
+                gpus,
+                partner,
+                steps_per_second,
+                startup_seconds,
+                remaining_steps,
+            } => {
+                out.records.push(Record::Started {
+                    job,
+                    attempt,
+                    gpu_type,
+                    gpus: gpus.clone(),
+                    partner,
+                    at: now,
+                });
+                let spec = ledger.jobs.get(&job).map(|e| &e.spec);
+                let launch = Launch {
+                    job,
+                    attempt,
+                    gpu_type,
+                    gpus,
+                    steps_per_second,
+                    startup_seconds,
+                    remaining_steps,
+                    total_steps: spec.map_or(0.0, |s| s.total_steps),
+                    run: spec.and_then(|s| s.run.clone()),
+                };
+                launches.push((launch, partner));
+                attempt += 1;
+            }
+            Change::Retuned {
+                job,
+                steps_per_second,
+            } => out.retunes.push((job, steps_per_second)),
+        }
+    }
+    // A stop followed by a start of the same size is a move; of another size, a resize.
+    let restarting: FxHashMap<JobId, usize> = launches
+        .iter()
+        .map(|(l, _)| (l.job, l.gpus.len()))
+        .collect();
+    let held = |job: JobId| match ledger.jobs.get(&job).map(|e| &e.standing) {
+        Some(Standing::Running { gpus, .. }) => Some(gpus.len()),
+        _ => None,
+    };
+    let mut after_stops: FxHashMap<JobId, Phase> = FxHashMap::default();
+    for job in stopped {
+        let next = match (ending.get(&job), restarting.get(&job)) {
+            (Some(&end), _) => end,
+            (None, Some(&gpus)) if held(job) == Some(gpus) => Phase::Migrating,
+            (None, Some(_)) => Phase::Resizing,
+            (None, None) => Phase::Preempted,
+        };
+        after_stops.insert(job, next);
+        out.stops.push(StopPlan {
+            job,
+            next,
+            stop_workers: next != Phase::Finished,
+            checkpoint: !next.is_terminal(),
+        });
+    }
+    for (launch, partner) in launches {
+        let phase = after_stops
+            .get(&launch.job)
+            .copied()
+            .or_else(|| phase_of(launch.job));
+        out.starts.push(StartPlan {
+            via_placing: matches!(phase, Some(Phase::Pending | Phase::Preempted)),
+            launch,
+            partner,
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::JobSpec;
+    use gangway_core::cluster::{GpuId, GpuSet, GpuTypeId};
+
+    fn gpus(ids: &[u32]) -> GpuSet {
+        ids.iter().map(|&g| GpuId(g)).collect()
+    }
+
+    /// A ledger where job 1 runs on GPUs 0 and 1, job 2 waits, and the next attempt is 5.
+    fn ledger() -> Ledger {
+        let mut ledger = Ledger::default();
+        for id in [1, 2] {
+            let spec = JobSpec {
+                id: JobId(id),
+                job_type: "t".into(),
+                tenant: "a".into(),
+                gpus: 2,
+                total_steps: 100.0,
+                weight: 1.0,
+                arrival: 0.0,
+                run: None,
+                key: None,
+            };
+            ledger
+                .apply(u64::from(id), &Record::Submitted(spec))
+                .unwrap();
+        }
+        let start = Record::Started {
+            job: JobId(1),
+            attempt: 4,
+            gpu_type: GpuTypeId(0),
+            gpus: gpus(&[0, 1]),
+            partner: None,
+            at: 0.0,
+        };
+        ledger.apply(3, &start).unwrap();
+        ledger
+    }
+
+    fn started(job: u32, on: &[u32]) -> Change {
+        Change::Started {
+            job: JobId(job),
+            gpu_type: GpuTypeId(0),
+            gpus: gpus(on),
+            partner: None,
+            steps_per_second: 1.0,
+            startup_seconds: 0.0,
+            remaining_steps: 50.0,
+        }
+    }
+
+    fn stopped(job: u32) -> Change {
+        Change::Stopped {
+            job: JobId(job),
+            steps_done: 50.0,
+        }
+    }
+
+    fn pending(_: JobId) -> Option<Phase> {
+        Some(Phase::Pending)
+    }
+
+    #[test]
+    fn a_stop_then_a_start_of_the_same_size_is_a_move_and_of_another_a_resize() {
+        let ledger = ledger();
+        let none = FxHashMap::default();
+        let moved = plan(
+            vec![stopped(1), started(1, &[2, 3])],
+            10.0,
+            &none,
+            &ledger,
+            pending,
+        );
+        assert_eq!(moved.stops[0].next, Phase::Migrating);
+        assert!(moved.stops[0].checkpoint && moved.stops[0].stop_workers);
+        // It is already past Pending: it starts without going through Placing.
+        assert!(!moved.starts[0].via_placing);
+        let resized = plan(
+            vec![stopped(1), started(1, &[2, 3, 4, 5])],
+            10.0,
+            &none,
+            &ledger,
+            pending,
+        );
+        assert_eq!(resized.stops[0].next, Phase::Resizing);
+        let preempted = plan(vec![stopped(1)], 10.0, &none, &ledger, pending);
+        assert_eq!(preempted.stops[0].next, Phase::Preempted);
+        assert_eq!(
+            preempted.records,
+            [Record::Stopped {
+                job: JobId(1),
+                at: 10.0
+            }]
+        );
+    }
+
+    #[test]
+    fn starts_number_attempts_from_the_ledger_and_carry_the_spec() {
+        let plan = plan(
+            vec![started(2, &[2, 3]), started(1, &[4, 5])],
+            7.0,
+            &FxHashMap::default(),
+            &ledger(),
+            pending,
+        );
+        let attempts: Vec<u64> = plan.starts.iter().map(|s| s.launch.attempt).collect();
+        assert_eq!(attempts, [5, 6]);
+        assert!(plan.starts.iter().all(|s| s.via_placing));
+        assert_eq!(plan.starts[0].launch.total_steps, 100.0);
+        assert!(matches!(
+            plan.records[0],
+            Record::Started {
+                job: JobId(2),
+                attempt: 5,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn an_ending_stop_is_not_journaled_as_a_stop_and_a_finish_stops_no_workers() {
+        let ending = FxHashMap::from_iter([(JobId(1), Phase::Finished)]);
+        let plan = plan(vec![stopped(1)], 3.0, &ending, &ledger(), pending);
+        assert!(
+            plan.records.is_empty(),
+            "the ending is journaled by its caller"
+        );
+        assert_eq!(plan.stops[0].next, Phase::Finished);
+        assert!(!plan.stops[0].stop_workers && !plan.stops[0].checkpoint);
+        let cancelled = FxHashMap::from_iter([(JobId(1), Phase::Cancelled)]);
+        let plan = super::plan(vec![stopped(1)], 3.0, &cancelled, &ledger(), pending);
+        assert!(plan.stops[0].stop_workers && !plan.stops[0].checkpoint);
+    }
+}

@@ -1,0 +1,107 @@
+//! Recovery: the engine rebuilt from the ledger after a restart.
+
+use gangway_core::engine::Engine;
+use gangway_core::placement::Placer;
+use gangway_core::policy::Policy;
+
+use super::{ClusterActor, Scheduler, job_of};
+use crate::ledger::{Record, Standing};
+use crate::lifecycle::Phase;
+
+impl ClusterActor {
+    /// Rebuilds the engine from the ledger: unfinished jobs are submitted again with their last
+    /// checkpoint; those whose workers still run are re-adopted on their GPUs, the others requeued.
+    pub(super) fn recover(
+        &mut self,
+        mut engine: Engine<'static>,
+        policy: Box<dyn Policy>,
+        mut placer: Box<dyn Placer>,
+        now: f64,
+    ) {
+        // GPUs an operator cordoned stay out of service, before any job is placed again.
+        for &gpu in &self.store.ledger.cordoned {
+            if gpu < engine.cluster().num_gpus() {
+                engine.disable_gpu(gangway_core::cluster::GpuId(gpu), now);
+            }
+        }
+        // Ended jobs still count toward the order in which GPU types are offered (sim/live parity).
+        for entry in self.store.ledger.jobs.values() {
+            if entry.standing.is_terminal() {
+                let job = job_of(&mut engine, &entry.spec);
+                engine.remember_ended(&job);
+            }
+        }
+        let entries: Vec<_> = self.store.ledger.unfinished().cloned().collect();
+        let mut requeued = Vec::new();
+        for entry in &entries {
+            let job = job_of(&mut engine, &entry.spec);
+            let id = job.id;
+            if engine.submit(job, entry.spec.arrival).is_err() {
+                // The cluster changed under the journal: the job can never run here. It fails, and
+                // gives back whatever the ledger says it held.
+                tracing::error!(job = id.0, "a journaled job cannot run on this cluster");
+                requeued.push(Record::Failed {
+                    job: id,
+                    at: now,
+                    error: "cannot run on this cluster (it changed since the job was submitted)"
+                        .into(),
+                });
+                continue;
+            }
+            engine.restore_progress(id, entry.checkpoint, entry.stops);
+            let mut phase = Phase::Pending;
+            if let Standing::Running {
+                attempt,
+                gpu_type,
+                gpus,
+                ..
+            } = &entry.standing
+            {
+                let mut executor = self.executor.lock().expect("executor");
+                let alive = executor.alive(id, *attempt);
+                if alive
+                    && engine
+                        .adopt(id, *gpu_type, gpus.clone(), placer.as_mut(), now)
+                        .is_ok()
+                {
+                    phase = Phase::Running;
+                    self.adopted.push(id);
+                } else {
+                    // Live workers that cannot be re-adopted (a packed partner's GPUs are taken by
+                    // then) are stopped, so that the job never runs twice.
+                    if alive && let Ok(saved) = executor.stop(id, now) {
+                        requeued.push(Record::Checkpointed {
+                            job: id,
+                            steps_done: saved,
+                        });
+                        engine.restore_progress(id, saved, entry.stops);
+                    }
+                    requeued.push(Record::Stopped { job: id, at: now });
+                }
+            }
+            self.add_job(id, phase);
+            if let Some(handle) = self.jobs.get_mut(&id) {
+                handle.crashes = entry.crashes;
+            }
+        }
+        // Changes from adoption are already journaled.
+        engine.take_changes();
+        self.sched = Some(Scheduler {
+            engine,
+            policy,
+            placer,
+        });
+        self.persist(&requeued);
+        let ended: Vec<Phase> = self
+            .store
+            .ledger
+            .jobs
+            .values()
+            .filter_map(|e| e.standing.ended_phase())
+            .collect();
+        // Ended jobs need no actor: the API lists them from the ledger.
+        for phase in ended {
+            self.stats.note_end(phase);
+        }
+    }
+}

@@ -1,0 +1,812 @@
+//! What a submission may say, checked in full before anything is stored, journaled or interned.
+//!
+//! - [`JobRequest`] is the body of `POST /jobs`. [`parse_job_request`] reads it strictly: a body that is
+//!   not JSON, or that names a field no request has (a typo would otherwise do nothing), is a 400
+//!   naming the field; a value of the wrong type or out of range is a 422 naming the field.
+//! - [`validate`] bounds every number ([`limits`]) and refuses names with control characters; the
+//!   cluster actor runs it too, for callers that submit without the API.
+//! - [`RunPolicy`] checks a real job's command against who submitted it: its directory and log
+//!   (absolute, existing, owned by the submitter when the daemon runs as root), its environment (no
+//!   variable that changes how a shell or the dynamic loader starts, see [`startup_variable`]), and
+//!   whatever the executor knows about its arguments ([`ArgsCheck`]).
+
+use std::fmt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::cluster::Refusal;
+use crate::executor::{RunAs, RunCommand};
+use crate::ledger::JobSpec;
+
+pub use gangway_protocol::api::JobRequest;
+pub use gangway_protocol::command::{Invalid, Submitter, check_program, invalid};
+
+/// The bounds on a submission. Each is far beyond any real job, and keeps a typo (or an attack) from
+/// making a job that never ends or a request that fills memory.
+pub mod limits {
+    /// GPUs one job may ask for.
+    pub const MAX_GPUS: u32 = 65_536;
+    /// Work, in the model's units: 10^9 seconds (about 31 years) for the duration model.
+    pub const MAX_WORK: f64 = 1e9;
+    /// Smallest and largest weight.
+    pub const MIN_WEIGHT: f64 = 1e-6;
+    pub const MAX_WEIGHT: f64 = 1e6;
+    /// Characters in a job type or tenant name.
+    pub const MAX_NAME_CHARS: usize = 200;
+    /// Arguments of a command, and bytes in one.
+    pub const MAX_ARGS: usize = 4_096;
+    pub const MAX_ARG_BYTES: usize = 128 * 1024;
+    /// Variables in a command's environment, and bytes in one name or value.
+    pub const MAX_ENV_VARS: usize = 4_096;
+    pub const MAX_ENV_BYTES: usize = 128 * 1024;
+    /// Bytes in a path.
+    pub const MAX_PATH_BYTES: usize = 4_096;
+    /// Bytes in an `Idempotency-Key`.
+    pub const MAX_KEY_BYTES: usize = 255;
+}
+
+/// The fields of [`JobRequest`] and of its [`RunCommand`], as a body names them (a unit test keeps
+/// these lists equal to what serde reads).
+const REQUEST_FIELDS: &[&str] = &["id", "job_type", "tenant", "gpus", "work", "weight", "run"];
+const RUN_FIELDS: &[&str] = &["args", "cwd", "env", "log", "user"];
+
+impl From<Invalid> for Refusal {
+    fn from(i: Invalid) -> Self {
+        Refusal::Invalid {
+            field: i.field,
+            problem: i.problem,
+        }
+    }
+}
+
+/// Why a request body could not be read as a [`JobRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BodyError {
+    /// Not JSON, not an object, or naming fields no request has: a 400.
+    #[error("{0}")]
+    Malformed(String),
+    /// JSON of the right shape with a value of the wrong type, or a field missing: a 422.
+    #[error("{0}")]
+    Unprocessable(String),
+}
+
+/// Reads a `POST /jobs` body strictly: unknown fields (at the top and in `run`) are named, all of
+/// them; a wrong value names its field's path (`run.env.X: invalid type ...`).
+pub fn parse_job_request(body: &[u8]) -> Result<JobRequest, BodyError> {
+    let value: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| BodyError::Malformed(format!("the body is not JSON: {e}")))?;
+    let Some(object) = value.as_object() else {
+        return Err(BodyError::Malformed(
+            "the body must be a JSON object (a job request)".into(),
+        ));
+    };
+    let mut unknown: Vec<String> = object
+        .keys()
+        .filter(|k| !REQUEST_FIELDS.contains(&k.as_str()))
+        .map(|k| format!("`{}`", escape(k)))
+        .collect();
+    if let Some(run) = object.get("run").and_then(|r| r.as_object()) {
+        unknown.extend(
+            run.keys()
+                .filter(|k| !RUN_FIELDS.contains(&k.as_str()))
+                .map(|k| format!("`run.{}`", escape(k))),
+        );
+    }
+    if !unknown.is_empty() {
+        return Err(BodyError::Malformed(format!(
+            "unknown field{} {} (a job request has {}; `run` has {})",
+            if unknown.len() == 1 { "" } else { "s" },
+            unknown.join(", "),
+            REQUEST_FIELDS.join(", "),
+            RUN_FIELDS[..RUN_FIELDS.len() - 1].join(", "),
+        )));
+    }
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        BodyError::Unprocessable(if path == "." {
+            inner
+        } else {
+            format!("{path}: {inner}")
+        })
+    })
+}
+
+/// Checks everything about a request that needs no cluster: numbers in range, names printable,
+/// a command's sizes. Nothing is interned or stored before this passes.
+pub fn validate(request: &JobRequest) -> Result<(), Invalid> {
+    use limits::*;
+    if request.gpus == 0 {
+        return invalid("gpus", "must be at least 1");
+    }
+    if request.gpus > MAX_GPUS {
+        return invalid(
+            "gpus",
+            format!("{} is above the limit of {MAX_GPUS}", request.gpus),
+        );
+    }
+    if !request.work.is_finite() || request.work <= 0.0 {
+        return invalid(
+            "work",
+            format!("must be a positive number, not {}", request.work),
+        );
+    }
+    if request.work > MAX_WORK {
+        return invalid(
+            "work",
+            format!(
+                "{:e} is above the limit of {MAX_WORK:e} (seconds at the requested GPUs)",
+                request.work
+            ),
+        );
+    }
+    if !request.weight.is_finite() || !(MIN_WEIGHT..=MAX_WEIGHT).contains(&request.weight) {
+        return invalid(
+            "weight",
+            format!(
+                "must be a number from {MIN_WEIGHT:e} to {MAX_WEIGHT:e}, not {}",
+                request.weight
+            ),
+        );
+    }
+    check_name("job_type", &request.job_type)?;
+    check_name("tenant", &request.tenant)?;
+    if let Some(run) = &request.run {
+        check_run_shape(run)?;
+    }
+    Ok(())
+}
+
+/// A name shown in tables and logs: 1 to [`limits::MAX_NAME_CHARS`] characters, none of them a
+/// control character (which could rewrite a terminal, or forge a line of output).
+pub fn check_name(field: &'static str, name: &str) -> Result<(), Invalid> {
+    let chars = name.chars().count();
+    if chars == 0 || chars > limits::MAX_NAME_CHARS {
+        return invalid(
+            field,
+            format!(
+                "must be 1 to {} characters (got {chars})",
+                limits::MAX_NAME_CHARS
+            ),
+        );
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return invalid(
+            field,
+            format!(
+                "must not contain control characters (found U+{:04X} in \"{}\")",
+                c as u32,
+                escape(name)
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// `text` with control characters escaped (`\n`, `\u{1b}`), for printing what a client sent.
+pub fn escape(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Sizes and bytes of a command: no NUL anywhere (a process cannot be given one), nothing huge.
+fn check_run_shape(run: &RunCommand) -> Result<(), Invalid> {
+    use limits::*;
+    if run.args.is_empty() {
+        return invalid("run.args", "must name at least the script to run");
+    }
+    if run.args.len() > MAX_ARGS {
+        return invalid(
+            "run.args",
+            format!(
+                "{} arguments is above the limit of {MAX_ARGS}",
+                run.args.len()
+            ),
+        );
+    }
+    for (k, arg) in run.args.iter().enumerate() {
+        if arg.len() > MAX_ARG_BYTES {
+            return invalid(
+                "run.args",
+                format!("argument {k} is above the limit of {MAX_ARG_BYTES} bytes"),
+            );
+        }
+        if arg.contains('\0') {
+            return invalid("run.args", format!("argument {k} contains a NUL byte"));
+        }
+    }
+    if run.env.len() > MAX_ENV_VARS {
+        return invalid(
+            "run.env",
+            format!(
+                "{} variables is above the limit of {MAX_ENV_VARS}",
+                run.env.len()
+            ),
+        );
+    }
+    for (name, value) in &run.env {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return invalid(
+                "run.env",
+                format!(
+                    "`{}` is not a variable name (empty, or with `=` or NUL)",
+                    escape(name)
+                ),
+            );
+        }
+        if value.contains('\0') {
+            return invalid(
+                "run.env",
+                format!("the value of {} contains a NUL byte", escape(name)),
+            );
+        }
+        if name.len() + value.len() > MAX_ENV_BYTES {
+            return invalid(
+                "run.env",
+                format!(
+                    "{} is above the limit of {MAX_ENV_BYTES} bytes",
+                    escape(name)
+                ),
+            );
+        }
+    }
+    for (field, path) in [("run.cwd", Some(&run.cwd)), ("run.log", run.log.as_ref())] {
+        if let Some(path) = path {
+            let bytes = path.as_os_str().len();
+            if bytes > MAX_PATH_BYTES {
+                return invalid(
+                    field,
+                    format!("{bytes} bytes is above the limit of {MAX_PATH_BYTES}"),
+                );
+            }
+            if path.as_os_str().as_encoded_bytes().contains(&0) {
+                return invalid(field, "contains a NUL byte");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether a retried submission asks for exactly what `spec` was submitted with (its arrival aside).
+pub(crate) fn same_request(spec: &JobSpec, request: &JobRequest) -> bool {
+    spec.job_type == request.job_type
+        && spec.tenant == request.tenant
+        && spec.gpus == request.gpus
+        && spec.total_steps == request.work
+        && spec.weight == request.weight
+        && spec.run == request.run
+}
+
+/// Whether `name` changes how a shell, the dynamic loader or the C library starts a program, before
+/// the program itself runs. Such a variable would let a submission run code that is not its command
+/// (the `BASH_ENV` attack), so [`RunPolicy`] refuses it unless the operator allows it by name:
+///
+/// - every `LD_*` (the dynamic loader: `LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, ...);
+/// - the others glibc ignores for set-user-ID programs (its `UNSECURE_ENVVARS`: `GCONV_PATH`,
+///   `GLIBC_TUNABLES`, `HOSTALIASES`, `LOCALDOMAIN`, `LOCPATH`, `MALLOC_TRACE`, `NIS_PATH`, `NLSPATH`,
+///   `RESOLV_HOST_CONF`, `RES_OPTIONS`, `TZDIR`, `GETCONF_DIR`), except `TMPDIR`, which moves scratch
+///   files but runs nothing;
+/// - shell start-up: `BASH_ENV` and `ENV` (files sourced by non-interactive shells), `BASH_FUNC_*`
+///   (exported functions), `SHELLOPTS` and `BASHOPTS`, `PS4` (expanded, with command substitution,
+///   under `set -x`), and `PROMPT_COMMAND`.
+///
+/// Variables read by an interpreter once it runs the job's own script (`PYTHONPATH`) are left alone:
+/// the script is the submitter's code already.
+pub fn startup_variable(name: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PROMPT_COMMAND",
+        "GCONV_PATH",
+        "GETCONF_DIR",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_TRACE",
+        "NIS_PATH",
+        "NLSPATH",
+        "RESOLV_HOST_CONF",
+        "RES_OPTIONS",
+        "TZDIR",
+    ];
+    name.starts_with("LD_") || name.starts_with("BASH_FUNC_") || NAMES.contains(&name)
+}
+
+/// Executor-specific checks of a command's arguments (the launcher parses `elastic-run`'s command
+/// line, and checks the interpreter it names).
+pub type ArgsCheck = Arc<dyn Fn(&RunCommand, &Submitter) -> Result<(), Invalid> + Send + Sync>;
+
+/// Why a command may not run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RunRefusal {
+    /// The command is wrong (a 422).
+    #[error(transparent)]
+    Invalid(#[from] Invalid),
+    /// This submitter may not run commands here (a 403).
+    #[error("{0}")]
+    Forbidden(String),
+}
+
+/// What a daemon lets a submitted command do.
+#[derive(Clone)]
+pub struct RunPolicy {
+    /// The daemon's user: commands run as this user, or, when it is root, as their submitter.
+    pub daemon: Submitter,
+    /// Start-up variables ([`startup_variable`]) the operator allows: exact names, or `PREFIX*`.
+    pub allowed_env: Vec<String>,
+    pub args: Option<ArgsCheck>,
+}
+
+impl fmt::Debug for RunPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunPolicy")
+            .field("daemon", &self.daemon)
+            .field("allowed_env", &self.allowed_env)
+            .field("args", &self.args.as_ref().map(|_| ".."))
+            .finish()
+    }
+}
+
+impl RunPolicy {
+    pub fn new(daemon: Submitter) -> Self {
+        RunPolicy {
+            daemon,
+            allowed_env: Vec::new(),
+            args: None,
+        }
+    }
+
+    fn allows_env(&self, name: &str) -> bool {
+        !startup_variable(name)
+            || self.allowed_env.iter().any(|a| match a.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => a == name,
+            })
+    }
+
+    /// Checks `run` as `submitter` sent it, and says whom it runs as: a daemon that runs as root runs
+    /// each command as its submitter (and checks that the directory and log are theirs); any other
+    /// daemon runs commands as itself, so only its own user (or root) may submit them.
+    pub fn check(&self, run: &mut RunCommand, submitter: &Submitter) -> Result<(), RunRefusal> {
+        if run.user.is_some() {
+            return Err(Invalid {
+                field: "run.user",
+                problem: "the daemon sets it from who submits the job; leave it out".into(),
+            }
+            .into());
+        }
+        check_run_shape(run)?;
+        let as_root = self.daemon.uid == 0;
+        if !as_root && submitter.uid != self.daemon.uid && submitter.uid != 0 {
+            return Err(RunRefusal::Forbidden(format!(
+                "this daemon runs commands as uid {}, and uid {} may not run commands as another user; \
+                 run your own `gangway serve`, or ask its operator to run it as root",
+                self.daemon.uid, submitter.uid
+            )));
+        }
+        // Root may name any path (it could write there anyway); another submitter only their own.
+        let owner = (as_root && submitter.uid != 0).then_some(submitter.uid);
+        check_dir("run.cwd", &run.cwd, owner)?;
+        if let Some(log) = &run.log {
+            check_log(log, owner)?;
+        }
+        if let Some(name) = run.env.keys().find(|name| !self.allows_env(name)) {
+            return Err(Invalid {
+                field: "run.env",
+                problem: format!(
+                    "{} changes how a shell or the dynamic loader starts programs; the daemon refuses it \
+                     unless started with --allow-env {}",
+                    escape(name),
+                    escape(name)
+                ),
+            }
+            .into());
+        }
+        if let Some(args) = &self.args {
+            args(run, submitter)?;
+        }
+        run.user = owner.map(|uid| RunAs {
+            uid,
+            gid: submitter.gid,
+        });
+        Ok(())
+    }
+}
+
+/// `path` is absolute, exists, is a directory (not a link to one), and belongs to `owner` if given.
+fn check_dir(field: &'static str, path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
+    let shown = path.display();
+    if !path.is_absolute() {
+        return invalid(field, format!("{shown} is not an absolute path"));
+    }
+    let meta = std::fs::symlink_metadata(path)
+        .or_else(|_| invalid(field, format!("{shown} does not exist")))?;
+    if !meta.is_dir() {
+        return invalid(field, format!("{shown} is not a directory"));
+    }
+    check_owner(field, path, &meta, owner)
+}
+
+/// A log: an absolute path in an existing directory (the submitter's, if `owner`); if it exists, a
+/// regular file (not a link, a device or a pipe), the submitter's too.
+fn check_log(path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
+    const FIELD: &str = "run.log";
+    let shown = path.display();
+    if !path.is_absolute() {
+        return invalid(FIELD, format!("{shown} is not an absolute path"));
+    }
+    let Some(parent) = path.parent().filter(|_| path.file_name().is_some()) else {
+        return invalid(FIELD, format!("{shown} is not a file path"));
+    };
+    check_dir(FIELD, parent, owner)?;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_file() => invalid(
+            FIELD,
+            format!("{shown} exists and is not a regular file (a link, a device or a pipe)"),
+        ),
+        Ok(meta) => check_owner(FIELD, path, &meta, owner),
+        Err(_) => Ok(()),
+    }
+}
+
+fn check_owner(
+    field: &'static str,
+    path: &Path,
+    meta: &std::fs::Metadata,
+    owner: Option<u32>,
+) -> Result<(), Invalid> {
+    match owner {
+        Some(uid) if meta.uid() != uid => invalid(
+            field,
+            format!(
+                "{} belongs to uid {}, not to the submitter (uid {uid})",
+                path.display(),
+                meta.uid()
+            ),
+        ),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gangway_core::job::JobId;
+    use std::os::unix::fs::PermissionsExt;
+
+    type Env = std::collections::BTreeMap<String, String>;
+
+    fn body(text: &str) -> Result<JobRequest, BodyError> {
+        parse_job_request(text.as_bytes())
+    }
+
+    #[test]
+    fn the_field_lists_match_what_serde_reads() {
+        let request = JobRequest {
+            id: Some(JobId(1)),
+            job_type: "t".into(),
+            tenant: "a".into(),
+            gpus: 1,
+            work: 1.0,
+            weight: 1.0,
+            run: Some(RunCommand {
+                args: vec!["x".into()],
+                cwd: "/".into(),
+                env: Env::new(),
+                log: None,
+                user: None,
+            }),
+        };
+        let value = serde_json::to_value(&request).unwrap();
+        let keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = REQUEST_FIELDS.to_vec();
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+        let keys: Vec<&str> = value["run"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        let mut expected = RUN_FIELDS.to_vec();
+        expected.sort_unstable();
+        assert_eq!(keys, expected);
+    }
+
+    #[test]
+    fn unknown_fields_are_malformed_and_named_wrong_values_name_their_path() {
+        let err = body(
+            r#"{"gpus": 1, "work": 5, "wieght": 2, "run": {"args": ["a"], "cwd": "/", "evn": {}}}"#,
+        )
+        .unwrap_err();
+        let BodyError::Malformed(message) = err else {
+            panic!("{err:?}")
+        };
+        assert!(
+            message.contains("`wieght`") && message.contains("`run.evn`"),
+            "{message}"
+        );
+        assert_eq!(
+            body(r#"{"gpus": "two", "work": 5}"#),
+            Err(BodyError::Unprocessable(
+                "gpus: invalid type: string \"two\", expected u32".into()
+            ))
+        );
+        assert!(matches!(
+            body(r#"{"gpus": 1"#),
+            Err(BodyError::Malformed(_))
+        ));
+        assert!(matches!(body("[1]"), Err(BodyError::Malformed(_))));
+        assert!(matches!(
+            body(r#"{"gpus": 1}"#),
+            Err(BodyError::Unprocessable(m)) if m.contains("missing field `work`")
+        ));
+    }
+
+    #[test]
+    fn numbers_are_bounded_and_the_limit_is_named() {
+        let request = |gpus: u32, work: f64, weight: f64| JobRequest {
+            id: None,
+            job_type: "t".into(),
+            tenant: "a".into(),
+            gpus,
+            work,
+            weight,
+            run: None,
+        };
+        assert!(validate(&request(1, 60.0, 1.0)).is_ok());
+        for (r, field, says) in [
+            (request(0, 60.0, 1.0), "gpus", "at least 1"),
+            (request(70_000, 60.0, 1.0), "gpus", "limit of 65536"),
+            (request(1, 1e308, 1.0), "work", "limit of 1e9"),
+            (request(1, f64::NAN, 1.0), "work", "positive"),
+            (request(1, 60.0, 1e300), "weight", "1e6"),
+            (request(1, 60.0, 0.0), "weight", "1e-6"),
+        ] {
+            let e = validate(&r).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.problem.contains(says), "{e}");
+        }
+    }
+
+    #[test]
+    fn control_characters_in_names_are_refused_and_escaped_when_shown() {
+        let e = check_name("tenant", "a\u{0}b\n\u{1b}[31m").unwrap_err();
+        assert_eq!(e.field, "tenant");
+        assert!(!e.problem.chars().any(char::is_control), "{e}");
+        assert!(e.problem.contains("U+0000"), "{e}");
+        assert_eq!(escape("a\n\u{1b}[31m"), "a\\n\\u{1b}[31m");
+        assert!(check_name("tenant", "équipe-α").is_ok());
+    }
+
+    fn command(dir: &Path) -> RunCommand {
+        RunCommand {
+            args: vec!["train.py".into()],
+            cwd: dir.to_path_buf(),
+            env: Env::from([("PATH".into(), "/usr/bin:/bin".into())]),
+            log: Some(dir.join("job.log")),
+            user: None,
+        }
+    }
+
+    #[test]
+    fn startup_variables_are_refused_unless_the_operator_allows_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Submitter::this_process();
+        let mut policy = RunPolicy::new(me);
+        for name in [
+            "BASH_ENV",
+            "ENV",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "BASH_FUNC_x%%",
+            "PS4",
+        ] {
+            let mut run = command(dir.path());
+            run.env.insert(name.into(), "$(id > /tmp/x)".into());
+            let refused = policy.check(&mut run, &me).unwrap_err();
+            assert!(
+                matches!(&refused, RunRefusal::Invalid(i) if i.field == "run.env" && i.problem.contains(name)),
+                "{name}: {refused:?}"
+            );
+        }
+        for name in ["TMPDIR", "PYTHONPATH", "CUDA_VISIBLE_DEVICES", "HOME"] {
+            let mut run = command(dir.path());
+            run.env.insert(name.into(), "x".into());
+            policy.check(&mut run, &me).unwrap();
+        }
+        policy.allowed_env = vec!["LD_LIBRARY_PATH".into(), "BASH_FUNC_*".into()];
+        let mut run = command(dir.path());
+        run.env
+            .insert("LD_LIBRARY_PATH".into(), "/opt/cuda/lib64".into());
+        run.env
+            .insert("BASH_FUNC_module%%".into(), "() { :; }".into());
+        policy.check(&mut run, &me).unwrap();
+        run.env.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
+        assert!(policy.check(&mut run, &me).is_err());
+    }
+
+    #[test]
+    fn directories_and_logs_are_absolute_existing_and_not_links_or_devices() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Submitter::this_process();
+        let policy = RunPolicy::new(me);
+        let refused = |change: &dyn Fn(&mut RunCommand)| {
+            let mut run = command(dir.path());
+            change(&mut run);
+            match policy.check(&mut run, &me) {
+                Err(RunRefusal::Invalid(i)) => i.to_string(),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert!(refused(&|r| r.cwd = "relative".into()).starts_with("run.cwd:"));
+        assert!(refused(&|r| r.cwd = dir.path().join("missing")).contains("does not exist"));
+        assert!(refused(&|r| r.log = Some("job.log".into())).contains("absolute"));
+        assert!(refused(&|r| r.log = Some("/dev/null".into())).contains("not a regular file"));
+        assert!(
+            refused(&|r| r.log = Some(dir.path().join("no/such/dir/log")))
+                .contains("does not exist")
+        );
+        std::os::unix::fs::symlink("/etc/passwd", dir.path().join("link.log")).unwrap();
+        assert!(
+            refused(&|r| r.log = Some(dir.path().join("link.log"))).contains("not a regular file")
+        );
+        assert!(refused(&|r| r.args.push("\0".into())).starts_with("run.args:"));
+        assert!(refused(&|r| r.user = Some(RunAs { uid: 0, gid: 0 })).starts_with("run.user:"));
+        let mut run = command(dir.path());
+        policy.check(&mut run, &me).unwrap();
+        assert_eq!(run.user, None, "a command runs as the daemon's own user");
+    }
+
+    #[test]
+    fn under_a_root_daemon_paths_must_be_the_submitters_and_the_job_runs_as_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let owner = std::fs::metadata(dir.path()).unwrap().uid();
+        let policy = RunPolicy::new(Submitter { uid: 0, gid: 0 });
+        let stranger = Submitter {
+            uid: owner.wrapping_add(4242),
+            gid: 777,
+        };
+        let mut run = command(dir.path());
+        let refused = policy.check(&mut run, &stranger).unwrap_err();
+        assert!(
+            matches!(&refused, RunRefusal::Invalid(i) if i.field == "run.cwd" && i.problem.contains("not to the submitter")),
+            "{refused:?}"
+        );
+        let owner_submits = Submitter {
+            uid: owner,
+            gid: 777,
+        };
+        let mut run = command(dir.path());
+        policy.check(&mut run, &owner_submits).unwrap();
+        let expected = (owner != 0).then_some(RunAs {
+            uid: owner,
+            gid: 777,
+        });
+        assert_eq!(
+            run.user, expected,
+            "a root daemon runs the command as its submitter"
+        );
+        // A daemon that is not root runs commands as itself: only its user may send them.
+        let policy = RunPolicy::new(Submitter {
+            uid: 1000,
+            gid: 1000,
+        });
+        let refused = policy
+            .check(
+                &mut command(dir.path()),
+                &Submitter {
+                    uid: 1001,
+                    gid: 1001,
+                },
+            )
+            .unwrap_err();
+        assert!(matches!(refused, RunRefusal::Forbidden(_)), "{refused:?}");
+    }
+
+    #[test]
+    fn a_program_must_be_executable_and_not_replaceable_by_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Submitter::this_process();
+        let run = command(dir.path());
+        assert!(check_program("run.args", Path::new("sh"), &run, &me).is_ok());
+        let mut no_path = run.clone();
+        no_path.env.clear();
+        assert!(
+            check_program("run.args", Path::new("sh"), &no_path, &me).is_ok(),
+            "the C library's default PATH"
+        );
+        let script = dir.path().join("python");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_program("run.args", &script, &run, &me).unwrap_err();
+        assert!(e.problem.contains("writable by everyone"), "{e}");
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = check_program("run.args", &script, &run, &me).unwrap_err();
+        assert!(e.problem.contains("not an executable"), "{e}");
+        let e = check_program("run.args", Path::new("no-such-python"), &run, &me).unwrap_err();
+        assert!(e.problem.contains("not on the submitted PATH"), "{e}");
+    }
+
+    #[test]
+    fn refused_submissions_intern_no_names() {
+        use crate::clock::VirtualClock;
+        use crate::cluster::{ClusterActor, InternedIds, Parts, Settings, Submit, TimeSource};
+        use crate::executor::SimExecutor;
+        use gangway_core::engine::EngineConfig;
+        use gangway_core::job::Names;
+        use gangway_core::{cluster::Cluster, placement, policy, throughput::DurationModel};
+
+        actix::System::new().block_on(async {
+            let parts = Parts {
+                cluster: std::sync::Arc::new(Cluster::parse_spec("v100=4", 4).unwrap()),
+                model: std::sync::Arc::new(DurationModel::uniform(1)),
+                names: Names::default(),
+                policy: policy::build("fifo", &Default::default()).unwrap(),
+                placer: Box::new(placement::PackingPlacer),
+                executor: Box::new(SimExecutor::default()),
+                probes: Vec::new(),
+                health_every: std::time::Duration::from_secs(60),
+            };
+            let clock = std::sync::Arc::new(VirtualClock::new(0.0));
+            let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
+            let cluster = ClusterActor::start(parts, settings).unwrap();
+            let request = |gpus: u32, name: String| JobRequest {
+                id: None,
+                job_type: name.clone(),
+                tenant: name,
+                gpus,
+                work: 60.0,
+                weight: 1.0,
+                run: None,
+            };
+            // Refused by the cluster (8 GPUs on 4), each with new names.
+            for k in 0..50 {
+                let refused = cluster
+                    .send(Submit {
+                        request: request(8, format!("refused-{k}")),
+                        at: None,
+                        key: None,
+                    })
+                    .await
+                    .unwrap();
+                assert!(refused.is_err());
+            }
+            let id = cluster
+                .send(Submit {
+                    request: request(2, "accepted".into()),
+                    at: None,
+                    key: None,
+                })
+                .await
+                .unwrap()
+                .unwrap();
+            let ids = cluster.send(InternedIds(id)).await.unwrap();
+            assert_eq!(
+                ids,
+                Some((0, 0)),
+                "the first accepted names get the first ids: the refused ones were never interned"
+            );
+        });
+    }
+}

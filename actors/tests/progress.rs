@@ -1,0 +1,130 @@
+//! What the workers report is the truth and the model only predicts: a job's reported progress is what
+//! the API shows and what the policy counts as its remaining work.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use gangway_actors::clock::VirtualClock;
+use gangway_actors::cluster::{
+    ClusterActor, JobRequest, Parts, Poll, Round, Settings, ShowJob, Submit, TimeSource,
+};
+use gangway_actors::executor::{Executor, ExecutorError, Launch, SimExecutor, WorkerEvent};
+use gangway_core::cluster::Cluster;
+use gangway_core::engine::EngineConfig;
+use gangway_core::job::{JobId, Names};
+use gangway_core::placement::PackingPlacer;
+use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::throughput::DurationModel;
+
+/// The last launch, and the steps to report at the next poll.
+#[derive(Default)]
+struct Reports {
+    launched: Option<(JobId, u64)>,
+    due: Option<f64>,
+}
+
+/// Simulated workers that also report the progress the test gives them.
+#[derive(Clone, Default)]
+struct Reporting {
+    inner: Arc<Mutex<SimExecutor>>,
+    reports: Arc<Mutex<Reports>>,
+}
+
+impl Reporting {
+    fn report(&self, steps_done: f64) {
+        self.reports.lock().unwrap().due = Some(steps_done);
+    }
+}
+
+impl Executor for Reporting {
+    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
+        self.reports.lock().unwrap().launched = Some((launch.job, launch.attempt));
+        self.inner.lock().unwrap().launch(launch, now)
+    }
+    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
+        self.inner.lock().unwrap().stop(job, now)
+    }
+    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64) {
+        self.inner
+            .lock()
+            .unwrap()
+            .retune(job, steps_per_second, now)
+    }
+    fn alive(&mut self, job: JobId, attempt: u64) -> bool {
+        self.inner.lock().unwrap().alive(job, attempt)
+    }
+    fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
+        let mut events = self.inner.lock().unwrap().poll(now);
+        let mut reports = self.reports.lock().unwrap();
+        if let (Some((job, attempt)), Some(steps_done)) = (reports.launched, reports.due.take()) {
+            events.push(WorkerEvent::Progressed {
+                job,
+                attempt,
+                steps_done,
+            });
+        }
+        events
+    }
+    fn next_event(&self) -> Option<f64> {
+        self.inner.lock().unwrap().next_event()
+    }
+}
+
+#[actix::test]
+async fn reported_progress_replaces_the_models_estimate() {
+    let workers = Reporting::default();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let parts = Parts {
+        cluster: Arc::new(Cluster::parse_spec("v100=1x2", 2).unwrap()),
+        model: Arc::new(DurationModel::uniform(1)),
+        names: Names::default(),
+        policy: policy::build("srtf", &PolicyConfig::default()).unwrap(),
+        placer: Box::new(PackingPlacer),
+        executor: Box::new(workers.clone()),
+        probes: Vec::new(),
+        health_every: Duration::from_secs(60),
+    };
+    let settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::clone(&clock)),
+    );
+    let cluster = ClusterActor::start(parts, settings).unwrap();
+    let request = JobRequest {
+        id: None,
+        job_type: "toy".into(),
+        tenant: "a".into(),
+        gpus: 2,
+        work: 1000.0,
+        weight: 1.0,
+        run: None,
+    };
+    let job = cluster
+        .send(Submit {
+            request,
+            at: None,
+            key: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    cluster.send(Round).await.unwrap();
+    // 100 s in, the model says 10%; the workers say 70%.
+    clock.set(100.0);
+    workers.report(700.0);
+    cluster.send(Poll).await.unwrap();
+    let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert!(
+        (shown.progress - 0.7).abs() < 1e-9,
+        "shown {} instead of the reported 0.7",
+        shown.progress
+    );
+    // Time goes on from the report: 50 s more at 1 unit/s.
+    clock.set(150.0);
+    cluster.send(Round).await.unwrap();
+    let later = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert!(
+        (later.progress - 0.75).abs() < 1e-9,
+        "shown {} after 50 s more",
+        later.progress
+    );
+}

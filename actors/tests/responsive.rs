@@ -1,0 +1,200 @@
+//! The control plane keeps answering while workers checkpoint: a preemption that waits on a slow
+//! worker holds neither the job list, the metrics, nor new submissions.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use gangway_actors::clock::VirtualClock;
+use gangway_actors::cluster::{
+    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Parts, Round, Settings, ShowJob, Submit,
+    TimeSource,
+};
+use gangway_actors::executor::{Executor, ExecutorError, Launch, SimExecutor, WorkerEvent};
+use gangway_actors::lifecycle::Phase;
+use gangway_core::cluster::Cluster;
+use gangway_core::engine::EngineConfig;
+use gangway_core::job::{JobId, Names};
+use gangway_core::placement::PackingPlacer;
+use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::throughput::DurationModel;
+
+/// A gate a stop waits at until the test opens it; it also tells when a stop is waiting.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<(bool, bool)>, Condvar)>);
+
+/// Opens the gate when the test ends, failed or not, so that a failure ends the test instead of
+/// leaving the stop blocked.
+struct OpenOnDrop(Gate);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+impl Gate {
+    /// Blocks until the gate opens, noting that a stop waits.
+    fn pass(&self) {
+        let (state, opened) = &*self.0;
+        let mut state = state.lock().unwrap();
+        state.1 = true;
+        while !state.0 {
+            state = opened.wait(state).unwrap();
+        }
+    }
+
+    fn waiting(&self) -> bool {
+        self.0.0.lock().unwrap().1
+    }
+
+    fn open(&self) {
+        self.0.0.lock().unwrap().0 = true;
+        self.0.1.notify_all();
+    }
+}
+
+/// Simulated workers whose checkpoints take as long as the gate stays shut.
+struct SlowToStop {
+    inner: SimExecutor,
+    gate: Gate,
+}
+
+impl Executor for SlowToStop {
+    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
+        self.inner.launch(launch, now)
+    }
+    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
+        self.gate.pass();
+        self.inner.stop(job, now)
+    }
+    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64) {
+        self.inner.retune(job, steps_per_second, now)
+    }
+    fn alive(&mut self, job: JobId, attempt: u64) -> bool {
+        self.inner.alive(job, attempt)
+    }
+    fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
+        self.inner.poll(now)
+    }
+    fn next_event(&self) -> Option<f64> {
+        self.inner.next_event()
+    }
+}
+
+fn request() -> JobRequest {
+    JobRequest {
+        id: None,
+        job_type: "toy".into(),
+        tenant: "a".into(),
+        gpus: 2,
+        work: 3600.0,
+        weight: 1.0,
+        run: None,
+    }
+}
+
+/// Bounds every wait, so that a control plane that stops answering fails the test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+#[actix::test]
+async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
+    let gate = Gate::default();
+    let _opened = OpenOnDrop(gate.clone());
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let parts = Parts {
+        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
+        model: Arc::new(DurationModel::uniform(1)),
+        names: Names::default(),
+        policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
+        placer: Box::new(PackingPlacer),
+        executor: Box::new(SlowToStop {
+            inner: SimExecutor::default(),
+            gate: gate.clone(),
+        }),
+        probes: Vec::new(),
+        health_every: Duration::from_secs(60),
+    };
+    let settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::clone(&clock)),
+    );
+    let cluster = ClusterActor::start(parts, settings).unwrap();
+    let job = cluster
+        .send(Submit {
+            request: request(),
+            at: None,
+            key: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    cluster.send(Round).await.unwrap();
+    let running = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert_eq!(running.phase, Phase::Running);
+
+    // An operator cordons the job's GPUs: it must checkpoint, and its worker is slow to.
+    let cordoned = running.placement.clone();
+    let cordon = actix::spawn(cluster.send(Cordon {
+        gpus: cordoned.clone(),
+        cordoned: true,
+    }));
+    let waited = Instant::now();
+    while !gate.waiting() {
+        assert!(
+            waited.elapsed() < PATIENCE,
+            "the stop never reached the worker"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+
+    // The worker is still checkpointing: the API answers meanwhile.
+    let asked = Instant::now();
+    let jobs = tokio::time::timeout(PATIENCE, cluster.send(ListJobs))
+        .await
+        .expect("GET /jobs waited for the worker's checkpoint")
+        .unwrap();
+    let listed = asked.elapsed();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].phase, Phase::Checkpointing, "{:?}", jobs[0]);
+    let stats = tokio::time::timeout(PATIENCE, cluster.send(GetStats))
+        .await
+        .expect("/metrics waited for the worker's checkpoint")
+        .unwrap();
+    assert_eq!(stats.submitted, 1);
+    let second = tokio::time::timeout(
+        PATIENCE,
+        cluster.send(Submit {
+            request: request(),
+            at: None,
+            key: None,
+        }),
+    )
+    .await
+    .expect("a submission waited for the worker's checkpoint")
+    .unwrap()
+    .unwrap();
+    assert!(
+        !cordon.is_finished(),
+        "the cordon must still wait on the worker"
+    );
+    eprintln!("job list answered in {listed:?} while a worker checkpointed");
+
+    gate.open();
+    tokio::time::timeout(PATIENCE, cordon)
+        .await
+        .expect("the cordon never completed")
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    // The round the cordon asked for waited for the stop, then put the older job back on the two
+    // GPUs left in service; the newer one waits.
+    let moved = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert_eq!(moved.phase, Phase::Running, "{moved:?}");
+    assert_eq!(moved.preemptions, 1);
+    assert!(
+        moved.placement.iter().all(|g| !cordoned.contains(g)),
+        "placed on a cordoned GPU: {moved:?}"
+    );
+    let waiting = cluster.send(ShowJob(second)).await.unwrap().unwrap();
+    assert_eq!(waiting.phase, Phase::Pending, "{waiting:?}");
+}

@@ -1,0 +1,125 @@
+//! Accounting: what each job has received (service, GPU time by type, progress), how busy the cluster
+//! was, and the usage slices a policy sees.
+
+use super::Engine;
+use crate::job::Job;
+use crate::metrics::JobRecord;
+use crate::policy::Usage;
+
+/// Busy GPUs over time.
+#[derive(Debug)]
+pub(super) struct BusyTime {
+    pub gpus: u32,
+    pub gpu_seconds: f64,
+    last_change: f64,
+    /// (time, busy GPUs) whenever the number of busy GPUs changes.
+    pub utilization: Vec<(f64, u32)>,
+}
+
+impl BusyTime {
+    pub fn new(start: f64) -> Self {
+        BusyTime {
+            gpus: 0,
+            gpu_seconds: 0.0,
+            last_change: start,
+            utilization: Vec::new(),
+        }
+    }
+
+    /// Accrues busy time up to `now`.
+    pub fn accrue(&mut self, now: f64) {
+        self.gpu_seconds += f64::from(self.gpus) * (now - self.last_change).max(0.0);
+        self.last_change = now;
+    }
+
+    /// `gpus` more GPUs are busy from `now` (fewer, when negative).
+    pub fn change(&mut self, now: f64, gpus: i64) {
+        self.accrue(now);
+        self.gpus = (i64::from(self.gpus) + gpus) as u32;
+    }
+
+    /// Records a utilization sample when the number of busy GPUs changed.
+    pub fn sample(&mut self, now: f64) {
+        if self
+            .utilization
+            .last()
+            .is_none_or(|&(_, busy)| busy != self.gpus)
+        {
+            self.utilization.push((now, self.gpus));
+        }
+    }
+}
+
+/// What an engine leaves at the end of a run.
+pub struct EngineTotals {
+    pub records: Vec<JobRecord>,
+    pub utilization: Vec<(f64, u32)>,
+    pub busy_gpu_seconds: f64,
+}
+
+/// The record of a job that has not run yet.
+pub fn new_record(job: &Job, job_type: &str, gpu_types: usize) -> JobRecord {
+    JobRecord {
+        id: job.id,
+        job_type: job_type.to_owned(),
+        gpus: job.gpus,
+        arrival: job.arrival,
+        first_start: None,
+        finish: None,
+        gpu_seconds: vec![0.0; gpu_types],
+        preemptions: 0,
+        migrations: 0,
+    }
+}
+
+impl Engine<'_> {
+    /// Brings a running job's accounting up to `now`.
+    pub(super) fn settle(&mut self, i: usize, now: f64) {
+        let cluster = &self.cluster;
+        let state = &mut self.states[i];
+        let Some(run) = state.run.as_mut() else {
+            return;
+        };
+        let from = run.settled_to;
+        if now <= from {
+            return;
+        }
+        let held = now - from;
+        let progressing = (now - run.progress_from.max(from)).max(0.0);
+        // Packed partners split the GPUs' time between them, so that GPU-time adds up to busy time.
+        let sharers = if run.partner.is_some() { 2.0 } else { 1.0 };
+        let gpus = run.gpus.len() as f64 / sharers;
+        run.settled_to = now;
+        if run.mixed {
+            for &g in &run.gpus {
+                state.record.gpu_seconds[cluster.gpu_type_of(g).0 as usize] += held / sharers;
+            }
+        } else {
+            state.record.gpu_seconds[run.gpu_type.0 as usize] += held * gpus;
+        }
+        state.steps_done += progressing * run.rate;
+        state.attained_seconds += held;
+        state.attained_gpu_seconds += held * gpus;
+        self.usage.push(Usage {
+            job: self.jobs[i].id,
+            partner: run.partner.map(|p| self.jobs[p].id),
+            gpu_type: run.gpu_type,
+            seconds: held,
+        });
+    }
+
+    /// Records a utilization sample when the number of busy GPUs changed.
+    pub(super) fn note_utilization(&mut self, now: f64) {
+        self.busy.sample(now);
+    }
+
+    /// The records of every job, in submission order, and the busy-time totals, up to `now`.
+    pub fn into_totals(mut self, now: f64) -> EngineTotals {
+        self.busy.accrue(now);
+        EngineTotals {
+            records: self.states.into_iter().map(|j| j.record).collect(),
+            utilization: self.busy.utilization,
+            busy_gpu_seconds: self.busy.gpu_seconds,
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Admission: taking jobs in, interning their names, caching their rates per GPU type, and the order in
+//! which GPU types are offered (fastest first for the jobs admitted so far).
+
+use super::{Engine, JobState};
+use crate::cluster::{GpuSet, GpuTypeId};
+use crate::job::{Job, JobId, JobTypeId, Names, TenantId};
+use crate::throughput::locality::default_sensitivity;
+
+use super::accounting::new_record;
+use super::live::{Rejected, Unrunnable};
+
+/// The longest a job may take at its fastest: about 30 years. Longer work is a unit mistake (or a
+/// rate of 1e-300), and would only make a run spin through rounds.
+pub const MAX_JOB_SECONDS: f64 = 1e9;
+
+impl Engine<'_> {
+    /// The id of a job type by name, added if new.
+    pub fn intern_job_type(&mut self, name: &str) -> JobTypeId {
+        let id = self.names.intern_job_type(name);
+        if self.sensitivity.len() < self.names.job_types.len() {
+            self.sensitivity.push(default_sensitivity(name));
+        }
+        id
+    }
+
+    /// The job a submission would become, without interning its names: its job type's id, or the id
+    /// the type would get; no tenant (what can run depends on the model, which reads the job type,
+    /// never the tenant). For checking a submission before anything is stored.
+    pub fn candidate(&self, id: JobId, job_type: &str, gpus: u32, total_steps: f64) -> Job {
+        let job_type = self
+            .names
+            .job_types
+            .iter()
+            .position(|n| n == job_type)
+            .unwrap_or(self.names.job_types.len());
+        Job {
+            id,
+            arrival: 0.0,
+            job_type: JobTypeId(job_type as u32),
+            gpus,
+            total_steps,
+            weight: 1.0,
+            tenant: TenantId(0),
+        }
+    }
+
+    /// The names job-type and tenant ids refer to.
+    pub fn names(&self) -> &Names {
+        &self.names
+    }
+
+    /// The id of a tenant by name, added if new.
+    pub fn intern_tenant(&mut self, name: &str) -> TenantId {
+        self.names.intern_tenant(name)
+    }
+
+    /// Takes a job that arrives at `now`. A job that can never run is kept (its record stays
+    /// unfinished) but never scheduled.
+    pub fn submit(&mut self, job: Job, now: f64) -> Result<(), Rejected> {
+        if self.index_of.contains_key(&job.id) {
+            return Err(Rejected::Duplicate(job.id));
+        }
+        let i = self.push(job);
+        if let Err(why) = self.check(&self.jobs[i]) {
+            return Err(Rejected::Unrunnable(self.jobs[i].id, why));
+        }
+        self.admit(i, now);
+        Ok(())
+    }
+
+    /// Whether `job` could run here at all: some GPU type has room for its gang and a rate for it, at
+    /// which it finishes within [`MAX_JOB_SECONDS`].
+    pub fn check(&self, job: &Job) -> Result<(), Unrunnable> {
+        let capacity = self.cluster.capacity();
+        let largest = capacity.iter().copied().max().unwrap_or(0);
+        if job.gpus > largest {
+            return Err(Unrunnable::GangTooLarge {
+                gpus: job.gpus,
+                largest,
+            });
+        }
+        let best = (0..self.types())
+            .filter(|&t| capacity[t] >= job.gpus)
+            .filter_map(|t| {
+                self.model
+                    .steps_per_second(job, GpuTypeId(t as u16), job.gpus)
+            })
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .fold(0.0, f64::max);
+        if best <= 0.0 {
+            return Err(Unrunnable::NoRate { gpus: job.gpus });
+        }
+        let seconds = job.total_steps / best;
+        // NaN (0 work at a zero rate) is as meaningless as too long.
+        if seconds.is_nan() || seconds > MAX_JOB_SECONDS {
+            return Err(Unrunnable::TooLong {
+                seconds,
+                limit: MAX_JOB_SECONDS,
+            });
+        }
+        Ok(())
+    }
+
+    /// The GPU types in the order heterogeneity-aware policies are offered them.
+    pub fn type_order(&self) -> &[GpuTypeId] {
+        self.type_order.order()
+    }
+
+    /// Counts a job that ran before a restart, and has ended, toward the GPU type order, as its
+    /// admission did: a recovered control plane then offers the types in the order it did before.
+    pub fn remember_ended(&mut self, job: &Job) {
+        let rates: Vec<f64> = self.rates_of(job).collect();
+        self.type_order.observe(&rates);
+    }
+
+    /// Steps/s of `job` alone on its gang of each type (0 where it cannot run).
+    fn rates_of<'a>(&'a self, job: &'a Job) -> impl Iterator<Item = f64> + 'a {
+        (0..self.types()).map(move |t| {
+            self.model
+                .steps_per_second(job, GpuTypeId(t as u16), job.gpus)
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .unwrap_or(0.0)
+        })
+    }
+
+    /// Adds a job's state without admitting it, in a forgotten job's slot if there is one.
+    fn push(&mut self, job: Job) -> usize {
+        let rates: Vec<f64> = self.rates_of(&job).collect();
+        let state = JobState {
+            steps_done: 0.0,
+            attained_gpu_seconds: 0.0,
+            attained_seconds: 0.0,
+            run: None,
+            last_gpus: GpuSet::new(),
+            overhead_due: 0.0,
+            progressed: false,
+            queued_since: job.arrival,
+            last_run_seconds: 0.0,
+            finish_at: f64::INFINITY,
+            completion: None,
+            grant: None,
+            displaced: false,
+            waiting: None,
+            record: new_record(&job, self.names.job_type(job.job_type), self.types()),
+        };
+        let i = match self.vacant.pop() {
+            Some(i) => {
+                let t = self.types();
+                self.rates[i * t..(i + 1) * t].copy_from_slice(&rates);
+                self.states[i] = state;
+                self.jobs[i] = job;
+                i
+            }
+            None => {
+                self.rates.extend(rates);
+                self.states.push(state);
+                self.jobs.push(job);
+                self.jobs.len() - 1
+            }
+        };
+        self.index_of.insert(self.jobs[i].id, i);
+        i
+    }
+
+    fn admit(&mut self, i: usize, now: f64) {
+        let t = self.types();
+        self.type_order.observe(&self.rates[i * t..(i + 1) * t]);
+        self.states[i].queued_since = now;
+        self.active.push(i);
+        self.jobs_changed = true;
+    }
+
+    /// Job `i`'s rates alone at its requested gang size, per GPU type.
+    pub(super) fn job_rates(&self, i: usize) -> &[f64] {
+        let t = self.types();
+        &self.rates[i * t..(i + 1) * t]
+    }
+
+    /// Job `i`'s rate alone on `gpus` GPUs of `gpu_type`: cached at the size it asked for, from the model
+    /// at any other size (a policy that resizes jobs); 0 where it cannot run so.
+    pub(super) fn rate_at(&self, i: usize, gpu_type: GpuTypeId, gpus: u32) -> f64 {
+        let job = &self.jobs[i];
+        if gpus == job.gpus {
+            return self.job_rates(i)[gpu_type.0 as usize];
+        }
+        self.model
+            .steps_per_second(job, gpu_type, gpus)
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or(0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::cluster::{Cluster, GpuTypeId};
+    use crate::engine::{Engine, EngineConfig};
+    use crate::job::{Job, JobId, JobTypeId, Names, TenantId};
+    use crate::throughput::ThroughputModel;
+
+    /// Job type 0 runs 3x faster on GPU type 1; job type 1 twice as fast on GPU type 0.
+    struct TwoKinds;
+
+    impl ThroughputModel for TwoKinds {
+        fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, _gpus: u32) -> Option<f64> {
+            let rates = [[1.0, 3.0], [2.0, 1.0]];
+            Some(rates[job.job_type.0 as usize][gpu_type.0 as usize])
+        }
+    }
+
+    fn engine() -> Engine<'static> {
+        let cluster = Arc::new(Cluster::parse_spec("a=2,b=2", 1).unwrap());
+        let mut engine = Engine::new(
+            cluster,
+            Arc::new(TwoKinds),
+            EngineConfig::default(),
+            Names::default(),
+            0.0,
+        );
+        for name in ["fast-on-b", "fast-on-a"] {
+            engine.intern_job_type(name);
+        }
+        engine
+    }
+
+    fn job(id: u32, job_type: u32) -> Job {
+        Job {
+            id: JobId(id),
+            arrival: 0.0,
+            job_type: JobTypeId(job_type),
+            gpus: 1,
+            total_steps: 100.0,
+            weight: 1.0,
+            tenant: TenantId(0),
+        }
+    }
+
+    #[test]
+    fn ended_jobs_remembered_at_recovery_give_the_type_order_their_admission_gave() {
+        // Before the restart: two jobs that prefer type 1 (both ended), then one that prefers type 0.
+        let mut before = engine();
+        for (id, kind) in [(0, 0), (1, 0), (2, 1)] {
+            before.submit(job(id, kind), 0.0).unwrap();
+        }
+        assert_eq!(before.type_order(), [GpuTypeId(1), GpuTypeId(0)]);
+        // After it, only job 2 is submitted again: without the ended ones the order would flip.
+        let mut recovered = engine();
+        recovered.submit(job(2, 1), 0.0).unwrap();
+        assert_eq!(recovered.type_order(), [GpuTypeId(0), GpuTypeId(1)]);
+        let mut remembered = engine();
+        for id in [0, 1] {
+            remembered.remember_ended(&job(id, 0));
+        }
+        remembered.submit(job(2, 1), 0.0).unwrap();
+        assert_eq!(remembered.type_order(), before.type_order());
+    }
+}

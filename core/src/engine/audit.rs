@@ -1,0 +1,68 @@
+//! The engine's invariants, checked on demand (tests and `EngineConfig::audit`).
+
+use super::Engine;
+use crate::cluster::GpuTypeId;
+
+impl Engine<'_> {
+    /// Panics if an invariant does not hold: every running job holds exactly its gang, of one type it can
+    /// run on; no GPU is held twice, except by two packing partners; the free count matches; nothing
+    /// finished is running.
+    pub fn audit(&self) {
+        let cluster = &self.cluster;
+        let mut holder: Vec<Option<usize>> = vec![None; cluster.num_gpus() as usize];
+        let mut held_per_type = vec![0u32; self.types()];
+        for &i in &self.active {
+            let Some(run) = &self.states[i].run else {
+                continue;
+            };
+            let job = &self.jobs[i];
+            // Its requested gang, or a size its throughput model runs it at (a resized job): never a
+            // partial gang.
+            assert!(
+                self.rate_at(i, run.gpu_type, run.gpus.len() as u32) > 0.0,
+                "job {} holds {} GPUs, a gang it cannot run on",
+                job.id,
+                run.gpus.len()
+            );
+            assert!(
+                self.states[i].record.finish.is_none(),
+                "finished job {} still runs",
+                job.id
+            );
+            for &g in &run.gpus {
+                assert!(
+                    run.mixed || cluster.gpu_type_of(g) == run.gpu_type,
+                    "job {} spans GPU types without a mixed grant",
+                    job.id
+                );
+                match holder[g.0 as usize].replace(i) {
+                    None => held_per_type[cluster.gpu_type_of(g).0 as usize] += 1,
+                    // Two jobs may share a GPU only as each other's packing partner.
+                    Some(other)
+                        if run.partner == Some(other)
+                            && self.states[other].run.as_ref().and_then(|r| r.partner)
+                                == Some(i) => {}
+                    Some(other) => panic!(
+                        "GPU {} held by jobs {} and {}",
+                        g.0, self.jobs[other].id, job.id
+                    ),
+                }
+                assert!(!self.free.is_free(g), "GPU {} is held but marked free", g.0);
+            }
+        }
+        for (t, &held) in held_per_type.iter().enumerate() {
+            let capacity = self.capacity[t];
+            assert!(held <= capacity, "type {t}: {held} GPUs held of {capacity}");
+            assert_eq!(
+                held + self.free.free_of_type(GpuTypeId(t as u16)),
+                capacity,
+                "type {t}: free count drifted"
+            );
+        }
+        assert_eq!(
+            held_per_type.iter().sum::<u32>(),
+            self.busy.gpus,
+            "busy count drifted"
+        );
+    }
+}

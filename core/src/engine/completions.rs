@@ -1,0 +1,109 @@
+//! When runs finish: completions due within the current round, ordered by time.
+//!
+//! Only completions that fall before the next round boundary (the horizon) are indexed; runs that end
+//! later are added when the horizon reaches them, so that jobs preempted or migrated every round (LAS)
+//! cost no index updates.
+
+use std::collections::BTreeSet;
+
+use super::Engine;
+use crate::job::JobId;
+
+/// Orders non-negative times as integers, so that completions can live in a `BTreeSet` and be removed
+/// when a run ends early (preemption, migration) instead of going stale.
+fn time_key(t: f64) -> u64 {
+    debug_assert!(t >= 0.0);
+    t.max(0.0).to_bits()
+}
+
+/// Completions due by the horizon: (time key, job index).
+#[derive(Debug)]
+pub(super) struct CompletionIndex {
+    due: BTreeSet<(u64, usize)>,
+    /// The next round boundary: every run that finishes by then has its completion in the set.
+    horizon: f64,
+}
+
+impl Default for CompletionIndex {
+    fn default() -> Self {
+        CompletionIndex {
+            due: BTreeSet::new(),
+            horizon: f64::NEG_INFINITY,
+        }
+    }
+}
+
+impl CompletionIndex {
+    /// Indexes job `i`'s completion at `at` if it falls within the horizon; returns its key.
+    fn insert(&mut self, at: f64, i: usize) -> Option<(u64, usize)> {
+        (at <= self.horizon).then(|| {
+            let key = (time_key(at), i);
+            self.due.insert(key);
+            key
+        })
+    }
+
+    fn remove(&mut self, key: (u64, usize)) {
+        self.due.remove(&key);
+    }
+
+    fn first(&self) -> Option<(f64, usize)> {
+        self.due.first().map(|&(key, i)| (f64::from_bits(key), i))
+    }
+}
+
+impl Engine<'_> {
+    /// Moves the horizon to the next round boundary, adding the completions that now fall within it.
+    pub fn advance_horizon(&mut self, horizon: f64) {
+        self.completions.horizon = horizon;
+        for k in 0..self.active.len() {
+            let i = self.active[k];
+            let state = &mut self.states[i];
+            if state.run.is_some() && state.completion.is_none() {
+                state.completion = self.completions.insert(state.finish_at, i);
+            }
+        }
+    }
+
+    /// When the earliest run finishes if nothing changes, indexed or not (infinite when none runs).
+    pub fn next_finish(&self) -> f64 {
+        self.active
+            .iter()
+            .filter(|&&i| self.states[i].run.is_some())
+            .map(|&i| self.states[i].finish_at)
+            .fold(f64::INFINITY, f64::min)
+    }
+
+    /// When the earliest indexed completion is due.
+    pub fn peek_completion(&self) -> Option<f64> {
+        self.completions.first().map(|(at, _)| at)
+    }
+
+    /// Completes the earliest completion due by `now`, if any, returning its job.
+    pub fn complete_due(&mut self, now: f64) -> Option<JobId> {
+        match self.completions.first() {
+            Some((at, i)) if at <= now => {
+                self.complete(i, now);
+                Some(self.jobs[i].id)
+            }
+            _ => None,
+        }
+    }
+
+    /// Drops job `i`'s indexed completion (its run ended early).
+    pub(super) fn unindex_completion(&mut self, i: usize) {
+        if let Some(key) = self.states[i].completion.take() {
+            self.completions.remove(key);
+        }
+    }
+
+    /// Recomputes when job `i`'s run ends, progressing from `progress_from` at its current rate.
+    pub(super) fn reschedule_completion(&mut self, i: usize, progress_from: f64) {
+        let remaining = (self.jobs[i].total_steps - self.states[i].steps_done).max(0.0);
+        self.unindex_completion(i);
+        let state = &mut self.states[i];
+        let rate = state.run.as_ref().map_or(0.0, |r| r.rate);
+        state.finish_at = progress_from + remaining / rate;
+        state.completion = self.completions.insert(state.finish_at, i);
+    }
+}

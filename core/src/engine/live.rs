@@ -1,0 +1,347 @@
+//! What a live driver needs beyond the simulator's loop: the change log it carries out, completions and
+//! cancellations it reports, requeues after failed starts, re-adoption after a restart, and GPUs going
+//! out of service.
+
+use serde::{Deserialize, Serialize};
+
+use super::Engine;
+use crate::cluster::{GpuId, GpuSet, GpuTypeId};
+use crate::job::JobId;
+use crate::metrics::JobRecord;
+use crate::placement::{Placed, Placer, Unplaced};
+
+use super::accounting::new_record;
+
+/// A start or stop that a scheduling pass (or a completion) made, for a live driver to carry out.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum Change {
+    /// The job starts on `gpus`, progressing at `steps_per_second` after `startup_seconds` of restore
+    /// or migration costs, with `remaining_steps` to go.
+    Started {
+        job: JobId,
+        gpu_type: GpuTypeId,
+        gpus: GpuSet,
+        partner: Option<JobId>,
+        steps_per_second: f64,
+        startup_seconds: f64,
+        remaining_steps: f64,
+    },
+    /// The job stopped running (it was preempted, is about to move, or finished) with `steps_done`.
+    Stopped { job: JobId, steps_done: f64 },
+    /// A running job's pace changed in place (its packing partner left).
+    Retuned { job: JobId, steps_per_second: f64 },
+}
+
+/// Why a job can never run on this cluster.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Unrunnable {
+    #[error("no GPU type has {gpus} GPUs (the largest has {largest})")]
+    GangTooLarge { gpus: u32, largest: u32 },
+    #[error("the throughput model has no rate for it at {gpus} GPUs on any GPU type with room")]
+    NoRate { gpus: u32 },
+    #[error(
+        "it would run {seconds:.3e} s at its fastest, longer than the {limit:.0e} s (about 30 years) a job may take"
+    )]
+    TooLong { seconds: f64, limit: f64 },
+}
+
+/// Why a job cannot be taken.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum Rejected {
+    #[error("job {0}: {1}")]
+    Unrunnable(JobId, Unrunnable),
+    #[error("job {0} is already known")]
+    Duplicate(JobId),
+    #[error("job {0} is not known")]
+    Unknown(JobId),
+    #[error("job {0} has finished")]
+    Finished(JobId),
+    #[error("job {0}: its GPUs are taken, or it already runs")]
+    GpusTaken(JobId),
+}
+
+/// Where a job stands, for the live driver and its API.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct JobStatus {
+    pub id: JobId,
+    pub steps_done: f64,
+    pub total_steps: f64,
+    /// Its GPUs, when running.
+    pub gpus: Option<GpuSet>,
+    /// Why it waits, when it does and a pass has looked at it.
+    pub waiting: Option<Unplaced>,
+    pub record: JobRecord,
+}
+
+impl Engine<'_> {
+    /// Lists every start and stop from now on, for [`Engine::take_changes`].
+    pub fn record_changes(&mut self) {
+        self.changes.get_or_insert_with(Vec::new);
+    }
+
+    /// The starts and stops made since the last call.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        self.changes
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    pub(super) fn note_change(&mut self, change: impl FnOnce() -> Change) {
+        if let Some(changes) = self.changes.as_mut() {
+            changes.push(change());
+        }
+    }
+
+    /// Where job `id` stands.
+    pub fn status(&self, id: JobId) -> Option<JobStatus> {
+        let &i = self.index_of.get(&id)?;
+        let state = &self.states[i];
+        Some(JobStatus {
+            id,
+            steps_done: state.steps_done,
+            total_steps: self.jobs[i].total_steps,
+            gpus: state.run.as_ref().map(|r| r.gpus.clone()),
+            waiting: state.waiting.clone(),
+            record: state.record.clone(),
+        })
+    }
+
+    /// Why job `id` waits, in a sentence for people: the placer's reason, or the policy's with how
+    /// many GPUs are free and out of service now. `None` when it runs, has ended, or no pass has
+    /// looked at it yet.
+    pub fn waiting_reason(&self, id: JobId) -> Option<String> {
+        let &i = self.index_of.get(&id)?;
+        let state = &self.states[i];
+        if state.run.is_some() || !self.active.contains(&i) {
+            return None;
+        }
+        let why = state.waiting.as_ref()?;
+        let mut text = why.describe(&self.cluster);
+        if *why == Unplaced::NotGranted {
+            let free: u32 = self.free.free_per_type().iter().sum();
+            let out_of_service = self.disabled.iter().filter(|d| **d).count();
+            text.push_str(&format!(
+                " ({free} of {} GPUs free",
+                self.cluster.num_gpus()
+            ));
+            if out_of_service > 0 {
+                text.push_str(&format!(", {out_of_service} out of service"));
+            }
+            text.push(')');
+        }
+        Some(text)
+    }
+
+    /// Sets the progress of a job that has not started in this engine (recovery from a checkpoint).
+    pub fn restore_progress(&mut self, id: JobId, steps_done: f64, preemptions: u32) {
+        if let Some(&i) = self.index_of.get(&id) {
+            let state = &mut self.states[i];
+            state.steps_done = steps_done.clamp(0.0, self.jobs[i].total_steps);
+            state.progressed = steps_done > 0.0;
+            state.record.preemptions = preemptions;
+        }
+    }
+
+    /// Job `id`'s workers report `steps_done` at `now`. What a worker reports is the truth and the model
+    /// only predicts: its progress becomes the reported figure, and its predicted finish moves.
+    pub fn report_progress(&mut self, id: JobId, steps_done: f64, now: f64) {
+        let Ok(i) = self.active_index(id) else {
+            return;
+        };
+        if self.states[i].run.is_some() {
+            self.settle(i, now);
+        }
+        let total = self.jobs[i].total_steps;
+        self.states[i].steps_done = steps_done.clamp(0.0, total);
+        if let Some(run) = &self.states[i].run {
+            let from = run.progress_from.max(now);
+            self.reschedule_completion(i, from);
+        }
+    }
+
+    /// Drops everything the engine keeps about job `id`, which has ended: a live driver keeps its
+    /// history elsewhere (the journal), and the engine's memory then follows the active jobs. Returns
+    /// whether it was forgotten (an active job is not).
+    pub fn forget(&mut self, id: JobId) -> bool {
+        let Some(&i) = self.index_of.get(&id) else {
+            return false;
+        };
+        if self.active.contains(&i) {
+            return false;
+        }
+        self.index_of.remove(&id);
+        self.states[i].record = new_record(&self.jobs[i], "", 0);
+        self.states[i].last_gpus = GpuSet::new();
+        self.vacant.push(i);
+        true
+    }
+
+    /// Job `id` finished at `now` (a live driver's executor says so).
+    pub fn finish(&mut self, id: JobId, now: f64) -> Result<(), Rejected> {
+        let i = self.active_index(id)?;
+        if self.states[i].run.is_some() {
+            self.settle(i, now);
+        }
+        self.complete(i, now);
+        Ok(())
+    }
+
+    /// Removes job `id` at `now`, stopping it if it runs; its record stays unfinished.
+    pub fn cancel(&mut self, id: JobId, now: f64) -> Result<(), Rejected> {
+        let i = self.active_index(id)?;
+        if self.states[i].run.is_some() {
+            self.stop(i, now);
+        }
+        self.retire(i);
+        self.note_utilization(now);
+        Ok(())
+    }
+
+    /// Job `id` goes back to the queue at `now`: its start failed (GPUs not leased, workers not
+    /// launched), or its workers crashed. With `checkpoint`, its work falls back to what that
+    /// checkpoint saved.
+    pub fn requeue(
+        &mut self,
+        id: JobId,
+        now: f64,
+        checkpoint: Option<f64>,
+    ) -> Result<(), Rejected> {
+        let i = self.active_index(id)?;
+        if self.states[i].run.is_some() {
+            self.stop(i, now);
+            self.note_utilization(now);
+        }
+        let total = self.jobs[i].total_steps;
+        let state = &mut self.states[i];
+        if let Some(steps) = checkpoint {
+            state.steps_done = steps.clamp(0.0, total).min(state.steps_done);
+        }
+        state.queued_since = now;
+        Ok(())
+    }
+
+    /// The index of an active job (submitted and not ended).
+    fn active_index(&self, id: JobId) -> Result<usize, Rejected> {
+        let &i = self.index_of.get(&id).ok_or(Rejected::Unknown(id))?;
+        if self.states[i].record.finish.is_some() || !self.active.contains(&i) {
+            return Err(Rejected::Finished(id));
+        }
+        Ok(i)
+    }
+
+    /// Runs job `id` on exactly `gpus` from `now` (its workers survived a control-plane restart), with
+    /// no restore cost, at the locality `placer` scores the set at. Refused unless the job waits and
+    /// every GPU is free.
+    pub fn adopt(
+        &mut self,
+        id: JobId,
+        gpu_type: GpuTypeId,
+        gpus: GpuSet,
+        placer: &mut dyn Placer,
+        now: f64,
+    ) -> Result<(), Rejected> {
+        let i = self.active_index(id)?;
+        if self.states[i].run.is_some() || !gpus.iter().all(|&g| self.free.is_free(g)) {
+            return Err(Rejected::GpusTaken(id));
+        }
+        self.states[i].overhead_due = 0.0;
+        let locality = placer.locality(&self.cluster, &gpus);
+        self.start(i, Placed { gpus, locality }, gpu_type, None, now);
+        self.note_utilization(now);
+        Ok(())
+    }
+
+    /// Takes GPU `gpu` out of service at `now` (it failed, or an operator cordoned it). A job running
+    /// on it stops, and waits with its work saved, as if preempted.
+    pub fn disable_gpu(&mut self, gpu: GpuId, now: f64) {
+        let g = gpu.0 as usize;
+        if self.disabled[g] {
+            return;
+        }
+        let holders: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&i| {
+                self.states[i]
+                    .run
+                    .as_ref()
+                    .is_some_and(|r| r.gpus.contains(&gpu))
+            })
+            .collect();
+        for i in holders {
+            if self.states[i].run.is_some() {
+                self.stop(i, now);
+                let state = &mut self.states[i];
+                state.record.preemptions += 1;
+                state.queued_since = now;
+            }
+        }
+        self.free.take(&self.cluster, &[gpu]);
+        self.disabled[g] = true;
+        self.capacity[self.cluster.gpu_type_of(gpu).0 as usize] -= 1;
+        self.jobs_changed = true;
+        self.note_utilization(now);
+    }
+
+    /// Puts a GPU back in service.
+    pub fn enable_gpu(&mut self, gpu: GpuId) {
+        let g = gpu.0 as usize;
+        if std::mem::take(&mut self.disabled[g]) {
+            self.free.release(&self.cluster, &[gpu]);
+            self.capacity[self.cluster.gpu_type_of(gpu).0 as usize] += 1;
+            self.jobs_changed = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::engine::{Engine, EngineConfig};
+    use crate::job::{Job, Names, TenantId};
+    use crate::placement::PackingPlacer;
+    use crate::throughput::DurationModel;
+
+    #[test]
+    fn a_readopted_job_runs_at_the_locality_of_its_set_not_at_the_worst() {
+        let cluster = Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap());
+        let mut engine = Engine::new(
+            cluster,
+            Arc::new(DurationModel::uniform(1)),
+            EngineConfig::default(),
+            Names::default(),
+            0.0,
+        );
+        engine.record_changes();
+        // A VGG gang is placement-sensitive (0.6): a poor score would cost it 60% of its pace.
+        let job_type = engine.intern_job_type("VGG16");
+        let job = Job {
+            id: JobId(7),
+            arrival: 0.0,
+            job_type,
+            gpus: 2,
+            total_steps: 100.0,
+            weight: 1.0,
+            tenant: TenantId(0),
+        };
+        engine.submit(job, 0.0).unwrap();
+        let gpus: GpuSet = [GpuId(0), GpuId(1)].into_iter().collect();
+        engine
+            .adopt(JobId(7), GpuTypeId(0), gpus, &mut PackingPlacer, 5.0)
+            .unwrap();
+        let started = engine.take_changes();
+        assert!(
+            matches!(
+                started.as_slice(),
+                [Change::Started { steps_per_second, startup_seconds, .. }]
+                    if *steps_per_second == 1.0 && *startup_seconds == 0.0
+            ),
+            "{started:?}"
+        );
+    }
+}

@@ -1,0 +1,212 @@
+//! The scheduling state that the simulator and the live control plane share.
+//!
+//! Both drivers run the same [`Engine`], so that a policy decides the same way in both: the simulator's
+//! event loop (the `sim` module, a driver of this engine) and the live control plane's cluster actor.
+//! A driver submits jobs, reports completions, and calls [`Engine::schedule`] at round boundaries; with
+//! [`Engine::record_changes`] on, the engine lists every start and stop a pass made, for the live
+//! driver to carry out.
+//!
+//! The engine's rooms, one responsibility each:
+//! - [`admission`]: submitting jobs, their names, the rate cache and the GPU type order;
+//! - [`input`]: the [`RoundInput`](crate::policy::RoundInput) a policy sees;
+//! - [`reconcile`]: turning grants into runs, through the placement steps the grants' intents name;
+//! - [`runs`]: starting and stopping runs, and what they cost;
+//! - [`accounting`]: attained service, GPU time, busy time and utilization, usage for policies;
+//! - [`completions`]: when runs finish, indexed by time;
+//! - [`live`]: what only a live driver needs (adoption, requeues, failed GPUs, the change log);
+//! - [`audit`]: the invariants, checked on demand.
+
+mod accounting;
+mod admission;
+mod audit;
+mod completions;
+mod config;
+mod input;
+mod live;
+mod reconcile;
+mod runs;
+
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::cluster::{Cluster, GpuSet, GpuTypeId};
+use crate::job::{Job, JobId, Names};
+use crate::metrics::JobRecord;
+use crate::placement::{FreeGpus, Unplaced};
+use crate::policy::effective::FastestFirst;
+use crate::policy::{Grant, Usage};
+use crate::throughput::ThroughputModel;
+use crate::throughput::locality::default_sensitivity;
+
+pub use accounting::{EngineTotals, new_record};
+pub use admission::MAX_JOB_SECONDS;
+pub use config::EngineConfig;
+pub use live::{Change, JobStatus, Rejected, Unrunnable};
+
+use accounting::BusyTime;
+use completions::CompletionIndex;
+
+/// A job's current run.
+#[derive(Clone, Debug)]
+struct Run {
+    /// The GPU type that sets its pace: its only type, or the slowest of a gang spanning types.
+    gpu_type: GpuTypeId,
+    gpus: GpuSet,
+    /// Its GPUs span types (placed for an `Intent::MixedTypes` grant).
+    mixed: bool,
+    rate: f64,
+    /// How much its placement slows it (1 = ideal), kept to recompute the rate when a partner leaves.
+    locality: f64,
+    /// The job packed on the same GPUs, if any. The GPUs belong to the pair: they are free again only
+    /// when both have stopped.
+    partner: Option<usize>,
+    /// Accounting is settled up to here.
+    settled_to: f64,
+    /// Progress starts here (after restore or migration costs).
+    progress_from: f64,
+    /// When this run started (for `last_run_seconds`).
+    started: f64,
+}
+
+#[derive(Clone, Debug)]
+struct JobState {
+    steps_done: f64,
+    attained_gpu_seconds: f64,
+    attained_seconds: f64,
+    run: Option<Run>,
+    last_gpus: GpuSet,
+    /// Seconds of no progress owed at the next start (restore costs not yet paid).
+    overhead_due: f64,
+    /// Whether the last run made progress (so that a preemption has something to checkpoint).
+    progressed: bool,
+    queued_since: f64,
+    last_run_seconds: f64,
+    /// This pass's grant, while a pass runs.
+    grant: Option<Grant>,
+    /// Lost its GPUs in this pass and has not (yet) been placed again.
+    displaced: bool,
+    /// Why it waits, after the last pass that left it without GPUs.
+    waiting: Option<Unplaced>,
+    /// When the current run will finish if nothing changes.
+    finish_at: f64,
+    /// Key of its completion in the completion index, once that falls within the current round.
+    completion: Option<(u64, usize)>,
+    record: JobRecord,
+}
+
+/// The scheduling state of a cluster: the jobs, who runs where, and the costs owed.
+pub struct Engine<'m> {
+    cluster: Arc<Cluster>,
+    model: Arc<dyn ThroughputModel + 'm>,
+    config: EngineConfig,
+    /// The names job-type and tenant ids refer to.
+    names: Names,
+    /// Every job submitted so far, in submission order: a job's index is its position here.
+    jobs: Vec<Job>,
+    states: Vec<JobState>,
+    index_of: FxHashMap<JobId, usize>,
+    /// Slots of forgotten jobs, reused by the next submissions (a live control plane forgets the jobs
+    /// that ended, so that its memory follows its active jobs, not its history).
+    vacant: Vec<usize>,
+    /// rates[i * types + t]: steps/s of job i alone on its gang of type t (0 = cannot run).
+    rates: Vec<f64>,
+    /// The GPU types, fastest first for the jobs admitted so far.
+    type_order: FastestFirst,
+    /// Per job type: how much a poorly placed gang slows down (see `throughput::locality`).
+    sensitivity: Vec<f64>,
+    /// Indices of active jobs, in arrival order.
+    active: Vec<usize>,
+    free: FreeGpus,
+    /// GPUs out of service (failed or cordoned), per GPU id; they are neither free nor held.
+    disabled: Vec<bool>,
+    /// GPUs in service per type: what policies may allocate.
+    capacity: Vec<u32>,
+    completions: CompletionIndex,
+    busy: BusyTime,
+    /// What ran since the last pass, for the policy.
+    usage: Vec<Usage>,
+    finished: usize,
+    jobs_changed: bool,
+    /// Starts and stops since the last [`Engine::take_changes`], when recording.
+    changes: Option<Vec<Change>>,
+}
+
+impl<'m> Engine<'m> {
+    /// An empty cluster state. `names` name the ids of the jobs to come (more are added by
+    /// [`Engine::intern_job_type`]); `start` is when accounting starts.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        model: Arc<dyn ThroughputModel + 'm>,
+        config: EngineConfig,
+        names: Names,
+        start: f64,
+    ) -> Self {
+        let types = cluster.num_gpu_types();
+        Engine {
+            sensitivity: names
+                .job_types
+                .iter()
+                .map(|t| default_sensitivity(t))
+                .collect(),
+            names,
+            jobs: Vec::new(),
+            states: Vec::new(),
+            index_of: FxHashMap::default(),
+            vacant: Vec::new(),
+            rates: Vec::new(),
+            type_order: FastestFirst::new(types),
+            active: Vec::new(),
+            free: FreeGpus::new(&cluster),
+            disabled: vec![false; cluster.num_gpus() as usize],
+            capacity: cluster.capacity().to_vec(),
+            completions: CompletionIndex::default(),
+            busy: BusyTime::new(start),
+            usage: Vec::new(),
+            finished: 0,
+            jobs_changed: false,
+            changes: None,
+            cluster,
+            model,
+            config,
+        }
+    }
+
+    pub fn cluster(&self) -> &Cluster {
+        &self.cluster
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Whether no job waits or runs.
+    pub fn is_idle(&self) -> bool {
+        self.active.is_empty()
+    }
+
+    pub fn active_jobs(&self) -> usize {
+        self.active.len()
+    }
+
+    pub fn busy_gpus(&self) -> u32 {
+        self.busy.gpus
+    }
+
+    pub fn finished_jobs(&self) -> usize {
+        self.finished
+    }
+
+    /// A job submitted and not forgotten.
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.index_of.get(&id).map(|&i| &self.jobs[i])
+    }
+
+    fn types(&self) -> usize {
+        self.cluster.num_gpu_types()
+    }
+
+    fn sensitivity_of(&self, i: usize) -> f64 {
+        self.sensitivity[self.jobs[i].job_type.0 as usize]
+    }
+}

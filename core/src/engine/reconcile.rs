@@ -1,0 +1,214 @@
+//! One scheduling pass: ask the policy, keep the runs its grants leave unchanged, preempt the others,
+//! and place the new grants in priority order, each through the placement step its intent names.
+
+use std::sync::Arc;
+
+use super::Engine;
+use crate::cluster::GpuTypeId;
+use crate::placement::{self, PlaceRequest, Placed, Placer, Unplaced};
+use crate::policy::{Grant, Intent, Policy};
+
+impl Engine<'_> {
+    /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place.
+    pub fn schedule(&mut self, policy: &mut dyn Policy, placer: &mut dyn Placer, now: f64) {
+        for k in 0..self.active.len() {
+            self.settle(self.active[k], now);
+        }
+        let grants = self.decide(policy, now);
+        let preempt_costs = self.config.preempt_cost + self.config.restore_cost;
+
+        // Which running jobs keep their GPUs, and which are displaced.
+        for g in &grants {
+            if let Some(&i) = self.index_of.get(&g.job) {
+                self.states[i].grant.get_or_insert(*g);
+            }
+        }
+        let mut displaced = Vec::new();
+        let mut spread = Vec::new();
+        for k in 0..self.active.len() {
+            let i = self.active[k];
+            let state = &self.states[i];
+            let Some(run) = &state.run else {
+                self.states[i].waiting = Some(Unplaced::NotGranted);
+                continue;
+            };
+            let partner = run.partner.map(|p| self.jobs[p].id);
+            let keep = state.grant.is_some_and(|g| {
+                g.gpu_type == run.gpu_type
+                    && g.gpus as usize == run.gpus.len()
+                    && g.partner() == partner
+                    && (g.intent == Intent::MixedTypes) == run.mixed
+            });
+            if keep
+                && state
+                    .grant
+                    .is_some_and(|g| g.intent == Intent::Defragmented)
+            {
+                spread.push(i);
+            }
+            if !keep {
+                self.stop(i, now);
+                self.states[i].displaced = true;
+                self.states[i].waiting = Some(Unplaced::NotGranted);
+                displaced.push(i);
+            }
+        }
+        // Place the grants in order; running jobs that keep their GPUs are already placed.
+        for g in &grants {
+            let Some(&i) = self.index_of.get(&g.job) else {
+                continue;
+            };
+            if self.states[i].grant.take().is_none()
+                || self.states[i].run.is_some()
+                || self.states[i].record.finish.is_some()
+                || self.rate_at(i, g.gpu_type, g.gpus) <= 0.0
+            {
+                continue;
+            }
+            let partner = match g.partner() {
+                None => None,
+                Some(p) => match self.claim_partner(i, p, g) {
+                    Some(p) => Some(p),
+                    None => {
+                        self.states[i].waiting = Some(Unplaced::PartnerUnavailable);
+                        continue;
+                    }
+                },
+            };
+            let placed = self.place(i, g, partner.is_some(), placer, now);
+            match placed {
+                Ok(placed) if placed.gpus.len() == g.gpus as usize => {
+                    self.start(i, placed, g.gpu_type, partner, now)
+                }
+                Ok(_) => {}
+                Err(why) => self.states[i].waiting = Some(self.explain(why)),
+            }
+        }
+        for i in spread {
+            self.defragment(i, placer, now);
+        }
+        // Displaced jobs that did not get GPUs back are preempted.
+        for i in displaced {
+            let state = &mut self.states[i];
+            if std::mem::take(&mut state.displaced) {
+                state.record.preemptions += 1;
+                if state.progressed {
+                    state.overhead_due += preempt_costs;
+                }
+                state.queued_since = now;
+            }
+        }
+        self.note_utilization(now);
+    }
+
+    /// Places job `i`'s grant through the step its intent names: across GPU types, or the placer alone
+    /// (on one server when consolidated; a packed pair is placed as one gang).
+    fn place(
+        &self,
+        i: usize,
+        g: &Grant,
+        packed: bool,
+        placer: &mut dyn Placer,
+        now: f64,
+    ) -> Result<Placed, Unplaced> {
+        let request = PlaceRequest {
+            job: &self.jobs[i],
+            gpu_type: g.gpu_type,
+            gpus: g.gpus,
+            previous: &self.states[i].last_gpus,
+            waited: (now - self.states[i].queued_since).max(0.0),
+            sensitivity: self.sensitivity_of(i),
+            consolidate: g.intent == Intent::Consolidated,
+        };
+        if g.intent == Intent::MixedTypes && !packed {
+            let types = self.types_at_least_as_fast(i, g.gpu_type, g.gpus);
+            return placement::mixed::place(placer, &self.cluster, &self.free, &request, &types);
+        }
+        placer.place(&self.cluster, &self.free, &request)
+    }
+
+    /// The GPU types on which job `i` runs `gpus` GPUs at least as fast as on `pace`, fastest first.
+    fn types_at_least_as_fast(&self, i: usize, pace: GpuTypeId, gpus: u32) -> Vec<GpuTypeId> {
+        let floor = self.rate_at(i, pace, gpus);
+        let mut types: Vec<(f64, GpuTypeId)> = (0..self.types() as u16)
+            .map(|t| (self.rate_at(i, GpuTypeId(t), gpus), GpuTypeId(t)))
+            .filter(|&(rate, _)| rate >= floor && rate > 0.0)
+            .collect();
+        types.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        types.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Turns "not enough free" into "out of service" when GPUs out of service are what is missing.
+    fn explain(&self, why: Unplaced) -> Unplaced {
+        match why {
+            Unplaced::NoCapacity {
+                gpu_type,
+                wanted,
+                free,
+            } => {
+                let out_of_service = self.cluster.capacity()[gpu_type.0 as usize]
+                    - self.capacity[gpu_type.0 as usize];
+                if out_of_service > 0 && free + out_of_service >= wanted {
+                    Unplaced::Cordoned {
+                        gpu_type,
+                        wanted,
+                        free,
+                        out_of_service,
+                    }
+                } else {
+                    why
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Moves job `i`, which keeps its GPUs but should sit on one server, onto one server when its gang
+    /// runs spread over several and a server now has room (Gandiva's defragmenting migration).
+    fn defragment(&mut self, i: usize, placer: &mut dyn Placer, now: f64) {
+        let cluster = Arc::clone(&self.cluster);
+        let Some(run) = &self.states[i].run else {
+            return;
+        };
+        if run.partner.is_some() || run.mixed {
+            return;
+        }
+        let gpu_type = run.gpu_type;
+        let request = PlaceRequest {
+            job: &self.jobs[i],
+            gpu_type,
+            gpus: run.gpus.len() as u32,
+            previous: &run.gpus,
+            waited: 0.0,
+            sensitivity: self.sensitivity_of(i),
+            consolidate: true,
+        };
+        let target =
+            placement::defragment::target(placer, &cluster, &self.free, &request, &run.gpus);
+        if let Some(placed) = target {
+            // The new GPUs were free before the old ones are released, so the two sets never overlap.
+            self.stop(i, now);
+            self.states[i].displaced = true;
+            self.start(i, placed, gpu_type, None, now);
+        }
+    }
+
+    /// Job `i`'s grant packs it with job `partner`: takes the partner's matching grant and returns its
+    /// index when the pair can run (both waiting, same gang, a packed rate for both on the type).
+    fn claim_partner(&mut self, i: usize, partner: crate::job::JobId, g: &Grant) -> Option<usize> {
+        let p = *self.index_of.get(&partner)?;
+        let state = &self.states[p];
+        let runs = placement::packed::pair_runs(
+            &*self.model,
+            &self.jobs[i],
+            &self.jobs[p],
+            g,
+            state.grant.as_ref(),
+        );
+        if !runs || state.run.is_some() || state.record.finish.is_some() {
+            return None;
+        }
+        self.states[p].grant = None;
+        Some(p)
+    }
+}

@@ -1,0 +1,86 @@
+//! Run time depends on events, not on simulated time: the simulator skips the rounds between events
+//! for policies that time alone does not move, and refuses work no cluster could finish.
+
+use gangway_core::cluster::Cluster;
+use gangway_core::job::{Job, JobId, Trace, WorkUnit};
+use gangway_core::placement::PackingPlacer;
+use gangway_core::policy::{self, Grant, Policy, PolicyConfig, RoundInput};
+use gangway_core::sim::Simulation;
+use gangway_core::throughput::DurationModel;
+
+/// A policy that counts how often it is asked.
+struct Counting {
+    inner: Box<dyn Policy>,
+    calls: usize,
+}
+
+impl Policy for Counting {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        self.calls += 1;
+        self.inner.allocate(input)
+    }
+
+    fn changes_with_time(&self) -> bool {
+        self.inner.changes_with_time()
+    }
+}
+
+fn trace(work: &[(f64, f64)]) -> Trace {
+    let mut trace = Trace::new("test", WorkUnit::Seconds);
+    let job_type = trace.intern_job_type("toy");
+    let tenant = trace.intern_tenant("default");
+    for (k, &(arrival, seconds)) in work.iter().enumerate() {
+        trace.jobs.push(Job {
+            id: JobId(k as u32),
+            arrival,
+            job_type,
+            gpus: 1,
+            total_steps: seconds,
+            weight: 1.0,
+            tenant,
+        });
+    }
+    trace
+}
+
+/// Runs `spec` on one GPU; returns its calls and the jobs' finish times.
+fn run(spec: &str, trace: &Trace) -> (usize, Vec<Option<f64>>) {
+    let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
+    let model = DurationModel::uniform(1);
+    let sim = Simulation::new(trace, &cluster, &model);
+    let mut policy = Counting {
+        inner: policy::build(spec, &PolicyConfig::default()).unwrap(),
+        calls: 0,
+    };
+    let result = sim.run(&mut policy, &mut PackingPlacer, &mut |_, _| {});
+    (
+        policy.calls,
+        result.records.iter().map(|r| r.finish).collect(),
+    )
+}
+
+#[test]
+fn a_policy_time_does_not_move_is_asked_only_at_events() {
+    // A year of work, then a second job: about 87,600 rounds of 360 s in between.
+    let trace = trace(&[(0.0, 3.15e7), (10.0, 100.0)]);
+    let (fifo_calls, fifo) = run("fifo", &trace);
+    let (las_calls, las) = run("las", &trace);
+    assert!(fifo_calls < 10, "FIFO was asked {fifo_calls} times");
+    assert!(las_calls > 80_000, "LAS is asked every round: {las_calls}");
+    // FIFO finishes the long job first (on a round boundary), then starts the short one there.
+    assert_eq!(fifo, [Some(3.15e7), Some(3.15e7 + 100.0)]);
+    // LAS shares the GPU: the short job is done within its first rounds.
+    assert!(las[1].unwrap() < 1000.0, "{las:?}");
+}
+
+#[test]
+fn work_longer_than_the_horizon_is_refused_not_simulated() {
+    let trace = trace(&[(0.0, 1e13), (0.0, 50.0)]);
+    let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
+    let model = DurationModel::uniform(1);
+    let sim = Simulation::new(&trace, &cluster, &model);
+    let mut las = policy::build("las", &PolicyConfig::default()).unwrap();
+    let result = sim.run(las.as_mut(), &mut PackingPlacer, &mut |_, _| {});
+    assert_eq!(result.unschedulable, vec![JobId(0)]);
+    assert_eq!(result.records[1].finish, Some(50.0));
+}

@@ -1,0 +1,59 @@
+//! The bodies of the control plane's HTTP API.
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::JobId;
+use crate::lifecycle::Phase;
+use crate::worker::RunCommand;
+
+/// A job to run, as the API receives it (`POST /jobs`). Unknown fields are refused: a typo in a field
+/// name would otherwise do nothing.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRequest {
+    /// Set by trace replays; the control plane numbers jobs itself otherwise.
+    #[serde(default)]
+    pub id: Option<JobId>,
+    #[serde(default = "default_name")]
+    pub job_type: String,
+    #[serde(default = "default_name")]
+    pub tenant: String,
+    pub gpus: u32,
+    /// Work, in the model's units (seconds at the requested GPU count for the duration model).
+    pub work: f64,
+    #[serde(default = "default_weight")]
+    pub weight: f64,
+    /// What to run, when the control plane runs real processes (`elastic-run --daemon` fills it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunCommand>,
+}
+
+fn default_name() -> String {
+    "default".to_owned()
+}
+
+fn default_weight() -> f64 {
+    1.0
+}
+
+/// A job as the API shows it (`GET /jobs`, `GET /jobs/{id}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub id: JobId,
+    pub job_type: String,
+    pub tenant: String,
+    pub gpus: u32,
+    pub phase: Phase,
+    pub submitted: f64,
+    pub started: Option<f64>,
+    pub finished: Option<f64>,
+    /// Work done, between 0 and 1: what its workers last reported, or the scheduler's estimate.
+    pub progress: f64,
+    /// The GPU ids it holds.
+    pub placement: Vec<u32>,
+    pub preemptions: u32,
+    pub migrations: u32,
+    /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
+}

@@ -1,0 +1,154 @@
+//! The worker contract: what a job's workers are launched with, what they report back, and the
+//! [`Executor`] trait, the only way the control plane reaches workers.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ids::{GpuSet, GpuTypeId, JobId};
+
+/// A real job's command, for executors that run processes. Scheduling never reads it; the journal
+/// keeps it, so that a restarted control plane can relaunch the job.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunCommand {
+    /// `elastic-run`'s arguments: gangway's options, torchrun's, the script and its arguments.
+    pub args: Vec<String>,
+    /// The directory it runs in.
+    pub cwd: PathBuf,
+    /// The whole environment it runs with (the submitter's, as `sbatch` passes it).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Where its output goes, appended across launches (discarded when `None`).
+    #[serde(default)]
+    pub log: Option<PathBuf>,
+    /// The user it runs as, when not the control plane's own: set by a daemon running as root to
+    /// whoever submitted the job, never by a client.
+    #[serde(default)]
+    pub user: Option<RunAs>,
+}
+
+/// A user and group to run a command as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunAs {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// What a job's workers are launched with.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Launch {
+    pub job: JobId,
+    /// Unique per start (a counter the journal keeps): launching the same attempt twice is a no-op,
+    /// which makes replays idempotent.
+    pub attempt: u64,
+    pub gpu_type: GpuTypeId,
+    pub gpus: GpuSet,
+    /// The pace the scheduler expects (the simulated executor runs at exactly this pace).
+    pub steps_per_second: f64,
+    /// Seconds of restore or migration before the first step.
+    pub startup_seconds: f64,
+    pub remaining_steps: f64,
+    pub total_steps: f64,
+    /// What to run, for executors of real processes (`None` for simulated jobs).
+    pub run: Option<RunCommand>,
+}
+
+/// Something the workers did, reported by [`Executor::poll`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum WorkerEvent {
+    Finished {
+        job: JobId,
+        attempt: u64,
+        at: f64,
+    },
+    Failed {
+        job: JobId,
+        attempt: u64,
+        at: f64,
+        error: String,
+        /// A crash worth retrying, or a user error (bad script, bad arguments) that never is.
+        retryable: bool,
+    },
+    /// The workers saved a checkpoint with this much work done.
+    Checkpointed {
+        job: JobId,
+        attempt: u64,
+        steps_done: f64,
+    },
+    /// The workers report this much work done (not yet checkpointed): what the scheduler counts as the
+    /// job's progress, in place of its model's estimate.
+    Progressed {
+        job: JobId,
+        attempt: u64,
+        steps_done: f64,
+    },
+}
+
+impl WorkerEvent {
+    /// The job it is about.
+    pub fn job(&self) -> JobId {
+        match self {
+            WorkerEvent::Finished { job, .. }
+            | WorkerEvent::Failed { job, .. }
+            | WorkerEvent::Checkpointed { job, .. }
+            | WorkerEvent::Progressed { job, .. } => *job,
+        }
+    }
+
+    /// The attempt it is about.
+    pub fn attempt(&self) -> u64 {
+        match self {
+            WorkerEvent::Finished { attempt, .. }
+            | WorkerEvent::Failed { attempt, .. }
+            | WorkerEvent::Checkpointed { attempt, .. }
+            | WorkerEvent::Progressed { attempt, .. } => *attempt,
+        }
+    }
+}
+
+/// Why the executor could not do what it was asked.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("job {0} has no running workers")]
+    NotRunning(JobId),
+    #[error("job {job}: launch failed: {reason}")]
+    Launch { job: JobId, reason: String },
+}
+
+/// Runs and stops a job's workers.
+///
+/// The control plane calls [`Executor::launch`], [`Executor::stop`] and [`Executor::stop_many`] on a
+/// blocking thread, outside its actors: they may block for as long as workers take to start or to
+/// checkpoint (bounded by the grace period). [`Executor::poll`], [`Executor::alive`],
+/// [`Executor::retune`] and [`Executor::next_event`] run on the control plane's own thread and must
+/// return at once.
+pub trait Executor: Send + 'static {
+    /// Starts the workers of `launch` at `now`. Launching an attempt that already runs does nothing.
+    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError>;
+
+    /// Makes the workers of `job` save a checkpoint and exit; returns the work saved, once they have
+    /// exited.
+    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError>;
+
+    /// Stops several jobs' workers; an executor of real processes stops them all at once, so that
+    /// one round waits for the slowest checkpoint rather than for the sum of them.
+    fn stop_many(&mut self, jobs: &[JobId], now: f64) -> Vec<(JobId, Result<f64, ExecutorError>)> {
+        jobs.iter().map(|&job| (job, self.stop(job, now))).collect()
+    }
+
+    /// The job's pace changed in place (its packing partner left).
+    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64);
+
+    /// Whether the workers of this attempt still run (to re-adopt them after a control-plane restart).
+    fn alive(&mut self, job: JobId, attempt: u64) -> bool;
+
+    /// What happened by `now`, in time order.
+    fn poll(&mut self, now: f64) -> Vec<WorkerEvent>;
+
+    /// When the next event is due, for a virtual clock; `None` for an executor whose events come on
+    /// their own (real processes).
+    fn next_event(&self) -> Option<f64>;
+}
