@@ -59,9 +59,10 @@ fn user_error(text: &str) -> Option<String> {
     })
 }
 
-/// The module in the first "No module named 'X'" of `text`.
+/// The module in the first "ModuleNotFoundError: No module named 'X'" of `text`. Only the error
+/// counts: torch warns "Failed to initialize NumPy: No module named 'numpy'" and carries on.
 fn missing_module(text: &str) -> Option<&str> {
-    const SAYS: &str = "No module named '";
+    const SAYS: &str = "ModuleNotFoundError: No module named '";
     let at = text.find(SAYS)? + SAYS.len();
     let rest = &text[at..];
     let module = &rest[..rest.find('\'')?];
@@ -166,5 +167,13 @@ mod tests {
         };
         assert!(why.contains("no module `numpy`"), "{why}");
         assert!(!why.contains("torch runs"), "{why}");
+        // A warning about an optional module is not the failure: a worker's crash is retried.
+        let warned = "UserWarning: Failed to initialize NumPy: No module named 'numpy'\n\
+                      failed (exitcode: 13) local_rank: 0\n";
+        assert!(
+            !matches!(classify(exited(1), warned), Verdict::UserError(_)),
+            "{:?}",
+            classify(exited(1), warned)
+        );
     }
 }
