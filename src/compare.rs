@@ -11,11 +11,28 @@ use gangway_core::sim::{SimResult, Simulation};
 /// The policy that finish-time fairness (rho) is measured against.
 pub const REFERENCE_POLICY: &str = "isolated";
 
+/// Most simulations that run at the same time.
+const MAX_RUNS_AT_ONCE: usize = 8;
+
 /// Makes a progress callback for one policy's run: called with (jobs finished, jobs in the trace).
-pub type ProgressFactory<'a> = &'a (dyn Fn(&str) -> Box<dyn FnMut(usize, usize) + Send> + Sync);
+pub type ProgressFactory<'a> = &'a (dyn Fn(&str) -> Progress + Sync);
+
+/// One run's progress callback.
+type Progress = Box<dyn FnMut(usize, usize) + Send>;
 
 /// Makes a fresh placer for each run.
 pub type PlacerFactory<'a> = &'a (dyn Fn() -> Box<dyn Placer> + Sync);
+
+/// The jobs of a run that never finished, leaving out those too large for the cluster (reported apart).
+/// The simulator runs until every job finishes, so any other unfinished job means the policy stalled.
+pub fn unfinished(result: &SimResult) -> Vec<gangway_core::job::JobId> {
+    result
+        .records
+        .iter()
+        .filter(|r| r.finish.is_none() && !result.unschedulable.contains(&r.id))
+        .map(|r| r.id)
+        .collect()
+}
 
 /// The default placer: best-fit consolidation without a topology.
 pub fn packing() -> Box<dyn Placer> {
@@ -50,32 +67,50 @@ pub fn run_policies(
         seed: simulation.config.seed,
         ..policy_config.clone()
     };
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut results: Vec<Option<SimResult>> = vec![None; to_run.len()];
-    for chunk in (0..to_run.len()).collect::<Vec<_>>().chunks(threads) {
-        std::thread::scope(|scope| -> Result<()> {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|&k| {
-                    let name = to_run[k];
-                    let mut report = progress(name);
-                    let config = config.clone();
-                    scope.spawn(move || -> Result<(usize, SimResult)> {
+    // Every run at once (up to MAX_RUNS_AT_ONCE): the operating system shares the cores, so the whole
+    // comparison takes about as long as its longest run or its total work over the cores, whichever is
+    // more, whatever order the runs are named in. (Runs in fixed batches of one per core waited for each
+    // batch's slowest, and an LP policy named late ran alone at the end.)
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let slots: Vec<std::sync::Mutex<Option<SimResult>>> = (0..to_run.len())
+        .map(|_| std::sync::Mutex::new(None))
+        .collect();
+    let progress_of: Vec<std::sync::Mutex<Option<Progress>>> = to_run
+        .iter()
+        .map(|name| std::sync::Mutex::new(Some(progress(name))))
+        .collect();
+    std::thread::scope(|scope| -> Result<()> {
+        let workers: Vec<_> = (0..to_run.len().min(MAX_RUNS_AT_ONCE))
+            .map(|_| {
+                scope.spawn(|| -> Result<()> {
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&name) = to_run.get(k) else {
+                            return Ok(());
+                        };
+                        let mut report = progress_of[k]
+                            .lock()
+                            .expect("progress lock")
+                            .take()
+                            .expect("each run once");
                         let mut policy = policy::build(name, &config)?;
                         let result =
                             simulation
                                 .run(policy.as_mut(), placer().as_mut(), &mut |d, t| report(d, t));
-                        Ok((k, result))
-                    })
+                        *slots[k].lock().expect("result lock") = Some(result);
+                    }
                 })
-                .collect();
-            for h in handles {
-                let (k, result) = h.join().expect("a simulation thread panicked")?;
-                results[k] = Some(result);
-            }
-            Ok(())
-        })?;
-    }
+            })
+            .collect();
+        for worker in workers {
+            worker.join().expect("a simulation thread panicked")?;
+        }
+        Ok(())
+    })?;
+    let results: Vec<Option<SimResult>> = slots
+        .into_iter()
+        .map(|slot| slot.into_inner().expect("result lock"))
+        .collect();
     let results: Vec<SimResult> = results
         .into_iter()
         .map(|r| r.expect("every run finished"))

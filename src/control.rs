@@ -151,28 +151,32 @@ struct Served {
 }
 
 fn serve_cluster(args: &ServeArgs) -> Result<Served> {
-    let elsewhere = |spec: ClusterSpec| Served {
-        cluster: Cluster::from_topology(&spec.build()),
-        topology: Some(spec),
-        devices: None,
-        real: false,
+    let elsewhere = |spec: ClusterSpec| -> Result<Served> {
+        Ok(Served {
+            cluster: Cluster::from_topology(&spec.build())?,
+            topology: Some(spec),
+            devices: None,
+            real: false,
+        })
     };
     if let Some(n) = args.fake_gpus {
         if n == 0 {
             bail!("--fake-gpus must be at least 1");
         }
+        // The cluster first: it refuses a count beyond its limit before any per-GPU list is made.
+        let cluster = Cluster::parse_spec(&format!("fake=1x{n}"), n)?;
         return Ok(Served {
-            cluster: Cluster::parse_spec(&format!("fake=1x{n}"), n)?,
+            cluster,
             topology: None,
             devices: Some((0..n).collect()),
             real: false,
         });
     }
     if let Some(name) = &args.preset {
-        return Ok(elsewhere(scenario::preset_cluster(name, args.servers, 16)?));
+        return elsewhere(scenario::preset_cluster(name, args.servers, 16)?);
     }
     if let Some(path) = &args.topology {
-        return Ok(elsewhere(scenario::topology_file(path)?));
+        return elsewhere(scenario::topology_file(path)?);
     }
     if let Some(spec) = &args.cluster {
         return Ok(Served {

@@ -39,12 +39,16 @@ pub use gangway_launcher as launcher;
 pub use gangway_protocol as protocol;
 pub use gangway_topology as topology;
 
+pub mod cli;
 #[cfg(feature = "simulate")]
 pub mod compare;
 #[cfg(feature = "serve")]
 pub mod control;
 #[cfg(feature = "simulate")]
 pub mod fidelity;
+#[cfg(feature = "serve")]
+#[doc(hidden)]
+pub mod fuzzing;
 #[cfg(all(feature = "simulate", feature = "plots"))]
 pub mod plots;
 #[cfg(feature = "simulate")]

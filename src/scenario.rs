@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
-use gangway_core::error::Source;
+use gangway_core::error::{Source, read_text};
 use gangway_core::job::{Names, Trace, WorkUnit};
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
@@ -203,17 +203,19 @@ pub const EMBEDDED_TRACE: &str = include_str!("../data/gavel/continuous_single_s
 pub const EMBEDDED_THROUGHPUTS: &str = include_str!("../data/gavel/simulation_throughputs.json");
 pub const EMBEDDED_TRACE_NAME: &str = "embedded:gavel/continuous_single_seed0.csv";
 pub const EMBEDDED_THROUGHPUTS_NAME: &str = "embedded:gavel/simulation_throughputs.json";
+/// The policies `gangway simulate` compares when `--policy` is not given: FIFO and LAS as baselines
+/// beside the systems gangway exists for: Tiresias, Gandiva, Themis, and Gavel's heterogeneity-aware LAS
+/// (`max_min_fairness_perf`, on HiGHS). The one list: the CLI's default, the README and the tests read it.
+pub const DEFAULT_POLICIES: &str =
+    "fifo,max_min_fairness,tiresias,gandiva,themis,max_min_fairness_perf";
+
 /// The GPU type that Gavel's durations are measured on.
 pub const REFERENCE_GPU: &str = "v100";
 
 /// Reads a throughput table from a file, or the bundled one.
 pub fn load_throughputs(path: Option<&Path>) -> Result<ThroughputTable> {
     Ok(match path {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            ThroughputTable::parse(&Source::path(p), &text)?
-        }
+        Some(p) => ThroughputTable::parse(&Source::path(p), &read_text(p)?)?,
         None => ThroughputTable::parse(
             &Source(EMBEDDED_THROUGHPUTS_NAME.into()),
             EMBEDDED_THROUGHPUTS,
@@ -253,11 +255,7 @@ pub fn model_for(
 /// Reads `--cluster-file` or parses `--cluster`.
 pub fn load_cluster(spec: &str, file: Option<&Path>, gpus_per_node: u32) -> Result<Cluster> {
     match file {
-        Some(p) => {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            Ok(Cluster::parse_toml(&Source::path(p), &text)?)
-        }
+        Some(p) => Ok(Cluster::parse_toml(&Source::path(p), &read_text(p)?)?),
         None if spec.trim().is_empty() => bail!("--cluster is empty"),
         None => Ok(Cluster::parse_spec(spec, gpus_per_node)?),
     }
@@ -273,13 +271,15 @@ pub fn preset_cluster(name: &str, servers: usize, per_rack: usize) -> Result<Clu
     if servers == 0 {
         bail!("--servers must be at least 1");
     }
-    Ok(ClusterSpec::of(preset, servers, per_rack))
+    let spec = ClusterSpec::of(preset, servers, per_rack);
+    spec.check()
+        .map_err(|why| anyhow::anyhow!("--servers {servers}: {why}"))?;
+    Ok(spec)
 }
 
 /// Reads a topology file (TOML or JSON).
 pub fn topology_file(path: &Path) -> Result<ClusterSpec> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = read_text(path)?;
     Ok(gangway_topology::file::parse(
         &path.display().to_string(),
         &text,

@@ -8,11 +8,15 @@ use std::time::Duration;
 use assert_cmd::Command;
 use serde_json::Value;
 
+mod support;
+
 /// A small, fast synthetic scenario used by most tests.
 const SYNTHETIC: &str = "synthetic:jobs=300,seed=1,rate=4";
 const SMALL_CLUSTER: &str = "v100=8,k80=8";
 /// The policies `gangway simulate` compares when `--policy` is not given.
-const DEFAULT_POLICIES: [&str; 4] = ["fifo", "sjf", "srtf", "max_min_fairness"];
+fn default_policies() -> Vec<&'static str> {
+    gangway::scenario::DEFAULT_POLICIES.split(',').collect()
+}
 
 /// What one run of the binary produced.
 struct Run {
@@ -176,9 +180,26 @@ fn shared_data(what: &str) -> Option<PathBuf> {
     if path.exists() {
         Some(dir)
     } else {
-        eprintln!("skipping: {} not found", path.display());
+        support::skip(&format!(
+            "{} not found (the shared reference data is absent)",
+            path.display()
+        ));
         None
     }
+}
+
+/// The tests' one rule for a missing component (here, the reference data): skip, loudly, except in CI,
+/// where it fails (a broken install must not turn the suite green).
+#[test]
+fn a_test_that_would_skip_fails_in_ci() {
+    let in_ci = std::panic::catch_unwind(|| support::skip_unless_ci(true, "no widget"));
+    let message = in_ci.unwrap_err();
+    let message = message.downcast_ref::<String>().expect("a formatted panic");
+    assert!(
+        message.contains("CI=true, and this test would skip: no widget"),
+        "{message}"
+    );
+    support::skip_unless_ci(false, "(the rule's own test: outside CI it only says so)");
 }
 
 /// Data lines of a headerless trace file.
@@ -205,7 +226,7 @@ fn no_arguments_replays_the_bundled_trace_as_a_table() {
             .map(str::to_owned)
             .collect()
     };
-    for name in ["fifo", "max_min_fairness"] {
+    for name in default_policies() {
         let cells = row(name);
         // policy, jobs, measured, avg JCT h, ...
         assert_eq!(cells[1], "6000", "{name}: jobs in the bundled trace");
@@ -215,6 +236,25 @@ fn no_arguments_replays_the_bundled_trace_as_a_table() {
         );
         let avg: f64 = cells[3].parse().expect("avg JCT is a number");
         assert!(avg > 0.0, "{name}: avg JCT {avg}");
+    }
+}
+
+/// A newcomer's first run shows the systems gangway exists for beside the baselines, not only the
+/// baselines (it once compared FIFO, SJF, SRTF and LAS).
+#[test]
+fn the_default_run_compares_the_seed_policies_with_fifo() {
+    let names = default_policies();
+    for seed in [
+        "fifo",
+        "tiresias",
+        "gandiva",
+        "themis",
+        "max_min_fairness_perf",
+    ] {
+        assert!(names.contains(&seed), "{seed} is not in {names:?}");
+    }
+    for name in names {
+        gangway::core::policy::find(name).expect("a known policy");
     }
 }
 
@@ -231,7 +271,7 @@ fn json_has_one_summary_per_policy_with_sane_values() {
     ])
     .success();
     let summaries = run.json();
-    assert_eq!(policy_names(&summaries), DEFAULT_POLICIES);
+    assert_eq!(policy_names(&summaries), default_policies());
     for s in &summaries {
         for key in [
             "policy",
@@ -655,7 +695,10 @@ fn gavel_tab_separated_traces_run_with_both_throughput_tables() {
     ] {
         let path = data.join(trace);
         if !path.exists() {
-            eprintln!("skipping: {} not found", path.display());
+            support::skip(&format!(
+                "{} not found (the shared reference data is incomplete)",
+                path.display()
+            ));
             continue;
         }
         let jobs = data_lines(&path) as u64;
@@ -681,7 +724,7 @@ fn gavel_tab_separated_traces_run_with_both_throughput_tables() {
         }
         for (table, args) in runs {
             let summaries = simulate(&args).success().json();
-            assert_eq!(policy_names(&summaries), DEFAULT_POLICIES);
+            assert_eq!(policy_names(&summaries), default_policies());
             for s in &summaries {
                 assert_eq!(count(s, "jobs"), jobs, "{trace} with {table}: {s:?}");
                 assert_eq!(
@@ -901,4 +944,237 @@ fn gittins_distribution_is_read_and_checked() {
         stderr.contains(&format!("{}:3: field `duration`", bad.display())),
         "{stderr}"
     );
+}
+
+// Hardening: input that once crashed, wrapped around or was misreported.
+
+/// A closed pipe as stdout (and stderr): the reader has gone away before the first write.
+fn run_into_closed_pipe(args: &[&str], stderr_too: bool) -> (std::process::ExitStatus, String) {
+    use std::process::Stdio;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_gangway"));
+    command
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null());
+    if stderr_too {
+        command.stdout(writer.try_clone().unwrap()).stderr(writer);
+        let status = command.status().unwrap();
+        (status, String::new())
+    } else {
+        command.stdout(writer).stderr(Stdio::piped());
+        let output = command.output().unwrap();
+        (
+            output.status,
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    }
+}
+
+/// `gangway topology --list | head -5` once panicked with "failed printing to stdout: Broken pipe".
+/// Every printing command ends quietly instead, as `ls | head` does (killed by SIGPIPE, or done).
+#[test]
+fn every_printing_command_ends_quietly_when_its_reader_goes_away() {
+    use std::os::unix::process::ExitStatusExt;
+    let small = [
+        "--trace",
+        "synthetic:jobs=40,seed=1,rate=4",
+        "--cluster",
+        "v100=4",
+        "--policy",
+        "fifo",
+        "--no-ftf",
+    ];
+    let json: Vec<&str> = ["simulate"]
+        .iter()
+        .chain(&small)
+        .chain(&["--format", "json"])
+        .copied()
+        .collect();
+    let table: Vec<&str> = ["simulate"].iter().chain(&small).copied().collect();
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["topology", "--list"],
+        vec!["topology", "--preset", "dgx1-v100", "--servers", "2"],
+        vec!["simulate", "--policy", "help"],
+        table,
+        json,
+    ];
+    for args in &commands {
+        for stderr_too in [false, true] {
+            let (status, stderr) = run_into_closed_pipe(args, stderr_too);
+            assert!(
+                status.success() || status.signal() == Some(libc::SIGPIPE),
+                "{args:?} (stderr closed too: {stderr_too}): {status:?}\n{stderr}"
+            );
+            assert!(
+                !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+                "{args:?}: {stderr}"
+            );
+        }
+    }
+}
+
+/// An I/O error was printed twice ("Is a directory (os error 21): Is a directory (os error 21)").
+#[test]
+fn an_unreadable_input_is_reported_once() {
+    let dir = tempdir();
+    let d = path_arg(dir.path());
+    for args in [
+        vec!["--trace", d.as_str()],
+        vec!["--throughputs", d.as_str()],
+        vec!["--cluster-file", d.as_str()],
+        vec!["--topology", d.as_str()],
+    ] {
+        let run = simulate(&args).failure();
+        run.stderr_has("Is a directory");
+        assert_eq!(
+            run.stderr.matches("os error 21").count(),
+            1,
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+/// A trace that is not UTF-8 once gave no line number.
+#[test]
+fn a_trace_that_is_not_utf8_names_the_line() {
+    let dir = tempdir();
+    let path = dir.path().join("t.csv");
+    std::fs::write(
+        &path,
+        b"job_id,arrival_unit,job_type,scale_factor,duration_s_on_v100,total_steps\n0,0,A,1,1,1\n1,0,\xff,1,1,1\n",
+    )
+    .unwrap();
+    simulate(&["--trace", &path_arg(&path), "--rate", "1"])
+        .failure()
+        .stderr_has(&format!("{}:3: not valid UTF-8", path.display()));
+}
+
+/// `--rate 1e-300` once put arrivals at 1e303 seconds and printed garbage.
+#[test]
+fn a_rate_that_puts_arrivals_beyond_simulated_time_is_refused() {
+    let run = simulate(&["--rate", "1e-300"]).failure();
+    run.stderr_has("field `arrival_unit`")
+        .stderr_has("check the rate");
+    run.no_table();
+    simulate(&["--trace", "synthetic:jobs=5,seed=1,rate=1e-300"])
+        .failure()
+        .stderr_has("raise the rate");
+    simulate(&[
+        "--trace",
+        "synthetic:jobs=5,seed=1",
+        "--load-factor",
+        "1e-300",
+    ])
+    .failure()
+    .stderr_has("--load-factor");
+}
+
+/// Duplicate ids were silently dropped and misreported as jobs too large for the cluster.
+#[test]
+fn a_duplicate_job_id_names_both_lines() {
+    let dir = tempdir();
+    let path = write(
+        dir.path(),
+        "dup.csv",
+        "job_id,arrival_unit,job_type,scale_factor,duration_s_on_v100,total_steps\n\
+         0,0,ResNet-18 (batch size 64),1,1,1\n\
+         1,0,ResNet-18 (batch size 64),1,1,1\n\
+         0,1,ResNet-18 (batch size 64),1,1,1\n",
+    );
+    simulate(&["--trace", &path_arg(&path), "--rate", "1"])
+        .failure()
+        .stderr_has(&format!(
+            "{}:4: field `job_id`: duplicate of line 2",
+            path.display()
+        ));
+}
+
+/// Sizes that once wrapped around (a cluster "on 0 GPUs") or aborted on a huge allocation.
+#[test]
+fn oversized_clusters_are_refused_with_the_limit() {
+    for cluster in ["v100=65536x65536", "v100=4294967295"] {
+        simulate(&["--cluster", cluster])
+            .failure()
+            .stderr_has("at most 1048576 are supported");
+    }
+    let dir = tempdir();
+    let file = write(
+        dir.path(),
+        "c.toml",
+        "[[nodes]]\ngpu_type = \"v100\"\ngpus = 2147483648\n",
+    );
+    simulate(&["--cluster-file", &path_arg(&file)])
+        .failure()
+        .stderr_has("at most 1048576");
+    let topo = write(
+        dir.path(),
+        "t.toml",
+        "[[servers]]\npreset = \"dgx1-v100\"\ncount = 1000000000000\n",
+    );
+    simulate(&["--topology", &path_arg(&topo)])
+        .failure()
+        .stderr_has("at most 1048576 are supported");
+    let out = Command::cargo_bin("gangway")
+        .unwrap()
+        .args([
+            "serve",
+            "--fake-gpus",
+            "4294967295",
+            "--listen",
+            "127.0.0.1:1",
+        ])
+        .arg("--journal")
+        .arg(dir.path().join("journal"))
+        .timeout(Duration::from_secs(60))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("at most 1048576"), "{stderr}");
+}
+
+/// Knobs out of range, or given twice, were silently accepted.
+#[test]
+fn policy_knobs_are_range_checked() {
+    for (spec, says) in [
+        ("themis:f=2", "2 is out of range (0 to 1)"),
+        ("themis:f=0.5:f=0.7", "`f` is given twice"),
+        ("gandiva:grow=2", "out of range (0 or 1)"),
+    ] {
+        simulate(&["--policy", spec]).failure().stderr_has(says);
+    }
+    simulate(&["--trace", "synthetic:jobs=10,jobs=20"])
+        .failure()
+        .stderr_has("`jobs` is given twice");
+    simulate(&["--policy", "help"])
+        .success()
+        .stdout_has("(0 to 1)");
+}
+
+/// A run whose jobs never finished once exited 0, its stall warning hidden below the default log level.
+/// (Heterogeneity-aware LAS that never re-solves leaves the jobs after its first solve waiting: a stall.)
+#[test]
+fn a_stalled_run_says_so_and_exits_non_zero() {
+    let run = simulate(&[
+        "--trace",
+        "synthetic:jobs=60,seed=1,rate=4",
+        "--cluster",
+        "v100=4,k80=4",
+        "--policy",
+        "fifo,las_perf:realloc=1e9",
+        "--no-ftf",
+    ])
+    .failure();
+    run.stderr_has("las_perf:realloc=1e9: 59 jobs never finished: the policy stalled")
+        .stderr_has("error: las_perf:realloc=1e9 stalled with jobs unfinished");
+    assert!(
+        !run.stderr.contains("fifo: "),
+        "fifo finished:\n{}",
+        run.stderr
+    );
+    // The results are still printed, with the unfinished jobs counted.
+    run.stdout_has("unfinished");
 }

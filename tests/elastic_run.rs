@@ -14,26 +14,27 @@ use gangway_launcher::executor::ProcessExecutor;
 
 const TOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/examples/toy_ddp.py");
 
-/// The Python with torch, or `None` (the test then skips).
-fn python() -> Option<String> {
-    let python = std::env::var("GANGWAY_TEST_PYTHON").ok()?;
+/// The Python with torch, or why there is none.
+fn python() -> Result<String, String> {
+    let python = std::env::var("GANGWAY_TEST_PYTHON")
+        .map_err(|_| "no torch (set GANGWAY_TEST_PYTHON to a python that has it)".to_owned())?;
     let ok = Command::new(&python)
         .args(["-c", "import torch.distributed.run"])
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!("skipped: GANGWAY_TEST_PYTHON={python} cannot import torch");
-        return None;
+        return Err(format!("GANGWAY_TEST_PYTHON={python} cannot import torch"));
     }
-    Some(python)
+    Ok(python)
 }
 
+/// The Python with torch; without one the test skips (fails in CI).
 macro_rules! need_torch {
     () => {
         match python() {
-            Some(p) => p,
-            None => {
-                eprintln!("skipped: no torch (set GANGWAY_TEST_PYTHON to a python that has it)");
+            Ok(p) => p,
+            Err(why) => {
+                support::skip(&why);
                 return;
             }
         }
@@ -155,6 +156,53 @@ fn eventually(timeout: Duration, mut check: impl FnMut() -> Result<(), String>) 
         assert!(Instant::now() < deadline, "after {timeout:?}: {why}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Without torch, elastic-run once took "No module named 'torch'" for a crash and relaunched it three
+/// times. It is a user error: exit 2 at once, with a hint. (No torch needed: `python3 -S` sees no
+/// installed package.)
+#[test]
+fn a_python_without_torch_is_a_user_error_at_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let python = write_script(
+        dir.path(),
+        "python-without-packages",
+        "#!/bin/sh\nexec python3 -S \"$@\"\n",
+    );
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = write_script(dir.path(), "train.py", "print('never runs')\n");
+    let out = run(elastic_run(
+        python.to_str().unwrap(),
+        dir.path(),
+        "no-torch",
+        &["--gpus", "2"],
+    )
+    .args(["--max-restarts", "3"])
+    .arg(&script));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("no module `torch`") && all.contains("--python"),
+        "{all}"
+    );
+    assert_eq!(all.matches("elastic-run: launch ").count(), 1, "{all}");
+    assert!(!all.contains("restart 1"), "{all}");
+}
+
+/// `--job-id ../../../x` once wrote outside the checkpoint directory.
+#[test]
+fn a_job_id_that_leaves_the_checkpoint_root_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(dir.path(), "train.py", "print('never runs')\n");
+    let out = run(Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args(["--fake-gpus", "2", "--job-id", "../../../escaped"])
+        .arg(&script)
+        .current_dir(dir.path()));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(all.contains("holds a path separator"), "{all}");
+    assert!(!dir.path().join("checkpoints").exists(), "{all}");
 }
 
 #[test]
@@ -646,8 +694,8 @@ fn slurm_ready() -> bool {
         .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
         .unwrap_or(0);
     if idle < 4 {
-        eprintln!(
-            "skipped: no local Slurm with 4 idle nodes (run scripts/slurm-up and export SLURM_CONF)"
+        support::skip(
+            "no local Slurm with 4 idle nodes (run scripts/slurm-up and export SLURM_CONF)",
         );
     }
     idle >= 4

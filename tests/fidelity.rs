@@ -14,15 +14,17 @@ use std::path::PathBuf;
 use gangway::core::metrics::Summary;
 use gangway::fidelity::{GavelExpected, rate_key, run_gavel_setup};
 
+mod support;
+
 /// Gavel's expected figures and the trace, or `None` (with a message) without the shared data.
 fn shared_gavel() -> Option<(GavelExpected, String)> {
     let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data/gavel"));
     let expected = dir.join("expected_continuous_single_seed0.txt");
     if !expected.is_file() {
-        eprintln!(
-            "skipping: {} not found (the shared reference data is absent)",
-            dir.display()
-        );
+        support::skip(&format!(
+            "{} not found (the shared reference data is absent)",
+            expected.display()
+        ));
         return None;
     }
     let expected = GavelExpected::parse(&std::fs::read_to_string(expected).unwrap()).unwrap();

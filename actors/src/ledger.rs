@@ -88,6 +88,99 @@ pub enum Record {
     },
 }
 
+impl Record {
+    /// The job a record is about (`None` for the clock and cordons).
+    pub fn job(&self) -> Option<JobId> {
+        match self {
+            Record::Epoch { .. } | Record::Cordoned { .. } => None,
+            Record::Submitted(spec) => Some(spec.id),
+            Record::Started { job, .. }
+            | Record::Stopped { job, .. }
+            | Record::Checkpointed { job, .. }
+            | Record::Finished { job, .. }
+            | Record::Cancelled { job, .. }
+            | Record::Failed { job, .. }
+            | Record::Crashed { job, .. } => Some(*job),
+        }
+    }
+
+    /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
+    pub const KINDS: [&'static str; 10] = [
+        "epoch",
+        "submitted",
+        "started",
+        "stopped",
+        "checkpointed",
+        "finished",
+        "cancelled",
+        "failed",
+        "crashed",
+        "cordoned",
+    ];
+
+    /// The record's kind, as a word for reports.
+    pub fn kind(&self) -> &'static str {
+        Self::KINDS[match self {
+            Record::Epoch { .. } => 0,
+            Record::Submitted(_) => 1,
+            Record::Started { .. } => 2,
+            Record::Stopped { .. } => 3,
+            Record::Checkpointed { .. } => 4,
+            Record::Finished { .. } => 5,
+            Record::Cancelled { .. } => 6,
+            Record::Failed { .. } => 7,
+            Record::Crashed { .. } => 8,
+            Record::Cordoned { .. } => 9,
+        }]
+    }
+}
+
+/// What a torn tail that recovery truncated held, in terms of jobs: `None` when it held nothing
+/// readable. The records were never acknowledged, so nothing was acted on; but a torn tail can also be
+/// damage to committed records, and then these jobs are where to look.
+pub fn torn_tail_report(torn: &gangway_journal::TornTail<Record>) -> String {
+    let mut touched: BTreeMap<JobId, Vec<&'static str>> = BTreeMap::new();
+    for record in &torn.readable {
+        if let Some(job) = record.job() {
+            touched.entry(job).or_default().push(record.kind());
+        }
+    }
+    let dropped = torn.dropped();
+    let mut unread = dropped.saturating_sub(torn.readable.len() as u64);
+    // The record the cut went through: every kind but the clock and cordons starts with its job's id.
+    if let [variant, job] = torn.cut_varints(2)[..]
+        && let Some(&kind) = Record::KINDS.get(variant as usize)
+        && kind != "epoch"
+        && kind != "cordoned"
+        && let Ok(job) = u32::try_from(job)
+    {
+        touched.entry(JobId(job)).or_default().push(kind);
+        unread = unread.saturating_sub(1);
+    }
+    let mut jobs: Vec<String> = touched
+        .iter()
+        .map(|(job, kinds)| format!("job {job} ({})", kinds.join(", ")))
+        .collect();
+    if jobs.is_empty() {
+        jobs.push("no job that can still be read".into());
+    }
+    let seqs = torn.seqs.as_ref().map_or(String::new(), |s| {
+        format!(" (records {}..={})", s.start, s.end - 1)
+    });
+    format!(
+        "journal: {}: dropped {dropped} record(s){seqs} in a torn tail of {} bytes at byte {}; they touched {}{}",
+        torn.path.display(),
+        torn.bytes,
+        torn.offset,
+        jobs.join(", "),
+        if unread > 0 {
+            format!(", and {unread} more that cannot be read")
+        } else {
+            String::new()
+        }
+    )
+}
+
 /// Where a job stands in the ledger.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Standing {
@@ -364,6 +457,55 @@ mod tests {
             gpus: gpus.iter().map(|&g| GpuId(g)).collect(),
             partner: partner.map(JobId),
             at: 0.0,
+        }
+    }
+
+    /// A torn tail names the jobs of the records it dropped, including the one the cut went through,
+    /// whatever its kind.
+    #[test]
+    fn a_torn_tail_names_the_jobs_and_kinds_it_dropped() {
+        let samples = [
+            spec(7),
+            started(7, 1, &[0], None),
+            Record::Stopped {
+                job: JobId(7),
+                at: 1.0,
+            },
+            Record::Checkpointed {
+                job: JobId(7),
+                steps_done: 5.0,
+            },
+            Record::Finished {
+                job: JobId(7),
+                at: 1.0,
+            },
+            Record::Cancelled {
+                job: JobId(7),
+                at: 1.0,
+            },
+            Record::Failed {
+                job: JobId(7),
+                at: 1.0,
+                error: "x".into(),
+            },
+            Record::Crashed {
+                job: JobId(7),
+                at: 1.0,
+            },
+        ];
+        for record in samples {
+            let batch = [spec(3), record.clone()];
+            let frame = gangway_journal::fuzzing::frame(1, &batch).unwrap();
+            let (records, torn) =
+                gangway_journal::fuzzing::segment::<Record>(&frame[..frame.len() - 1], 1).unwrap();
+            assert!(records.is_empty());
+            let report = torn_tail_report(&torn.unwrap());
+            let expected = format!(
+                "dropped 2 record(s) (records 1..=2) in a torn tail of {} bytes at byte 0; they touched job 3 (submitted), job 7 ({})",
+                frame.len() - 1,
+                record.kind()
+            );
+            assert!(report.ends_with(&expected), "{report}");
         }
     }
 

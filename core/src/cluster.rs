@@ -22,6 +22,13 @@ pub struct Node {
     pub memory_gb: f64,
 }
 
+/// Most GPUs a cluster may have (the topology's bound: every GPU costs per-GPU state).
+pub const MAX_GPUS: u32 = gangway_topology::topology::MAX_CLUSTER_GPUS as u32;
+
+/// Most GPU types a cluster may have. Policies keep per-type rows and solve programs over the types;
+/// real clusters have a handful.
+pub const MAX_GPU_TYPES: usize = 1024;
+
 /// CPUs and memory per GPU when a spec does not say: Synergy's default server (8 GPUs, 24 CPUs, 500 GB).
 pub const DEFAULT_CPUS_PER_GPU: u32 = 3;
 pub const DEFAULT_MEMORY_GB_PER_GPU: f64 = 62.5;
@@ -64,30 +71,47 @@ struct ClusterFile {
 }
 
 impl Cluster {
-    /// Builds a cluster from `(gpu type name, node)` pairs; type names are interned in first-seen order.
+    /// Builds a cluster from `(gpu type name, gpus, cpus, memory_gb)` nodes; type names are interned in
+    /// first-seen order. Panics beyond [`MAX_GPUS`] or [`MAX_GPU_TYPES`]: for clusters built in code
+    /// (tests, examples); user input goes through [`Cluster::try_from_nodes`] or the parsers.
     pub fn from_nodes<'a>(nodes: impl IntoIterator<Item = (&'a str, u32, u32, f64)>) -> Self {
+        Self::try_from_nodes(nodes).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`Cluster::from_nodes`], with an error beyond the limits.
+    pub fn try_from_nodes<'a>(
+        nodes: impl IntoIterator<Item = (&'a str, u32, u32, f64)>,
+    ) -> Result<Self, InputError> {
+        let source = Source("nodes".into());
         let mut builder = ClusterBuilder::default();
         for (name, gpus, cpus, memory_gb) in nodes {
-            builder.add_nodes(name, 1, gpus, cpus, memory_gb);
+            builder
+                .add_nodes(name, 1, gpus, cpus, memory_gb)
+                .map_err(|m| InputError::whole(&source, m))?;
         }
-        builder.build()
+        Ok(builder.build())
     }
 
     /// The cluster of a topology: one node per server, typed by its GPU model (`v100`, `p100`, ...).
-    pub fn from_topology(topology: &gangway_topology::topology::Topology) -> Self {
+    pub fn from_topology(
+        topology: &gangway_topology::topology::Topology,
+    ) -> Result<Self, InputError> {
+        let source = Source("topology".into());
         let mut builder = ClusterBuilder::default();
         for host in &topology.hosts {
-            let gpus = host.num_gpus as u32;
+            let gpus = u32::try_from(host.num_gpus).unwrap_or(u32::MAX);
             let model = topology.gpus[host.first_gpu].model.to_ascii_lowercase();
-            builder.add_nodes(
-                &model,
-                1,
-                gpus,
-                gpus * DEFAULT_CPUS_PER_GPU,
-                f64::from(gpus) * DEFAULT_MEMORY_GB_PER_GPU,
-            );
+            builder
+                .add_nodes(
+                    &model,
+                    1,
+                    gpus,
+                    gpus.saturating_mul(DEFAULT_CPUS_PER_GPU),
+                    f64::from(gpus) * DEFAULT_MEMORY_GB_PER_GPU,
+                )
+                .map_err(|m| InputError::whole(&source, m))?;
         }
-        builder.build()
+        Ok(builder.build())
     }
 
     /// Parses `TYPE=N` (N GPUs, `gpus_per_node` per node) and `TYPE=NxG` (N nodes of G GPUs) items,
@@ -133,13 +157,15 @@ impl Cluster {
             if nodes == 0 || gpus == 0 {
                 return Err(bad("a group needs at least one node of at least one GPU"));
             }
-            builder.add_nodes(
-                name,
-                nodes,
-                gpus,
-                gpus * DEFAULT_CPUS_PER_GPU,
-                f64::from(gpus) * DEFAULT_MEMORY_GB_PER_GPU,
-            );
+            builder
+                .add_nodes(
+                    name,
+                    nodes,
+                    gpus,
+                    gpus.saturating_mul(DEFAULT_CPUS_PER_GPU),
+                    f64::from(gpus) * DEFAULT_MEMORY_GB_PER_GPU,
+                )
+                .map_err(|m| InputError::whole(&source, format!("item `{item}`: {m}")))?;
         }
         if builder.nodes.is_empty() {
             return Err(InputError::whole(&source, "the cluster has no GPUs"));
@@ -158,15 +184,26 @@ impl Cluster {
                     format!("nodes[{i}]: needs a gpu_type, count >= 1 and gpus >= 1"),
                 ));
             }
-            builder.add_nodes(
-                &group.gpu_type,
-                group.count,
-                group.gpus,
-                group.cpus.unwrap_or(group.gpus * DEFAULT_CPUS_PER_GPU),
-                group
-                    .memory_gb
-                    .unwrap_or(f64::from(group.gpus) * DEFAULT_MEMORY_GB_PER_GPU),
-            );
+            let memory_gb = group
+                .memory_gb
+                .unwrap_or(f64::from(group.gpus) * DEFAULT_MEMORY_GB_PER_GPU);
+            if !(memory_gb.is_finite() && memory_gb >= 0.0) {
+                return Err(InputError::whole(
+                    source,
+                    format!("nodes[{i}]: memory_gb = {memory_gb} must be a finite number >= 0"),
+                ));
+            }
+            builder
+                .add_nodes(
+                    &group.gpu_type,
+                    group.count,
+                    group.gpus,
+                    group
+                        .cpus
+                        .unwrap_or(group.gpus.saturating_mul(DEFAULT_CPUS_PER_GPU)),
+                    memory_gb,
+                )
+                .map_err(|m| InputError::whole(source, format!("nodes[{i}]: {m}")))?;
         }
         if builder.nodes.is_empty() {
             return Err(InputError::whole(source, "the cluster file lists no nodes"));
@@ -260,18 +297,43 @@ fn toml_from_str(text: &str) -> Result<ClusterFile, String> {
 struct ClusterBuilder {
     gpu_types: Vec<String>,
     nodes: Vec<Node>,
+    /// GPUs in `nodes`, at most [`MAX_GPUS`].
+    gpus: u32,
 }
 
 impl ClusterBuilder {
-    fn add_nodes(&mut self, name: &str, count: u32, gpus: u32, cpus: u32, memory_gb: f64) {
+    /// Adds `count` nodes of `gpus` GPUs each, or says which limit they would break (before allocating
+    /// anything for them).
+    fn add_nodes(
+        &mut self,
+        name: &str,
+        count: u32,
+        gpus: u32,
+        cpus: u32,
+        memory_gb: f64,
+    ) -> Result<(), String> {
+        let adding = u64::from(count) * u64::from(gpus);
+        let total = u64::from(self.gpus) + adding;
+        if total > u64::from(MAX_GPUS) {
+            return Err(format!(
+                "{count} nodes of {gpus} GPUs bring the cluster to {total} GPUs; at most {MAX_GPUS} are supported"
+            ));
+        }
         let name = name.trim().to_ascii_lowercase();
         let t = match self.gpu_types.iter().position(|n| *n == name) {
             Some(i) => i,
+            None if self.gpu_types.len() >= MAX_GPU_TYPES => {
+                return Err(format!(
+                    "GPU type `{name}` would be type number {}; at most {MAX_GPU_TYPES} GPU types are supported",
+                    self.gpu_types.len() + 1
+                ));
+            }
             None => {
                 self.gpu_types.push(name);
                 self.gpu_types.len() - 1
             }
         };
+        self.gpus = total as u32;
         for _ in 0..count {
             self.nodes.push(Node {
                 gpu_type: GpuTypeId(t as u16),
@@ -280,11 +342,12 @@ impl ClusterBuilder {
                 memory_gb,
             });
         }
+        Ok(())
     }
 
     fn build(self) -> Cluster {
         let mut first_gpu = Vec::with_capacity(self.nodes.len());
-        let mut gpu_node = Vec::new();
+        let mut gpu_node = Vec::with_capacity(self.gpus as usize);
         let mut capacity = vec![0; self.gpu_types.len()];
         for (i, node) in self.nodes.iter().enumerate() {
             first_gpu.push(gpu_node.len() as u32);
@@ -337,6 +400,57 @@ mod tests {
             let err = Cluster::parse_spec(spec, 1).unwrap_err().to_string();
             assert!(err.contains(needle), "{spec}: {err}");
         }
+    }
+
+    /// Sizes that once wrapped around (`65536x65536` made a cluster of 0 GPUs) or exhausted memory are
+    /// refused before anything is allocated, naming the limit.
+    #[test]
+    fn oversized_clusters_name_the_limit() {
+        for spec in [
+            "v100=65536x65536",
+            "v100=4294967295",
+            "v100=1048577",
+            "a=1048576,b=1",
+        ] {
+            let err = Cluster::parse_spec(spec, 1).unwrap_err().to_string();
+            assert!(
+                err.contains("at most 1048576 are supported"),
+                "{spec}: {err}"
+            );
+        }
+        assert_eq!(
+            Cluster::parse_spec("v100=1024x1024", 1).unwrap().num_gpus(),
+            MAX_GPUS
+        );
+        let err = Cluster::parse_toml(
+            &Source("c.toml".into()),
+            "[[nodes]]\ngpu_type = \"v100\"\ngpus = 2147483648\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("c.toml: nodes[0]: ") && err.contains("at most 1048576"),
+            "{err}"
+        );
+        let err = Cluster::parse_toml(
+            &Source("c.toml".into()),
+            "[[nodes]]\ngpu_type = \"v100\"\ngpus = 1\nmemory_gb = nan\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("memory_gb = NaN"), "{err}");
+        // 65,537 types once wrapped the 16-bit type id around to type 0.
+        let many: Vec<String> = (0..=MAX_GPU_TYPES).map(|t| format!("t{t}=1")).collect();
+        let err = Cluster::parse_spec(&many.join(","), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("item `t1024=1`") && err.contains("at most 1024 GPU types are supported"),
+            "{err}"
+        );
+        let fits = Cluster::parse_spec(&many[..MAX_GPU_TYPES].join(","), 1).unwrap();
+        assert_eq!(fits.gpu_types()[1023], "t1023");
+        assert_eq!(fits.gpu_type_of(GpuId(1023)), GpuTypeId(1023));
     }
 
     #[test]

@@ -25,6 +25,11 @@ pub enum WorkUnit {
     Progress,
 }
 
+/// The latest arrival a trace may give, in seconds (about 31,700 years). Simulated time must stay where an
+/// f64 still resolves fractions of a second: a later arrival is a unit or rate mistake, refused where it
+/// is read.
+pub const MAX_ARRIVAL_SECONDS: f64 = 1e12;
+
 /// One training job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Job {

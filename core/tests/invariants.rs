@@ -279,7 +279,7 @@ mod topology_placement {
         policy: &str,
         mode: PlacementMode,
     ) -> SimResult {
-        let cluster = Cluster::from_topology(topology);
+        let cluster = Cluster::from_topology(topology).unwrap();
         let mut sim = Simulation::new(trace, &cluster, &TestModel);
         sim.config = SimConfig {
             engine: EngineConfig {

@@ -12,7 +12,7 @@
 //! A journal is a directory:
 //!
 //! ```text
-//! LOCK                       advisory lock: one writer per directory
+//! LOCK                       advisory lock: one writer per directory; names the newest segment
 //! segment-<FIRST>.log        frames, append-only; FIRST = sequence number of its first record
 //! snapshot-<SEQ>.snap        one frame: the caller's state after applying records 1..=SEQ
 //! snapshot-<SEQ>.tmp         a snapshot being written; never trusted, deleted on open
@@ -50,6 +50,16 @@
 //!    schema mismatch and is a hard error.
 //! 5. Segments whose records the snapshot fully covers are deleted, along with older
 //!    snapshots. This finishes any compaction that a crash interrupted.
+//! 6. A segment that must exist but is missing or empty is a hard error naming it, never an
+//!    empty history. `LOCK` holds one line, rewritten in place and fsynced when a segment is
+//!    started and when its first frame is committed: `gangway-journal tail <FIRST> empty` or
+//!    `... written`. The segment it names, or a newer one, must exist; if it is the newest and
+//!    was `written`, it must still hold a complete frame. A snapshot at `SEQ` must be followed
+//!    by a segment (one starts at `SEQ + 1` before older ones are deleted). An empty `LOCK`
+//!    (a journal from before this rule) checks only the snapshot's rule.
+//! 7. A torn tail that was truncated is returned in [`Recovered::torn`]: where it was, how many
+//!    records its frame held (when its header survived), and the records that can still be
+//!    read from it, so that the caller can say which of its objects they touched.
 //!
 //! Apart from creating the directory and its `LOCK` file, `open` changes nothing on disk
 //! unless recovery succeeds, so a failed open can be inspected and retried. Directory
@@ -99,6 +109,55 @@ pub struct Recovered<S, R> {
     pub snapshot_seq: u64,
     /// Records after the snapshot, in order, with their sequence numbers.
     pub records: Vec<(u64, R)>,
+    /// The torn tail that recovery truncated, if there was one.
+    pub torn: Option<TornTail<R>>,
+}
+
+/// A frame at the end of the last segment that never completed (or was cut short), truncated away at
+/// recovery. Its records were never acknowledged by [`Journal::append`], so they are dropped, but the
+/// caller should say what they were.
+#[derive(Debug)]
+pub struct TornTail<R> {
+    pub path: PathBuf,
+    /// Where the valid prefix ends, and the torn frame began.
+    pub offset: u64,
+    /// Bytes dropped.
+    pub bytes: u64,
+    /// The sequence numbers the frame held, when its header and record count survived.
+    pub seqs: Option<Range<u64>>,
+    /// The frame's records that can still be decoded, in order. Unverified (the frame failed its
+    /// check): for reports only, never to act on.
+    pub readable: Vec<R>,
+    /// The bytes of the first record that could not be decoded, up to the cut.
+    pub cut: Vec<u8>,
+}
+
+impl<R> TornTail<R> {
+    /// The leading whole numbers (up to `n`) of the record that was cut short. The encoding writes
+    /// an enum as its variant's index, then its fields in order, each integer as a varint; so a
+    /// record cut after its first fields still says what kind it was and, say, which object it was
+    /// about.
+    pub fn cut_varints(&self, n: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        let mut rest = &self.cut[..];
+        while out.len() < n {
+            match postcard::take_from_bytes::<u64>(rest) {
+                Ok((value, after)) => {
+                    out.push(value);
+                    rest = after;
+                }
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    /// How many records were dropped: the frame's count, else those still readable.
+    pub fn dropped(&self) -> u64 {
+        self.seqs
+            .as_ref()
+            .map_or(self.readable.len() as u64, |s| s.end - s.start)
+    }
 }
 
 /// Everything that can go wrong. Every message names the file, and the byte offset
@@ -106,8 +165,14 @@ pub struct Recovered<S, R> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
-    #[error("{}: {source}", .path.display())]
-    Io { path: PathBuf, source: io::Error },
+    /// The I/O error is part of the message, not a separate cause, so that it is said once.
+    #[error("{}: {error}", .path.display())]
+    Io { path: PathBuf, error: io::Error },
+    #[error(
+        "{}: {why}; its records would be lost, so recovery stops (restore the file, or move the journal aside to start afresh)",
+        .path.display()
+    )]
+    Missing { path: PathBuf, why: String },
     #[error("{}: corrupt frame at byte {offset}: {reason}", .path.display())]
     Corrupt {
         path: PathBuf,
@@ -148,9 +213,9 @@ trait At<T> {
 
 impl<T> At<T> for io::Result<T> {
     fn at(self, path: &Path) -> Result<T> {
-        self.map_err(|source| JournalError::Io {
+        self.map_err(|error| JournalError::Io {
             path: path.to_owned(),
-            source,
+            error,
         })
     }
 }
@@ -166,7 +231,10 @@ pub struct Journal<R> {
     /// Set while a write is in flight. If it is still set, the tail may hold a partial
     /// frame, and appending after that would turn a torn tail into mid-file corruption.
     poisoned: bool,
-    _lock: File,
+    /// The locked `LOCK` file, which also names the tail segment.
+    lock: File,
+    /// What `LOCK` says now.
+    manifest: Option<Manifest>,
     _records: PhantomData<fn(&R)>,
 }
 
@@ -184,12 +252,28 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         let dir = dir.as_ref().to_path_buf();
         fs::create_dir_all(&dir).at(&dir)?;
         let lock = lock_dir(&dir)?;
+        let manifest = Manifest::read(&lock, &dir.join("LOCK"))?;
         let (segments, snapshots) = list(&dir)?;
 
         let (snapshot, snap) = match snapshots.last() {
             Some(&seq) => (Some(read_snapshot(&dir, seq)?), seq),
             None => (None, 0),
         };
+        // Rule 6: a segment that LOCK or the snapshot says exists must exist.
+        if let Some(m) = manifest
+            && segments.last().is_none_or(|&newest| newest < m.tail)
+        {
+            return Err(JournalError::Missing {
+                path: dir.join(segment_name(m.tail)),
+                why: "missing, but LOCK names it as the newest segment".into(),
+            });
+        }
+        if snapshots.last().is_some() && segments.is_empty() {
+            return Err(JournalError::Missing {
+                path: dir.join(segment_name(snap + 1)),
+                why: format!("missing, but the snapshot at {snap} says the journal goes on there"),
+            });
+        }
         // A segment is fully covered if the next one starts at or before snap + 1. Those
         // are skipped unread, so damage to them does not matter: they are about to go.
         let live = &segments[segments
@@ -211,40 +295,63 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
             }
             let is_tail = i + 1 == live.len();
             let (valid_len, file_len) = replay(&path, is_tail, &mut next, &mut records)?;
+            // Every segment but the newest had a frame committed before the next one started; the
+            // newest did too if LOCK says so.
+            let written = !is_tail || manifest.is_some_and(|m| m.tail == first && m.written);
+            if written && valid_len == 0 {
+                let why = if file_len == 0 {
+                    "empty, but records were committed to it".to_owned()
+                } else {
+                    format!(
+                        "holds no complete frame in its {file_len} bytes, but records were committed to it"
+                    )
+                };
+                return Err(JournalError::Missing { path, why });
+            }
             tail_len = valid_len;
             if valid_len < file_len {
-                torn = Some((path, valid_len, file_len));
+                torn = Some(torn_tail(path, valid_len, file_len, next));
             }
         }
         records.retain(|(seq, _)| *seq > snap);
 
         // Only mutate the directory after everything above has validated.
-        if let Some((path, valid_len, file_len)) = torn {
+        if let Some(torn) = &torn {
+            let what = match &torn.seqs {
+                Some(seqs) => format!(
+                    "{} records (sequence numbers {}..={})",
+                    seqs.end - seqs.start,
+                    seqs.start,
+                    seqs.end - 1
+                ),
+                None => "a frame whose header did not survive".to_owned(),
+            };
             warn!(
-                "{}: dropping {} bytes of torn tail at byte {valid_len} (a write that never completed)",
-                path.display(),
-                file_len - valid_len
+                "{}: dropped a torn tail of {} bytes at byte {}: {what}, a write that never completed",
+                torn.path.display(),
+                torn.bytes,
+                torn.offset,
             );
-            let file = OpenOptions::new().write(true).open(&path).at(&path)?;
-            file.set_len(valid_len).at(&path)?;
-            file.sync_all().at(&path)?;
+            let path = &torn.path;
+            let file = OpenOptions::new().write(true).open(path).at(path)?;
+            file.set_len(torn.offset).at(path)?;
+            file.sync_all().at(path)?;
         }
         // If the tail holds only records the snapshot covers (a crash between snapshot and
         // rotation) or nothing exists yet, start a fresh segment at snap + 1.
         let tail_covered = live.last().is_none_or(|&f| f <= snap && next <= snap + 1);
         let next_seq = next.max(snap + 1);
-        let (tail, tail_path, keep_from) = if tail_covered {
+        let (tail, tail_path, tail_first, keep_from) = if tail_covered {
             tail_len = 0;
             let (file, path) = create_segment(&dir, next_seq)?;
-            (file, path, next_seq)
+            (file, path, next_seq, next_seq)
         } else {
-            let path = dir.join(segment_name(*live.last().expect("not covered")));
+            let first = *live.last().expect("not covered");
+            let path = dir.join(segment_name(first));
             let file = OpenOptions::new().append(true).open(&path).at(&path)?;
-            (file, path, live[0])
+            (file, path, first, live[0])
         };
-        compact(&dir, keep_from, snap)?;
-
-        let journal = Self {
+        let mut journal = Self {
             dir,
             opts,
             tail,
@@ -252,9 +359,17 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
             tail_len,
             next_seq,
             poisoned: false,
-            _lock: lock,
+            lock,
+            manifest,
             _records: PhantomData,
         };
+        // LOCK names the tail before anything older is deleted.
+        journal.set_manifest(Manifest {
+            tail: tail_first,
+            written: tail_len > 0,
+        })?;
+        compact(&journal.dir, keep_from, snap)?;
+
         let snapshot_seq = snap;
         Ok((
             journal,
@@ -262,6 +377,7 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
                 snapshot,
                 snapshot_seq,
                 records,
+                torn,
             },
         ))
     }
@@ -292,6 +408,13 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         self.poisoned = false;
         self.tail_len += frame.len() as u64;
         self.next_seq += records.len() as u64;
+        // Once per segment: LOCK records that the tail holds committed records, so that losing
+        // them all (a truncation to nothing) is an error rather than an empty history.
+        if let Some(m) = self.manifest
+            && !m.written
+        {
+            self.set_manifest(Manifest { written: true, ..m })?;
+        }
         Ok(first..self.next_seq)
     }
 
@@ -327,8 +450,155 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         let (file, path) = create_segment(&self.dir, self.next_seq)?;
         debug!("{}: starting new segment", path.display());
         (self.tail, self.tail_path, self.tail_len) = (file, path, 0);
+        self.set_manifest(Manifest {
+            tail: self.next_seq,
+            written: false,
+        })
+    }
+
+    /// Rewrites `LOCK` to say `manifest`, durably, unless it says so already.
+    fn set_manifest(&mut self, manifest: Manifest) -> Result<()> {
+        if self.manifest == Some(manifest) {
+            return Ok(());
+        }
+        let path = self.dir.join("LOCK");
+        manifest.write(&self.lock).at(&path)?;
+        self.manifest = Some(manifest);
         Ok(())
     }
+}
+
+/// What `LOCK` says: the newest segment, and whether a frame was committed to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Manifest {
+    tail: u64,
+    written: bool,
+}
+
+impl Manifest {
+    /// `LOCK`'s line; always the same length, so that rewriting it in place never leaves a tail.
+    fn line(self) -> String {
+        let state = if self.written { "written" } else { "empty  " };
+        format!("gangway-journal tail {:020} {state}\n", self.tail)
+    }
+
+    fn write(self, lock: &File) -> io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let line = self.line();
+        lock.write_all_at(line.as_bytes(), 0)?;
+        lock.set_len(line.len() as u64)?;
+        lock.sync_data()
+    }
+
+    /// The manifest in `LOCK`, or `None` for an empty one (a new journal, or one written before
+    /// `LOCK` named its tail).
+    fn read(lock: &File, path: &Path) -> Result<Option<Manifest>> {
+        use std::io::Read;
+        let mut text = String::new();
+        lock.take(256)
+            .read_to_string(&mut text)
+            .map_err(|e| JournalError::Corrupt {
+                path: path.to_owned(),
+                offset: 0,
+                reason: format!("not a journal manifest ({e})"),
+            })?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        let words: Vec<&str> = text.split_whitespace().collect();
+        match words.as_slice() {
+            [
+                "gangway-journal",
+                "tail",
+                first,
+                state @ ("empty" | "written"),
+            ] => match first.parse() {
+                Ok(tail) if tail > 0 => Ok(Some(Manifest {
+                    tail,
+                    written: *state == "written",
+                })),
+                _ => Err(Self::bad(path, &text)),
+            },
+            _ => Err(Self::bad(path, &text)),
+        }
+    }
+
+    fn bad(path: &Path, text: &str) -> JournalError {
+        JournalError::Corrupt {
+            path: path.to_owned(),
+            offset: 0,
+            reason: format!(
+                "not a journal manifest: `{}` (an empty LOCK skips its checks)",
+                text.trim().chars().take(80).collect::<String>()
+            ),
+        }
+    }
+}
+
+/// Describes the torn frame at `offset` of the segment at `path` (`file_len` bytes), which should
+/// have held sequence numbers from `next`.
+fn torn_tail<R: DeserializeOwned>(
+    path: PathBuf,
+    offset: u64,
+    file_len: u64,
+    next: u64,
+) -> TornTail<R> {
+    let (seqs, readable, cut) = fs::read(&path)
+        .ok()
+        .and_then(|buf| buf.get(offset as usize..).map(|torn| read_torn(torn, next)))
+        .unwrap_or_default();
+    TornTail {
+        path,
+        offset,
+        bytes: file_len - offset,
+        seqs,
+        readable,
+        cut,
+    }
+}
+
+/// What [`read_torn`] finds: the sequence numbers, the readable records, the cut record's bytes.
+type TornParts<R> = (Option<Range<u64>>, Vec<R>, Vec<u8>);
+
+/// What can be read from a torn frame that should start at sequence number `next`: the range of
+/// sequence numbers its header gives, the records that decode before the cut, and the bytes of the
+/// one the cut went through.
+fn read_torn<R: DeserializeOwned>(frame: &[u8], next: u64) -> TornParts<R> {
+    let nothing = || (None, Vec::new(), Vec::new());
+    let Some(header) = frame.get(..HEADER) else {
+        return nothing();
+    };
+    let len = u32::from_le_bytes(header[..4].try_into().expect("4 bytes")) as usize;
+    let payload = &frame[HEADER..];
+    let payload = &payload[..payload.len().min(len)];
+    // (seq, count) as postcard writes them: two varints.
+    let Ok((seq, rest)) = postcard::take_from_bytes::<u64>(payload) else {
+        return nothing();
+    };
+    let Ok((count, mut rest)) = postcard::take_from_bytes::<u64>(rest) else {
+        return nothing();
+    };
+    // A header that does not continue the sequence, or counts more records than the frame has
+    // bytes, is not a frame this journal wrote.
+    if seq != next || count == 0 || count > len as u64 {
+        return nothing();
+    }
+    let mut readable = Vec::new();
+    while (readable.len() as u64) < count {
+        match postcard::take_from_bytes::<R>(rest) {
+            Ok((record, after)) => {
+                readable.push(record);
+                rest = after;
+            }
+            Err(_) => break,
+        }
+    }
+    let cut = if (readable.len() as u64) < count {
+        rest.to_vec()
+    } else {
+        Vec::new()
+    };
+    (Some(seq..seq + count), readable, cut)
 }
 
 fn segment_name(first: u64) -> String {
@@ -381,6 +651,54 @@ fn frame_at(buf: &[u8], off: usize) -> Result<(u64, &[u8], usize), &'static str>
     Ok((seq, body, off + HEADER + len))
 }
 
+/// The frame decoder on bytes in memory, for fuzzing: what recovery does with a segment or a
+/// snapshot file, without the files. Not part of the stable API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Replays `bytes` as the last segment of a journal whose next sequence number is `first`:
+    /// the records it holds, then the torn tail it would truncate (if any), or the error.
+    #[allow(clippy::type_complexity)]
+    pub fn segment<R: DeserializeOwned>(
+        bytes: &[u8],
+        first: u64,
+    ) -> Result<(Vec<(u64, R)>, Option<TornTail<R>>)> {
+        let path = Path::new("segment");
+        let mut next = first;
+        let mut records = Vec::new();
+        let (valid, len) = replay_bytes(bytes, path, true, &mut next, &mut records)?;
+        let torn = (valid < len).then(|| {
+            let (seqs, readable, cut) = read_torn(&bytes[valid as usize..], next);
+            TornTail {
+                path: path.to_owned(),
+                offset: valid,
+                bytes: len - valid,
+                seqs,
+                readable,
+                cut,
+            }
+        });
+        Ok((records, torn))
+    }
+
+    /// Reads `bytes` as the snapshot file of sequence number `seq`.
+    pub fn snapshot<S: DeserializeOwned>(bytes: &[u8], seq: u64) -> Result<S> {
+        snapshot_bytes(bytes, PathBuf::from("snapshot"), seq)
+    }
+
+    /// A segment frame holding `records` from sequence number `first`, as `append_batch` writes it
+    /// (for seeding a corpus).
+    pub fn frame<R: Serialize>(first: u64, records: &[R]) -> Result<Vec<u8>> {
+        encode_frame(first, records)
+    }
+
+    /// A snapshot file of `state` at sequence number `seq`, as [`Journal::snapshot`] writes it.
+    pub fn snapshot_frame<S: Serialize>(seq: u64, state: &S) -> Result<Vec<u8>> {
+        encode_frame(seq, state)
+    }
+}
+
 /// Decodes a whole frame body; trailing bytes mean it was not written as `T`.
 fn decode<T: DeserializeOwned>(body: &[u8], path: &Path, offset: usize) -> Result<T> {
     let err = |reason: String| JournalError::Decode {
@@ -404,9 +722,20 @@ fn replay<R: DeserializeOwned>(
     records: &mut Vec<(u64, R)>,
 ) -> Result<(u64, u64)> {
     let buf = fs::read(path).at(path)?;
+    replay_bytes(&buf, path, is_tail, next, records)
+}
+
+/// [`replay`] of a segment's bytes.
+fn replay_bytes<R: DeserializeOwned>(
+    buf: &[u8],
+    path: &Path,
+    is_tail: bool,
+    next: &mut u64,
+    records: &mut Vec<(u64, R)>,
+) -> Result<(u64, u64)> {
     let mut off = 0;
     while off < buf.len() {
-        let (seq, body, end) = match frame_at(&buf, off) {
+        let (seq, body, end) = match frame_at(buf, off) {
             Ok(frame) => frame,
             Err(reason) => {
                 let corrupt = |reason: String| JournalError::Corrupt {
@@ -425,7 +754,7 @@ fn replay<R: DeserializeOwned>(
                     buf.get(at + HEADER..)
                         .and_then(|p| postcard::take_from_bytes::<u64>(p).ok())
                         .is_some_and(|(s, _)| s >= *next)
-                        && frame_at(&buf, at).is_ok_and(|(s, ..)| s >= *next)
+                        && frame_at(buf, at).is_ok_and(|(s, ..)| s >= *next)
                 };
                 if let Some(at) = (off + 1..buf.len()).find(|&at| plausible(at)) {
                     return Err(corrupt(format!(
@@ -450,7 +779,12 @@ fn replay<R: DeserializeOwned>(
 fn read_snapshot<S: DeserializeOwned>(dir: &Path, seq: u64) -> Result<S> {
     let path = dir.join(snapshot_name(seq));
     let buf = fs::read(&path).at(&path)?;
-    let reason = match frame_at(&buf, 0) {
+    snapshot_bytes(&buf, path, seq)
+}
+
+/// [`read_snapshot`] of a snapshot's bytes.
+fn snapshot_bytes<S: DeserializeOwned>(buf: &[u8], path: PathBuf, seq: u64) -> Result<S> {
+    let reason = match frame_at(buf, 0) {
         Ok((s, body, end)) if s == seq && end == buf.len() => return decode(body, &path, 0),
         Ok((s, ..)) if s != seq => format!("holds sequence number {s}, but its name says {seq}"),
         Ok((_, _, end)) => format!("{} bytes after the frame", buf.len() - end),
@@ -541,12 +875,13 @@ fn lock_dir(dir: &Path) -> Result<File> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
+        .read(true)
         .write(true)
         .open(&path);
     let file = file.at(&path)?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(TryLockError::WouldBlock) => Err(JournalError::Locked { path }),
-        Err(TryLockError::Error(source)) => Err(JournalError::Io { path, source }),
+        Err(TryLockError::Error(error)) => Err(JournalError::Io { path, error }),
     }
 }

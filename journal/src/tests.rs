@@ -195,6 +195,120 @@ fn damage_in_a_sealed_segment_or_a_missing_segment_is_a_hard_error() {
     );
 }
 
+/// A segment deleted after a snapshot once recovered as an empty history after the snapshot (a
+/// finished job went back to pending), and a segment truncated to nothing as an empty journal.
+#[test]
+fn a_segment_that_must_exist_but_is_missing_or_empty_is_a_hard_error() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open(p);
+    append_all(&mut j, 1..=3);
+    j.snapshot(&(1..=3).map(d).collect::<State>()).unwrap();
+    append_all(&mut j, 4..=5);
+    drop(j);
+    let seg = p.join(segment_name(4));
+    let saved = fs::read(&seg).unwrap();
+    let lock = fs::read(p.join("LOCK")).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&lock),
+        "gangway-journal tail 00000000000000000004 written\n"
+    );
+
+    fs::remove_file(&seg).unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Missing { path, .. } if *path == seg),
+        "{err}"
+    );
+    assert!(err.to_string().contains("LOCK names it"), "{err}");
+    // Without LOCK's line (a journal from before it), the snapshot still says so.
+    fs::write(p.join("LOCK"), b"").unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Missing { path, .. } if *path == seg),
+        "{err}"
+    );
+    assert!(err.to_string().contains("snapshot at 3"), "{err}");
+    assert!(files(p, ".log").is_empty(), "a failed open creates nothing");
+
+    // Truncated to nothing, or to less than one frame.
+    fs::write(p.join("LOCK"), &lock).unwrap();
+    for keep in [0, 5] {
+        fs::write(&seg, &saved[..keep]).unwrap();
+        let err = open_err(p);
+        assert!(
+            matches!(&err, JournalError::Missing { path, .. } if *path == seg),
+            "{keep} bytes: {err}"
+        );
+        assert!(err.to_string().contains("records were committed"), "{err}");
+        assert_eq!(fs::read(&seg).unwrap(), &saved[..keep], "left as it was");
+    }
+    fs::write(&seg, &saved).unwrap();
+    assert_eq!(open(p).1.records, ds(4..=5));
+}
+
+#[test]
+fn new_and_freshly_rotated_segments_may_be_empty() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    drop(open(p));
+    assert!(open(p).1.records.is_empty());
+    let (mut j, _) = open(p);
+    append_all(&mut j, 1..=2);
+    j.snapshot(&(1..=2).map(d).collect::<State>()).unwrap();
+    drop(j);
+    // The segment after the snapshot holds nothing yet: that is no loss.
+    assert_eq!(fs::metadata(p.join(segment_name(3))).unwrap().len(), 0);
+    let (j, rec) = open(p);
+    assert_eq!((rec.snapshot_seq, j.last_seq()), (2, 2));
+    // A LOCK that is not a manifest is damage, not a reason to skip the checks.
+    drop(j);
+    fs::write(p.join("LOCK"), b"hello").unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Corrupt { path, .. } if path.ends_with("LOCK")),
+        "{err}"
+    );
+}
+
+/// A torn tail is truncated, and recovery says what it held: how many records, and those that can
+/// still be read, for the caller to name what they touched.
+#[test]
+fn a_torn_tail_reports_the_records_it_dropped() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open(p);
+    append_all(&mut j, 1..=2);
+    j.append_batch(&(3..=6).map(d).collect::<Vec<_>>()).unwrap();
+    drop(j);
+    let seg = files(p, ".log")[0].clone();
+    let full = fs::read(&seg).unwrap();
+    let start = *frame_offsets(&full).last().unwrap();
+    // Cut inside the last record of the last frame (a batch of four).
+    let one = postcard::to_allocvec(&d(3)).unwrap().len();
+    let cut = full.len() - one / 2;
+    fs::write(&seg, &full[..cut]).unwrap();
+    let rec = open(p).1;
+    assert_eq!(rec.records, ds(1..=2));
+    let torn = rec.torn.expect("a torn tail");
+    assert_eq!((&torn.path, torn.offset), (&seg, start as u64));
+    assert_eq!(torn.bytes, (cut - start) as u64);
+    assert_eq!((torn.seqs.clone(), torn.dropped()), (Some(3..7), 4));
+    assert_eq!(torn.readable, (3..=5).map(d).collect::<Vec<_>>());
+    // Only the header survived: the count is still known.
+    fs::write(&seg, &full[..start + HEADER + 2]).unwrap();
+    let torn = open(p).1.torn.expect("a torn tail");
+    assert_eq!((torn.seqs, torn.readable.len()), (Some(3..7), 0));
+    // Part of the header: nothing is known but the bytes.
+    fs::write(&seg, &full[..start + 3]).unwrap();
+    let torn = open(p).1.torn.expect("a torn tail");
+    assert_eq!(
+        (torn.seqs.clone(), torn.bytes, torn.dropped()),
+        (None, 3, 0)
+    );
+    assert!(open(p).1.torn.is_none(), "truncated once");
+}
+
 #[test]
 fn a_frame_that_passes_its_crc_but_does_not_decode_is_never_truncated() {
     let tmp = TempDir::new().unwrap();

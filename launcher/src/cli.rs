@@ -58,12 +58,14 @@ pub struct Options {
     /// With `--backend slurm`: exactly these nodes (Slurm's syntax, `node[1-2]`), else free ones.
     #[arg(long, value_name = "LIST")]
     pub nodelist: Option<String>,
-    /// N fake GPUs (when this machine has none): CUDA_VISIBLE_DEVICES still names them.
-    #[arg(long, value_name = "N")]
+    /// N fake GPUs (when this machine has none): CUDA_VISIBLE_DEVICES still names them. At most
+    /// 1024.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub fake_gpus: Option<u32>,
     /// The job's id, for checkpoints and logs (default: the script's name and a hash of the command
-    /// line, so that running the same command again resumes it).
-    #[arg(long, value_name = "ID")]
+    /// line, so that running the same command again resumes it). It names a directory under
+    /// `./checkpoints`, so it holds no `/` and no `..`.
+    #[arg(long, value_name = "ID", value_parser = parse_job_id)]
     pub job_id: Option<String>,
     /// Samples per optimizer step, kept across resizes (passed to the workers).
     #[arg(long, value_name = "N")]
@@ -91,6 +93,31 @@ fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
         return Err(format!("`{text}`: MIN is above MAX"));
     }
     Ok((min, max))
+}
+
+/// Longest job id: a file name.
+const MAX_JOB_ID_BYTES: usize = 200;
+
+/// A job id that is one plain directory name: not empty, no path separator, no `..`, no control
+/// characters (it names the checkpoint directory and appears in logs).
+fn parse_job_id(text: &str) -> Result<String, String> {
+    let why = if text.is_empty() {
+        "is empty"
+    } else if text.contains('/') || text.contains('\\') {
+        "holds a path separator"
+    } else if text == "." || text.contains("..") {
+        "holds `..` or is `.`"
+    } else if text.chars().any(char::is_control) {
+        "holds a control character"
+    } else if text.len() > MAX_JOB_ID_BYTES {
+        "is longer than 200 bytes"
+    } else {
+        return Ok(text.to_owned());
+    };
+    Err(format!(
+        "`{}` {why}: a job id names one directory under the checkpoint root",
+        text.escape_debug()
+    ))
 }
 
 /// Where the workers run.
@@ -216,10 +243,13 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
         let name = arg.split('=').next().unwrap_or(arg);
         let takes_value = !arg.contains('=');
         if OWN_WITH_VALUE.contains(&name) || name == OWN_VALUE_LAST {
-            own.push(arg.clone());
+            // `--name value` becomes `--name=value`, so that a value that starts with `-`
+            // (`--grace -1`) reaches the option's own check instead of looking like an option.
             if takes_value && k + 1 < args.len() {
-                own.push(args[k + 1].clone());
+                own.push(format!("{arg}={}", args[k + 1]));
                 k += 1;
+            } else {
+                own.push(arg.clone());
             }
         } else if name == "-h" || name == "--help" || name == "-V" || name == "--version" {
             own.push(arg.clone());
@@ -272,6 +302,33 @@ mod tests {
             args("--lr 0.1 --gpus 9"),
             "the script's own args are untouched"
         );
+    }
+
+    /// `--grace -1` once failed with "unexpected argument '-1'" while `--grace=-1` gave the range error.
+    #[test]
+    fn a_value_that_starts_with_a_dash_gets_the_options_own_error() {
+        let spaced = parse(&args("--grace -1 train.py")).unwrap_err().to_string();
+        let joined = parse(&args("--grace=-1 train.py")).unwrap_err().to_string();
+        assert!(
+            spaced.contains("`-1` is not a number of seconds from 0.1 to 604800"),
+            "{spaced}"
+        );
+        assert_eq!(spaced, joined);
+        let inv = parse(&args("--job-id -x --grace 5 train.py")).unwrap();
+        assert_eq!(inv.options.job_id.as_deref(), Some("-x"));
+    }
+
+    /// `--job-id ../../../x` once wrote outside the checkpoint directory.
+    #[test]
+    fn job_ids_are_one_plain_directory_name() {
+        for bad in ["../../../x", "a/b", "..", ".", "a..b", "x\u{1b}[31m", ""] {
+            let err = parse(&[format!("--job-id={bad}"), "train.py".into()])
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("a job id names one directory"), "{bad}: {err}");
+        }
+        let inv = parse(&args("--job-id resnet-50_v2.1 train.py")).unwrap();
+        assert_eq!(inv.options.job_id.as_deref(), Some("resnet-50_v2.1"));
     }
 
     #[test]

@@ -33,16 +33,40 @@ const USER_ERRORS_ANYWHERE: [&str; 3] = [
     "error: the following arguments are required",
 ];
 
-/// The user error `text` shows, if any.
-fn user_error(text: &str) -> Option<&'static str> {
+/// The user error `text` shows, if any, as the reason to give.
+fn user_error(text: &str) -> Option<String> {
+    // A module that is not installed, wherever Python says so: in a traceback's last line, or in
+    // `python -m torch.distributed.run`'s own "Error while finding module specification for
+    // 'torch.distributed.run' (ModuleNotFoundError: No module named 'torch')".
+    if let Some(module) = missing_module(text) {
+        return Some(format!(
+            "Python has no module `{module}` (ModuleNotFoundError); pass --python pointing at a \
+             Python environment that has it{}",
+            if module == "torch" || module.starts_with("torch.") {
+                " (torch runs the workers: e.g. --python .venv/bin/python after `pip install torch` there)"
+            } else {
+                ""
+            }
+        ));
+    }
     text.lines().find_map(|line| {
         let line = line.trim_start();
         USER_ERRORS
             .iter()
             .find(|m| line.starts_with(**m))
             .or_else(|| USER_ERRORS_ANYWHERE.iter().find(|m| line.contains(**m)))
-            .copied()
+            .map(|marker| format!("the script failed with `{marker}`"))
     })
+}
+
+/// The module in the first "ModuleNotFoundError: No module named 'X'" of `text`. Only the error
+/// counts: torch warns "Failed to initialize NumPy: No module named 'numpy'" and carries on.
+fn missing_module(text: &str) -> Option<&str> {
+    const SAYS: &str = "ModuleNotFoundError: No module named '";
+    let at = text.find(SAYS)? + SAYS.len();
+    let rest = &text[at..];
+    let module = &rest[..rest.find('\'')?];
+    (!module.is_empty()).then_some(module)
 }
 
 /// Classifies a launch that ended with `status`, given the tail of its output.
@@ -51,8 +75,8 @@ pub fn classify(status: ExitStatus, output_tail: &str) -> Verdict {
     if status.success() {
         return Verdict::Completed;
     }
-    if let Some(marker) = user_error(output_tail) {
-        return Verdict::UserError(format!("the script failed with `{marker}`"));
+    if let Some(why) = user_error(output_tail) {
+        return Verdict::UserError(why);
     }
     let worker_codes = worker_exit_codes(output_tail);
     if status.code() == Some(2) || worker_codes.contains(&2) {
@@ -119,6 +143,37 @@ mod tests {
         assert_eq!(
             classify(ExitStatus::from_raw(9), ""),
             Verdict::Crashed("killed by signal 9".into())
+        );
+    }
+
+    /// Without torch, `python -m torch.distributed.run` fails before any worker starts, and says so
+    /// inside its own message, not at a line's start: never a crash to retry.
+    #[test]
+    fn a_missing_module_is_a_user_error_with_a_hint() {
+        let no_torch = "/usr/bin/python3: Error while finding module specification for \
+                        'torch.distributed.run' (ModuleNotFoundError: No module named 'torch')\n";
+        let Verdict::UserError(why) = classify(exited(1), no_torch) else {
+            panic!("a crash")
+        };
+        assert!(
+            why.contains("no module `torch`") && why.contains("--python"),
+            "{why}"
+        );
+        let Verdict::UserError(why) = classify(
+            exited(1),
+            "Traceback (most recent call last):\n  File \"t.py\", line 1\nModuleNotFoundError: No module named 'numpy'\n",
+        ) else {
+            panic!("a crash")
+        };
+        assert!(why.contains("no module `numpy`"), "{why}");
+        assert!(!why.contains("torch runs"), "{why}");
+        // A warning about an optional module is not the failure: a worker's crash is retried.
+        let warned = "UserWarning: Failed to initialize NumPy: No module named 'numpy'\n\
+                      failed (exitcode: 13) local_rank: 0\n";
+        assert!(
+            !matches!(classify(exited(1), warned), Verdict::UserError(_)),
+            "{:?}",
+            classify(exited(1), warned)
         );
     }
 }

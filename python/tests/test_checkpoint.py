@@ -259,7 +259,7 @@ class WithoutTorchTest(unittest.TestCase):
                 save({}, 1)
 
 
-@unittest.skipUnless(support.HAVE_TORCH, "torch is not installed")
+@support.needs(support.HAVE_TORCH, "torch is not installed")
 class TorchCheckpointTest(CheckpointTestBase):
     serializer = None  # the real default: torch.save / torch.load
 

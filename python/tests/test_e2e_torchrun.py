@@ -21,7 +21,7 @@ PYTHON = sys.executable if support.HAVE_TORCH else os.environ.get("GANGWAY_TEST_
 STEPS, SAVE_EVERY = 60, 25
 
 
-@unittest.skipUnless(PYTHON, "torch is not installed (set GANGWAY_TEST_PYTHON to a python that has it)")
+@support.needs(PYTHON, "torch is not installed (set GANGWAY_TEST_PYTHON to a python that has it)")
 class TorchrunEndToEndTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):

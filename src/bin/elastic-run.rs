@@ -18,10 +18,7 @@ fn main() {
             args.get(2).map(String::as_str) == Some(GUARD_SLURM),
         );
     }
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .init();
+    gangway::cli::init_logging();
     let inv = match cli::parse(&args) {
         Ok(inv) => inv,
         // --help and --version.

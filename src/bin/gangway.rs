@@ -128,7 +128,7 @@ struct SimulateArgs {
     /// Policies to compare, comma-separated, each optionally with knobs (`themis:f=0.5`); `help` lists them.
     #[arg(
         long,
-        default_value = "fifo,sjf,srtf,max_min_fairness",
+        default_value = scenario::DEFAULT_POLICIES,
         value_delimiter = ',',
         value_name = "NAMES"
     )]
@@ -178,12 +178,13 @@ impl std::str::FromStr for TraceFormatArg {
 }
 
 fn main() {
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    gangway::cli::init_logging();
     let cli = Cli::parse();
+    // Every command but the daemon only prints: it ends quietly when its reader goes away
+    // (`gangway topology --list | head -5`).
+    if !is_daemon(&cli.command) {
+        gangway::cli::exit_quietly_on_closed_output();
+    }
     let outcome = match cli.command {
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Topology(args)) => topology(args),
@@ -202,9 +203,19 @@ fn main() {
         None => simulate(SimulateArgs::parse_from(["simulate"])),
     };
     if let Err(e) = outcome {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", gangway::cli::error_report(&e));
         std::process::exit(1);
     }
+}
+
+/// Whether the command runs the daemon, which must outlive its clients' connections.
+fn is_daemon(command: &Option<Command>) -> bool {
+    #[cfg(feature = "serve")]
+    if matches!(command, Some(Command::Serve(_))) {
+        return true;
+    }
+    let _ = command;
+    false
 }
 
 fn list_policies() {
@@ -219,7 +230,10 @@ fn list_policies() {
         };
         println!("  {:<20} {}{}", p.name, p.summary, aliases);
         for k in p.knobs {
-            println!("  {:<20}   :{}={} {}", "", k.name, k.default, k.help);
+            println!(
+                "  {:<20}   :{}={} {} ({})",
+                "", k.name, k.default, k.help, k.range
+            );
         }
     }
 }
@@ -244,7 +258,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         None => None,
     };
     let cluster = match &topology_spec {
-        Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build()),
+        Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build())?,
         None => scenario::load_cluster(
             &args.cluster,
             args.cluster_file.as_deref(),
@@ -268,6 +282,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         bail!("--load-factor must be positive");
     }
     trace.scale_load(args.load_factor);
+    if let Some(last) = trace.jobs.iter().map(|j| j.arrival).reduce(f64::max)
+        && last > gangway::core::job::MAX_ARRIVAL_SECONDS
+    {
+        bail!(
+            "--load-factor {}: the last job would arrive at {last:e} s, after the latest gangway simulates ({:e} s)",
+            args.load_factor,
+            gangway::core::job::MAX_ARRIVAL_SECONDS
+        );
+    }
     let cluster = &*scenario.cluster;
     let model = scenario.model_for(&trace)?;
     let window = args.window.clone().unwrap_or_else(|| {
@@ -336,6 +359,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         &|| scenario.placer(),
         &factory,
     )?;
+    let mut stalled = Vec::new();
     for (result, summary) in &results {
         if !result.unschedulable.is_empty() {
             eprintln!(
@@ -344,6 +368,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
                 result.unschedulable.len(),
                 result.unschedulable[0]
             );
+        }
+        let unfinished = compare::unfinished(result);
+        if let Some(first) = unfinished.first() {
+            eprintln!(
+                "gangway: {}: {} jobs never finished: the policy stalled, leaving them waiting while every GPU idled (first: job {first}); its figures cover finished jobs only",
+                summary.policy,
+                unfinished.len(),
+            );
+            stalled.push(summary.policy.clone());
         }
     }
     let summaries: Vec<_> = results.iter().map(|(_, s)| s.clone()).collect();
@@ -368,6 +401,12 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         eprintln!(
             "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg to {}",
             dir.display()
+        );
+    }
+    if !stalled.is_empty() {
+        bail!(
+            "{} stalled with jobs unfinished (see above); the results are incomplete",
+            stalled.join(", ")
         );
     }
     Ok(())

@@ -1,4 +1,8 @@
-//! What the tests that start `gangway serve` share.
+//! What the tests share: skipping for a missing component (or failing, in CI), and, for the tests that
+//! start `gangway serve`, a free port, an HTTP agent and a readiness wait.
+
+// Each test binary that includes this module uses part of it.
+#![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -35,6 +39,29 @@ pub fn wait_until_answering(base: &str) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// Whether this is CI (`CI=true` or `CI=1`), where scripts/test has installed torch, Slurm and the
+/// reference data, so that a test that would skip for want of one must fail instead.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1")
+}
+
+/// The one way a test skips when the machine lacks what it needs (torch, Slurm, the reference data):
+/// it says `why` on stderr, loudly, and the caller returns. In CI that would let a broken install turn
+/// the suite green without running it, so there it panics instead.
+pub fn skip(why: &str) {
+    skip_unless_ci(in_ci(), why);
+}
+
+/// [`skip`], told whether this is CI.
+pub fn skip_unless_ci(ci: bool, why: &str) {
+    assert!(
+        !ci,
+        "CI=true, and this test would skip: {why}. scripts/test installs torch, Slurm and the \
+         reference data; in CI a test that cannot run fails"
+    );
+    eprintln!("SKIPPED: {why}");
 }
 
 /// The daemon's API at `base` (`http://HOST:PORT`), with the token `gangway serve` wrote beside its

@@ -132,11 +132,13 @@ pub fn parse(name: &str, text: &str) -> Result<ClusterSpec, FileError> {
             "hosts_per_rack and uplink_factor must be positive".into()
         ));
     }
-    Ok(ClusterSpec {
+    let spec = ClusterSpec {
         groups,
         hosts_per_rack: file.hosts_per_rack,
         uplink_factor: file.uplink_factor,
-    })
+    };
+    spec.check().map_err(err)?;
+    Ok(spec)
 }
 
 #[cfg(test)]
@@ -204,5 +206,54 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("exactly one of `preset` and `design`"), "{e}");
+    }
+
+    /// Sizes that once wrapped around or exhausted memory are refused, naming the limit.
+    #[test]
+    fn oversized_clusters_and_designs_name_the_limit() {
+        let design = "[[designs]]\nname = \"big\"\ngpu_model = \"X\"\ngpu_memory_gb = 8\nsockets = 2\n\
+                      switches_per_socket = 1\ngpus_per_switch = 2\npcie_generation = 4\nnics = 1\n\
+                      nic_gbps = 25.0\nnetwork = \"ethernet\"\n[[servers]]\ndesign = \"big\"\n";
+        assert!(parse("d.toml", design).is_ok());
+        for (from, to, says) in [
+            // 2 x 2147483652 wraps a u32 to 8, which looked like a valid server.
+            (
+                "switches_per_socket = 1",
+                "switches_per_socket = 2147483652",
+                "switches_per_socket = 2147483652 is out of range (1 to 16)",
+            ),
+            (
+                "nics = 1",
+                "nics = 100000000",
+                "nics = 100000000 is out of range (1 to 64)",
+            ),
+            (
+                "gpus_per_switch = 2",
+                "gpus_per_switch = 16",
+                "has 32 GPUs; 1 to 16",
+            ),
+        ] {
+            let e = parse("d.toml", &design.replace(from, to))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{to}: {e}");
+        }
+        let e = parse(
+            "c.toml",
+            "[[servers]]\npreset = \"dgx1-v100\"\ncount = 1000000000000\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("8000000000000 GPUs; at most 1048576 are supported"),
+            "{e}"
+        );
+        let e = parse(
+            "c.toml",
+            "[[servers]]\npreset = \"dgx1-v100\"\ncount = 9223372036854775807\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("overflows; at most 1048576"), "{e}");
     }
 }

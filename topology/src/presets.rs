@@ -73,6 +73,9 @@ pub struct Design {
 /// Largest server a design may describe (the exact placement search enumerates subsets of a server).
 pub const MAX_DESIGN_GPUS: u32 = 16;
 
+/// Most NICs a design may describe (real servers have up to about ten).
+pub const MAX_DESIGN_NICS: u32 = 64;
+
 /// The vertices of one server that the rest of the graph connects to.
 pub struct HostParts {
     pub host: NodeIndex,
@@ -176,8 +179,12 @@ impl Preset {
 }
 
 impl Design {
+    /// GPUs per server: sockets x switches per socket x GPUs per switch (saturating, so that a design
+    /// too large to build never wraps around to a small one; [`Design::validate`] refuses it).
     pub fn gpus(&self) -> u32 {
-        self.sockets * self.switches_per_socket * self.gpus_per_switch
+        self.sockets
+            .saturating_mul(self.switches_per_socket)
+            .saturating_mul(self.gpus_per_switch)
     }
 
     pub fn nic_kind(&self) -> LinkKind {
@@ -189,27 +196,45 @@ impl Design {
 
     /// Checks that the design describes a server gangway can build and search.
     pub fn validate(&self) -> Result<(), String> {
+        // Each factor is bounded before the product is taken, so that no product wraps around.
+        for (field, value) in [
+            ("sockets", self.sockets),
+            ("switches_per_socket", self.switches_per_socket),
+            ("gpus_per_switch", self.gpus_per_switch),
+        ] {
+            if value == 0 || value > MAX_DESIGN_GPUS {
+                return Err(format!(
+                    "design `{}`: {field} = {value} is out of range (1 to {MAX_DESIGN_GPUS})",
+                    self.name
+                ));
+            }
+        }
         let gpus = self.gpus();
-        if gpus == 0 || gpus > MAX_DESIGN_GPUS {
+        if gpus > MAX_DESIGN_GPUS {
             return Err(format!(
                 "design `{}` has {gpus} GPUs; 1 to {MAX_DESIGN_GPUS} are supported",
                 self.name
             ));
         }
-        if self.nics == 0 || !(self.nic_gbps.is_finite() && self.nic_gbps > 0.0) {
+        if self.nics == 0 || self.nics > MAX_DESIGN_NICS {
             return Err(format!(
-                "design `{}` needs at least one NIC with a positive nic_gbps",
+                "design `{}`: nics = {} is out of range (1 to {MAX_DESIGN_NICS})",
+                self.name, self.nics
+            ));
+        }
+        if !(self.nic_gbps.is_finite() && self.nic_gbps > 0.0) {
+            return Err(format!(
+                "design `{}` needs a positive, finite nic_gbps",
                 self.name
             ));
         }
-        if let Some(bad) = self
-            .nvlinks
-            .iter()
-            .find(|[a, b, links]| *a >= gpus || *b >= gpus || a == b || *links == 0)
-        {
+        if let Some(bad) = self.nvlinks.iter().find(|[a, b, links]| {
+            *a >= gpus || *b >= gpus || a == b || *links == 0 || *links > u32::from(u8::MAX)
+        }) {
             return Err(format!(
-                "design `{}`: NVLink {bad:?} is not [gpu a, gpu b, links] among {gpus} GPUs",
-                self.name
+                "design `{}`: NVLink {bad:?} is not [gpu a, gpu b, links] among {gpus} GPUs, with 1 to {} links",
+                self.name,
+                u8::MAX
             ));
         }
         Ok(())
@@ -264,7 +289,7 @@ impl Design {
         for &[a, c, links] in &self.nvlinks {
             let kind = LinkKind::NvLink {
                 generation: self.nvlink_generation,
-                links: links as u8,
+                links: u8::try_from(links).unwrap_or(u8::MAX),
             };
             b.link(gpus[a as usize], gpus[c as usize], Link::of(kind));
         }

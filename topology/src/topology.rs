@@ -55,6 +55,10 @@ pub struct Topology {
     pub rack_uplink: Vec<f64>,
 }
 
+/// Most GPUs a cluster may have: every GPU costs per-GPU state in the graph, the simulator and the control
+/// plane, so a bound keeps a typo (`count = 1000000000000`) from exhausting memory.
+pub const MAX_CLUSTER_GPUS: usize = 1 << 20;
+
 /// Builds a cluster of servers under racks.
 #[derive(Clone, Debug)]
 pub struct ClusterSpec {
@@ -82,6 +86,30 @@ impl ClusterSpec {
         }
     }
 
+    /// GPUs in the cluster, or `None` when the count overflows.
+    pub fn num_gpus(&self) -> Option<usize> {
+        self.groups
+            .iter()
+            .try_fold(0usize, |total, (design, count)| {
+                total.checked_add(count.checked_mul(design.gpus() as usize)?)
+            })
+    }
+
+    /// Checks that the cluster can be built: at most [`MAX_CLUSTER_GPUS`] GPUs. [`ClusterSpec::build`]
+    /// of a spec that fails this would exhaust memory.
+    pub fn check(&self) -> Result<(), String> {
+        match self.num_gpus() {
+            Some(n) if n <= MAX_CLUSTER_GPUS => Ok(()),
+            Some(n) => Err(format!(
+                "the cluster has {n} GPUs; at most {MAX_CLUSTER_GPUS} are supported"
+            )),
+            None => Err(format!(
+                "the cluster's GPU count overflows; at most {MAX_CLUSTER_GPUS} are supported"
+            )),
+        }
+    }
+
+    /// Builds the graph and precomputes what scoring needs. The spec must pass [`ClusterSpec::check`].
     pub fn build(&self) -> Topology {
         let mut b = GraphBuilder::default();
         let spine = b.vertex(Vertex::NetworkSwitch {

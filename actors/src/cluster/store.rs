@@ -24,6 +24,9 @@ impl Store {
         let (journal, ledger, replayed) = match dir {
             Some(dir) => {
                 let (journal, recovered) = Journal::<Record>::open::<Ledger>(dir)?;
+                if let Some(torn) = &recovered.torn {
+                    tracing::warn!("{}", crate::ledger::torn_tail_report(torn));
+                }
                 let mut ledger = recovered.snapshot.unwrap_or_default();
                 let replayed = recovered.records.len() as u64;
                 for (seq, record) in &recovered.records {

@@ -31,6 +31,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
     knobs: &[Knob {
         name: "realloc",
         default: 1920.0,
+        range: super::KnobRange::SECONDS,
         help: "seconds between re-matchings, at least (Gavel: 1,920)",
     }],
     build: |config| {

@@ -142,6 +142,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         knobs: &[Knob {
             name: "realloc",
             default: 0.0,
+            range: super::KnobRange::SECONDS,
             help: "seconds between reallocations, at least (0: every round; Gavel's simulator: 1,920)",
         }],
         build: |config| match config.knob("realloc") {

@@ -51,6 +51,7 @@ pub const POLICIES: &[PolicyInfo] = &[PolicyInfo {
     knobs: &[Knob {
         name: "grow",
         default: 0.0,
+        range: super::KnobRange::Flag,
         help: "1: grow jobs into idle GPUs where the throughput model says they speed up (off in Gavel's version)",
     }],
     build: |config| Box::new(Gandiva::new(config.seed, config.knob("grow") != 0.0)),

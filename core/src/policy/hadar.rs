@@ -27,6 +27,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
     knobs: &[Knob {
         name: "mixed",
         default: 1.0,
+        range: super::KnobRange::Flag,
         help: "1: a gang may span GPU types (task-level heterogeneity), at the pace of its slowest",
     }],
     build: |config| {

@@ -36,6 +36,7 @@ use crate::solver::{Program, Relation, Var};
 const REALLOC: Knob = Knob {
     name: "realloc",
     default: 1920.0,
+    range: super::KnobRange::SECONDS,
     help: "seconds between re-solves, at least (Gavel: 1,920)",
 };
 

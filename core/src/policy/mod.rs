@@ -260,7 +260,43 @@ pub type KnobValues = Vec<(&'static str, f64)>;
 pub struct Knob {
     pub name: &'static str,
     pub default: f64,
+    /// The values that mean something; a spec outside it is refused.
+    pub range: KnobRange,
     pub help: &'static str,
+}
+
+/// Longest interval a knob in seconds may take (about 31 years): longer than any trace, and finite.
+pub const MAX_KNOB_SECONDS: f64 = 1e9;
+
+/// The values a knob accepts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KnobRange {
+    /// 0 (off) or 1 (on).
+    Flag,
+    /// From `min` to `max`, both included.
+    Between(f64, f64),
+}
+
+impl KnobRange {
+    /// Seconds, from 0 to [`MAX_KNOB_SECONDS`].
+    pub const SECONDS: KnobRange = KnobRange::Between(0.0, MAX_KNOB_SECONDS);
+
+    pub fn contains(self, value: f64) -> bool {
+        match self {
+            KnobRange::Flag => value == 0.0 || value == 1.0,
+            KnobRange::Between(min, max) => (min..=max).contains(&value),
+        }
+    }
+}
+
+impl std::fmt::Display for KnobRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            KnobRange::Flag => f.write_str("0 or 1"),
+            KnobRange::Between(min, max) if max.is_infinite() => write!(f, "at least {min}"),
+            KnobRange::Between(min, max) => write!(f, "{min} to {max}"),
+        }
+    }
 }
 
 /// A policy the registry knows.
@@ -319,6 +355,7 @@ pub fn parse(spec: &str) -> Result<(&'static PolicyInfo, KnobValues), SimError> 
         })?;
     let mut knobs: Vec<(&'static str, f64)> =
         info.knobs.iter().map(|k| (k.name, k.default)).collect();
+    let mut given: Vec<&str> = Vec::new();
     for part in parts {
         let bad = |why: String| SimError::Config(format!("policy `{spec}`: knob `{part}`: {why}"));
         let (key, value) = part
@@ -331,11 +368,24 @@ pub fn parse(spec: &str) -> Result<(&'static PolicyInfo, KnobValues), SimError> 
                 known => format!("unknown knob; {} has {}", info.name, known.join(", ")),
             })
         })?;
-        slot.1 = value
+        if given.contains(&key) {
+            return Err(bad(format!("`{key}` is given twice")));
+        }
+        given.push(key);
+        let number = value
             .parse::<f64>()
             .ok()
             .filter(|v| v.is_finite())
             .ok_or_else(|| bad(format!("`{value}` is not a number")))?;
+        let declared = info
+            .knobs
+            .iter()
+            .find(|k| k.name == key)
+            .expect("found above");
+        if !declared.range.contains(number) {
+            return Err(bad(format!("{value} is out of range ({})", declared.range)));
+        }
+        slot.1 = number;
     }
     Ok((info, knobs))
 }
@@ -372,6 +422,45 @@ mod tests {
             let err = parse(spec).err().unwrap().to_string();
             assert!(err.contains(says), "{spec}: {err}");
         }
+    }
+
+    #[test]
+    fn knobs_are_range_checked_and_given_once() {
+        for info in registry() {
+            for k in info.knobs {
+                assert!(
+                    k.range.contains(k.default),
+                    "{}:{} default {} is outside {}",
+                    info.name,
+                    k.name,
+                    k.default,
+                    k.range
+                );
+            }
+        }
+        for (spec, says) in [
+            ("themis:f=2", "2 is out of range (0 to 1)"),
+            ("themis:f=-1", "-1 is out of range (0 to 1)"),
+            ("themis:lease=-5", "-5 is out of range (0 to 1000000000)"),
+            ("gandiva:grow=2", "2 is out of range (0 or 1)"),
+            ("gandiva:grow=0.5", "0.5 is out of range (0 or 1)"),
+            ("tiresias:promote=-1", "-1 is out of range (at least 0)"),
+            (
+                "las_perf:realloc=-1",
+                "-1 is out of range (0 to 1000000000)",
+            ),
+            (
+                "las_perf:realloc=1e300",
+                "1e300 is out of range (0 to 1000000000)",
+            ),
+            ("themis:f=0.5:f=0.7", "knob `f=0.7`: `f` is given twice"),
+        ] {
+            let err = parse(spec).err().expect(spec).to_string();
+            assert!(err.contains(says), "{spec}: {err}");
+        }
+        let (_, knobs) = parse("themis:f=1:lease=0").unwrap();
+        assert!(knobs.contains(&("f", 1.0)) && knobs.contains(&("lease", 0.0)));
+        assert!(parse("gandiva:grow=1").is_ok());
     }
 
     #[test]

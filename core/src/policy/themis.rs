@@ -38,11 +38,13 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
         Knob {
             name: "f",
             default: 0.8,
+            range: super::KnobRange::Between(0.0, 1.0),
             help: "fairness knob: the share of jobs, best rho first, kept out of the auction",
         },
         Knob {
             name: "lease",
             default: 300.0,
+            range: super::KnobRange::SECONDS,
             help: "seconds a won allocation lasts before its GPUs are offered again",
         },
     ],

@@ -274,6 +274,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
 const PROMOTE: Knob = Knob {
     name: "promote",
     default: 10.0,
+    range: super::KnobRange::Between(0.0, f64::INFINITY),
     help: "a job waiting longer than this many times its last run goes back to the top queue",
 };
 

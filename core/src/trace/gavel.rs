@@ -1,6 +1,6 @@
 //! Gavel's trace formats: the generated "continuous" CSV and the tab-separated 10- and 7-column traces.
 
-use super::rows::{Row, for_each_row};
+use super::rows::{JobIds, Row, for_each_row};
 use crate::error::{InputError, Source};
 use crate::job::{Job, JobId, Trace, WorkUnit};
 
@@ -25,11 +25,13 @@ pub(crate) fn parse_continuous(
     let seconds_per_unit = 3600.0 / rate;
     let mut trace = Trace::new(source.to_string(), WorkUnit::Steps);
     let default_tenant = trace.intern_tenant("default");
+    let mut ids = JobIds::default();
     for_each_row(source, text, b',', None, |row| {
+        let id = ids.take(row, "job_id")?;
         let job_type = trace.intern_job_type(row.text("job_type")?);
         trace.jobs.push(Job {
-            id: JobId(row.parse("job_id")?),
-            arrival: row.number_at_least("arrival_unit", 0.0)? * seconds_per_unit,
+            id,
+            arrival: row.arrival("arrival_unit", seconds_per_unit)?,
             job_type,
             gpus: row.gpu_count("scale_factor")?,
             total_steps: row.number_at_least("total_steps", 0.0)?,
@@ -97,7 +99,7 @@ pub(crate) fn parse_tabbed(
         };
         trace.jobs.push(Job {
             id: JobId(trace.jobs.len() as u32),
-            arrival: row.number_at_least("arrival_time", 0.0)?,
+            arrival: row.arrival("arrival_time", 1.0)?,
             job_type,
             gpus: row.gpu_count("scale_factor")?,
             total_steps: row.number_at_least("total_steps", 0.0)?,
@@ -149,6 +151,20 @@ mod tests {
         assert_eq!(
             err,
             "c.csv:3: field `scale_factor`: `two` is not a valid whole number"
+        );
+        let twice = format!("{CONTINUOUS}0,2.0,LM (batch size 80),1,10.0,100.0\n");
+        let err = parse_continuous(&Source("c.csv".into()), &twice, Some(1.0))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "c.csv:4: field `job_id`: duplicate of line 2");
+        let err = parse_continuous(&Source("c.csv".into()), CONTINUOUS, Some(1e-300))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "c.csv:3: field `arrival_unit`: 0.5 units of 3.6e303 s is an arrival at 1.8e303 s"
+            ),
+            "{err}"
         );
         let neg = CONTINUOUS.replace("0,0.000000", "0,-1");
         let err = parse_continuous(&Source("c.csv".into()), &neg, Some(1.0))

@@ -117,7 +117,7 @@ pub struct TraceOptions {
 
 /// Reads a trace file, detecting its format unless `options.format` names one.
 pub fn load(path: &Path, options: &TraceOptions) -> Result<Trace, InputError> {
-    let text = std::fs::read_to_string(path).map_err(|e| InputError::io(path, e))?;
+    let text = crate::error::read_text(path)?;
     let mut options = options.clone();
     if options.profiles.is_none() {
         options.profiles = pollux::find_profiles(path);

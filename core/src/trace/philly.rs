@@ -5,7 +5,7 @@
 
 use chrono::NaiveDateTime;
 
-use super::rows::for_each_row;
+use super::rows::{check_arrival, for_each_row};
 use crate::error::{InputError, Source};
 use crate::job::{Job, JobId, Trace, WorkUnit};
 
@@ -23,7 +23,7 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
                 format!("`{stamp}` is not a `YYYY-MM-DD HH:MM:SS` time ({e})"),
             )
         })?;
-        stamps.push(when.and_utc().timestamp());
+        stamps.push((when.and_utc().timestamp(), row.line));
         let tenant = match row.names.contains(&"cluster") {
             true => trace.intern_tenant(row.text("cluster")?),
             false => trace.intern_tenant("default"),
@@ -40,9 +40,10 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
         });
         Ok(())
     })?;
-    let start = stamps.iter().copied().min().unwrap_or(0);
-    for (job, stamp) in trace.jobs.iter_mut().zip(&stamps) {
+    let start = stamps.iter().map(|s| s.0).min().unwrap_or(0);
+    for (job, &(stamp, line)) in trace.jobs.iter_mut().zip(&stamps) {
         job.arrival = (stamp - start) as f64;
+        check_arrival(source, line, "timestamp", job.arrival)?;
     }
     trace.sort_by_arrival();
     trace.renumber();

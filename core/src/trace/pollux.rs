@@ -49,7 +49,7 @@ pub(crate) fn parse(
         let job_type = trace.intern_job_type(name);
         trace.jobs.push(Job {
             id: JobId(0),
-            arrival: row.number_at_least("time", 0.0)?,
+            arrival: row.arrival("time", 1.0)?,
             job_type,
             gpus: row.gpu_count("num_replicas")?,
             total_steps: app.total_progress(),

@@ -1,10 +1,12 @@
 //! Typed access to CSV rows, with errors that name the file, line and field.
 
+use std::collections::HashMap;
 use std::str::FromStr;
 
 use csv::StringRecord;
 
 use crate::error::{InputError, Source};
+use crate::job::{JobId, MAX_ARRIVAL_SECONDS};
 
 /// One row of a trace, remembering where it came from.
 pub(crate) struct Row<'a> {
@@ -57,6 +59,28 @@ impl Row<'_> {
         Ok(value)
     }
 
+    /// An arrival time: the field `name` (at least 0) times `seconds_per_unit`, no later than
+    /// [`MAX_ARRIVAL_SECONDS`].
+    pub fn arrival(&self, name: &str, seconds_per_unit: f64) -> Result<f64, InputError> {
+        let value = self.number_at_least(name, 0.0)?;
+        let seconds = value * seconds_per_unit;
+        check_arrival(self.source, self.line, name, seconds).map_err(|e| {
+            if seconds_per_unit == 1.0 {
+                e
+            } else {
+                InputError::field(
+                    self.source,
+                    self.line,
+                    name,
+                    format!(
+                        "{value} units of {seconds_per_unit:e} s is an arrival at {seconds:e} s, after the latest gangway simulates ({MAX_ARRIVAL_SECONDS:e} s); check the rate"
+                    ),
+                )
+            }
+        })?;
+        Ok(seconds)
+    }
+
     /// A whole number of GPUs, at least one.
     pub fn gpu_count(&self, name: &str) -> Result<u32, InputError> {
         let value: u32 = self.parse(name)?;
@@ -69,6 +93,51 @@ impl Row<'_> {
             ));
         }
         Ok(value)
+    }
+}
+
+/// Checks an arrival time in seconds against [`MAX_ARRIVAL_SECONDS`].
+pub(crate) fn check_arrival(
+    source: &Source,
+    line: u64,
+    name: &str,
+    seconds: f64,
+) -> Result<(), InputError> {
+    if seconds <= MAX_ARRIVAL_SECONDS {
+        Ok(())
+    } else {
+        Err(InputError::field(
+            source,
+            line,
+            name,
+            format!(
+                "an arrival at {seconds:e} s is after the latest gangway simulates ({MAX_ARRIVAL_SECONDS:e} s)"
+            ),
+        ))
+    }
+}
+
+/// The job ids a trace's rows carry, with the line of each, so that a repeated id is reported where it
+/// repeats instead of one of the two jobs silently disappearing.
+#[derive(Default)]
+pub(crate) struct JobIds(HashMap<u32, u64>);
+
+impl JobIds {
+    /// The field `name` as a job id not seen on an earlier line.
+    pub fn take(&mut self, row: &Row<'_>, name: &str) -> Result<JobId, InputError> {
+        let id: u32 = row.parse(name)?;
+        match self.0.entry(id) {
+            std::collections::hash_map::Entry::Occupied(first) => Err(InputError::field(
+                row.source,
+                row.line,
+                name,
+                format!("duplicate of line {}", first.get()),
+            )),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(row.line);
+                Ok(JobId(id))
+            }
+        }
     }
 }
 

@@ -12,8 +12,11 @@ use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
 use crate::error::{InputError, Source};
-use crate::job::{Job, JobId, Trace, WorkUnit};
+use crate::job::{Job, JobId, MAX_ARRIVAL_SECONDS, Trace, WorkUnit};
 use crate::throughput::ThroughputTable;
+
+/// Most jobs a synthetic trace may have.
+pub const MAX_SYNTHETIC_JOBS: u32 = 10_000_000;
 
 /// Parameters of a synthetic trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -39,10 +42,18 @@ impl SyntheticSpec {
             rate: default_rate.unwrap_or(1.0),
             multi_gpu: false,
         };
+        let mut given: Vec<&str> = Vec::new();
         for item in body.split(',').filter(|s| !s.is_empty()) {
             let (key, value) = item
                 .split_once('=')
                 .ok_or_else(|| InputError::whole(&source, format!("`{item}` is not KEY=VALUE")))?;
+            if given.contains(&key) {
+                return Err(InputError::whole(
+                    &source,
+                    format!("`{key}` is given twice"),
+                ));
+            }
+            given.push(key);
             let bad = || InputError::whole(&source, format!("`{key}`: `{value}` is not valid"));
             match key {
                 "jobs" => out.jobs = value.parse().map_err(|_| bad())?,
@@ -57,8 +68,11 @@ impl SyntheticSpec {
                 }
             }
         }
-        if out.jobs == 0 {
-            return Err(InputError::whole(&source, "`jobs` must be at least 1"));
+        if !(1..=MAX_SYNTHETIC_JOBS).contains(&out.jobs) {
+            return Err(InputError::whole(
+                &source,
+                format!("`jobs` must be from 1 to {MAX_SYNTHETIC_JOBS}"),
+            ));
         }
         if !(out.rate.is_finite() && out.rate > 0.0) {
             return Err(InputError::whole(&source, "`rate` must be positive"));
@@ -121,6 +135,15 @@ impl SyntheticSpec {
                 batch: None,
             });
             arrival += -(1.0 - uniform(&mut rng)).ln() * 3600.0 / self.rate;
+            if i + 1 < self.jobs && arrival > MAX_ARRIVAL_SECONDS {
+                return Err(InputError::whole(
+                    &source,
+                    format!(
+                        "job {} would arrive at {arrival:e} s, after the latest gangway simulates ({MAX_ARRIVAL_SECONDS:e} s); raise the rate",
+                        i + 1
+                    ),
+                ));
+            }
         }
         Ok(trace)
     }
@@ -156,6 +179,20 @@ mod tests {
         ] {
             assert!(SyntheticSpec::parse(bad, None).is_err(), "{bad}");
         }
+        let err = SyntheticSpec::parse("synthetic:jobs=10,jobs=20", None)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "synthetic:jobs=10,jobs=20: `jobs` is given twice");
+        let err = SyntheticSpec::parse("synthetic:jobs=4294967295", None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("from 1 to 10000000"), "{err}");
+        let err = SyntheticSpec::parse("synthetic:jobs=3,rate=1e-300", None)
+            .unwrap()
+            .generate(&table(), "v100")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("raise the rate"), "{err}");
     }
 
     #[test]

@@ -1,20 +1,22 @@
 //! The Tiresias simulator's job CSVs (`60_job.csv`, `tf_job.csv`): `job_id, num_gpu, submit_time, ..., duration`.
 
-use super::rows::for_each_row;
+use super::rows::{JobIds, for_each_row};
 use crate::error::{InputError, Source};
-use crate::job::{Job, JobId, Trace, WorkUnit};
+use crate::job::{Job, Trace, WorkUnit};
 
 pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
     let mut trace = Trace::new(source.to_string(), WorkUnit::Seconds);
     let tenant = trace.intern_tenant("default");
+    let mut ids = JobIds::default();
     for_each_row(source, text, b',', None, |row| {
+        let id = ids.take(row, "job_id")?;
         let job_type = match row.names.contains(&"model_name") {
             true => trace.intern_job_type(row.text("model_name")?),
             false => trace.intern_job_type("unknown"),
         };
         trace.jobs.push(Job {
-            id: JobId(row.parse("job_id")?),
-            arrival: row.number_at_least("submit_time", 0.0)?,
+            id,
+            arrival: row.arrival("submit_time", 1.0)?,
             job_type,
             gpus: row.gpu_count("num_gpu")?,
             total_steps: row.number_at_least("duration", 0.0)?,
@@ -53,5 +55,12 @@ mod tests {
             err,
             "60_job.csv:3: field `num_gpu`: a job needs at least one GPU"
         );
+        let err = parse(
+            &Source("60_job.csv".into()),
+            &format!("{text}2,1,40,10,vgg19,10,1\n0,1,50,10,vgg19,10,1\n"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(err, "60_job.csv:5: field `job_id`: duplicate of line 2");
     }
 }

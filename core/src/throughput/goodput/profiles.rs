@@ -218,7 +218,7 @@ impl Profiles {
 }
 
 fn read(path: &Path) -> Result<String, InputError> {
-    std::fs::read_to_string(path).map_err(|e| InputError::io(path, e))
+    crate::error::read_text(path)
 }
 
 fn load_app(
