@@ -147,6 +147,8 @@ every_policy! {
     tiresias_gittins: fair = false;
     // No starvation promotion, as Pollux runs it: a long job can wait behind short ones.
     tiresias_pollux: fair = false;
+    // Without a goodput model, first come first served.
+    optimus: fair = false;
     dlas: fair = true;
     gandiva: fair = true;
     // Themis bounds rho, not waiting: a long job's ideal finish time grows with the queue, so its rho

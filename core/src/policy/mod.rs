@@ -31,6 +31,7 @@ pub mod gandiva;
 pub mod hadar;
 pub mod hetero;
 pub mod mechanism;
+pub mod optimus;
 pub mod ordered;
 pub mod themis;
 pub mod tiresias;
@@ -320,6 +321,7 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
         .chain(hetero::POLICIES)
         .chain(allox::POLICIES)
         .chain(hadar::POLICIES)
+        .chain(optimus::POLICIES)
 }
 
 /// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.
