@@ -178,6 +178,9 @@ def main():
             params = {k: [float.hex(v) for v in t.flatten().tolist()] for k, t in net.state_dict().items()}
             with open(args.out, "w") as f:
                 json.dump({"steps": args.steps, "final_loss": final_loss, "params": params}, f, indent=1)
+    # Tear down together: a rank that destroys its gloo group while rank 0 still evaluates can abort
+    # ("terminate called without an active exception") and fail a finished run.
+    dist.barrier()
     dist.destroy_process_group()
     return gw.EXIT_OK
 
