@@ -149,6 +149,7 @@ every_policy! {
     tiresias_pollux: fair = false;
     // Without a goodput model, first come first served.
     optimus: fair = false;
+    sia: fair = false;
     dlas: fair = true;
     gandiva: fair = true;
     // Themis bounds rho, not waiting: a long job's ideal finish time grows with the queue, so its rho

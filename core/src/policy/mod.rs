@@ -33,6 +33,7 @@ pub mod hetero;
 pub mod mechanism;
 pub mod optimus;
 pub mod ordered;
+pub mod sia;
 pub mod themis;
 pub mod tiresias;
 
@@ -322,6 +323,7 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
         .chain(allox::POLICIES)
         .chain(hadar::POLICIES)
         .chain(optimus::POLICIES)
+        .chain(sia::POLICIES)
 }
 
 /// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.

@@ -65,13 +65,7 @@ impl Candidate<'_> {
 impl Policy for Optimus {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let Some(elastic) = input.model.elastic() else {
-            let rules = super::ordered::GrantRules {
-                preemptive: false,
-                head_of_line_blocking: false,
-                consolidate: false,
-                fastest: false,
-            };
-            return super::ordered::grant_in_order(input, &rules, |v| (v.job.arrival, 0.0));
+            return super::ordered::requested_in_arrival_order(input);
         };
         let mut free = input.capacity.to_vec();
         let mut candidates: Vec<Candidate<'_>> = Vec::new();

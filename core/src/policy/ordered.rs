@@ -131,6 +131,18 @@ impl GrantRules {
     }
 }
 
+/// Every job the GPUs it asked for, first come first served, never preempting and skipping a job that
+/// does not fit: what goodput policies fall back to when the model has no goodput to size jobs by.
+pub(super) fn requested_in_arrival_order(input: &RoundInput<'_>) -> Vec<Grant> {
+    let rules = GrantRules {
+        preemptive: false,
+        head_of_line_blocking: false,
+        consolidate: false,
+        fastest: false,
+    };
+    grant_in_order(input, &rules, |v| (v.job.arrival, 0.0))
+}
+
 /// Grants GPUs to jobs in ascending `key` order (ties keep arrival order). A job gets the type it runs
 /// on when that still has room, else the first type, in cluster order (or the fastest, by its rates, when
 /// `rules.fastest`), with room for its whole gang.
