@@ -1178,3 +1178,80 @@ fn a_stalled_run_says_so_and_exits_non_zero() {
     // The results are still printed, with the unfinished jobs counted.
     run.stdout_has("unfinished");
 }
+
+/// A workload in Pollux's layout (`workloads/` beside `profiles/`), with per-type profiles (Sia's
+/// layout) when `types` names them.
+fn elastic_workload(root: &Path, types: &[&str]) -> PathBuf {
+    let app = root.join("profiles").join("cifar10");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::create_dir_all(root.join("workloads")).unwrap();
+    std::fs::write(
+        app.join("validation-64.csv"),
+        "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.5,1.0,2.0\n200,200,0.9,0.5,1.0\n",
+    )
+    .unwrap();
+    let suffixes: Vec<String> = match types {
+        [] => vec![String::new()],
+        types => types.iter().map(|t| format!("-{t}")).collect(),
+    };
+    for suffix in suffixes {
+        std::fs::write(
+            app.join(format!("placements{suffix}.csv")),
+            "placement,local_bsz,step_time,sync_time\n1,64,0.1,0.0\n2,32,0.06,0.01\n",
+        )
+        .unwrap();
+        std::fs::write(
+            app.join(format!("scalability{suffix}.csv")),
+            "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,2,32,0.08,0.03\n",
+        )
+        .unwrap();
+    }
+    let workload = root.join("workloads").join("workload-1.csv");
+    std::fs::write(
+        &workload,
+        "name,time,application,num_replicas,batch_size\ncifar10-0,0,cifar10,1,64\n",
+    )
+    .unwrap();
+    workload
+}
+
+#[test]
+fn elastic_workloads_run_on_the_cluster_and_rounds_they_were_made_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let pollux = elastic_workload(&dir.path().join("pollux"), &[]);
+    let run = simulate(&["--trace", pollux.to_str().unwrap(), "--policy", "fifo"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("on Pollux's cluster (t4=16x4)"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("on 64 GPUs: 64 t4 (16x4)"),
+        "{}",
+        run.stderr
+    );
+
+    let sia = elastic_workload(&dir.path().join("sia"), &["aws", "rtx", "dgx-ext"]);
+    let run = simulate(&["--trace", sia.to_str().unwrap(), "--policy", "fifo"]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("Sia's heterogeneous cluster (aws=6x4,rtx=3x8,dgx-ext=2x8)"),
+        "{}",
+        run.stderr
+    );
+
+    // An explicit cluster wins, and nothing is said about defaults.
+    let run = simulate(&[
+        "--trace",
+        pollux.to_str().unwrap(),
+        "--policy",
+        "fifo",
+        "--cluster",
+        "t4=2x4",
+    ]);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
+    assert!(!run.stderr.contains("Pollux's cluster"), "{}", run.stderr);
+    assert!(run.stderr.contains("on 8 GPUs"), "{}", run.stderr);
+}

@@ -93,6 +93,10 @@ struct TopologyArgs {
     svg: Option<PathBuf>,
 }
 
+/// Gavel's simulated cluster and round, the default setup.
+const GAVEL_CLUSTER: &str = "v100=36,p100=36,k80=36";
+const GAVEL_ROUND_SECONDS: f64 = 360.0;
+
 #[derive(clap::Parser)]
 struct SimulateArgs {
     /// Trace file, or `synthetic:jobs=N,seed=S[,rate=R][,multi=true]`. Default: the bundled Gavel trace.
@@ -106,8 +110,10 @@ struct SimulateArgs {
     #[arg(long, value_name = "JOBS_PER_HOUR", allow_negative_numbers = true)]
     rate: Option<f64>,
     /// Cluster as `TYPE=N` (N GPUs, --gpus-per-node each node) or `TYPE=NxG` (N nodes of G GPUs), comma-separated.
-    #[arg(long, default_value = "v100=36,p100=36,k80=36", value_name = "SPEC")]
-    cluster: String,
+    /// Default: Gavel's 36 V100 + 36 P100 + 36 K80; for Pollux's workloads, its 16 servers of 4 T4
+    /// (`t4=16x4`); for Sia's, its 6x4 T4 + 3x8 RTX 2080Ti + 2x8 A100 (`aws=6x4,rtx=3x8,dgx-ext=2x8`).
+    #[arg(long, value_name = "SPEC")]
+    cluster: Option<String>,
     /// Cluster as a TOML file of `[[nodes]]` groups (gpu_type, count, gpus, cpus, memory_gb); overrides --cluster.
     #[arg(long, value_name = "PATH")]
     cluster_file: Option<PathBuf>,
@@ -134,14 +140,9 @@ struct SimulateArgs {
         value_name = "NAMES"
     )]
     policy: Vec<String>,
-    /// Round length in seconds.
-    #[arg(
-        long,
-        default_value_t = 360.0,
-        value_name = "SECONDS",
-        allow_negative_numbers = true
-    )]
-    round: f64,
+    /// Round length in seconds. Default: 360 (Gavel's); 60 for Pollux's and Sia's workloads.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    round: Option<f64>,
     /// Job ids to measure, as START..END (END excluded). Default: all jobs; 4000..5000 with the bundled trace.
     #[arg(long, value_name = "A..B", value_parser = Window::parse)]
     window: Option<Window>,
@@ -260,16 +261,35 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         Some(path) => Some(scenario::topology_file(path)?),
         None => None,
     };
+    // A Pollux or Sia workload runs, unless told otherwise, in the setup it was made for.
+    let native = args
+        .trace
+        .as_deref()
+        .and_then(|path| gangway::core::trace::native_setup(std::path::Path::new(path), &options));
+    let cluster_spec = match (&args.cluster, native) {
+        (Some(spec), _) => spec.clone(),
+        (None, Some(setup)) if args.cluster_file.is_none() && topology_spec.is_none() => {
+            eprintln!(
+                "gangway: on {} ({}), with {} s rounds unless --round says otherwise",
+                setup.origin, setup.cluster, setup.round_seconds
+            );
+            setup.cluster.to_owned()
+        }
+        (None, _) => GAVEL_CLUSTER.to_owned(),
+    };
     let cluster = match &topology_spec {
         Some(spec) => gangway::core::cluster::Cluster::from_topology(&spec.build())?,
         None => scenario::load_cluster(
-            &args.cluster,
+            &cluster_spec,
             args.cluster_file.as_deref(),
             args.gpus_per_node,
         )?,
     };
+    let round = args
+        .round
+        .unwrap_or_else(|| native.map_or(GAVEL_ROUND_SECONDS, |setup| setup.round_seconds));
     let engine = EngineConfig {
-        round_length: args.round,
+        round_length: round,
         schedule_on_arrival: args.schedule_on_arrival,
         schedule_on_completion: args.schedule_on_completion,
         ..EngineConfig::default()

@@ -125,6 +125,59 @@ pub fn load(path: &Path, options: &TraceOptions) -> Result<Trace, InputError> {
     parse(&Source::path(path), &text, &options)
 }
 
+/// The cluster and round length a workload was made for, when it names them by its kind: Pollux's
+/// workloads ran on 16 servers of 4 T4s, Sia's (profiles per GPU type) on 6 servers of 4 T4s ("aws"), 3 of
+/// 8 RTX 2080Ti and 2 of 8 A100s ("dgx-ext"), both with 60 s rounds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NativeSetup {
+    /// A `--cluster` spec.
+    pub cluster: &'static str,
+    pub round_seconds: f64,
+    /// Whose setup it is, for messages.
+    pub origin: &'static str,
+}
+
+/// The setup `path`'s workload was made for, if it is a Pollux or Sia workload (read from its first
+/// line and its profiles' layout); `None` for other traces or when it cannot be read.
+pub fn native_setup(path: &Path, options: &TraceOptions) -> Option<NativeSetup> {
+    use std::io::BufRead;
+    let mut first = String::new();
+    std::io::BufReader::new(std::fs::File::open(path).ok()?)
+        .read_line(&mut first)
+        .ok()?;
+    let format = options.format.or_else(|| TraceFormat::detect(&first))?;
+    if format != TraceFormat::Pollux {
+        return None;
+    }
+    let profiles = options
+        .profiles
+        .clone()
+        .or_else(|| pollux::find_profiles(path))?;
+    // Sia's profiles have one placements file per GPU type in each application's folder.
+    let per_type = std::fs::read_dir(&profiles).ok()?.flatten().any(|app| {
+        std::fs::read_dir(app.path()).is_ok_and(|files| {
+            files.flatten().any(|f| {
+                let name = f.file_name();
+                let name = name.to_string_lossy();
+                name.starts_with("placements-") && name.ends_with(".csv")
+            })
+        })
+    });
+    Some(if per_type {
+        NativeSetup {
+            cluster: "aws=6x4,rtx=3x8,dgx-ext=2x8",
+            round_seconds: 60.0,
+            origin: "Sia's heterogeneous cluster",
+        }
+    } else {
+        NativeSetup {
+            cluster: "t4=16x4",
+            round_seconds: 60.0,
+            origin: "Pollux's cluster",
+        }
+    })
+}
+
 /// Reads the application profiles in `dir` (Pollux's or Sia's layout; Sia's takes its
 /// statistical-efficiency files from Pollux's beside it).
 pub fn load_profiles(dir: &Path) -> Result<crate::throughput::goodput::Profiles, InputError> {
