@@ -85,3 +85,55 @@ fn work_longer_than_the_horizon_is_refused_not_simulated() {
     assert_eq!(result.unschedulable, vec![JobId(0)]);
     assert_eq!(result.records[1].finish, Some(50.0));
 }
+
+/// Durations, but every (re)start costs `restart` seconds of no progress.
+struct SlowRestarts {
+    inner: DurationModel,
+    restart: f64,
+}
+
+impl gangway_core::throughput::ThroughputModel for SlowRestarts {
+    fn steps_per_second(
+        &self,
+        job: &Job,
+        gpu_type: gangway_core::cluster::GpuTypeId,
+        gpus: u32,
+    ) -> Option<f64> {
+        self.inner.steps_per_second(job, gpu_type, gpus)
+    }
+
+    fn restart_seconds(&self, _: &Job) -> f64 {
+        self.restart
+    }
+}
+
+#[test]
+fn a_policy_that_restarts_jobs_faster_than_they_run_stops_as_stalled() {
+    // LAS time-slices one GPU between two jobs every 360 s round; each start costs 1,000 s, so neither
+    // ever progresses. The run must end (reporting both unfinished), not spin to the horizon.
+    let trace = trace(&[(0.0, 5000.0), (0.0, 5000.0)]);
+    let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
+    let model = SlowRestarts {
+        inner: DurationModel::uniform(1),
+        restart: 1000.0,
+    };
+    let sim = Simulation::new(&trace, &cluster, &model);
+    let mut las = policy::build("las", &PolicyConfig::default()).unwrap();
+    let result = sim.run(las.as_mut(), &mut PackingPlacer, &mut |_, _| {});
+    assert!(
+        result.records.iter().all(|r| r.finish.is_none()),
+        "{:?}",
+        result.records
+    );
+    // It stops after about a thousand rounds without progress, not at the 1e9 s horizon.
+    assert!(
+        result.rounds < 1100,
+        "{} rounds, to {} s",
+        result.rounds,
+        result.span_seconds
+    );
+    // Under FIFO the first job pays its restart once and runs to the end; so does the second.
+    let mut fifo = policy::build("fifo", &PolicyConfig::default()).unwrap();
+    let result = sim.run(fifo.as_mut(), &mut PackingPlacer, &mut |_, _| {});
+    assert!(result.records.iter().all(|r| r.finish.is_some()));
+}

@@ -395,7 +395,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         let unfinished = compare::unfinished(result);
         if let Some(first) = unfinished.first() {
             eprintln!(
-                "gangway: {}: {} jobs never finished: the policy stalled, leaving them waiting while every GPU idled (first: job {first}); its figures cover finished jobs only",
+                "gangway: {}: {} jobs never finished: the policy stalled: no job progressed for 1,000 scheduling passes, because GPUs idled while jobs waited or jobs restarted faster than they ran (first: job {first}); its figures cover finished jobs only",
                 summary.policy,
                 unfinished.len(),
             );

@@ -197,6 +197,17 @@ impl<'m> Engine<'m> {
         self.busy.gpus
     }
 
+    /// Whether some job is making progress at `now`: it runs, past its restart or restore delay, at a
+    /// positive rate. GPUs can be busy with none progressing, when jobs restart faster than they run.
+    pub fn progressing(&self, now: f64) -> bool {
+        self.active.iter().any(|&i| {
+            self.states[i]
+                .run
+                .as_ref()
+                .is_some_and(|run| run.progress_from <= now && run.rate > 0.0)
+        })
+    }
+
     pub fn finished_jobs(&self) -> usize {
         self.finished
     }

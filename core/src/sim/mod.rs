@@ -88,7 +88,8 @@ impl SimResult {
     }
 }
 
-/// Scheduling passes with every GPU idle, jobs waiting and no arrivals left, before a run is declared stalled.
+/// Scheduling passes in a row in which no job progressed (every GPU idle with jobs waiting and no
+/// arrivals left, or every run still in its restart delay), before a run is declared stalled.
 const STALL_ROUNDS: u32 = 1000;
 
 /// Progress reports: (jobs finished, jobs in the trace).
@@ -182,14 +183,18 @@ impl<'a> Simulation<'a> {
                 engine.advance_horizon(next_round);
             }
             if pass && !engine.is_idle() {
+                let progressing = engine.progressing(now);
                 engine.schedule(policy, placer, now);
                 changes.extend(engine.take_changes().into_iter().map(|c| (now, c)));
                 if config.audit {
                     engine.audit();
                 }
                 // A policy that leaves every GPU idle with jobs waiting and nothing left to arrive has
-                // stalled; stop rather than spin, and report those jobs unfinished.
-                let stalled = engine.busy_gpus() == 0 && next_arrival == trace_jobs.len();
+                // stalled, and so has one under which no job progresses, round after round (it restarts
+                // jobs faster than their restart delays let them run); stop rather than spin, and report
+                // those jobs unfinished.
+                let stalled =
+                    (engine.busy_gpus() == 0 && next_arrival == trace_jobs.len()) || !progressing;
                 idle_rounds = if stalled { idle_rounds + 1 } else { 0 };
                 // A policy that time alone does not move decides as it just did until the next event:
                 // skip to the round that follows it, so that run time depends on events, not on time.
@@ -211,7 +216,7 @@ impl<'a> Simulation<'a> {
                 if idle_rounds > STALL_ROUNDS {
                     tracing::warn!(
                         jobs = engine.active_jobs(),
-                        "policy stalled: jobs wait while every GPU is idle"
+                        "policy stalled: for {STALL_ROUNDS} scheduling passes no job progressed (GPUs idle while jobs wait, or jobs restarted faster than they run)"
                     );
                     break;
                 }
