@@ -5,8 +5,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
+use gangway_core::engine::Change;
 use gangway_core::metrics::{JobRecord, Summary};
 use gangway_core::sim::SimResult;
+use gangway_core::throughput::goodput::BatchPlan;
 
 /// How results are printed: a table for people, or JSON for programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -109,6 +111,11 @@ pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()>
         let path = dir.join(format!("jobs_{}.csv", summary.policy));
         write_records(&path, &result.records, &result.gpu_types)
             .with_context(|| format!("writing {}", path.display()))?;
+        if !result.changes.is_empty() {
+            let path = dir.join(format!("allocations_{}.csv", summary.policy));
+            write_allocations(&path, &result.changes, &result.gpu_types)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
     }
     let summaries: Vec<&Summary> = results.iter().map(|(_, s)| s).collect();
     let path = dir.join("summary.json");
@@ -116,6 +123,98 @@ pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()>
         .with_context(|| format!("writing {}", path.display()))?;
     #[cfg(feature = "plots")]
     crate::plots::write(dir, results)?;
+    Ok(())
+}
+
+/// Every start, stop and change of pace in place, in time order: how many GPUs of which type each job
+/// held, and with which batch, over time.
+fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String]) -> Result<()> {
+    let mut w = csv::Writer::from_path(path)?;
+    w.write_record([
+        "time_s",
+        "job_id",
+        "event",
+        "gpu_type",
+        "gpus",
+        "gpu_ids",
+        "global_batch",
+        "local_batch",
+        "accum_steps",
+        "steps_per_second",
+        "steps_done",
+    ])?;
+    let batch_columns = |batch: &Option<BatchPlan>, gpus: usize| match batch {
+        Some(plan) => [
+            plan.global(gpus as u32).to_string(),
+            plan.local.to_string(),
+            plan.accum.to_string(),
+        ],
+        None => Default::default(),
+    };
+    for (time, change) in changes {
+        let row: Vec<String> = match change {
+            Change::Started {
+                job,
+                gpu_type,
+                gpus,
+                steps_per_second,
+                batch,
+                ..
+            } => {
+                let ids: Vec<String> = gpus.iter().map(|g| g.0.to_string()).collect();
+                let [global, local, accum] = batch_columns(batch, gpus.len());
+                vec![
+                    format!("{time:.3}"),
+                    job.to_string(),
+                    "start".into(),
+                    gpu_types[gpu_type.0 as usize].clone(),
+                    gpus.len().to_string(),
+                    ids.join("-"),
+                    global,
+                    local,
+                    accum,
+                    format!("{steps_per_second:.6}"),
+                    String::new(),
+                ]
+            }
+            Change::Stopped { job, steps_done } => vec![
+                format!("{time:.3}"),
+                job.to_string(),
+                "stop".into(),
+                String::new(),
+                "0".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                format!("{steps_done:.3}"),
+            ],
+            Change::Retuned {
+                job,
+                steps_per_second,
+                batch,
+            } => {
+                // The GPU count is unchanged; the batch columns give the new plan's split.
+                let [_, local, accum] = batch_columns(batch, 0);
+                vec![
+                    format!("{time:.3}"),
+                    job.to_string(),
+                    "retune".into(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    String::new(),
+                    local,
+                    accum,
+                    format!("{steps_per_second:.6}"),
+                    String::new(),
+                ]
+            }
+        };
+        w.write_record(&row)?;
+    }
+    w.flush()?;
     Ok(())
 }
 

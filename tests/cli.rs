@@ -1242,6 +1242,33 @@ fn elastic_workloads_run_on_the_cluster_and_rounds_they_were_made_for() {
         run.stderr
     );
 
+    // With --out, every job's allocations over time.
+    let out = dir.path().join("out");
+    simulate(&[
+        "--trace",
+        pollux.to_str().unwrap(),
+        "--policy",
+        "sia",
+        "--out",
+        out.to_str().unwrap(),
+    ])
+    .success();
+    let allocations = std::fs::read_to_string(out.join("allocations_sia.csv")).unwrap();
+    let mut lines = allocations.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "time_s,job_id,event,gpu_type,gpus,gpu_ids,global_batch,local_batch,accum_steps,steps_per_second,steps_done"
+        )
+    );
+    let start: Vec<&str> = lines.next().unwrap().split(',').collect();
+    assert_eq!(start[1..5], ["0", "start", "t4", "1"], "{allocations}");
+    assert!(!start[6].is_empty(), "sia chose a batch: {allocations}");
+    assert!(
+        allocations.lines().any(|l| l.contains(",0,stop,")),
+        "{allocations}"
+    );
+
     // An explicit cluster wins, and nothing is said about defaults.
     let run = simulate(&[
         "--trace",

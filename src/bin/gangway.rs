@@ -160,7 +160,8 @@ struct SimulateArgs {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// Write per-job CSVs, summary.json and SVG plots (JCT CDF, utilization) here.
+    /// Write per-job CSVs, every job's allocations over time (`allocations_POLICY.csv`: starts with GPU
+    /// type, GPUs and batch, stops, changes of pace), summary.json and SVG plots (JCT CDF, utilization) here.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// The application profiles of a Pollux or Sia workload (default: the `profiles/` folder beside its
@@ -341,7 +342,8 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     simulation.config = SimConfig {
         engine: scenario.engine.clone(),
         seed: scenario.seed,
-        log_changes: false,
+        // The allocations over time are written with the other outputs.
+        log_changes: args.out.is_some(),
     };
     simulation.window = window;
 

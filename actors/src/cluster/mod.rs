@@ -400,6 +400,7 @@ impl ClusterActor {
                 Change::Retuned {
                     job,
                     steps_per_second,
+                    ..
                 } => Some((job, steps_per_second)),
                 _ => None,
             })

@@ -72,6 +72,7 @@ pub(super) fn plan(
                 steps_per_second,
                 startup_seconds,
                 remaining_steps,
+                ..
             } => {
                 out.records.push(Record::Started {
                     job,
@@ -99,6 +100,7 @@ pub(super) fn plan(
             Change::Retuned {
                 job,
                 steps_per_second,
+                ..
             } => out.retunes.push((job, steps_per_second)),
         }
     }
@@ -191,6 +193,7 @@ mod tests {
             steps_per_second: 1.0,
             startup_seconds: 0.0,
             remaining_steps: 50.0,
+            batch: None,
         }
     }
 

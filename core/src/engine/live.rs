@@ -9,6 +9,7 @@ use crate::cluster::{GpuId, GpuSet, GpuTypeId};
 use crate::job::JobId;
 use crate::metrics::JobRecord;
 use crate::placement::{Placed, Placer, Unplaced};
+use crate::throughput::goodput::BatchPlan;
 
 use super::accounting::new_record;
 
@@ -25,11 +26,17 @@ pub enum Change {
         steps_per_second: f64,
         startup_seconds: f64,
         remaining_steps: f64,
+        /// The batch plan it runs with, when its policy chose one.
+        batch: Option<BatchPlan>,
     },
     /// The job stopped running (it was preempted, is about to move, or finished) with `steps_done`.
     Stopped { job: JobId, steps_done: f64 },
-    /// A running job's pace changed in place (its packing partner left).
-    Retuned { job: JobId, steps_per_second: f64 },
+    /// A running job's pace changed in place (its packing partner left, or its batch plan changed).
+    Retuned {
+        job: JobId,
+        steps_per_second: f64,
+        batch: Option<BatchPlan>,
+    },
 }
 
 /// Why a job can never run on this cluster.

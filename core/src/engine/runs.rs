@@ -139,6 +139,7 @@ impl Engine<'_> {
                 steps_per_second: rate * locality,
                 startup_seconds: overhead,
                 remaining_steps: (self.jobs[i].total_steps - self.states[i].steps_done).max(0.0),
+                batch,
             };
             self.note_change(|| change);
         }
@@ -223,10 +224,11 @@ impl Engine<'_> {
         );
         run.rate = segment.rate * run.locality;
         run.until = segment.until;
-        let rate = run.rate;
+        let (rate, batch) = (run.rate, run.batch);
         self.note_change(|| Change::Retuned {
             job: id,
             steps_per_second: rate,
+            batch,
         });
         self.reschedule_completion(i, progress_from);
     }
