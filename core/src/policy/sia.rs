@@ -207,8 +207,20 @@ impl Policy for Sia {
         let solution = match program.maximize(objective) {
             Ok(solution) => solution,
             Err(e) => {
-                tracing::warn!(error = %e, jobs = input.jobs.len(), "Sia's program failed; no job runs this round");
-                return Vec::new();
+                // Running jobs keep what they hold rather than all being stopped; waiting ones wait.
+                tracing::warn!(error = %e, jobs = input.jobs.len(), "Sia's program failed; running jobs keep their GPUs this round");
+                return input
+                    .jobs
+                    .iter()
+                    .filter_map(|v| {
+                        let run = v.running?;
+                        let grant = Grant::new(v.id(), run.gpu_type, run.gpus.len() as u32);
+                        Some(match run.batch {
+                            Some(plan) => grant.with_batch(plan),
+                            None => grant,
+                        })
+                    })
+                    .collect();
             }
         };
         let mut grants = Vec::new();
