@@ -99,6 +99,7 @@ impl Engine<'_> {
         // Progress, segment by segment: a model whose rate changes with progress (epochs) is asked again
         // where a segment ends.
         let mut t = run.progress_from.max(from);
+        let before = state.steps_done;
         while t < now {
             if run.until <= state.steps_done {
                 let segment = super::runs::alone_segment(
@@ -128,6 +129,9 @@ impl Engine<'_> {
             }
             state.steps_done = run.until;
             t += to_boundary;
+        }
+        if state.steps_done > before {
+            self.last_progress = self.last_progress.max(now);
         }
         state.attained_seconds += held;
         state.attained_gpu_seconds += held * gpus;

@@ -128,6 +128,8 @@ pub struct Engine<'m> {
     capacity: Vec<u32>,
     completions: CompletionIndex,
     busy: BusyTime,
+    /// The latest time up to which some job's progress has been counted.
+    last_progress: f64,
     /// What ran since the last pass, for the policy.
     usage: Vec<Usage>,
     finished: usize,
@@ -166,6 +168,7 @@ impl<'m> Engine<'m> {
             capacity: cluster.capacity().to_vec(),
             completions: CompletionIndex::default(),
             busy: BusyTime::new(start),
+            last_progress: f64::NEG_INFINITY,
             usage: Vec::new(),
             finished: 0,
             jobs_changed: false,
@@ -195,6 +198,12 @@ impl<'m> Engine<'m> {
 
     pub fn busy_gpus(&self) -> u32 {
         self.busy.gpus
+    }
+
+    /// The latest time up to which some job's progress has been counted (as runs settle: when they
+    /// stop or finish, or the engine looks at them).
+    pub fn last_progress(&self) -> f64 {
+        self.last_progress
     }
 
     /// Whether some job is making progress at `now`: it runs, past its restart or restore delay, at a

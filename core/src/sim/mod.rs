@@ -144,6 +144,8 @@ impl<'a> Simulation<'a> {
         let mut next_round = now;
         let mut rounds = 0u64;
         let mut idle_rounds = 0u32;
+        // When the previous scheduling pass ran.
+        let mut last_pass = f64::NEG_INFINITY;
         let mut last_event = now;
         loop {
             // The next event: a completion, an arrival, or the round boundary.
@@ -183,7 +185,9 @@ impl<'a> Simulation<'a> {
                 engine.advance_horizon(next_round);
             }
             if pass && !engine.is_idle() {
-                let progressing = engine.progressing(now);
+                // Progress now, or since the previous pass (jobs that ran and finished in between).
+                let progressed = engine.progressing(now) || engine.last_progress() > last_pass;
+                last_pass = now;
                 engine.schedule(policy, placer, now);
                 changes.extend(engine.take_changes().into_iter().map(|c| (now, c)));
                 if config.audit {
@@ -194,7 +198,7 @@ impl<'a> Simulation<'a> {
                 // jobs faster than their restart delays let them run); stop rather than spin, and report
                 // those jobs unfinished.
                 let stalled =
-                    (engine.busy_gpus() == 0 && next_arrival == trace_jobs.len()) || !progressing;
+                    (engine.busy_gpus() == 0 && next_arrival == trace_jobs.len()) || !progressed;
                 idle_rounds = if stalled { idle_rounds + 1 } else { 0 };
                 // A policy that time alone does not move decides as it just did until the next event:
                 // skip to the round that follows it, so that run time depends on events, not on time.
