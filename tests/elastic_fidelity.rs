@@ -204,13 +204,19 @@ fn sia_on_its_heterogeneous_cluster_is_as_fast_as_sias_own_runs() {
         ));
         ours_sum += average;
         theirs_sum += theirs;
+        // Measured: -8%, -6%, +3%, -3% (oracle throughputs: Sia learns its throughputs as jobs run,
+        // and a new job's first GPU type is a tie its solver breaks).
+        assert!(
+            (average / theirs - 1.0).abs() < 0.10,
+            "{}",
+            report.join("\n")
+        );
     }
     eprintln!("{}", report.join("\n"));
-    // Measured: 11-14% faster on each workload (oracle throughputs: Sia learns its throughputs as jobs
-    // run and bootstraps GPU types they have not run on).
+    // Measured over the four: -3%.
     let ratio = ours_sum / theirs_sum;
     assert!(
-        (0.8..1.1).contains(&ratio),
+        (0.95..1.05).contains(&ratio),
         "{ratio}\n{}",
         report.join("\n")
     );

@@ -51,8 +51,8 @@ pub struct Sia {
     restarts: FxHashMap<JobId, u32>,
     /// The most GPUs each job has held.
     most: FxHashMap<JobId, u32>,
-    /// Best goodput and batch plan per (job, configuration, epoch): profiles do not change.
-    cache: FxHashMap<(JobId, Config, usize), Option<(f64, BatchPlan)>>,
+    /// Best goodput and batch plan per (job, configuration, epoch, batch limit): profiles do not change.
+    cache: FxHashMap<(JobId, Config, usize, u32), Option<(f64, BatchPlan)>>,
 }
 
 /// The configurations of a cluster with `capacity` GPUs per type.
@@ -81,12 +81,15 @@ fn configurations(elastic: &dyn Elastic, capacity: &[u32]) -> Vec<Config> {
     configs
 }
 
-/// The best goodput of `job` in `config` at `epoch`, and the batch plan that reaches it.
+/// The best goodput of `job` in `config` at `epoch` with global batches up to `max_batch`, and the batch
+/// plan that reaches it (Sia's search: 50 batches from the least the replicas hold, as little
+/// accumulation as fits, and at least one accumulation step on one GPU above the initial batch).
 fn best_goodput(
     elastic: &dyn Elastic,
     job: &Job,
     config: Config,
     epoch: usize,
+    max_batch: u32,
 ) -> Option<(f64, BatchPlan)> {
     let app = elastic.application(job)?;
     let profile = elastic.profile(job, config.gpu_type)?;
@@ -98,12 +101,16 @@ fn best_goodput(
     };
     let replicas = f64::from(config.gpus);
     let lo = f64::from(app.init_batch).max(f64::from(profile.min_local) * replicas);
-    let hi = f64::from(app.max_batch).max(lo);
+    let hi = f64::from(max_batch.min(app.max_batch)).max(lo);
     let mut best: Option<(f64, BatchPlan)> = None;
     for k in 0..BATCH_CANDIDATES {
         let batch = lo * (hi / lo).powf(k as f64 / (BATCH_CANDIDATES - 1) as f64);
         let local = batch / replicas;
-        let accum = ((local / f64::from(profile.max_local.max(1)) - 1e-8).ceil() - 1.0).max(0.0);
+        let mut accum =
+            ((local / f64::from(profile.max_local.max(1)) - 1e-8).ceil() - 1.0).max(0.0);
+        if config.gpus == 1 && local > f64::from(app.init_batch) + 1e-8 {
+            accum = accum.max(1.0);
+        }
         let per = (local / (accum + 1.0) - 1e-8).ceil();
         if per < f64::from(profile.min_local) || per > f64::from(profile.max_local) {
             continue;
@@ -134,7 +141,7 @@ impl Policy for Sia {
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
         self.most.retain(|job, _| active.contains(job));
-        self.cache.retain(|(job, _, _), _| active.contains(job));
+        self.cache.retain(|(job, _, _, _), _| active.contains(job));
         let configs = configurations(elastic, input.capacity);
         let mut program = Program::new();
         // Per job: its candidate (configuration, variable, batch plan).
@@ -148,15 +155,22 @@ impl Policy for Sia {
             };
             let (epoch, _) = app.epoch_at(view.steps_done);
             let limit = (2 * self.most.get(&job.id).copied().unwrap_or(0)).max(1);
+            // Sia prices configurations with batches up to the workload's (its tuned batch), and runs
+            // the chosen one at the best batch up to the application's largest.
+            let priced_up_to = job.batch.unwrap_or(app.max_batch);
+            let mut best = |c: Config, up_to: u32| {
+                *self
+                    .cache
+                    .entry((job.id, c, epoch, up_to))
+                    .or_insert_with(|| best_goodput(elastic, job, c, epoch, up_to))
+            };
             let goodputs: Vec<(Config, f64, BatchPlan)> = configs
                 .iter()
                 .filter(|c| c.gpus <= limit)
                 .filter_map(|&c| {
-                    let best = *self
-                        .cache
-                        .entry((job.id, c, epoch))
-                        .or_insert_with(|| best_goodput(elastic, job, c, epoch));
-                    best.map(|(g, plan)| (c, g, plan))
+                    let (goodput, _) = best(c, priced_up_to)?;
+                    let (_, plan) = best(c, app.max_batch)?;
+                    Some((c, goodput, plan))
                 })
                 .collect();
             let Some(smallest) = goodputs.iter().map(|x| x.1).reduce(f64::min) else {
@@ -248,6 +262,8 @@ impl Policy for Sia {
                     .with_batch(plan),
             );
         }
+        // Placed largest first, as Sia places, so that parts of servers do not split whole ones.
+        grants.sort_by_key(|g| std::cmp::Reverse(g.gpus));
         grants
     }
 }
