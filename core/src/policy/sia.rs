@@ -42,6 +42,9 @@ struct Config {
 /// A configuration a job may take, its variable in the program, and the batch plan it would run with.
 type Choice = (Config, Var, BatchPlan);
 
+/// A job, a configuration, an epoch and the largest global batch tried.
+type GoodputKey = (JobId, Config, usize, u32);
+
 /// Sia's goodput-driven allocation.
 #[derive(Debug, Default)]
 pub struct Sia {
@@ -52,7 +55,7 @@ pub struct Sia {
     /// The most GPUs each job has held.
     most: FxHashMap<JobId, u32>,
     /// Best goodput and batch plan per (job, configuration, epoch, batch limit): profiles do not change.
-    cache: FxHashMap<(JobId, Config, usize, u32), Option<(f64, BatchPlan)>>,
+    cache: FxHashMap<GoodputKey, Option<(f64, BatchPlan)>>,
 }
 
 /// The configurations of a cluster with `capacity` GPUs per type.
