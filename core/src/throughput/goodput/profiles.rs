@@ -359,7 +359,7 @@ fn read_validation(path: &Path) -> Result<Vec<GradStats>, InputError> {
         });
         Ok(())
     })?;
-    Ok(rows)
+    at_least_one_epoch(path, rows)
 }
 
 fn read_progress(path: &Path) -> Result<Vec<f64>, InputError> {
@@ -368,6 +368,17 @@ fn read_progress(path: &Path) -> Result<Vec<f64>, InputError> {
         rows.push(row.number_at_least("progress", 0.0)?);
         Ok(())
     })?;
+    at_least_one_epoch(path, rows)
+}
+
+/// A validation profile's rows, one per epoch: an empty one would give a job no work and no statistics.
+fn at_least_one_epoch<T>(path: &Path, rows: Vec<T>) -> Result<Vec<T>, InputError> {
+    if rows.is_empty() {
+        return Err(InputError::whole(
+            &Source::path(path),
+            "a validation profile needs a row per epoch, and this one has none",
+        ));
+    }
     Ok(rows)
 }
 
@@ -509,6 +520,19 @@ mod tests {
         assert!((step - 0.15).abs() < 1e-12 && (sync - 0.02).abs() < 1e-12);
         assert_eq!(interpolate(&steps, 8.0), Some((0.1, 0.01)));
         assert_eq!(interpolate(&steps, 100.0), Some((0.2, 0.03)));
+    }
+
+    #[test]
+    fn a_validation_profile_without_epochs_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("validation-64.csv");
+        std::fs::write(&path, "progress,iteration,metric,grad_sqr,grad_var\n").unwrap();
+        let err = read_validation(&path).unwrap_err().to_string();
+        assert!(
+            err.contains("validation-64.csv") && err.contains("has none"),
+            "{err}"
+        );
+        assert!(read_progress(&path).is_err());
     }
 
     #[test]
