@@ -1222,7 +1222,8 @@ fn elastic_workloads_run_on_the_cluster_and_rounds_they_were_made_for() {
     let run = simulate(&["--trace", pollux.to_str().unwrap(), "--policy", "fifo"]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(
-        run.stderr.contains("on Pollux's cluster (t4=16x4)"),
+        run.stderr
+            .contains("on Pollux's cluster (t4=16x4) with 60 s rounds"),
         "{}",
         run.stderr
     );
@@ -1280,5 +1281,11 @@ fn elastic_workloads_run_on_the_cluster_and_rounds_they_were_made_for() {
     ]);
     assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(!run.stderr.contains("Pollux's cluster"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("with 60 s rounds, as the workload was made for"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("on 8 GPUs"), "{}", run.stderr);
 }

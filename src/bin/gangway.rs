@@ -267,15 +267,28 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         .trace
         .as_deref()
         .and_then(|path| gangway::core::trace::native_setup(std::path::Path::new(path), &options));
+    let own_cluster =
+        args.cluster.is_some() || args.cluster_file.is_some() || topology_spec.is_some();
+    if let Some(setup) = native {
+        match (own_cluster, args.round.is_some()) {
+            (false, false) => eprintln!(
+                "gangway: on {} ({}) with {} s rounds, as the workload was made for (--cluster and --round choose others)",
+                setup.origin, setup.cluster, setup.round_seconds
+            ),
+            (false, true) => eprintln!(
+                "gangway: on {} ({}), as the workload was made for (--cluster chooses another)",
+                setup.origin, setup.cluster
+            ),
+            (true, false) => eprintln!(
+                "gangway: with {} s rounds, as the workload was made for (--round chooses another)",
+                setup.round_seconds
+            ),
+            (true, true) => {}
+        }
+    }
     let cluster_spec = match (&args.cluster, native) {
         (Some(spec), _) => spec.clone(),
-        (None, Some(setup)) if args.cluster_file.is_none() && topology_spec.is_none() => {
-            eprintln!(
-                "gangway: on {} ({}), with {} s rounds unless --round says otherwise",
-                setup.origin, setup.cluster, setup.round_seconds
-            );
-            setup.cluster.to_owned()
-        }
+        (None, Some(setup)) if !own_cluster => setup.cluster.to_owned(),
         (None, _) => GAVEL_CLUSTER.to_owned(),
     };
     let cluster = match &topology_spec {
