@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
+mod support;
+
 const RATES: [f64; 4] = [0.4, 1.0, 1.6, 2.0];
 
 /// FIFO's gap above 0.4 jobs/hour, from Gavel's side: its FIFO gives a job the type a stale loop
@@ -24,15 +26,10 @@ fn trace() -> Option<PathBuf> {
     if path.is_file() {
         return Some(path);
     }
-    assert!(
-        std::env::var("CI").as_deref() != Ok("true"),
-        "{} is missing under CI",
+    support::skip(&format!(
+        "{} not found (the shared reference data is absent)",
         path.display()
-    );
-    eprintln!(
-        "skipping: {} not found (the shared reference data is absent)",
-        path.display()
-    );
+    ));
     None
 }
 
