@@ -13,7 +13,7 @@
 use super::{Grant, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::Job;
-use crate::throughput::goodput::{BatchPlan, Elastic};
+use crate::throughput::goodput::{BatchPlan, Elastic, packed_placement};
 
 /// Greedy marginal-gain GPU counts over oracle step times.
 #[derive(Debug, Default)]
@@ -35,11 +35,7 @@ struct Candidate<'a> {
 fn step_seconds(elastic: &dyn Elastic, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
     let app = elastic.application(job)?;
     let profile = elastic.profile(job, gpu_type)?;
-    let size = elastic.node_size(gpu_type).max(1);
-    let mut placement = vec![size; (gpus / size) as usize];
-    if !gpus.is_multiple_of(size) {
-        placement.push(gpus % size);
-    }
+    let placement = packed_placement(elastic.node_size(gpu_type), gpus);
     let batch = job.batch.unwrap_or(app.init_batch);
     let plan = BatchPlan::split(batch, gpus, app, profile.max_local);
     let (step, sync) = elastic.measure(job, gpu_type, &placement, f64::from(plan.local))?;

@@ -22,14 +22,12 @@ use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
 use crate::solver::{Program, Relation, Var};
-use crate::throughput::goodput::{BatchPlan, Elastic};
+use crate::throughput::goodput::{BatchPlan, Elastic, search_batch};
 
 /// The fairness power: below 0, large speedups count for less.
 const POWER: f64 = -0.5;
 /// What leaving a job without GPUs costs, above any configuration's `G^p` (at most 1).
 const LEFT_OUT: f64 = 1.1;
-/// Global batch sizes tried per configuration, geometrically spaced (as Pollux's search).
-const BATCH_CANDIDATES: usize = 50;
 
 /// One way to run a job: `gpus` GPUs of `gpu_type`, on `nodes` whole servers (1 for part of one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -102,36 +100,15 @@ fn best_goodput(
     } else {
         vec![config.gpus]
     };
-    let replicas = f64::from(config.gpus);
-    let lo = f64::from(app.init_batch).max(f64::from(profile.min_local) * replicas);
-    let hi = f64::from(max_batch.min(app.max_batch)).max(lo);
-    let mut best: Option<(f64, BatchPlan)> = None;
-    for k in 0..BATCH_CANDIDATES {
-        let batch = lo * (hi / lo).powf(k as f64 / (BATCH_CANDIDATES - 1) as f64);
-        let local = batch / replicas;
-        let mut accum =
-            ((local / f64::from(profile.max_local.max(1)) - 1e-8).ceil() - 1.0).max(0.0);
-        if config.gpus == 1 && local > f64::from(app.init_batch) + 1e-8 {
-            accum = accum.max(1.0);
-        }
-        let per = (local / (accum + 1.0) - 1e-8).ceil();
-        if per < f64::from(profile.min_local) || per > f64::from(profile.max_local) {
-            continue;
-        }
-        let plan = BatchPlan {
-            local: per as u32,
-            accum: accum as u32,
-        };
-        let Some((step, sync)) = elastic.measure(job, config.gpu_type, &placement, per) else {
-            continue;
-        };
-        let seconds = step + (step - sync).max(0.0) * accum;
+    let up_to = max_batch.min(app.max_batch);
+    let local_range = (profile.min_local, profile.max_local);
+    search_batch(app, config.gpus, up_to, local_range, |plan| {
+        let local = f64::from(plan.local);
+        let (step, sync) = elastic.measure(job, config.gpu_type, &placement, local)?;
+        let seconds = step + (step - sync).max(0.0) * f64::from(plan.accum);
         let goodput = app.gain(f64::from(plan.global(config.gpus)), epoch) / seconds;
-        if goodput.is_finite() && goodput > 0.0 && best.is_none_or(|(b, _)| goodput > b) {
-            best = Some((goodput, plan));
-        }
-    }
-    best
+        (goodput > 0.0).then_some(goodput)
+    })
 }
 
 impl Policy for Sia {

@@ -81,33 +81,39 @@ pub fn goodput(
     profiles::gain(grad.0, grad.1, scale) / seconds
 }
 
-/// Candidate global batch sizes Pollux searches: 50, geometrically spaced.
+/// Whole servers of `node_size` GPUs first, then the rest on one more: the placement (GPUs per server)
+/// a gang of `gpus` packs into.
+pub fn packed_placement(node_size: u32, gpus: u32) -> Vec<u32> {
+    let size = node_size.max(1);
+    let mut placement = vec![size; (gpus / size) as usize];
+    if !gpus.is_multiple_of(size) {
+        placement.push(gpus % size);
+    }
+    placement
+}
+
+/// Candidate global batch sizes Pollux and Sia search: 50, geometrically spaced.
 const CANDIDATES: usize = 50;
 
-/// The batch plan that maximizes goodput on `nodes` nodes with `replicas` replicas, with global batches
-/// up to `max_batch` and per-replica batches in `local_range`: Pollux's search over 50 global batch
-/// sizes from `max(M0, min_local * replicas)` to `max_batch`, each split with as little accumulation
-/// as fits. `None` when no batch fits.
-pub fn optimize(
-    params: &PerfParams,
+/// Pollux's and Sia's batch search on `replicas` replicas: 50 global batches from
+/// `max(M0, min_local * replicas)` up to `max_batch` (only the first, when `max_batch` is below it),
+/// each split with as little accumulation as fits (and, on one replica above M0, at least one step), per
+/// replica within `local_range`. Returns the best plan by `goodput_of` (`None` where a plan cannot run),
+/// with its goodput.
+pub fn search_batch(
     app: &Application,
-    grad: (f64, f64),
-    nodes: u32,
     replicas: u32,
     max_batch: u32,
     local_range: (u32, u32),
+    mut goodput_of: impl FnMut(BatchPlan) -> Option<f64>,
 ) -> Option<(f64, BatchPlan)> {
     let (min_local, max_local) = local_range;
     let r = f64::from(replicas.max(1));
     let lo = f64::from(app.init_batch).max(f64::from(min_local) * r);
-    let hi = f64::from(max_batch);
+    let hi = f64::from(max_batch).max(lo);
     let mut best: Option<(f64, BatchPlan)> = None;
     for k in 0..CANDIDATES {
-        let batch = if CANDIDATES == 1 || lo == hi {
-            lo
-        } else {
-            lo * (hi / lo).powf(k as f64 / (CANDIDATES - 1) as f64)
-        };
+        let batch = lo * (hi / lo).powf(k as f64 / (CANDIDATES - 1) as f64);
         let local = batch / r;
         let mut accum = ((local / f64::from(max_local.max(1)) - 1e-8).ceil() - 1.0).max(0.0) as u32;
         if replicas == 1 && local > f64::from(app.init_batch) + 1e-8 {
@@ -118,12 +124,30 @@ pub fn optimize(
             continue;
         }
         let plan = BatchPlan { local: per, accum };
-        let value = goodput(params, app, grad, nodes, replicas, plan);
+        let Some(value) = goodput_of(plan) else {
+            continue;
+        };
         if value.is_finite() && best.is_none_or(|(b, _)| value > b) {
             best = Some((value, plan));
         }
     }
     best
+}
+
+/// The batch plan that maximizes goodput predicted by `params` on `nodes` nodes with `replicas`
+/// replicas (see [`search_batch`]). `None` when no batch fits.
+pub fn optimize(
+    params: &PerfParams,
+    app: &Application,
+    grad: (f64, f64),
+    nodes: u32,
+    replicas: u32,
+    max_batch: u32,
+    local_range: (u32, u32),
+) -> Option<(f64, BatchPlan)> {
+    search_batch(app, replicas, max_batch, local_range, |plan| {
+        Some(goodput(params, app, grad, nodes, replicas, plan))
+    })
 }
 
 /// What goodput-aware policies ask of a throughput model, beyond rates: a job's application, and what a

@@ -210,14 +210,8 @@ impl ProfiledWorkload {
         (rate.is_finite() && rate > 0.0).then_some(Segment { rate, until })
     }
 
-    /// Whole servers first, then the rest on one more: the placement a gang of `gpus` packs into.
     fn packed(&self, gpu_type: GpuTypeId, gpus: u32) -> Vec<u32> {
-        let size = self.node_size(gpu_type).max(1);
-        let mut placement = vec![size; (gpus / size) as usize];
-        if !gpus.is_multiple_of(size) {
-            placement.push(gpus % size);
-        }
-        placement
+        super::packed_placement(self.node_size(gpu_type), gpus)
     }
 }
 
