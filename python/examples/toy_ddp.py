@@ -134,6 +134,8 @@ def main():
             timing("checkpoint_saved")
             if rank == 0:
                 print(f"stop requested: saved step {step}, exiting {gw.EXIT_PREEMPTED_OK}", flush=True)
+            # As at the end: tear down together, or a rank can abort while another still saves.
+            dist.barrier()
             dist.destroy_process_group()
             return gw.EXIT_PREEMPTED_OK
 
