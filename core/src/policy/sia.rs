@@ -18,11 +18,11 @@
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
+use super::pick::{Candidate, Choices, pick};
 use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
-use crate::solver::{Program, Relation, Var};
-use crate::throughput::goodput::{BatchPlan, Elastic, search_batch};
+use crate::throughput::goodput::{BatchPlan, Elastic, restart_factor, search_batch};
 
 /// The fairness power: below 0, large speedups count for less.
 const POWER: f64 = -0.5;
@@ -36,9 +36,6 @@ struct Config {
     gpus: u32,
     nodes: u32,
 }
-
-/// A configuration a job may take, its variable in the program, and the batch plan it would run with.
-type Choice = (Config, Var, BatchPlan);
 
 /// A job, a configuration, an epoch and the largest global batch tried.
 type GoodputKey = (JobId, Config, usize, u32);
@@ -123,11 +120,9 @@ impl Policy for Sia {
         self.most.retain(|job, _| active.contains(job));
         self.cache.retain(|(job, _, _, _), _| active.contains(job));
         let configs = configurations(elastic, input.capacity);
-        let mut program = Program::new();
-        // Per job: its candidate (configuration, variable, batch plan).
-        let mut choices: Vec<(JobId, Vec<Choice>)> = Vec::new();
-        let mut objective = Vec::new();
-        let mut per_type: Vec<Vec<(f64, Var)>> = vec![Vec::new(); input.capacity.len()];
+        // Per job: its candidate configurations with their batch plans, and the program's row.
+        let mut rows: Vec<(JobId, Vec<(Config, BatchPlan)>)> = Vec::new();
+        let mut program: Vec<Choices> = Vec::new();
         for view in input.jobs {
             let job = view.job;
             let Some(app) = elastic.application(job) else {
@@ -160,18 +155,21 @@ impl Policy for Sia {
                 .running
                 .and_then(|_| self.previous.get(&job.id).copied());
             let previous = self.previous.get(&job.id).copied();
-            let restart = {
-                let age = input.now - job.arrival;
-                let penalty = elastic.restart_penalty(job);
-                let restarts = f64::from(self.restarts.get(&job.id).copied().unwrap_or(0));
-                if age < penalty {
-                    1.0
-                } else {
-                    (age - restarts * penalty).max(0.0) / (age + penalty)
-                }
+            // Sia spares a job younger than its restart delay the discount Pollux gives it.
+            let (age, penalty) = (input.now - job.arrival, elastic.restart_penalty(job));
+            let restarts = self.restarts.get(&job.id).copied().unwrap_or(0);
+            let restart = if age < penalty {
+                1.0
+            } else {
+                restart_factor(age, penalty, restarts)
             };
+            // A job still paying its restart delay keeps its configuration.
             let pinned = view.running.is_some_and(|r| r.restarting);
             let mut row = Vec::new();
+            let mut choices = Choices {
+                options: Vec::new(),
+                left_out: (!pinned).then_some(LEFT_OUT),
+            };
             for (config, goodput, plan) in goodputs {
                 if pinned && Some(config) != current {
                     continue;
@@ -180,47 +178,31 @@ impl Policy for Sia {
                 if previous.is_some_and(|p| p != config) {
                     normalized *= restart;
                 }
-                let x = program.integer(0.0, 1.0);
-                // lambda - G^p: a discounted (or tiny) goodput can make a configuration not worth taking.
-                objective.push((LEFT_OUT - normalized.max(1e-4).powf(POWER), x));
-                per_type[config.gpu_type.0 as usize].push((f64::from(config.gpus), x));
-                row.push((config, x, plan));
+                // A discounted (or tiny) goodput can cost more than leaving the job out.
+                choices.options.push(Candidate {
+                    gpu_type: config.gpu_type,
+                    gpus: config.gpus,
+                    cost: normalized.max(1e-4).powf(POWER),
+                });
+                row.push((config, plan));
             }
             if row.is_empty() {
                 continue;
             }
-            program.constrain(row.iter().map(|&(_, x, _)| (1.0, x)), Relation::AtMost, 1.0);
-            if pinned {
-                program.constrain([(1.0, row[0].1)], Relation::AtLeast, 1.0);
-            }
-            choices.push((job.id, row));
+            program.push(choices);
+            rows.push((job.id, row));
         }
-        for (terms, &capacity) in per_type.into_iter().zip(input.capacity) {
-            program.constrain(terms, Relation::AtMost, f64::from(capacity));
-        }
-        let solution = match program.maximize(objective) {
-            Ok(solution) => solution,
+        let picked = match pick(&program, input.capacity) {
+            Ok(picked) => picked,
             Err(e) => {
                 // Running jobs keep what they hold rather than all being stopped; waiting ones wait.
                 tracing::warn!(error = %e, jobs = input.jobs.len(), "Sia's program failed; running jobs keep their GPUs this round");
-                return input
-                    .jobs
-                    .iter()
-                    .filter_map(|v| {
-                        let run = v.running?;
-                        let grant = Grant::new(v.id(), run.gpu_type, run.gpus.len() as u32);
-                        Some(match run.batch {
-                            Some(plan) => grant.with_batch(plan),
-                            None => grant,
-                        })
-                    })
-                    .collect();
+                return super::keep_running(input);
             }
         };
         let mut grants = Vec::new();
-        for (job, row) in choices {
-            let Some(&(config, _, plan)) = row.iter().find(|(_, x, _)| solution.value(*x) > 0.5)
-            else {
+        for ((job, row), picked) in rows.into_iter().zip(picked) {
+            let Some((config, plan)) = picked.map(|k| row[k]) else {
                 continue;
             };
             if let Some(before) = self.previous.insert(job, config)

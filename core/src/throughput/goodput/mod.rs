@@ -150,6 +150,14 @@ pub fn optimize(
     })
 }
 
+/// Pollux's restart factor: the share of a job's life it would have spent training had it paid every
+/// restart so far plus one more, `max(age - restarts * penalty, 0) / (age + penalty)`. Policies scale
+/// the goodput of a configuration other than a job's current one by it, so that jobs that have
+/// restarted often, or just arrived, are moved less.
+pub fn restart_factor(age: f64, penalty: f64, restarts: u32) -> f64 {
+    (age - f64::from(restarts) * penalty).max(0.0) / (age + penalty).max(f64::MIN_POSITIVE)
+}
+
 /// What goodput-aware policies ask of a throughput model, beyond rates: a job's application, and what a
 /// run of it measures (in simulation the profiles' truth; live, the workers' reports).
 pub trait Elastic: Send + Sync {
