@@ -210,3 +210,45 @@ fn sia_on_its_heterogeneous_cluster_is_as_fast_as_sias_own_runs() {
     // Sia's paper (Table 3) puts Gavel at 1.9 h and Pollux at 1.0 h on philly: Sia stays well ahead.
     assert!(ours_sum / 4.0 < 0.8, "{}", report.join("\n"));
 }
+
+#[test]
+fn pollux_matches_pollux_published_averages() {
+    // Pollux's GA is unseeded and takes hours per workload, so the reference is the authors' published
+    // averages (`expected/jct_by_workload.csv`, which their repository's summaries equal), not a re-run.
+    let Some(data) = shared_pollux() else { return };
+    let expected = data.join("expected/jct_by_workload.csv");
+    let mut reader = csv::Reader::from_path(&expected).unwrap();
+    let published: HashMap<(String, String), f64> = reader
+        .records()
+        .map(Result::unwrap)
+        .filter(|r| &r[0] == "pollux")
+        .map(|r| ((r[1].to_string(), r[2].to_string()), r[4].parse().unwrap()))
+        .collect();
+    let out = tempfile::tempdir().unwrap();
+    let mut report = Vec::new();
+    for load in LOADS {
+        let folder = match load {
+            "1.0" => "workloads".to_string(),
+            other => format!("workloads-{other}"),
+        };
+        for workload in 1..=4 {
+            let name = format!("workload-{workload}");
+            let trace = data.join(&folder).join(format!("{name}.csv"));
+            let dir = out.path().join(format!("{load}-{workload}"));
+            let ours = jcts(&simulate("pollux", "t4=16x4", &trace, &dir), "job_id");
+            let theirs = published[&(load.to_string(), name)];
+            let average = ours.values().sum::<f64>() / ours.len() as f64;
+            report.push(format!(
+                "pollux load {load} workload {workload}: {average:.0} s, published {theirs:.0} s ({:+.1}%)",
+                (average / theirs - 1.0) * 100.0
+            ));
+            // Pollux's own runs differ by up to 20% per job (its GA is unseeded): issue 17 asks 15%.
+            assert!(
+                (average / theirs - 1.0).abs() < 0.15,
+                "{}",
+                report.join("\n")
+            );
+        }
+    }
+    eprintln!("{}", report.join("\n"));
+}

@@ -395,3 +395,115 @@ fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
         start(&yarn)
     );
 }
+
+/// The goodput policies on their own kind of workload: jobs whose progress follows application
+/// profiles, resized and re-batched every round.
+mod elastic {
+    use std::path::Path;
+    use std::sync::{Arc, OnceLock};
+
+    use gangway_core::throughput::goodput::{Calibration, ProfiledWorkload, Profiles};
+
+    use super::*;
+
+    const POLICIES: &[&str] = &["pollux", "sia", "optimus", "tiresias_pollux"];
+
+    /// Two applications profiled on one to eight T4s (Pollux's layout): one scales well, one barely.
+    fn profiles() -> Arc<Profiles> {
+        static PROFILES: OnceLock<Arc<Profiles>> = OnceLock::new();
+        PROFILES
+            .get_or_init(|| {
+                let dir = tempfile::tempdir().unwrap();
+                for (app, sync) in [("scales", 0.01), ("stalls", 0.2)] {
+                    let folder = dir.path().join(app);
+                    std::fs::create_dir_all(&folder).unwrap();
+                    for batch in [32, 256] {
+                        std::fs::write(
+                            folder.join(format!("validation-{batch}.csv")),
+                            "progress,iteration,metric,grad_sqr,grad_var\n\
+                             20000,20000,0.5,1.0,8.0\n40000,40000,0.9,0.5,6.0\n",
+                        )
+                        .unwrap();
+                    }
+                    let step = |local: f64| 0.02 + local * 0.002;
+                    let mut placements = String::from("placement,local_bsz,step_time,sync_time\n");
+                    let mut scalability =
+                        String::from("num_nodes,num_replicas,local_bsz,step_time,sync_time\n");
+                    for local in [8.0, 32.0, 64.0] {
+                        for (id, replicas) in [("1", 1.0), ("2", 2.0), ("4", 4.0), ("44", 8.0)] {
+                            let s = sync * (replicas - 1.0_f64).max(0.0).sqrt();
+                            placements.push_str(&format!("{id},{local},{},{s}\n", step(local) + s));
+                        }
+                        let s = sync * 4.0;
+                        scalability.push_str(&format!("2,8,{local},{},{s}\n", step(local) + s));
+                    }
+                    std::fs::write(folder.join("placements.csv"), placements).unwrap();
+                    std::fs::write(folder.join("scalability.csv"), scalability).unwrap();
+                }
+                Arc::new(Profiles::load(dir.path(), None::<&Path>).unwrap())
+            })
+            .clone()
+    }
+
+    fn workload() -> impl Strategy<Value = (Trace, Cluster)> {
+        let job = (
+            0.0f64..600.0,
+            any::<bool>(),
+            1u32..5,
+            prop::sample::select(vec![32u32, 128]),
+        );
+        (prop::collection::vec(job, 1..14), 1usize..5).prop_map(|(rows, nodes)| {
+            let profiles = profiles();
+            let mut trace = Trace::new("elastic", WorkUnit::Progress);
+            let tenant = trace.intern_tenant("default");
+            let mut arrival = 0.0;
+            for (i, (gap, scales, gpus, batch)) in rows.into_iter().enumerate() {
+                arrival += gap;
+                let app = if scales { "scales" } else { "stalls" };
+                let job_type = trace.intern_job_type(app);
+                trace.jobs.push(Job {
+                    id: JobId(i as u32),
+                    arrival,
+                    job_type,
+                    gpus,
+                    total_steps: profiles.apps[app].total_progress(),
+                    weight: 1.0,
+                    tenant,
+                    batch: Some(batch),
+                });
+            }
+            let cluster = Cluster::from_nodes((0..nodes).map(|_| ("t4", 4, 12, 64.0)));
+            (trace, cluster)
+        })
+    }
+
+    fn run(trace: &Trace, cluster: &Cluster, name: &str) -> SimResult {
+        let model = ProfiledWorkload::new(profiles(), &trace.names, cluster, Calibration::Pollux);
+        let mut sim = Simulation::new(trace, cluster, &model);
+        sim.config.engine.round_length = 60.0;
+        sim.config.engine.audit = true;
+        let mut policy = policy::build(name, &PolicyConfig::default()).unwrap();
+        sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        /// The audit checks every pass (no GPU twice, capacity, whole gangs); here: every job
+        /// finishes, GPU-time adds up, and a second run is identical.
+        #[test]
+        fn goodput_policies_keep_the_invariants((trace, cluster) in workload()) {
+            for &name in POLICIES {
+                let result = run(&trace, &cluster, name);
+                let finished = result.records.iter().filter(|r| r.finish.is_some()).count();
+                prop_assert_eq!(finished + result.unschedulable.len(), trace.jobs.len(), "{}: unfinished jobs", name);
+                let held: f64 = result.records.iter().flat_map(|r| r.gpu_seconds.iter()).sum();
+                prop_assert!((held - result.busy_gpu_seconds).abs() <= 1e-6 * held.max(1.0),
+                    "{}: GPU-time does not add up: {} vs {}", name, held, result.busy_gpu_seconds);
+                let again = run(&trace, &cluster, name);
+                let json = |r: &SimResult| serde_json::to_string(&r.records).unwrap();
+                prop_assert_eq!(json(&result), json(&again), "{} is not deterministic", name);
+            }
+        }
+    }
+}

@@ -150,6 +150,7 @@ every_policy! {
     // Without a goodput model, first come first served.
     optimus: fair = false;
     sia: fair = false;
+    pollux: fair = false;
     dlas: fair = true;
     gandiva: fair = true;
     // Themis bounds rho, not waiting: a long job's ideal finish time grows with the queue, so its rho

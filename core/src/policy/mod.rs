@@ -33,6 +33,8 @@ pub mod hetero;
 pub mod mechanism;
 pub mod optimus;
 pub mod ordered;
+pub mod pick;
+pub mod pollux;
 pub mod sia;
 pub mod themis;
 pub mod tiresias;
@@ -324,6 +326,24 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
         .chain(hadar::POLICIES)
         .chain(optimus::POLICIES)
         .chain(sia::POLICIES)
+        .chain(pollux::POLICIES)
+}
+
+/// Every running job keeps the GPUs and batch it has: what a policy answers when its own decision
+/// failed, rather than stopping everything.
+pub(crate) fn keep_running(input: &RoundInput<'_>) -> Vec<Grant> {
+    input
+        .jobs
+        .iter()
+        .filter_map(|v| {
+            let run = v.running?;
+            let grant = Grant::new(v.id(), run.gpu_type, run.gpus.len() as u32);
+            Some(match run.batch {
+                Some(plan) => grant.with_batch(plan),
+                None => grant,
+            })
+        })
+        .collect()
 }
 
 /// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.

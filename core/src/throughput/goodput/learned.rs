@@ -35,6 +35,11 @@ impl Learned {
         true
     }
 
+    /// How many configurations it has measured, on all types: a new one means new models.
+    pub fn measured(&self) -> usize {
+        self.seen.values().map(BTreeMap::len).sum()
+    }
+
     /// The model fitted on `gpu_type`, once the job has run there.
     pub fn params(&self, gpu_type: u16) -> Option<&PerfParams> {
         self.fitted.get(&gpu_type)
@@ -99,5 +104,6 @@ mod tests {
         assert!(learned.observe(1, obs(2, 8, 16.0, 0.2)));
         assert_eq!(learned.max_replicas(), 8);
         assert_eq!(learned.types().collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(learned.measured(), 3);
     }
 }

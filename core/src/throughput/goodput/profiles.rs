@@ -63,6 +63,9 @@ pub struct Application {
     pub validation: BTreeMap<u32, Vec<GradStats>>,
     /// By GPU type key (`aws`, `rtx`, ...).
     pub types: BTreeMap<String, TypeProfile>,
+    /// A global batch the peers never tune, with the job kept on one replica: Pollux's simulator runs
+    /// ncf so, at 32,768.
+    pub fixed_batch: Option<u32>,
 }
 
 impl Application {
@@ -333,6 +336,9 @@ fn load_app(
                 p.max_local = p.max_local.min(8);
             }
         }
+    }
+    if name == "ncf" {
+        app.fixed_batch = Some(32768.min(app.max_batch));
     }
     if name == "deepspeech2"
         && let Some(p) = app.types.get_mut("rtx")

@@ -1,0 +1,335 @@
+//! Pollux (Qiao et al., OSDI'21): every round, GPUs go where they raise goodput most fairly, and each
+//! job runs at the batch size its own learned model says is best.
+//!
+//! - **Learning**: a job learns its step times only from the configurations it has run (nodes,
+//!   replicas, per-replica batch), refitting Pollux's model whenever it measures a new one
+//!   ([`Learned`]). Pollux knows no GPU types: one model per job over all its runs.
+//! - **Speedup** of `r` replicas on `n` nodes: the best goodput there over the goodput at the fair
+//!   share (`ceil(GPUs / jobs)` replicas on one node), both at their best batch. A job that has never
+//!   run is assumed to scale linearly.
+//! - **Objective**: maximize the power mean with p = -1 (the harmonic mean) of the jobs' speedups
+//!   (scaled by nodes over GPUs, as Pollux does; a job left out counts as 0.001), with the goodput of a
+//!   configuration other than the job's current one discounted by the restart factor.
+//! - **Limits**: a job may take at most twice the most replicas it has run with (one before its first
+//!   run), at most 64, and no more than its largest batch spreads over; a gang that spans servers takes
+//!   whole servers, so that no two distributed jobs share one (what Pollux's repair step ensures); a
+//!   gang on part of a server waits for a server with room rather than spread, as Pollux places it on
+//!   one node.
+//!
+//! Pollux searches with a genetic algorithm (population 100, 100 generations). Its objective is a sum
+//! over jobs of a cost per job (`1 / (speedup + 0.001)`) under GPU capacity, so the search here is exact
+//! instead: one configuration per job by the multiple-choice program of [`super::pick`], solved by
+//! HiGHS, deterministic, and at least as good as any allocation the GA can reach in this space.
+
+use rustc_hash::{FxHashMap, FxHashSet};
+
+use super::pick::{Candidate, Choices, pick};
+use super::{Grant, Intent, JobView, Policy, PolicyInfo, RoundInput};
+use crate::cluster::{Cluster, GpuTypeId};
+use crate::job::{Job, JobId};
+use crate::throughput::goodput::{
+    Application, BatchPlan, Elastic, Learned, Observation, PerfParams, TypeProfile, optimize,
+    restart_factor,
+};
+
+/// The power of the mean Pollux maximizes: -1, the harmonic mean.
+const POWER: f64 = -1.0;
+/// What a job without GPUs counts for in the mean (Pollux's 1e-3).
+const FLOOR: f64 = 1e-3;
+/// The most replicas Pollux gives one job.
+const MAX_REPLICAS: u32 = 64;
+/// Pollux's model is per job, not per GPU type: every run is learned under this key.
+const ANY_TYPE: u16 = 0;
+
+/// Pollux's goodput-fair allocation.
+#[derive(Debug, Default)]
+pub struct Pollux {
+    learned: FxHashMap<JobId, Learned>,
+    /// Each job's configuration (GPU type, replicas) when it last got one.
+    previous: FxHashMap<JobId, (GpuTypeId, u32)>,
+    /// Each job's restarts so far (changes of configuration after its first).
+    restarts: FxHashMap<JobId, u32>,
+    /// Each job's best goodputs, kept while its model and gradient statistics stay the same.
+    best: FxHashMap<JobId, Memo>,
+}
+
+/// Per-replica batch limits, nodes and replicas: what a job's best goodput depends on in a round.
+type Shape = (u32, u32, u32, u32);
+
+/// A job's best goodput and batch plan by [`Shape`], for one state of its model (configurations
+/// measured) and gradient statistics.
+#[derive(Debug, Default)]
+struct Memo {
+    state: (usize, u64, u64),
+    table: FxHashMap<Shape, Option<(f64, BatchPlan)>>,
+}
+
+/// A job's options in a round: GPU type, replicas, and the batch plan it would run with.
+type Row = Vec<(GpuTypeId, u32, BatchPlan)>;
+
+/// What one job brings to a round: its application, model and gradient statistics.
+struct Standing<'a> {
+    app: &'a Application,
+    params: Option<&'a PerfParams>,
+    grad: (f64, f64),
+    memo: &'a mut Memo,
+}
+
+impl Standing<'_> {
+    /// The best goodput and batch plan on `replicas` replicas over `nodes` nodes with `profile`'s
+    /// per-replica limits, by the job's model.
+    fn best(
+        &mut self,
+        profile: &TypeProfile,
+        nodes: u32,
+        replicas: u32,
+    ) -> Option<(f64, BatchPlan)> {
+        let params = self.params?;
+        let range = (profile.min_local, profile.max_local);
+        let (app, grad) = (self.app, self.grad);
+        *self
+            .memo
+            .table
+            .entry((range.0, range.1, nodes, replicas))
+            .or_insert_with(|| optimize(params, app, grad, nodes, replicas, app.max_batch, range))
+    }
+
+    /// The batch plan for `replicas` replicas over `nodes` nodes: the application's fixed batch when it
+    /// has one; else the model's best; else, before any run, the least batch the replicas hold.
+    fn plan(&mut self, profile: &TypeProfile, nodes: u32, replicas: u32) -> BatchPlan {
+        let fixed = self.app.fixed_batch;
+        if let Some(batch) = fixed {
+            return BatchPlan::split(batch, replicas, self.app, profile.max_local);
+        }
+        if let Some((_, plan)) = self.best(profile, nodes, replicas) {
+            return plan;
+        }
+        let batch = self.app.init_batch.max(profile.min_local * replicas);
+        BatchPlan::split(batch, replicas, self.app, profile.max_local)
+    }
+}
+
+/// GPUs per node of each of `job`'s nodes, from the GPUs it holds.
+fn placement(cluster: &Cluster, view: &JobView<'_>) -> Vec<u32> {
+    let mut per_node: Vec<(u32, u32)> = Vec::new();
+    for &gpu in view.running.map_or(&[][..], |r| r.gpus) {
+        let node = cluster.node_of(gpu).0;
+        match per_node.iter_mut().find(|(n, _)| *n == node) {
+            Some((_, count)) => *count += 1,
+            None => per_node.push((node, 1)),
+        }
+    }
+    per_node.into_iter().map(|(_, count)| count).collect()
+}
+
+/// The replica counts a job may take on servers of `size` GPUs: any part of one server, then whole
+/// servers, up to `most`.
+fn counts(size: u32, most: u32) -> impl Iterator<Item = u32> {
+    let size = size.max(1);
+    (1..=size.min(most)).chain((2..=most / size).map(move |nodes| nodes * size))
+}
+
+impl Pollux {
+    /// Records what each running job measured on the configuration it ran this round.
+    fn learn(&mut self, input: &RoundInput<'_>, elastic: &dyn Elastic) {
+        for view in input.jobs {
+            let Some(run) = view.running.filter(|r| !r.restarting) else {
+                continue;
+            };
+            let (Some(app), Some(plan)) = (elastic.application(view.job), run.batch) else {
+                continue;
+            };
+            let placement = placement(input.cluster, view);
+            let local = f64::from(plan.local);
+            let Some((step, sync)) = elastic.measure(view.job, run.gpu_type, &placement, local)
+            else {
+                continue;
+            };
+            let learned = self.learned.entry(view.id()).or_default();
+            let replicas = run.gpus.len() as u32;
+            let (epoch, _) = app.epoch_at(view.steps_done);
+            learned.grad = Some(app.grad_stats(f64::from(plan.global(replicas)), epoch));
+            learned.observe(
+                ANY_TYPE,
+                Observation {
+                    nodes: placement.len() as u32,
+                    replicas,
+                    local,
+                    step_time: step,
+                    sync_time: sync,
+                },
+            );
+        }
+    }
+
+    /// The most replicas `job` may take now.
+    fn most_replicas(&self, job: &Job, app: &Application, profile: &TypeProfile) -> u32 {
+        if app.fixed_batch.is_some() {
+            return 1;
+        }
+        let ran = self.learned.get(&job.id).map_or(0, Learned::max_replicas);
+        (2 * ran)
+            .clamp(1, MAX_REPLICAS)
+            .min(app.max_batch / profile.min_local.max(1))
+            .max(1)
+    }
+}
+
+impl Policy for Pollux {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let Some(elastic) = input.model.elastic() else {
+            return super::ordered::requested_in_arrival_order(input);
+        };
+        let active: FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        self.learned.retain(|job, _| active.contains(job));
+        self.previous.retain(|job, _| active.contains(job));
+        self.restarts.retain(|job, _| active.contains(job));
+        self.best.retain(|job, _| active.contains(job));
+        self.learn(input, elastic);
+
+        let total: u32 = input.capacity.iter().sum();
+        let fair = total.div_ceil(input.jobs.len().max(1) as u32).max(1);
+        // Pollux scales speedups by its dominant share times the nodes: nodes over GPUs.
+        let scale = input.cluster.nodes().len() as f64 / f64::from(total.max(1));
+        let mut rows: Vec<(JobId, Row)> = Vec::new();
+        let mut program: Vec<Choices> = Vec::new();
+        for view in input.jobs {
+            let job = view.job;
+            let Some(app) = elastic.application(job) else {
+                continue;
+            };
+            let most: Vec<u32> = (0..input.capacity.len())
+                .map(|t| {
+                    elastic
+                        .profile(job, GpuTypeId(t as u16))
+                        .map_or(0, |p| self.most_replicas(job, app, p))
+                })
+                .collect();
+            let learned = self.learned.get(&job.id);
+            let grad = learned.and_then(|l| l.grad).unwrap_or((1.0, 0.0));
+            let state = (
+                learned.map_or(0, Learned::measured),
+                grad.0.to_bits(),
+                grad.1.to_bits(),
+            );
+            let memo = self.best.entry(job.id).or_default();
+            if memo.state != state {
+                *memo = Memo {
+                    state,
+                    table: FxHashMap::default(),
+                };
+            }
+            let mut standing = Standing {
+                app,
+                params: learned.and_then(|l| l.params(ANY_TYPE)),
+                grad,
+                memo,
+            };
+            let current = view.running.map(|r| (r.gpu_type, r.gpus.len() as u32));
+            let restart = restart_factor(
+                input.now - job.arrival,
+                elastic.restart_penalty(job),
+                self.restarts.get(&job.id).copied().unwrap_or(0),
+            );
+            let mut choices = Choices {
+                options: Vec::new(),
+                left_out: Some(1.0 / FLOOR),
+            };
+            let mut row = Vec::new();
+            for (t, &capacity) in input.capacity.iter().enumerate() {
+                let gpu_type = GpuTypeId(t as u16);
+                let Some(profile) = elastic.profile(job, gpu_type) else {
+                    continue;
+                };
+                let size = elastic.node_size(gpu_type).max(1);
+                let base = standing.best(profile, 1, fair).map(|b| b.0);
+                for replicas in counts(size, most[t].min(capacity)) {
+                    let nodes = replicas.div_ceil(size);
+                    let best = standing.best(profile, nodes, replicas);
+                    let speedup = match (best, base) {
+                        (Some((goodput, _)), Some(base)) if base > 0.0 => goodput / base,
+                        _ => f64::from(replicas) / f64::from(fair),
+                    };
+                    let mut value = speedup * scale;
+                    if current != Some((gpu_type, replicas)) {
+                        value *= restart;
+                    }
+                    choices.options.push(Candidate {
+                        gpu_type,
+                        gpus: replicas,
+                        cost: (value + FLOOR).powf(POWER),
+                    });
+                    row.push((gpu_type, replicas, standing.plan(profile, nodes, replicas)));
+                }
+            }
+            if !row.is_empty() {
+                program.push(choices);
+                rows.push((job.id, row));
+            }
+        }
+        let picked = match pick(&program, input.capacity) {
+            Ok(picked) => picked,
+            Err(e) => {
+                tracing::warn!(error = %e, jobs = input.jobs.len(), "Pollux's program failed; running jobs keep their GPUs this round");
+                return super::keep_running(input);
+            }
+        };
+        let current: FxHashMap<JobId, (GpuTypeId, u32)> = input
+            .jobs
+            .iter()
+            .filter_map(|v| {
+                Some((
+                    v.id(),
+                    v.running.map(|r| (r.gpu_type, r.gpus.len() as u32))?,
+                ))
+            })
+            .collect();
+        let mut grants = Vec::new();
+        for ((job, row), picked) in rows.into_iter().zip(picked) {
+            let Some((gpu_type, replicas, plan)) = picked.map(|k| row[k]) else {
+                continue;
+            };
+            // Every start after the first is a restart, a resume included.
+            let running = current.get(&job).copied();
+            if self.previous.insert(job, (gpu_type, replicas)).is_some()
+                && running != Some((gpu_type, replicas))
+            {
+                *self.restarts.entry(job).or_default() += 1;
+            }
+            let size = elastic.node_size(gpu_type);
+            let intent = if replicas <= size {
+                Intent::Consolidated
+            } else {
+                Intent::Anywhere
+            };
+            grants.push(
+                Grant::new(job, gpu_type, replicas)
+                    .with(intent)
+                    .with_batch(plan),
+            );
+        }
+        // Largest first, so that whole servers go to the gangs that span them.
+        grants.sort_by_key(|g| std::cmp::Reverse(g.gpus));
+        grants
+    }
+}
+
+pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
+    name: "pollux",
+    aliases: &[],
+    summary: "Pollux: GPUs by the harmonic mean of goodput speedups over the fair share, with restart factors; each job's batch from its own learned model (goodput workloads)",
+    knobs: &[],
+    build: |_| Box::new(Pollux::default()),
+}];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_parts_of_a_server_then_whole_servers() {
+        assert_eq!(counts(4, 13).collect::<Vec<_>>(), [1, 2, 3, 4, 8, 12]);
+        assert_eq!(counts(4, 3).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(counts(8, 1).collect::<Vec<_>>(), [1]);
+    }
+}
