@@ -1,0 +1,219 @@
+//! Goodput policies' speed: `cargo bench --bench elastic`. Figures go in docs/PERFORMANCE.md. Needs the
+//! shared reference data (`../shared/data/pollux` and `../shared/data/sia`); without it, nothing runs.
+//!
+//! - `elastic_round`: the mean time of one `allocate` over a whole run of a 160-job workload on its
+//!   64-GPU cluster (Pollux's workload-1 on 16 x 4 T4; Sia's philly workload-1 on its heterogeneous
+//!   cluster), so that the rounds are the ones the run really meets;
+//! - `sia_solve`: one Sia solve of every job of a workload waiting at once, after a few rounds on the
+//!   same input have let each job take every configuration up to whole servers (the largest program
+//!   Sia meets): 160 jobs on 64 GPUs, and 5,000 jobs (philly workload-1 repeated) on 2,048 GPUs (the
+//!   same cluster, 32 times over);
+//! - `elastic_workload`: a whole 160-job workload, end to end.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+
+use gangway::core::cluster::{Cluster, GpuTypeId};
+use gangway::core::job::{Job, JobId, Trace};
+use gangway::core::placement::PackingPlacer;
+use gangway::core::policy::{self, Grant, JobView, Policy, PolicyConfig, RoundInput};
+use gangway::core::sim::Simulation;
+use gangway::core::throughput::ThroughputModel;
+use gangway::core::trace::TraceOptions;
+use gangway::scenario;
+
+const SIA_CLUSTER: &str = "aws=6x4,rtx=3x8,dgx-ext=2x8";
+
+fn shared(path: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/data")
+        .join(path);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("{} not found: skipped", path.display());
+        None
+    }
+}
+
+/// The workload at `path`, its goodput model on `cluster`, and a simulation of both with 60 s rounds.
+fn setup(path: &Path, cluster: &str) -> (Trace, Cluster) {
+    let table = scenario::load_throughputs(None).unwrap();
+    let trace = scenario::load_trace(
+        Some(path.to_str().unwrap()),
+        &TraceOptions::default(),
+        &table,
+    )
+    .unwrap();
+    (trace, Cluster::parse_spec(cluster, 1).unwrap())
+}
+
+fn model(trace: &Trace, cluster: &Cluster) -> Box<dyn ThroughputModel> {
+    let table = scenario::load_throughputs(None).unwrap();
+    scenario::model_for(trace, cluster, &table).unwrap()
+}
+
+/// A policy that adds up the time its inner policy spends deciding.
+struct Timed {
+    inner: Box<dyn Policy>,
+    spent: Duration,
+    rounds: u32,
+}
+
+impl Policy for Timed {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let start = Instant::now();
+        let grants = self.inner.allocate(input);
+        self.spent += start.elapsed();
+        self.rounds += 1;
+        grants
+    }
+}
+
+fn run(simulation: &Simulation<'_>, policy: &mut dyn Policy) -> usize {
+    let result = simulation.run(policy, &mut PackingPlacer, &mut |_, _| {});
+    result.records.iter().filter(|r| r.finish.is_some()).count()
+}
+
+/// The 160-job workloads each goodput policy is compared on.
+fn workloads() -> Vec<(&'static str, PathBuf, &'static str)> {
+    let mut out = Vec::new();
+    if let Some(p) = shared("pollux/workloads/workload-1.csv") {
+        out.push(("pollux", p, "t4=16x4"));
+    }
+    if let Some(p) = shared("sia/workloads/philly/workload-1.csv") {
+        out.push(("sia", p, SIA_CLUSTER));
+    }
+    out
+}
+
+fn rounds(c: &mut Criterion) {
+    let mut group = c.benchmark_group("elastic_round");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(30));
+    for (policy_name, path, cluster) in workloads() {
+        let (trace, cluster) = setup(&path, cluster);
+        let model = model(&trace, &cluster);
+        let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
+        simulation.config.engine.round_length = 60.0;
+        group.bench_function(BenchmarkId::new(policy_name, "64_gpus"), |b| {
+            b.iter_custom(|iters| {
+                let mut per_round = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut timed = Timed {
+                        inner: policy::build(policy_name, &PolicyConfig::seeded(0)).unwrap(),
+                        spent: Duration::ZERO,
+                        rounds: 0,
+                    };
+                    black_box(run(&simulation, &mut timed));
+                    per_round += timed.spent / timed.rounds.max(1);
+                }
+                per_round
+            })
+        });
+    }
+    group.finish();
+}
+
+/// `trace`'s jobs repeated until there are `jobs`, all arrived.
+fn repeated(trace: &Trace, jobs: usize) -> Trace {
+    let mut out = trace.clone();
+    out.jobs = (0..jobs)
+        .map(|i| Job {
+            id: JobId(i as u32),
+            arrival: 0.0,
+            ..trace.jobs[i % trace.jobs.len()].clone()
+        })
+        .collect();
+    out
+}
+
+fn sia_solves(c: &mut Criterion) {
+    let Some(path) = shared("sia/workloads/philly/workload-1.csv") else {
+        return;
+    };
+    let mut group = c.benchmark_group("sia_solve");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(20));
+    let (base, _) = setup(&path, SIA_CLUSTER);
+    for (jobs, copies) in [(160usize, 1u32), (5000, 32)] {
+        let spec = format!(
+            "aws={}x4,rtx={}x8,dgx-ext={}x8",
+            6 * copies,
+            3 * copies,
+            2 * copies
+        );
+        let cluster = Cluster::parse_spec(&spec, 1).unwrap();
+        let trace = repeated(&base, jobs);
+        let model = model(&trace, &cluster);
+        let rates = vec![0.0; cluster.num_gpu_types()];
+        let views: Vec<JobView<'_>> = trace
+            .jobs
+            .iter()
+            .map(|job| JobView {
+                job,
+                rates: &rates,
+                steps_done: 0.0,
+                remaining_steps: job.total_steps,
+                attained_gpu_seconds: 0.0,
+                attained_seconds: 0.0,
+                running: None,
+                queued_since: 0.0,
+                last_run_seconds: 0.0,
+                preemptions: 0,
+            })
+            .collect();
+        let type_order: Vec<GpuTypeId> =
+            (0..cluster.num_gpu_types() as u16).map(GpuTypeId).collect();
+        let input = RoundInput {
+            now: 3600.0,
+            round_length: 60.0,
+            cluster: &cluster,
+            capacity: cluster.capacity(),
+            jobs: &views,
+            jobs_changed: true,
+            type_order: &type_order,
+            model: model.as_ref(),
+            usage: &[],
+        };
+        let mut sia = policy::build("sia", &PolicyConfig::seeded(0)).unwrap();
+        // Each round lets a job double the most GPUs it has held: six reach whole servers.
+        for _ in 0..6 {
+            sia.allocate(&input);
+        }
+        group.bench_with_input(
+            BenchmarkId::new("gpus", format!("{}_jobs_{jobs}", cluster.num_gpus())),
+            &input,
+            |b, input| b.iter(|| black_box(sia.allocate(input).len())),
+        );
+    }
+    group.finish();
+}
+
+fn whole(c: &mut Criterion) {
+    let mut group = c.benchmark_group("elastic_workload");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(30));
+    for (policy_name, path, cluster) in workloads() {
+        let (trace, cluster) = setup(&path, cluster);
+        let model = model(&trace, &cluster);
+        let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
+        simulation.config.engine.round_length = 60.0;
+        group.bench_function(BenchmarkId::new(policy_name, "160_jobs"), |b| {
+            b.iter(|| {
+                let mut policy = policy::build(policy_name, &PolicyConfig::seeded(0)).unwrap();
+                black_box(run(&simulation, policy.as_mut()))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, rounds, sia_solves, whole);
+criterion_main!(benches);
