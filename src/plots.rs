@@ -1,15 +1,20 @@
-//! The simulator's pictures (SVG, plotters): JCT CDF, utilization over time, and a per-policy
-//! comparison.
+//! The simulator's pictures (SVG, plotters): JCT CDF, utilization over time, a per-policy
+//! comparison, and, for policies that resize jobs, the GPUs each job held over time.
 
 use std::path::Path;
 
 use anyhow::{Context, Result};
 use plotters::prelude::*;
 
+use gangway_core::engine::Change;
 use gangway_core::metrics::Summary;
 use gangway_core::sim::SimResult;
 
-/// Writes `jct_cdf.svg`, `utilization.svg` and `comparison.svg` into `dir`.
+type Chart<'a, X> =
+    ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, plotters::coord::types::RangedCoordf64>>;
+
+/// Writes `jct_cdf.svg`, `utilization.svg` and `comparison.svg` into `dir`, and `gpus_POLICY.svg` for
+/// each policy whose run logged its allocations.
 pub fn write(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
     let summaries: Vec<&Summary> = results.iter().map(|(_, s)| s).collect();
     let path = dir.join("jct_cdf.svg");
@@ -18,11 +23,34 @@ pub fn write(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
     utilization(&path, results).with_context(|| format!("writing {}", path.display()))?;
     let path = dir.join("comparison.svg");
     comparison(&path, &summaries).with_context(|| format!("writing {}", path.display()))?;
+    for (result, summary) in results {
+        if !result.changes.is_empty() {
+            let path = dir.join(format!("gpus_{}.svg", summary.policy));
+            gpus_per_job(&path, result, &summary.policy)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
     Ok(())
 }
 
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("plotting failed: {e:?}")
+}
+
+/// Draws one policy's line, with its legend entry.
+fn line<X: Ranged<ValueType = f64>>(
+    chart: &mut Chart<'_, X>,
+    points: Vec<(f64, f64)>,
+    name: &str,
+    color: RGBAColor,
+    width: u32,
+) -> Result<()> {
+    chart
+        .draw_series(LineSeries::new(points, color.stroke_width(width)))
+        .map_err(plot_err)?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    Ok(())
 }
 
 /// A CDF of JCT (hours, log scale) per policy, over the measured window.
@@ -80,14 +108,9 @@ fn jct_cdf(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
             .iter()
             .enumerate()
             .filter(|(k, _)| k % stride == 0 || k + 1 == jct.len())
-            .map(|(k, x)| (*x, (k + 1) as f64 / n));
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(plot_err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+            .map(|(k, x)| (*x, (k + 1) as f64 / n))
+            .collect();
+        line(&mut chart, points, name, color, 2)?;
     }
     chart
         .configure_series_labels()
@@ -136,13 +159,7 @@ fn utilization(path: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
                 points.push((t / 3600.0, last));
             }
         }
-        chart
-            .draw_series(LineSeries::new(points, color.stroke_width(1)))
-            .map_err(plot_err)?
-            .label(s.policy.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        line(&mut chart, points, &s.policy, color, 1)?;
     }
     chart
         .configure_series_labels()
@@ -206,6 +223,88 @@ fn comparison(path: &Path, summaries: &[&Summary]) -> Result<()> {
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// The GPUs each job held over time: one row per job (in id order), shaded by how many it held.
+fn gpus_per_job(path: &Path, result: &SimResult, policy: &str) -> Result<()> {
+    // (job, from, to, GPUs) for every stretch a job held GPUs.
+    let mut held = Vec::new();
+    let mut open: std::collections::HashMap<u32, (f64, usize)> = std::collections::HashMap::new();
+    let mut end = 0.0f64;
+    for (time, change) in &result.changes {
+        end = end.max(*time);
+        match change {
+            Change::Started { job, gpus, .. } => {
+                if let Some((from, count)) = open.insert(job.0, (*time, gpus.len())) {
+                    held.push((job.0, from, *time, count));
+                }
+            }
+            Change::Stopped { job, .. } => {
+                if let Some((from, count)) = open.remove(&job.0) {
+                    held.push((job.0, from, *time, count));
+                }
+            }
+            Change::Retuned { .. } => {}
+        }
+    }
+    held.extend(
+        open.into_iter()
+            .map(|(job, (from, count))| (job, from, end, count)),
+    );
+    let jobs = result.records.len().max(1) as f64;
+    let most = held.iter().map(|h| h.3).max().unwrap_or(1).max(1);
+    let hours = (end / 3600.0).max(1e-3);
+    let root = SVGBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("GPUs per job over time ({policy})"),
+            ("sans-serif", 22),
+        )
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0.0..hours, 0.0..jobs)
+        .map_err(plot_err)?;
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc("simulated time (hours)")
+        .y_desc("job (arrival order)")
+        .draw()
+        .map_err(plot_err)?;
+    // Darker for more GPUs, on a log scale: one GPU is light, the most any job held is darkest.
+    let shade = |gpus: usize| {
+        let level = ((gpus as f64).ln() / (most as f64).ln().max(1e-9)).clamp(0.0, 1.0);
+        BLUE.mix(0.2 + 0.8 * level).filled()
+    };
+    chart
+        .draw_series(held.iter().map(|&(job, from, to, gpus)| {
+            let y = f64::from(job);
+            Rectangle::new([(from / 3600.0, y), (to / 3600.0, y + 0.9)], shade(gpus))
+        }))
+        .map_err(plot_err)?;
+    // A legend of the shades: 1, then powers of two up to the most held.
+    let mut levels = vec![1usize];
+    while levels.last().is_some_and(|&l| l * 2 <= most) {
+        levels.push(levels.last().unwrap() * 2);
+    }
+    for gpus in levels {
+        chart
+            .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
+            .map_err(plot_err)?
+            .label(format!("{gpus} GPU{}", if gpus == 1 { "" } else { "s" }))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], shade(gpus)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(plot_err)?;
     root.present().map_err(plot_err)?;

@@ -1269,6 +1269,13 @@ fn elastic_workloads_run_on_the_cluster_and_rounds_they_were_made_for() {
         allocations.lines().any(|l| l.contains(",0,stop,")),
         "{allocations}"
     );
+    // And a picture of them: the job's stretch on its GPU is a shaded bar.
+    let picture = std::fs::read_to_string(out.join("gpus_sia.svg")).unwrap();
+    assert!(
+        picture.contains("GPUs per job over time (sia)"),
+        "{picture}"
+    );
+    assert!(picture.matches("<rect").count() >= 3, "{picture}");
 
     // An explicit cluster wins, and nothing is said about defaults.
     let run = simulate(&[

@@ -436,8 +436,14 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     }
     if let Some(dir) = &args.out {
         report::write_outputs(dir, &results)?;
+        let resized = results.iter().any(|(r, _)| !r.changes.is_empty());
         eprintln!(
-            "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg to {}",
+            "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg{} to {}",
+            if resized {
+                ", and allocations_POLICY.csv and gpus_POLICY.svg"
+            } else {
+                ""
+            },
             dir.display()
         );
     }
