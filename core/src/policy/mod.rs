@@ -30,6 +30,7 @@ pub mod finish_time;
 pub mod gandiva;
 pub mod hadar;
 pub mod hetero;
+pub mod measured;
 pub mod mechanism;
 pub mod optimus;
 pub mod ordered;

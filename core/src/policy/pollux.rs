@@ -24,12 +24,11 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::pick::{Candidate, Choices, pick};
-use super::{Grant, Intent, JobView, Policy, PolicyInfo, RoundInput};
-use crate::cluster::{Cluster, GpuTypeId};
+use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
+use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
 use crate::throughput::goodput::{
-    Application, BatchPlan, Elastic, Learned, Observation, PerfParams, TypeProfile, optimize,
-    restart_factor,
+    Application, BatchPlan, Learned, PerfParams, TypeProfile, optimize, restart_factor,
 };
 
 /// The power of the mean Pollux maximizes: -1, the harmonic mean.
@@ -109,19 +108,6 @@ impl Standing<'_> {
     }
 }
 
-/// GPUs per node of each of `job`'s nodes, from the GPUs it holds.
-fn placement(cluster: &Cluster, view: &JobView<'_>) -> Vec<u32> {
-    let mut per_node: Vec<(u32, u32)> = Vec::new();
-    for &gpu in view.running.map_or(&[][..], |r| r.gpus) {
-        let node = cluster.node_of(gpu).0;
-        match per_node.iter_mut().find(|(n, _)| *n == node) {
-            Some((_, count)) => *count += 1,
-            None => per_node.push((node, 1)),
-        }
-    }
-    per_node.into_iter().map(|(_, count)| count).collect()
-}
-
 /// The replica counts a job may take on servers of `size` GPUs: any part of one server, then whole
 /// servers, up to `most`.
 fn counts(size: u32, most: u32) -> impl Iterator<Item = u32> {
@@ -130,38 +116,6 @@ fn counts(size: u32, most: u32) -> impl Iterator<Item = u32> {
 }
 
 impl Pollux {
-    /// Records what each running job measured on the configuration it ran this round.
-    fn learn(&mut self, input: &RoundInput<'_>, elastic: &dyn Elastic) {
-        for view in input.jobs {
-            let Some(run) = view.running.filter(|r| !r.restarting) else {
-                continue;
-            };
-            let (Some(app), Some(plan)) = (elastic.application(view.job), run.batch) else {
-                continue;
-            };
-            let placement = placement(input.cluster, view);
-            let local = f64::from(plan.local);
-            let Some((step, sync)) = elastic.measure(view.job, run.gpu_type, &placement, local)
-            else {
-                continue;
-            };
-            let learned = self.learned.entry(view.id()).or_default();
-            let replicas = run.gpus.len() as u32;
-            let (epoch, _) = app.epoch_at(view.steps_done);
-            learned.grad = Some(app.grad_stats(f64::from(plan.global(replicas)), epoch));
-            learned.observe(
-                ANY_TYPE,
-                Observation {
-                    nodes: placement.len() as u32,
-                    replicas,
-                    local,
-                    step_time: step,
-                    sync_time: sync,
-                },
-            );
-        }
-    }
-
     /// The most replicas `job` may take now.
     fn most_replicas(&self, job: &Job, app: &Application, profile: &TypeProfile) -> u32 {
         if app.fixed_batch.is_some() {
@@ -185,7 +139,7 @@ impl Policy for Pollux {
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
         self.best.retain(|job, _| active.contains(job));
-        self.learn(input, elastic);
+        super::measured::learn(&mut self.learned, input, elastic, |_| ANY_TYPE);
 
         let total: u32 = input.capacity.iter().sum();
         let fair = total.div_ceil(input.jobs.len().max(1) as u32).max(1);

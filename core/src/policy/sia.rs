@@ -19,10 +19,12 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::pick::{Candidate, Choices, pick};
-use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
+use super::{Grant, Intent, Knob, KnobRange, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
-use crate::throughput::goodput::{BatchPlan, Elastic, restart_factor, search_batch};
+use crate::throughput::goodput::{
+    BatchPlan, Elastic, Learned, optimize, restart_factor, search_batch,
+};
 
 /// The fairness power: below 0, large speedups count for less.
 const POWER: f64 = -0.5;
@@ -37,8 +39,9 @@ struct Config {
     nodes: u32,
 }
 
-/// A job, a configuration, an epoch and the largest global batch tried.
-type GoodputKey = (JobId, Config, usize, u32);
+/// A job, a configuration, an epoch, the largest global batch tried, and the state of what the job
+/// has measured (configurations, gradient statistics; zero with oracle throughputs).
+type GoodputKey = (JobId, Config, usize, u32, (usize, u64, u64));
 
 /// Sia's goodput-driven allocation.
 #[derive(Debug, Default)]
@@ -49,8 +52,12 @@ pub struct Sia {
     restarts: FxHashMap<JobId, u32>,
     /// The most GPUs each job has held.
     most: FxHashMap<JobId, u32>,
-    /// Best goodput and batch plan per (job, configuration, epoch, batch limit): profiles do not change.
+    /// Best goodput and batch plan per (job, configuration, epoch, batch limit, what the job had
+    /// measured): neither profiles nor past measurements change.
     cache: FxHashMap<GoodputKey, Option<(f64, BatchPlan)>>,
+    /// Goodput from what each job measured as it ran (Sia proper), rather than from the profiles.
+    learns: bool,
+    learned: FxHashMap<JobId, Learned>,
 }
 
 /// The configurations of a cluster with `capacity` GPUs per type.
@@ -108,6 +115,67 @@ fn best_goodput(
     })
 }
 
+/// Sia's estimate of `job`'s best goodput in `config` from what it has measured (`learned`): with the
+/// model fitted on the config's GPU type when it ran there; otherwise bootstrapped from the first type
+/// that has one, B, as `thr(N, t) = thr(1, t) / thr(1, B) x thr(N, B)` (the one-GPU throughputs from the
+/// profiles, the same replicas on B's servers). `None` when no type has a model, or none fits.
+fn learned_goodput(
+    elastic: &dyn Elastic,
+    job: &Job,
+    learned: &Learned,
+    config: Config,
+    max_batch: u32,
+) -> Option<(f64, BatchPlan)> {
+    let app = elastic.application(job)?;
+    let grad = learned.grad?;
+    let estimate = |on: GpuTypeId, nodes: u32| {
+        let profile = elastic.profile(job, on)?;
+        let params = learned.params(on.0)?;
+        let range = (profile.min_local, profile.max_local);
+        let up_to = max_batch.min(app.max_batch);
+        optimize(params, app, grad, nodes, config.gpus, up_to, range)
+    };
+    if learned.params(config.gpu_type.0).is_some() {
+        return estimate(config.gpu_type, config.nodes);
+    }
+    let source = GpuTypeId(learned.types().next()?);
+    let ratio = elastic.profile(job, config.gpu_type)?.one_gpu_throughput()
+        / elastic.profile(job, source)?.one_gpu_throughput();
+    let nodes = config.gpus.div_ceil(elastic.node_size(source).max(1));
+    let (goodput, plan) = estimate(source, nodes)?;
+    (ratio.is_finite() && ratio > 0.0).then_some((goodput * ratio, plan))
+}
+
+/// The batch plan `job` runs `config` with when it learns its throughputs: its model's best on the
+/// config's type up to the application's largest batch; before it has run there, the least batch its
+/// replicas hold (Sia's rule).
+fn learned_plan(
+    elastic: &dyn Elastic,
+    job: &Job,
+    learned: Option<&Learned>,
+    config: Config,
+) -> Option<BatchPlan> {
+    let app = elastic.application(job)?;
+    let profile = elastic.profile(job, config.gpu_type)?;
+    let fitted = learned.and_then(|l| Some((l.params(config.gpu_type.0)?, l.grad?)));
+    if let Some((params, grad)) = fitted {
+        let range = (profile.min_local, profile.max_local);
+        if let Some((_, plan)) = optimize(
+            params,
+            app,
+            grad,
+            config.nodes,
+            config.gpus,
+            app.max_batch,
+            range,
+        ) {
+            return Some(plan);
+        }
+    }
+    let batch = app.init_batch.max(profile.min_local * config.gpus);
+    Some(BatchPlan::split(batch, config.gpus, app, profile.max_local))
+}
+
 impl Policy for Sia {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let Some(elastic) = input.model.elastic() else {
@@ -118,7 +186,11 @@ impl Policy for Sia {
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
         self.most.retain(|job, _| active.contains(job));
-        self.cache.retain(|(job, _, _, _), _| active.contains(job));
+        self.cache.retain(|(job, ..), _| active.contains(job));
+        self.learned.retain(|job, _| active.contains(job));
+        if self.learns {
+            super::measured::learn(&mut self.learned, input, elastic, |t| t.0);
+        }
         let configs = configurations(elastic, input.capacity);
         // Per job: its candidate configurations with their batch plans, and the program's row.
         let mut rows: Vec<(JobId, Vec<(Config, BatchPlan)>)> = Vec::new();
@@ -133,11 +205,28 @@ impl Policy for Sia {
             // Sia prices configurations with batches up to the workload's (its tuned batch), and runs
             // the chosen one at the best batch up to the application's largest.
             let priced_up_to = job.batch.unwrap_or(app.max_batch);
+            let learned = self.learned.get(&job.id).filter(|l| l.has_run());
+            let state = learned.map_or((0, 0, 0), |l| {
+                let (sqr, var) = l.grad.unwrap_or_default();
+                (l.measured(), sqr.to_bits(), var.to_bits())
+            });
+            let learns = self.learns;
             let mut best = |c: Config, up_to: u32| {
                 *self
                     .cache
-                    .entry((job.id, c, epoch, up_to))
-                    .or_insert_with(|| best_goodput(elastic, job, c, epoch, up_to))
+                    .entry((job.id, c, epoch, up_to, state))
+                    .or_insert_with(|| match (learns, learned) {
+                        (false, _) => best_goodput(elastic, job, c, epoch, up_to),
+                        (true, Some(learned)) => {
+                            let (goodput, _) = learned_goodput(elastic, job, learned, c, up_to)?;
+                            Some((goodput, learned_plan(elastic, job, Some(learned), c)?))
+                        }
+                        // Before its first run every type's one GPU is alike (Sia does not profile
+                        // a job before it runs); its solver breaks the tie.
+                        (true, None) => (c.gpus == 1)
+                            .then(|| Some((1.0, learned_plan(elastic, job, None, c)?)))
+                            .flatten(),
+                    })
             };
             let goodputs: Vec<(Config, f64, BatchPlan)> = configs
                 .iter()
@@ -234,8 +323,18 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
     name: "sia",
     aliases: &[],
     summary: "Sia: one MILP per round picks each job's GPU type, count and batch by normalized goodput (p = -0.5), with restart factors (goodput workloads)",
-    knobs: &[],
-    build: |_| Box::new(Sia::default()),
+    knobs: &[Knob {
+        name: "learned",
+        default: 0.0,
+        range: KnobRange::Flag,
+        help: "1: learn each job's throughputs from its runs and bootstrap the GPU types it has not run on, as Sia does; 0: read them from the profiles (an oracle)",
+    }],
+    build: |config| {
+        Box::new(Sia {
+            learns: config.knob("learned") == 1.0,
+            ..Sia::default()
+        })
+    },
 }];
 
 #[cfg(test)]
@@ -262,6 +361,123 @@ mod tests {
         fn restart_penalty(&self, _: &Job) -> f64 {
             30.0
         }
+    }
+
+    /// One application profiled on one GPU of two types, type 1 twice as fast as type 0.
+    struct TwoTypes {
+        app: Application,
+    }
+
+    impl TwoTypes {
+        fn new() -> TwoTypes {
+            use crate::throughput::goodput::profiles::{GradStats, Step, placement_id};
+            let one_gpu = |step_time: f64| TypeProfile {
+                placements: [(
+                    placement_id(&[1]),
+                    vec![Step {
+                        local_bsz: 32.0,
+                        step_time,
+                        sync_time: 0.0,
+                    }],
+                )]
+                .into(),
+                min_local: 8,
+                max_local: 64,
+                ..TypeProfile::default()
+            };
+            let stats = GradStats {
+                sqr: 1.0,
+                var: 4.0,
+                iteration: 100.0,
+            };
+            TwoTypes {
+                app: Application {
+                    name: "app".into(),
+                    init_batch: 32,
+                    max_batch: 256,
+                    epoch_end: vec![1000.0],
+                    validation: [(32, vec![stats]), (256, vec![stats])].into(),
+                    types: [("a".into(), one_gpu(0.2)), ("b".into(), one_gpu(0.1))].into(),
+                    fixed_batch: None,
+                },
+            }
+        }
+    }
+
+    impl Elastic for TwoTypes {
+        fn application(&self, _: &Job) -> Option<&Application> {
+            Some(&self.app)
+        }
+        fn profile(&self, _: &Job, gpu_type: GpuTypeId) -> Option<&TypeProfile> {
+            self.app.types.get(["a", "b"][gpu_type.0 as usize])
+        }
+        fn measure(&self, _: &Job, _: GpuTypeId, _: &[u32], _: f64) -> Option<(f64, f64)> {
+            None
+        }
+        fn node_size(&self, _: GpuTypeId) -> u32 {
+            4
+        }
+        fn restart_penalty(&self, _: &Job) -> f64 {
+            30.0
+        }
+    }
+
+    #[test]
+    fn a_type_a_job_has_not_run_on_is_bootstrapped_from_one_it_has() {
+        use crate::throughput::goodput::Observation;
+        let elastic = TwoTypes::new();
+        let job = Job {
+            id: JobId(0),
+            arrival: 0.0,
+            job_type: crate::job::JobTypeId(0),
+            gpus: 1,
+            total_steps: 1000.0,
+            weight: 1.0,
+            tenant: crate::job::TenantId(0),
+            batch: None,
+        };
+        let mut learned = Learned::default();
+        learned.grad = Some((1.0, 4.0));
+        for local in [16.0, 32.0] {
+            learned.observe(
+                0,
+                Observation {
+                    nodes: 1,
+                    replicas: 1,
+                    local,
+                    step_time: 0.05 + local * 0.005,
+                    sync_time: 0.0,
+                },
+            );
+        }
+        let config = |t: u16, gpus: u32| Config {
+            gpu_type: GpuTypeId(t),
+            gpus,
+            nodes: 1,
+        };
+        for gpus in [1, 2, 4] {
+            let on_a = learned_goodput(&elastic, &job, &learned, config(0, gpus), 256).unwrap();
+            let on_b = learned_goodput(&elastic, &job, &learned, config(1, gpus), 256).unwrap();
+            // thr(N, b) = thr(1, b) / thr(1, a) x thr(N, a), and one GPU of b is twice one of a.
+            assert!(
+                (on_b.0 / on_a.0 - 2.0).abs() < 1e-9,
+                "{gpus}: {on_a:?} {on_b:?}"
+            );
+        }
+        // Once it has run on b, b's own model stands.
+        learned.observe(
+            1,
+            Observation {
+                nodes: 1,
+                replicas: 1,
+                local: 32.0,
+                step_time: 0.3,
+                sync_time: 0.0,
+            },
+        );
+        let on_a = learned_goodput(&elastic, &job, &learned, config(0, 1), 256).unwrap();
+        let on_b = learned_goodput(&elastic, &job, &learned, config(1, 1), 256).unwrap();
+        assert!(on_b.0 < on_a.0, "b measured slower: {on_a:?} {on_b:?}");
     }
 
     #[test]

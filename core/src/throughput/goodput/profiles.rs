@@ -39,6 +39,19 @@ pub struct TypeProfile {
     pub max_local: u32,
 }
 
+impl TypeProfile {
+    /// Samples per second on one GPU, as Sia reckons it to scale between types: the largest batch
+    /// profiled on one GPU over the longest step there (0 when one GPU was not profiled).
+    pub fn one_gpu_throughput(&self) -> f64 {
+        let Some(steps) = self.placements.get(&placement_id(&[1])) else {
+            return 0.0;
+        };
+        let batch = steps.iter().map(|s| s.local_bsz).fold(0.0, f64::max);
+        let step = steps.iter().map(|s| s.step_time).fold(0.0, f64::max);
+        if step > 0.0 { batch / step } else { 0.0 }
+    }
+}
+
 /// Gradient statistics of one epoch at one batch size.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GradStats {
