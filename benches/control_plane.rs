@@ -22,6 +22,10 @@ use gangway::core::placement::PackingPlacer;
 use gangway::core::policy::{self, PolicyConfig};
 use gangway::core::throughput::DurationModel;
 
+/// The allocator `gangway serve` uses.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const JOBS: u32 = 10_000;
 const CLUSTER: &str = "v100=171x8,p100=171x8,k80=170x8";
 

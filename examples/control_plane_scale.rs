@@ -33,6 +33,11 @@ fn resident_bytes() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// mimalloc: the control plane's rounds send thousands of small actor messages, and the system
+/// allocator spent a third of a round in malloc and free (docs/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let policy_name = args.next().unwrap_or_else(|| "tiresias".into());

@@ -1,7 +1,9 @@
 //! The gang actor: takes all of a gang's GPUs or none of them.
 //!
-//! Phase one reserves every GPU, one at a time in ascending GPU id; phase two commits them all when
-//! every reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once;
+//! A gang first tries to take every GPU at once (reserve and commit in one message each, refused rather
+//! than kept waiting); that is how leases go when nothing contends. Otherwise it gives back what it took
+//! and leases in two phases: phase one reserves every GPU, one at a time in ascending GPU id; phase two
+//! commits them all when every reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once;
 //! a GPU only reserved by a gang still acquiring makes the next one wait for it (see [`crate::gpu`]).
 //! Because every gang reserves in the same order, waits cannot form a cycle (no deadlock), and the gang
 //! furthest along always completes.
@@ -11,7 +13,7 @@ use futures::future::join_all;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 
-use crate::gpu::{Commit, Discard, GpuActor, Holder, LeaseError, Release, Reserve};
+use crate::gpu::{Commit, Discard, GpuActor, Holder, LeaseError, Release, Reserve, Take};
 
 /// A gang that could not be leased (its reservations are already given back).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -80,6 +82,14 @@ impl Handler<Acquire> for GangActor {
         let (holder, partner, gpus) = (self.holder, self.partner, self.gpus.clone());
         let job = holder.job;
         Box::pin(async move {
+            // Fast path: take every GPU at once. Within one round's plan no two gangs share a GPU, so
+            // this is how almost every lease goes; a refusal gives all back and takes the ordered path,
+            // which waits where it must and says why it failed.
+            let taken = join_all(gpus.iter().map(|g| g.send(Take { holder, partner }))).await;
+            if first_error(job, taken).is_ok() {
+                return Ok(());
+            }
+            join_all(gpus.iter().map(|g| g.send(Release(holder)))).await;
             let mut reserved = Ok(());
             for gpu in &gpus {
                 reserved = first_error(job, vec![gpu.send(Reserve { holder, partner }).await]);
@@ -103,17 +113,14 @@ impl Handler<Acquire> for GangActor {
 }
 
 impl Handler<Disband> for GangActor {
-    type Result = ResponseActFuture<Self, ()>;
+    type Result = ();
 
-    fn handle(&mut self, _: Disband, _: &mut Context<Self>) -> Self::Result {
-        let holder = self.holder;
-        let releases = join_all(self.gpus.iter().map(|g| g.send(Release(holder))));
-        Box::pin(
-            async move {
-                releases.await;
-            }
-            .into_actor(self)
-            .map(|_, _, ctx| ctx.stop()),
-        )
+    fn handle(&mut self, _: Disband, ctx: &mut Context<Self>) -> Self::Result {
+        // Releases are queued on the GPUs' mailboxes before this answers, so anything sent to those
+        // GPUs afterwards (the next gang's lease) finds them released: no need to wait for replies.
+        for gpu in &self.gpus {
+            gpu.do_send(Release(self.holder));
+        }
+        ctx.stop();
     }
 }

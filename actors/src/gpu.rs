@@ -64,6 +64,16 @@ pub struct Reserve {
     pub partner: Option<JobId>,
 }
 
+/// Both phases at once, without waiting: the lease is the holder's if the GPU could be reserved for it
+/// right now, else it is refused. A gang takes all its GPUs this way at once and falls back to
+/// [`Reserve`] in order when one refuses (see [`crate::gang`]).
+#[derive(Message)]
+#[rtype(result = "Result<(), LeaseError>")]
+pub struct Take {
+    pub holder: Holder,
+    pub partner: Option<JobId>,
+}
+
 /// Phase two: the whole gang got its reservations; the lease is the holder's.
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
@@ -241,6 +251,40 @@ impl Handler<Reserve> for GpuActor {
             wait.await
                 .unwrap_or(Err(LeaseError::Busy { gpu, by: holder }))
         })
+    }
+}
+
+impl Handler<Take> for GpuActor {
+    type Result = Result<(), LeaseError>;
+
+    fn handle(&mut self, msg: Take, _: &mut Context<Self>) -> Self::Result {
+        // Another gang mid-acquisition keeps its place: taking never jumps a queue.
+        if !self.waiters.is_empty() || !self.lease.reserved.is_empty() {
+            let by = self
+                .lease
+                .reserved
+                .first()
+                .map_or(msg.holder.job, |(h, _)| h.job);
+            return Err(LeaseError::Busy {
+                gpu: self.gpu.0,
+                by,
+            });
+        }
+        self.try_reserve(msg.holder, msg.partner)
+            .unwrap_or(Err(LeaseError::Busy {
+                gpu: self.gpu.0,
+                by: msg.holder.job,
+            }))?;
+        let k = self
+            .lease
+            .reserved
+            .iter()
+            .position(|(h, _)| *h == msg.holder);
+        if let Some(k) = k {
+            let entry = self.lease.reserved.remove(k);
+            self.lease.committed.push(entry);
+        }
+        Ok(())
     }
 }
 

@@ -133,3 +133,43 @@ async fn competing_gangs_get_all_their_gpus_or_none_and_never_deadlock() {
         "granted {granted}, refused {refused}"
     );
 }
+
+#[actix::test]
+async fn take_leases_a_free_gpu_at_once_and_never_jumps_a_gang_still_acquiring() {
+    use gangway_actors::gpu::{Release, Reserve, Take};
+    let gpu = GpuActor::new(GpuId(0)).start();
+    let holder = |job| Holder {
+        job: JobId(job),
+        attempt: 0,
+    };
+    let take = |job| Take {
+        holder: holder(job),
+        partner: None,
+    };
+    assert_eq!(gpu.send(take(1)).await.unwrap(), Ok(()));
+    let lease = gpu.send(Inspect).await.unwrap().lease;
+    assert_eq!(lease.committed.as_slice(), [(holder(1), None)]);
+    assert!(lease.reserved.is_empty());
+    // Held: refused at once, not queued.
+    assert_eq!(
+        gpu.send(take(2)).await.unwrap(),
+        Err(LeaseError::Busy {
+            gpu: 0,
+            by: JobId(1)
+        })
+    );
+    gpu.send(Release(holder(1))).await.unwrap();
+    // Reserved by a gang still acquiring: taking it would jump that gang, so it is refused.
+    let reserve = Reserve {
+        holder: holder(3),
+        partner: None,
+    };
+    assert_eq!(gpu.send(reserve).await.unwrap(), Ok(()));
+    assert_eq!(
+        gpu.send(take(2)).await.unwrap(),
+        Err(LeaseError::Busy {
+            gpu: 0,
+            by: JobId(3)
+        })
+    );
+}

@@ -182,6 +182,11 @@ impl std::str::FromStr for TraceFormatArg {
     }
 }
 
+/// mimalloc: the control plane's rounds send thousands of small actor messages, and the system
+/// allocator spent a third of a round in malloc and free (docs/PERFORMANCE.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     gangway::cli::init_logging();
     let cli = Cli::parse();

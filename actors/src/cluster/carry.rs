@@ -11,15 +11,34 @@ use rustc_hash::FxHashSet;
 
 use super::messages::RoundReport;
 use crate::executor::{Executor, Launch};
-use crate::gang::{Acquire, Disband, GangActor};
-use crate::job::{Advance, JobActor};
+use crate::gang::{Acquire, GangActor};
+use crate::gpu::{GpuActor, Holder, Release};
+use crate::job::{Advance, AdvanceThrough, JobActor};
 use crate::lifecycle::Phase;
+
+/// A leased gang: the actor that leased it, and the GPUs to give back when it stops.
+#[derive(Clone)]
+pub(super) struct Gang {
+    pub holder: Holder,
+    pub actor: Addr<GangActor>,
+    pub gpus: Vec<Addr<GpuActor>>,
+}
+
+impl Gang {
+    /// Gives every GPU back, without waiting: the releases are queued on the GPUs' mailboxes now, so
+    /// a lease sent to them afterwards finds them free. Idempotent.
+    pub fn release(&self) {
+        for gpu in &self.gpus {
+            gpu.do_send(Release(self.holder));
+        }
+    }
+}
 
 /// A stop to carry out.
 pub(super) struct StopStep {
     pub job: JobId,
     pub addr: Addr<JobActor>,
-    pub gang: Option<Addr<GangActor>>,
+    pub gang: Option<Gang>,
     /// Workers to stop (not when they finished on their own).
     pub stop_workers: bool,
     /// Through Checkpointing (not when the job ends).
@@ -31,7 +50,7 @@ pub(super) struct StopStep {
 pub(super) struct StartStep {
     pub launch: Launch,
     pub addr: Addr<JobActor>,
-    pub gang: Addr<GangActor>,
+    pub gang: Gang,
     /// Through Placing (a queued job), or straight to Starting (a job being moved or resized).
     pub via_placing: bool,
 }
@@ -99,25 +118,13 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
         saved
     })
     .await;
-    join_all(
-        stops
-            .iter()
-            .filter_map(|s| s.gang.as_ref().map(|g| g.send(Disband))),
-    )
-    .await;
+    for gang in stops.iter().filter_map(|s| s.gang.as_ref()) {
+        gang.release();
+    }
     log_refusals(advance(&stops, |s| Some(s.next)).await);
 
-    // Starts: lease each gang in two phases, then launch.
-    log_refusals(
-        join_all(starts.iter().filter(|s| s.via_placing).map(|s| {
-            s.addr.send(Advance {
-                to: Phase::Placing,
-                at: now,
-            })
-        }))
-        .await,
-    );
-    let leased = join_all(starts.iter().map(|s| s.gang.send(Acquire))).await;
+    // Starts: lease each gang, then launch; each job then moves through its phases in one message.
+    let leased = join_all(starts.iter().map(|s| s.gang.actor.send(Acquire))).await;
     let mut ready = Vec::new();
     for (step, lease) in starts.iter().zip(leased) {
         match lease {
@@ -140,22 +147,17 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     let moves = starts.iter().map(|step| {
         let failed = failed.contains(&step.launch.job);
         if failed {
-            step.gang.do_send(Disband);
+            step.gang.release();
         }
-        async move {
-            let path: &[Phase] = if failed {
-                &[Phase::Pending]
-            } else {
-                &[Phase::Starting, Phase::Running]
-            };
-            let mut results = Vec::new();
-            for &to in path {
-                results.push(step.addr.send(Advance { to, at: now }).await);
-            }
-            results
-        }
+        let path: &'static [Phase] = match (step.via_placing, failed) {
+            (true, false) => &[Phase::Placing, Phase::Starting, Phase::Running],
+            (true, true) => &[Phase::Placing, Phase::Pending],
+            (false, false) => &[Phase::Starting, Phase::Running],
+            (false, true) => &[Phase::Pending],
+        };
+        step.addr.send(AdvanceThrough { path, at: now })
     });
-    log_refusals(join_all(moves).await.into_iter().flatten().collect());
+    log_refusals(join_all(moves).await);
     outcome.report.failed_starts = outcome.failed_starts.len();
     outcome
 }

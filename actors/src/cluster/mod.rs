@@ -39,6 +39,7 @@ use crate::ledger::{HISTORY, JobSpec, Record, Standing};
 use crate::lifecycle::Phase;
 use crate::request::same_request;
 use crate::stats::{Stats, StatsSnapshot};
+use carry::Gang;
 
 use carry::{Outcome, StartStep, Steps, StopStep, blocking, carry_out};
 use store::Store;
@@ -63,7 +64,7 @@ struct Scheduler {
 struct JobHandle {
     addr: Addr<JobActor>,
     phase: Phase,
-    gang: Option<(Holder, Addr<GangActor>)>,
+    gang: Option<Gang>,
     crashes: u32,
 }
 
@@ -250,7 +251,7 @@ impl ClusterActor {
                 Some(StopStep {
                     job: stop.job,
                     addr: handle.addr.clone(),
-                    gang: handle.gang.take().map(|(_, g)| g),
+                    gang: handle.gang.take(),
                     stop_workers: stop.stop_workers,
                     checkpoint: stop.checkpoint,
                     next: stop.next,
@@ -277,13 +278,8 @@ impl ClusterActor {
                 job: launch.job,
                 attempt: launch.attempt,
             };
-            let gpus = launch
-                .gpus
-                .iter()
-                .map(|&g| (g, self.gpus[g.0 as usize].clone()))
-                .collect();
-            let gang = GangActor::new(holder, start.partner, gpus).start();
-            handle.gang = Some((holder, gang.clone()));
+            let gang = gang_of(&self.gpus, holder, start.partner, &launch.gpus);
+            handle.gang = Some(gang.clone());
             handle.phase = Phase::Running;
             starts.push(StartStep {
                 launch,
@@ -604,6 +600,25 @@ impl ClusterActor {
     }
 }
 
+/// A gang actor for `holder` on `gpus` (not yet leased), among the cluster's `gpu_actors`.
+fn gang_of(
+    gpu_actors: &[Addr<GpuActor>],
+    holder: Holder,
+    partner: Option<JobId>,
+    gpus: &[GpuId],
+) -> Gang {
+    let addrs: Vec<_> = gpus
+        .iter()
+        .map(|&g| gpu_actors[g.0 as usize].clone())
+        .collect();
+    let leased = gpus.iter().copied().zip(addrs.iter().cloned()).collect();
+    Gang {
+        holder,
+        actor: GangActor::new(holder, partner, leased).start(),
+        gpus: addrs,
+    }
+}
+
 /// A job of the engine's from a journaled spec, interning its names.
 fn job_of(engine: &mut Engine<'static>, spec: &JobSpec) -> Job {
     Job {
@@ -635,15 +650,10 @@ impl Actor for ClusterActor {
             else {
                 continue;
             };
-            let holder = Holder { job, attempt };
-            let addrs = gpus
-                .iter()
-                .map(|&g| (g, self.gpus[g.0 as usize].clone()))
-                .collect();
-            let gang = GangActor::new(holder, partner, addrs).start();
-            leases.push(gang.send(Acquire));
+            let gang = gang_of(&self.gpus, Holder { job, attempt }, partner, &gpus);
+            leases.push(gang.actor.send(Acquire));
             if let Some(handle) = self.jobs.get_mut(&job) {
-                handle.gang = Some((holder, gang));
+                handle.gang = Some(gang);
             }
         }
         ctx.wait(
