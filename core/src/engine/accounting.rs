@@ -109,6 +109,7 @@ impl Engine<'_> {
                     run.gpu_type,
                     &run.gpus,
                     run.batch,
+                    run.allotment,
                     state.steps_done,
                 );
                 run.rate = segment.rate * run.locality;

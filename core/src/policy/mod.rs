@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
 use crate::error::SimError;
 use crate::job::{Job, JobId};
+use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
 pub use cadence::{Cadence, Cadenced};
@@ -144,6 +145,10 @@ pub struct Grant {
     /// only changes a running job's batch keeps it where it runs, without a restart.
     #[serde(default)]
     pub batch: Option<BatchPlan>,
+    /// CPUs and memory per GPU (Synergy's mechanisms, [`resourced`]); `None`: its servers'
+    /// GPU-proportional share.
+    #[serde(default)]
+    pub allotment: Option<Allotment>,
 }
 
 /// How a grant wants its GPUs placed; each names one placement step (see `crate::placement`).
@@ -176,6 +181,15 @@ impl Grant {
             gpus,
             intent: Intent::Anywhere,
             batch: None,
+            allotment: None,
+        }
+    }
+
+    /// The same grant with CPUs and memory per GPU.
+    pub fn with_allotment(self, allotment: Allotment) -> Self {
+        Grant {
+            allotment: Some(allotment),
+            ..self
         }
     }
 

@@ -18,6 +18,7 @@ pub use table::{TableModel, ThroughputTable};
 
 use crate::cluster::GpuTypeId;
 use crate::job::Job;
+use crate::resources::Allotment;
 
 /// The shape of a run, for models whose rate depends on more than a GPU count.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +28,8 @@ pub struct RunShape<'a> {
     pub placement: &'a [u32],
     /// The batch plan a policy chose; `None`: the job's own.
     pub batch: Option<BatchPlan>,
+    /// CPUs and memory per GPU; `None`: the servers' GPU-proportional share.
+    pub allotment: Option<Allotment>,
 }
 
 /// A progress rate that holds until the job's work done reaches `until` (then it is asked again).
