@@ -7,10 +7,13 @@
 //! - [`DurationModel`]: for traces that give only durations, every GPU type runs a job at one
 //!   "second of work" per second at its requested size;
 //! - [`goodput::ProfiledWorkload`]: elastic jobs (Pollux's and Sia's workloads) whose rate follows
-//!   their epochs, placement and batch, with restart delays.
+//!   their epochs, placement and batch, with restart delays;
+//! - [`resources::ResourceModel`]: wraps any of these, scaling a run's rate by the CPUs and memory it
+//!   is allotted (Synergy's profiles).
 
 pub mod goodput;
 pub mod locality;
+pub mod resources;
 mod table;
 
 pub use goodput::BatchPlan;
@@ -78,6 +81,11 @@ pub trait ThroughputModel: Send + Sync {
     fn elastic(&self) -> Option<&dyn goodput::Elastic> {
         None
     }
+
+    /// CPU and memory sensitivity, for models whose rate follows a run's allotment.
+    fn resources(&self) -> Option<&dyn resources::ResourceAware> {
+        None
+    }
 }
 
 /// A borrowed model is a model, so that a driver can hold either a borrowed or an owned one.
@@ -106,6 +114,10 @@ impl<T: ThroughputModel + ?Sized> ThroughputModel for &T {
 
     fn elastic(&self) -> Option<&dyn goodput::Elastic> {
         (**self).elastic()
+    }
+
+    fn resources(&self) -> Option<&dyn resources::ResourceAware> {
+        (**self).resources()
     }
 }
 
