@@ -33,6 +33,7 @@ pub mod hetero;
 pub mod mechanism;
 pub mod optimus;
 pub mod ordered;
+pub mod resourced;
 pub mod sia;
 pub mod themis;
 pub mod tiresias;
@@ -341,13 +342,20 @@ pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
 }
 
 /// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.
+/// A spec may end in `+MECHANISM` (`srtf+tune`): its grants then carry CPUs and memory sized by one of
+/// Synergy's mechanisms ([`resourced`]).
 pub fn build(spec: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, SimError> {
+    let (_, mechanism) = resourced::split(spec)?;
     let (info, knobs) = parse(spec)?;
     let config = PolicyConfig {
         knobs,
         ..config.clone()
     };
-    Ok((info.build)(&config))
+    let policy = (info.build)(&config);
+    Ok(match mechanism {
+        Some(mechanism) => Box::new(resourced::Resourced::new(policy, mechanism)),
+        None => policy,
+    })
 }
 
 /// The registry entry a spec names.
@@ -357,6 +365,7 @@ pub fn find(spec: &str) -> Result<&'static PolicyInfo, SimError> {
 
 /// Resolves a spec to its registry entry and every declared knob's value (given, or the default).
 pub fn parse(spec: &str) -> Result<(&'static PolicyInfo, KnobValues), SimError> {
+    let (spec, _) = resourced::split(spec)?;
     let mut parts = spec.split(':');
     let name = parts.next().unwrap_or_default();
     let info = registry()
