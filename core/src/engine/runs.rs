@@ -153,6 +153,7 @@ impl Engine<'_> {
             pair_weight(partner.is_some()),
             1.0,
         );
+        self.busy.allot(now, self.ledger.total());
         let rate = segment.rate;
         let locality = locality_factor(self.sensitivity_of(i), placed.locality);
         let overhead = self.start_overhead(i, &placed.gpus);
@@ -236,6 +237,7 @@ impl Engine<'_> {
             pair_weight(run.partner.is_some()),
             -1.0,
         );
+        self.busy.allot(now, self.ledger.total());
         self.note_change(|| Change::Stopped {
             job: id,
             steps_done,
@@ -259,6 +261,7 @@ impl Engine<'_> {
             // It held half its servers' share beside its partner; now it holds all of it.
             self.ledger
                 .charge(&self.cluster, &run.gpus, run.allotment.as_ref(), 0.5, 1.0);
+            self.busy.allot(now, self.ledger.total());
         }
         self.rerate(i, now);
     }
@@ -322,6 +325,7 @@ impl Engine<'_> {
         let chosen = if fits { target } else { held };
         self.ledger
             .charge(cluster, &gpus, chosen.as_ref(), 1.0, 1.0);
+        self.busy.allot(now, self.ledger.total());
         if !fits {
             return false;
         }

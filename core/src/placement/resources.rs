@@ -18,6 +18,8 @@ pub struct Ledger {
     /// Runs holding more than their server's proportional share of either resource. While none does,
     /// every server feeds all its free GPUs at the share, and proportional gangs skip the masking.
     generous: usize,
+    /// CPUs and memory in use on all servers.
+    total: (f64, f64),
 }
 
 impl Ledger {
@@ -27,7 +29,13 @@ impl Ledger {
             cpus: vec![0.0; n],
             memory_gb: vec![0.0; n],
             generous: 0,
+            total: (0.0, 0.0),
         }
+    }
+
+    /// CPUs and GB of memory in use on all servers.
+    pub fn total(&self) -> (f64, f64) {
+        (self.total.0.max(0.0), self.total.1.max(0.0))
     }
 
     /// CPUs in use on `node`.
@@ -59,6 +67,8 @@ impl Ledger {
             let n = node.0 as usize;
             self.cpus[n] += sign * weight * each.cpus;
             self.memory_gb[n] += sign * weight * each.memory_gb;
+            self.total.0 += sign * weight * each.cpus;
+            self.total.1 += sign * weight * each.memory_gb;
             // Refunds in another order than the charges can leave a rounding residue below zero.
             if self.cpus[n].abs() < EPSILON {
                 self.cpus[n] = 0.0;

@@ -188,7 +188,7 @@ fn pack(input: &RoundInput<'_>, grants: &mut [Grant], wanted: impl Fn(usize) -> 
             nodes.map(|n| (n, *a))
         });
         let (nodes, allotment) = match fitted {
-            Some(found) => found,
+            Some((nodes, a)) => (nodes, Some(a)),
             None => {
                 // Peers give back what they hold beyond their share on the servers it takes.
                 let Some(nodes) = fixed[k]
@@ -200,25 +200,38 @@ fn pack(input: &RoundInput<'_>, grants: &mut [Grant], wanted: impl Fn(usize) -> 
                 };
                 let a = fair(ask, share);
                 for &(node, count) in &nodes {
-                    shadow.cut_peers(node, count, &a);
+                    shadow.cut_peers(node, count, Some(&a));
                 }
-                (nodes, a)
+                if shadow.feeds_all(&nodes, &a) {
+                    (nodes, Some(a))
+                } else {
+                    // Servers of different shares: each server's own share, with every peer there
+                    // cut to its share, always fits.
+                    for &(node, count) in &nodes {
+                        shadow.cut_peers(node, count, None);
+                    }
+                    (nodes, None)
+                }
             }
         };
         sized_grants[k] = want.is_some();
-        shadow.commit(k, nodes, allotment, share, reserved);
+        shadow.commit(k, nodes, allotment, reserved);
     }
     for s in &shadow.sketched {
         if !sized_grants[s.grant] {
             continue;
         }
-        let mut allotment = s.allotment;
-        if fixed[s.grant].is_none()
-            && let [(node, _)] = s.nodes.as_slice()
-        {
-            allotment = allotment.on(*node);
-        }
-        grants[s.grant].allotment = Some(allotment);
+        // A peer cut back to its servers' shares, or a gang on them: no allotment, unless pinned.
+        let single = match s.nodes.as_slice() {
+            [(node, _)] if fixed[s.grant].is_none() => Some(*node),
+            _ => None,
+        };
+        grants[s.grant].allotment = match (s.allotment, single) {
+            (Some(a), Some(node)) => Some(a.on(node)),
+            (Some(a), None) => Some(a),
+            (None, Some(node)) => Some(Allotment::share(cluster.node(node)).on(node)),
+            (None, None) => None,
+        };
     }
 }
 

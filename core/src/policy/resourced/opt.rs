@@ -279,7 +279,7 @@ pub(super) fn size(
             },
         };
         let share = share_of(cluster, g.gpu_type);
-        shadow.commit(k, nodes, share, share, fixed[k].is_some());
+        shadow.commit(k, nodes, None, fixed[k].is_some());
         let points = match (job_of(input, g), best(input, model, g)) {
             (Some(job), Some(_)) if g.partner().is_none() => {
                 candidates(model, job, g.gpus, cluster, g.gpu_type)

@@ -15,9 +15,8 @@ pub(super) struct Sketched {
     /// Index of its grant.
     pub grant: usize,
     pub nodes: Spread,
-    pub allotment: Allotment,
-    /// Its proportional share, what a peer is cut back to.
-    pub share: Allotment,
+    /// Per GPU; `None`: each server's own share.
+    pub allotment: Option<Allotment>,
 }
 
 /// What the servers have left.
@@ -123,13 +122,20 @@ impl<'a> Shadow<'a> {
         None
     }
 
-    /// Sketches grant `grant`'s gang on `nodes` at `allotment`; `reserved`: its GPUs are already held.
+    /// What a gang at `allotment` takes per GPU on `node`.
+    fn amount(&self, node: NodeId, allotment: Option<&Allotment>) -> Allotment {
+        allotment
+            .copied()
+            .unwrap_or_else(|| Allotment::share(self.cluster.node(node)))
+    }
+
+    /// Sketches grant `grant`'s gang on `nodes` at `allotment` (`None`: each server's share);
+    /// `reserved`: its GPUs are already held.
     pub fn commit(
         &mut self,
         grant: usize,
         nodes: Spread,
-        allotment: Allotment,
-        share: Allotment,
+        allotment: Option<Allotment>,
         reserved: bool,
     ) {
         let k = self.sketched.len();
@@ -138,46 +144,58 @@ impl<'a> Shadow<'a> {
             if !reserved {
                 self.gpus[n] = self.gpus[n].saturating_sub(count);
             }
-            self.cpus[n] -= f64::from(count) * allotment.cpus;
-            self.memory[n] -= f64::from(count) * allotment.memory_gb;
+            let each = self.amount(node, allotment.as_ref());
+            self.cpus[n] -= f64::from(count) * each.cpus;
+            self.memory[n] -= f64::from(count) * each.memory_gb;
             self.on_node[n].push(k);
         }
         self.sketched.push(Sketched {
             grant,
             nodes,
             allotment,
-            share,
         });
     }
 
     /// Synergy's peer adjustment: gangs on `node` holding more than their share give it back, until
     /// `gpus` more GPUs at `allotment` fit there. Peers that span fewer servers go first, then those
     /// with the most CPUs per GPU, then the most memory per GPU.
-    pub fn cut_peers(&mut self, node: NodeId, gpus: u32, allotment: &Allotment) {
+    /// A peer's cut never goes below its servers' shares, so that after every peer on a server is cut,
+    /// a gang at that server's share fits (`allotment` `None`).
+    pub fn cut_peers(&mut self, node: NodeId, gpus: u32, allotment: Option<&Allotment>) {
+        let wanted = self.amount(node, allotment);
+        let per_gpu = |s: &Sketched| s.allotment.unwrap_or(Allotment::new(0.0, 0.0));
         let mut peers = self.on_node[node.0 as usize].clone();
         peers.sort_by(|&a, &b| {
             let (a, b) = (&self.sketched[a], &self.sketched[b]);
             a.nodes
                 .len()
                 .cmp(&b.nodes.len())
-                .then(b.allotment.cpus.total_cmp(&a.allotment.cpus))
-                .then(b.allotment.memory_gb.total_cmp(&a.allotment.memory_gb))
+                .then(per_gpu(b).cpus.total_cmp(&per_gpu(a).cpus))
+                .then(per_gpu(b).memory_gb.total_cmp(&per_gpu(a).memory_gb))
         });
         for k in peers {
-            if self.feeds(node, allotment) >= gpus {
+            if self.feeds(node, &wanted) >= gpus {
                 return;
             }
             let peer = self.sketched[k].clone();
-            let cut = fair(peer.allotment, peer.share);
-            if cut == peer.allotment {
+            let Some(held) = peer.allotment else {
+                continue;
+            };
+            // Cut to its servers' shares where it holds more than any of them.
+            let over = peer
+                .nodes
+                .iter()
+                .any(|&(n, _)| held.exceeds(&Allotment::share(self.cluster.node(n))));
+            if !over {
                 continue;
             }
             for &(n, count) in &peer.nodes {
-                let n = n.0 as usize;
-                self.cpus[n] += f64::from(count) * (peer.allotment.cpus - cut.cpus);
-                self.memory[n] += f64::from(count) * (peer.allotment.memory_gb - cut.memory_gb);
+                let share = Allotment::share(self.cluster.node(n));
+                let i = n.0 as usize;
+                self.cpus[i] += f64::from(count) * (held.cpus - share.cpus);
+                self.memory[i] += f64::from(count) * (held.memory_gb - share.memory_gb);
             }
-            self.sketched[k].allotment = cut;
+            self.sketched[k].allotment = None;
         }
     }
 }
