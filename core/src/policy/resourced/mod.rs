@@ -160,8 +160,14 @@ fn kept(input: &RoundInput<'_>, grants: &[Grant]) -> Vec<Option<Spread>> {
 
 /// Sizes the grants in order, each asking for `wanted(k)` per GPU (`None`: its share, and no allotment
 /// on its grant): where it fits, else its share, else with peers on its servers cut back to their
-/// shares. Single-server gangs are pinned to the server they were sketched on.
-fn pack(input: &RoundInput<'_>, grants: &mut [Grant], wanted: impl Fn(usize) -> Option<Allotment>) {
+/// shares. Single-server gangs are pinned to the server they were sketched on. Returns whether every
+/// gang got what it asked for.
+fn pack(
+    input: &RoundInput<'_>,
+    grants: &mut [Grant],
+    wanted: impl Fn(usize) -> Option<Allotment>,
+) -> bool {
+    let mut everyone = true;
     let cluster = input.cluster;
     let fixed = kept(input, grants);
     let mut shadow = Shadow::new(cluster);
@@ -187,6 +193,7 @@ fn pack(input: &RoundInput<'_>, grants: &mut [Grant], wanted: impl Fn(usize) -> 
             };
             nodes.map(|n| (n, *a))
         });
+        everyone &= fitted.as_ref().is_some_and(|(_, a)| *a == ask);
         let (nodes, allotment) = match fitted {
             Some((nodes, a)) => (nodes, Some(a)),
             None => {
@@ -196,6 +203,7 @@ fn pack(input: &RoundInput<'_>, grants: &mut [Grant], wanted: impl Fn(usize) -> 
                     .or_else(|| shadow.find(g.gpu_type, g.gpus, None))
                 else {
                     // No GPUs for it: the engine will not place it either.
+                    everyone = false;
                     continue;
                 };
                 let a = fair(ask, share);
@@ -233,6 +241,7 @@ fn pack(input: &RoundInput<'_>, grants: &mut [Grant], wanted: impl Fn(usize) -> 
             (None, None) => None,
         };
     }
+    everyone
 }
 
 /// The job of a grant, if active.

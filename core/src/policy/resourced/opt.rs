@@ -26,13 +26,20 @@ use crate::throughput::resources::ResourceAware;
 /// in speed the profiles resolve (0.01).
 const TIE: f64 = 1e-4;
 
+/// Branch-and-bound nodes phase 2 may explore: a deterministic bound (a time limit would make runs
+/// differ by machine), past which the greedy packing stands.
+const PHASE2_NODES: u32 = 500;
+
 /// Figures of the latest solve.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct OptStats {
     pub jobs: usize,
     pub phase1_seconds: f64,
     pub phase2_seconds: f64,
-    /// Phase 2 found no packing in time (or failed), and the greedy packing placed phase 1's points.
+    /// The greedy packing placed every phase-1 point, so the integer program was not needed.
+    pub greedy_packed: bool,
+    /// Phase 2 found no packing within its node limit, and the greedy packing (with its fallbacks)
+    /// placed phase 1's points.
     pub phase2_fell_back: bool,
 }
 
@@ -182,8 +189,8 @@ pub fn assign_servers(
             );
         }
     }
-    let solution = program.maximize(objective).ok()?;
-    let on = |v: Var| solution.value(v).round() as u32;
+    let solution = program.maximize_within(objective, PHASE2_NODES).ok()?;
+    let on = |v: Var| solution.value(v).round().max(0.0) as u32;
     Some(
         gangs
             .iter()
@@ -205,8 +212,15 @@ pub fn assign_servers(
                 };
                 (allotment, spread)
             })
-            .collect(),
+            .collect::<Vec<_>>(),
     )
+    // Stopped at its node limit, HiGHS may hold no packing yet: every gang must have all its GPUs.
+    .filter(|assigned| {
+        assigned
+            .iter()
+            .zip(gangs)
+            .all(|((_, spread), gang)| spread.iter().map(|s| s.1).sum::<u32>() == gang.gpus)
+    })
 }
 
 /// The points a gang of `gpus` GPUs may take on servers like `share`'s: its profile's grid points at
@@ -326,9 +340,33 @@ pub(super) fn size(
             }
         }
     }
+    let points: Vec<Option<Allotment>> = (0..grants.len())
+        .map(|k| {
+            of_gang
+                .iter()
+                .position(|&o| o == k)
+                .map(|j| gangs[j].points[chosen[j]].0)
+        })
+        .collect();
+    // Phase 2 is bin packing. Where the greedy packing already places every point no program can do
+    // better, and it costs microseconds where HiGHS took up to a minute (docs/SYNERGY.md).
     let started = Instant::now();
+    let mut greedy = grants.to_vec();
+    if pack(input, &mut greedy, |k| points[k]) {
+        grants.copy_from_slice(&greedy);
+        stats.greedy_packed = true;
+        stats.phase2_seconds = started.elapsed().as_secs_f64();
+        return stats;
+    }
     let assigned = assign_servers(cluster, &gangs, &chosen, &free);
     stats.phase2_seconds = started.elapsed().as_secs_f64();
+    tracing::debug!(
+        jobs = stats.jobs,
+        phase1_s = stats.phase1_seconds,
+        phase2_s = stats.phase2_seconds,
+        solved = assigned.is_some(),
+        "synergy opt round"
+    );
     match assigned {
         Some(assigned) => {
             for ((allotment, spread), &k) in assigned.into_iter().zip(&of_gang) {
@@ -343,15 +381,7 @@ pub(super) fn size(
         }
         None => {
             stats.phase2_fell_back = true;
-            let points: Vec<Option<Allotment>> = (0..grants.len())
-                .map(|k| {
-                    of_gang
-                        .iter()
-                        .position(|&o| o == k)
-                        .map(|j| gangs[j].points[chosen[j]].0)
-                })
-                .collect();
-            pack(input, grants, |k| points[k]);
+            grants.copy_from_slice(&greedy);
         }
     }
     stats
