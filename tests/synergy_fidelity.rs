@@ -56,7 +56,9 @@ fn simulate(trace: &PathBuf, policies: &str) -> HashMap<String, [f64; 3]> {
     );
     let run = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args(["simulate", "--cluster-file", cluster, "--round", "300"])
-        .args(["--no-ftf", "--format", "json", "--policy", policies, "--trace"])
+        .args([
+            "--no-ftf", "--format", "json", "--policy", policies, "--trace",
+        ])
         .arg(trace)
         .output()
         .unwrap();

@@ -386,3 +386,65 @@ pub(super) fn size(
     }
     stats
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gang whose speed grows with CPUs up to 12 per GPU, or an insensitive one.
+    fn gang(gpus: u32, sensitive: bool) -> Gang {
+        let share = Allotment::new(3.0, 62.5);
+        let mut points = vec![(share, 1.0)];
+        if sensitive {
+            points.push((Allotment::new(6.0, 62.5), 1.75));
+            points.push((Allotment::new(12.0, 125.0), 2.94));
+        } else {
+            points.push((Allotment::new(1.0, 20.83), 1.0));
+        }
+        Gang {
+            gpu_type: GpuTypeId(0),
+            gpus,
+            points,
+            fixed: None,
+        }
+    }
+
+    #[test]
+    fn phase_one_spends_spare_cpus_on_the_sensitive_and_phase_two_packs_servers() {
+        // Two servers of 8 GPUs, 24 CPUs, 500 GB: 48 CPUs for 2 sensitive and 6 insensitive one-GPU jobs
+        // and a 4-GPU sensitive gang.
+        let cluster = Cluster::from_nodes([("v100", 8, 24, 500.0), ("v100", 8, 24, 500.0)]);
+        let mut gangs = vec![gang(1, true), gang(1, true), gang(4, true)];
+        gangs.extend((0..6).map(|_| gang(1, false)));
+        let chosen = choose_points(&gangs, 48.0, 1000.0).unwrap();
+        // The insensitive take 1 CPU each (the cheapest equally fast point).
+        assert!(chosen[3..].iter().all(|&k| k == 1), "{chosen:?}");
+        let cpus: f64 = gangs
+            .iter()
+            .zip(&chosen)
+            .map(|(g, &k)| f64::from(g.gpus) * g.points[k].0.cpus)
+            .sum();
+        assert!(cpus <= 48.0 + 1e-9, "{cpus}");
+        assert!(
+            chosen[..2].iter().all(|&k| k == 2),
+            "both one-GPU alexnets at their best: {chosen:?}"
+        );
+        let assigned = assign_servers(&cluster, &gangs, &chosen, &[8, 8]).unwrap();
+        let mut used = [(0u32, 0.0f64, 0.0f64); 2];
+        for ((allotment, spread), gang) in assigned.iter().zip(&gangs) {
+            assert_eq!(spread.iter().map(|s| s.1).sum::<u32>(), gang.gpus);
+            for &(node, count) in spread {
+                let u = &mut used[node.0 as usize];
+                u.0 += count;
+                u.1 += f64::from(count) * allotment.cpus;
+                u.2 += f64::from(count) * allotment.memory_gb;
+            }
+        }
+        for (gpus, cpus, memory) in used {
+            assert!(
+                gpus <= 8 && cpus <= 24.0 + 1e-6 && memory <= 500.0 + 1e-6,
+                "{used:?}"
+            );
+        }
+    }
+}
