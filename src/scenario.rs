@@ -14,6 +14,7 @@ use gangway_core::job::{Names, Trace, WorkUnit};
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
 use gangway_core::throughput::goodput::ProfiledWorkload;
+use gangway_core::throughput::resources::{ResourceModel, ResourceProfiles};
 use gangway_core::throughput::{DurationModel, TableModel, ThroughputModel, ThroughputTable};
 use gangway_core::trace::{self, SyntheticSpec, TraceOptions};
 use gangway_topology::topology::{ClusterSpec, Topology};
@@ -175,9 +176,7 @@ impl Scenario {
                 "{} counts work in steps: pass --throughputs with a table of steps per second",
                 trace.source
             ),
-            (WorkUnit::Seconds, _) => Ok(Box::new(DurationModel::uniform(
-                self.cluster.num_gpu_types(),
-            ))),
+            (WorkUnit::Seconds, _) => seconds_model(trace, &self.cluster),
         }
     }
 
@@ -247,8 +246,25 @@ pub fn model_for(
 ) -> Result<Box<dyn ThroughputModel>> {
     Ok(match trace.work_unit() {
         WorkUnit::Steps => Box::new(TableModel::new(table, trace, cluster)?),
-        WorkUnit::Seconds => Box::new(DurationModel::uniform(cluster.num_gpu_types())),
+        WorkUnit::Seconds => seconds_model(trace, cluster)?,
         WorkUnit::Progress => Box::new(ProfiledWorkload::for_trace(trace, cluster)?),
+    })
+}
+
+/// Durations, scaled by the CPUs and memory a run gets when the trace comes with Synergy's profiles.
+fn seconds_model(trace: &Trace, cluster: &Cluster) -> Result<Box<dyn ThroughputModel>> {
+    let durations = DurationModel::uniform(cluster.num_gpu_types());
+    Ok(match &trace.profiles {
+        Some(path) => {
+            let profiles = ResourceProfiles::load(path, "models")?;
+            Box::new(ResourceModel::new(
+                durations,
+                Arc::new(profiles),
+                &trace.names,
+                cluster,
+            ))
+        }
+        None => Box::new(durations),
     })
 }
 

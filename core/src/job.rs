@@ -86,7 +86,8 @@ pub struct Trace {
     pub work_unit: Option<WorkUnit>,
     pub jobs: Vec<Job>,
     pub names: Names,
-    /// Where the profiles of its applications are, for traces counted in [`WorkUnit::Progress`].
+    /// Where the profiles of its applications are, for traces counted in [`WorkUnit::Progress`]; for
+    /// Synergy's traces (in [`WorkUnit::Seconds`]), its CPU and memory sensitivity profiles.
     #[serde(skip)]
     pub profiles: Option<std::path::PathBuf>,
 }

@@ -3,6 +3,7 @@
 //! - [`cluster`]: servers with GPUs of one type, CPUs and memory.
 //! - [`job`] and [`trace`]: jobs and the trace formats they come from.
 //! - [`throughput`]: how fast a job runs on an allocation.
+//! - [`resources`]: CPUs and memory beside GPUs (Synergy).
 //! - [`policy`]: the [`policy::Policy`] trait, its single input struct, and the policies.
 //! - [`placement`]: free GPUs, placers, and the placement steps grants ask for.
 //! - [`engine`]: the scheduling state that the simulator and the live control plane both drive.
@@ -18,6 +19,7 @@ pub mod job;
 pub mod metrics;
 pub mod placement;
 pub mod policy;
+pub mod resources;
 pub mod sim;
 pub mod solver;
 pub mod throughput;

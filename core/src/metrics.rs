@@ -94,6 +94,11 @@ pub struct Summary {
     pub jain_ftf: Option<f64>,
     /// Busy GPU-time over capacity x simulated span, for the whole run.
     pub utilization: f64,
+    /// CPU-time and memory-time allotted to no run, over capacity x simulated span (whole run).
+    #[serde(default)]
+    pub idle_cpus: f64,
+    #[serde(default)]
+    pub idle_memory: f64,
     /// GPU-hours held by the measured jobs.
     pub gpu_hours: f64,
     pub preemptions: u64,
@@ -105,6 +110,9 @@ pub struct Summary {
 /// Inputs to [`summarize`] that come from the run as a whole rather than from job records.
 pub struct RunTotals {
     pub busy_gpu_seconds: f64,
+    /// CPU-seconds and GB-seconds allotted, and the cluster's CPUs and GB.
+    pub allotted_seconds: (f64, f64),
+    pub capacity_resources: (f64, f64),
     pub capacity_gpus: u32,
     pub span_seconds: f64,
     pub wall_seconds: f64,
@@ -151,6 +159,13 @@ pub fn summarize(
     };
     let has_rho = !rho.is_empty();
     let hours = |s: f64| s / 3600.0;
+    let idle = |allotted: f64, capacity: f64| {
+        if totals.span_seconds > 0.0 && capacity > 0.0 {
+            (1.0 - allotted / (capacity * totals.span_seconds)).max(0.0)
+        } else {
+            0.0
+        }
+    };
     Summary {
         policy: policy.to_owned(),
         jobs: records.len(),
@@ -176,6 +191,8 @@ pub fn summarize(
         } else {
             0.0
         },
+        idle_cpus: idle(totals.allotted_seconds.0, totals.capacity_resources.0),
+        idle_memory: idle(totals.allotted_seconds.1, totals.capacity_resources.1),
         gpu_hours: hours(
             finished
                 .iter()
@@ -265,6 +282,8 @@ mod tests {
         ];
         let totals = RunTotals {
             busy_gpu_seconds: 3600.0,
+            allotted_seconds: (3.0 * 3600.0, 0.0),
+            capacity_resources: (12.0, 0.0),
             capacity_gpus: 2,
             span_seconds: 3600.0,
             wall_seconds: 0.5,
@@ -286,6 +305,7 @@ mod tests {
             (Some(2.0), Some(3.0), Some(0.5))
         );
         assert_eq!(s.utilization, 0.5);
+        assert_eq!((s.idle_cpus, s.idle_memory), (0.75, 0.0));
         assert_eq!(s.preemptions, 3);
         assert_eq!(s.gpu_hours, 3.0);
         let all = summarize("p", &records, &Window::default(), None, &totals);

@@ -110,6 +110,16 @@ impl Program {
         self.solve(terms, false)
     }
 
+    /// [`Program::maximize`], exploring at most `nodes` branch-and-bound nodes (a MILP): the best
+    /// solution found by then, which may be none or not optimal.
+    pub fn maximize_within(
+        self,
+        terms: impl IntoIterator<Item = (f64, Var)>,
+        nodes: u32,
+    ) -> Result<Solution, SolveError> {
+        self.solve_limited(terms, false, Some(nodes))
+    }
+
     /// A point well inside the feasible region, not at one of its vertices: the interior-point method's
     /// answer to an empty objective, without crossover. Where many allocations are optimal, this spreads
     /// the slack among them as interior-point solvers such as ECOS (Gavel's) do.
@@ -121,6 +131,15 @@ impl Program {
         self,
         terms: impl IntoIterator<Item = (f64, Var)>,
         central: bool,
+    ) -> Result<Solution, SolveError> {
+        self.solve_limited(terms, central, None)
+    }
+
+    fn solve_limited(
+        self,
+        terms: impl IntoIterator<Item = (f64, Var)>,
+        central: bool,
+        nodes: Option<u32>,
     ) -> Result<Solution, SolveError> {
         let objective = self.expression(terms);
         let Program {
@@ -135,6 +154,9 @@ impl Program {
             .set_threads(1)
             .set_parallel(HighsParallelType::Off);
         model.set_verbose(false);
+        if let Some(nodes) = nodes {
+            model = model.set_option("mip_max_nodes", nodes as i32);
+        }
         // Dual simplex is fastest on small programs; from a few thousand variables the interior-point
         // method (with crossover to a vertex) is ten times faster on these allocation LPs.
         if central {

@@ -1,7 +1,8 @@
 //! Invariants of the simulator, for every registered policy, on random clusters and traces:
 //! no GPU is held twice, capacity is never exceeded, gangs are all-or-nothing (the simulator's audit
 //! checks these after every scheduling pass), every job finishes or is reported, GPU-time adds up, and
-//! the same inputs give byte-identical results.
+//! the same inputs give byte-identical results. Under Synergy's mechanisms (`+tune`, `+opt`) on servers of
+//! varied CPUs and memory, no server ever holds more CPUs or memory than it has (the audit again).
 
 use gangway_core::cluster::{Cluster, GpuTypeId};
 use gangway_core::engine::EngineConfig;
@@ -10,7 +11,9 @@ use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
 use gangway_core::sim::{SimConfig, SimResult, Simulation};
 use gangway_core::throughput::ThroughputModel;
+use gangway_core::throughput::resources::{ResourceModel, ResourceProfiles};
 use proptest::prelude::*;
+use std::sync::Arc;
 
 /// Rates that differ by job type and GPU type; type 2 cannot run job type 3 at all.
 struct TestModel;
@@ -84,7 +87,17 @@ fn trace() -> impl Strategy<Value = Trace> {
 }
 
 fn run(trace: &Trace, cluster: &Cluster, name: &str, config: &SimConfig) -> SimResult {
-    let mut sim = Simulation::new(trace, cluster, &TestModel);
+    run_on(trace, cluster, name, config, &TestModel)
+}
+
+fn run_on(
+    trace: &Trace,
+    cluster: &Cluster,
+    name: &str,
+    config: &SimConfig,
+    model: &dyn ThroughputModel,
+) -> SimResult {
+    let mut sim = Simulation::new(trace, cluster, model);
     sim.config = config.clone();
     let mut policy = policy::build(name, &PolicyConfig::seeded(config.seed)).unwrap();
     sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
@@ -152,6 +165,131 @@ proptest! {
             prop_assert_eq!(&a.utilization, &b.utilization);
         }
     }
+}
+
+/// Servers of 1 to 8 GPUs with 1 to 12 CPUs and 16 to 250 GB per GPU.
+fn resource_cluster() -> impl Strategy<Value = Cluster> {
+    prop::collection::vec(
+        (
+            1u32..4,
+            prop::sample::select(vec![1u32, 2, 4, 8]),
+            1u32..13,
+            16.0f64..250.0,
+        ),
+        1..5,
+    )
+    .prop_map(|groups| {
+        Cluster::from_nodes(groups.iter().flat_map(|&(count, gpus, cpus, memory)| {
+            (0..count).map(move |_| ("v100", gpus, gpus * cpus, f64::from(gpus) * memory))
+        }))
+    })
+}
+
+/// The trace's job types named after Synergy's profiles: sensitive image models and insensitive
+/// language ones.
+fn resource_trace() -> impl Strategy<Value = Trace> {
+    trace().prop_map(|mut trace| {
+        trace.names.job_types = ["alexnet", "gnmt", "res50", "res18"]
+            .map(String::from)
+            .to_vec();
+        trace
+    })
+}
+
+fn resource_model(trace: &Trace, cluster: &Cluster) -> ResourceModel<TestModel> {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../testdata/synergy_profiles_small.json"
+    );
+    let profiles = ResourceProfiles::load(std::path::Path::new(path), "models").unwrap();
+    ResourceModel::new(TestModel, Arc::new(profiles), &trace.names, cluster)
+}
+
+/// The ordering policies Synergy's mechanisms are applied to, each with every mechanism.
+const RESOURCE_SPECS: &[&str] = &[
+    "fifo+tune",
+    "fifo+opt",
+    "srtf+tune",
+    "srtf+opt",
+    "las+tune",
+    "las+opt",
+    "ftf+tune",
+    "ftf+opt",
+    "tiresias+tune",
+    "tiresias+opt",
+    "srtf+proportional",
+    "gandiva+tune",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_server_holds_more_cpus_or_memory_than_it_has(
+        trace in resource_trace(),
+        cluster in resource_cluster(),
+        config in sim_config(),
+    ) {
+        let model = resource_model(&trace, &cluster);
+        for name in RESOURCE_SPECS {
+            // The audit panics on a server over its CPUs or memory, after every pass.
+            let result = run_on(&trace, &cluster, name, &config, &model);
+            let finished = result.records.iter().filter(|r| r.finish.is_some()).count();
+            prop_assert_eq!(finished + result.unschedulable.len(), trace.jobs.len(), "{}: unfinished jobs", name);
+            prop_assert!(result.records.iter().all(|r| r.finish.is_none_or(|f| f.is_finite())));
+        }
+    }
+}
+
+#[test]
+fn tune_gives_sensitive_jobs_more_than_their_share_and_stays_within_capacity() {
+    // One server of 8 GPUs, 24 CPUs, 500 GB: four alexnets (best case 12 CPUs, 125 GB each) and four
+    // gnmts (1 CPU, 20 GB). Proportionally every job gets 3 CPUs; tune lets the gnmts give theirs up.
+    let cluster = Cluster::from_nodes([("v100", 8, 24, 500.0)]);
+    let mut trace = Trace::new("t", WorkUnit::Steps);
+    trace.names.job_types = ["alexnet", "gnmt", "res50", "res18"]
+        .map(String::from)
+        .to_vec();
+    let tenant = trace.intern_tenant("default");
+    for i in 0..8u32 {
+        trace.jobs.push(Job {
+            id: JobId(i),
+            arrival: 0.0,
+            job_type: gangway_core::job::JobTypeId(i % 2),
+            gpus: 1,
+            total_steps: 36_000.0,
+            weight: 1.0,
+            tenant,
+            batch: None,
+        });
+    }
+    let model = resource_model(&trace, &cluster);
+    let config = SimConfig {
+        engine: EngineConfig {
+            round_length: 300.0,
+            audit: true,
+            ..EngineConfig::default()
+        },
+        ..SimConfig::default()
+    };
+    let alexnet_jct = |name: &str| {
+        let result = run_on(&trace, &cluster, name, &config, &model);
+        let jct = |i: usize| result.records[i].jct().unwrap();
+        (jct(0) + jct(2) + jct(4) + jct(6)) / 4.0
+    };
+    let (proportional, tune, opt) = (
+        alexnet_jct("fifo+proportional"),
+        alexnet_jct("fifo+tune"),
+        alexnet_jct("fifo+opt"),
+    );
+    // Tune, in FIFO order: the first alexnet takes its best case (12 CPUs), the others fall back to
+    // their share (3), and the last gnmt makes the first alexnet give its 9 extra CPUs back: while the
+    // gnmts run, all alexnets run at their share (Synergy's greedy). Once the gnmts finish, their CPUs go
+    // to the alexnets. Opt chooses all points at once and does better.
+    assert!(
+        tune < 0.85 * proportional && opt < tune,
+        "alexnet's average JCT: proportional {proportional}, tune {tune}, opt {opt}"
+    );
 }
 
 #[test]

@@ -132,7 +132,8 @@ struct SimulateArgs {
     /// GPUs per node for `TYPE=N` items.
     #[arg(long, default_value_t = 1, value_name = "N")]
     gpus_per_node: u32,
-    /// Policies to compare, comma-separated, each optionally with knobs (`themis:f=0.5`); `help` lists them.
+    /// Policies to compare, comma-separated, each optionally with knobs (`themis:f=0.5`) and Synergy's
+    /// CPU and memory mechanism (`srtf+tune`, `fifo+opt`, `las+proportional`); `help` lists them.
     #[arg(
         long,
         default_value = scenario::DEFAULT_POLICIES,
@@ -165,7 +166,8 @@ struct SimulateArgs {
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// The application profiles of a Pollux or Sia workload (default: the `profiles/` folder beside its
-    /// folder of workloads, or beside the one above).
+    /// folder of workloads, or beside the one above), or Synergy's `synergy_model_profiles.json` for its
+    /// traces (default: beside the trace or up to two folders above).
     #[arg(long, value_name = "DIR")]
     profiles: Option<PathBuf>,
     #[command(flatten)]
@@ -246,6 +248,16 @@ fn list_policies() {
             );
         }
     }
+    println!(
+        "Any policy may end in +MECHANISM to size CPUs and memory beside GPUs (Synergy; needs a trace with Synergy's profiles):"
+    );
+    println!("  +proportional        in proportion to GPUs (what every policy does alone)");
+    println!(
+        "  +tune                Synergy's greedy: each job's best case where a server can feed it, else its share"
+    );
+    println!(
+        "  +opt                 Synergy's two-phase program on HiGHS (points per job, then servers)"
+    );
 }
 
 fn simulate(args: SimulateArgs) -> Result<()> {

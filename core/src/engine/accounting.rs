@@ -11,6 +11,9 @@ use crate::policy::Usage;
 pub(super) struct BusyTime {
     pub gpus: u32,
     pub gpu_seconds: f64,
+    /// CPUs and GB of memory allotted now, and their integrals over time.
+    allotted: (f64, f64),
+    pub allotted_seconds: (f64, f64),
     last_change: f64,
     /// (time, busy GPUs) whenever the number of busy GPUs changes.
     pub utilization: Vec<(f64, u32)>,
@@ -21,6 +24,8 @@ impl BusyTime {
         BusyTime {
             gpus: 0,
             gpu_seconds: 0.0,
+            allotted: (0.0, 0.0),
+            allotted_seconds: (0.0, 0.0),
             last_change: start,
             utilization: Vec::new(),
         }
@@ -28,8 +33,17 @@ impl BusyTime {
 
     /// Accrues busy time up to `now`.
     pub fn accrue(&mut self, now: f64) {
-        self.gpu_seconds += f64::from(self.gpus) * (now - self.last_change).max(0.0);
+        let elapsed = (now - self.last_change).max(0.0);
+        self.gpu_seconds += f64::from(self.gpus) * elapsed;
+        self.allotted_seconds.0 += self.allotted.0 * elapsed;
+        self.allotted_seconds.1 += self.allotted.1 * elapsed;
         self.last_change = now;
+    }
+
+    /// `cpus` CPUs and `memory_gb` GB are allotted from `now`.
+    pub fn allot(&mut self, now: f64, (cpus, memory_gb): (f64, f64)) {
+        self.accrue(now);
+        self.allotted = (cpus, memory_gb);
     }
 
     /// `gpus` more GPUs are busy from `now` (fewer, when negative).
@@ -55,6 +69,8 @@ pub struct EngineTotals {
     pub records: Vec<JobRecord>,
     pub utilization: Vec<(f64, u32)>,
     pub busy_gpu_seconds: f64,
+    /// CPU-seconds and GB-seconds of memory allotted to runs.
+    pub allotted_seconds: (f64, f64),
 }
 
 /// The record of a job that has not run yet.
@@ -109,6 +125,7 @@ impl Engine<'_> {
                     run.gpu_type,
                     &run.gpus,
                     run.batch,
+                    run.allotment,
                     state.steps_done,
                 );
                 run.rate = segment.rate * run.locality;
@@ -155,6 +172,7 @@ impl Engine<'_> {
             records: self.states.into_iter().map(|j| j.record).collect(),
             utilization: self.busy.utilization,
             busy_gpu_seconds: self.busy.gpu_seconds,
+            allotted_seconds: self.busy.allotted_seconds,
         }
     }
 }

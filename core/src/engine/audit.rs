@@ -6,7 +6,7 @@ use crate::cluster::GpuTypeId;
 impl Engine<'_> {
     /// Panics if an invariant does not hold: every running job holds exactly its gang, of one type it can
     /// run on; no GPU is held twice, except by two packing partners; the free count matches; nothing
-    /// finished is running.
+    /// finished is running; no server holds more CPUs or memory than it has.
     pub fn audit(&self) {
         let cluster = &self.cluster;
         let mut holder: Vec<Option<usize>> = vec![None; cluster.num_gpus() as usize];
@@ -57,6 +57,29 @@ impl Engine<'_> {
                 held + self.free.free_of_type(GpuTypeId(t as u16)),
                 capacity,
                 "type {t}: free count drifted"
+            );
+        }
+        if let Some((node, cpus, memory)) = self.ledger.overcommitted(cluster) {
+            let n = cluster.node(node);
+            panic!(
+                "server {} holds {cpus} CPUs and {memory} GB of {} and {} GB",
+                node.0, n.cpus, n.memory_gb
+            );
+        }
+        // The ledger matches the runs' allotments.
+        let mut expected = crate::placement::Ledger::new(cluster);
+        for &i in &self.active {
+            if let Some(run) = &self.states[i].run {
+                let weight = if run.partner.is_some() { 0.5 } else { 1.0 };
+                expected.charge(cluster, &run.gpus, run.allotment.as_ref(), weight, 1.0);
+            }
+        }
+        for n in 0..cluster.nodes().len() {
+            let node = crate::cluster::NodeId(n as u32);
+            assert!(
+                (expected.cpus_used(node) - self.ledger.cpus_used(node)).abs() < 1e-3
+                    && (expected.memory_used(node) - self.ledger.memory_used(node)).abs() < 1e-3,
+                "server {n}: CPUs and memory charged drifted from the runs' allotments"
             );
         }
         assert_eq!(

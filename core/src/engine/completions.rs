@@ -162,6 +162,7 @@ impl Engine<'_> {
                 run.gpu_type,
                 &run.gpus,
                 run.batch,
+                run.allotment,
                 done,
             );
             rate = segment.rate * run.locality;

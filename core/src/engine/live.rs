@@ -254,7 +254,16 @@ impl Engine<'_> {
         }
         self.states[i].overhead_due = 0.0;
         let locality = placer.locality(&self.cluster, &gpus);
-        self.start(i, Placed { gpus, locality }, gpu_type, None, None, now);
+        // Re-adopted at its servers' share: the journal keeps GPUs, not allotments.
+        self.start(
+            i,
+            Placed { gpus, locality },
+            gpu_type,
+            None,
+            None,
+            None,
+            now,
+        );
         self.note_utilization(now);
         Ok(())
     }

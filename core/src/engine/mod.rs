@@ -33,9 +33,10 @@ use rustc_hash::FxHashMap;
 use crate::cluster::{Cluster, GpuSet, GpuTypeId};
 use crate::job::{Job, JobId, Names};
 use crate::metrics::JobRecord;
-use crate::placement::{FreeGpus, Unplaced};
+use crate::placement::{FreeGpus, Ledger, Unplaced};
 use crate::policy::effective::FastestFirst;
 use crate::policy::{Grant, Usage};
+use crate::resources::Allotment;
 use crate::throughput::locality::default_sensitivity;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
@@ -60,6 +61,8 @@ struct Run {
     until: f64,
     /// The batch plan it runs with, when a policy chose one.
     batch: Option<BatchPlan>,
+    /// CPUs and memory per GPU, charged to its servers; `None`: their proportional share.
+    allotment: Option<Allotment>,
     /// How much its placement slows it (1 = ideal), kept to recompute the rate when a partner leaves.
     locality: f64,
     /// The job packed on the same GPUs, if any. The GPUs belong to the pair: they are free again only
@@ -122,6 +125,8 @@ pub struct Engine<'m> {
     /// Indices of active jobs, in arrival order.
     active: Vec<usize>,
     free: FreeGpus,
+    /// CPUs and memory in use per server.
+    ledger: Ledger,
     /// GPUs out of service (failed or cordoned), per GPU id; they are neither free nor held.
     disabled: Vec<bool>,
     /// GPUs in service per type: what policies may allocate.
@@ -164,6 +169,7 @@ impl<'m> Engine<'m> {
             type_order: FastestFirst::new(types),
             active: Vec::new(),
             free: FreeGpus::new(&cluster),
+            ledger: Ledger::new(&cluster),
             disabled: vec![false; cluster.num_gpus() as usize],
             capacity: cluster.capacity().to_vec(),
             completions: CompletionIndex::default(),

@@ -7,6 +7,7 @@ use super::Engine;
 use crate::cluster::GpuTypeId;
 use crate::placement::{self, PlaceRequest, Placed, Placer, Unplaced};
 use crate::policy::{Grant, Intent, Policy};
+use crate::resources::Allotment;
 
 impl Engine<'_> {
     /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place.
@@ -57,7 +58,9 @@ impl Engine<'_> {
                 }
                 self.rerate(i, now);
             }
-            if !keep {
+            if keep {
+                self.shrink_allotment(i, now);
+            } else {
                 self.stop(i, now);
                 self.states[i].displaced = true;
                 self.states[i].waiting = Some(Unplaced::NotGranted);
@@ -69,6 +72,11 @@ impl Engine<'_> {
             let Some(&i) = self.index_of.get(&g.job) else {
                 continue;
             };
+            // A run that keeps its GPUs takes its new CPUs and memory in grant order, as new runs
+            // are placed: the mechanism that chose them packed them in that order.
+            if self.states[i].run.is_some() && self.states[i].grant.is_some() {
+                self.reallot(i, g.allotment, now);
+            }
             if self.states[i].grant.take().is_none()
                 || self.states[i].run.is_some()
                 || self.states[i].record.finish.is_some()
@@ -89,7 +97,7 @@ impl Engine<'_> {
             let placed = self.place(i, g, partner.is_some(), placer, now);
             match placed {
                 Ok(placed) if placed.gpus.len() == g.gpus as usize => {
-                    self.start(i, placed, g.gpu_type, partner, g.batch, now)
+                    self.start(i, placed, g.gpu_type, partner, g.batch, g.allotment, now)
                 }
                 Ok(_) => {}
                 Err(why) => self.states[i].waiting = Some(self.explain(why)),
@@ -131,11 +139,52 @@ impl Engine<'_> {
             sensitivity: self.sensitivity_of(i),
             consolidate: g.intent == Intent::Consolidated,
         };
-        if g.intent == Intent::MixedTypes && !packed {
+        // Only GPUs whose servers can feed the gang's CPUs and memory (a packed pair shares shares).
+        let allotment = if packed { None } else { g.allotment };
+        let usable = self
+            .ledger
+            .usable(&self.cluster, &self.free, allotment.as_ref());
+        let free = usable.as_ref().unwrap_or(&self.free);
+        let placed = if g.intent == Intent::MixedTypes && !packed {
             let types = self.types_at_least_as_fast(i, g.gpu_type, g.gpus);
-            return placement::mixed::place(placer, &self.cluster, &self.free, &request, &types);
+            placement::mixed::place(placer, &self.cluster, free, &request, &types)
+        } else {
+            placer.place(&self.cluster, free, &request)
+        };
+        match placed {
+            // The GPUs are there; their servers' CPUs or memory are not.
+            Err(Unplaced::NoCapacity { gpu_type, .. } | Unplaced::Fragmented { gpu_type, .. })
+                if usable.is_some() && self.free.free_of_type(gpu_type) >= g.gpus =>
+            {
+                Err(Unplaced::Resources {
+                    gpu_type,
+                    wanted: g.gpus,
+                    free: self.free.free_of_type(gpu_type),
+                })
+            }
+            other => other,
         }
-        placer.place(&self.cluster, &self.free, &request)
+    }
+
+    /// Before new runs are placed, a run that keeps its GPUs gives back what its new allotment no
+    /// longer holds (its larger needs wait for its turn in grant order), so that room freed by the
+    /// mechanism is there for the runs placed before it.
+    fn shrink_allotment(&mut self, i: usize, now: f64) {
+        let Some(run) = self.states[i].run.as_ref() else {
+            return;
+        };
+        let Some(&first) = run.gpus.first() else {
+            return;
+        };
+        let share = Allotment::share(self.cluster.node(self.cluster.node_of(first)));
+        let wanted = self.states[i].grant.and_then(|g| g.allotment);
+        let smaller = match (run.allotment, wanted) {
+            (None, None) => return,
+            (Some(held), None) => held.min(&share),
+            (None, Some(new)) => new.min(&share),
+            (Some(held), Some(new)) => held.min(&new),
+        };
+        self.reallot(i, Some(smaller), now);
     }
 
     /// The GPU types on which job `i` runs `gpus` GPUs at least as fast as on `pace`, fastest first.
@@ -184,7 +233,7 @@ impl Engine<'_> {
         if run.partner.is_some() || run.mixed {
             return;
         }
-        let (gpu_type, batch) = (run.gpu_type, run.batch);
+        let (gpu_type, batch, allotment) = (run.gpu_type, run.batch, run.allotment);
         let request = PlaceRequest {
             job: &self.jobs[i],
             gpu_type,
@@ -194,13 +243,14 @@ impl Engine<'_> {
             sensitivity: self.sensitivity_of(i),
             consolidate: true,
         };
-        let target =
-            placement::defragment::target(placer, &cluster, &self.free, &request, &run.gpus);
+        let usable = self.ledger.usable(&cluster, &self.free, allotment.as_ref());
+        let free = usable.as_ref().unwrap_or(&self.free);
+        let target = placement::defragment::target(placer, &cluster, free, &request, &run.gpus);
         if let Some(placed) = target {
             // The new GPUs were free before the old ones are released, so the two sets never overlap.
             self.stop(i, now);
             self.states[i].displaced = true;
-            self.start(i, placed, gpu_type, None, batch, now);
+            self.start(i, placed, gpu_type, None, batch, allotment, now);
         }
     }
 

@@ -3,9 +3,10 @@
 use smallvec::SmallVec;
 
 use super::{Engine, Run};
-use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId};
+use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId, NodeId};
 use crate::job::Job;
 use crate::placement::Placed;
+use crate::resources::Allotment;
 use crate::throughput::locality::locality_factor;
 use crate::throughput::{BatchPlan, RunShape, Segment, ThroughputModel};
 
@@ -25,7 +26,37 @@ pub(super) fn placement_shape(cluster: &Cluster, gpus: &[GpuId]) -> SmallVec<[u3
     shape
 }
 
+/// GPUs per server of a gang, with the server.
+pub(super) fn placement_shape_by_node(
+    cluster: &Cluster,
+    gpus: &[GpuId],
+) -> SmallVec<[(NodeId, u32); 8]> {
+    let mut nodes: SmallVec<[NodeId; 8]> = gpus.iter().map(|&g| cluster.node_of(g)).collect();
+    nodes.sort_unstable();
+    let mut shape: SmallVec<[(NodeId, u32); 8]> = SmallVec::new();
+    for node in nodes {
+        match shape.last_mut() {
+            Some((last, count)) if *last == node => *count += 1,
+            _ => shape.push((node, 1)),
+        }
+    }
+    shape
+}
+
+/// What a policy tuned for a run beside its GPUs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Tuning {
+    batch: Option<BatchPlan>,
+    allotment: Option<Allotment>,
+}
+
+/// The part of its allotment a run is charged: a packed pair shares one.
+fn pair_weight(packed: bool) -> f64 {
+    if packed { 0.5 } else { 1.0 }
+}
+
 /// Job `job`'s rate alone on `gpus` of `gpu_type` from `steps_done` on (0 where it cannot run).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn alone_segment(
     model: &dyn ThroughputModel,
     cluster: &Cluster,
@@ -33,6 +64,7 @@ pub(super) fn alone_segment(
     gpu_type: GpuTypeId,
     gpus: &[GpuId],
     batch: Option<BatchPlan>,
+    allotment: Option<Allotment>,
     steps_done: f64,
 ) -> Segment {
     let placement = placement_shape(cluster, gpus);
@@ -40,6 +72,7 @@ pub(super) fn alone_segment(
         gpu_type,
         placement: &placement,
         batch,
+        allotment,
     };
     model
         .run_rate(job, &shape, steps_done)
@@ -51,7 +84,9 @@ pub(super) fn alone_segment(
 }
 
 impl Engine<'_> {
-    /// Takes `placed` GPUs and starts job `i` on them (with its partner, when packed), with `batch`.
+    /// Takes `placed` GPUs and starts job `i` on them (with its partner, when packed), with `batch`
+    /// and `allotment` (a packed pair runs on its servers' shares).
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn start(
         &mut self,
         i: usize,
@@ -59,8 +94,10 @@ impl Engine<'_> {
         gpu_type: GpuTypeId,
         partner: Option<usize>,
         batch: Option<BatchPlan>,
+        allotment: Option<Allotment>,
         now: f64,
     ) {
+        let allotment = allotment.map(|a| Allotment { server: None, ..a });
         self.busy.change(now, placed.gpus.len() as i64);
         self.free.take(&self.cluster, &placed.gpus);
         match partner {
@@ -72,9 +109,11 @@ impl Engine<'_> {
                     gpu_type,
                     &placed.gpus,
                     batch,
+                    allotment,
                     self.states[i].steps_done,
                 );
-                self.begin_run(i, &placed, gpu_type, segment, batch, None, now);
+                let run = Tuning { batch, allotment };
+                self.begin_run(i, &placed, gpu_type, segment, run, None, now);
             }
             Some(p) => {
                 let (a, b) = (&self.jobs[i], &self.jobs[p]);
@@ -86,8 +125,9 @@ impl Engine<'_> {
                     rate,
                     until: f64::INFINITY,
                 };
-                self.begin_run(i, &placed, gpu_type, for_good(rate_a), None, Some(p), now);
-                self.begin_run(p, &placed, gpu_type, for_good(rate_b), None, Some(i), now);
+                let shares = Tuning::default();
+                self.begin_run(i, &placed, gpu_type, for_good(rate_a), shares, Some(p), now);
+                self.begin_run(p, &placed, gpu_type, for_good(rate_b), shares, Some(i), now);
             }
         }
     }
@@ -101,10 +141,19 @@ impl Engine<'_> {
         placed: &Placed,
         gpu_type: GpuTypeId,
         segment: Segment,
-        batch: Option<BatchPlan>,
+        tuning: Tuning,
         partner: Option<usize>,
         now: f64,
     ) {
+        let Tuning { batch, allotment } = tuning;
+        self.ledger.charge(
+            &self.cluster,
+            &placed.gpus,
+            allotment.as_ref(),
+            pair_weight(partner.is_some()),
+            1.0,
+        );
+        self.busy.allot(now, self.ledger.total());
         let rate = segment.rate;
         let locality = locality_factor(self.sensitivity_of(i), placed.locality);
         let overhead = self.start_overhead(i, &placed.gpus);
@@ -124,6 +173,7 @@ impl Engine<'_> {
             rate: rate * locality,
             until: segment.until,
             batch,
+            allotment,
             locality,
             partner,
             settled_to: now,
@@ -180,6 +230,14 @@ impl Engine<'_> {
         state.progressed = now > run.progress_from;
         state.last_gpus.clone_from(&run.gpus);
         let (id, steps_done) = (self.jobs[i].id, state.steps_done);
+        self.ledger.charge(
+            &self.cluster,
+            &run.gpus,
+            run.allotment.as_ref(),
+            pair_weight(run.partner.is_some()),
+            -1.0,
+        );
+        self.busy.allot(now, self.ledger.total());
         self.note_change(|| Change::Stopped {
             job: id,
             steps_done,
@@ -200,6 +258,10 @@ impl Engine<'_> {
         self.settle(i, now);
         if let Some(run) = self.states[i].run.as_mut() {
             run.partner = None;
+            // It held half its servers' share beside its partner; now it holds all of it.
+            self.ledger
+                .charge(&self.cluster, &run.gpus, run.allotment.as_ref(), 0.5, 1.0);
+            self.busy.allot(now, self.ledger.total());
         }
         self.rerate(i, now);
     }
@@ -220,6 +282,7 @@ impl Engine<'_> {
             run.gpu_type,
             &run.gpus,
             run.batch,
+            run.allotment,
             steps_done,
         );
         run.rate = segment.rate * run.locality;
@@ -231,6 +294,47 @@ impl Engine<'_> {
             batch,
         });
         self.reschedule_completion(i, progress_from);
+    }
+
+    /// Gives running job `i` `target` CPUs and memory per GPU where its servers have room for them
+    /// (with what it holds given back first), and recomputes its rate; returns whether it changed.
+    pub(super) fn reallot(&mut self, i: usize, target: Option<Allotment>, now: f64) -> bool {
+        let target = target.map(|a| Allotment { server: None, ..a });
+        let Some(run) = self.states[i].run.as_ref() else {
+            return false;
+        };
+        if run.partner.is_some() {
+            return false;
+        }
+        let cluster = &*self.cluster;
+        let share_of = |g: &GpuId| Allotment::share(cluster.node(cluster.node_of(*g)));
+        let same = run.gpus.iter().all(|g| {
+            let now_held = run.allotment.unwrap_or_else(|| share_of(g));
+            now_held.same_amounts(&target.unwrap_or_else(|| share_of(g)))
+        });
+        if same {
+            return false;
+        }
+        let (gpus, held) = (run.gpus.clone(), run.allotment);
+        self.ledger.charge(cluster, &gpus, held.as_ref(), 1.0, -1.0);
+        let shape = placement_shape_by_node(cluster, &gpus);
+        let fits = shape.iter().all(|&(node, count)| {
+            let wanted = target.unwrap_or_else(|| Allotment::share(cluster.node(node)));
+            self.ledger.room(cluster, node, &wanted, count) == count
+        });
+        let chosen = if fits { target } else { held };
+        self.ledger
+            .charge(cluster, &gpus, chosen.as_ref(), 1.0, 1.0);
+        self.busy.allot(now, self.ledger.total());
+        if !fits {
+            return false;
+        }
+        self.settle(i, now);
+        if let Some(run) = self.states[i].run.as_mut() {
+            run.allotment = chosen;
+        }
+        self.rerate(i, now);
+        true
     }
 
     /// Frees `gpus`, except those out of service.

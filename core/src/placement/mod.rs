@@ -6,6 +6,7 @@
 //! - The placement steps a grant's [`crate::policy::Intent`] names, beyond "ask the placer": gangs
 //!   across GPU types ([`mixed`], Hadar), packed pairs ([`packed`], Gandiva and Gavel's `*_packed`),
 //!   and moving spread gangs onto one server ([`defragment`], Gandiva).
+//! - [`resources`]: CPUs and memory per server; gangs are placed only where their servers can feed them.
 //!
 //! A placer that cannot place answers with [`Unplaced`], which the engine keeps as the reason a job
 //! waits, as `kubectl describe` shows why a pod is pending.
@@ -15,6 +16,7 @@ pub mod free;
 pub mod mixed;
 pub mod packed;
 mod packing;
+pub mod resources;
 mod topology;
 
 use serde::{Deserialize, Serialize};
@@ -24,6 +26,7 @@ use crate::job::Job;
 
 pub use free::FreeGpus;
 pub use packing::PackingPlacer;
+pub use resources::Ledger;
 pub use topology::{PlacementMode, TopologyPlacer};
 
 /// How well a set of GPUs sits together, 0..=100: 100 is as good as the best set of its size on the
@@ -105,6 +108,12 @@ pub enum Unplaced {
         wanted: u32,
         free: u32,
     },
+    /// Enough GPUs are free, but not on servers with the CPUs and memory its allotment asks for.
+    Resources {
+        gpu_type: GpuTypeId,
+        wanted: u32,
+        free: u32,
+    },
     /// Its packing partner could not run with it this round.
     PartnerUnavailable,
     /// It cannot run on this cluster at all (its gang is larger than any type's capacity, or the
@@ -152,6 +161,14 @@ impl Unplaced {
                 free,
             } => format!(
                 "needs {wanted} {} GPUs: {free} are free, but in no set the placer accepts",
+                name(gpu_type)
+            ),
+            Unplaced::Resources {
+                gpu_type,
+                wanted,
+                free,
+            } => format!(
+                "needs {wanted} {} GPUs: {free} are free, but not on servers with the CPUs and memory it was allotted",
                 name(gpu_type)
             ),
             Unplaced::PartnerUnavailable => "its packing partner cannot run with it".into(),

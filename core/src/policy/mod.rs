@@ -36,6 +36,7 @@ pub mod optimus;
 pub mod ordered;
 pub mod pick;
 pub mod pollux;
+pub mod resourced;
 pub mod sia;
 pub mod themis;
 pub mod tiresias;
@@ -45,6 +46,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
 use crate::error::SimError;
 use crate::job::{Job, JobId};
+use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
 pub use cadence::{Cadence, Cadenced};
@@ -147,6 +149,10 @@ pub struct Grant {
     /// only changes a running job's batch keeps it where it runs, without a restart.
     #[serde(default)]
     pub batch: Option<BatchPlan>,
+    /// CPUs and memory per GPU (Synergy's mechanisms, [`resourced`]); `None`: its servers'
+    /// GPU-proportional share.
+    #[serde(default)]
+    pub allotment: Option<Allotment>,
 }
 
 /// How a grant wants its GPUs placed; each names one placement step (see `crate::placement`).
@@ -179,6 +185,15 @@ impl Grant {
             gpus,
             intent: Intent::Anywhere,
             batch: None,
+            allotment: None,
+        }
+    }
+
+    /// The same grant with CPUs and memory per GPU.
+    pub fn with_allotment(self, allotment: Allotment) -> Self {
+        Grant {
+            allotment: Some(allotment),
+            ..self
         }
     }
 
@@ -348,13 +363,20 @@ pub(crate) fn keep_running(input: &RoundInput<'_>) -> Vec<Grant> {
 }
 
 /// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.
+/// A spec may end in `+MECHANISM` (`srtf+tune`): its grants then carry CPUs and memory sized by one of
+/// Synergy's mechanisms ([`resourced`]).
 pub fn build(spec: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, SimError> {
+    let (_, mechanism) = resourced::split(spec)?;
     let (info, knobs) = parse(spec)?;
     let config = PolicyConfig {
         knobs,
         ..config.clone()
     };
-    Ok((info.build)(&config))
+    let policy = (info.build)(&config);
+    Ok(match mechanism {
+        Some(mechanism) => Box::new(resourced::Resourced::new(policy, mechanism)),
+        None => policy,
+    })
 }
 
 /// The registry entry a spec names.
@@ -364,6 +386,7 @@ pub fn find(spec: &str) -> Result<&'static PolicyInfo, SimError> {
 
 /// Resolves a spec to its registry entry and every declared knob's value (given, or the default).
 pub fn parse(spec: &str) -> Result<(&'static PolicyInfo, KnobValues), SimError> {
+    let (spec, _) = resourced::split(spec)?;
     let mut parts = spec.split(':');
     let name = parts.next().unwrap_or_default();
     let info = registry()

@@ -51,6 +51,9 @@ pub struct SimResult {
     pub gpu_types: Vec<String>,
     pub capacity_gpus: u32,
     pub busy_gpu_seconds: f64,
+    /// CPU-seconds and GB-seconds of memory allotted to runs, and the cluster's CPUs and GB.
+    pub allotted_seconds: (f64, f64),
+    pub capacity_resources: (f64, f64),
     /// First arrival to last event.
     pub span_seconds: f64,
     pub wall_seconds: f64,
@@ -80,6 +83,8 @@ impl SimResult {
             iso_jct.as_deref(),
             &RunTotals {
                 busy_gpu_seconds: self.busy_gpu_seconds,
+                allotted_seconds: self.allotted_seconds,
+                capacity_resources: self.capacity_resources,
                 capacity_gpus: self.capacity_gpus,
                 span_seconds: self.span_seconds,
                 wall_seconds: self.wall_seconds,
@@ -241,6 +246,10 @@ impl<'a> Simulation<'a> {
             gpu_types: self.cluster.gpu_types().to_vec(),
             capacity_gpus: self.cluster.num_gpus(),
             busy_gpu_seconds: totals.busy_gpu_seconds,
+            allotted_seconds: totals.allotted_seconds,
+            capacity_resources: self.cluster.nodes().iter().fold((0.0, 0.0), |(c, m), n| {
+                (c + f64::from(n.cpus), m + n.memory_gb)
+            }),
             span_seconds: last_event - start,
             wall_seconds: wall.elapsed().as_secs_f64(),
             window: self.window.clone(),

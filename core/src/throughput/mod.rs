@@ -7,10 +7,13 @@
 //! - [`DurationModel`]: for traces that give only durations, every GPU type runs a job at one
 //!   "second of work" per second at its requested size;
 //! - [`goodput::ProfiledWorkload`]: elastic jobs (Pollux's and Sia's workloads) whose rate follows
-//!   their epochs, placement and batch, with restart delays.
+//!   their epochs, placement and batch, with restart delays;
+//! - [`resources::ResourceModel`]: wraps any of these, scaling a run's rate by the CPUs and memory it
+//!   is allotted (Synergy's profiles).
 
 pub mod goodput;
 pub mod locality;
+pub mod resources;
 mod table;
 
 pub use goodput::BatchPlan;
@@ -18,6 +21,7 @@ pub use table::{TableModel, ThroughputTable};
 
 use crate::cluster::GpuTypeId;
 use crate::job::Job;
+use crate::resources::Allotment;
 
 /// The shape of a run, for models whose rate depends on more than a GPU count.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +31,8 @@ pub struct RunShape<'a> {
     pub placement: &'a [u32],
     /// The batch plan a policy chose; `None`: the job's own.
     pub batch: Option<BatchPlan>,
+    /// CPUs and memory per GPU; `None`: the servers' GPU-proportional share.
+    pub allotment: Option<Allotment>,
 }
 
 /// A progress rate that holds until the job's work done reaches `until` (then it is asked again).
@@ -75,6 +81,11 @@ pub trait ThroughputModel: Send + Sync {
     fn elastic(&self) -> Option<&dyn goodput::Elastic> {
         None
     }
+
+    /// CPU and memory sensitivity, for models whose rate follows a run's allotment.
+    fn resources(&self) -> Option<&dyn resources::ResourceAware> {
+        None
+    }
 }
 
 /// A borrowed model is a model, so that a driver can hold either a borrowed or an owned one.
@@ -103,6 +114,10 @@ impl<T: ThroughputModel + ?Sized> ThroughputModel for &T {
 
     fn elastic(&self) -> Option<&dyn goodput::Elastic> {
         (**self).elastic()
+    }
+
+    fn resources(&self) -> Option<&dyn resources::ResourceAware> {
+        (**self).resources()
     }
 }
 

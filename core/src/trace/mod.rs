@@ -8,6 +8,7 @@
 //! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` | seconds |
 //! | `tiresias` | `job_id,num_gpu,submit_time,...,duration,...` | seconds |
 //! | `pollux` | `name,time,application,num_replicas,batch_size` | seconds, from Pollux's profiles |
+//! | `synergy` | `job_id,model,arrival,iterations,gpus`, no header (Synergy's deploy traces) | seconds at the proportional share, from Synergy's profiles |
 //!
 //! Every error names the file, the line and the field.
 
@@ -15,6 +16,7 @@ mod gavel;
 mod philly;
 mod pollux;
 pub(crate) mod rows;
+pub mod synergy;
 pub mod synthetic;
 mod tiresias;
 
@@ -35,16 +37,18 @@ pub enum TraceFormat {
     Philly,
     Tiresias,
     Pollux,
+    Synergy,
 }
 
 impl TraceFormat {
-    pub const ALL: [TraceFormat; 6] = [
+    pub const ALL: [TraceFormat; 7] = [
         TraceFormat::GavelContinuous,
         TraceFormat::Gavel10,
         TraceFormat::Gavel7,
         TraceFormat::Philly,
         TraceFormat::Tiresias,
         TraceFormat::Pollux,
+        TraceFormat::Synergy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +59,7 @@ impl TraceFormat {
             TraceFormat::Philly => "philly",
             TraceFormat::Tiresias => "tiresias",
             TraceFormat::Pollux => "pollux",
+            TraceFormat::Synergy => "synergy",
         }
     }
 
@@ -84,6 +89,8 @@ impl TraceFormat {
             Some(TraceFormat::Tiresias)
         } else if has(&["name", "time", "application", "num_replicas", "batch_size"]) {
             Some(TraceFormat::Pollux)
+        } else if synergy::looks_like(line) {
+            Some(TraceFormat::Synergy)
         } else {
             None
         }
@@ -119,7 +126,14 @@ pub struct TraceOptions {
 pub fn load(path: &Path, options: &TraceOptions) -> Result<Trace, InputError> {
     let text = crate::error::read_text(path)?;
     let mut options = options.clone();
-    if options.profiles.is_none() {
+    let first = text.lines().next().unwrap_or("");
+    let synergy = match options.format {
+        Some(f) => f == TraceFormat::Synergy,
+        None => TraceFormat::detect(first) == Some(TraceFormat::Synergy),
+    };
+    if synergy {
+        options.profiles = synergy::find_profiles(path, options.profiles.as_deref());
+    } else if options.profiles.is_none() {
         options.profiles = pollux::find_profiles(path);
     }
     parse(&Source::path(path), &text, &options)
@@ -215,6 +229,19 @@ pub fn parse(source: &Source, text: &str, options: &TraceOptions) -> Result<Trac
                 )
             })?;
             pollux::parse(source, text, &load_profiles(dir)?, dir)?
+        }
+        TraceFormat::Synergy => {
+            let path = options.profiles.as_deref().ok_or_else(|| {
+                InputError::whole(
+                    source,
+                    format!(
+                        "a Synergy trace needs Synergy's profiles: pass --profiles {}",
+                        synergy::PROFILES_FILE
+                    ),
+                )
+            })?;
+            let profiles = crate::throughput::resources::ResourceProfiles::load(path, "models")?;
+            synergy::parse(source, text, &profiles, path)?
         }
     };
     if trace.jobs.is_empty() {

@@ -1,0 +1,266 @@
+//! Synergy's mechanisms (Mohan et al., OSDI'22): CPUs and memory sized per job beside its GPUs, under
+//! any ordering policy.
+//!
+//! [`Resourced`] wraps a policy the way `Cadenced` does: the policy decides who runs, in which order,
+//! on how many GPUs; the wrapper gives each grant an [`Allotment`] of CPUs and memory per GPU, sketching
+//! the round's packing server by server. The policy does not know. Spelled `POLICY+MECHANISM`
+//! (`srtf+tune`, `las+opt`, `fifo:...+proportional`):
+//! - `proportional`: CPUs and memory in proportion to GPUs (what every policy does alone);
+//! - `tune` ([`tune`]): Synergy's greedy: in the policy's order each job asks for its best case, on the
+//!   server with the fewest free GPUs that can feed it; else its proportional share; else peers on the
+//!   server holding more than their share give it back. It never gives up on a job (Synergy's code exits
+//!   the process there): a gang that still does not fit keeps its share and waits for the engine;
+//! - `opt` ([`opt`]): Synergy's two-phase program on HiGHS: a MILP choosing one CPU x memory point per
+//!   job to maximize total speed with every job at least as fast as at its share (cluster-wide
+//!   CPUs and memory), then an integer program assigning the gangs to servers.
+//!
+//! Allotments need a model that knows how jobs respond to them (`throughput::resources`); without one
+//! every mechanism leaves the grants as they are.
+
+mod opt;
+mod shadow;
+mod tune;
+
+use std::str::FromStr;
+
+use smallvec::SmallVec;
+
+use super::{Grant, Intent, Policy, RoundInput};
+use crate::cluster::{Cluster, GpuTypeId};
+use crate::error::SimError;
+use crate::resources::Allotment;
+use crate::throughput::resources::ResourceAware;
+
+pub use opt::{OptStats, assign_servers, choose_points};
+use shadow::{Shadow, Spread, fair};
+
+/// How CPUs and memory are sized beside GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mechanism {
+    Proportional,
+    Tune,
+    Opt,
+}
+
+impl Mechanism {
+    pub const ALL: [Mechanism; 3] = [Mechanism::Proportional, Mechanism::Tune, Mechanism::Opt];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::Proportional => "proportional",
+            Mechanism::Tune => "tune",
+            Mechanism::Opt => "opt",
+        }
+    }
+}
+
+impl FromStr for Mechanism {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Mechanism::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Mechanism::ALL.iter().map(|m| m.name()).collect();
+                format!(
+                    "unknown resource mechanism `{s}`; known: {}",
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// Splits `srtf:knob=1+tune` into the policy's spec and its mechanism.
+pub fn split(spec: &str) -> Result<(&str, Option<Mechanism>), SimError> {
+    match spec.rsplit_once('+') {
+        None => Ok((spec, None)),
+        Some((policy, mechanism)) => mechanism
+            .parse()
+            .map(|m| (policy, Some(m)))
+            .map_err(|why| SimError::Config(format!("policy `{spec}`: {why}"))),
+    }
+}
+
+/// A policy whose grants carry CPUs and memory sized by a mechanism.
+pub struct Resourced {
+    inner: Box<dyn Policy>,
+    mechanism: Mechanism,
+    /// The latest `opt` solve's figures.
+    pub opt_stats: OptStats,
+}
+
+impl Resourced {
+    pub fn new(inner: Box<dyn Policy>, mechanism: Mechanism) -> Self {
+        Resourced {
+            inner,
+            mechanism,
+            opt_stats: OptStats::default(),
+        }
+    }
+}
+
+impl Policy for Resourced {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let mut grants = self.inner.allocate(input);
+        let Some(model) = input.model.resources() else {
+            return grants;
+        };
+        match self.mechanism {
+            Mechanism::Proportional => {}
+            Mechanism::Tune => tune::size(input, model, &mut grants),
+            Mechanism::Opt => self.opt_stats = opt::size(input, model, &mut grants),
+        }
+        grants
+    }
+
+    fn changes_with_time(&self) -> bool {
+        self.inner.changes_with_time()
+    }
+}
+
+/// The share per GPU of a GPU type's servers (its first server's).
+pub(crate) fn share_of(cluster: &Cluster, gpu_type: GpuTypeId) -> Allotment {
+    cluster
+        .nodes()
+        .iter()
+        .find(|n| n.gpu_type == gpu_type)
+        .map_or(Allotment::new(0.0, 0.0), Allotment::share)
+}
+
+/// Where each grant's gang runs now, if the engine will keep it there (same type and size, alone).
+fn kept(input: &RoundInput<'_>, grants: &[Grant]) -> Vec<Option<Spread>> {
+    grants
+        .iter()
+        .map(|g| {
+            let view = input.jobs.iter().find(|v| v.id() == g.job)?;
+            let running = view.running.as_ref()?;
+            let keeps = running.gpu_type == g.gpu_type
+                && running.gpus.len() == g.gpus as usize
+                && g.partner().is_none()
+                && g.intent != Intent::MixedTypes;
+            keeps.then(|| {
+                let mut spread = Spread::new();
+                let mut nodes: SmallVec<[u32; 8]> = running
+                    .gpus
+                    .iter()
+                    .map(|&gpu| input.cluster.node_of(gpu).0)
+                    .collect();
+                nodes.sort_unstable();
+                for n in nodes {
+                    match spread.last_mut() {
+                        Some((last, count)) if last.0 == n => *count += 1,
+                        _ => spread.push((crate::cluster::NodeId(n), 1)),
+                    }
+                }
+                spread
+            })
+        })
+        .collect()
+}
+
+/// Sizes the grants in order, each asking for `wanted(k)` per GPU (`None`: its share, and no allotment
+/// on its grant): where it fits, else its share, else with peers on its servers cut back to their
+/// shares. Single-server gangs are pinned to the server they were sketched on. Returns whether every
+/// gang got what it asked for.
+fn pack(
+    input: &RoundInput<'_>,
+    grants: &mut [Grant],
+    wanted: impl Fn(usize) -> Option<Allotment>,
+) -> bool {
+    let mut everyone = true;
+    let cluster = input.cluster;
+    let fixed = kept(input, grants);
+    let mut shadow = Shadow::new(cluster);
+    for nodes in fixed.iter().flatten() {
+        shadow.hold_gpus(nodes);
+    }
+    // Packed pairs and gangs across types run on their shares.
+    let sized = |g: &Grant| g.partner().is_none() && g.intent != Intent::MixedTypes;
+    let mut sized_grants = vec![false; grants.len()];
+    for (k, g) in grants.iter().enumerate() {
+        let share = share_of(cluster, g.gpu_type);
+        let want = if sized(g) { wanted(k) } else { None };
+        let ask = want.unwrap_or(share);
+        let reserved = fixed[k].is_some();
+        let mut tries: SmallVec<[Allotment; 2]> = SmallVec::from_slice(&[ask]);
+        if fair(ask, share) != ask {
+            tries.push(fair(ask, share));
+        }
+        let fitted = tries.iter().find_map(|a| {
+            let nodes = match &fixed[k] {
+                Some(nodes) => shadow.feeds_all(nodes, a).then(|| nodes.clone()),
+                None => shadow.find(g.gpu_type, g.gpus, Some(a)),
+            };
+            nodes.map(|n| (n, *a))
+        });
+        everyone &= fitted.as_ref().is_some_and(|(_, a)| *a == ask);
+        let (nodes, allotment) = match fitted {
+            Some((nodes, a)) => (nodes, Some(a)),
+            None => {
+                // Peers give back what they hold beyond their share on the servers it takes.
+                let Some(nodes) = fixed[k]
+                    .clone()
+                    .or_else(|| shadow.find(g.gpu_type, g.gpus, None))
+                else {
+                    // No GPUs for it: the engine will not place it either.
+                    everyone = false;
+                    continue;
+                };
+                let a = fair(ask, share);
+                for &(node, count) in &nodes {
+                    shadow.cut_peers(node, count, Some(&a));
+                }
+                if shadow.feeds_all(&nodes, &a) {
+                    (nodes, Some(a))
+                } else {
+                    // Servers of different shares: each server's own share, with every peer there
+                    // cut to its share, always fits.
+                    for &(node, count) in &nodes {
+                        shadow.cut_peers(node, count, None);
+                    }
+                    (nodes, None)
+                }
+            }
+        };
+        sized_grants[k] = want.is_some();
+        shadow.commit(k, nodes, allotment, reserved);
+    }
+    for s in &shadow.sketched {
+        if !sized_grants[s.grant] {
+            continue;
+        }
+        // A peer cut back to its servers' shares, or a gang on them: no allotment, unless pinned.
+        let single = match s.nodes.as_slice() {
+            [(node, _)] if fixed[s.grant].is_none() => Some(*node),
+            _ => None,
+        };
+        grants[s.grant].allotment = match (s.allotment, single) {
+            (Some(a), Some(node)) => Some(a.on(node)),
+            (Some(a), None) => Some(a),
+            (None, Some(node)) => Some(Allotment::share(cluster.node(node)).on(node)),
+            (None, None) => None,
+        };
+    }
+    everyone
+}
+
+/// The job of a grant, if active.
+fn job_of<'a>(input: &'a RoundInput<'_>, g: &Grant) -> Option<&'a crate::job::Job> {
+    input.jobs.iter().find(|v| v.id() == g.job).map(|v| v.job)
+}
+
+/// What a job's profile asks for at best, or `None` for jobs without one; no more than one server
+/// can feed (Synergy clips a gang's demand to a server's CPUs and memory the same way).
+fn best(input: &RoundInput<'_>, model: &dyn ResourceAware, g: &Grant) -> Option<Allotment> {
+    let wanted = job_of(input, g).and_then(|job| model.best(job))?;
+    let node = input
+        .cluster
+        .nodes()
+        .iter()
+        .find(|n| n.gpu_type == g.gpu_type)?;
+    let per_server = f64::from(g.gpus.min(node.gpus).max(1));
+    Some(wanted.min(&Allotment::new(
+        f64::from(node.cpus) / per_server,
+        node.memory_gb / per_server,
+    )))
+}
