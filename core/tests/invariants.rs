@@ -406,7 +406,13 @@ mod elastic {
 
     use super::*;
 
-    const POLICIES: &[&str] = &["pollux", "sia", "sia:learned=1", "optimus", "tiresias_pollux"];
+    const POLICIES: &[&str] = &[
+        "pollux",
+        "sia",
+        "sia:learned=1",
+        "optimus",
+        "tiresias_pollux",
+    ];
 
     /// Two applications profiled on one to eight T4s (Pollux's layout): one scales well, one barely.
     fn profiles() -> Arc<Profiles> {
