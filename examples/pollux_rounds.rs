@@ -43,6 +43,44 @@ struct Recorder {
     seen: Vec<(usize, f64, usize)>,
     dump: BTreeSet<usize>,
     dumped: Vec<Value>,
+    /// Every round's time, and per job: the GPUs it held and the GPUs granted.
+    grants: Vec<(f64, Held)>,
+}
+
+/// Per job: the GPUs it held before a round, and the GPUs the round granted it.
+type Held = HashMap<JobId, (u32, u32)>;
+
+impl Recorder {
+    /// Rounds in which some job got other than the GPUs granted once the grants were placed, and
+    /// (job, round) pairs granted GPUs that got none, by the run's stops and starts.
+    fn unrealized(&self, changes: &[(f64, Change)]) -> (usize, usize) {
+        let mut at: HashMap<u64, Vec<&Change>> = HashMap::new();
+        for (t, change) in changes {
+            at.entry(t.to_bits()).or_default().push(change);
+        }
+        let (mut rounds, mut left_out) = (0, 0);
+        for (now, jobs) in &self.grants {
+            let mut held: HashMap<JobId, u32> = jobs.iter().map(|(j, (h, _))| (*j, *h)).collect();
+            for change in at.get(&now.to_bits()).into_iter().flatten() {
+                match change {
+                    Change::Stopped { job, .. } => {
+                        held.entry(*job).and_modify(|h| *h = 0);
+                    }
+                    Change::Started { job, gpus, .. } => {
+                        held.entry(*job).and_modify(|h| *h = gpus.len() as u32);
+                    }
+                    Change::Retuned { .. } => {}
+                }
+            }
+            let differ = jobs.iter().filter(|(j, (_, g))| held[*j] != *g).count();
+            left_out += jobs
+                .iter()
+                .filter(|(j, (_, g))| *g > 0 && held[*j] == 0)
+                .count();
+            rounds += usize::from(differ > 0);
+        }
+        (rounds, left_out)
+    }
 }
 
 /// Replicas per node of `gpus`.
@@ -57,13 +95,30 @@ fn row(
     row
 }
 
+impl Recorder {
+    fn log(&mut self, input: &RoundInput<'_>, grants: &[Grant]) {
+        let granted: HashMap<JobId, u32> = grants.iter().map(|g| (g.job, g.gpus)).collect();
+        let jobs = input
+            .jobs
+            .iter()
+            .map(|v| {
+                let held = v.running.map_or(0, |r| r.gpus.len() as u32);
+                (v.id(), (held, granted.get(&v.id()).copied().unwrap_or(0)))
+            })
+            .collect();
+        self.grants.push((input.now, jobs));
+    }
+}
+
 impl Policy for Recorder {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let round = self.round;
         self.round += 1;
         self.seen.push((round, input.now, input.jobs.len()));
         if !self.dump.contains(&round) {
-            return self.inner.allocate(input);
+            let grants = self.inner.allocate(input);
+            self.log(input, &grants);
+            return grants;
         }
         let elastic = input.model.elastic().expect("a goodput model");
         // What the restart factor counts is the policy's state before it decides.
@@ -75,6 +130,7 @@ impl Policy for Recorder {
         let start = Instant::now();
         let grants = self.inner.allocate(input);
         let seconds = start.elapsed().as_secs_f64();
+        self.log(input, &grants);
         let granted: HashMap<JobId, u32> = grants.iter().map(|g| (g.job, g.gpus)).collect();
         let total: u32 = input.capacity.iter().sum();
         let fair = total.div_ceil(input.jobs.len().max(1) as u32).max(1);
@@ -185,7 +241,7 @@ fn main() -> Result<()> {
 
     // Where each job ran once a round's grants were placed: its GPUs then, after the stops and starts
     // at that time.
-    let mut rounds = second.dumped;
+    let mut rounds = std::mem::take(&mut second.dumped);
     for round in &mut rounds {
         let now = round["now"].as_f64().unwrap_or_default();
         let number = round["round"].as_u64().unwrap_or_default() as usize;
@@ -231,5 +287,10 @@ fn main() -> Result<()> {
         .collect();
     std::fs::write(&out, serde_json::to_string(&json!({ "rounds": rounds }))?)?;
     println!("rounds (number, jobs) dumped to {out}: {summary:?}");
+    let (unrealized, left_out) = second.unrealized(&result.changes);
+    println!(
+        "of {} rounds, {unrealized} placed some job on other than the GPUs granted; {left_out} times a job granted GPUs got none",
+        second.grants.len()
+    );
     Ok(())
 }
