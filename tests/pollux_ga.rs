@@ -85,7 +85,7 @@ const UNPLACED: &[(&str, u32)] = &[
 ];
 
 #[test]
-fn the_table_covers_busy_rounds_and_the_ga_ran_on_most() {
+fn the_table_covers_busy_rounds_and_the_ga_ran_on_each() {
     let rounds = rounds();
     assert_eq!(rounds.len(), 20);
     assert!(rounds.iter().filter(|r| best_ga(r).is_some()).count() >= 11);
@@ -96,9 +96,7 @@ fn the_table_covers_busy_rounds_and_the_ga_ran_on_most() {
 fn the_exact_search_picks_within_the_measured_bound_of_the_gas_best() {
     let mut ratios = Vec::new();
     for round in rounds() {
-        let Some(best) = best_ga(&round) else {
-            continue;
-        };
+        let best = best_ga(&round).expect("the GA ran on every round");
         let picked = round.get("gangway_picked");
         assert!(
             picked >= best * (1.0 - PICK_BELOW_BEST),
@@ -108,13 +106,15 @@ fn the_exact_search_picks_within_the_measured_bound_of_the_gas_best() {
         ratios.push(picked / best);
     }
     let mean = ratios.iter().sum::<f64>() / ratios.len() as f64;
+    // Measured: 1.0006.
     assert!(
-        mean >= 0.997,
+        mean >= 1.0,
         "mean of gangway's pick / the GA's best: {mean}"
     );
-    // Equal or better (to the table's 6 digits) on most rounds.
+    // Equal (to the table's 6 digits) or better on 16 of the 20 rounds, every round at load 2.0 among
+    // them.
     let level = ratios.iter().filter(|&&r| r >= 1.0 - 1e-5).count();
-    assert!(level * 2 >= ratios.len(), "{level} of {}", ratios.len());
+    assert_eq!(level, 16, "{level} of {}", ratios.len());
 }
 
 #[test]
