@@ -28,7 +28,7 @@ use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
 use crate::throughput::goodput::{
-    Application, BatchPlan, Learned, PerfParams, TypeProfile, optimize, restart_factor,
+    Application, BatchPlan, Elastic, Learned, PerfParams, TypeProfile, optimize, restart_factor,
 };
 
 /// The power of the mean Pollux maximizes: -1, the harmonic mean.
@@ -37,6 +37,8 @@ const POWER: f64 = -1.0;
 const FLOOR: f64 = 1e-3;
 /// The most replicas Pollux gives one job.
 const MAX_REPLICAS: u32 = 64;
+/// Gradient statistics (squared norm, variance) assumed before a job has measured any.
+const NO_GRAD: (f64, f64) = (1.0, 0.0);
 /// Pollux's model is per job, not per GPU type: every run is learned under this key.
 const ANY_TYPE: u16 = 0;
 
@@ -84,13 +86,12 @@ impl Standing<'_> {
         replicas: u32,
     ) -> Option<(f64, BatchPlan)> {
         let params = self.params?;
-        let range = (profile.min_local, profile.max_local);
         let (app, grad) = (self.app, self.grad);
         *self
             .memo
             .table
-            .entry((range.0, range.1, nodes, replicas))
-            .or_insert_with(|| optimize(params, app, grad, nodes, replicas, app.max_batch, range))
+            .entry((profile.min_local, profile.max_local, nodes, replicas))
+            .or_insert_with(|| best_goodput(params, app, grad, profile, nodes, replicas))
     }
 
     /// The batch plan for `replicas` replicas over `nodes` nodes: the application's fixed batch when it
@@ -108,6 +109,29 @@ impl Standing<'_> {
     }
 }
 
+/// The best goodput and batch plan of `app` on `replicas` replicas over `nodes` nodes, by `params`
+/// and gradient statistics `grad`, within `profile`'s per-replica limits and the application's batch.
+fn best_goodput(
+    params: &PerfParams,
+    app: &Application,
+    grad: (f64, f64),
+    profile: &TypeProfile,
+    nodes: u32,
+    replicas: u32,
+) -> Option<(f64, BatchPlan)> {
+    let range = (profile.min_local, profile.max_local);
+    optimize(params, app, grad, nodes, replicas, app.max_batch, range)
+}
+
+/// Pollux's speedup of `replicas` replicas: their best goodput over the best at the fair share (`base`),
+/// or `replicas / fair` (linear) for a job without a model yet.
+fn speedup(best: Option<f64>, base: Option<f64>, replicas: u32, fair: u32) -> f64 {
+    match (best, base) {
+        (Some(goodput), Some(base)) if base > 0.0 => goodput / base,
+        _ => f64::from(replicas) / f64::from(fair),
+    }
+}
+
 /// The replica counts a job may take on servers of `size` GPUs: any part of one server, then whole
 /// servers, up to `most`.
 fn counts(size: u32, most: u32) -> impl Iterator<Item = u32> {
@@ -117,7 +141,7 @@ fn counts(size: u32, most: u32) -> impl Iterator<Item = u32> {
 
 impl Pollux {
     /// The most replicas `job` may take now.
-    fn most_replicas(&self, job: &Job, app: &Application, profile: &TypeProfile) -> u32 {
+    pub fn most_replicas(&self, job: &Job, app: &Application, profile: &TypeProfile) -> u32 {
         if app.fixed_batch.is_some() {
             return 1;
         }
@@ -126,6 +150,38 @@ impl Pollux {
             .clamp(1, MAX_REPLICAS)
             .min(app.max_batch / profile.min_local.max(1))
             .max(1)
+    }
+
+    /// The restarts `job` has made so far, as its restart factor counts them.
+    pub fn restarts(&self, job: JobId) -> u32 {
+        self.restarts.get(&job).copied().unwrap_or(0)
+    }
+
+    /// The speedup this policy reckons for `job` on `replicas` replicas over `nodes` nodes of
+    /// `gpu_type` with the fair share `fair` (before the scaling by nodes over GPUs and the restart
+    /// factor), by what it has learned up to its latest round, on any spread of nodes, not only the
+    /// packed ones it offers. For tools that measure its search against Pollux's GA
+    /// (`examples/pollux_rounds.rs`). `None` where the job has no profile on `gpu_type`.
+    pub fn speedup(
+        &self,
+        elastic: &dyn Elastic,
+        job: &Job,
+        gpu_type: GpuTypeId,
+        fair: u32,
+        (nodes, replicas): (u32, u32),
+    ) -> Option<f64> {
+        let app = elastic.application(job)?;
+        let profile = elastic.profile(job, gpu_type)?;
+        let learned = self.learned.get(&job.id);
+        let grad = learned.and_then(|l| l.grad).unwrap_or(NO_GRAD);
+        let params = learned.and_then(|l| l.params(ANY_TYPE));
+        let best = |n, r| params.and_then(|p| best_goodput(p, app, grad, profile, n, r));
+        Some(speedup(
+            best(nodes, replicas).map(|b| b.0),
+            best(1, fair).map(|b| b.0),
+            replicas,
+            fair,
+        ))
     }
 }
 
@@ -160,7 +216,7 @@ impl Policy for Pollux {
                 })
                 .collect();
             let learned = self.learned.get(&job.id);
-            let grad = learned.and_then(|l| l.grad).unwrap_or((1.0, 0.0));
+            let grad = learned.and_then(|l| l.grad).unwrap_or(NO_GRAD);
             let state = (
                 learned.map_or(0, Learned::measured),
                 grad.0.to_bits(),
@@ -200,11 +256,7 @@ impl Policy for Pollux {
                 for replicas in counts(size, most[t].min(capacity)) {
                     let nodes = replicas.div_ceil(size);
                     let best = standing.best(profile, nodes, replicas);
-                    let speedup = match (best, base) {
-                        (Some((goodput, _)), Some(base)) if base > 0.0 => goodput / base,
-                        _ => f64::from(replicas) / f64::from(fair),
-                    };
-                    let mut value = speedup * scale;
+                    let mut value = speedup(best.map(|b| b.0), base, replicas, fair) * scale;
                     if current != Some((gpu_type, replicas)) {
                         value *= restart;
                     }
@@ -279,6 +331,15 @@ pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn speedup_is_over_the_fair_share_or_linear_without_a_model() {
+        assert_eq!(speedup(Some(3.0), Some(2.0), 8, 4), 1.5);
+        // No model, or none at the fair share: linear in the replicas.
+        assert_eq!(speedup(None, Some(2.0), 8, 4), 2.0);
+        assert_eq!(speedup(Some(3.0), None, 2, 4), 0.5);
+        assert_eq!(speedup(Some(3.0), Some(0.0), 2, 4), 0.5);
+    }
 
     #[test]
     fn counts_are_parts_of_a_server_then_whole_servers() {
