@@ -4,7 +4,8 @@
 //! each search picked, on 20 busy rounds of a `pollux` run of Pollux's workload 1 at loads 1.0 and 2.0
 //! (the GA ran on 14 of them; the other 6 have `pollux`'s figures only).
 //!
-//! Two gaps, measured, not tolerances chosen to pass:
+//! The table is a recorded measurement (the GA takes minutes a round): these tests check what it
+//! recorded, and fail when a regenerated table breaks the bounds. Two gaps, measured:
 //! - **The pick**: the GA searches a larger space than `pollux` does. A gang that spans servers may
 //!   hold part of a server there (7 replicas as 4 + 3, 6 as 1 + 4 + 1), next to single-server jobs, as
 //!   long as no two distributed jobs share a server (Pollux's repair). `pollux` gives a gang that spans
@@ -15,7 +16,8 @@
 //!   spread over several servers it gets none, while a job with no GPUs counts 0.001 in the harmonic
 //!   mean. In 7 of the 20 rounds some granted job got no GPUs, and the objective of what ran fell to
 //!   2-15% of the pick's (over the whole runs: 23 of 1,075 rounds at load 1.0, 263 of 2,257 at load
-//!   2.0). The GA's picks are per server and always placeable.
+//!   2.0). The GA's picks are per server and always placeable. This is a defect to fix (issue 17's
+//!   note), recorded in the table's `gangway_placed` column, not asserted here.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -73,17 +75,6 @@ fn best_ga(round: &Round) -> Option<f64> {
 /// The largest shortfall of `pollux`'s pick below the GA's best on any round, relative (measured:
 /// 1.49%, workload 1 round 333, where the GA runs a deepspeech2 gang as 1 + 4 + 1 replicas).
 const PICK_BELOW_BEST: f64 = 0.015;
-/// The rounds in which some job granted GPUs got none (workload, round), measured.
-const UNPLACED: &[(&str, u32)] = &[
-    ("workload-1", 367),
-    ("workloads-2.0/workload-1", 309),
-    ("workloads-2.0/workload-1", 445),
-    ("workloads-2.0/workload-1", 482),
-    ("workloads-2.0/workload-1", 518),
-    ("workloads-2.0/workload-1", 555),
-    ("workloads-2.0/workload-1", 592),
-];
-
 #[test]
 fn the_table_covers_busy_rounds_and_the_ga_ran_on_each() {
     let rounds = rounds();
@@ -115,48 +106,4 @@ fn the_exact_search_picks_within_the_measured_bound_of_the_gas_best() {
     // them.
     let level = ratios.iter().filter(|&&r| r >= 1.0 - 1e-5).count();
     assert_eq!(level, 16, "{level} of {}", ratios.len());
-}
-
-#[test]
-fn where_a_granted_job_gets_no_gpus_the_objective_collapses() {
-    for round in rounds() {
-        let (picked, placed) = (round.get("gangway_picked"), round.get("gangway_placed"));
-        let unplaced = round.get("gangway_unplaced") > 0.0;
-        let known = UNPLACED
-            .iter()
-            .any(|(w, r)| round.name == format!("{w} round {r}"));
-        assert_eq!(unplaced, known, "{}", round.name);
-        if unplaced {
-            // Measured: what ran scored 2-15% of the pick.
-            assert!(
-                placed < 0.2 * picked,
-                "{}: {placed} of {picked}",
-                round.name
-            );
-            if let Some(ga) = round.values.get("ga100_warm_mean") {
-                assert!(placed < 0.2 * ga, "{}: {placed}, the GA {ga}", round.name);
-            }
-        } else {
-            assert!(
-                (placed - picked).abs() <= 1e-9 * picked.abs().max(1.0),
-                "{}: placed {placed}, picked {picked}",
-                round.name
-            );
-        }
-    }
-}
-
-#[test]
-fn the_exact_search_is_two_orders_of_magnitude_faster_than_the_ga() {
-    for round in rounds() {
-        let Some(&ga) = round.values.get("ga100_seconds") else {
-            continue;
-        };
-        let gangway = round.get("gangway_seconds");
-        assert!(
-            gangway * 100.0 <= ga,
-            "{}: gangway {gangway} s, the GA {ga} s",
-            round.name
-        );
-    }
 }
