@@ -240,8 +240,25 @@ pub fn parse(source: &Source, text: &str, options: &TraceOptions) -> Result<Trac
                     ),
                 )
             })?;
-            let profiles = crate::throughput::resources::ResourceProfiles::load(path, "models")?;
-            synergy::parse(source, text, &profiles, path)?
+            // A folder stands for the profiles file in it.
+            let file = if path.is_dir() {
+                let file = path.join(synergy::PROFILES_FILE);
+                if !file.is_file() {
+                    return Err(InputError::whole(
+                        source,
+                        format!(
+                            "a Synergy trace needs Synergy's profiles: {} has no {}",
+                            path.display(),
+                            synergy::PROFILES_FILE
+                        ),
+                    ));
+                }
+                file
+            } else {
+                path.to_path_buf()
+            };
+            let profiles = crate::throughput::resources::ResourceProfiles::load(&file, "models")?;
+            synergy::parse(source, text, &profiles, &file)?
         }
     };
     if trace.jobs.is_empty() {
@@ -253,6 +270,24 @@ pub fn parse(source: &Source, text: &str, options: &TraceOptions) -> Result<Trac
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_folder_given_for_synergys_profiles_must_hold_them_and_the_error_names_the_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let trace = dir.path().join("trace.log");
+        std::fs::write(&trace, "0,res18,0,1000,1\n").unwrap();
+        let options = TraceOptions {
+            format: Some(TraceFormat::Synergy),
+            profiles: Some(dir.path().to_path_buf()),
+            ..TraceOptions::default()
+        };
+        let error = load(&trace, &options).unwrap_err().to_string();
+        assert!(error.starts_with(&trace.display().to_string()), "{error}");
+        assert!(
+            error.contains("has no synergy_model_profiles.json"),
+            "{error}"
+        );
+    }
 
     #[test]
     fn detects_every_format_from_its_first_line() {

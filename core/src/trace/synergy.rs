@@ -30,10 +30,11 @@ pub(crate) fn looks_like(line: &str) -> bool {
         && fields[2..].iter().all(|f| f.parse::<f64>().is_ok())
 }
 
-/// The profiles for a trace at `path`: `given` when it is a file, else Synergy's file beside the trace or
-/// up to two folders above.
+/// The profiles for a trace at `path`: `given` when given (a file, or a folder holding the file; the
+/// reader says what is wrong with anything else), else Synergy's file beside the trace or up to two
+/// folders above.
 pub(crate) fn find_profiles(path: &Path, given: Option<&Path>) -> Option<PathBuf> {
-    if let Some(given) = given.filter(|p| p.is_file()) {
+    if let Some(given) = given {
         return Some(given.to_path_buf());
     }
     path.ancestors()
