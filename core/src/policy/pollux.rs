@@ -13,13 +13,15 @@
 //! - **Limits**: a job may take at most twice the most replicas it has run with (one before its first
 //!   run), at most 64, and no more than its largest batch spreads over; a gang that spans servers takes
 //!   whole servers, so that no two distributed jobs share one (what Pollux's repair step ensures); a
-//!   gang on part of a server waits for a server with room rather than spread, as Pollux places it on
-//!   one node.
+//!   gang on part of a server waits for a server with room rather than spread (spread gangs run slower
+//!   than the program priced them; letting them spread made runs 5-18% slower).
 //!
 //! Pollux searches with a genetic algorithm (population 100, 100 generations). Its objective is a sum
 //! over jobs of a cost per job (`1 / (speedup + 0.001)`) under GPU capacity, so the search here is exact
 //! instead: one configuration per job by the multiple-choice program of [`super::pick`], solved by
-//! HiGHS, deterministic, and at least as good as any allocation the GA can reach in this space.
+//! HiGHS, deterministic, and at least as good as any allocation the GA can reach in this space
+//! (`tests/pollux_ga.rs`). The program counts GPUs per type, not per server, so a part-server grant can
+//! find no server with room and wait a round: a known gap (issue 17's note).
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
