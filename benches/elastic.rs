@@ -155,18 +155,7 @@ fn sia_solves(c: &mut Criterion) {
         let views: Vec<JobView<'_>> = trace
             .jobs
             .iter()
-            .map(|job| JobView {
-                job,
-                rates: &rates,
-                steps_done: 0.0,
-                remaining_steps: job.total_steps,
-                attained_gpu_seconds: 0.0,
-                attained_seconds: 0.0,
-                running: None,
-                queued_since: 0.0,
-                last_run_seconds: 0.0,
-                preemptions: 0,
-            })
+            .map(|job| JobView::arrived(job, &rates))
             .collect();
         let type_order: Vec<GpuTypeId> =
             (0..cluster.num_gpu_types() as u16).map(GpuTypeId).collect();

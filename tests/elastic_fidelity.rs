@@ -26,12 +26,12 @@ fn shared_pollux() -> Option<PathBuf> {
     None
 }
 
-/// Runs `gangway simulate --policy POLICY --cluster CLUSTER --round 60 --out OUT --trace TRACE` and
+/// Runs `gangway simulate --policy POLICY --cluster CLUSTER --round ROUND --out OUT --trace TRACE` and
 /// returns the per-job CSV it wrote.
-fn simulate(policy: &str, cluster: &str, trace: &Path, out: &Path) -> PathBuf {
+fn simulate(policy: &str, cluster: &str, round: &str, trace: &Path, out: &Path) -> PathBuf {
     let run = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args(["simulate", "--policy", policy, "--cluster", cluster])
-        .args(["--round", "60", "--out"])
+        .args(["--round", round, "--out"])
         .arg(out)
         .arg("--trace")
         .arg(trace)
@@ -85,7 +85,7 @@ fn compare_with_pollux(policy: &str, reference: &str, bounds: Bounds) {
         for workload in 1..=4 {
             let trace = data.join(&folder).join(format!("workload-{workload}.csv"));
             let dir = out.path().join(format!("{load}-{workload}"));
-            let ours = jcts(&simulate(policy, "t4=16x4", &trace, &dir), "job_id");
+            let ours = jcts(&simulate(policy, "t4=16x4", "60", &trace, &dir), "job_id");
             let theirs = jcts(
                 &rerun.join(format!("{reference}_load{load}_workload-{workload}.csv")),
                 "name",
@@ -179,7 +179,7 @@ fn sia_on_its_heterogeneous_cluster_is_as_fast_as_sias_own_runs() {
         let trace = data.join(format!("workloads/philly/workload-{workload}.csv"));
         let dir = out.path().join(workload.to_string());
         let ours = jcts(
-            &simulate("sia", "aws=6x4,rtx=3x8,dgx-ext=2x8", &trace, &dir),
+            &simulate("sia", "aws=6x4,rtx=3x8,dgx-ext=2x8", "60", &trace, &dir),
             "job_id",
         );
         assert_eq!(ours.len(), 160, "workload {workload}: every job finishes");
@@ -235,7 +235,7 @@ fn pollux_matches_pollux_published_averages() {
             let name = format!("workload-{workload}");
             let trace = data.join(&folder).join(format!("{name}.csv"));
             let dir = out.path().join(format!("{load}-{workload}"));
-            let ours = jcts(&simulate("pollux", "t4=16x4", &trace, &dir), "job_id");
+            let ours = jcts(&simulate("pollux", "t4=16x4", "60", &trace, &dir), "job_id");
             let theirs = published[&(load.to_string(), name)];
             let average = ours.values().sum::<f64>() / ours.len() as f64;
             report.push(format!(
@@ -256,20 +256,10 @@ fn pollux_matches_pollux_published_averages() {
 /// Average JCT in hours of `policy` on `trace` (`--round` seconds) on `cluster`.
 fn average_jct_h(policy: &str, cluster: &str, round: &str, trace: &Path) -> f64 {
     let out = tempfile::tempdir().unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .args(["simulate", "--policy", policy, "--cluster", cluster])
-        .args(["--round", round, "--out"])
-        .arg(out.path())
-        .arg("--trace")
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let all = jcts(
+        &simulate(policy, cluster, round, trace, out.path()),
+        "job_id",
     );
-    let all = jcts(&out.path().join(format!("jobs_{policy}.csv")), "job_id");
     assert_eq!(all.len(), 160, "{policy}: every job finishes");
     all.values().sum::<f64>() / all.len() as f64 / 3600.0
 }

@@ -173,26 +173,11 @@ mod tests {
         }
     }
 
-    fn view<'a>(job: &'a Job, rates: &'a [f64]) -> JobView<'a> {
-        JobView {
-            job,
-            rates,
-            steps_done: 0.0,
-            remaining_steps: job.total_steps,
-            attained_gpu_seconds: 0.0,
-            attained_seconds: 0.0,
-            running: None,
-            queued_since: 0.0,
-            last_run_seconds: 0.0,
-            preemptions: 0,
-        }
-    }
-
     #[test]
     fn water_filling_is_max_min_fair() {
         let jobs = [job(0, 1, 1.0), job(1, 4, 1.0), job(2, 1, 2.0)];
         let rates = [1.0];
-        let views: Vec<JobView<'_>> = jobs.iter().map(|j| view(j, &rates)).collect();
+        let views: Vec<JobView<'_>> = jobs.iter().map(|j| JobView::arrived(j, &rates)).collect();
         // Plenty of room: everyone runs all the time.
         assert_eq!(max_min_shares(&views, 6.0), vec![1.0, 1.0, 1.0]);
         // 3 GPUs: level L with min(1,L) + min(4,L) + min(1,2L) = 3 -> job 2 saturates at L = 0.5, then
@@ -213,7 +198,7 @@ mod tests {
     #[test]
     fn shares_split_by_type_size_and_skip_types_a_job_cannot_use() {
         let j = job(0, 1, 1.0);
-        let v = view(&j, &[2.0, 0.0, 1.0]);
+        let v = JobView::arrived(&j, &[2.0, 0.0, 1.0]);
         assert_eq!(
             split(&v, &[30, 50, 10], 0.8).collect::<Vec<_>>(),
             vec![0.6, 0.0, 0.2]

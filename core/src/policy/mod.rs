@@ -131,7 +131,24 @@ pub struct Running<'a> {
     pub restarting: bool,
 }
 
-impl JobView<'_> {
+impl<'a> JobView<'a> {
+    /// A job that has just arrived: nothing done, never run, with `rates` per GPU type (for benchmarks,
+    /// tests and tools that ask a policy about a queue).
+    pub fn arrived(job: &'a Job, rates: &'a [f64]) -> Self {
+        JobView {
+            job,
+            rates,
+            steps_done: 0.0,
+            remaining_steps: job.total_steps,
+            attained_gpu_seconds: 0.0,
+            attained_seconds: 0.0,
+            running: None,
+            queued_since: 0.0,
+            last_run_seconds: 0.0,
+            preemptions: 0,
+        }
+    }
+
     pub fn id(&self) -> JobId {
         self.job.id
     }
