@@ -8,7 +8,7 @@ use gangway_core::cluster::{Cluster, GpuTypeId};
 use gangway_core::engine::EngineConfig;
 use gangway_core::job::{Job, JobId, Trace, WorkUnit};
 use gangway_core::placement::PackingPlacer;
-use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::policy::{self, Grant, Policy, PolicyConfig, RoundInput};
 use gangway_core::sim::{SimConfig, SimResult, Simulation};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::throughput::resources::{ResourceModel, ResourceProfiles};
@@ -622,16 +622,60 @@ mod elastic {
     }
 
     fn run(trace: &Trace, cluster: &Cluster, name: &str) -> SimResult {
+        let mut policy = policy::build(name, &PolicyConfig::default()).unwrap();
+        run_policy(trace, cluster, policy.as_mut())
+    }
+
+    fn run_policy(trace: &Trace, cluster: &Cluster, policy: &mut dyn Policy) -> SimResult {
         let model = ProfiledWorkload::new(profiles(), &trace.names, cluster, Calibration::Pollux);
         let mut sim = Simulation::new(trace, cluster, &model);
         sim.config.engine.round_length = 60.0;
         sim.config.engine.audit = true;
-        let mut policy = policy::build(name, &PolicyConfig::default()).unwrap();
-        sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
+        sim.run(policy, &mut PackingPlacer, &mut |_, _| {})
+    }
+
+    /// Wraps a policy and counts its grants that the engine could not place: a job granted GPUs in
+    /// one pass that, still active at the next, does not run on them.
+    struct Unplaced {
+        inner: Box<dyn Policy>,
+        granted: Vec<Grant>,
+        missed: Vec<(f64, Grant)>,
+    }
+
+    impl Policy for Unplaced {
+        fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+            for g in self.granted.drain(..) {
+                let Some(view) = input.jobs.iter().find(|v| v.id() == g.job) else {
+                    continue;
+                };
+                if !view
+                    .running
+                    .is_some_and(|r| r.gpu_type == g.gpu_type && r.gpus.len() == g.gpus as usize)
+                {
+                    self.missed.push((input.now, g));
+                }
+            }
+            self.granted = self.inner.allocate(input);
+            self.granted.clone()
+        }
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+        /// The goodput programs count GPUs per type; what they grant must still fit on servers.
+        #[test]
+        fn goodput_grants_are_placed((trace, cluster) in workload()) {
+            for name in ["pollux", "sia", "sia:learned=1"] {
+                let mut watched = Unplaced {
+                    inner: policy::build(name, &PolicyConfig::default()).unwrap(),
+                    granted: Vec::new(),
+                    missed: Vec::new(),
+                };
+                run_policy(&trace, &cluster, &mut watched);
+                prop_assert!(watched.missed.is_empty(), "{}: grants left unplaced: {:?}", name, watched.missed);
+            }
+        }
 
         /// The audit checks every pass (no GPU twice, capacity, whole gangs); here: every job
         /// finishes, GPU-time adds up, and a second run is identical.

@@ -27,6 +27,7 @@ pub mod cadence;
 pub mod effective;
 pub mod fair_share;
 pub mod finish_time;
+pub mod fit;
 pub mod gandiva;
 pub mod hadar;
 pub mod hetero;

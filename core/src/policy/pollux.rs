@@ -20,8 +20,9 @@
 //! over jobs of a cost per job (`1 / (speedup + 0.001)`) under GPU capacity, so the search here is exact
 //! instead: one configuration per job by the multiple-choice program of [`super::pick`], solved by
 //! HiGHS, deterministic, and at least as good as any allocation the GA can reach in this space
-//! (`tests/pollux_ga.rs`). The program counts GPUs per type, not per server, so a part-server grant can
-//! find no server with room and wait a round: a known gap (issue 17's note).
+//! (`tests/pollux_ga.rs`). The program counts GPUs per type, not per server: [`super::fit`] then places
+//! the pick as the engine will, and a gang that finds no server with room takes its best option that
+//! does.
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -275,13 +276,15 @@ impl Policy for Pollux {
                 rows.push((job.id, row));
             }
         }
-        let picked = match pick(&program, input.capacity) {
+        let mut picked = match pick(&program, input.capacity) {
             Ok(picked) => picked,
             Err(e) => {
                 tracing::warn!(error = %e, jobs = input.jobs.len(), "Pollux's program failed; running jobs keep their GPUs this round");
                 return super::keep_running(input);
             }
         };
+        let ids: Vec<JobId> = rows.iter().map(|(job, _)| *job).collect();
+        super::fit::make_placeable(input, &ids, &program, &mut picked, |t| elastic.node_size(t));
         let current: FxHashMap<JobId, (GpuTypeId, u32)> = input
             .jobs
             .iter()

@@ -12,6 +12,10 @@
 //! - **Objective**: maximize `sum x_jc (lambda - G_jc^p)` with p = -0.5 and lambda = 1.1 (leaving a job
 //!   out costs more than any configuration), one configuration per job, GPUs per type within capacity;
 //!   a job still paying its restart delay keeps its configuration. HiGHS solves it.
+//! - **Placement**: capacity is per type, as in Sia's program. Sia's simulator re-places every job from
+//!   scratch each round (moving within a type is free there), so a per-type count always fits; here runs
+//!   stay where they are, and [`super::fit`] moves a part-server gang that no server has room for to its
+//!   best configuration that fits.
 //!
 //! It needs a goodput model (a Pollux or Sia workload); with another model jobs get the GPUs they asked
 //! for, first come first served.
@@ -281,7 +285,7 @@ impl Policy for Sia {
             program.push(choices);
             rows.push((job.id, row));
         }
-        let picked = match pick(&program, input.capacity) {
+        let mut picked = match pick(&program, input.capacity) {
             Ok(picked) => picked,
             Err(e) => {
                 // Running jobs keep what they hold rather than all being stopped; waiting ones wait.
@@ -289,6 +293,8 @@ impl Policy for Sia {
                 return super::keep_running(input);
             }
         };
+        let ids: Vec<JobId> = rows.iter().map(|(job, _)| *job).collect();
+        super::fit::make_placeable(input, &ids, &program, &mut picked, |t| elastic.node_size(t));
         let mut grants = Vec::new();
         for ((job, row), picked) in rows.into_iter().zip(picked) {
             let Some((config, plan)) = picked.map(|k| row[k]) else {
