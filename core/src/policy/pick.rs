@@ -34,9 +34,18 @@ pub struct Choices {
 pub const EXACT_UP_TO: usize = 20_000;
 
 /// The option each job gets (an index into its options), or `None` for a job left out, minimizing the
-/// total cost with at most `capacity[t]` GPUs of each type `t`: exactly up to [`EXACT_UP_TO`]
-/// candidates, by prices beyond.
+/// total cost with at most `capacity[t]` GPUs of each type `t`: each job's cheapest where they all fit,
+/// else exactly up to [`EXACT_UP_TO`] candidates, by prices beyond.
 pub fn pick(jobs: &[Choices], capacity: &[u32]) -> Result<Vec<Option<usize>>, SolveError> {
+    // Where every job's cheapest choice fits, the capacity rows do not bind: that is the optimum.
+    let alone = cheapest(jobs, &vec![0.0; capacity.len()]);
+    let fits = demand(jobs, &alone, capacity.len())
+        .iter()
+        .zip(capacity)
+        .all(|(&used, &cap)| used <= u64::from(cap));
+    if fits {
+        return Ok(alone);
+    }
     let candidates: usize = jobs.iter().map(|j| j.options.len()).sum();
     if candidates > EXACT_UP_TO {
         return Ok(by_prices(jobs, capacity));
@@ -365,6 +374,21 @@ mod priced {
                 prop_assert!(*u <= u64::from(*c), "{:?} over {:?}", used, capacity);
             }
             prop_assert!(cost(&jobs, &priced) >= cost(&jobs, &exact) - 1e-9);
+        }
+
+        /// `pick` (each job's cheapest where all fit, else the solver) fits and costs no more than
+        /// the solver's answer.
+        #[test]
+        fn pick_is_as_good_as_the_solver((jobs, capacity) in program()) {
+            let Ok(exact) = exact(&jobs, &capacity) else {
+                return Ok(());
+            };
+            let picked = pick(&jobs, &capacity).unwrap();
+            let used = demand(&jobs, &picked, capacity.len());
+            for (u, c) in used.iter().zip(&capacity) {
+                prop_assert!(*u <= u64::from(*c), "{:?} over {:?}", used, capacity);
+            }
+            prop_assert!(cost(&jobs, &picked) <= cost(&jobs, &exact) + 1e-9);
         }
     }
 
