@@ -1,11 +1,13 @@
-//! Runs several policies on one scenario, in parallel, and measures finish-time fairness against the
-//! `isolated` reference.
+//! Runs several policies on one scenario, in parallel, and measures finish-time fairness: against the
+//! `isolated` reference, or on goodput workloads each job alone on its share (`sim::alone`).
 
 use anyhow::Result;
 
+use gangway_core::job::WorkUnit;
 use gangway_core::metrics::Summary;
 use gangway_core::placement::{PackingPlacer, Placer};
 use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::sim::alone::jcts_alone;
 use gangway_core::sim::{SimResult, Simulation};
 
 /// The policy that finish-time fairness (rho) is measured against.
@@ -59,7 +61,9 @@ pub fn run_policies(
         }
         to_run.push(name);
     }
-    if with_ftf && reference_at.is_none() {
+    // Goodput workloads measure rho as Sia does, each job alone on its share, not by a reference policy.
+    let by_share = with_ftf && simulation.trace.work_unit() == WorkUnit::Progress;
+    if with_ftf && !by_share && reference_at.is_none() {
         reference_at = Some(to_run.len());
         to_run.push(REFERENCE_POLICY);
     }
@@ -116,14 +120,26 @@ pub fn run_policies(
         .map(|r| r.expect("every run finished"))
         .collect();
     let reference = reference_at
-        .filter(|_| with_ftf)
+        .filter(|_| with_ftf && !by_share)
         .map(|k| results[k].clone());
-    Ok(names
+    names
         .iter()
         .enumerate()
         .map(|(k, shown)| {
-            let summary = results[k].summary(shown, reference.as_ref());
-            (results[k].clone(), summary)
+            let summary = if by_share {
+                let alone = jcts_alone(
+                    &results[k],
+                    simulation.trace,
+                    simulation.cluster,
+                    &simulation.config,
+                    &names[k],
+                    &config,
+                )?;
+                results[k].summary_against(shown, Some(&alone))
+            } else {
+                results[k].summary(shown, reference.as_ref())
+            };
+            Ok((results[k].clone(), summary))
         })
-        .collect())
+        .collect()
 }

@@ -12,7 +12,6 @@ use gangway::compare;
 #[cfg(feature = "serve")]
 use gangway::control;
 use gangway::core::engine::EngineConfig;
-use gangway::core::job::WorkUnit;
 use gangway::core::metrics::Window;
 use gangway::core::policy;
 use gangway::core::sim::{SimConfig, Simulation};
@@ -153,9 +152,8 @@ struct SimulateArgs {
     /// Also schedule when a job finishes, not only at round boundaries.
     #[arg(long)]
     schedule_on_completion: bool,
-    /// Skip the `isolated` reference run, and with it finish-time fairness (rho). Elastic workloads
-    /// (Pollux's, Sia's) always skip it: their restart delays make a 1/N time share restart jobs
-    /// every round, and the reference would not finish.
+    /// Skip finish-time fairness (rho): the `isolated` reference run, or on goodput workloads (Pollux's,
+    /// Sia's) each job's runs alone on its share of the cluster, under the same policy, as Sia measures it.
     #[arg(long)]
     no_ftf: bool,
     /// Output format on stdout.
@@ -410,7 +408,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         &simulation,
         &scenario.policy_config,
         &args.policy,
-        !args.no_ftf && trace.work_unit() != WorkUnit::Progress,
+        !args.no_ftf,
         &|| scenario.placer(),
         &factory,
     )?;

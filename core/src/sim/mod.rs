@@ -16,6 +16,8 @@
 //! (the checkpoint is charged with the restore, so that GPU accounting stays per round); a job moved to
 //! other GPUs between two consecutive rounds pays `migrate_cost`.
 
+pub mod alone;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -76,11 +78,17 @@ impl SimResult {
                 .map(|r| by_id.get(&r.id).copied().flatten())
                 .collect()
         });
+        self.summary_against(policy, iso_jct.as_deref())
+    }
+
+    /// Summarizes the run over its window, with rho against each record's JCT in `reference` (in
+    /// record order) where given.
+    pub fn summary_against(&self, policy: &str, reference: Option<&[Option<f64>]>) -> Summary {
         metrics::summarize(
             policy,
             &self.records,
             &self.window,
-            iso_jct.as_deref(),
+            reference,
             &RunTotals {
                 busy_gpu_seconds: self.busy_gpu_seconds,
                 allotted_seconds: self.allotted_seconds,

@@ -161,6 +161,11 @@ impl ProfiledWorkload {
         ))
     }
 
+    /// The same workload on another cluster (whose GPU types are among this one's profile keys).
+    pub fn on(&self, names: &Names, cluster: &Cluster) -> ProfiledWorkload {
+        ProfiledWorkload::new(Arc::clone(&self.profiles), names, cluster, self.calibration)
+    }
+
     pub fn calibration(&self) -> Calibration {
         self.calibration
     }
