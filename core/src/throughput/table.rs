@@ -1,7 +1,9 @@
 //! Gavel's throughput table: `{gpu_type: {"('<job type>', <scale factor>)": {"null": steps_per_s,
 //! "('<other type>', <sf>)": [steps_per_s_self, steps_per_s_other]}}}`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use serde_json::Value;
 
@@ -154,9 +156,9 @@ fn positive(v: &Value) -> Option<f64> {
 /// [`ThroughputTable`] resolved against one trace and one cluster, for O(1) look-ups.
 #[derive(Clone, Debug)]
 pub struct TableModel {
-    rates: HashMap<(JobTypeId, GpuTypeId, u32), f64>,
+    rates: FxHashMap<(JobTypeId, GpuTypeId, u32), f64>,
     /// (a's type, b's type, GPU type, gang size) -> (a's rate, b's rate) when packed.
-    packed: HashMap<(JobTypeId, JobTypeId, GpuTypeId, u32), (f64, f64)>,
+    packed: FxHashMap<(JobTypeId, JobTypeId, GpuTypeId, u32), (f64, f64)>,
 }
 
 impl TableModel {
@@ -167,7 +169,7 @@ impl TableModel {
         trace: &Trace,
         cluster: &Cluster,
     ) -> Result<Self, InputError> {
-        let mut rates = HashMap::new();
+        let mut rates = FxHashMap::default();
         let mut checked = std::collections::HashSet::new();
         for job in &trace.jobs {
             if !checked.insert((job.job_type, job.gpus)) {
@@ -207,7 +209,7 @@ impl TableModel {
             }
         }
         // Pair rates for every two job types of the trace at a gang size they share.
-        let mut packed = HashMap::new();
+        let mut packed = FxHashMap::default();
         let sizes: Vec<(JobTypeId, u32)> = checked.into_iter().collect();
         for &(a, gpus) in &sizes {
             for &(b, b_gpus) in &sizes {
