@@ -199,7 +199,7 @@ fn repair(jobs: &[Choices], capacity: &[u32], picked: &mut [Option<usize>]) {
             }
         }
         moves.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for (_, j, alt) in moves {
+        for &(_, j, alt) in &moves {
             if !over(&used) {
                 break;
             }
@@ -208,6 +208,45 @@ fn repair(jobs: &[Choices], capacity: &[u32], picked: &mut [Option<usize>]) {
             if frees_an_over_type {
                 apply(j, alt, picked, &mut used);
             }
+        }
+        // A job that must run can leave an over type only for a full one: it makes room there by
+        // leaving out jobs that may be left out, the least loss per GPU first.
+        for &(_, j, alt) in &moves {
+            if !over(&used) {
+                break;
+            }
+            let from = on(&jobs[j], picked[j]).filter(|&(t, _)| used[t] > u64::from(capacity[t]));
+            let Some((_, (s, g))) = from.zip(on(&jobs[j], alt)).filter(|(f, i)| f.0 != i.0) else {
+                continue;
+            };
+            let short = (used[s] + g).saturating_sub(u64::from(capacity[s]));
+            let mut optional: Vec<(f64, usize, u64)> = (0..jobs.len())
+                .filter(|&k| k != j && jobs[k].left_out.is_some())
+                .filter_map(|k| {
+                    let (_, held) = on(&jobs[k], picked[k]).filter(|&(u, _)| u == s)?;
+                    let loss =
+                        (cost_of(&jobs[k], None) - cost_of(&jobs[k], picked[k])) / held as f64;
+                    Some((loss, k, held))
+                })
+                .collect();
+            optional.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let mut freed = 0;
+            let evicted: Vec<usize> = optional
+                .iter()
+                .take_while(|&&(_, _, held)| {
+                    let before = freed;
+                    freed += held;
+                    before < short
+                })
+                .map(|&(_, k, _)| k)
+                .collect();
+            if freed < short {
+                continue;
+            }
+            for k in evicted {
+                apply(k, None, picked, &mut used);
+            }
+            apply(j, alt, picked, &mut used);
         }
     }
     // Spend spare GPUs: the largest saving per extra GPU first.
