@@ -145,11 +145,13 @@ impl Engine<'_> {
             .ledger
             .usable(&self.cluster, &self.free, allotment.as_ref());
         let free = usable.as_ref().unwrap_or(&self.free);
-        let placed = if g.intent == Intent::MixedTypes && !packed {
-            let types = self.types_at_least_as_fast(i, g.gpu_type, g.gpus);
-            placement::mixed::place(placer, &self.cluster, free, &request, &types)
-        } else {
-            placer.place(&self.cluster, free, &request)
+        let placed = match g.intent {
+            Intent::MixedTypes if !packed => {
+                let types = self.types_at_least_as_fast(i, g.gpu_type, g.gpus);
+                placement::mixed::place(placer, &self.cluster, free, &request, &types)
+            }
+            Intent::MostFree => placement::most_free::place(&self.cluster, free, &request),
+            _ => placer.place(&self.cluster, free, &request),
         };
         match placed {
             // The GPUs are there; their servers' CPUs or memory are not.

@@ -5,7 +5,8 @@
 //!   [`TopologyPlacer`] (scores sets on the hardware graph). Any policy runs with any placer.
 //! - The placement steps a grant's [`crate::policy::Intent`] names, beyond "ask the placer": gangs
 //!   across GPU types ([`mixed`], Hadar), packed pairs ([`packed`], Gandiva and Gavel's `*_packed`),
-//!   and moving spread gangs onto one server ([`defragment`], Gandiva).
+//!   moving spread gangs onto one server ([`defragment`], Gandiva), and the most free servers first
+//!   ([`most_free`], Pollux's baselines).
 //! - [`resources`]: CPUs and memory per server; gangs are placed only where their servers can feed them.
 //!
 //! A placer that cannot place answers with [`Unplaced`], which the engine keeps as the reason a job
@@ -14,6 +15,7 @@
 pub mod defragment;
 pub mod free;
 pub mod mixed;
+pub mod most_free;
 pub mod packed;
 mod packing;
 pub mod resources;

@@ -192,6 +192,9 @@ pub enum Intent {
     /// `gpu_type`, the slowest it may use, setting its pace (Hadar's task-level heterogeneity,
     /// `placement::mixed`).
     MixedTypes,
+    /// On the servers with the most free GPUs first, spreading the gang where one server could hold it
+    /// (Pollux's simulator places its baselines so: `placement::most_free`).
+    MostFree,
 }
 
 impl Grant {

@@ -4,13 +4,16 @@
 //! at a time to the job whose remaining time would shrink most from one more:
 //! `(T(r) - T(r + 1)) * remaining iterations`, with `T(r)` the step time on `r` GPUs packed onto whole
 //! servers (an oracle: the profiles' own step times) and the job's batch split over them. A job stops
-//! growing when its step time stops improving or its batch cannot be split further.
+//! growing when its step time stops improving or its batch cannot be split further. Grants are placed as
+//! Pollux places them, fewest GPUs first, each on the servers with the most free GPUs
+//! (`Intent::MostFree`): with best fit and arrival order instead, runs at load 0.5 were 7-12% slower than
+//! Pollux's (wide grants placed first split smaller gangs over servers).
 //!
 //! The oracle is a goodput model's (a Pollux or Sia workload). Each job runs on the GPU type where one GPU
 //! trains it fastest among those with GPUs left; Pollux's comparison has one type. With any other model
 //! there is nothing to size jobs by: they get the GPUs they asked for, first come first served.
 
-use super::{Grant, Policy, PolicyInfo, RoundInput};
+use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::Job;
 use crate::throughput::goodput::{BatchPlan, Elastic, packed_placement};
@@ -89,7 +92,12 @@ impl Policy for Optimus {
                 gpu_type,
                 gpus: 1,
                 remaining: app.remaining_iterations(f64::from(batch), epoch),
-                max_gpus: (batch / profile.min_local.max(1)).max(1),
+                // ncf's batch is fixed: Pollux gives it one replica.
+                max_gpus: if app.fixed_batch.is_some() {
+                    1
+                } else {
+                    (batch / profile.min_local.max(1)).max(1)
+                },
             });
         }
         let mut gains: Vec<f64> = candidates.iter().map(|c| c.gain(elastic, &free)).collect();
@@ -114,10 +122,14 @@ impl Policy for Optimus {
                 }
             }
         }
-        candidates
+        // Placed as Pollux places them: fewest GPUs first (arrival order on ties), each on the servers
+        // with the most free GPUs.
+        let mut grants: Vec<Grant> = candidates
             .iter()
-            .map(|c| Grant::new(c.job.id, c.gpu_type, c.gpus))
-            .collect()
+            .map(|c| Grant::new(c.job.id, c.gpu_type, c.gpus).with(Intent::MostFree))
+            .collect();
+        grants.sort_by_key(|g| g.gpus);
+        grants
     }
 }
 

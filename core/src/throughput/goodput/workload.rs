@@ -286,27 +286,118 @@ impl Elastic for ProfiledWorkload {
     }
 }
 
-/// Step and sync time on a shape no placement measured: interpolated over the replicas of the measured
-/// shapes nearest in nodes, each over the per-replica batch.
+/// Step and sync time on a shape no placement measured: between the nearest node counts below and
+/// above whose measured replicas span `replicas`, linearly in the nodes, each over its replicas (and each
+/// of those over the per-replica batch); where no node count spans it, at the nearest node count, its
+/// replicas clamped to what was measured there. (Clamping at the nearest count alone made a job's step
+/// time jump where the nearest count changed: imagenet's grew from 28 to 29 GPUs, which stopped
+/// Optimus' greedy growth there.)
 fn shape_time(profile: &TypeProfile, nodes: u32, replicas: u32, local: f64) -> Option<(f64, f64)> {
-    let nearest_nodes = profile
-        .shapes
-        .keys()
-        .map(|&(n, _)| n)
-        .min_by_key(|&n| (n.abs_diff(nodes), n))?;
+    let counts: Vec<u32> = {
+        let mut counts: Vec<u32> = profile.shapes.keys().map(|&(n, _)| n).collect();
+        counts.dedup();
+        counts
+    };
+    let spans = |n: u32| {
+        let mut measured = profile
+            .shapes
+            .range((n, 0)..=(n, u32::MAX))
+            .map(|(&(_, r), _)| r);
+        let low = measured.next().unwrap_or(u32::MAX);
+        let high = measured.next_back().unwrap_or(low);
+        (low..=high).contains(&replicas)
+    };
+    let below = counts
+        .iter()
+        .rev()
+        .copied()
+        .find(|&n| n <= nodes && spans(n));
+    let above = counts.iter().copied().find(|&n| n >= nodes && spans(n));
+    match (below, above) {
+        (Some(lo), Some(hi)) if hi > lo => {
+            let (a, b) = (
+                at_nodes(profile, lo, replicas, local)?,
+                at_nodes(profile, hi, replicas, local)?,
+            );
+            Some(lerp(a, b, f64::from(nodes - lo) / f64::from(hi - lo)))
+        }
+        (Some(n), _) | (None, Some(n)) => at_nodes(profile, n, replicas, local),
+        (None, None) => {
+            let nearest = counts
+                .iter()
+                .copied()
+                .min_by_key(|&n| (n.abs_diff(nodes), n))?;
+            at_nodes(profile, nearest, replicas, local)
+        }
+    }
+}
+
+/// Step and sync time of `replicas` over `nodes` (a node count measured), interpolated over the
+/// measured replicas there and clamped to their range.
+fn at_nodes(profile: &TypeProfile, nodes: u32, replicas: u32, local: f64) -> Option<(f64, f64)> {
     let candidates: Vec<(u32, (f64, f64))> = profile
         .shapes
-        .range((nearest_nodes, 0)..=(nearest_nodes, u32::MAX))
+        .range((nodes, 0)..=(nodes, u32::MAX))
         .filter_map(|(&(_, r), steps)| Some((r, interpolate(steps, local)?)))
         .collect();
     let below = candidates.iter().rev().find(|(r, _)| *r <= replicas);
     let above = candidates.iter().find(|(r, _)| *r >= replicas);
     match (below, above) {
         (Some(&(lo, a)), Some(&(hi, b))) if hi > lo => {
-            let w = f64::from(replicas - lo) / f64::from(hi - lo);
-            Some((a.0 + (b.0 - a.0) * w, a.1 + (b.1 - a.1) * w))
+            Some(lerp(a, b, f64::from(replicas - lo) / f64::from(hi - lo)))
         }
         (Some(&(_, a)), _) | (None, Some(&(_, a))) => Some(a),
         (None, None) => None,
+    }
+}
+
+/// `a + (b - a) w`, on both times.
+fn lerp(a: (f64, f64), b: (f64, f64), w: f64) -> (f64, f64) {
+    (a.0 + (b.0 - a.0) * w, a.1 + (b.1 - a.1) * w)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    use crate::throughput::goodput::profiles::Step;
+
+    /// A profile whose step time is `nodes + replicas / 10` at any batch, measured on 1 node (1 to 4
+    /// replicas), 2 nodes (2 to 8) and 6 nodes (6 to 24).
+    fn profile() -> TypeProfile {
+        let mut shapes = BTreeMap::new();
+        for (nodes, replicas) in [(1, 1..=4), (2, 2..=8), (6, 6..=24)] {
+            for r in replicas.step_by(2) {
+                let time = f64::from(nodes) + f64::from(r) / 10.0;
+                let step = Step {
+                    local_bsz: 32.0,
+                    step_time: time,
+                    sync_time: time / 2.0,
+                };
+                shapes.insert((nodes, r), vec![step]);
+            }
+        }
+        TypeProfile {
+            shapes,
+            ..TypeProfile::default()
+        }
+    }
+
+    #[test]
+    fn shapes_between_measured_node_counts_are_interpolated_across_them() {
+        let p = profile();
+        let step = |nodes, replicas| shape_time(&p, nodes, replicas, 32.0).unwrap().0;
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+        // Measured.
+        assert!(close(step(2, 6), 2.6));
+        // Between replicas measured on one node count.
+        assert!(close(step(6, 7), 6.7));
+        // 4 nodes, 8 replicas: between 2 nodes (which measured 8) and 6 (which measured 8), halfway.
+        assert!(close(step(4, 8), 4.8), "{}", step(4, 8));
+        // 5 nodes, 12 replicas: only 6 nodes measured 12; no jump from clamping at 2 nodes' 8.
+        assert!(close(step(5, 12), 7.2));
+        // Nothing spans 30 replicas: the nearest node count, clamped to what it measured.
+        assert!(close(step(7, 30), 6.0 + 2.4));
     }
 }
