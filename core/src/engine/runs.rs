@@ -102,16 +102,25 @@ impl Engine<'_> {
         self.free.take(&self.cluster, &placed.gpus);
         match partner {
             None => {
-                let segment = alone_segment(
-                    &*self.model,
-                    &self.cluster,
-                    &self.jobs[i],
-                    gpu_type,
-                    &placed.gpus,
-                    batch,
-                    allotment,
-                    self.states[i].steps_done,
-                );
+                // Where the model's rate is the GPU count's alone, the cached rates answer (starts are
+                // the hottest path of time-slicing policies, which move most jobs every round).
+                let segment = if self.model.rate_follows_run() {
+                    alone_segment(
+                        &*self.model,
+                        &self.cluster,
+                        &self.jobs[i],
+                        gpu_type,
+                        &placed.gpus,
+                        batch,
+                        allotment,
+                        self.states[i].steps_done,
+                    )
+                } else {
+                    Segment {
+                        rate: self.rate_at(i, gpu_type, placed.gpus.len() as u32),
+                        until: f64::INFINITY,
+                    }
+                };
                 let run = Tuning { batch, allotment };
                 self.begin_run(i, &placed, gpu_type, segment, run, None, now);
             }

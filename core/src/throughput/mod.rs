@@ -71,6 +71,14 @@ pub trait ThroughputModel: Send + Sync {
             })
     }
 
+    /// Whether [`ThroughputModel::run_rate`] says more than [`ThroughputModel::steps_per_second`] on the
+    /// run's GPU count (it follows placement, batch, CPUs and memory, or progress). Where it does not,
+    /// the engine starts runs at the rates it caches per job and type. A model that overrides
+    /// `run_rate` says true.
+    fn rate_follows_run(&self) -> bool {
+        false
+    }
+
     /// Seconds of no progress every (re)start of `job` costs (a restart delay); 0 by default, where the
     /// engine's preemption and migration costs stand instead.
     fn restart_seconds(&self, _job: &Job) -> f64 {
@@ -106,6 +114,10 @@ impl<T: ThroughputModel + ?Sized> ThroughputModel for &T {
 
     fn run_rate(&self, job: &Job, shape: &RunShape<'_>, steps_done: f64) -> Option<Segment> {
         (**self).run_rate(job, shape, steps_done)
+    }
+
+    fn rate_follows_run(&self) -> bool {
+        (**self).rate_follows_run()
     }
 
     fn restart_seconds(&self, job: &Job) -> f64 {

@@ -229,6 +229,10 @@ impl ThroughputModel for ProfiledWorkload {
             .map(|s| s.rate)
     }
 
+    fn rate_follows_run(&self) -> bool {
+        true
+    }
+
     fn run_rate(&self, job: &Job, shape: &RunShape<'_>, steps_done: f64) -> Option<Segment> {
         let replicas: u32 = shape.placement.iter().sum();
         let plan = match shape.batch {

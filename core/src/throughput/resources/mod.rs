@@ -122,6 +122,10 @@ impl<M: ThroughputModel> ThroughputModel for ResourceModel<M> {
         self.inner.packed_steps_per_second(a, b, gpu_type, gpus)
     }
 
+    fn rate_follows_run(&self) -> bool {
+        true
+    }
+
     fn run_rate(&self, job: &Job, shape: &RunShape<'_>, steps_done: f64) -> Option<Segment> {
         let segment = self.inner.run_rate(job, shape, steps_done)?;
         let allotment = shape
