@@ -20,6 +20,9 @@ pub struct Ledger {
     generous: usize,
     /// CPUs and memory in use on all servers.
     total: (f64, f64),
+    /// Each server's proportional share per GPU (what a run without an allotment holds), kept
+    /// because every start and stop charges it.
+    shares: Vec<Allotment>,
 }
 
 impl Ledger {
@@ -30,6 +33,7 @@ impl Ledger {
             memory_gb: vec![0.0; n],
             generous: 0,
             total: (0.0, 0.0),
+            shares: cluster.nodes().iter().map(Allotment::share).collect(),
         }
     }
 
@@ -60,11 +64,10 @@ impl Ledger {
     ) {
         let mut generous = false;
         for &g in gpus {
-            let node = cluster.node_of(g);
-            let share = Allotment::share(cluster.node(node));
+            let n = cluster.node_of(g).0 as usize;
+            let share = self.shares[n];
             let each = allotment.copied().unwrap_or(share);
-            generous |= each.exceeds(&share);
-            let n = node.0 as usize;
+            generous |= allotment.is_some() && each.exceeds(&share);
             self.cpus[n] += sign * weight * each.cpus;
             self.memory_gb[n] += sign * weight * each.memory_gb;
             self.total.0 += sign * weight * each.cpus;
