@@ -9,8 +9,8 @@
 //!   GPUs of that type (whole servers, then part of one), its request capped there, arriving at a round
 //!   boundary; its JCT is interpolated between the two counts, and the types are averaged weighted by
 //!   their GPUs in the cluster. A share under one GPU stretches the one-GPU JCT by one over the share.
-//! - Runs are shared between jobs alike in what they run (application, request, batch, work): a workload
-//!   of 160 jobs needs a few dozen.
+//! - Runs are shared between jobs alike in what they run (application, request, batch, work): Sia's
+//!   160-job philly workload-1 on its heterogeneous cluster needs about 220 runs instead of 960.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
