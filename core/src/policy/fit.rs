@@ -109,7 +109,7 @@ fn place_in_order(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::{Cluster, NodeId};
+    use crate::cluster::{Cluster, GpuId, NodeId};
     use crate::job::{Job, JobTypeId, TenantId};
     use crate::policy::{JobView, Running};
     use crate::throughput::DurationModel;
@@ -150,6 +150,16 @@ mod tests {
         }
     }
 
+    /// A run on `gpus` of type 0, past its restart.
+    fn running(gpus: &[GpuId]) -> Running<'_> {
+        Running {
+            gpu_type: GpuTypeId(0),
+            gpus,
+            batch: None,
+            restarting: false,
+        }
+    }
+
     fn option(gpus: u32, cost: f64) -> Candidate {
         Candidate {
             gpu_type: GpuTypeId(0),
@@ -168,18 +178,8 @@ mod tests {
         let other = cluster.gpus_of(NodeId(1)).collect::<Vec<_>>();
         let rates = [1.0];
         let mut views: Vec<JobView> = jobs.iter().map(|j| JobView::arrived(j, &rates)).collect();
-        views[0].running = Some(Running {
-            gpu_type: GpuTypeId(0),
-            gpus: &gpus[..2],
-            batch: None,
-            restarting: false,
-        });
-        views[1].running = Some(Running {
-            gpu_type: GpuTypeId(0),
-            gpus: &other[..2],
-            batch: None,
-            restarting: false,
-        });
+        views[0].running = Some(running(&gpus[..2]));
+        views[1].running = Some(running(&other[..2]));
         let program = vec![
             Choices {
                 options: vec![option(2, 1.0)],
@@ -215,12 +215,7 @@ mod tests {
         let rates = [1.0];
         let mut views: Vec<JobView> = jobs.iter().map(|j| JobView::arrived(j, &rates)).collect();
         // Job 0 holds 2 GPUs on the first server and grows to 4.
-        views[0].running = Some(Running {
-            gpu_type: GpuTypeId(0),
-            gpus: &first[..2],
-            batch: None,
-            restarting: false,
-        });
+        views[0].running = Some(running(&first[..2]));
         let program: Vec<Choices> = [4, 3, 1]
             .iter()
             .map(|&g| Choices {
