@@ -18,13 +18,15 @@ _deps_have_cxx() {
 }
 
 # Where clang-sys (bindgen's loader) finds libclang: LIBCLANG_PATH, or the system's library
-# directories. A match must be a non-empty file (a dangling link is no library).
+# directories. A match must be a non-empty file (a dangling link is no library), and not
+# libclang-cpp, clang's C++ library, which some images ship without libclang and clang-sys ignores.
 _deps_have_libclang() {
     local dirs=(/usr/lib/llvm-*/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu /usr/lib64 /usr/local/lib)
     [[ -n "${LIBCLANG_PATH:-}" ]] && dirs=("$LIBCLANG_PATH")
     local dir f
     for dir in "${dirs[@]}"; do
         for f in "$dir"/libclang.so* "$dir"/libclang-*.so*; do
+            [[ "${f##*/}" == libclang-cpp* ]] && continue
             [[ -s "$f" ]] && return 0
         done
     done
