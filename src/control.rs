@@ -15,6 +15,7 @@ use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_launcher::client::{Client, new_idempotency_key};
+use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ProcessExecutor, check_command};
 use gangway_topology::topology::ClusterSpec;
 
@@ -75,6 +76,15 @@ pub struct ServeArgs {
     /// A cluster as `TYPE=NxG,...` (as for `simulate`), run by simulated workers.
     #[arg(long, value_name = "SPEC")]
     pub cluster: Option<String>,
+    /// CPUs of this machine that jobs may be allotted (pinned to, with process workers): the first N
+    /// cores this process may use (default: all of them). With --fake-gpus or NVML GPUs only.
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u32>,
+    /// GB of this machine's memory that jobs may be allotted (a cgroup limit per job where the daemon
+    /// may make cgroups; advice to the workers otherwise). Default: the machine's memory. With
+    /// --fake-gpus or NVML GPUs only.
+    #[arg(long, value_name = "GB")]
+    pub memory_gb: Option<f64>,
     /// The policy, with knobs (`--policy help` with `simulate` lists them).
     #[arg(long, default_value = "tiresias", value_name = "SPEC")]
     pub policy: String,
@@ -142,20 +152,55 @@ pub enum Workers {
 }
 
 /// The cluster to serve, with its hardware graph when it came from one, the device index of each GPU
-/// when they are all on this machine, and whether they are real (NVML) ones.
+/// and the cores jobs may be pinned to when they are all on this machine, and whether the GPUs are
+/// real (NVML) ones.
 struct Served {
     cluster: Cluster,
     topology: Option<ClusterSpec>,
     devices: Option<Vec<u32>>,
+    cores: Vec<usize>,
     real: bool,
 }
 
+/// This machine as one server of `gpus` GPUs of `model`: with the cores and memory jobs may be
+/// allotted (--cpus, --memory-gb, or what this process may use).
+fn this_machine(args: &ServeArgs, model: &str, gpus: u32) -> Result<(Cluster, Vec<usize>)> {
+    use gangway_launcher::confine::{machine_memory_gb, usable_cores};
+    let mut cores = usable_cores();
+    if let Some(n) = args.cpus {
+        if n == 0 || n as usize > cores.len() {
+            bail!(
+                "--cpus {n}: this process may use {} cores ({})",
+                cores.len(),
+                gangway_launcher::confine::core_list(&cores)
+            );
+        }
+        cores.truncate(n as usize);
+    }
+    let memory_gb = match args.memory_gb {
+        Some(gb) if gb.is_finite() && gb > 0.0 => gb,
+        Some(gb) => bail!("--memory-gb {gb}: must be a positive number of GB"),
+        None => machine_memory_gb().context("reading this machine's memory from /proc/meminfo")?,
+    };
+    let cluster = Cluster::try_from_nodes([(model, gpus, cores.len() as u32, memory_gb)])?;
+    Ok((cluster, cores))
+}
+
 fn serve_cluster(args: &ServeArgs) -> Result<Served> {
+    if (args.cpus.is_some() || args.memory_gb.is_some())
+        && (args.preset.is_some() || args.topology.is_some() || args.cluster.is_some())
+    {
+        bail!(
+            "--cpus and --memory-gb describe this machine (--fake-gpus or NVML GPUs); a --preset, \
+             --topology or --cluster gives its servers' own"
+        );
+    }
     let elsewhere = |spec: ClusterSpec| -> Result<Served> {
         Ok(Served {
             cluster: Cluster::from_topology(&spec.build())?,
             topology: Some(spec),
             devices: None,
+            cores: Vec::new(),
             real: false,
         })
     };
@@ -164,11 +209,12 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
             bail!("--fake-gpus must be at least 1");
         }
         // The cluster first: it refuses a count beyond its limit before any per-GPU list is made.
-        let cluster = Cluster::parse_spec(&format!("fake=1x{n}"), n)?;
+        let (cluster, cores) = this_machine(args, "fake", n)?;
         return Ok(Served {
             cluster,
             topology: None,
             devices: Some((0..n).collect()),
+            cores,
             real: false,
         });
     }
@@ -183,6 +229,7 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
             cluster: scenario::load_cluster(spec, None, 1)?,
             topology: None,
             devices: None,
+            cores: Vec::new(),
             real: false,
         });
     }
@@ -195,10 +242,12 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
                 );
             }
             let model = found.gpus[0].name.to_ascii_lowercase().replace(' ', "-");
+            let (cluster, cores) = this_machine(args, &model, count)?;
             Ok(Served {
-                cluster: Cluster::parse_spec(&format!("{model}=1x{count}"), count)?,
+                cluster,
                 topology: None,
                 devices: Some(found.gpus.iter().map(|g| g.index).collect()),
+                cores,
                 real: true,
             })
         }
@@ -239,6 +288,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         cluster,
         topology,
         devices,
+        cores,
         real: real_gpus,
     } = serve_cluster(&args)?;
     // What runs live is what `gangway simulate` runs: the same model, placer, knobs and costs; live,
@@ -278,10 +328,15 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 );
             }
             let runs = args.journal.join("runs");
-            Box::new(
-                ProcessExecutor::new(elastic_run, devices, runs.clone())
-                    .with_context(|| format!("creating {}", runs.display()))?,
-            )
+            let executor = ProcessExecutor::new(elastic_run, devices, runs.clone())
+                .with_context(|| format!("creating {}", runs.display()))?
+                .with_cores(CorePool::new(cores.clone()));
+            eprintln!(
+                "gangway serve: jobs pinned to their share of cores {}; memory limits {}",
+                gangway_launcher::confine::core_list(&cores),
+                executor.memory_limits().describe()
+            );
+            Box::new(executor)
         }
     };
     let policy = scenario.policy(&args.policy)?;

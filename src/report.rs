@@ -127,7 +127,7 @@ pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()>
 }
 
 /// Every start, stop and change of pace in place, in time order: how many GPUs of which type each job
-/// held, and with which batch, over time.
+/// held, with which batch, CPUs and memory, over time.
 fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String]) -> Result<()> {
     let mut w = csv::Writer::from_path(path)?;
     w.write_record([
@@ -142,6 +142,8 @@ fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String
         "accum_steps",
         "steps_per_second",
         "steps_done",
+        "cpus",
+        "memory_gb",
     ])?;
     let batch_columns = |batch: &Option<BatchPlan>, gpus: usize| match batch {
         Some(plan) => [
@@ -159,6 +161,7 @@ fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String
                 gpus,
                 steps_per_second,
                 batch,
+                resources,
                 ..
             } => {
                 let ids: Vec<String> = gpus.iter().map(|g| g.0.to_string()).collect();
@@ -175,6 +178,8 @@ fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String
                     accum,
                     format!("{steps_per_second:.6}"),
                     String::new(),
+                    format!("{:.3}", resources.cpus),
+                    format!("{:.3}", resources.memory_gb),
                 ]
             }
             Change::Stopped { job, steps_done } => vec![
@@ -189,11 +194,14 @@ fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String
                 String::new(),
                 String::new(),
                 format!("{steps_done:.3}"),
+                String::new(),
+                String::new(),
             ],
             Change::Retuned {
                 job,
                 steps_per_second,
                 batch,
+                resources,
             } => {
                 // The GPU count is unchanged; the batch columns give the new plan's split.
                 let [_, local, accum] = batch_columns(batch, 0);
@@ -209,6 +217,8 @@ fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String
                     accum,
                     format!("{steps_per_second:.6}"),
                     String::new(),
+                    format!("{:.3}", resources.cpus),
+                    format!("{:.3}", resources.memory_gb),
                 ]
             }
         };

@@ -1259,12 +1259,17 @@ fn elastic_workloads_run_on_the_cluster_and_rounds_they_were_made_for() {
     assert_eq!(
         lines.next(),
         Some(
-            "time_s,job_id,event,gpu_type,gpus,gpu_ids,global_batch,local_batch,accum_steps,steps_per_second,steps_done"
+            "time_s,job_id,event,gpu_type,gpus,gpu_ids,global_batch,local_batch,accum_steps,steps_per_second,steps_done,cpus,memory_gb"
         )
     );
     let start: Vec<&str> = lines.next().unwrap().split(',').collect();
     assert_eq!(start[1..5], ["0", "start", "t4", "1"], "{allocations}");
     assert!(!start[6].is_empty(), "sia chose a batch: {allocations}");
+    let (cpus, memory_gb): (f64, f64) = (start[11].parse().unwrap(), start[12].parse().unwrap());
+    assert!(
+        cpus > 0.0 && memory_gb > 0.0,
+        "a start holds its share: {allocations}"
+    );
     assert!(
         allocations.lines().any(|l| l.contains(",0,stop,")),
         "{allocations}"

@@ -415,6 +415,7 @@ fn launch_on(job: u32, attempt: u64, gpus: &[u32], run: &RunCommand) -> Launch {
         startup_seconds: 0.0,
         remaining_steps: 1000.0,
         total_steps: 1000.0,
+        resources: None,
         run: Some(run.clone()),
     }
 }
@@ -683,6 +684,173 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
         read("moved.json")["params"],
         "bit-identical to the run that never moved"
     );
+}
+
+/// The `KEY=VALUE` fields of the toy's `resources:` lines (one per rank), from its output.
+fn resource_lines(output: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    output
+        .lines()
+        .filter_map(|l| l.strip_prefix("resources: "))
+        .map(|fields| {
+            fields
+                .split(' ')
+                .filter_map(|f| f.split_once('='))
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect()
+        })
+        .collect()
+}
+
+/// A line of `/proc/PID/status` (`Cpus_allowed_list`), or of `/proc/PID/cgroup` naming `memory`.
+fn proc_field(pid: i32, file: &str, key: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+        .ok()?
+        .lines()
+        .find(|l| l.contains(key))
+        .map(str::to_owned)
+}
+
+/// Synergy live: the daemon gives each job the CPUs it was allotted (the server's GPU-proportional
+/// share here: 2 cores over 4 GPUs, so one core for each 2-GPU job), pins every process of the job
+/// to it, tells the workers, and holds the job's memory (8 GB over 4 GPUs: 4 GB each) in a cgroup
+/// of its own where the machine lets the daemon make one.
+#[test]
+fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
+    let python = need_torch!();
+    if gangway_launcher::confine::usable_cores().len() < 2 {
+        support::skip("this machine gives the tests fewer than 2 cores");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let daemon_log = dir.path().join("daemon.log");
+    let _daemon = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args([
+                "serve",
+                "--fake-gpus",
+                "4",
+                "--cpus",
+                "2",
+                "--memory-gb",
+                "8",
+            ])
+            .args(["--workers", "processes", "--policy", "fifo"])
+            .args(["--round", "1", "--listen", &addr, "--journal"])
+            .arg(dir.path().join("journal"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&daemon_log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    support::wait_until_answering(&format!("http://{addr}"));
+    let journal = dir.path().join("journal");
+    let submit = |job: &str| {
+        Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+            .args(["--daemon", &addr, "--gpus", "2", "--python", &python])
+            .args(["--job-id", job, "--grace", "30", "--checkpoint-dir"])
+            .arg(dir.path().join(job))
+            .args([
+                TOY,
+                "--steps",
+                "60",
+                "--save-every",
+                "0",
+                "--step-sleep",
+                "0.1",
+            ])
+            .current_dir(dir.path())
+            .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
+            .env_remove("LD_LIBRARY_PATH")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let clients = [submit("left"), submit("right")];
+    // While both run: every process of each job is pinned to one core, and not the other's.
+    let mut pinned = Vec::new();
+    eventually(Duration::from_secs(120), || {
+        pinned.clear();
+        for job in ["left", "right"] {
+            let pids = processes_of(job);
+            let lists: std::collections::BTreeSet<String> = pids
+                .iter()
+                .filter_map(|&p| proc_field(p, "status", "Cpus_allowed_list"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_owned())
+                .collect();
+            // torchrun and its two workers (and elastic-run), all on one core.
+            if pids.len() < 3 || lists.len() != 1 {
+                return Err(format!("{job}: pids {pids:?} allowed on {lists:?}"));
+            }
+            pinned.push((job, pids, lists.into_iter().next().unwrap()));
+        }
+        Ok(())
+    });
+    assert_ne!(
+        pinned[0].2, pinned[1].2,
+        "each job on a core of its own: {pinned:?}"
+    );
+    for (_, _, cores) in &pinned {
+        assert!(!cores.contains([',', '-']), "one core each: {pinned:?}");
+    }
+    let described = std::fs::read_to_string(&daemon_log).unwrap();
+    let enforced = described.contains("memory limits enforced");
+    assert!(
+        enforced || described.contains("memory limits advisory only"),
+        "the daemon says how memory is held: {described}"
+    );
+    for (job, pids, _) in &pinned {
+        for &pid in pids {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            let environ = String::from_utf8_lossy(&environ);
+            assert!(
+                environ.split('\0').any(|v| v == "GANGWAY_MEMORY_GB=4.000"),
+                "{job}: process {pid} is told its memory"
+            );
+        }
+        if enforced {
+            // Every process of the job in one memory cgroup of its own, limited to 4 GB (the kernel
+            // rounds a limit down to whole pages).
+            let cgroups: std::collections::BTreeSet<String> = pids
+                .iter()
+                .filter_map(|&p| proc_field(p, "cgroup", "memory"))
+                .collect();
+            assert_eq!(cgroups.len(), 1, "{job}: {cgroups:?}");
+            let path = cgroups.into_iter().next().unwrap();
+            let path = path.rsplit(':').next().unwrap().to_owned();
+            assert!(path.contains("/gangway/"), "{job}: {path}");
+            let limit = ["memory.max", "memory.limit_in_bytes"]
+                .iter()
+                .find_map(|file| {
+                    let under = |mount: &str| format!("{mount}{path}/{file}");
+                    ["/sys/fs/cgroup", "/sys/fs/cgroup/memory"]
+                        .iter()
+                        .find_map(|m| std::fs::read_to_string(under(m)).ok())
+                })
+                .unwrap_or_else(|| panic!("{job}: no memory limit under {path}"));
+            let limit: u64 = limit.trim().parse().unwrap();
+            assert!(
+                limit <= 4_000_000_000 && limit > 4_000_000_000 - 65_536,
+                "{job}: limit {limit}"
+            );
+        }
+    }
+    for (client, (job, _, cores)) in clients.into_iter().zip(&pinned) {
+        let out = client.wait_with_output().unwrap();
+        let output = text(&out);
+        assert!(out.status.success(), "{job}: {output}");
+        // The workers saw it too: both ranks, one core, the one the test found.
+        let seen = resource_lines(&output);
+        assert_eq!(seen.len(), 2, "{job}: {output}");
+        for rank in &seen {
+            assert_eq!(rank["cpus"], "1", "{job}: {output}");
+            assert_eq!(&rank["affinity"], cores, "{job}: {output}");
+            assert_eq!(rank["memory_gb"], "4.0", "{job}: {output}");
+            assert_eq!(rank["loader_workers"], "0", "{job}: {output}");
+        }
+    }
 }
 
 /// Whether a local Slurm with four idle nodes answers (scripts/test starts one with

@@ -6,7 +6,7 @@ use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
 
 pub use gangway_protocol::worker::{
-    Executor, ExecutorError, Launch, RunAs, RunCommand, WorkerEvent,
+    Executor, ExecutorError, Launch, Resources, RunAs, RunCommand, WorkerEvent,
 };
 
 /// A simulated job's run.
@@ -166,6 +166,7 @@ mod tests {
             startup_seconds: 10.0,
             remaining_steps: remaining,
             total_steps: 100.0,
+            resources: None,
             run: None,
         }
     }

@@ -15,6 +15,10 @@
 //!   the worker helper writes with its step and total steps) is read at every poll and reported as
 //!   the job's work done; before the first report, and for workers that report no total, the
 //!   scheduler's model estimates it.
+//! - **CPUs and memory**: each attempt is pinned to whole cores of its own for the CPUs it was
+//!   allotted, and put in a memory cgroup with its allotment as the limit where this process may make
+//!   one (see [`crate::confine`]); the workers are told both (`GANGWAY_CPUS`, `GANGWAY_CPU_LIST`,
+//!   `GANGWAY_MEMORY_GB`), which the worker helper turns into DataLoader worker counts.
 //! - **Re-adoption**: the children run in their own process groups and outlive the daemon; every
 //!   process of an attempt carries [`ATTEMPT_VAR`] in its environment, and a restarted daemon finds
 //!   them by it.
@@ -26,10 +30,13 @@ use std::time::{Duration, Instant};
 
 use gangway_protocol::command::{Invalid, Submitter, check_program};
 use gangway_protocol::ids::JobId;
-use gangway_protocol::worker::{Executor, ExecutorError, Launch, RunAs, RunCommand, WorkerEvent};
+use gangway_protocol::worker::{
+    Executor, ExecutorError, Launch, Resources, RunAs, RunCommand, WorkerEvent,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::process::{kill_all_with_env, process_has_env};
+use crate::confine::{self, CorePool, MemoryLimits};
+use crate::process::{kill_all_with_env, process_has_env, processes_with_env};
 
 /// Marks every process of one attempt: `JOB.ATTEMPT`.
 pub const ATTEMPT_VAR: &str = "GANGWAY_ATTEMPT";
@@ -177,6 +184,20 @@ struct RunRecord {
     launched_at: f64,
     stop_timeout: Duration,
     launch: Launch,
+    #[serde(default)]
+    confinement: Confinement,
+    /// Its processes' [`ATTEMPT_VAR`] (absent in run files of before it named the executor).
+    #[serde(default)]
+    marker: Option<String>,
+}
+
+/// Where an attempt's CPUs and memory are held.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct Confinement {
+    /// The cores its processes are pinned to (none: not pinned).
+    cores: Vec<usize>,
+    /// Its memory cgroup, where limits are enforced.
+    cgroup: Option<PathBuf>,
 }
 
 /// One running attempt.
@@ -195,6 +216,9 @@ struct Run {
     progress_file: PathBuf,
     /// The last fraction of its work the workers reported, and whether it was polled since.
     reported: Option<f64>,
+    confinement: Confinement,
+    /// What its processes carry in [`ATTEMPT_VAR`].
+    marker: String,
 }
 
 impl Run {
@@ -229,12 +253,8 @@ impl Run {
     fn exited(&mut self) -> bool {
         match &mut self.child {
             Some(child) => !matches!(child.try_wait(), Ok(None)),
-            None => !process_has(self.pid, &self.marker()),
+            None => !process_has(self.pid, &self.marker),
         }
-    }
-
-    fn marker(&self) -> String {
-        marker(self.launch.job, self.attempt)
     }
 
     /// Removes the attempt's files once its ending is known.
@@ -243,6 +263,17 @@ impl Run {
         let _ = std::fs::remove_file(&self.run_file);
         let _ = std::fs::remove_file(&self.progress_file);
     }
+}
+
+/// FNV-1a: a stable hash (the same in every build and run) for names.
+fn fnv1a(bytes: &std::ffi::OsStr) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    bytes
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
 }
 
 fn marker(job: JobId, attempt: u64) -> String {
@@ -267,6 +298,13 @@ pub struct ProcessExecutor {
     runs: HashMap<JobId, Run>,
     /// Events found outside `poll` (a launch refused before it ran).
     pending: Vec<WorkerEvent>,
+    cores: CorePool,
+    memory: MemoryLimits,
+    /// Tells this executor's processes and cgroups apart from another daemon's on the same machine
+    /// (which stops by marker): a hash of its state directory, the same after a restart.
+    instance: String,
+    /// Cgroups of ended attempts whose last processes had not yet gone when they ended.
+    stale_cgroups: Vec<PathBuf>,
 }
 
 impl ProcessExecutor {
@@ -278,6 +316,7 @@ impl ProcessExecutor {
         state_dir: PathBuf,
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&state_dir)?;
+        let instance = format!("{:016x}", fnv1a(state_dir.canonicalize()?.as_os_str()));
         Ok(ProcessExecutor {
             elastic_run,
             devices,
@@ -285,7 +324,62 @@ impl ProcessExecutor {
             stop_margin: Duration::from_secs(60),
             runs: HashMap::new(),
             pending: Vec::new(),
+            cores: CorePool::of_this_process(),
+            memory: MemoryLimits::detect(),
+            stale_cgroups: Vec::new(),
+            instance,
         })
+    }
+
+    /// What every process of an attempt carries in [`ATTEMPT_VAR`]: this executor's, and the
+    /// attempt's (`INSTANCE-JOB.ATTEMPT`).
+    pub fn attempt_marker(&self, job: JobId, attempt: u64) -> String {
+        format!("{}-{}", self.instance, marker(job, attempt))
+    }
+
+    /// Pins attempts to cores of `cores` (default: those this process may use).
+    pub fn with_cores(mut self, cores: CorePool) -> Self {
+        self.cores = cores;
+        self
+    }
+
+    /// Holds memory allotments so (default: [`MemoryLimits::detect`]).
+    pub fn with_memory_limits(mut self, memory: MemoryLimits) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    /// How memory allotments are held, for the operator.
+    pub fn memory_limits(&self) -> &MemoryLimits {
+        &self.memory
+    }
+
+    /// Takes cores and makes a memory cgroup for an attempt with `resources`.
+    fn confine(&mut self, launch: &Launch) -> Result<Confinement, SpawnError> {
+        let Some(resources) = launch.resources else {
+            return Ok(Confinement::default());
+        };
+        let cgroup = match resources.memory_bytes() {
+            Some(bytes) => self
+                .memory
+                .create(&self.attempt_marker(launch.job, launch.attempt), bytes)
+                .map_err(|e| SpawnError::from_io("making the job's memory cgroup".into(), e))?,
+            None => None,
+        };
+        Ok(Confinement {
+            cores: self.cores.take(resources.cores()),
+            cgroup,
+        })
+    }
+
+    /// Gives back an ended attempt's cores and removes its cgroup (later, if processes linger).
+    fn release(&mut self, confinement: &Confinement) {
+        self.cores.give_back(&confinement.cores);
+        if let Some(cgroup) = &confinement.cgroup
+            && !confine::remove(cgroup)
+        {
+            self.stale_cgroups.push(cgroup.clone());
+        }
     }
 
     fn attempt_file(&self, job: JobId, attempt: u64, what: &str) -> PathBuf {
@@ -322,7 +416,11 @@ impl ProcessExecutor {
 
     /// Starts the attempt; `Refused` when the job can never start (retrying is pointless), `Failed`
     /// when it could not start now (the round puts it back in the queue).
-    fn spawn(&self, launch: &Launch) -> Result<(Child, Duration), SpawnError> {
+    fn spawn(
+        &self,
+        launch: &Launch,
+        confinement: &Confinement,
+    ) -> Result<(Child, Duration), SpawnError> {
         let Some(run) = &launch.run else {
             return Err(SpawnError::Refused(
                 "it has no command: submit real jobs with `elastic-run --daemon`".into(),
@@ -374,12 +472,37 @@ impl ProcessExecutor {
             .current_dir(&run.cwd)
             .env_clear()
             .envs(&run.env)
-            .env(ATTEMPT_VAR, marker(launch.job, launch.attempt))
+            .env(ATTEMPT_VAR, self.attempt_marker(launch.job, launch.attempt))
             .env(EXIT_FILE_VAR, &exit_file)
             .env(PROGRESS_FILE_VAR, &progress_file)
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
+        if let Some(resources) = launch.resources {
+            command
+                .env(
+                    confine::CPUS_VAR,
+                    confinement.cores.len().max(1).to_string(),
+                )
+                .env(
+                    confine::MEMORY_GB_VAR,
+                    format!("{:.3}", resources.memory_gb),
+                );
+        }
+        if !confinement.cores.is_empty() {
+            command.env(
+                confine::CPU_LIST_VAR,
+                confine::core_list(&confinement.cores),
+            );
+            confine::pin(&mut command, &confinement.cores);
+        }
+        let _cgroup_procs = match &confinement.cgroup {
+            Some(cgroup) => Some(
+                confine::join(&mut command, cgroup)
+                    .map_err(|e| SpawnError::from_io(format!("opening {}", cgroup.display()), e))?,
+            ),
+            None => None,
+        };
         // Its own process group: the daemon's terminal signals never reach it, and it outlives a
         // daemon restart to be re-adopted.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -430,7 +553,7 @@ impl ProcessExecutor {
     /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `wait_stopped` for what follows).
     fn signal_stop(run: &Run) {
         // An adopted run is not our child: its pid may have been reused since it exited.
-        if run.child.is_none() && !process_has(run.pid, &run.marker()) {
+        if run.child.is_none() && !process_has(run.pid, &run.marker) {
             return;
         }
         // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
@@ -445,7 +568,7 @@ impl ProcessExecutor {
                     job = run.launch.job.0,
                     "the workers outlived the stop timeout; killing them"
                 );
-                kill_marked(&run.marker());
+                kill_marked(&run.marker);
                 if let Some(child) = &mut run.child {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -455,7 +578,7 @@ impl ProcessExecutor {
             std::thread::sleep(Duration::from_millis(50));
         }
         // Whatever it left behind (it never should).
-        kill_marked(&run.marker());
+        kill_marked(&run.marker);
     }
 }
 
@@ -479,13 +602,24 @@ impl Executor for ProcessExecutor {
             }
             None => {}
         }
-        match self.spawn(launch) {
-            Ok((child, stop_timeout)) => {
+        let spawned =
+            self.confine(launch)
+                .and_then(|confinement| match self.spawn(launch, &confinement) {
+                    Ok(spawned) => Ok((spawned, confinement)),
+                    Err(e) => {
+                        self.release(&confinement);
+                        Err(e)
+                    }
+                });
+        match spawned {
+            Ok(((child, stop_timeout), confinement)) => {
                 let record = RunRecord {
                     pid: child.id() as i32,
                     launched_at: now,
                     stop_timeout,
                     launch: launch.clone(),
+                    confinement: confinement.clone(),
+                    marker: Some(self.attempt_marker(launch.job, launch.attempt)),
                 };
                 let run_file = self.attempt_file(launch.job, launch.attempt, "run");
                 if let Err(e) = serde_json::to_vec(&record)
@@ -506,6 +640,8 @@ impl Executor for ProcessExecutor {
                     launch: launch.clone(),
                     progress_file: self.progress_file(launch),
                     reported: None,
+                    confinement,
+                    marker: self.attempt_marker(launch.job, launch.attempt),
                 };
                 self.runs.insert(launch.job, run);
                 Ok(())
@@ -557,6 +693,7 @@ impl Executor for ProcessExecutor {
                 "workers stopped"
             );
             run.forget();
+            self.release(&run.confinement);
             answers.push((run.launch.job, Ok(run.work_done(now))));
         }
         answers
@@ -565,6 +702,39 @@ impl Executor for ProcessExecutor {
     fn retune(&mut self, job: JobId, _steps_per_second: f64, _now: f64) {
         // Real workers set their own pace; packing partners are not supported for processes.
         tracing::debug!(job = job.0, "retune ignored by the process executor");
+    }
+
+    fn reallot(&mut self, job: JobId, resources: Resources) {
+        let Some(run) = self.runs.get_mut(&job) else {
+            return;
+        };
+        if run.launch.resources.is_none() {
+            return;
+        }
+        // Re-pinned in place: the workers keep running, on the new cores from their next slice.
+        self.cores.give_back(&run.confinement.cores);
+        let cores = self.cores.take(resources.cores());
+        let threads = confine::repin(&processes_with_env(ATTEMPT_VAR, &run.marker), &cores);
+        if let (Some(cgroup), Some(bytes)) = (&run.confinement.cgroup, resources.memory_bytes())
+            && let Err(e) = self.memory.set_limit(cgroup, bytes)
+        {
+            // Lowering a limit below what the job already uses fails; it keeps the old one.
+            tracing::warn!(job = job.0, error = %e, "changing the memory limit");
+        }
+        tracing::info!(job = job.0, cores = %confine::core_list(&cores), threads, "re-pinned");
+        run.confinement.cores = cores;
+        run.launch.resources = Some(resources);
+        let record = RunRecord {
+            pid: run.pid,
+            launched_at: run.launched_at,
+            stop_timeout: run.stop_timeout,
+            launch: run.launch.clone(),
+            confinement: run.confinement.clone(),
+            marker: Some(run.marker.clone()),
+        };
+        if let Ok(bytes) = serde_json::to_vec(&record) {
+            let _ = write_atomically(&run.run_file, &bytes);
+        }
     }
 
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
@@ -576,12 +746,15 @@ impl Executor for ProcessExecutor {
             .and_then(|bytes| serde_json::from_slice(&bytes).ok());
         // Alive, or ended while the daemon was down with its exit file written: adopted either
         // way, and the next poll reports the ending.
-        let Some(record) = record.filter(|r| {
-            process_has(r.pid, &marker(job, attempt)) || self.exit_file(&r.launch).exists()
-        }) else {
+        let Some(mut record) = record else {
             return false;
         };
+        let marker = record.marker.take().unwrap_or_else(|| marker(job, attempt));
+        if !process_has(record.pid, &marker) && !self.exit_file(&record.launch).exists() {
+            return false;
+        }
         let progress_file = self.progress_file(&record.launch);
+        self.cores.hold(&record.confinement.cores);
         self.runs.insert(
             job,
             Run {
@@ -596,6 +769,8 @@ impl Executor for ProcessExecutor {
                 launch: record.launch,
                 progress_file,
                 reported: None,
+                confinement: record.confinement,
+                marker,
             },
         );
         true
@@ -611,10 +786,12 @@ impl Executor for ProcessExecutor {
             .collect();
         for job in exited {
             let run = self.runs.remove(&job).expect("listed");
-            kill_marked(&run.marker());
+            kill_marked(&run.marker);
             events.push(self.ending(&run, now));
             run.forget();
+            self.release(&run.confinement);
         }
+        self.stale_cgroups.retain(|cgroup| !confine::remove(cgroup));
         events
     }
 

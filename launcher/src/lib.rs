@@ -1,6 +1,7 @@
 //! gangway-launcher: runs training jobs under torchrun for gangway (`elastic-run`).
 //!
 //! - [`cli`]: `elastic-run`'s command line: gangway's options, torchrun's passed through unchanged;
+//! - [`confine`]: holding a job's workers to their allotted CPUs (pinned cores) and memory (cgroups);
 //! - [`process`]: torchrun in its own process group with a parent-death signal, every worker marked
 //!   with a run token, and a guardian that kills them all if the launcher is killed;
 //! - [`exit`]: how a launch ended: completed, a user error (never retried), or a crash;
@@ -24,6 +25,7 @@
 
 pub mod cli;
 pub mod client;
+pub mod confine;
 pub mod daemon;
 pub mod executor;
 pub mod exit;

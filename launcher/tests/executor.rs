@@ -4,10 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor};
 use gangway_launcher::process::processes_with_env;
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
-use gangway_protocol::worker::{Executor, Launch, RunCommand, WorkerEvent};
+use gangway_protocol::worker::{Executor, Launch, Resources, RunCommand, WorkerEvent};
 
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 echo "$@" >> calls.log
@@ -50,6 +51,7 @@ fn launch(job: u32, attempt: u64, gpus: &[u32], mode: Option<&str>, dir: &Path) 
         startup_seconds: 0.0,
         remaining_steps: 100.0,
         total_steps: 100.0,
+        resources: None,
         run: mode.map(|mode| RunCommand {
             args: vec!["--grace".into(), "1".into(), "train.py".into()],
             cwd: dir.to_path_buf(),
@@ -73,8 +75,9 @@ fn wait_for_event(exec: &mut ProcessExecutor) -> WorkerEvent {
     }
 }
 
-fn attempt_processes(job: u32, attempt: u64) -> Vec<i32> {
-    processes_with_env(ATTEMPT_VAR, &format!("{job}.{attempt}"))
+/// The processes of an attempt, by the marker its executor gave them.
+fn attempt_processes(marker: &str) -> Vec<i32> {
+    processes_with_env(ATTEMPT_VAR, marker)
 }
 
 #[test]
@@ -154,16 +157,25 @@ fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
     first
         .launch(&launch(2, 7, &[1], Some("finish"), dir.path()), 10.0)
         .unwrap();
+    let (one, two) = (
+        first.attempt_marker(JobId(1), 4),
+        first.attempt_marker(JobId(2), 7),
+    );
     // Job 2 ends while no daemon watches: its exit file is all that is left of it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !attempt_processes(2, 7).is_empty() {
+    while !attempt_processes(&two).is_empty() {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(!attempt_processes(1, 4).is_empty(), "job 1 runs");
+    assert!(!attempt_processes(&one).is_empty(), "job 1 runs");
     drop(first); // the daemon dies; its children live on
 
     let mut second = executor(dir.path(), &fake);
+    assert_eq!(
+        second.attempt_marker(JobId(1), 4),
+        one,
+        "the same executor after a restart"
+    );
     assert!(!second.alive(JobId(1), 3), "not an attempt that ran");
     assert!(second.alive(JobId(1), 4), "the live attempt is re-adopted");
     assert!(second.alive(JobId(2), 7), "the ended attempt is adopted");
@@ -181,9 +193,112 @@ fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
     // Stopping the adopted run: SIGTERM, it exits, and the work counts from its launch at t=10.
     let saved = second.stop(JobId(1), 30.0).unwrap();
     assert_eq!(saved, 40.0, "20 s at 2 steps/s");
-    assert!(attempt_processes(1, 4).is_empty(), "nothing of it is left");
+    assert!(attempt_processes(&one).is_empty(), "nothing of it is left");
     assert!(
         second.poll(31.0).is_empty(),
         "a stopped job reports no ending"
     );
+}
+
+/// The cores a process may run on (`0-1`, `3`).
+fn allowed_cores(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+#[test]
+fn attempts_are_pinned_to_their_cores_which_follow_the_allotment_in_place() {
+    let cores = gangway_launcher::confine::usable_cores();
+    if cores.len() < 2 {
+        eprintln!("SKIP: this machine gives the tests fewer than 2 cores");
+        return;
+    }
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake).with_cores(CorePool::new(cores[..2].to_vec()));
+    let with = |job: u32, cpus: f64| Launch {
+        resources: Some(Resources {
+            cpus,
+            memory_gb: 2.0,
+        }),
+        ..launch(job, 0, &[job], Some("run"), dir.path())
+    };
+    let markers: Vec<String> = (0..3).map(|j| exec.attempt_marker(JobId(j), 0)).collect();
+    let pinned = |job: u32| -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let pids = attempt_processes(&markers[job as usize]);
+            if let Some(&pid) = pids.first() {
+                return allowed_cores(pid);
+            }
+            assert!(Instant::now() < deadline, "job {job} never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let (first, second) = (cores[0].to_string(), cores[1].to_string());
+    exec.launch(&with(0, 1.0), 0.0).unwrap();
+    // 1.5 CPUs is one whole core: the other one.
+    exec.launch(&with(1, 1.5), 0.0).unwrap();
+    assert_eq!((pinned(0), pinned(1)), (first.clone(), second.clone()));
+    let environ = std::fs::read(format!(
+        "/proc/{}/environ",
+        attempt_processes(&markers[0])[0]
+    ))
+    .unwrap();
+    let environ = String::from_utf8_lossy(&environ);
+    for told in [
+        "GANGWAY_CPUS=1",
+        &format!("GANGWAY_CPU_LIST={first}"),
+        "GANGWAY_MEMORY_GB=2.000",
+    ] {
+        assert!(environ.split('\0').any(|v| v == told), "{told}");
+    }
+    // A stopped job gives its core back: the next launch gets the least held one, job 1's.
+    exec.stop(JobId(1), 1.0).unwrap();
+    exec.launch(&with(2, 1.0), 1.0).unwrap();
+    assert_eq!(pinned(2), second);
+    // Given both cores in place (sharing the one job 2 holds): re-pinned, still running.
+    exec.reallot(
+        JobId(0),
+        Resources {
+            cpus: 2.0,
+            memory_gb: 2.0,
+        },
+    );
+    let expected = if cores[1] == cores[0] + 1 {
+        format!("{first}-{second}")
+    } else {
+        format!("{first},{second}")
+    };
+    assert_eq!(pinned(0), expected);
+    for job in [0, 2] {
+        exec.stop(JobId(job), 2.0).unwrap();
+    }
+}
+
+/// Two daemons on one machine number their jobs alike: stopping one's job 0 must not touch the
+/// other's (it once killed every process marked `0.0`).
+#[test]
+fn stopping_a_job_leaves_another_daemons_job_of_the_same_number_alone() {
+    let (dir, fake) = setup();
+    let other_dir = tempfile::tempdir().unwrap();
+    let mut mine = executor(dir.path(), &fake);
+    let mut theirs = executor(other_dir.path(), &fake);
+    for exec in [&mut mine, &mut theirs] {
+        exec.launch(&launch(0, 0, &[0], Some("run"), dir.path()), 0.0)
+            .unwrap();
+    }
+    let theirs_marker = theirs.attempt_marker(JobId(0), 0);
+    assert_ne!(mine.attempt_marker(JobId(0), 0), theirs_marker);
+    mine.stop(JobId(0), 1.0).unwrap();
+    assert!(
+        !attempt_processes(&theirs_marker).is_empty(),
+        "the other daemon's job 0 still runs"
+    );
+    theirs.stop(JobId(0), 1.0).unwrap();
+    assert!(attempt_processes(&theirs_marker).is_empty());
 }

@@ -52,8 +52,40 @@ pub struct Launch {
     pub startup_seconds: f64,
     pub remaining_steps: f64,
     pub total_steps: f64,
+    /// The CPUs and memory the workers are allotted, all their GPUs together (`None` in a run file
+    /// written before allotments were carried: the executor then gives what it gave before, no pin).
+    #[serde(default)]
+    pub resources: Option<Resources>,
     /// What to run, for executors of real processes (`None` for simulated jobs).
     pub run: Option<RunCommand>,
+}
+
+/// CPUs and memory a job's workers are allotted, all their GPUs together: what its policy's resource
+/// mechanism chose (Synergy's `tune` or `opt`), or its servers' GPU-proportional share.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resources {
+    pub cpus: f64,
+    pub memory_gb: f64,
+}
+
+impl Resources {
+    /// Whole cores to pin the workers to: the CPUs allotted, rounded down (a fraction of a core cannot
+    /// be pinned), and at least one.
+    pub fn cores(&self) -> usize {
+        if self.cpus.is_finite() && self.cpus >= 1.0 {
+            // Slack for shares summed in floating point (24 CPUs over 8 GPUs, times 8).
+            (self.cpus + 1e-6).floor() as usize
+        } else {
+            1
+        }
+    }
+
+    /// The memory allotted, in bytes, for a limit (`None` when it is not a positive finite size).
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let bytes = self.memory_gb * 1e9;
+        (bytes.is_finite() && bytes >= 1.0).then(|| bytes.min(u64::MAX as f64) as u64)
+    }
 }
 
 /// Something the workers did, reported by [`Executor::poll`].
@@ -141,6 +173,10 @@ pub trait Executor: Send + 'static {
 
     /// The job's pace changed in place (its packing partner left).
     fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64);
+
+    /// The job's CPUs and memory changed in place (a resource mechanism gave some back to a peer, or
+    /// took more). Executors that enforce no allotment ignore it.
+    fn reallot(&mut self, _job: JobId, _resources: Resources) {}
 
     /// Whether the workers of this attempt still run (to re-adopt them after a control-plane restart).
     fn alive(&mut self, job: JobId, attempt: u64) -> bool;

@@ -78,6 +78,13 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     timing("rendezvous_done")
 
+    # What this rank was allotted, and where it really runs (a real script would size its
+    # DataLoader with gw.dataloader_workers(); this toy keeps one thread, for bit-exact results).
+    mine = gw.resources()
+    print(f"resources: rank={rank} cpus={mine.cpus} memory_gb={mine.memory_gb} "
+          f"loader_workers={gw.dataloader_workers()} "
+          f"affinity={','.join(map(str, sorted(os.sched_getaffinity(0))))}", flush=True)
+
     # Same initial weights everywhere (DDP would broadcast rank 0's anyway), then a different RNG
     # stream per rank, as real jobs have (dropout masks must differ between data shards).
     torch.manual_seed(args.seed)

@@ -21,6 +21,10 @@ GANGWAY_ACCUM_STEPS       micro-batches accumulated per optimizer step;
 GANGWAY_STOP_FILE         the launcher creates this file to request a cooperative stop
 GANGWAY_PROGRESS_FILE     the helper writes {"step", "time", ...} JSON here (local rank 0 only)
 GANGWAY_KEEP_CHECKPOINTS  how many checkpoints to keep (default 3)
+GANGWAY_CPUS              cores this job's processes on this machine are pinned to (all local ranks)
+GANGWAY_CPU_LIST          which cores, e.g. "0,1,5"
+GANGWAY_MEMORY_GB         GB of memory allotted to the job on this machine (a cgroup limit where the
+                          daemon can enforce one)
 An empty value counts as unset.
 
 API
@@ -31,6 +35,9 @@ should_stop(group=None)     -> bool; stop file exists or SIGTERM received, agree
 report_progress(step)       -> atomically rewrite the progress file (local rank 0 only)
 save(state, step)           -> atomic checkpoint by rank 0 + manifest with sha256; keeps last N
 load(path=None, fallback=False) -> (state, step) or None when there is nothing to resume
+resources()                 -> Resources (cpus, cpu_list, memory_gb) this job was allotted
+dataloader_workers()        -> DataLoader workers per local rank from the allotted cores
+intra_op_threads()          -> torch.set_num_threads() per local rank from the allotted cores
 
 A training loop::
 
@@ -64,6 +71,7 @@ from ._env import PlanError
 from .checkpoint import ChecksumMismatch, CheckpointError, load, read_manifest, save
 from .control import install_sigterm_handler, report_progress, should_stop
 from .plan import Plan, plan
+from .resources import Resources, dataloader_workers, intra_op_threads, resources
 
 EXIT_OK = 0
 EXIT_PREEMPTED_OK = 0
@@ -79,11 +87,15 @@ __all__ = [
     "CheckpointError",
     "Plan",
     "PlanError",
+    "Resources",
+    "dataloader_workers",
+    "intra_op_threads",
     "install_sigterm_handler",
     "load",
     "plan",
     "read_manifest",
     "report_progress",
+    "resources",
     "save",
     "should_stop",
 ]

@@ -10,6 +10,7 @@ use gangway_core::job::JobId;
 use rustc_hash::FxHashSet;
 
 use super::messages::RoundReport;
+use super::plan::Retune;
 use crate::executor::{Executor, Launch};
 use crate::gang::{Acquire, GangActor};
 use crate::gpu::{GpuActor, Holder, Release};
@@ -59,7 +60,7 @@ pub(super) struct StartStep {
 pub(super) struct Steps {
     pub stops: Vec<StopStep>,
     pub starts: Vec<StartStep>,
-    pub retunes: Vec<(JobId, f64)>,
+    pub retunes: Vec<Retune>,
     pub now: f64,
 }
 
@@ -112,8 +113,8 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
                 }
             })
             .collect();
-        for (job, rate) in retunes {
-            exec.retune(job, rate, now);
+        for retune in &retunes {
+            retune.apply(&mut **exec, now);
         }
         saved
     })

@@ -42,6 +42,7 @@ use crate::stats::{Stats, StatsSnapshot};
 use carry::Gang;
 
 use carry::{Outcome, StartStep, Steps, StopStep, blocking, carry_out};
+use plan::Retune;
 use store::Store;
 
 pub use messages::{
@@ -388,7 +389,7 @@ impl ClusterActor {
                 handle.gang = None;
             }
         }
-        let retunes: Vec<(JobId, f64)> = self
+        let retunes: Vec<Retune> = self
             .engine()
             .take_changes()
             .into_iter()
@@ -396,15 +397,20 @@ impl ClusterActor {
                 Change::Retuned {
                     job,
                     steps_per_second,
+                    resources,
                     ..
-                } => Some((job, steps_per_second)),
+                } => Some(Retune {
+                    job,
+                    steps_per_second,
+                    resources,
+                }),
                 _ => None,
             })
             .collect();
         if !retunes.is_empty() {
             let mut exec = self.executor.lock().expect("executor");
-            for (job, rate) in retunes {
-                exec.retune(job, rate, now);
+            for retune in &retunes {
+                retune.apply(&mut **exec, now);
             }
         }
         self.persist(&records);

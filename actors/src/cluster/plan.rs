@@ -6,7 +6,7 @@ use gangway_core::engine::Change;
 use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
 
-use crate::executor::Launch;
+use crate::executor::{Executor, Launch, Resources};
 use crate::ledger::{Ledger, Record, Standing};
 use crate::lifecycle::Phase;
 
@@ -38,8 +38,25 @@ pub(super) struct Plan {
     pub records: Vec<Record>,
     pub stops: Vec<StopPlan>,
     pub starts: Vec<StartPlan>,
-    /// Jobs whose pace changed in place (a packing partner left).
-    pub retunes: Vec<(JobId, f64)>,
+    /// Jobs whose pace, CPUs or memory changed in place.
+    pub retunes: Vec<Retune>,
+}
+
+/// A running job whose pace (a packing partner left), CPUs or memory (a resource mechanism moved
+/// them) changed in place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Retune {
+    pub job: JobId,
+    pub steps_per_second: f64,
+    pub resources: Resources,
+}
+
+impl Retune {
+    /// Tells the executor.
+    pub fn apply(&self, executor: &mut dyn Executor, now: f64) {
+        executor.retune(self.job, self.steps_per_second, now);
+        executor.reallot(self.job, self.resources);
+    }
 }
 
 /// Plans `changes` made at `now`. `ending` names jobs whose stop ends them (finished, cancelled,
@@ -72,6 +89,7 @@ pub(super) fn plan(
                 steps_per_second,
                 startup_seconds,
                 remaining_steps,
+                resources,
                 ..
             } => {
                 out.records.push(Record::Started {
@@ -92,6 +110,7 @@ pub(super) fn plan(
                     startup_seconds,
                     remaining_steps,
                     total_steps: spec.map_or(0.0, |s| s.total_steps),
+                    resources: Some(resources),
                     run: spec.and_then(|s| s.run.clone()),
                 };
                 launches.push((launch, partner));
@@ -100,8 +119,13 @@ pub(super) fn plan(
             Change::Retuned {
                 job,
                 steps_per_second,
+                resources,
                 ..
-            } => out.retunes.push((job, steps_per_second)),
+            } => out.retunes.push(Retune {
+                job,
+                steps_per_second,
+                resources,
+            }),
         }
     }
     // A stop followed by a start of the same size is a move; of another size, a resize.
@@ -194,6 +218,10 @@ mod tests {
             startup_seconds: 0.0,
             remaining_steps: 50.0,
             batch: None,
+            resources: Resources {
+                cpus: 2.0,
+                memory_gb: 8.0,
+            },
         }
     }
 

@@ -10,6 +10,7 @@ use crate::job::JobId;
 use crate::metrics::JobRecord;
 use crate::placement::{Placed, Placer, Unplaced};
 use crate::throughput::goodput::BatchPlan;
+use gangway_protocol::worker::Resources;
 
 use super::accounting::new_record;
 
@@ -28,14 +29,18 @@ pub enum Change {
         remaining_steps: f64,
         /// The batch plan it runs with, when its policy chose one.
         batch: Option<BatchPlan>,
+        /// The CPUs and memory it holds, all its GPUs together.
+        resources: Resources,
     },
     /// The job stopped running (it was preempted, is about to move, or finished) with `steps_done`.
     Stopped { job: JobId, steps_done: f64 },
-    /// A running job's pace changed in place (its packing partner left, or its batch plan changed).
+    /// A running job's pace changed in place (its packing partner left, its batch plan or its CPUs
+    /// and memory changed).
     Retuned {
         job: JobId,
         steps_per_second: f64,
         batch: Option<BatchPlan>,
+        resources: Resources,
     },
 }
 

@@ -199,6 +199,12 @@ impl Engine<'_> {
                 startup_seconds: overhead,
                 remaining_steps: (self.jobs[i].total_steps - self.states[i].steps_done).max(0.0),
                 batch,
+                resources: self.ledger.held(
+                    &self.cluster,
+                    &placed.gpus,
+                    allotment.as_ref(),
+                    pair_weight(partner.is_some()),
+                ),
             };
             self.note_change(|| change);
         }
@@ -297,11 +303,19 @@ impl Engine<'_> {
         run.rate = segment.rate * run.locality;
         run.until = segment.until;
         let (rate, batch) = (run.rate, run.batch);
-        self.note_change(|| Change::Retuned {
-            job: id,
-            steps_per_second: rate,
-            batch,
-        });
+        if let Some(changes) = self.changes.as_mut() {
+            changes.push(Change::Retuned {
+                job: id,
+                steps_per_second: rate,
+                batch,
+                resources: self.ledger.held(
+                    &self.cluster,
+                    &run.gpus,
+                    run.allotment.as_ref(),
+                    pair_weight(run.partner.is_some()),
+                ),
+            });
+        }
         self.reschedule_completion(i, progress_from);
     }
 

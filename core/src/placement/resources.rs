@@ -9,6 +9,7 @@
 use super::FreeGpus;
 use crate::cluster::{Cluster, GpuId, NodeId};
 use crate::resources::{Allotment, EPSILON};
+use gangway_protocol::worker::Resources;
 
 /// CPUs and memory in use per server.
 #[derive(Clone, Debug)]
@@ -50,6 +51,26 @@ impl Ledger {
     /// GB of memory in use on `node`.
     pub fn memory_used(&self, node: NodeId) -> f64 {
         self.memory_gb[node.0 as usize]
+    }
+
+    /// CPUs and memory a gang on `gpus` holds in all at `allotment` per GPU (each server's share
+    /// where `None`), scaled by `weight` (a packed pair splits one).
+    pub fn held(
+        &self,
+        cluster: &Cluster,
+        gpus: &[GpuId],
+        allotment: Option<&Allotment>,
+        weight: f64,
+    ) -> Resources {
+        let mut held = Resources::default();
+        for &g in gpus {
+            let each = allotment
+                .copied()
+                .unwrap_or(self.shares[cluster.node_of(g).0 as usize]);
+            held.cpus += weight * each.cpus;
+            held.memory_gb += weight * each.memory_gb;
+        }
+        held
     }
 
     /// Charges (`sign` 1) or refunds (`sign` -1) `allotment` (or each server's share, when `None`),

@@ -1,0 +1,446 @@
+//! Holding a job's workers to the CPUs and memory they were allotted (Synergy's point: CPUs and memory
+//! are sized per job, so they must also be kept per job).
+//!
+//! - **CPUs**: [`CorePool`] hands each attempt whole cores of those the daemon may use, the fewest
+//!   shared first; the attempt's first process is pinned to them before it starts ([`pin`]), so
+//!   torchrun and every worker inherit the set; a change in place re-pins every thread ([`repin`]).
+//! - **Memory**: [`MemoryLimits`] puts each attempt in a cgroup of its own with its limit
+//!   (`memory.max` on cgroup v2, `memory.limit_in_bytes` on v1's memory hierarchy), when this
+//!   process may create one; otherwise the allotment is only advised to the workers
+//!   (`GANGWAY_MEMORY_GB`) and the reason is kept for the operator.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// How many cores the workers are pinned to.
+pub const CPUS_VAR: &str = "GANGWAY_CPUS";
+/// Which cores (`0,1,5`).
+pub const CPU_LIST_VAR: &str = "GANGWAY_CPU_LIST";
+/// The GB of memory allotted (a limit where a cgroup enforces it, advice otherwise).
+pub const MEMORY_GB_VAR: &str = "GANGWAY_MEMORY_GB";
+
+/// The cores this process may run on.
+pub fn usable_cores() -> Vec<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and sched_getaffinity writes at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) } == 0;
+    if !ok {
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        return (0..n).collect();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// This machine's memory in GB (10^9 bytes), from `/proc/meminfo`.
+pub fn machine_memory_gb() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024.0 / 1e9)
+}
+
+/// Whole cores handed to attempts, each core counted by how many attempts hold it.
+#[derive(Clone, Debug)]
+pub struct CorePool {
+    cores: Vec<usize>,
+    holders: Vec<u32>,
+}
+
+impl CorePool {
+    pub fn new(cores: Vec<usize>) -> Self {
+        let holders = vec![0; cores.len()];
+        CorePool { cores, holders }
+    }
+
+    /// The cores this process may run on.
+    pub fn of_this_process() -> Self {
+        CorePool::new(usable_cores())
+    }
+
+    pub fn len(&self) -> usize {
+        self.cores.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cores.is_empty()
+    }
+
+    /// `n` cores (at most all of them): the least held first, then the lowest. Attempts get cores of
+    /// their own while there are enough; the scheduler never allots more CPUs than the pool has, so
+    /// only allotments rounded up to one whole core share.
+    pub fn take(&mut self, n: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.cores.len()).collect();
+        order.sort_by_key(|&i| (self.holders[i], i));
+        order.truncate(n.max(1));
+        order.sort_unstable();
+        for &i in &order {
+            self.holders[i] += 1;
+        }
+        order.into_iter().map(|i| self.cores[i]).collect()
+    }
+
+    /// Counts `cores` as held again (an attempt re-adopted after a restart); cores not in the pool
+    /// are ignored.
+    pub fn hold(&mut self, cores: &[usize]) {
+        for c in cores {
+            if let Some(i) = self.cores.iter().position(|x| x == c) {
+                self.holders[i] += 1;
+            }
+        }
+    }
+
+    /// Gives back what [`CorePool::take`] or [`CorePool::hold`] counted.
+    pub fn give_back(&mut self, cores: &[usize]) {
+        for c in cores {
+            if let Some(i) = self.cores.iter().position(|x| x == c) {
+                self.holders[i] = self.holders[i].saturating_sub(1);
+            }
+        }
+    }
+}
+
+fn cpu_set(cores: &[usize]) -> libc::cpu_set_t {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET is given indices below CPU_SETSIZE.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cores.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    set
+}
+
+/// `0,1,5`.
+pub fn core_list(cores: &[usize]) -> String {
+    let names: Vec<String> = cores.iter().map(usize::to_string).collect();
+    names.join(",")
+}
+
+/// Pins the command's process to `cores` before it runs its program: everything it starts inherits
+/// the set.
+pub fn pin(command: &mut Command, cores: &[usize]) {
+    let set = cpu_set(cores);
+    // SAFETY: between fork and exec the closure only calls sched_setaffinity(2) on the child itself,
+    // on a set built before the fork, and allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Re-pins every thread of the processes `pids` to `cores`; returns how many threads moved.
+pub fn repin(pids: &[i32], cores: &[usize]) -> usize {
+    let set = cpu_set(cores);
+    let mut moved = 0;
+    for pid in pids {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for tid in tasks.filter_map(|t| t.ok()?.file_name().to_str()?.parse::<i32>().ok()) {
+            // SAFETY: sched_setaffinity(2) on a thread id, with a valid set.
+            if unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&set), &set) } == 0 {
+                moved += 1;
+            }
+        }
+    }
+    moved
+}
+
+/// Which cgroup interface limits memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interface {
+    /// cgroup v2: `memory.max`.
+    V2,
+    /// cgroup v1's memory hierarchy: `memory.limit_in_bytes`.
+    V1,
+}
+
+impl Interface {
+    fn limit_file(self) -> &'static str {
+        match self {
+            Interface::V2 => "memory.max",
+            Interface::V1 => "memory.limit_in_bytes",
+        }
+    }
+}
+
+/// How per-job memory allotments are held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryLimits {
+    /// Each attempt gets a cgroup under `root` with its allotment as its limit.
+    Cgroup {
+        root: PathBuf,
+        interface: &'static str,
+    },
+    /// Told to the workers, not enforced, and why.
+    Advisory(String),
+}
+
+impl MemoryLimits {
+    /// Cgroups under this process's own, when it may make them (a daemon run as root, or in a
+    /// delegated cgroup); advice otherwise.
+    pub fn detect() -> Self {
+        match find_memory_cgroup() {
+            Ok((dir, interface)) => match prepare_root(&dir, interface) {
+                Ok(root) => MemoryLimits::Cgroup {
+                    root,
+                    interface: interface.limit_file(),
+                },
+                Err(why) => MemoryLimits::Advisory(why),
+            },
+            Err(why) => MemoryLimits::Advisory(why),
+        }
+    }
+
+    /// Whether limits are enforced.
+    pub fn enforced(&self) -> bool {
+        matches!(self, MemoryLimits::Cgroup { .. })
+    }
+
+    /// Makes the cgroup `name` with a limit of `bytes`; `Ok(None)` when limits are advisory.
+    pub fn create(&self, name: &str, bytes: u64) -> std::io::Result<Option<PathBuf>> {
+        let MemoryLimits::Cgroup { root, interface } = self else {
+            return Ok(None);
+        };
+        let dir = root.join(name);
+        match std::fs::create_dir(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        std::fs::write(dir.join(interface), bytes.to_string())?;
+        Ok(Some(dir))
+    }
+
+    /// Changes the limit of a cgroup [`MemoryLimits::create`] made.
+    pub fn set_limit(&self, cgroup: &Path, bytes: u64) -> std::io::Result<()> {
+        match self {
+            MemoryLimits::Cgroup { interface, .. } => {
+                std::fs::write(cgroup.join(interface), bytes.to_string())
+            }
+            MemoryLimits::Advisory(_) => Ok(()),
+        }
+    }
+
+    /// A one-line description for the operator.
+    pub fn describe(&self) -> String {
+        match self {
+            MemoryLimits::Cgroup { root, interface } => {
+                format!("enforced ({interface} in {})", root.display())
+            }
+            MemoryLimits::Advisory(why) => format!("advisory only ({why})"),
+        }
+    }
+}
+
+/// Puts the command's process in `cgroup` before it runs its program, so that everything it starts
+/// is held to the cgroup's limit from its first instruction. Keep the returned file until the command
+/// has been spawned: the child writes to its copy of it.
+pub fn join(command: &mut Command, cgroup: &Path) -> std::io::Result<std::fs::File> {
+    // Opened here, by the daemon, which made the cgroup (close-on-exec: the program never sees it).
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(cgroup.join("cgroup.procs"))?;
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&procs);
+    // SAFETY: between fork and exec the closure only calls write(2) on a descriptor opened before
+    // the fork and still open in the child, and allocates nothing. ("0" moves the writer itself.)
+    unsafe {
+        command.pre_exec(move || {
+            if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    Ok(procs)
+}
+
+/// Removes a cgroup once its processes are gone; false while it still holds some.
+pub fn remove(cgroup: &Path) -> bool {
+    match std::fs::remove_dir(cgroup) {
+        Ok(()) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// This process's cgroup directory with the memory controller, and its interface.
+fn find_memory_cgroup() -> Result<(PathBuf, Interface), String> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+    let mount_of = |wanted: &dyn Fn(&str, &str) -> bool| -> Option<PathBuf> {
+        mounts.lines().find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount_point = left.split(' ').nth(4)?;
+            let mut right = right.split(' ');
+            let (fstype, options) = (right.next()?, right.nth(1).unwrap_or(""));
+            wanted(fstype, options).then(|| PathBuf::from(mount_point))
+        })
+    };
+    // v2 first, where its memory controller is on; then v1's memory hierarchy.
+    if let Some(path) = membership.lines().find_map(|l| l.strip_prefix("0::"))
+        && let Some(mount) = mount_of(&|fstype, _| fstype == "cgroup2")
+    {
+        let dir = mount.join(path.trim_start_matches('/'));
+        let controllers =
+            std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+        if controllers.split_whitespace().any(|c| c == "memory") {
+            return Ok((dir, Interface::V2));
+        }
+    }
+    let v1 = membership.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "memory")
+            .then_some(path)
+    });
+    if let Some(path) = v1
+        && let Some(mount) = mount_of(&|fstype, options| {
+            fstype == "cgroup" && options.split(',').any(|o| o == "memory")
+        })
+    {
+        return Ok((mount.join(path.trim_start_matches('/')), Interface::V1));
+    }
+    Err("no cgroup with the memory controller is mounted".into())
+}
+
+/// Makes `dir/gangway`, under which each attempt gets its cgroup, with the memory controller on for
+/// its children.
+fn prepare_root(dir: &Path, interface: Interface) -> Result<PathBuf, String> {
+    let root = dir.join("gangway");
+    let shown = root.display().to_string();
+    if interface == Interface::V2 {
+        enable_memory(dir).map_err(|e| {
+            format!(
+                "cannot turn on the memory controller for {}'s children: {e} (a cgroup v2 that \
+                 holds processes cannot; run the daemon in a delegated cgroup of its own)",
+                dir.display()
+            )
+        })?;
+    }
+    match std::fs::create_dir(&root) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(format!("cannot create {shown}: {e}"));
+        }
+        _ => {}
+    }
+    if interface == Interface::V2 {
+        enable_memory(&root).map_err(|e| format!("cannot turn on memory in {shown}: {e}"))?;
+    }
+    // A limit written and read back proves the files are ours to write.
+    let probe = root.join(format!("probe-{}", std::process::id()));
+    let written = std::fs::create_dir(&probe)
+        .and_then(|()| std::fs::write(probe.join(interface.limit_file()), "1000000000"));
+    let _ = std::fs::remove_dir(&probe);
+    written.map_err(|e| format!("cannot set a memory limit under {shown}: {e}"))?;
+    Ok(root)
+}
+
+/// Turns on the memory controller for `dir`'s children (cgroup v2).
+fn enable_memory(dir: &Path) -> std::io::Result<()> {
+    let on = std::fs::read_to_string(dir.join("cgroup.subtree_control"))?;
+    if on.split_whitespace().any(|c| c == "memory") {
+        return Ok(());
+    }
+    std::fs::write(dir.join("cgroup.subtree_control"), "+memory")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pool_hands_out_disjoint_cores_while_it_has_them() {
+        let mut pool = CorePool::new(vec![0, 1, 2, 3]);
+        let a = pool.take(2);
+        let b = pool.take(1);
+        let c = pool.take(1);
+        assert_eq!(
+            (a.as_slice(), b.as_slice(), c.as_slice()),
+            (&[0, 1][..], &[2][..], &[3][..])
+        );
+        // Full: the next one shares the least held cores, never none.
+        pool.give_back(&b);
+        assert_eq!(pool.take(2), vec![0, 2]);
+        assert_eq!(pool.take(0).len(), 1);
+        assert_eq!(pool.take(9).len(), 4);
+    }
+
+    #[test]
+    fn re_adopted_cores_count_as_held() {
+        let mut pool = CorePool::new(vec![4, 5]);
+        pool.hold(&[4, 7]);
+        assert_eq!(pool.take(1), vec![5]);
+    }
+
+    #[test]
+    fn this_process_has_cores_and_memory() {
+        assert!(!usable_cores().is_empty());
+        assert!(machine_memory_gb().is_some_and(|gb| gb > 0.0));
+    }
+
+    #[test]
+    fn a_process_over_its_memory_limit_is_killed_where_limits_are_enforced() {
+        let limits = MemoryLimits::detect();
+        let MemoryLimits::Cgroup { .. } = &limits else {
+            // Nothing to enforce with; the operator is told why.
+            assert!(
+                limits.describe().starts_with("advisory only ("),
+                "{limits:?}"
+            );
+            return;
+        };
+        let cgroup = limits
+            .create(&format!("test-{}", std::process::id()), 64_000_000)
+            .unwrap()
+            .unwrap();
+        let run = |megabytes: u32| {
+            let mut command = Command::new("python3");
+            command.args([
+                "-c",
+                &format!("b = bytearray({megabytes} * 10**6); b[::4096] = b'x' * len(b[::4096])"),
+            ]);
+            let _procs = join(&mut command, &cgroup).unwrap();
+            command.status().unwrap()
+        };
+        let within = run(16);
+        let over = run(300);
+        assert!(
+            remove(&cgroup),
+            "the cgroup is empty once its processes are gone"
+        );
+        assert!(within.success(), "{within:?}");
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(over.signal(), Some(libc::SIGKILL), "{over:?}");
+    }
+
+    #[test]
+    fn pinned_children_run_on_their_cores_only() {
+        let cores = usable_cores();
+        let mut command = Command::new("sh");
+        command.args(["-c", "grep Cpus_allowed_list /proc/self/status"]);
+        pin(&mut command, &cores[..1]);
+        let out = command.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            text.split_whitespace().nth(1),
+            Some(cores[0].to_string().as_str()),
+            "{text}"
+        );
+    }
+}
