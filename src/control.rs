@@ -14,6 +14,7 @@ use gangway_actors::listener::{Bound, Limits};
 use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
+use gangway_core::policy::resourced::Mechanism;
 use gangway_launcher::client::{Client, new_idempotency_key};
 use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ProcessExecutor, check_command};
@@ -85,9 +86,15 @@ pub struct ServeArgs {
     /// --fake-gpus or NVML GPUs only.
     #[arg(long, value_name = "GB")]
     pub memory_gb: Option<f64>,
-    /// The policy, with knobs (`--policy help` with `simulate` lists them).
+    /// The policy, with knobs (`--policy help` with `simulate` lists them), and optionally a
+    /// `+MECHANISM` sizing CPUs and memory (`srtf+tune`; needs --profiles).
     #[arg(long, default_value = "tiresias", value_name = "SPEC")]
     pub policy: String,
+    /// Synergy's `synergy_model_profiles.json` (or a folder holding it): a job whose job type names one
+    /// of its models (`--job-type resnet18`) is given the CPUs and memory a +tune or +opt mechanism
+    /// sizes for it; others get their GPUs' proportional share.
+    #[arg(long, value_name = "PATH")]
+    pub profiles: Option<PathBuf>,
     /// Journal directory: every decision is written here first, and a restart recovers from it.
     #[arg(long, default_value = ".gangway/journal", value_name = "DIR")]
     pub journal: PathBuf,
@@ -340,6 +347,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         }
     };
     let policy = scenario.policy(&args.policy)?;
+    let (_, mechanism) = gangway_core::policy::resourced::split(&args.policy)?;
+    if mechanism.is_some_and(|m| m != Mechanism::Proportional) && args.profiles.is_none() {
+        bail!(
+            "--policy {}: its mechanism sizes CPUs and memory from how each job responds to them: \
+             pass --profiles with Synergy's synergy_model_profiles.json",
+            args.policy
+        );
+    }
     std::fs::create_dir_all(&args.journal)
         .with_context(|| format!("creating {}", args.journal.display()))?;
     let probes: Vec<Box<dyn HealthProbe>> = match NvmlProbe::for_all_gpus() {
@@ -359,7 +374,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         args.journal.display(),
         args.listen_text()
     );
-    let (model, names) = scenario.live_model();
+    let (model, names) = scenario.live_model(args.profiles.as_deref())?;
     let parts = Parts {
         cluster: Arc::clone(&scenario.cluster),
         model,

@@ -181,19 +181,60 @@ impl Scenario {
     }
 
     /// The model for jobs submitted live, and the job-type names it knows: every job type of the table
-    /// (work in steps), or durations (work in seconds at the requested GPU count).
-    pub fn live_model(&self) -> (Arc<dyn ThroughputModel>, Names) {
-        match &self.table {
-            Some(table) => {
-                let (model, names) = TableModel::for_every_job_type(table, &self.cluster);
-                (Arc::new(model), names)
+    /// (work in steps), or durations (work in seconds at the requested GPU count). With Synergy's
+    /// `profiles`, jobs whose type names a profiled model run faster or slower with the CPUs and
+    /// memory they are allotted, which a `+tune` or `+opt` mechanism sizes.
+    pub fn live_model(&self, profiles: Option<&Path>) -> Result<(Arc<dyn ThroughputModel>, Names)> {
+        let profiles = match profiles {
+            Some(path) => Some(Arc::new(load_resource_profiles(path)?)),
+            None => None,
+        };
+        let cluster = &self.cluster;
+        Ok(match (&self.table, profiles) {
+            (Some(table), profiles) => {
+                let (model, names) = TableModel::for_every_job_type(table, cluster);
+                match profiles {
+                    Some(p) => (
+                        Arc::new(ResourceModel::new(model, p, &names, cluster)),
+                        names,
+                    ),
+                    None => (Arc::new(model), names),
+                }
             }
-            None => (
-                Arc::new(DurationModel::uniform(self.cluster.num_gpu_types())),
+            (None, Some(p)) => {
+                let mut names = Names::default();
+                for profile in &p.profiles {
+                    names.intern_job_type(&profile.name);
+                }
+                let durations = DurationModel::uniform(cluster.num_gpu_types());
+                (
+                    Arc::new(ResourceModel::new(durations, p, &names, cluster)),
+                    names,
+                )
+            }
+            (None, None) => (
+                Arc::new(DurationModel::uniform(cluster.num_gpu_types())),
                 Names::default(),
             ),
-        }
+        })
     }
+}
+
+/// Synergy's profiles: its `synergy_model_profiles.json`, or a folder holding it.
+pub fn load_resource_profiles(path: &Path) -> Result<ResourceProfiles> {
+    let file = if path.is_dir() {
+        path.join(gangway_core::trace::synergy::PROFILES_FILE)
+    } else {
+        path.to_path_buf()
+    };
+    if !file.is_file() {
+        bail!(
+            "{}: no such file (Synergy's {} or a folder holding it)",
+            file.display(),
+            gangway_core::trace::synergy::PROFILES_FILE
+        );
+    }
+    Ok(ResourceProfiles::load(&file, "models")?)
 }
 
 /// Gavel's continuous-single trace, seed 0 (6,000 jobs), bundled in the binary.

@@ -932,3 +932,87 @@ fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
             .contains("ran --devices 0 --python /bin/sh --job-id mine")
     );
 }
+
+/// Synergy's `tune`, live: a CPU-hungry model (alexnet: best at 12 CPUs per GPU) alone on a 2-core,
+/// 2-GPU machine is given both cores, where its GPU-proportional share is one; the executor pins it
+/// to them and says so. Under the same policy without the mechanism it gets its share.
+#[test]
+fn tune_gives_a_cpu_hungry_job_more_cores_live() {
+    let profiles = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/synergy/synergy_model_profiles.json"
+    );
+    if !Path::new(profiles).is_file() {
+        support::skip_unless_ci(support::in_ci(), "the shared Synergy profiles are absent");
+        return;
+    }
+    if gangway_launcher::confine::usable_cores().len() < 2 {
+        support::skip("this machine gives the tests fewer than 2 cores");
+        return;
+    }
+    let told = |policy: &str| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("journal");
+        let fake = dir.path().join("elastic-run");
+        std::fs::write(
+            &fake,
+            "#!/bin/sh\nallowed=$(grep Cpus_allowed_list /proc/self/status | cut -f2)\n\
+             echo \"$GANGWAY_CPUS $allowed $GANGWAY_MEMORY_GB\" >> \"$(dirname \"$0\")/told.log\"\n\
+             echo '{\"code\":0,\"why\":\"done\"}' > \"$GANGWAY_EXIT_FILE\"\n",
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let port = support::free_port();
+        let mut command = gangway();
+        command
+            .args([
+                "serve",
+                "--fake-gpus",
+                "2",
+                "--cpus",
+                "2",
+                "--memory-gb",
+                "200",
+            ])
+            .args(["--policy", policy, "--profiles", profiles])
+            .args(["--workers", "processes", "--round", "1", "--elastic-run"])
+            .arg(&fake)
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--journal"])
+            .arg(&journal)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let d = start(command, &journal, port);
+        let work = dir.path().display().to_string();
+        let job = json!({"gpus": 1, "work": 60, "job_type": "alexnet", "run": {
+            "args": ["--python", "/bin/sh", "train.py"],
+            "cwd": work,
+            "env": {"PATH": "/usr/bin:/bin"},
+        }});
+        let (status, answer) = status_and_body(d.api.post("/jobs", &job));
+        assert_eq!(status, 201, "{answer}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let (_, job) = status_and_body(d.api.get("/jobs/0"));
+            if job["phase"] == "finished" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{policy}: not finished: {job}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::fs::read_to_string(dir.path().join("told.log"))
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let cores = gangway_launcher::confine::usable_cores();
+    let both = if cores[1] == cores[0] + 1 {
+        format!("{}-{}", cores[0], cores[1])
+    } else {
+        format!("{},{}", cores[0], cores[1])
+    };
+    // Its best case per GPU is 12 CPUs and 125 GB: as much of it as the server has.
+    assert_eq!(told("fifo+tune"), format!("2 {both} 125.000"));
+    // Its share: half the server.
+    assert_eq!(told("fifo"), format!("1 {} 100.000", cores[0]));
+}
