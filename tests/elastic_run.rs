@@ -749,6 +749,7 @@ fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
     let submit = |job: &str| {
         Command::new(env!("CARGO_BIN_EXE_elastic-run"))
             .args(["--daemon", &addr, "--gpus", "2", "--python", &python])
+            .args(["--job-type", "res18"])
             .args(["--job-id", job, "--grace", "30", "--checkpoint-dir"])
             .arg(dir.path().join(job))
             .args([
@@ -837,6 +838,16 @@ fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
             );
         }
     }
+    let http = support::Api::new(&format!("http://{addr}"), &journal, Duration::from_secs(60));
+    let mut listed = http.get("/jobs").unwrap();
+    let listed: serde_json::Value = listed.body_mut().read_json().unwrap();
+    let types: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["job_type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["res18", "res18"], "--job-type reaches the daemon");
     for (client, (job, _, cores)) in clients.into_iter().zip(&pinned) {
         let out = client.wait_with_output().unwrap();
         let output = text(&out);

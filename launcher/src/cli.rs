@@ -45,6 +45,10 @@ pub struct Options {
     /// from .gangway/journal/api-token here or in a parent directory.
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["devices", "fake_gpus"])]
     pub daemon: Option<String>,
+    /// With --daemon: the job's type, as the daemon's models know it: a row of its --throughputs
+    /// table, or a model of its Synergy --profiles (`res18`), which sizes the job's CPUs and memory.
+    #[arg(long, default_value = "default", value_name = "NAME")]
+    pub job_type: String,
     /// With --daemon: seconds the job is expected to run at its full size (for the daemon's policy).
     #[arg(long, default_value_t = 3600.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub expected_runtime: f64,
@@ -186,27 +190,22 @@ pub enum CliError {
     Reserved(String, &'static str),
 }
 
-/// gangway's options that take a value (the `--name value` form).
-const OWN_WITH_VALUE: [&str; 17] = [
-    "--gpus",
-    "--tp",
-    "--pp",
-    "--checkpoint-dir",
-    "--grace",
-    "--max-restarts",
-    "--hang-timeout",
-    "--backend",
-    "--fake-gpus",
-    "--job-id",
-    "--global-batch",
-    "--max-micro-batch",
-    "--devices",
-    "--daemon",
-    "--expected-runtime",
-    "--nodes",
-    "--nodelist",
-];
-const OWN_VALUE_LAST: &str = "--python";
+/// Whether `name` (`--gpus`) is one of gangway's options, and whether it takes a value: read from
+/// [`Options`] itself, so that a new option can never be passed to torchrun by mistake.
+fn own_option(name: &str) -> Option<bool> {
+    use clap::CommandFactory;
+    static OWN: std::sync::OnceLock<Vec<(String, bool)>> = std::sync::OnceLock::new();
+    let own = OWN.get_or_init(|| {
+        Options::command()
+            .get_arguments()
+            .filter_map(|a| {
+                let takes_value = a.get_action().takes_values();
+                Some((format!("--{}", a.get_long()?), takes_value))
+            })
+            .collect()
+    });
+    own.iter().find(|(n, _)| n == name).map(|&(_, v)| v)
+}
 
 /// torchrun's options that take no value; every other torchrun option takes one.
 const TORCHRUN_FLAGS: [&str; 8] = [
@@ -242,10 +241,10 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
         let arg = &args[k];
         let name = arg.split('=').next().unwrap_or(arg);
         let takes_value = !arg.contains('=');
-        if OWN_WITH_VALUE.contains(&name) || name == OWN_VALUE_LAST {
+        if let Some(with_value) = own_option(name) {
             // `--name value` becomes `--name=value`, so that a value that starts with `-`
             // (`--grace -1`) reaches the option's own check instead of looking like an option.
-            if takes_value && k + 1 < args.len() {
+            if with_value && takes_value && k + 1 < args.len() {
                 own.push(format!("{arg}={}", args[k + 1]));
                 k += 1;
             } else {
@@ -302,6 +301,18 @@ mod tests {
             args("--lr 0.1 --gpus 9"),
             "the script's own args are untouched"
         );
+    }
+
+    /// `--job-type` was once passed to torchrun: gangway's options were listed by hand beside their
+    /// definitions; they are read from `Options` now.
+    #[test]
+    fn every_option_of_gangways_stays_with_gangway() {
+        let inv = parse(&args(
+            "--job-type res18 --expected-runtime 60 --python python3 --log-dir /tmp train.py",
+        ))
+        .unwrap();
+        assert_eq!(inv.options.job_type, "res18");
+        assert_eq!(inv.torchrun, args("--log-dir /tmp"));
     }
 
     /// `--grace -1` once failed with "unexpected argument '-1'" while `--grace=-1` gave the range error.

@@ -77,7 +77,7 @@ pub fn submit_and_follow(
         .map_err(|e| daemon_error(format!("creating {}: {e}", log.display())))?;
     let request = JobRequest {
         id: None,
-        job_type: "default".into(),
+        job_type: options.job_type.clone(),
         tenant: std::env::var("USER").unwrap_or_else(|_| "default".into()),
         gpus: options.gpus.1,
         work: options.expected_runtime,
