@@ -571,8 +571,8 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
         }
         crate::report::OutputFormat::Table => {
             println!(
-                "{:>6}  {:<13} {:>4}  {:>8}  {:<12} {:<12} PLACEMENT (or why it waits)",
-                "ID", "PHASE", "GPUS", "PROGRESS", "TYPE", "TENANT"
+                "{:>6}  {:<13} {:>4}  {:>8}  {:>5}  {:>8}  {:<12} {:<12} PLACEMENT (or why it waits)",
+                "ID", "PHASE", "GPUS", "PROGRESS", "CPUS", "MEM_GB", "TYPE", "TENANT"
             );
             for j in &jobs {
                 let gpus: Vec<String> = j.placement.iter().map(u32::to_string).collect();
@@ -580,12 +580,18 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     Some(why) if gpus.is_empty() => format!("waits: {why}"),
                     _ => gpus.join(","),
                 };
+                let (cpus, memory) = match j.resources {
+                    Some(r) => (format!("{:.2}", r.cpus), format!("{:.1}", r.memory_gb)),
+                    None => ("-".into(), "-".into()),
+                };
                 println!(
-                    "{:>6}  {:<13} {:>4}  {:>7.1}%  {:<12} {:<12} {}",
+                    "{:>6}  {:<13} {:>4}  {:>7.1}%  {:>5}  {:>8}  {:<12} {:<12} {}",
                     j.id,
                     j.phase.to_string(),
                     j.gpus,
                     j.progress * 100.0,
+                    cpus,
+                    memory,
                     // Names never reach a terminal raw (a journal may hold ones from before they
                     // were checked).
                     escape(&j.job_type),

@@ -739,7 +739,22 @@ fn the_jobs_table_titles_each_column_once_and_escapes_names() {
             })])
             .unwrap();
     }
-    let d = daemon(&journal);
+    // One core and 8 GB over 4 GPUs: the running 1-GPU job holds a quarter of each.
+    let d = daemon_with(
+        &journal,
+        support::free_port(),
+        &["--time-scale", "50", "--cpus", "1", "--memory-gb", "8"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, job) = status_and_body(d.api.get("/jobs/0"));
+        if job["phase"] == "running" {
+            assert_eq!(job["resources"], json!({"cpus": 0.25, "memory_gb": 2.0}));
+            break;
+        }
+        assert!(Instant::now() < deadline, "not running: {job}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let out = cargo_bin_cmd!("gangway")
         .args(["jobs", "--daemon", &d.addr])
         .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
@@ -750,6 +765,8 @@ fn the_jobs_table_titles_each_column_once_and_escapes_names() {
     let header = table.lines().next().unwrap();
     assert_eq!(header.matches("GPUS").count(), 1, "{header}");
     assert!(header.contains("PLACEMENT"), "{header}");
+    let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[4..6], ["0.25", "2.0"], "its CPUs and memory: {table}");
     assert!(
         !table.contains('\u{1b}'),
         "no raw escape reaches the terminal: {table:?}"

@@ -51,6 +51,9 @@ pub struct JobInfo {
     pub progress: f64,
     /// The GPU ids it holds.
     pub placement: Vec<u32>,
+    /// The CPUs and memory it holds beside them, while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<crate::worker::Resources>,
     pub preemptions: u32,
     pub migrations: u32,
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.

@@ -454,6 +454,7 @@ impl ClusterActor {
         let waiting = engine
             .waiting_reason(id)
             .filter(|_| matches!(phase, Phase::Pending | Phase::Preempted));
+        let resources = status.as_ref().and_then(|s| s.resources);
         let (done, started, finished, placement, preemptions, migrations) = match &status {
             Some(s) => (
                 s.steps_done,
@@ -487,6 +488,7 @@ impl ClusterActor {
                 1.0
             },
             placement,
+            resources,
             preemptions,
             migrations,
             waiting,

@@ -80,6 +80,8 @@ pub struct JobStatus {
     pub total_steps: f64,
     /// Its GPUs, when running.
     pub gpus: Option<GpuSet>,
+    /// The CPUs and memory it holds, when running.
+    pub resources: Option<Resources>,
     /// Why it waits, when it does and a pass has looked at it.
     pub waiting: Option<Unplaced>,
     pub record: JobRecord,
@@ -114,6 +116,11 @@ impl Engine<'_> {
             steps_done: state.steps_done,
             total_steps: self.jobs[i].total_steps,
             gpus: state.run.as_ref().map(|r| r.gpus.clone()),
+            resources: state.run.as_ref().map(|r| {
+                let weight = if r.partner.is_some() { 0.5 } else { 1.0 };
+                self.ledger
+                    .held(&self.cluster, &r.gpus, r.allotment.as_ref(), weight)
+            }),
             waiting: state.waiting.clone(),
             record: state.record.clone(),
         })
