@@ -17,7 +17,7 @@ use gangway_core::engine::EngineConfig;
 use gangway_core::policy::resourced::Mechanism;
 use gangway_launcher::client::{Client, new_idempotency_key};
 use gangway_launcher::confine::CorePool;
-use gangway_launcher::executor::{ProcessExecutor, check_command};
+use gangway_launcher::executor::{Hosts, ProcessExecutor, check_command};
 use gangway_topology::topology::ClusterSpec;
 
 use crate::scenario::{self, Scenario};
@@ -26,7 +26,7 @@ use crate::scenario::{self, Scenario};
 pub const DEFAULT_DAEMON: &str = "127.0.0.1:7878";
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("gpus").args(["fake_gpus", "preset", "topology", "cluster"])))]
+#[command(group(clap::ArgGroup::new("gpus").args(["fake_gpus", "preset", "topology", "cluster", "slurm"])))]
 pub struct ServeArgs {
     /// Listen on `HOST:PORT` (a loopback address unless --allow-remote) or `unix:PATH`.
     #[arg(long, default_value = DEFAULT_DAEMON, value_name = "ADDR")]
@@ -77,6 +77,14 @@ pub struct ServeArgs {
     /// A cluster as `TYPE=NxG,...` (as for `simulate`), run by simulated workers.
     #[arg(long, value_name = "SPEC")]
     pub cluster: Option<String>,
+    /// The GPUs of a Slurm cluster's nodes (their GRES; types from `gpu:TYPE:N`): every start runs
+    /// through Slurm on the nodes gangway chose (`elastic-run --backend slurm`). gangway must own
+    /// them: give it a partition of its own. Nodes down, drained or reserved are out of service.
+    #[arg(long)]
+    pub slurm: bool,
+    /// With --slurm: only this partition's nodes.
+    #[arg(long, value_name = "NAME", requires = "slurm")]
+    pub partition: Option<String>,
     /// CPUs of this machine that jobs may be allotted (pinned to, with process workers): the first N
     /// cores this process may use (default: all of them). With --fake-gpus or NVML GPUs only.
     #[arg(long, value_name = "N")]
@@ -158,15 +166,17 @@ pub enum Workers {
     Simulated,
 }
 
-/// The cluster to serve, with its hardware graph when it came from one, the device index of each GPU
-/// and the cores jobs may be pinned to when they are all on this machine, and whether the GPUs are
-/// real (NVML) ones.
+/// The cluster to serve, with its hardware graph when it came from one, where its GPUs are when
+/// processes can run on them (this machine's devices, or Slurm's nodes), the cores jobs may be pinned
+/// to on this machine, and whether the GPUs are real (NVML or Slurm) ones.
 struct Served {
     cluster: Cluster,
     topology: Option<ClusterSpec>,
-    devices: Option<Vec<u32>>,
+    hosts: Option<Hosts>,
     cores: Vec<usize>,
     real: bool,
+    /// With --slurm: its nodes, for their watcher.
+    slurm_nodes: Option<Vec<gangway_launcher::slurm::SlurmNode>>,
 }
 
 /// This machine as one server of `gpus` GPUs of `model`: with the cores and memory jobs may be
@@ -195,7 +205,10 @@ fn this_machine(args: &ServeArgs, model: &str, gpus: u32) -> Result<(Cluster, Ve
 
 fn serve_cluster(args: &ServeArgs) -> Result<Served> {
     if (args.cpus.is_some() || args.memory_gb.is_some())
-        && (args.preset.is_some() || args.topology.is_some() || args.cluster.is_some())
+        && (args.preset.is_some()
+            || args.topology.is_some()
+            || args.cluster.is_some()
+            || args.slurm)
     {
         bail!(
             "--cpus and --memory-gb describe this machine (--fake-gpus or NVML GPUs); a --preset, \
@@ -206,11 +219,23 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
         Ok(Served {
             cluster: Cluster::from_topology(&spec.build())?,
             topology: Some(spec),
-            devices: None,
+            hosts: None,
             cores: Vec::new(),
             real: false,
+            slurm_nodes: None,
         })
     };
+    if args.slurm {
+        let (cluster, nodes, node_of) = crate::slurm_nodes::cluster(args.partition.as_deref())?;
+        return Ok(Served {
+            cluster,
+            topology: None,
+            hosts: Some(Hosts::Slurm(node_of)),
+            cores: Vec::new(),
+            real: true,
+            slurm_nodes: Some(nodes),
+        });
+    }
     if let Some(n) = args.fake_gpus {
         if n == 0 {
             bail!("--fake-gpus must be at least 1");
@@ -220,9 +245,10 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
         return Ok(Served {
             cluster,
             topology: None,
-            devices: Some((0..n).collect()),
+            hosts: Some(Hosts::Local((0..n).collect())),
             cores,
             real: false,
+            slurm_nodes: None,
         });
     }
     if let Some(name) = &args.preset {
@@ -235,9 +261,10 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
         return Ok(Served {
             cluster: scenario::load_cluster(spec, None, 1)?,
             topology: None,
-            devices: None,
+            hosts: None,
             cores: Vec::new(),
             real: false,
+            slurm_nodes: None,
         });
     }
     match gangway_topology::discover::discover() {
@@ -253,9 +280,10 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
             Ok(Served {
                 cluster,
                 topology: None,
-                devices: Some(found.gpus.iter().map(|g| g.index).collect()),
+                hosts: Some(Hosts::Local(found.gpus.iter().map(|g| g.index).collect())),
                 cores,
                 real: true,
+                slurm_nodes: None,
             })
         }
         Err(e) => bail!(
@@ -294,9 +322,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     let Served {
         cluster,
         topology,
-        devices,
+        hosts,
         cores,
         real: real_gpus,
+        slurm_nodes,
     } = serve_cluster(&args)?;
     // What runs live is what `gangway simulate` runs: the same model, placer, knobs and costs; live,
     // arrivals and completions also trigger a round.
@@ -312,13 +341,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     } else {
         Workers::Simulated
     });
-    let executor: Box<dyn Executor> = match (workers, devices) {
+    let node_of = match &hosts {
+        Some(Hosts::Slurm(node_of)) => Some(node_of.clone()),
+        _ => None,
+    };
+    let executor: Box<dyn Executor> = match (workers, hosts) {
         (Workers::Simulated, _) => Box::new(SimExecutor::default()),
         (Workers::Processes, None) => bail!(
-            "process workers run on this machine's GPUs (NVML discovery or --fake-gpus N); \
-             these GPUs are on other servers"
+            "process workers run on this machine's GPUs (NVML discovery or --fake-gpus N) or, \
+             through Slurm, on its nodes' (--slurm); these GPUs are on servers no process can reach"
         ),
-        (Workers::Processes, Some(devices)) => {
+        (Workers::Processes, Some(hosts)) => {
             if args.time_scale != 1.0 {
                 bail!("--time-scale must be 1 with process workers: real jobs run in real time");
             }
@@ -335,14 +368,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 );
             }
             let runs = args.journal.join("runs");
-            let executor = ProcessExecutor::new(elastic_run, devices, runs.clone())
+            let local = matches!(hosts, Hosts::Local(_));
+            let executor = ProcessExecutor::on(elastic_run, hosts, runs.clone())
                 .with_context(|| format!("creating {}", runs.display()))?
                 .with_cores(CorePool::new(cores.clone()));
-            eprintln!(
-                "gangway serve: jobs pinned to their share of cores {}; memory limits {}",
-                gangway_launcher::confine::core_list(&cores),
-                executor.memory_limits().describe()
-            );
+            if local {
+                eprintln!(
+                    "gangway serve: jobs pinned to their share of cores {}; memory limits {}",
+                    gangway_launcher::confine::core_list(&cores),
+                    executor.memory_limits().describe()
+                );
+            }
             Box::new(executor)
         }
     };
@@ -357,9 +393,18 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     }
     std::fs::create_dir_all(&args.journal)
         .with_context(|| format!("creating {}", args.journal.display()))?;
-    let probes: Vec<Box<dyn HealthProbe>> = match NvmlProbe::for_all_gpus() {
-        Some(probes) if real_gpus => probes.into_iter().map(|p| Box::new(p) as _).collect(),
-        _ => Vec::new(),
+    let probes: Vec<Box<dyn HealthProbe>> = match (slurm_nodes, &node_of) {
+        (Some(nodes), Some(node_of)) => {
+            let states = crate::slurm_nodes::watch(&nodes, Duration::from_secs(2));
+            crate::slurm_nodes::SlurmProbe::for_all_gpus(&states, node_of)
+                .into_iter()
+                .map(|p| Box::new(p) as _)
+                .collect()
+        }
+        _ => match NvmlProbe::for_all_gpus() {
+            Some(probes) if real_gpus => probes.into_iter().map(|p| Box::new(p) as _).collect(),
+            _ => Vec::new(),
+        },
     };
     let cluster = &scenario.cluster;
     eprintln!(

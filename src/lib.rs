@@ -55,5 +55,7 @@ pub mod plots;
 pub mod report;
 #[cfg(feature = "simulate")]
 pub mod scenario;
+#[cfg(feature = "serve")]
+pub mod slurm_nodes;
 #[cfg(feature = "plots")]
 pub mod topology_view;

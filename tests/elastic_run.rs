@@ -1036,3 +1036,335 @@ fn slurm_steps_are_cancelled_when_elastic_run_is_killed() {
         }
     });
 }
+
+/// A `gangway serve --slurm` on the local Slurm cluster (scripts/slurm-up: node1..node4, 4 GPUs
+/// each, GPU ids 0-3 on node1, 4-7 on node2, ...), killed when the test ends.
+fn slurm_daemon(dir: &Path, addr: &str, policy: &str) -> KillOnDrop {
+    let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args([
+            "serve",
+            "--slurm",
+            "--workers",
+            "processes",
+            "--policy",
+            policy,
+        ])
+        .args(["--round", "1", "--listen", addr, "--journal"])
+        .arg(dir.join("journal"))
+        .stdout(Stdio::null())
+        .stderr(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join("daemon.log"))
+                .unwrap(),
+        )
+        .spawn()
+        .unwrap();
+    support::wait_until_answering(&format!("http://{addr}"));
+    KillOnDrop(child)
+}
+
+/// The Slurm node of a GPU id under [`slurm_daemon`].
+fn slurm_node_of(gpu: u64) -> String {
+    format!("node{}", gpu / 4 + 1)
+}
+
+/// The Slurm jobs whose name starts with `prefix`.
+fn slurm_jobs_starting(prefix: &str) -> Vec<String> {
+    let out = Command::new("squeue")
+        .args(["-h", "-o", "%j"])
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with(prefix))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Puts a node back in service when the test ends, however it ends.
+struct ResumeNode(String);
+
+impl Drop for ResumeNode {
+    fn drop(&mut self) {
+        let _ = Command::new("scontrol")
+            .args(["update", &format!("nodename={}", self.0), "state=resume"])
+            .status();
+    }
+}
+
+/// The toy DDP job submitted to the daemon at `addr`, following it.
+fn toy_under(python: &str, dir: &Path, addr: &str, job: &str, gpus: u32, args: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args([
+            "--daemon",
+            addr,
+            "--gpus",
+            &gpus.to_string(),
+            "--python",
+            python,
+        ])
+        .args(["--job-id", job, "--grace", "60", "--checkpoint-dir"])
+        .arg(dir.join(job))
+        .arg(TOY)
+        .args(args)
+        .arg("--out")
+        .arg(format!("{job}.json"))
+        .current_dir(dir)
+        .env("GANGWAY_TOKEN_FILE", dir.join("journal").join("api-token"))
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// What the daemon says of job `id`.
+fn job_info(api: &support::Api, id: u32) -> serde_json::Value {
+    api.get(&format!("/jobs/{id}"))
+        .ok()
+        .and_then(|mut r| r.body_mut().read_json().ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+fn placement_of(info: &serde_json::Value) -> Vec<u64> {
+    info["placement"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|g| g.as_u64()).collect())
+        .unwrap_or_default()
+}
+
+fn nodes_of(placement: &[u64]) -> std::collections::BTreeSet<String> {
+    placement.iter().map(|&g| slurm_node_of(g)).collect()
+}
+
+/// Issue 19: the daemon schedules a Slurm cluster. A 2-node gang (8 GPUs) and a 1-node job run at
+/// once, each through Slurm on the nodes gangway chose; cordoning one of the gang's nodes preempts it
+/// (a checkpoint, then `scancel` of its step) and it resumes on other nodes from exactly the step it
+/// saved; no Slurm step is left behind. (Not bit-identical to an uninterrupted run: with 8 ranks the
+/// toy's preempted runs differ in the last bits even on one machine, without gangway's daemon; the
+/// 2-rank tests above are bit-identical.)
+#[test]
+fn a_slurm_daemon_runs_gangs_across_nodes_and_a_preempted_gang_resumes_elsewhere() {
+    let python = need_torch!();
+    if !slurm_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let toy_args = [
+        "--steps",
+        "30",
+        "--save-every",
+        "3",
+        "--global-batch",
+        "32",
+        "--step-sleep",
+        "0.3",
+    ];
+    let addr = format!("127.0.0.1:{}", support::free_port());
+    let _daemon = slurm_daemon(dir.path(), &addr, "fifo");
+    let api = support::Api::new(
+        &format!("http://{addr}"),
+        &dir.path().join("journal"),
+        Duration::from_secs(30),
+    );
+    let gang = toy_under(&python, dir.path(), &addr, "gang", 8, &toy_args);
+    let single = toy_under(
+        &python,
+        dir.path(),
+        &addr,
+        "single",
+        4,
+        &["--steps", "30", "--step-sleep", "0.3"],
+    );
+    // Both run at once: the gang on two whole nodes, the other on a third.
+    let mut seen = (Vec::new(), Vec::new());
+    eventually(Duration::from_secs(240), || {
+        let (g, s) = (job_info(&api, 0), job_info(&api, 1));
+        seen = (placement_of(&g), placement_of(&s));
+        let running = g["phase"] == "running" && s["phase"] == "running";
+        (running && seen.0.len() == 8 && seen.1.len() == 4)
+            .then_some(())
+            .ok_or(format!("{g} {s}"))
+    });
+    let (gang_nodes, single_nodes) = (nodes_of(&seen.0), nodes_of(&seen.1));
+    assert_eq!(gang_nodes.len(), 2, "{seen:?}");
+    assert_eq!(single_nodes.len(), 1, "{seen:?}");
+    assert!(gang_nodes.is_disjoint(&single_nodes), "{seen:?}");
+    // Each through Slurm, under a name that says which attempt it is.
+    eventually(Duration::from_secs(60), || {
+        let steps = slurm_jobs_starting("gangway-");
+        (steps.len() == 2).then_some(()).ok_or(format!("{steps:?}"))
+    });
+
+    // Once the gang has a checkpoint or two, one of its nodes is cordoned: it is preempted.
+    eventually(Duration::from_secs(240), || {
+        let g = job_info(&api, 0);
+        (g["progress"].as_f64().unwrap_or(0.0) >= 0.3)
+            .then_some(())
+            .ok_or(format!("{g}"))
+    });
+    let moved_off = gang_nodes.iter().next().unwrap().clone();
+    let on_it: Vec<u64> = seen
+        .0
+        .iter()
+        .copied()
+        .filter(|&g| slurm_node_of(g) == moved_off)
+        .collect();
+    let cordoned = api
+        .post("/gpus/cordon", &serde_json::json!({ "gpus": on_it }))
+        .unwrap();
+    assert_eq!(cordoned.status(), 200);
+    eventually(Duration::from_secs(120), || {
+        let g = job_info(&api, 0);
+        let nodes = nodes_of(&placement_of(&g));
+        (g["phase"] == "running" && nodes.len() == 2 && !nodes.contains(&moved_off))
+            .then_some(())
+            .ok_or(format!("{g}"))
+    });
+
+    let out = gang.wait_with_output().unwrap();
+    let output = text(&out);
+    assert!(out.status.success(), "{output}");
+    let (plans, saved) = launches_and_saves(&output);
+    assert_eq!(saved.len(), 1, "one checkpoint on the way out: {output}");
+    assert_eq!(plans.len(), 2, "{output}");
+    assert!(plans[0].contains("starting from scratch"), "{plans:?}");
+    assert!(
+        plans[1].ends_with(&format!("resumed from step {}", saved[0])),
+        "resumed from that checkpoint on other nodes: {plans:?}"
+    );
+    assert_eq!(output.matches("final loss").count(), 1, "{output}");
+    let out = single.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    eventually(Duration::from_secs(30), || {
+        let left = slurm_jobs_starting("gangway-");
+        left.is_empty()
+            .then_some(())
+            .ok_or(format!("left behind: {left:?}"))
+    });
+}
+
+/// Issue 19: `kill -9` of a Slurm daemon mid-run, then a restart on its journal: the job's step is
+/// re-adopted (not relaunched), and a step under the daemon's name that no attempt accounts for is
+/// cancelled. Then `scontrol update state=down` of the job's node moves it to another node, where it
+/// resumes from its last checkpoint and finishes, once; no Slurm step is left behind.
+#[test]
+fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node() {
+    let python = need_torch!();
+    if !slurm_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", support::free_port());
+    let mut daemon = slurm_daemon(dir.path(), &addr, "fifo");
+    let api = support::Api::new(
+        &format!("http://{addr}"),
+        &dir.path().join("journal"),
+        Duration::from_secs(30),
+    );
+    let job = toy_under(
+        &python,
+        dir.path(),
+        &addr,
+        "survivor",
+        4,
+        &[
+            "--steps",
+            "150",
+            "--save-every",
+            "5",
+            "--step-sleep",
+            "0.25",
+        ],
+    );
+    eventually(Duration::from_secs(240), || {
+        let info = job_info(&api, 0);
+        (info["progress"].as_f64().unwrap_or(0.0) >= 0.2)
+            .then_some(())
+            .ok_or(format!("{info}"))
+    });
+    let steps = slurm_jobs_starting("gangway-");
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    // `gangway-INSTANCE-JOB.ATTEMPT`: a stray step of this daemon's, for an attempt it never made.
+    let (prefix, _) = steps[0].rsplit_once('-').unwrap();
+    let stray = format!("{prefix}-77.0");
+    let submitted = Command::new("sbatch")
+        .args([&format!("--job-name={stray}"), "--wrap", "sleep 300"])
+        .output()
+        .unwrap();
+    assert!(submitted.status.success(), "{submitted:?}");
+    eventually(Duration::from_secs(30), || {
+        (slurm_jobs_starting(&stray).len() == 1)
+            .then_some(())
+            .ok_or("the stray job is not queued".into())
+    });
+
+    // SIGKILL: no chance to clean up. The job's elastic-run lives on in its own process group.
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    let _daemon = slurm_daemon(dir.path(), &addr, "fifo");
+    eventually(Duration::from_secs(60), || {
+        slurm_jobs_starting(&stray)
+            .is_empty()
+            .then_some(())
+            .ok_or("the stray step still runs".into())
+    });
+    // The restarted daemon wrote a new token.
+    let api = support::Api::new(
+        &format!("http://{addr}"),
+        &dir.path().join("journal"),
+        Duration::from_secs(30),
+    );
+    let before = job_info(&api, 0);
+    assert_eq!(before["phase"], "running", "re-adopted: {before}");
+    let node = nodes_of(&placement_of(&before));
+    assert_eq!(node.len(), 1, "{before}");
+    let down = node.into_iter().next().unwrap();
+    let _resume = ResumeNode(down.clone());
+    let status = Command::new("scontrol")
+        .args([
+            "update",
+            &format!("nodename={down}"),
+            "state=down",
+            "reason=gangway-test",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    eventually(Duration::from_secs(120), || {
+        let info = job_info(&api, 0);
+        let nodes = nodes_of(&placement_of(&info));
+        (info["phase"] == "running" && nodes.len() == 1 && !nodes.contains(&down))
+            .then_some(())
+            .ok_or(format!("{info}"))
+    });
+    let out = job.wait_with_output().unwrap();
+    let output = text(&out);
+    assert!(out.status.success(), "{output}");
+    let (plans, _) = launches_and_saves(&output);
+    // Started once by the first daemon, re-adopted by the second, moved once by the down node.
+    assert_eq!(
+        plans
+            .iter()
+            .filter(|p| p.contains("starting from scratch"))
+            .count(),
+        1,
+        "{output}"
+    );
+    assert!(
+        plans
+            .last()
+            .is_some_and(|p| p.contains("resumed from step")),
+        "{output}"
+    );
+    assert_eq!(output.matches("final loss").count(), 1, "{output}");
+    eventually(Duration::from_secs(30), || {
+        let left = slurm_jobs_starting("gangway-");
+        left.is_empty()
+            .then_some(())
+            .ok_or(format!("left behind: {left:?}"))
+    });
+}

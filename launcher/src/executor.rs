@@ -29,7 +29,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gangway_protocol::command::{Invalid, Submitter, check_program};
-use gangway_protocol::ids::JobId;
+use gangway_protocol::ids::{GpuId, JobId};
 use gangway_protocol::worker::{
     Executor, ExecutorError, Launch, Resources, RunAs, RunCommand, WorkerEvent,
 };
@@ -105,10 +105,16 @@ pub fn check_command(run: &RunCommand, submitter: &Submitter) -> Result<(), Inva
             problem: format!("elastic-run refuses this command line: {first}"),
         }
     })?;
-    if inv.options.backend != crate::cli::Backend::Local {
+    let options = &inv.options;
+    if options.backend != crate::cli::Backend::Local
+        || options.nodes != 1
+        || options.nodelist.is_some()
+    {
         return Err(Invalid {
             field: FIELD,
-            problem: "the daemon runs jobs on its own GPUs: leave out --backend".into(),
+            problem: "the daemon places jobs on its own GPUs and nodes: leave out --backend, \
+                      --nodes and --nodelist"
+                .into(),
         });
     }
     check_program(FIELD, &inv.options.python, run, submitter)?;
@@ -285,11 +291,90 @@ fn process_has(pid: i32, marker: &str) -> bool {
     process_has_env(pid, ATTEMPT_VAR, marker)
 }
 
-/// Runs each job as an `elastic-run` child process on this machine.
+/// Where the control plane's GPUs are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Hosts {
+    /// On this machine: the device index of each GPU id.
+    Local(Vec<u32>),
+    /// On Slurm's nodes: the node of each GPU id. Each start is an `elastic-run --backend slurm` on
+    /// the nodes the placer chose, which Slurm launches and binds (`srun --gres`).
+    Slurm(Vec<String>),
+}
+
+impl Hosts {
+    /// `elastic-run`'s options for running on `gpus`.
+    fn placement_args(&self, gpus: &[GpuId]) -> Result<Vec<String>, SpawnError> {
+        match self {
+            Hosts::Local(devices) => {
+                let mut listed = Vec::with_capacity(gpus.len());
+                for gpu in gpus {
+                    let device = devices.get(gpu.0 as usize).ok_or_else(|| {
+                        SpawnError::Refused(format!("GPU {} has no device on this machine", gpu.0))
+                    })?;
+                    listed.push(device.to_string());
+                }
+                Ok(vec!["--devices".into(), listed.join(",")])
+            }
+            Hosts::Slurm(node_of) => {
+                let mut nodes: Vec<(&str, u32)> = Vec::new();
+                for gpu in gpus {
+                    let node = node_of.get(gpu.0 as usize).ok_or_else(|| {
+                        SpawnError::Refused(format!("GPU {} is on no Slurm node", gpu.0))
+                    })?;
+                    match nodes.iter_mut().find(|(n, _)| n == node) {
+                        Some((_, count)) => *count += 1,
+                        None => nodes.push((node, 1)),
+                    }
+                }
+                // torchrun starts as many workers on every node.
+                if nodes.iter().any(|&(_, c)| c != nodes[0].1) {
+                    let shape: Vec<String> =
+                        nodes.iter().map(|(n, c)| format!("{c} on {n}")).collect();
+                    return Err(SpawnError::Refused(format!(
+                        "its GPUs are spread unevenly ({}); torchrun needs as many on every node",
+                        shape.join(", ")
+                    )));
+                }
+                let names: Vec<&str> = nodes.iter().map(|&(n, _)| n).collect();
+                Ok(vec![
+                    "--backend".into(),
+                    "slurm".into(),
+                    "--nodes".into(),
+                    nodes.len().to_string(),
+                    "--nodelist".into(),
+                    names.join(","),
+                ])
+            }
+        }
+    }
+}
+
+impl Hosts {
+    /// How many machines `gpus` are on.
+    fn count(&self, gpus: &[GpuId]) -> usize {
+        match self {
+            Hosts::Local(_) => 1,
+            Hosts::Slurm(node_of) => {
+                let mut nodes: Vec<Option<&String>> =
+                    gpus.iter().map(|g| node_of.get(g.0 as usize)).collect();
+                nodes.sort_unstable();
+                nodes.dedup();
+                nodes.len()
+            }
+        }
+    }
+}
+
+/// The Slurm job name of an attempt's step (`elastic-run` names its step after its [`ATTEMPT_VAR`]).
+pub fn slurm_job_name(marker: &str) -> String {
+    format!("gangway-{marker}")
+}
+
+/// Runs each job as an `elastic-run` child process of this one, on this machine's GPUs or, through
+/// Slurm, on its nodes'.
 pub struct ProcessExecutor {
     elastic_run: PathBuf,
-    /// The device index of each control-plane GPU id.
-    devices: Vec<u32>,
+    hosts: Hosts,
     /// Exit files and run files, one per attempt.
     state_dir: PathBuf,
     /// How long a stop may take, beyond the job's own `--grace`, before the attempt's processes
@@ -305,21 +390,30 @@ pub struct ProcessExecutor {
     instance: String,
     /// Cgroups of ended attempts whose last processes had not yet gone when they ended.
     stale_cgroups: Vec<PathBuf>,
+    /// Whether Slurm steps left by an earlier life of this executor that no attempt accounts for
+    /// have been cancelled (at the first poll, after the control plane re-adopted what it knows).
+    swept: bool,
 }
 
 impl ProcessExecutor {
-    /// `devices[g]` is the device index of GPU id `g`; `state_dir` keeps one exit file and one run
-    /// file per attempt.
+    /// Jobs on this machine's GPUs: `devices[g]` is the device index of GPU id `g`; `state_dir` keeps
+    /// one exit file and one run file per attempt.
     pub fn new(
         elastic_run: PathBuf,
         devices: Vec<u32>,
         state_dir: PathBuf,
     ) -> std::io::Result<Self> {
+        Self::on(elastic_run, Hosts::Local(devices), state_dir)
+    }
+
+    /// Jobs on `hosts`' GPUs.
+    pub fn on(elastic_run: PathBuf, hosts: Hosts, state_dir: PathBuf) -> std::io::Result<Self> {
         std::fs::create_dir_all(&state_dir)?;
         let instance = format!("{:016x}", fnv1a(state_dir.canonicalize()?.as_os_str()));
         Ok(ProcessExecutor {
             elastic_run,
-            devices,
+            swept: !matches!(hosts, Hosts::Slurm(_)),
+            hosts,
             state_dir,
             stop_margin: Duration::from_secs(60),
             runs: HashMap::new(),
@@ -354,9 +448,10 @@ impl ProcessExecutor {
         &self.memory
     }
 
-    /// Takes cores and makes a memory cgroup for an attempt with `resources`.
+    /// Takes cores and makes a memory cgroup for an attempt with `resources` on this machine (Slurm
+    /// binds a remote step's resources itself).
     fn confine(&mut self, launch: &Launch) -> Result<Confinement, SpawnError> {
-        let Some(resources) = launch.resources else {
+        let (Some(resources), Hosts::Local(_)) = (launch.resources, &self.hosts) else {
             return Ok(Confinement::default());
         };
         let cgroup = match resources.memory_bytes() {
@@ -428,13 +523,7 @@ impl ProcessExecutor {
         };
         // A command elastic-run refuses still starts: it reports why in its exit file.
         let grace = crate::cli::parse(&run.args).map_or(Duration::ZERO, |inv| inv.options.grace());
-        let mut devices = Vec::new();
-        for gpu in launch.gpus.iter() {
-            let device = self.devices.get(gpu.0 as usize).ok_or_else(|| {
-                SpawnError::Refused(format!("GPU {} has no device on this machine", gpu.0))
-            })?;
-            devices.push(device.to_string());
-        }
+        let placement = self.hosts.placement_args(&launch.gpus)?;
         let (out, err) = match &run.log {
             // Opened by the child once it is that user (below): the kernel checks the user's access.
             Some(_) if run.user.is_some() => (Stdio::null(), Stdio::null()),
@@ -466,8 +555,7 @@ impl ProcessExecutor {
         }
         // The GPUs first: a submitted command never names them (the client refuses --devices).
         command
-            .arg("--devices")
-            .arg(devices.join(","))
+            .args(&placement)
             .args(&run.args)
             .current_dir(&run.cwd)
             .env_clear()
@@ -479,15 +567,21 @@ impl ProcessExecutor {
             .stdout(out)
             .stderr(err);
         if let Some(resources) = launch.resources {
-            command
-                .env(
-                    confine::CPUS_VAR,
-                    confinement.cores.len().max(1).to_string(),
-                )
-                .env(
-                    confine::MEMORY_GB_VAR,
-                    format!("{:.3}", resources.memory_gb),
-                );
+            // What each machine's processes share: the whole allotment here; on Slurm, one node's
+            // part of it (Slurm binds the CPUs itself).
+            let hosts = self.hosts.count(&launch.gpus).max(1) as f64;
+            let cpus = match &self.hosts {
+                Hosts::Local(_) => confinement.cores.len().max(1),
+                Hosts::Slurm(_) => Resources {
+                    cpus: resources.cpus / hosts,
+                    ..resources
+                }
+                .cores(),
+            };
+            command.env(confine::CPUS_VAR, cpus.to_string()).env(
+                confine::MEMORY_GB_VAR,
+                format!("{:.3}", resources.memory_gb / hosts),
+            );
         }
         if !confinement.cores.is_empty() {
             command.env(
@@ -568,7 +662,7 @@ impl ProcessExecutor {
                     job = run.launch.job.0,
                     "the workers outlived the stop timeout; killing them"
                 );
-                kill_marked(&run.marker);
+                self.sweep(&run.marker);
                 if let Some(child) = &mut run.child {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -578,7 +672,38 @@ impl ProcessExecutor {
             std::thread::sleep(Duration::from_millis(50));
         }
         // Whatever it left behind (it never should).
-        kill_marked(&run.marker);
+        self.sweep(&run.marker);
+    }
+
+    /// Ends whatever an attempt left: its processes here and, on Slurm, its step.
+    fn sweep(&self, marker: &str) {
+        kill_marked(marker);
+        if let Hosts::Slurm(_) = self.hosts {
+            crate::slurm::cancel(&slurm_job_name(marker));
+        }
+    }
+
+    /// Cancels this executor's Slurm jobs that no attempt it runs accounts for: steps of attempts
+    /// whose `elastic-run` died with the daemon, or that the journal never knew.
+    fn sweep_orphans(&mut self) {
+        self.swept = true;
+        let prefix = slurm_job_name(&format!("{}-", self.instance));
+        let known: Vec<String> = self
+            .runs
+            .values()
+            .map(|r| slurm_job_name(&r.marker))
+            .collect();
+        match crate::slurm::my_jobs() {
+            Ok(jobs) => {
+                for (id, name) in jobs {
+                    if name.starts_with(&prefix) && !known.contains(&name) {
+                        tracing::warn!(slurm_job = %id, %name, "cancelling a Slurm job no attempt accounts for");
+                        crate::slurm::cancel_id(&id);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "listing Slurm's jobs to cancel orphans"),
+        }
     }
 }
 
@@ -777,6 +902,9 @@ impl Executor for ProcessExecutor {
     }
 
     fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
+        if !self.swept {
+            self.sweep_orphans();
+        }
         let mut events = std::mem::take(&mut self.pending);
         events.extend(self.runs.values_mut().filter_map(Run::progressed));
         let exited: Vec<JobId> = self
@@ -786,7 +914,7 @@ impl Executor for ProcessExecutor {
             .collect();
         for job in exited {
             let run = self.runs.remove(&job).expect("listed");
-            kill_marked(&run.marker);
+            self.sweep(&run.marker);
             events.push(self.ending(&run, now));
             run.forget();
             self.release(&run.confinement);

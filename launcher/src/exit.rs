@@ -73,6 +73,14 @@ fn missing_module(text: &str) -> Option<&str> {
 pub fn classify(status: ExitStatus, output_tail: &str) -> Verdict {
     use std::os::unix::process::ExitStatusExt;
     if status.success() {
+        // srun exits 0 when Slurm aborts a step because a node failed (Slurm 22.05): the workers
+        // did not finish, they were lost.
+        if let Some(line) = output_tail.lines().find(|l| {
+            let l = l.trim();
+            l.starts_with("srun: error: Node failure") || l == "srun: Job step aborted"
+        }) {
+            return Verdict::Crashed(format!("Slurm aborted the step ({})", line.trim()));
+        }
         return Verdict::Completed;
     }
     if let Some(why) = user_error(output_tail) {
@@ -148,6 +156,21 @@ mod tests {
 
     /// Without torch, `python -m torch.distributed.run` fails before any worker starts, and says so
     /// inside its own message, not at a line's start: never a crash to retry.
+    /// A node failure once ended a Slurm job as completed: srun exits 0 when Slurm aborts its step.
+    #[test]
+    fn a_step_slurm_aborted_is_a_crash_even_when_srun_exits_0() {
+        let aborted = "srun: error: Node failure on node1\nsrun: error: Node failure on node1\n\
+                       srun: Job step aborted\n";
+        assert_eq!(
+            classify(exited(0), aborted),
+            Verdict::Crashed("Slurm aborted the step (srun: error: Node failure on node1)".into())
+        );
+        assert_eq!(
+            classify(exited(0), "epoch 3: srun: Job step aborted is a phrase\n"),
+            Verdict::Completed
+        );
+    }
+
     #[test]
     fn a_missing_module_is_a_user_error_with_a_hint() {
         let no_torch = "/usr/bin/python3: Error while finding module specification for \

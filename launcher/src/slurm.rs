@@ -25,29 +25,42 @@ pub struct SlurmNode {
     /// Where its services listen (the c10d store on the first node binds here).
     pub addr: String,
     pub gpus: u32,
+    /// The GPUs' type from its GRES (`gpu:a100:8` is `a100`), or `gpu` where the GRES names none.
+    pub gpu_type: String,
+    pub cpus: u32,
+    /// Its `RealMemory`, in MB.
+    pub memory_mb: u64,
+    /// The partitions it is in.
+    pub partitions: Vec<String>,
     /// Slurm's state, as `IDLE`, `MIXED`, `ALLOCATED`, `IDLE+DRAIN` or `DOWN*`.
     pub state: String,
 }
 
+/// State flags that take a node out of service.
+const OUT_OF_SERVICE: [&str; 6] = [
+    "DRAIN",
+    "RESERVED",
+    "POWER",
+    "MAINT",
+    "FAIL",
+    "NOT_RESPONDING",
+];
+
 impl SlurmNode {
     /// Idle, and not draining, reserved, powered down or unreachable (`*`).
     pub fn is_free(&self) -> bool {
+        self.in_service() && self.state.to_ascii_uppercase().split('+').next() == Some("IDLE")
+    }
+
+    /// Up and taking work (idle, or running some), not draining, reserved for others, powered down
+    /// or unreachable (`*`): what a scheduler that owns the node may place on.
+    pub fn in_service(&self) -> bool {
         let state = self.state.to_ascii_uppercase();
         let mut flags = state.split('+');
-        flags.next() == Some("IDLE")
+        let base = flags.next().unwrap_or("");
+        ["IDLE", "MIXED", "ALLOCATED", "ALLOC", "COMPLETING"].contains(&base)
             && !state.ends_with('*')
-            && flags.all(|f| {
-                ![
-                    "DRAIN",
-                    "RESERVED",
-                    "POWER",
-                    "MAINT",
-                    "FAIL",
-                    "NOT_RESPONDING",
-                ]
-                .iter()
-                .any(|bad| f.contains(bad))
-            })
+            && flags.all(|f| !OUT_OF_SERVICE.iter().any(|bad| f.contains(bad)))
     }
 }
 
@@ -88,6 +101,15 @@ pub fn parse_nodes(text: &str) -> Vec<SlurmNode> {
             Some(SlurmNode {
                 addr: field("NodeAddr").unwrap_or(&name).to_owned(),
                 gpus: field("Gres").map_or(0, gpu_count),
+                gpu_type: field("Gres").and_then(gpu_type).unwrap_or("gpu").to_owned(),
+                cpus: field("CPUTot").and_then(|c| c.parse().ok()).unwrap_or(0),
+                memory_mb: field("RealMemory")
+                    .and_then(|m| m.parse().ok())
+                    .unwrap_or(0),
+                partitions: field("Partitions")
+                    .filter(|p| *p != "(null)")
+                    .map(|p| p.split(',').map(str::to_owned).collect())
+                    .unwrap_or_default(),
                 state: field("State").unwrap_or("UNKNOWN").to_owned(),
                 name,
             })
@@ -101,6 +123,56 @@ fn gpu_count(gres: &str) -> u32 {
         .filter(|g| g.starts_with("gpu:"))
         .filter_map(|g| g.split('(').next()?.rsplit(':').next()?.parse::<u32>().ok())
         .sum()
+}
+
+/// The type of the first GPU GRES with one: `gpu:a100:4(S:0-1)` is `a100`; `gpu:4` has none.
+fn gpu_type(gres: &str) -> Option<&str> {
+    gres.split(',').find_map(|g| {
+        let mut parts = g.split('(').next()?.split(':');
+        (parts.next()? == "gpu").then_some(())?;
+        let (kind, count) = (parts.next()?, parts.next()?);
+        count.parse::<u32>().ok().map(|_| kind)
+    })
+}
+
+/// The nodes of `partition` (every node without one), in Slurm's order.
+pub fn partition_nodes(partition: Option<&str>) -> Result<Vec<SlurmNode>, SlurmError> {
+    let all = nodes()?;
+    Ok(match partition {
+        None => all,
+        Some(p) => {
+            let nodes: Vec<SlurmNode> = all
+                .into_iter()
+                .filter(|n| n.partitions.iter().any(|q| q == p))
+                .collect();
+            if nodes.is_empty() {
+                return Err(SlurmError::Placement(format!(
+                    "Slurm's partition {p} has no nodes (sinfo lists the partitions)"
+                )));
+            }
+            nodes
+        }
+    })
+}
+
+/// This user's Slurm jobs: (job id, name).
+pub fn my_jobs() -> Result<Vec<(String, String)>, SlurmError> {
+    // SAFETY: getuid(2) cannot fail.
+    let uid = unsafe { libc::getuid() }.to_string();
+    Ok(
+        run("squeue", &["--noheader", "--user", &uid, "--format=%i %j"])?
+            .lines()
+            .filter_map(|l| {
+                let (id, name) = l.trim().split_once(' ')?;
+                Some((id.to_owned(), name.trim().to_owned()))
+            })
+            .collect(),
+    )
+}
+
+/// Cancels one Slurm job by id (best effort: at worst it has ended already).
+pub fn cancel_id(id: &str) {
+    let _ = Command::new("scancel").arg("--quiet").arg(id).status();
 }
 
 /// The names in a Slurm host list (`node[1-3],gpu7`), as `scontrol show hostnames` expands them.
@@ -284,6 +356,24 @@ NodeName=node6 NodeAddr=10.0.0.6 Gres=gpu:4 State=DOWN*
 NodeName=node7 NodeAddr=10.0.0.7 Gres=gpu:4 State=IDLE+RESERVED
 NodeName=node8 NodeAddr=10.0.0.8 Gres=gpu:4 State=IDLE+CLOUD
 ";
+
+    #[test]
+    fn nodes_say_their_gpu_type_resources_partitions_and_whether_they_serve() {
+        let nodes = parse_nodes(&SCONTROL.replace(
+            "NodeHostName=vm",
+            "NodeHostName=vm CPUTot=2 RealMemory=2000 Partitions=gpu,debug",
+        ));
+        let node1 = &nodes[0];
+        assert_eq!(
+            (node1.gpu_type.as_str(), node1.cpus, node1.memory_mb),
+            ("gpu", 2, 2000)
+        );
+        assert_eq!(node1.partitions, ["gpu", "debug"]);
+        assert_eq!(nodes[1].gpu_type, "a100");
+        let serving: Vec<bool> = nodes.iter().map(SlurmNode::in_service).collect();
+        // MIXED serves (its other GPUs are free); drained, down, reserved do not.
+        assert_eq!(serving, [true, true, false, true, true, false, false, true]);
+    }
 
     #[test]
     fn nodes_are_read_from_scontrol_with_their_gpus_and_state() {

@@ -65,8 +65,14 @@ fn main() {
     finish(local::run(&inv, &target, &stop, &token));
 }
 
-/// This run's token, also its Slurm job name: unique across the machines a user launches from.
+/// This run's token, also its Slurm job name: unique across the machines a user launches from. Under
+/// the daemon, named after the attempt, so that a restarted daemon finds its steps in `squeue`.
 fn run_token() -> String {
+    if let Ok(marker) = std::env::var(gangway_launcher::executor::ATTEMPT_VAR)
+        && !marker.is_empty()
+    {
+        return gangway_launcher::executor::slurm_job_name(&marker);
+    }
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     format!("elastic-run-{}-{}", host.trim(), std::process::id())
 }

@@ -1,0 +1,136 @@
+//! `gangway serve --slurm`: the cluster is a Slurm partition's nodes, and a watcher keeps their state.
+//!
+//! Slurm stays the engine that runs processes on the nodes (each start is `elastic-run --backend slurm`
+//! on the nodes the placer chose; see `gangway_launcher::executor::Hosts::Slurm`); gangway owns the
+//! partition's scheduling. A node that goes down, drains or is reserved for others takes its GPUs out
+//! of service through their health probes, and the control plane moves its jobs off them, as it does
+//! for a cordon.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use gangway_actors::health::{Health, HealthProbe};
+use gangway_core::cluster::{Cluster, GpuId};
+use gangway_launcher::slurm::{self, SlurmNode};
+
+/// The partition's nodes with GPUs, as a cluster, and the node name of each GPU id.
+pub fn cluster(partition: Option<&str>) -> Result<(Cluster, Vec<SlurmNode>, Vec<String>)> {
+    let nodes: Vec<SlurmNode> = slurm::partition_nodes(partition)?
+        .into_iter()
+        .filter(|n| n.gpus > 0)
+        .collect();
+    if nodes.is_empty() {
+        bail!(
+            "Slurm lists no node with GPUs{} (their GRES, `Gres=gpu:4` in slurm.conf)",
+            partition.map_or(String::new(), |p| format!(" in partition {p}"))
+        );
+    }
+    let cluster = Cluster::try_from_nodes(nodes.iter().map(|n| {
+        (
+            n.gpu_type.as_str(),
+            n.gpus,
+            n.cpus,
+            n.memory_mb as f64 / 1000.0,
+        )
+    }))?;
+    let node_of = (0..cluster.num_gpus())
+        .map(|g| nodes[cluster.node_of(GpuId(g)).0 as usize].name.clone())
+        .collect();
+    Ok((cluster, nodes, node_of))
+}
+
+/// What Slurm last said of each node: its state, and whether it takes work.
+#[derive(Default)]
+pub struct NodeStates {
+    states: RwLock<HashMap<String, (String, bool)>>,
+}
+
+impl NodeStates {
+    fn update(&self, nodes: &[SlurmNode]) {
+        let fresh = nodes
+            .iter()
+            .map(|n| (n.name.clone(), (n.state.clone(), n.in_service())))
+            .collect();
+        *self.states.write().expect("node states") = fresh;
+    }
+
+    /// Whether `node` takes work, and why not.
+    fn health(&self, node: &str) -> Health {
+        match self.states.read().expect("node states").get(node) {
+            Some((_, true)) => Health::healthy(),
+            Some((state, false)) => Health::unhealthy(format!("Slurm node {node} is {state}")),
+            None => Health::unhealthy(format!("Slurm no longer lists node {node}")),
+        }
+    }
+}
+
+/// Reads the nodes' state now and then every `every`, on a thread of its own (`scontrol` is a
+/// process: never on an actor's thread).
+pub fn watch(first: &[SlurmNode], every: Duration) -> Arc<NodeStates> {
+    let states = Arc::new(NodeStates::default());
+    states.update(first);
+    let watched = Arc::clone(&states);
+    std::thread::Builder::new()
+        .name("slurm-nodes".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                match slurm::nodes() {
+                    Ok(nodes) => watched.update(&nodes),
+                    Err(e) => tracing::warn!(error = %e, "reading Slurm's nodes"),
+                }
+            }
+        })
+        .expect("a thread");
+    states
+}
+
+/// A GPU's health is its node's.
+pub struct SlurmProbe {
+    states: Arc<NodeStates>,
+    node: String,
+}
+
+impl SlurmProbe {
+    /// One probe per GPU id.
+    pub fn for_all_gpus(states: &Arc<NodeStates>, node_of: &[String]) -> Vec<SlurmProbe> {
+        node_of
+            .iter()
+            .map(|node| SlurmProbe {
+                states: Arc::clone(states),
+                node: node.clone(),
+            })
+            .collect()
+    }
+}
+
+impl HealthProbe for SlurmProbe {
+    fn check(&mut self, _gpu: GpuId) -> Health {
+        self.states.health(&self.node)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gpu_is_as_healthy_as_its_node() {
+        let nodes = slurm::parse_nodes(
+            "NodeName=n1 Gres=gpu:4 State=MIXED\nNodeName=n2 Gres=gpu:4 State=DOWN*\n",
+        );
+        let states = Arc::new(NodeStates::default());
+        states.update(&nodes);
+        let names = ["n1".to_owned(), "n2".to_owned(), "n3".to_owned()];
+        let mut probes = SlurmProbe::for_all_gpus(&states, &names);
+        let seen: Vec<Health> = probes.iter_mut().map(|p| p.check(GpuId(0))).collect();
+        assert!(seen[0].healthy);
+        assert_eq!(seen[1].reason.as_deref(), Some("Slurm node n2 is DOWN*"));
+        assert_eq!(
+            seen[2].reason.as_deref(),
+            Some("Slurm no longer lists node n3")
+        );
+    }
+}
