@@ -7,7 +7,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use gangway_actors::api::{self, ApiConfig, Listen};
 use gangway_actors::auth::{HostCheck, Token};
-use gangway_actors::cluster::{ClusterActor, JobInfo, JobRequest, Parts, Settings, TimeSource};
+use gangway_actors::cluster::{
+    ClusterActor, JobInfo, JobRequest, NodeInfo, Parts, Settings, TimeSource,
+};
 use gangway_actors::executor::{Executor, SimExecutor};
 use gangway_actors::health::{HealthProbe, NvmlProbe};
 use gangway_actors::listener::{Bound, Limits};
@@ -327,6 +329,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         real: real_gpus,
         slurm_nodes,
     } = serve_cluster(&args)?;
+    let node_names: Vec<String> = match (&slurm_nodes, &hosts) {
+        (Some(nodes), _) => nodes.iter().map(|n| n.name.clone()).collect(),
+        (None, Some(Hosts::Local(_))) => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            vec![host.trim().to_owned()]
+        }
+        _ => Vec::new(),
+    };
     // What runs live is what `gangway simulate` runs: the same model, placer, knobs and costs; live,
     // arrivals and completions also trigger a round.
     let engine = EngineConfig {
@@ -439,6 +449,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     settings.journal = Some(args.journal.clone());
     settings.snapshot_every = args.snapshot_every;
     settings.max_restarts = args.max_restarts;
+    settings.node_names = node_names;
     let mut config = api_config(&args, workers)?;
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()
@@ -642,6 +653,55 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     escape(&j.job_type),
                     escape(&j.tenant),
                     placement
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn nodes(args: JobsArgs) -> Result<()> {
+    let body = args
+        .daemon
+        .client()?
+        .get("/nodes")
+        .map_err(anyhow::Error::msg)?;
+    let nodes: Vec<NodeInfo> = serde_json::from_value(body).context("reading the node list")?;
+    match args.format {
+        crate::report::OutputFormat::Json => {
+            println!("{}", serde_json::to_string_pretty(&nodes)?)
+        }
+        crate::report::OutputFormat::Table => {
+            println!(
+                "{:<16} {:<10} {:>4} {:>4}  {:<12} JOBS",
+                "NODE", "TYPE", "GPUS", "FREE", "STATE"
+            );
+            for n in &nodes {
+                let state = match n.out_of_service.first() {
+                    None => "in service".to_owned(),
+                    Some((_, why)) if n.out_of_service.len() == n.gpus.len() => {
+                        format!("out: {}", escape(why))
+                    }
+                    Some((_, why)) => format!(
+                        "{} of {} out: {}",
+                        n.out_of_service.len(),
+                        n.gpus.len(),
+                        escape(why)
+                    ),
+                };
+                let jobs: Vec<String> = n.jobs.iter().map(|j| j.0.to_string()).collect();
+                println!(
+                    "{:<16} {:<10} {:>4} {:>4}  {:<12} {}",
+                    escape(&n.name),
+                    escape(&n.gpu_type),
+                    n.gpus.len(),
+                    n.free,
+                    state,
+                    if jobs.is_empty() {
+                        "-".into()
+                    } else {
+                        jobs.join(",")
+                    }
                 );
             }
         }

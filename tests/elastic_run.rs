@@ -1341,6 +1341,34 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
             .then_some(())
             .ok_or(format!("{info}"))
     });
+    // `gangway nodes` (GET /nodes) says why the node is out, and where the job runs now.
+    let mut listed = api.get("/nodes").unwrap();
+    let nodes: serde_json::Value = listed.body_mut().read_json().unwrap();
+    let node = |name: &str| {
+        nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} in {nodes}"))
+    };
+    let gone = node(&down);
+    assert_eq!(
+        gone["out_of_service"].as_array().unwrap().len(),
+        4,
+        "{gone}"
+    );
+    assert!(
+        gone["out_of_service"][0][1]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("Slurm node {down} is DOWN")),
+        "{gone}"
+    );
+    let now_on = nodes_of(&placement_of(&job_info(&api, 0)));
+    let here = node(now_on.iter().next().unwrap());
+    assert_eq!(here["jobs"], serde_json::json!([0]), "{nodes}");
     let out = job.wait_with_output().unwrap();
     let output = text(&out);
     assert!(out.status.success(), "{output}");

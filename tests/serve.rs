@@ -767,6 +767,40 @@ fn the_jobs_table_titles_each_column_once_and_escapes_names() {
     assert!(header.contains("PLACEMENT"), "{header}");
     let row: Vec<&str> = table.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(row[4..6], ["0.25", "2.0"], "its CPUs and memory: {table}");
+
+    // The servers: this machine, with the job on one GPU, and one GPU cordoned.
+    let (status, _) = status_and_body(d.api.post("/gpus/cordon", &json!({"gpus": [3]})));
+    assert_eq!(status, 200);
+    let (_, nodes) = status_and_body(d.api.get("/nodes"));
+    let node = &nodes[0];
+    assert_eq!(nodes.as_array().unwrap().len(), 1, "{nodes}");
+    assert_eq!(
+        (
+            &node["gpus"],
+            &node["free"],
+            &node["jobs"],
+            &node["out_of_service"]
+        ),
+        (
+            &json!([0, 1, 2, 3]),
+            &json!(2),
+            &json!([0]),
+            &json!([[3, "cordoned"]])
+        ),
+        "{nodes}"
+    );
+    let out = cargo_bin_cmd!("gangway")
+        .args(["nodes", "--daemon", &d.addr])
+        .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(out.stdout).unwrap();
+    assert!(listed.starts_with("NODE"), "{listed}");
+    let row = listed.lines().nth(1).unwrap();
+    assert!(
+        row.contains("1 of 4 out: cordoned") && row.ends_with(" 0"),
+        "{listed}"
+    );
     assert!(
         !table.contains('\u{1b}'),
         "no raw escape reaches the terminal: {table:?}"

@@ -42,8 +42,8 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::auth::{HostCheck, Token};
 use crate::cluster::{
-    Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Refusal, ShowJob, Submit,
-    Subscribe,
+    Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, ListNodes, Refusal, ShowJob,
+    Submit, Subscribe,
 };
 use crate::listener::{Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
@@ -181,6 +181,7 @@ pub fn router(cluster: Addr<ClusterActor>, config: &ApiConfig) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/jobs", get(list).post(submit))
         .route("/jobs/{id}", get(show).delete(cancel))
+        .route("/nodes", get(nodes))
         .route("/gpus/cordon", post(cordon))
         .route("/gpus/uncordon", post(uncordon))
         .route("/events", get(events))
@@ -430,6 +431,10 @@ async fn submit(
 
 async fn list(State(state): State<ApiState>) -> Result<Response, ApiError> {
     Ok(Json(state.cluster.send(ListJobs).await?).into_response())
+}
+
+async fn nodes(State(state): State<ApiState>) -> Result<Response, ApiError> {
+    Ok(Json(state.cluster.send(ListNodes).await?).into_response())
 }
 
 fn job_id(text: &str) -> Result<JobId, ApiError> {

@@ -36,6 +36,25 @@ fn default_weight() -> f64 {
     1.0
 }
 
+/// A server as the API shows it (`GET /nodes`): its GPUs, which are out of service and why, and the
+/// jobs running on it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Its name (a Slurm node's, or `server-N`).
+    pub name: String,
+    pub gpu_type: String,
+    /// Its GPU ids.
+    pub gpus: Vec<u32>,
+    /// How many of them no job holds and are in service.
+    pub free: u32,
+    /// GPUs out of service, with why (cordoned by the operator, or their health: a Slurm node
+    /// down or drained, an NVML fault).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub out_of_service: Vec<(u32, String)>,
+    /// Jobs running on it.
+    pub jobs: Vec<JobId>,
+}
+
 /// A job as the API shows it (`GET /jobs`, `GET /jobs/{id}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobInfo {

@@ -52,6 +52,10 @@ enum Command {
     /// Cancels a job of a running `gangway serve`.
     #[cfg(feature = "serve")]
     Cancel(control::CancelArgs),
+    /// Lists the servers of a running `gangway serve`: their GPUs, those out of service and why, and
+    /// the jobs on them.
+    #[cfg(feature = "serve")]
+    Nodes(control::JobsArgs),
     /// Takes GPUs of a running `gangway serve` out of service: their jobs checkpoint and move.
     #[cfg(feature = "serve")]
     Cordon(control::CordonArgs),
@@ -206,6 +210,7 @@ fn main() {
         Some(Command::Jobs(args)) => control::jobs(args),
         #[cfg(feature = "serve")]
         Some(Command::Cancel(args)) => control::cancel(args),
+        Some(Command::Nodes(args)) => control::nodes(args),
         #[cfg(feature = "serve")]
         Some(Command::Cordon(args)) => control::cordon(args, true),
         #[cfg(feature = "serve")]

@@ -23,7 +23,7 @@ use crate::job::JobEvent;
 use crate::stats::StatsSnapshot;
 
 pub use crate::request::JobRequest;
-pub use gangway_protocol::api::JobInfo;
+pub use gangway_protocol::api::{JobInfo, NodeInfo};
 
 /// Where control-plane time comes from.
 #[derive(Clone)]
@@ -49,6 +49,9 @@ pub struct Settings {
     pub max_restarts: u32,
     /// How often the executor is polled for worker events, in wall time.
     pub poll_every: Duration,
+    /// The servers' names, in the cluster's node order (`GET /nodes`); `server-N` for those not
+    /// named.
+    pub node_names: Vec<String>,
 }
 
 impl Settings {
@@ -60,6 +63,7 @@ impl Settings {
             snapshot_every: 100_000,
             max_restarts: 3,
             poll_every: Duration::from_millis(20),
+            node_names: Vec::new(),
         }
     }
 }
@@ -158,6 +162,11 @@ pub struct Outlook {
 #[derive(Message)]
 #[rtype(result = "Vec<JobInfo>")]
 pub struct ListJobs;
+
+/// The servers, their GPUs and what runs on them.
+#[derive(Message)]
+#[rtype(result = "Vec<NodeInfo>")]
+pub struct ListNodes;
 
 #[derive(Message)]
 #[rtype(result = "Option<JobInfo>")]

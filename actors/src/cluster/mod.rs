@@ -46,8 +46,9 @@ use plan::Retune;
 use store::Store;
 
 pub use messages::{
-    Cancel, Cordon, GetStats, JobInfo, JobRequest, ListJobs, Outlook, Parts, Peek, Poll, Refusal,
-    Round, RoundReport, Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
+    Cancel, Cordon, GetStats, JobInfo, JobRequest, ListJobs, ListNodes, NodeInfo, Outlook, Parts,
+    Peek, Poll, Refusal, Round, RoundReport, Settings, ShowJob, StartError, Submit, Subscribe,
+    TimeSource, Timeline,
 };
 
 /// Distinct job types, and distinct tenants, a control plane keeps: names are never forgotten (ids
@@ -112,6 +113,8 @@ pub struct ClusterActor {
     /// Jobs re-adopted at recovery whose gangs are leased once the actor runs.
     adopted: Vec<JobId>,
     round_queued: bool,
+    /// GPUs their health probes took out of service, with why.
+    unhealthy: FxHashMap<GpuId, String>,
 }
 
 impl ClusterActor {
@@ -183,6 +186,7 @@ impl ClusterActor {
                 key_waiters: Vec::new(),
                 ended: BTreeMap::new(),
                 adopted: Vec::new(),
+                unhealthy: FxHashMap::default(),
                 round_queued: false,
             };
             actor.recover(engine, policy, placer, now);
@@ -436,6 +440,70 @@ impl ClusterActor {
             Some(Standing::Running { attempt, .. }) => Some(*attempt),
             _ => None,
         }
+    }
+
+    /// Every server: its GPUs, those out of service and why, and the jobs running on it.
+    fn nodes(&mut self) -> Vec<NodeInfo> {
+        let mut holder: FxHashMap<GpuId, JobId> = FxHashMap::default();
+        for (&job, entry) in &self.store.ledger.jobs {
+            if let Standing::Running { gpus, .. } = &entry.standing {
+                holder.extend(gpus.iter().map(|&g| (g, job)));
+            }
+        }
+        let out: Vec<(u32, String)> = self
+            .unhealthy
+            .iter()
+            .map(|(g, why)| (g.0, why.clone()))
+            .chain(
+                self.store
+                    .ledger
+                    .cordoned
+                    .iter()
+                    .map(|&g| (g, "cordoned".into())),
+            )
+            .collect();
+        let names = self.settings.node_names.clone();
+        let cluster = self.engine().cluster();
+        cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                let gpus: Vec<u32> = cluster
+                    .gpus_of(gangway_core::cluster::NodeId(n as u32))
+                    .map(|g| g.0)
+                    .collect();
+                // Health first: a cordoned GPU that also failed says why it failed.
+                let out_of_service: Vec<(u32, String)> = gpus
+                    .iter()
+                    .filter_map(|&g| out.iter().find(|(o, _)| *o == g).cloned())
+                    .collect();
+                let mut jobs: Vec<JobId> = gpus
+                    .iter()
+                    .filter_map(|&g| holder.get(&GpuId(g)).copied())
+                    .collect();
+                jobs.sort_unstable();
+                jobs.dedup();
+                let free = gpus
+                    .iter()
+                    .filter(|&&g| {
+                        !holder.contains_key(&GpuId(g))
+                            && !out_of_service.iter().any(|(o, _)| *o == g)
+                    })
+                    .count() as u32;
+                NodeInfo {
+                    name: names
+                        .get(n)
+                        .cloned()
+                        .unwrap_or_else(|| format!("server-{n}")),
+                    gpu_type: cluster.gpu_types()[node.gpu_type.0 as usize].clone(),
+                    gpus,
+                    free,
+                    out_of_service,
+                    jobs,
+                }
+            })
+            .collect()
     }
 
     fn info(&mut self, id: JobId) -> Option<JobInfo> {
@@ -961,8 +1029,13 @@ impl Handler<HealthChanged> for ClusterActor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, msg: HealthChanged, ctx: &mut Context<Self>) -> Self::Result {
-        if !msg.health.healthy {
+        if msg.health.healthy {
+            self.unhealthy.remove(&msg.gpu);
+        } else {
             tracing::warn!(gpu = msg.gpu.0, reason = ?msg.health.reason, "GPU out of service; its job moves");
+            let why = msg.health.reason.clone();
+            self.unhealthy
+                .insert(msg.gpu, why.unwrap_or_else(|| "unhealthy".into()));
         }
         // Its job is placed again by the next round on the timer: GPU failures come in bursts
         // (a node's XID storm), and one round then moves all their jobs.
@@ -1025,6 +1098,14 @@ impl Handler<ListJobs> for ClusterActor {
     fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Self::Result {
         let ids: Vec<JobId> = self.store.ledger.jobs.keys().copied().collect();
         MessageResult(ids.into_iter().filter_map(|id| self.info(id)).collect())
+    }
+}
+
+impl Handler<ListNodes> for ClusterActor {
+    type Result = MessageResult<ListNodes>;
+
+    fn handle(&mut self, _: ListNodes, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.nodes())
     }
 }
 
