@@ -14,7 +14,7 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::{Grant, Intent, Policy, RoundInput, Usage};
 use crate::cluster::GpuTypeId;
@@ -79,6 +79,12 @@ impl TimeShares {
             type_preference,
             fill_idle: false,
         }
+    }
+
+    /// Makes room for `units` more rows.
+    pub fn reserve(&mut self, units: usize) {
+        self.units.reserve(units);
+        self.x.reserve(units * self.num_types);
     }
 
     /// Adds a job's row.
@@ -221,6 +227,9 @@ struct Mechanism {
     current_row: FxHashMap<Unit, usize>,
     period_start: f64,
     rng: ChaCha8Rng,
+    /// Each active job's position in this round's `RoundInput::jobs`, rebuilt every round in its
+    /// kept buffer.
+    index: FxHashMap<JobId, usize>,
     /// One type's queue, kept between rounds for its buffer.
     candidates: Vec<Candidate>,
 }
@@ -234,21 +243,26 @@ impl Mechanism {
             current_row: FxHashMap::default(),
             period_start: 0.0,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6761_6e67_7761_7921),
+            index: FxHashMap::default(),
             candidates: Vec::new(),
         }
     }
 
-    /// Charges what ran since the last round, then drops the units of jobs that left.
+    /// Indexes this round's active jobs, charges what ran since the last round, then drops the units
+    /// of jobs that left.
     fn account(&mut self, input: &RoundInput<'_>) {
+        self.index.clear();
+        self.index
+            .extend(input.jobs.iter().enumerate().map(|(k, v)| (v.id(), k)));
         for usage in input.usage {
             self.charge(usage);
         }
         if self.accounts.is_empty() {
             return;
         }
-        let active: FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        let active = &self.index;
         self.accounts
-            .retain(|unit, _| unit.members().all(|m| active.contains(&m)));
+            .retain(|unit, _| unit.members().all(|m| active.contains_key(&m)));
     }
 
     /// A pair is charged once, under the unit its shares named (`Pair(first, second)`), through the
@@ -300,6 +314,7 @@ impl Mechanism {
     }
 
     /// Turns shares into this round's grants. A pair becomes two grants, each naming the other as partner.
+    /// Runs after [`Mechanism::account`], which indexes the round's jobs.
     fn grants(&mut self, shares: &TimeShares, input: &RoundInput<'_>) -> Vec<Grant> {
         let capacity = input.capacity;
         let changed = self
@@ -309,12 +324,8 @@ impl Mechanism {
         if changed {
             self.reset(shares, input.now, input.round_length / 2.0);
         }
-        let index: FxHashMap<JobId, usize> = input
-            .jobs
-            .iter()
-            .enumerate()
-            .map(|(k, v)| (v.id(), k))
-            .collect();
+        // Indexed by `account`, which runs first every round.
+        let index = &self.index;
         let member = |job: JobId| index.get(&job).copied();
         // Resolve each unit once; a pair runs only when both members are active and share a gang size.
         let mut rows: Vec<Row<'_>> = Vec::with_capacity(shares.units.len());
@@ -351,7 +362,9 @@ impl Mechanism {
         let mut left: Vec<u32> = capacity.to_vec();
         // A job runs at most once per round, alone or in one pair.
         let mut placed = vec![false; input.jobs.len()];
-        let mut grants = Vec::new();
+        // A grant takes at least one GPU, a pair's two grants share theirs.
+        let most = 2 * capacity.iter().sum::<u32>() as usize;
+        let mut grants = Vec::with_capacity(rows.len().min(most));
         let mut candidates = std::mem::take(&mut self.candidates);
         for t in order {
             let ti = t.0 as usize;
