@@ -24,7 +24,7 @@ impl Engine<'_> {
                 self.states[i].grant.get_or_insert(*g);
             }
         }
-        let mut displaced = Vec::new();
+        let mut displaced = Vec::with_capacity(self.active.len());
         let mut spread = Vec::new();
         for k in 0..self.active.len() {
             let i = self.active[k];

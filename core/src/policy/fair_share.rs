@@ -84,6 +84,7 @@ impl TimeSharePolicy for MaxMinFairness {
         let total: f64 = input.capacity.iter().map(|&n| f64::from(n)).sum();
         let shares = max_min_shares(input.jobs, total);
         let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
+        out.reserve(input.jobs.len());
         for (view, s) in input.jobs.iter().zip(shares) {
             out.push(view.id(), split(view, input.capacity, s));
         }
@@ -105,6 +106,7 @@ impl TimeSharePolicy for Isolated {
 fn isolated_shares(input: &RoundInput<'_>) -> TimeShares {
     let m = input.jobs.len().max(1) as f64;
     let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
+    out.reserve(input.jobs.len());
     for view in input.jobs {
         let share = |(&n, &r): (&u32, &f64)| {
             if r > 0.0 {

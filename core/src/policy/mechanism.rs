@@ -14,7 +14,7 @@
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::{Grant, Intent, Policy, RoundInput, Usage};
 use crate::cluster::GpuTypeId;
@@ -79,6 +79,12 @@ impl TimeShares {
             type_preference,
             fill_idle: false,
         }
+    }
+
+    /// Makes room for `units` more rows.
+    pub fn reserve(&mut self, units: usize) {
+        self.units.reserve(units);
+        self.x.reserve(units * self.num_types);
     }
 
     /// Adds a job's row.
@@ -192,6 +198,24 @@ impl Row<'_> {
     }
 }
 
+/// A unit's place in one type's queue: its priority and deficit as keys that order as
+/// `f64::total_cmp` does, highest first, and its row. Sorting these small keys instead of whole
+/// entries keeps a round's sorts cheap; ties on both keys fall back to the row's share and unit.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    priority: u64,
+    deficit: u64,
+    row: u32,
+}
+
+/// `x` as an unsigned key that orders as `f64::total_cmp` orders, reversed (the highest `x` first).
+fn descending_key(x: f64) -> u64 {
+    let bits = x.to_bits() as i64;
+    // What `total_cmp` compares, as a signed integer; flipping the sign bit keeps its order unsigned.
+    let ordered = bits ^ (((bits >> 63) as u64) >> 1) as i64;
+    !((ordered as u64) ^ (1 << 63))
+}
+
 /// The mechanism's state between rounds.
 #[derive(Clone, Debug)]
 struct Mechanism {
@@ -203,6 +227,11 @@ struct Mechanism {
     current_row: FxHashMap<Unit, usize>,
     period_start: f64,
     rng: ChaCha8Rng,
+    /// Each active job's position in this round's `RoundInput::jobs`, rebuilt every round in its
+    /// kept buffer.
+    index: FxHashMap<JobId, usize>,
+    /// One type's queue, kept between rounds for its buffer.
+    candidates: Vec<Candidate>,
 }
 
 impl Mechanism {
@@ -214,20 +243,26 @@ impl Mechanism {
             current_row: FxHashMap::default(),
             period_start: 0.0,
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6761_6e67_7761_7921),
+            index: FxHashMap::default(),
+            candidates: Vec::new(),
         }
     }
 
-    /// Charges what ran since the last round, then drops the units of jobs that left.
+    /// Indexes this round's active jobs, charges what ran since the last round, then drops the units
+    /// of jobs that left.
     fn account(&mut self, input: &RoundInput<'_>) {
+        self.index.clear();
+        self.index
+            .extend(input.jobs.iter().enumerate().map(|(k, v)| (v.id(), k)));
         for usage in input.usage {
             self.charge(usage);
         }
         if self.accounts.is_empty() {
             return;
         }
-        let active: FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        let active = &self.index;
         self.accounts
-            .retain(|unit, _| unit.members().all(|m| active.contains(&m)));
+            .retain(|unit, _| unit.members().all(|m| active.contains_key(&m)));
     }
 
     /// A pair is charged once, under the unit its shares named (`Pair(first, second)`), through the
@@ -279,6 +314,7 @@ impl Mechanism {
     }
 
     /// Turns shares into this round's grants. A pair becomes two grants, each naming the other as partner.
+    /// Runs after [`Mechanism::account`], which indexes the round's jobs.
     fn grants(&mut self, shares: &TimeShares, input: &RoundInput<'_>) -> Vec<Grant> {
         let capacity = input.capacity;
         let changed = self
@@ -288,34 +324,28 @@ impl Mechanism {
         if changed {
             self.reset(shares, input.now, input.round_length / 2.0);
         }
-        let index: FxHashMap<JobId, usize> = input
-            .jobs
-            .iter()
-            .enumerate()
-            .map(|(k, v)| (v.id(), k))
-            .collect();
+        // Indexed by `account`, which runs first every round.
+        let index = &self.index;
         let member = |job: JobId| index.get(&job).copied();
         // Resolve each unit once; a pair runs only when both members are active and share a gang size.
-        let rows: Vec<Row<'_>> = shares
-            .rows()
-            .filter_map(|(unit, x)| {
-                let members = match unit {
-                    Unit::Job(a) => [Some(member(a)?), None],
-                    Unit::Pair(a, b) => [Some(member(a)?), Some(member(b)?)],
-                };
-                let gpus = input.jobs[members[0]?].job.gpus;
-                if members[1].is_some_and(|b| input.jobs[b].job.gpus != gpus) {
-                    return None;
-                }
-                Some(Row {
-                    unit,
-                    members,
-                    gpus,
-                    shares: x,
-                    account: self.accounts.get(&unit)?,
-                })
+        let mut rows: Vec<Row<'_>> = Vec::with_capacity(shares.units.len());
+        rows.extend(shares.rows().filter_map(|(unit, x)| {
+            let members = match unit {
+                Unit::Job(a) => [Some(member(a)?), None],
+                Unit::Pair(a, b) => [Some(member(a)?), Some(member(b)?)],
+            };
+            let gpus = input.jobs[members[0]?].job.gpus;
+            if members[1].is_some_and(|b| input.jobs[b].job.gpus != gpus) {
+                return None;
+            }
+            Some(Row {
+                unit,
+                members,
+                gpus,
+                shares: x,
+                account: self.accounts.get(&unit)?,
             })
-            .collect();
+        }));
         let mut order: Vec<GpuTypeId> = match &shares.type_preference {
             TypePreference::Ordered(order) => order.clone(),
             TypePreference::Interchangeable => {
@@ -332,14 +362,16 @@ impl Mechanism {
         let mut left: Vec<u32> = capacity.to_vec();
         // A job runs at most once per round, alone or in one pair.
         let mut placed = vec![false; input.jobs.len()];
-        let mut grants = Vec::new();
-        // (priority, deficit, share, unit, row index)
-        let mut entries: Vec<(f64, f64, f64, Unit, usize)> = Vec::with_capacity(rows.len());
+        // A grant takes at least one GPU, a pair's two grants share theirs.
+        let most = 2 * capacity.iter().sum::<u32>() as usize;
+        let mut grants = Vec::with_capacity(rows.len().min(most));
+        let mut candidates = std::mem::take(&mut self.candidates);
         for t in order {
             let ti = t.0 as usize;
-            entries.clear();
+            let share_of = |row: &Row<'_>| row.shares.get(ti).copied().unwrap_or(0.0);
+            candidates.clear();
             for (k, row) in rows.iter().enumerate() {
-                let share = row.shares.get(ti).copied().unwrap_or(0.0);
+                let share = share_of(row);
                 if (share <= 0.0 && !shares.fill_idle) || !row.runs_on(t, input) {
                     continue;
                 }
@@ -354,29 +386,37 @@ impl Mechanism {
                 } else {
                     share * 1e9
                 };
-                entries.push((priority, account.deficit[ti], share, row.unit, k));
+                candidates.push(Candidate {
+                    priority: descending_key(priority),
+                    deficit: descending_key(account.deficit[ti]),
+                    row: k as u32,
+                });
             }
             // Highest priority first, then deficit, then share; equal keys keep ascending unit order.
             // Sorted even when every candidate fits by count: a placer may still refuse a grant (strict
             // consolidation), and then the order decides who runs.
-            entries.sort_unstable_by(|a, b| {
-                b.0.total_cmp(&a.0)
-                    .then(b.1.total_cmp(&a.1))
-                    .then(b.2.total_cmp(&a.2))
-                    .then(a.3.cmp(&b.3))
+            candidates.sort_unstable_by(|a, b| {
+                (a.priority, a.deficit)
+                    .cmp(&(b.priority, b.deficit))
+                    .then_with(|| {
+                        let (ra, rb) = (&rows[a.row as usize], &rows[b.row as usize]);
+                        share_of(rb)
+                            .total_cmp(&share_of(ra))
+                            .then(ra.unit.cmp(&rb.unit))
+                    })
             });
-            for &(_, _, _, unit, k) in &entries {
+            for candidate in &candidates {
                 if left[ti] == 0 {
                     break;
                 }
-                let row = &rows[k];
+                let row = &rows[candidate.row as usize];
                 let members = row.members.iter().flatten();
                 if row.gpus > left[ti] || members.clone().any(|&m| placed[m]) {
                     continue;
                 }
                 left[ti] -= row.gpus;
                 members.for_each(|&m| placed[m] = true);
-                match unit {
+                match row.unit {
                     Unit::Job(job) => grants.push(Grant::new(job, t, row.gpus)),
                     Unit::Pair(a, b) => grants.extend([
                         Grant::new(a, t, row.gpus).with(Intent::PackedWith(b)),
@@ -385,6 +425,40 @@ impl Mechanism {
                 }
             }
         }
+        self.candidates = candidates;
         grants
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descending_keys_order_as_total_cmp_reversed() {
+        let values = [
+            f64::NEG_INFINITY,
+            -1e300,
+            -1.5,
+            -f64::MIN_POSITIVE,
+            -0.0,
+            0.0,
+            f64::MIN_POSITIVE,
+            0.25,
+            1.0,
+            1e9,
+            f64::INFINITY,
+            f64::NAN,
+            -f64::NAN,
+        ];
+        for a in values {
+            for b in values {
+                assert_eq!(
+                    descending_key(a).cmp(&descending_key(b)),
+                    b.total_cmp(&a),
+                    "{a} vs {b}"
+                );
+            }
+        }
     }
 }
