@@ -345,7 +345,10 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         schedule_on_completion: true,
         ..EngineConfig::default()
     };
-    let scenario = Scenario::assemble(&args.scenario, cluster, topology, engine, false)?;
+    // One torchrun agent per Slurm node starts as many workers on each.
+    let mut scenario_args = args.scenario.clone();
+    scenario_args.even_gangs |= args.slurm;
+    let scenario = Scenario::assemble(&scenario_args, cluster, topology, engine, false)?;
     let workers = args.workers.unwrap_or(if real_gpus {
         Workers::Processes
     } else {

@@ -11,6 +11,7 @@ use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_core::error::{Source, read_text};
 use gangway_core::job::{Names, Trace, WorkUnit};
+use gangway_core::placement::even::Even;
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
 use gangway_core::throughput::goodput::ProfiledWorkload;
@@ -55,6 +56,10 @@ pub struct ScenarioArgs {
         allow_negative_numbers = true
     )]
     pub migrate_cost: f64,
+    /// Spread a gang over servers only evenly (as many GPUs on each), as torchrun needs when it
+    /// starts one agent per node; an uneven gang waits. `serve --slurm` always does.
+    #[arg(long)]
+    pub even_gangs: bool,
     /// Seed for every random choice (policies and placers).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -74,6 +79,8 @@ pub struct Scenario {
     pub engine: EngineConfig,
     pub policy_config: PolicyConfig,
     pub seed: u64,
+    /// Gangs spread over servers only evenly.
+    pub even_gangs: bool,
 }
 
 impl Scenario {
@@ -144,17 +151,23 @@ impl Scenario {
             },
             policy_config,
             seed: args.seed,
+            even_gangs: args.even_gangs,
         })
     }
 
     /// A fresh placer for one run.
     pub fn placer(&self) -> Box<dyn Placer> {
-        match &self.placement {
+        let placer: Box<dyn Placer> = match &self.placement {
             None => Box::new(PackingPlacer),
             Some((topology, mode)) => Box::new(
                 TopologyPlacer::new(Arc::clone(topology), &self.cluster, *mode, self.seed)
                     .expect("checked when assembled"),
             ),
+        };
+        if self.even_gangs {
+            Box::new(Even::new(placer))
+        } else {
+            placer
         }
     }
 

@@ -326,11 +326,12 @@ impl Hosts {
                         None => nodes.push((node, 1)),
                     }
                 }
-                // torchrun starts as many workers on every node.
+                // torchrun starts as many workers on every node. (The daemon's placer spreads gangs
+                // evenly on Slurm; should one come uneven, it goes back to the queue, not to failure.)
                 if nodes.iter().any(|&(_, c)| c != nodes[0].1) {
                     let shape: Vec<String> =
                         nodes.iter().map(|(n, c)| format!("{c} on {n}")).collect();
-                    return Err(SpawnError::Refused(format!(
+                    return Err(SpawnError::Failed(format!(
                         "its GPUs are spread unevenly ({}); torchrun needs as many on every node",
                         shape.join(", ")
                     )));

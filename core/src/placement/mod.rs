@@ -13,6 +13,7 @@
 //! waits, as `kubectl describe` shows why a pod is pending.
 
 pub mod defragment;
+pub mod even;
 pub mod free;
 pub mod mixed;
 pub mod most_free;
@@ -200,6 +201,25 @@ pub trait Placer: Send {
     /// neither the policy nor the placer changes with time.
     fn changes_with_time(&self) -> bool {
         false
+    }
+}
+
+impl<P: Placer + ?Sized> Placer for Box<P> {
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        free: &FreeGpus,
+        request: &PlaceRequest<'_>,
+    ) -> Result<Placed, Unplaced> {
+        (**self).place(cluster, free, request)
+    }
+
+    fn locality(&mut self, cluster: &Cluster, gpus: &[GpuId]) -> Locality {
+        (**self).locality(cluster, gpus)
+    }
+
+    fn changes_with_time(&self) -> bool {
+        (**self).changes_with_time()
     }
 }
 
