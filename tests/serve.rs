@@ -79,6 +79,19 @@ fn status_and_body(
     )
 }
 
+/// Waits until job `id` is in `phase` (30 s at most); what the daemon last said of it.
+fn wait_for_phase(api: &Api, id: u32, phase: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, job) = status_and_body(api.get(&format!("/jobs/{id}")));
+        if job["phase"] == phase {
+            return job;
+        }
+        assert!(Instant::now() < deadline, "job {id} never {phase}: {job}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Runs `gangway ARGS`.
 fn run(args: &[&str]) -> Output {
     cargo_bin_cmd!("gangway").args(args).output().unwrap()
@@ -701,15 +714,7 @@ fn submitted_commands_are_checked_before_they_can_run() {
         &command(json!({"env": {"PATH": "/usr/bin:/bin", "TMPDIR": "/tmp"}})),
     ));
     assert_eq!(status, 201, "{answer}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, job) = status_and_body(d.api.get("/jobs/0"));
-        if job["phase"] == "finished" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the job did not finish: {job}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_for_phase(&d.api, 0, "finished");
     let calls = std::fs::read_to_string(dir.path().join("calls.log")).unwrap();
     assert_eq!(calls.trim(), "--devices 0 --python /bin/sh train.py");
 }
@@ -745,16 +750,8 @@ fn the_jobs_table_titles_each_column_once_and_escapes_names() {
         support::free_port(),
         &["--time-scale", "50", "--cpus", "1", "--memory-gb", "8"],
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, job) = status_and_body(d.api.get("/jobs/0"));
-        if job["phase"] == "running" {
-            assert_eq!(job["resources"], json!({"cpus": 0.25, "memory_gb": 2.0}));
-            break;
-        }
-        assert!(Instant::now() < deadline, "not running: {job}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let job = wait_for_phase(&d.api, 0, "running");
+    assert_eq!(job["resources"], json!({"cpus": 0.25, "memory_gb": 2.0}));
     let out = cargo_bin_cmd!("gangway")
         .args(["jobs", "--daemon", &d.addr])
         .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
@@ -1041,16 +1038,8 @@ fn tune_gives_a_cpu_hungry_job_more_cores_live() {
             "env": {"PATH": "/usr/bin:/bin"},
         }});
         let (status, answer) = status_and_body(d.api.post("/jobs", &job));
-        assert_eq!(status, 201, "{answer}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let (_, job) = status_and_body(d.api.get("/jobs/0"));
-            if job["phase"] == "finished" {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{policy}: not finished: {job}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        assert_eq!(status, 201, "{policy}: {answer}");
+        wait_for_phase(&d.api, 0, "finished");
         std::fs::read_to_string(dir.path().join("told.log"))
             .unwrap()
             .trim()
