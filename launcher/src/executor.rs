@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use crate::confine::{self, CorePool, MemoryLimits};
 use crate::process::{kill_all_with_env, process_has_env, processes_with_env};
 
-/// Marks every process of one attempt: `JOB.ATTEMPT`.
+/// Marks every process of one attempt: `INSTANCE-JOB.ATTEMPT` (see [`ProcessExecutor::attempt_marker`]).
 pub const ATTEMPT_VAR: &str = "GANGWAY_ATTEMPT";
 /// Where `elastic-run` writes its [`ExitReport`] before it exits.
 pub const EXIT_FILE_VAR: &str = "GANGWAY_EXIT_FILE";
@@ -348,9 +348,6 @@ impl Hosts {
             }
         }
     }
-}
-
-impl Hosts {
     /// How many machines `gpus` are on.
     fn count(&self, gpus: &[GpuId]) -> usize {
         match self {
@@ -926,5 +923,35 @@ impl Executor for ProcessExecutor {
 
     fn next_event(&self) -> Option<f64> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slurm_gangs_run_on_their_nodes_and_only_evenly() {
+        let hosts = Hosts::Slurm(["a", "a", "b", "b", "c"].map(String::from).to_vec());
+        let gpus = |ids: &[u32]| ids.iter().map(|&g| GpuId(g)).collect::<Vec<_>>();
+        let Ok(args) = hosts.placement_args(&gpus(&[0, 1, 2, 3])) else {
+            panic!("an even gang runs")
+        };
+        assert_eq!(
+            args,
+            ["--backend", "slurm", "--nodes", "2", "--nodelist", "a,b"]
+        );
+        assert_eq!(hosts.count(&gpus(&[0, 1, 2, 3])), 2);
+        // 2 on a, 1 on c: back to the queue, not a failure.
+        assert!(matches!(
+            hosts.placement_args(&gpus(&[0, 1, 4])),
+            Err(SpawnError::Failed(why)) if why.contains("2 on a, 1 on c")
+        ));
+        let local = Hosts::Local(vec![3, 5]);
+        assert!(matches!(local.placement_args(&gpus(&[1])), Ok(a) if a == ["--devices", "5"]));
+        assert!(matches!(
+            local.placement_args(&gpus(&[2])),
+            Err(SpawnError::Refused(_))
+        ));
     }
 }
