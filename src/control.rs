@@ -94,7 +94,7 @@ pub struct ServeArgs {
     /// GB of this machine's memory that jobs may be allotted (a cgroup limit per job where the daemon
     /// may make cgroups; advice to the workers otherwise). Default: the machine's memory. With
     /// --fake-gpus or NVML GPUs only.
-    #[arg(long, value_name = "GB")]
+    #[arg(long, value_name = "GB", allow_negative_numbers = true)]
     pub memory_gb: Option<f64>,
     /// The policy, with knobs (`--policy help` with `simulate` lists them), and optionally a
     /// `+MECHANISM` sizing CPUs and memory (`srtf+tune`; needs --profiles).
@@ -214,7 +214,7 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
     {
         bail!(
             "--cpus and --memory-gb describe this machine (--fake-gpus or NVML GPUs); a --preset, \
-             --topology or --cluster gives its servers' own"
+             --topology, --cluster or --slurm gives its servers' own"
         );
     }
     let elsewhere = |spec: ClusterSpec| -> Result<Served> {

@@ -1056,3 +1056,39 @@ fn tune_gives_a_cpu_hungry_job_more_cores_live() {
     // Its share: half the server.
     assert_eq!(told("fifo"), format!("1 {} 100.000", cores[0]));
 }
+
+/// `--cpus` and `--memory-gb` describe this machine: refused with servers described elsewhere, and
+/// beyond what this process may use.
+#[test]
+fn serve_refuses_cpus_it_cannot_pin_and_memory_that_is_not_a_size() {
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["--cluster", "v100=4", "--cpus", "2"],
+            "gives its servers' own",
+        ),
+        (
+            &["--fake-gpus", "2", "--cpus", "100000"],
+            "--cpus 100000: this process may use",
+        ),
+        (
+            &["--fake-gpus", "2", "--memory-gb", "-1"],
+            "must be a positive number of GB",
+        ),
+        (
+            &["--fake-gpus", "2", "--policy", "fifo+tune"],
+            "pass --profiles",
+        ),
+    ];
+    for (args, says) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("journal");
+        let out = cargo_bin_cmd!("gangway")
+            .args(["serve", "--listen", "127.0.0.1:9", "--journal"])
+            .arg(&journal)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}
