@@ -408,6 +408,11 @@ impl ProcessExecutor {
     pub fn on(elastic_run: PathBuf, hosts: Hosts, state_dir: PathBuf) -> std::io::Result<Self> {
         std::fs::create_dir_all(&state_dir)?;
         let instance = format!("{:016x}", fnv1a(state_dir.canonicalize()?.as_os_str()));
+        // Slurm binds a remote step's memory; this machine's cgroups are left alone.
+        let memory = match hosts {
+            Hosts::Local(_) => MemoryLimits::detect(),
+            Hosts::Slurm(_) => MemoryLimits::Advisory("Slurm binds its nodes' memory".into()),
+        };
         Ok(ProcessExecutor {
             elastic_run,
             swept: !matches!(hosts, Hosts::Slurm(_)),
@@ -417,7 +422,7 @@ impl ProcessExecutor {
             runs: HashMap::new(),
             pending: Vec::new(),
             cores: CorePool::of_this_process(),
-            memory: MemoryLimits::detect(),
+            memory,
             stale_cgroups: Vec::new(),
             instance,
         })
