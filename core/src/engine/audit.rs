@@ -70,7 +70,7 @@ impl Engine<'_> {
         let mut expected = crate::placement::Ledger::new(cluster);
         for &i in &self.active {
             if let Some(run) = &self.states[i].run {
-                let weight = if run.partner.is_some() { 0.5 } else { 1.0 };
+                let weight = super::runs::pair_weight(run.partner.is_some());
                 expected.charge(cluster, &run.gpus, run.allotment.as_ref(), weight, 1.0);
             }
         }

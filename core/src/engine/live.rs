@@ -117,7 +117,7 @@ impl Engine<'_> {
             total_steps: self.jobs[i].total_steps,
             gpus: state.run.as_ref().map(|r| r.gpus.clone()),
             resources: state.run.as_ref().map(|r| {
-                let weight = if r.partner.is_some() { 0.5 } else { 1.0 };
+                let weight = super::runs::pair_weight(r.partner.is_some());
                 self.ledger
                     .held(&self.cluster, &r.gpus, r.allotment.as_ref(), weight)
             }),

@@ -51,7 +51,7 @@ pub(super) struct Tuning {
 }
 
 /// The part of its allotment a run is charged: a packed pair shares one.
-fn pair_weight(packed: bool) -> f64 {
+pub(super) fn pair_weight(packed: bool) -> f64 {
     if packed { 0.5 } else { 1.0 }
 }
 
