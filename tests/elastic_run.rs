@@ -686,11 +686,12 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
     );
 }
 
-/// The `KEY=VALUE` fields of the toy's `resources:` lines (one per rank), from its output.
+/// The `KEY=VALUE` fields of the toy's `resources:` reports (one per rank), from its output.
 fn resource_lines(output: &str) -> Vec<std::collections::BTreeMap<String, String>> {
     output
-        .lines()
-        .filter_map(|l| l.strip_prefix("resources: "))
+        .split("resources: ")
+        .skip(1)
+        .map(|rest| rest.lines().next().unwrap_or(""))
         .map(|fields| {
             fields
                 .split(' ')
@@ -1171,6 +1172,15 @@ fn a_slurm_daemon_runs_gangs_across_nodes_and_a_preempted_gang_resumes_elsewhere
         Duration::from_secs(30),
     );
     let gang = toy_under(&python, dir.path(), &addr, "gang", 8, &toy_args);
+    // Submitted first, so that it is job 0.
+    eventually(Duration::from_secs(60), || {
+        let g = job_info(&api, 0);
+        g["gpus"]
+            .as_u64()
+            .filter(|&n| n == 8)
+            .map(|_| ())
+            .ok_or(format!("{g}"))
+    });
     let single = toy_under(
         &python,
         dir.path(),

@@ -80,10 +80,12 @@ def main():
 
     # What this rank was allotted, and where it really runs (a real script would size its
     # DataLoader with gw.dataloader_workers(); this toy keeps one thread, for bit-exact results).
+    # One write per line: every rank shares the log, and print() writes the newline separately.
     mine = gw.resources()
-    print(f"resources: rank={rank} cpus={mine.cpus} memory_gb={mine.memory_gb} "
-          f"loader_workers={gw.dataloader_workers()} "
-          f"affinity={','.join(map(str, sorted(os.sched_getaffinity(0))))}", flush=True)
+    sys.stdout.write(f"resources: rank={rank} cpus={mine.cpus} memory_gb={mine.memory_gb} "
+                     f"loader_workers={gw.dataloader_workers()} "
+                     f"affinity={','.join(map(str, sorted(os.sched_getaffinity(0))))}\n")
+    sys.stdout.flush()
 
     # Same initial weights everywhere (DDP would broadcast rank 0's anyway), then a different RNG
     # stream per rank, as real jobs have (dropout masks must differ between data shards).
