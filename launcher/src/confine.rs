@@ -204,11 +204,6 @@ impl MemoryLimits {
         }
     }
 
-    /// Whether limits are enforced.
-    pub fn enforced(&self) -> bool {
-        matches!(self, MemoryLimits::Cgroup { .. })
-    }
-
     /// Makes the cgroup `name` with a limit of `bytes`; `Ok(None)` when limits are advisory.
     pub fn create(&self, name: &str, bytes: u64) -> std::io::Result<Option<PathBuf>> {
         let MemoryLimits::Cgroup { root, interface } = self else {
