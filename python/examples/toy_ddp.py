@@ -8,7 +8,9 @@ uninterrupted run at the same world size, because everything that determines ste
   - model parameters and optimizer state (Adam moments and step counts);
   - every rank's torch RNG state (dropout draws from it, and each rank's stream is different);
   - the data position: batches are a pure function of the global step, so step k sees the same
-    samples no matter when the process started.
+    samples no matter when the process started;
+and the gradients are summed in the same order whatever DDP's bucket layout (its all-reduce
+would round a resumed run's first step differently at more than two ranks).
 At another world size the global batch is kept (micro-batch x accumulation, from plan()), so the
 run is the same optimisation up to float rounding, but not bit-exact.
 
@@ -95,6 +97,9 @@ def main():
     )
     w_true = torch.randn(8, 1, generator=torch.Generator().manual_seed(args.seed + 1))
     model = DDP(net)
+    # Gradients summed in rank order: with more than two ranks, DDP's own all-reduce rounds a
+    # resumed run's first step differently (see gangway_worker.reproducible).
+    model.register_comm_hook(None, gw.allreduce_in_rank_order)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     torch.manual_seed(args.seed + 1000 + rank)
 

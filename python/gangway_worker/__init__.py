@@ -38,6 +38,7 @@ load(path=None, fallback=False) -> (state, step) or None when there is nothing t
 resources()                 -> Resources (cpus, cpu_list, memory_gb) this job was allotted
 dataloader_workers()        -> DataLoader workers per local rank from the allotted cores
 intra_op_threads()          -> torch.set_num_threads() per local rank from the allotted cores
+allreduce_in_rank_order     DDP comm hook for bit-exact resumption at any world size (see reproducible)
 
 A training loop::
 
@@ -71,6 +72,7 @@ from ._env import PlanError
 from .checkpoint import ChecksumMismatch, CheckpointError, load, read_manifest, save
 from .control import install_sigterm_handler, report_progress, should_stop
 from .plan import Plan, plan
+from .reproducible import allreduce_in_rank_order
 from .resources import Resources, dataloader_workers, intra_op_threads, resources
 
 EXIT_OK = 0
@@ -88,6 +90,7 @@ __all__ = [
     "Plan",
     "PlanError",
     "Resources",
+    "allreduce_in_rank_order",
     "dataloader_workers",
     "intra_op_threads",
     "install_sigterm_handler",
