@@ -3,6 +3,8 @@
 //! - **2DAS** (`tiresias`): a job's attained service is GPUs x time. Services are discretized into K
 //!   queues by thresholds (default 3,250 / 7,200 / 18,000 GPU-seconds, as in Tiresias' simulator). A lower
 //!   queue always goes first; inside a queue jobs go in arrival order. It preempts at round boundaries.
+//!   `tiresias:queue_scale=X` multiplies the thresholds, for clusters whose jobs are much shorter or
+//!   longer than Microsoft's (Tiresias tunes them per cluster).
 //! - **Starvation promotion**: a job that has waited longer than `promote_knob` x its last run goes back
 //!   to the top queue (its service is counted afresh from then). Default knob: 10 (`tiresias:promote=N`).
 //! - **Gittins index** (`tiresias_gittins`): the same queues; inside a queue, jobs are ordered by their
@@ -239,14 +241,14 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "tiresias",
         aliases: &["tiresias_las", "2das"],
         summary: "Tiresias' discretized 2D-LAS: queues by GPU-seconds attained, FIFO inside, starvation promotion",
-        knobs: &[PROMOTE],
+        knobs: &[PROMOTE, QUEUE_SCALE],
         build: |config| build(config, Service::GpuTime, false),
     },
     PolicyInfo {
         name: "tiresias_gittins",
         aliases: &[],
         summary: "Tiresias' discretized 2D-Gittins index over a GPU-time distribution learned from finished jobs",
-        knobs: &[PROMOTE],
+        knobs: &[PROMOTE, QUEUE_SCALE],
         build: |config| build(config, Service::GpuTime, true),
     },
     PolicyInfo {
@@ -266,7 +268,7 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         name: "dlas",
         aliases: &[],
         summary: "discretized 1-D LAS over time only (Tiresias' comparison point)",
-        knobs: &[PROMOTE],
+        knobs: &[PROMOTE, QUEUE_SCALE],
         build: |config| build(config, Service::Time, false),
     },
 ];
@@ -278,13 +280,28 @@ const PROMOTE: Knob = Knob {
     help: "a job waiting longer than this many times its last run goes back to the top queue",
 };
 
+const QUEUE_SCALE: Knob = Knob {
+    name: "queue_scale",
+    default: 1.0,
+    range: super::KnobRange::Between(1e-6, 1e6),
+    help: "multiplies the queue thresholds (3,250 / 7,200 / 18,000 GPU-seconds)",
+};
+
 fn build(config: &PolicyConfig, service: Service, gittins: bool) -> Box<dyn Policy> {
+    Box::new(configured(config, service, gittins))
+}
+
+fn configured(config: &PolicyConfig, service: Service, gittins: bool) -> Tiresias {
     let mut policy = Tiresias::new(service, gittins);
     policy.promote_knob = config.knob("promote");
+    let scale = config.knob("queue_scale");
+    for threshold in &mut policy.thresholds {
+        *threshold *= scale;
+    }
     if let (true, Some(d)) = (gittins, &config.service_distribution) {
         policy = policy.with_distribution(d);
     }
-    Box::new(policy)
+    policy
 }
 
 #[cfg(test)]
@@ -298,6 +315,21 @@ mod tests {
         assert_eq!(t.queue_of(3249.0), 0);
         assert_eq!(t.queue_of(3250.0), 1);
         assert_eq!(t.queue_of(20000.0), 3);
+    }
+
+    #[test]
+    fn queue_scale_multiplies_the_thresholds() {
+        let (_, knobs) = super::super::parse("tiresias:queue_scale=0.01").unwrap();
+        let config = PolicyConfig {
+            knobs,
+            ..PolicyConfig::default()
+        };
+        let t = configured(&config, Service::GpuTime, false);
+        assert_eq!(t.queue_of(32.0), 0);
+        assert_eq!(t.queue_of(32.5), 1);
+        assert_eq!(t.queue_of(100.0), 2);
+        assert_eq!(t.queue_of(180.0), 3);
+        assert!(super::super::parse("tiresias:queue_scale=0").is_err());
     }
 
     #[test]
