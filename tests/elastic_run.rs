@@ -1141,99 +1141,102 @@ fn nodes_of(placement: &[u64]) -> std::collections::BTreeSet<String> {
     placement.iter().map(|&g| slurm_node_of(g)).collect()
 }
 
-/// Issue 19: the daemon schedules a Slurm cluster. A 2-node gang (8 GPUs) and a 1-node job run at
-/// once, each through Slurm on the nodes gangway chose; cordoning one of the gang's nodes preempts it
-/// (a checkpoint, then `scancel` of its step) and it resumes on other nodes from exactly the step it
-/// saved; no Slurm step is left behind. (Not bit-identical to an uninterrupted run: with 8 ranks the
-/// toy's preempted runs differ in the last bits even on one machine, without gangway's daemon; the
-/// 2-rank tests above are bit-identical.)
+/// Issue 19: the daemon schedules a Slurm cluster under Tiresias. A 1-node job and a 2-node gang (8
+/// GPUs) run at once, each through Slurm on the nodes gangway chose. A third job (8 GPUs) arrives in
+/// Tiresias' top queue: the gang, now lowest in line, is preempted (a checkpoint, then `scancel` of
+/// its step) and the newcomer takes its nodes. When the first job is cancelled the gang resumes, on
+/// nodes it did not have, from exactly the step it saved, and ends bit-identical to an uninterrupted
+/// 8-rank run. No Slurm step is left behind.
 #[test]
-fn a_slurm_daemon_runs_gangs_across_nodes_and_a_preempted_gang_resumes_elsewhere() {
+fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() {
     let python = need_torch!();
     if !slurm_ready() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let toy_args = [
+    let gang_args = [
         "--steps",
-        "30",
+        "150",
         "--save-every",
-        "3",
+        "5",
+        "--global-batch",
+        "32",
+        "--step-sleep",
+        "0.3",
+    ];
+    let endless = [
+        "--steps",
+        "100000",
         "--global-batch",
         "32",
         "--step-sleep",
         "0.3",
     ];
     let addr = format!("127.0.0.1:{}", support::free_port());
-    let _daemon = slurm_daemon(dir.path(), &addr, "fifo");
+    // Queues at 32.5, 72 and 180 GPU-seconds: a test's jobs move down them in seconds.
+    let _daemon = slurm_daemon(dir.path(), &addr, "tiresias:queue_scale=0.01");
     let api = support::Api::new(
         &format!("http://{addr}"),
         &dir.path().join("journal"),
         Duration::from_secs(30),
     );
-    let gang = toy_under(&python, dir.path(), &addr, "gang", 8, &toy_args);
-    // Submitted first, so that it is job 0.
-    eventually(Duration::from_secs(60), || {
-        let g = job_info(&api, 0);
-        g["gpus"]
-            .as_u64()
-            .filter(|&n| n == 8)
-            .map(|_| ())
-            .ok_or(format!("{g}"))
-    });
-    let single = toy_under(
-        &python,
-        dir.path(),
-        &addr,
-        "single",
-        4,
-        &["--steps", "30", "--step-sleep", "0.3"],
-    );
-    // Both run at once: the gang on two whole nodes, the other on a third.
+    let running = |id: u32| -> Result<serde_json::Value, String> {
+        let info = job_info(&api, id);
+        (info["phase"] == "running")
+            .then(|| info.clone())
+            .ok_or(format!("{info}"))
+    };
+    let first = toy_under(&python, dir.path(), &addr, "first", 4, &endless);
+    eventually(Duration::from_secs(120), || running(0).map(drop));
+    let gang = toy_under(&python, dir.path(), &addr, "gang", 8, &gang_args);
+    // Both run at once: the gang on two whole nodes, the first job on a third.
     let mut seen = (Vec::new(), Vec::new());
     eventually(Duration::from_secs(240), || {
-        let (g, s) = (job_info(&api, 0), job_info(&api, 1));
-        seen = (placement_of(&g), placement_of(&s));
-        let running = g["phase"] == "running" && s["phase"] == "running";
-        (running && seen.0.len() == 8 && seen.1.len() == 4)
+        let (f, g) = (running(0)?, running(1)?);
+        seen = (placement_of(&f), placement_of(&g));
+        (seen.0.len() == 4 && seen.1.len() == 8)
             .then_some(())
-            .ok_or(format!("{g} {s}"))
+            .ok_or(format!("{f} {g}"))
     });
-    let (gang_nodes, single_nodes) = (nodes_of(&seen.0), nodes_of(&seen.1));
+    let (first_nodes, gang_nodes) = (nodes_of(&seen.0), nodes_of(&seen.1));
+    assert_eq!(first_nodes.len(), 1, "{seen:?}");
     assert_eq!(gang_nodes.len(), 2, "{seen:?}");
-    assert_eq!(single_nodes.len(), 1, "{seen:?}");
-    assert!(gang_nodes.is_disjoint(&single_nodes), "{seen:?}");
+    assert!(first_nodes.is_disjoint(&gang_nodes), "{seen:?}");
     // Each through Slurm, under a name that says which attempt it is.
     eventually(Duration::from_secs(60), || {
         let steps = slurm_jobs_starting("gangway-");
         (steps.len() == 2).then_some(()).ok_or(format!("{steps:?}"))
     });
 
-    // Once the gang has a checkpoint or two, one of its nodes is cordoned: it is preempted.
+    // Once the gang has saved and has over 180 GPU-seconds (the last queue, where the first job,
+    // with less service or the earlier arrival, is ahead of it), a newcomer preempts it.
     eventually(Duration::from_secs(240), || {
-        let g = job_info(&api, 0);
-        (g["progress"].as_f64().unwrap_or(0.0) >= 0.3)
+        let g = running(1)?;
+        (g["progress"].as_f64().unwrap_or(0.0) >= 0.1)
             .then_some(())
             .ok_or(format!("{g}"))
     });
-    let moved_off = gang_nodes.iter().next().unwrap().clone();
-    let on_it: Vec<u64> = seen
-        .0
-        .iter()
-        .copied()
-        .filter(|&g| slurm_node_of(g) == moved_off)
-        .collect();
-    let cordoned = api
-        .post("/gpus/cordon", &serde_json::json!({ "gpus": on_it }))
-        .unwrap();
-    assert_eq!(cordoned.status(), 200);
-    eventually(Duration::from_secs(120), || {
-        let g = job_info(&api, 0);
+    std::thread::sleep(Duration::from_secs(25));
+    let newcomer = toy_under(&python, dir.path(), &addr, "newcomer", 8, &endless);
+    eventually(Duration::from_secs(240), || {
+        let (g, n) = (job_info(&api, 1), running(2)?);
+        (g["phase"] != "running" && g["preemptions"].as_u64() >= Some(1))
+            .then_some(())
+            .ok_or(format!("{g} {n}"))
+    });
+    // The first job leaves: the gang resumes beside the newcomer, on nodes that include the first
+    // job's (the newcomer holds one of the gang's old ones).
+    let cancelled = api.delete("/jobs/0").unwrap();
+    assert_eq!(cancelled.status(), 200);
+    eventually(Duration::from_secs(240), || {
+        let g = running(1)?;
         let nodes = nodes_of(&placement_of(&g));
-        (g["phase"] == "running" && nodes.len() == 2 && !nodes.contains(&moved_off))
+        (nodes.len() == 2 && !nodes.is_disjoint(&first_nodes))
             .then_some(())
             .ok_or(format!("{g}"))
     });
+    let resumed_on = nodes_of(&placement_of(&job_info(&api, 1)));
+    assert_ne!(resumed_on, gang_nodes, "resumed on other nodes");
 
     let out = gang.wait_with_output().unwrap();
     let output = text(&out);
@@ -1247,14 +1250,37 @@ fn a_slurm_daemon_runs_gangs_across_nodes_and_a_preempted_gang_resumes_elsewhere
         "resumed from that checkpoint on other nodes: {plans:?}"
     );
     assert_eq!(output.matches("final loss").count(), 1, "{output}");
-    let out = single.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", text(&out));
-    eventually(Duration::from_secs(30), || {
+    let still = job_info(&api, 2);
+    if still["phase"] != "running" {
+        let out = newcomer.wait_with_output().unwrap();
+        panic!("the newcomer stopped: {still}\n{}", text(&out));
+    }
+    assert_eq!(api.delete("/jobs/2").unwrap().status(), 200);
+    for follower in [first, newcomer] {
+        let _ = follower.wait_with_output();
+    }
+    eventually(Duration::from_secs(60), || {
         let left = slurm_jobs_starting("gangway-");
         left.is_empty()
             .then_some(())
             .ok_or(format!("left behind: {left:?}"))
     });
+
+    // The same 8 ranks, never interrupted, on this machine.
+    let reference = run(Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args(["--fake-gpus", "8", "--gpus", "8", "--python", &python])
+        .args(["--job-id", "reference", "--checkpoint-dir"])
+        .arg(dir.path().join("reference"))
+        .arg(TOY)
+        .args(&gang_args[..6])
+        .args(["--out", "reference.json"])
+        .current_dir(dir.path()));
+    assert!(reference.status.success(), "{}", text(&reference));
+    assert_eq!(
+        read_json(dir.path(), "reference.json")["params"],
+        read_json(dir.path(), "gang.json")["params"],
+        "bit-identical to the run that never moved"
+    );
 }
 
 /// Issue 19: `kill -9` of a Slurm daemon mid-run, then a restart on its journal: the job's step is

@@ -103,6 +103,13 @@ impl Api {
             .send_json(body)
     }
 
+    pub fn delete(&self, path: &str) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        self.agent
+            .delete(format!("{}{path}", self.base))
+            .header("Authorization", &self.authorization)
+            .call()
+    }
+
     /// `POST path` with a raw body, as JSON, and extra headers.
     pub fn post_raw(
         &self,
