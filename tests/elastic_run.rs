@@ -1141,6 +1141,54 @@ fn nodes_of(placement: &[u64]) -> std::collections::BTreeSet<String> {
     placement.iter().map(|&g| slurm_node_of(g)).collect()
 }
 
+/// The jobs whose Slurm workers see each (node, GPU) right now, from every process's environment
+/// (all the emulated nodes run on this machine): `SLURMD_NODENAME`, `CUDA_VISIBLE_DEVICES` and
+/// `GANGWAY_JOB_ID`.
+fn slurm_gpus_in_use()
+-> std::collections::BTreeMap<(String, String), std::collections::BTreeSet<String>> {
+    let mut in_use = std::collections::BTreeMap::<_, std::collections::BTreeSet<String>>::new();
+    let pids = std::fs::read_dir("/proc").into_iter().flatten().flatten();
+    for pid in pids.filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok()) {
+        let Ok(environ) = std::fs::read(pid.path().join("environ")) else {
+            continue;
+        };
+        let vars: std::collections::HashMap<&str, &str> = environ
+            .split(|&b| b == 0)
+            .filter_map(|kv| std::str::from_utf8(kv).ok()?.split_once('='))
+            .collect();
+        let (Some(node), Some(devices), Some(job)) = (
+            vars.get("SLURMD_NODENAME"),
+            vars.get("CUDA_VISIBLE_DEVICES"),
+            vars.get("GANGWAY_JOB_ID"),
+        ) else {
+            continue;
+        };
+        for device in devices.split(',').filter(|d| !d.is_empty()) {
+            in_use
+                .entry((node.to_string(), device.to_owned()))
+                .or_default()
+                .insert(job.to_string());
+        }
+    }
+    in_use
+}
+
+/// No GPU is seen by two jobs' workers, and each of `jobs` has workers on some.
+fn assert_no_gpu_is_shared(jobs: &[&str]) {
+    eventually(Duration::from_secs(60), || {
+        let in_use = slurm_gpus_in_use();
+        let shared: Vec<_> = in_use.iter().filter(|(_, jobs)| jobs.len() > 1).collect();
+        if !shared.is_empty() {
+            panic!("GPUs seen by two jobs: {shared:?}");
+        }
+        let seen: std::collections::BTreeSet<&String> = in_use.values().flatten().collect();
+        jobs.iter()
+            .all(|job| seen.contains(&job.to_string()))
+            .then_some(())
+            .ok_or(format!("not every job's workers are up: {in_use:?}"))
+    });
+}
+
 /// Issue 19: the daemon schedules a Slurm cluster under Tiresias. A 1-node job and a 2-node gang (8
 /// GPUs) run at once, each through Slurm on the nodes gangway chose. A third job (8 GPUs) arrives in
 /// Tiresias' top queue: the gang, now lowest in line, is preempted (a checkpoint, then `scancel` of
@@ -1283,10 +1331,11 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
     );
 }
 
-/// Issue 19: `kill -9` of a Slurm daemon mid-run, then a restart on its journal: the job's step is
+/// Issue 19: `kill -9` of a Slurm daemon mid-run, then a restart on its journal: the jobs' steps are
 /// re-adopted (not relaunched), and a step under the daemon's name that no attempt accounts for is
-/// cancelled. Then `scontrol update state=down` of the job's node moves it to another node, where it
-/// resumes from its last checkpoint and finishes, once; no Slurm step is left behind.
+/// cancelled. Then `scontrol update state=down` of one job's node moves it to another node, where it
+/// resumes from its last checkpoint. Every job finishes once, no GPU is ever seen by two jobs'
+/// workers, and no Slurm step is left behind.
 #[test]
 fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node() {
     let python = need_torch!();
@@ -1316,14 +1365,28 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
             "0.25",
         ],
     );
+    // Submitted once the survivor is job 0.
+    eventually(Duration::from_secs(60), || {
+        let info = job_info(&api, 0);
+        (info["id"] == 0).then_some(()).ok_or(format!("{info}"))
+    });
+    let neighbour = toy_under(
+        &python,
+        dir.path(),
+        &addr,
+        "neighbour",
+        4,
+        &["--steps", "120", "--step-sleep", "0.25"],
+    );
     eventually(Duration::from_secs(240), || {
         let info = job_info(&api, 0);
-        (info["progress"].as_f64().unwrap_or(0.0) >= 0.2)
+        (info["progress"].as_f64().unwrap_or(0.0) >= 0.2 && job_info(&api, 1)["phase"] == "running")
             .then_some(())
             .ok_or(format!("{info}"))
     });
+    assert_no_gpu_is_shared(&["survivor", "neighbour"]);
     let steps = slurm_jobs_starting("gangway-");
-    assert_eq!(steps.len(), 1, "{steps:?}");
+    assert_eq!(steps.len(), 2, "{steps:?}");
     // `gangway-INSTANCE-JOB.ATTEMPT`: a stray step of this daemon's, for an attempt it never made.
     let (prefix, _) = steps[0].rsplit_once('-').unwrap();
     let stray = format!("{prefix}-77.0");
@@ -1356,6 +1419,8 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     );
     let before = job_info(&api, 0);
     assert_eq!(before["phase"], "running", "re-adopted: {before}");
+    assert_eq!(job_info(&api, 1)["phase"], "running", "re-adopted");
+    assert_no_gpu_is_shared(&["survivor", "neighbour"]);
     let node = nodes_of(&placement_of(&before));
     assert_eq!(node.len(), 1, "{before}");
     let down = node.into_iter().next().unwrap();
@@ -1405,6 +1470,7 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     let now_on = nodes_of(&placement_of(&job_info(&api, 0)));
     let here = node(now_on.iter().next().unwrap());
     assert_eq!(here["jobs"], serde_json::json!([0]), "{nodes}");
+    assert_no_gpu_is_shared(&["survivor"]);
     let out = job.wait_with_output().unwrap();
     let output = text(&out);
     assert!(out.status.success(), "{output}");
@@ -1424,6 +1490,12 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
             .is_some_and(|p| p.contains("resumed from step")),
         "{output}"
     );
+    assert_eq!(output.matches("final loss").count(), 1, "{output}");
+    let out = neighbour.wait_with_output().unwrap();
+    let output = text(&out);
+    assert!(out.status.success(), "{output}");
+    let (plans, _) = launches_and_saves(&output);
+    assert_eq!(plans.len(), 1, "started once, never relaunched: {output}");
     assert_eq!(output.matches("final loss").count(), 1, "{output}");
     eventually(Duration::from_secs(30), || {
         let left = slurm_jobs_starting("gangway-");
