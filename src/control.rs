@@ -28,7 +28,7 @@ use crate::scenario::{self, Scenario};
 pub const DEFAULT_DAEMON: &str = "127.0.0.1:7878";
 
 #[derive(clap::Args)]
-#[command(group(clap::ArgGroup::new("gpus").args(["fake_gpus", "preset", "topology", "cluster", "slurm"])))]
+#[command(group(clap::ArgGroup::new("gpus").args(["fake_gpus", "preset", "topology", "cluster"])))]
 pub struct ServeArgs {
     /// Listen on `HOST:PORT` (a loopback address unless --allow-remote) or `unix:PATH`.
     #[arg(long, default_value = DEFAULT_DAEMON, value_name = "ADDR")]
@@ -73,7 +73,8 @@ pub struct ServeArgs {
     /// Servers of the preset, with --preset.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub servers: usize,
-    /// A topology file, run by simulated workers.
+    /// A topology file, run by simulated workers; with --slurm, the links inside and between its
+    /// nodes (one server per node, in Slurm's order), for the placer.
     #[arg(long, value_name = "PATH")]
     pub topology: Option<PathBuf>,
     /// A cluster as `TYPE=NxG,...` (as for `simulate`), run by simulated workers.
@@ -82,7 +83,7 @@ pub struct ServeArgs {
     /// The GPUs of a Slurm cluster's nodes (their GRES; types from `gpu:TYPE:N`): every start runs
     /// through Slurm on the nodes gangway chose (`elastic-run --backend slurm`). gangway must own
     /// them: give it a partition of its own. Nodes down, drained or reserved are out of service.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["fake_gpus", "preset", "cluster"])]
     pub slurm: bool,
     /// With --slurm: only this partition's nodes.
     #[arg(long, value_name = "NAME", requires = "slurm")]
@@ -229,9 +230,13 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
     };
     if args.slurm {
         let (cluster, nodes, node_of) = crate::slurm_nodes::cluster(args.partition.as_deref())?;
+        let topology = match &args.topology {
+            Some(path) => Some(crate::slurm_nodes::matching_topology(path, &nodes)?),
+            None => None,
+        };
         return Ok(Served {
             cluster,
-            topology: None,
+            topology,
             hosts: Some(Hosts::Slurm(node_of)),
             cores: Vec::new(),
             real: true,
@@ -408,7 +413,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("creating {}", args.journal.display()))?;
     let probes: Vec<Box<dyn HealthProbe>> = match (slurm_nodes, &node_of) {
         (Some(nodes), Some(node_of)) => {
-            let states = crate::slurm_nodes::watch(&nodes, Duration::from_secs(2));
+            let states =
+                crate::slurm_nodes::watch(&nodes, args.partition.clone(), Duration::from_secs(2));
             crate::slurm_nodes::SlurmProbe::for_all_gpus(&states, node_of)
                 .into_iter()
                 .map(|p| Box::new(p) as _)

@@ -6,7 +6,8 @@
 //! of service through their health probes, and the control plane moves its jobs off them, as it does
 //! for a cordon.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use anyhow::{Result, bail};
 use gangway_actors::health::{Health, HealthProbe};
 use gangway_core::cluster::{Cluster, GpuId};
 use gangway_launcher::slurm::{self, SlurmNode};
+use gangway_topology::topology::ClusterSpec;
 
 /// The partition's nodes with GPUs, as a cluster, and the node name of each GPU id.
 pub fn cluster(partition: Option<&str>) -> Result<(Cluster, Vec<SlurmNode>, Vec<String>)> {
@@ -39,6 +41,44 @@ pub fn cluster(partition: Option<&str>) -> Result<(Cluster, Vec<SlurmNode>, Vec<
         .map(|g| nodes[cluster.node_of(GpuId(g)).0 as usize].name.clone())
         .collect();
     Ok((cluster, nodes, node_of))
+}
+
+/// A topology file for the partition's nodes: one server per node, in Slurm's order, each with the
+/// node's GPUs. Errors name the file and the first node that differs.
+pub fn matching_topology(path: &Path, nodes: &[SlurmNode]) -> Result<ClusterSpec> {
+    let spec = crate::scenario::topology_file(path)?;
+    let servers: Vec<usize> = spec
+        .groups
+        .iter()
+        .flat_map(|(design, count)| std::iter::repeat_n(design.gpus() as usize, *count))
+        .collect();
+    if servers.len() != nodes.len() {
+        bail!(
+            "{}: {} servers, but Slurm lists {} nodes with GPUs ({}): one server per node, in that order",
+            path.display(),
+            servers.len(),
+            nodes.len(),
+            nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    if let Some((i, (gpus, node))) = servers
+        .iter()
+        .zip(nodes)
+        .enumerate()
+        .find(|(_, (gpus, node))| **gpus != node.gpus as usize)
+    {
+        bail!(
+            "{}: server {i} has {gpus} GPUs, but its node, {} (in Slurm's order), has {}",
+            path.display(),
+            node.name,
+            node.gpus
+        );
+    }
+    Ok(spec)
 }
 
 /// What Slurm last said of each node: its state, and whether it takes work.
@@ -67,10 +107,12 @@ impl NodeStates {
 }
 
 /// Reads the nodes' state now and then every `every`, on a thread of its own (`scontrol` is a
-/// process: never on an actor's thread).
-pub fn watch(first: &[SlurmNode], every: Duration) -> Arc<NodeStates> {
+/// process: never on an actor's thread). The cluster is read once, at start: a node with GPUs that
+/// joins `partition` later is reported, once, and left alone until the daemon restarts.
+pub fn watch(first: &[SlurmNode], partition: Option<String>, every: Duration) -> Arc<NodeStates> {
     let states = Arc::new(NodeStates::default());
     states.update(first);
+    let mut known: HashSet<String> = first.iter().map(|n| n.name.clone()).collect();
     let watched = Arc::clone(&states);
     std::thread::Builder::new()
         .name("slurm-nodes".into())
@@ -78,13 +120,36 @@ pub fn watch(first: &[SlurmNode], every: Duration) -> Arc<NodeStates> {
             loop {
                 std::thread::sleep(every);
                 match slurm::nodes() {
-                    Ok(nodes) => watched.update(&nodes),
+                    Ok(nodes) => {
+                        for node in joined(&mut known, &nodes, partition.as_deref()) {
+                            tracing::warn!(
+                                node = %node.name,
+                                gpus = node.gpus,
+                                "a Slurm node joined after start; gangway schedules it once `gangway serve` restarts (on its journal)"
+                            );
+                        }
+                        watched.update(&nodes);
+                    }
                     Err(e) => tracing::warn!(error = %e, "reading Slurm's nodes"),
                 }
             }
         })
         .expect("a thread");
     states
+}
+
+/// The nodes with GPUs in `partition` (any, for `None`) that are not `known` yet; they become known.
+fn joined<'a>(
+    known: &mut HashSet<String>,
+    nodes: &'a [SlurmNode],
+    partition: Option<&str>,
+) -> Vec<&'a SlurmNode> {
+    nodes
+        .iter()
+        .filter(|n| n.gpus > 0)
+        .filter(|n| partition.is_none_or(|p| n.partitions.iter().any(|q| q == p)))
+        .filter(|n| known.insert(n.name.clone()))
+        .collect()
 }
 
 /// A GPU's health is its node's.
@@ -115,6 +180,52 @@ impl HealthProbe for SlurmProbe {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_topology_file_must_have_a_server_per_node_with_its_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("racks.toml");
+        std::fs::write(
+            &file,
+            "hosts_per_rack = 2\n[[servers]]\npreset = \"philly-4gpu\"\ncount = 2\n",
+        )
+        .unwrap();
+        let nodes = slurm::parse_nodes(
+            "NodeName=n1 Gres=gpu:4 State=IDLE\nNodeName=n2 Gres=gpu:4 State=IDLE\n",
+        );
+        let spec = matching_topology(&file, &nodes).unwrap();
+        assert_eq!(spec.hosts_per_rack, 2);
+        let three = slurm::parse_nodes(
+            "NodeName=n1 Gres=gpu:4\nNodeName=n2 Gres=gpu:8\nNodeName=n3 Gres=gpu:4\n",
+        );
+        let e = matching_topology(&file, &three).unwrap_err().to_string();
+        assert!(
+            e.contains("racks.toml: 2 servers, but Slurm lists 3 nodes with GPUs (n1, n2, n3)"),
+            "{e}"
+        );
+        let e = matching_topology(&file, &three[..2])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(
+                "racks.toml: server 1 has 4 GPUs, but its node, n2 (in Slurm's order), has 8"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_node_that_joins_the_partition_is_reported_once() {
+        let mut known: HashSet<String> = ["n1".to_owned()].into();
+        let nodes = slurm::parse_nodes(
+            "NodeName=n1 Gres=gpu:4 Partitions=gpu\nNodeName=n2 Gres=gpu:4 Partitions=gpu\n\
+             NodeName=n3 Gres=gpu:4 Partitions=other\nNodeName=n4 Gres=(null) Partitions=gpu\n",
+        );
+        let names = |v: Vec<&SlurmNode>| v.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(joined(&mut known, &nodes, Some("gpu"))), ["n2"]);
+        assert!(joined(&mut known, &nodes, Some("gpu")).is_empty(), "once");
+        assert_eq!(names(joined(&mut known, &nodes, None)), ["n3"]);
+    }
 
     #[test]
     fn a_gpu_is_as_healthy_as_its_node() {

@@ -1039,8 +1039,8 @@ fn slurm_steps_are_cancelled_when_elastic_run_is_killed() {
 }
 
 /// A `gangway serve --slurm` on the local Slurm cluster (scripts/slurm-up: node1..node4, 4 GPUs
-/// each, GPU ids 0-3 on node1, 4-7 on node2, ...), killed when the test ends.
-fn slurm_daemon(dir: &Path, addr: &str, policy: &str) -> KillOnDrop {
+/// each, GPU ids 0-3 on node1, 4-7 on node2, ...), with `extra` options, killed when the test ends.
+fn slurm_daemon(dir: &Path, addr: &str, policy: &str, extra: &[&str]) -> KillOnDrop {
     let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args([
             "serve",
@@ -1050,6 +1050,7 @@ fn slurm_daemon(dir: &Path, addr: &str, policy: &str) -> KillOnDrop {
             "--policy",
             policy,
         ])
+        .args(extra)
         .args(["--round", "1", "--listen", addr, "--journal"])
         .arg(dir.join("journal"))
         .stdout(Stdio::null())
@@ -1222,7 +1223,7 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
     ];
     let addr = format!("127.0.0.1:{}", support::free_port());
     // Queues at 32.5, 72 and 180 GPU-seconds: a test's jobs move down them in seconds.
-    let _daemon = slurm_daemon(dir.path(), &addr, "tiresias:queue_scale=0.01");
+    let _daemon = slurm_daemon(dir.path(), &addr, "tiresias:queue_scale=0.01", &[]);
     let api = support::Api::new(
         &format!("http://{addr}"),
         &dir.path().join("journal"),
@@ -1344,7 +1345,16 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     }
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", support::free_port());
-    let mut daemon = slurm_daemon(dir.path(), &addr, "fifo");
+    // The placer scores sets on a topology file: two racks of two 4-GPU servers.
+    let racks = dir.path().join("racks.toml");
+    std::fs::write(
+        &racks,
+        "hosts_per_rack = 2\n[[servers]]\npreset = \"philly-4gpu\"\ncount = 4\n",
+    )
+    .unwrap();
+    let racks = racks.to_str().unwrap();
+    let placed = ["--topology", racks, "--placement", "consolidate"];
+    let mut daemon = slurm_daemon(dir.path(), &addr, "fifo", &placed);
     let api = support::Api::new(
         &format!("http://{addr}"),
         &dir.path().join("journal"),
@@ -1404,7 +1414,7 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     // SIGKILL: no chance to clean up. The job's elastic-run lives on in its own process group.
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
-    let _daemon = slurm_daemon(dir.path(), &addr, "fifo");
+    let _daemon = slurm_daemon(dir.path(), &addr, "fifo", &placed);
     eventually(Duration::from_secs(60), || {
         slurm_jobs_starting(&stray)
             .is_empty()
