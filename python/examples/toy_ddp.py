@@ -97,9 +97,10 @@ def main():
     )
     w_true = torch.randn(8, 1, generator=torch.Generator().manual_seed(args.seed + 1))
     model = DDP(net)
-    # Gradients summed in rank order: with more than two ranks, DDP's own all-reduce rounds a
-    # resumed run's first step differently (see gangway_worker.reproducible).
-    model.register_comm_hook(None, gw.allreduce_in_rank_order)
+    # The meter sees each gradient bucket before and after its all-reduce (for the gradient noise
+    # scale) and times the step. Gradients are summed in rank order: with more than two ranks,
+    # DDP's own all-reduce rounds a resumed run's first step differently (gangway_worker.reproducible).
+    meter = gw.GoodputMeter(model, reduce=gw.allreduce_in_rank_order)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     torch.manual_seed(args.seed + 1000 + rank)
 
@@ -154,21 +155,22 @@ def main():
             return gw.EXIT_PREEMPTED_OK
 
         model.train()
-        opt.zero_grad(set_to_none=True)
-        x, y = batch_for_step(step)
-        for a in range(plan.accum_steps):
-            lo = (a * plan.dp + rank) * plan.micro_batch  # each sample used by exactly one rank
-            rows = slice(lo, lo + plan.micro_batch)
-            # Only the last micro-batch all-reduces gradients; DDP then averages over ranks, so the
-            # update is the mean over the whole global batch whatever dp and accum are.
-            sync = contextlib.nullcontext() if a == plan.accum_steps - 1 else model.no_sync()
-            with sync:
-                loss = F.mse_loss(model(x[rows]), y[rows]) / plan.accum_steps
-                loss.backward()
-        opt.step()
+        with meter.step(plan.micro_batch * plan.accum_steps, plan.dp, plan.accum_steps):
+            opt.zero_grad(set_to_none=True)
+            x, y = batch_for_step(step)
+            for a in range(plan.accum_steps):
+                lo = (a * plan.dp + rank) * plan.micro_batch  # each sample used by exactly one rank
+                rows = slice(lo, lo + plan.micro_batch)
+                # Only the last micro-batch all-reduces gradients; DDP then averages over ranks, so
+                # the update is the mean over the whole global batch whatever dp and accum are.
+                sync = contextlib.nullcontext() if a == plan.accum_steps - 1 else model.no_sync()
+                with sync:
+                    loss = F.mse_loss(model(x[rows]), y[rows]) / plan.accum_steps
+                    loss.backward()
+            opt.step()
 
         done = step + 1
-        gw.report_progress(done, total_steps=args.steps)
+        gw.report_progress(done, total_steps=args.steps, goodput=meter.summary())
         if step == start:
             timing("first_step")
         if args.save_every and done % args.save_every == 0 and done < args.steps:

@@ -33,6 +33,8 @@ plan()                      -> Plan (dp, tp, pp, batches, job_id, checkpoint_dir
                                PlanError naming the variable on bad values
 should_stop(group=None)     -> bool; stop file exists or SIGTERM received, agreed by all ranks
 report_progress(step)       -> atomically rewrite the progress file (local rank 0 only)
+GoodputMeter(ddp_model)     step time (compute, sync), batch and gradient noise scale, for
+                               report_progress(goodput=meter.summary()) (see goodput)
 save(state, step)           -> atomic checkpoint by rank 0 + manifest with sha256; keeps last N
 load(path=None, fallback=False) -> (state, step) or None when there is nothing to resume
 resources()                 -> Resources (cpus, cpu_list, memory_gb) this job was allotted
@@ -71,6 +73,7 @@ read the worker exit codes from torchrun's failure report to tell 2 from 1.
 from ._env import PlanError
 from .checkpoint import ChecksumMismatch, CheckpointError, load, read_manifest, save
 from .control import install_sigterm_handler, report_progress, should_stop
+from .goodput import GoodputMeter
 from .plan import Plan, plan
 from .reproducible import allreduce_in_rank_order
 from .resources import Resources, dataloader_workers, intra_op_threads, resources
@@ -87,6 +90,7 @@ __all__ = [
     "EXIT_USAGE",
     "ChecksumMismatch",
     "CheckpointError",
+    "GoodputMeter",
     "Plan",
     "PlanError",
     "Resources",

@@ -55,6 +55,18 @@ def all_max(values, group=None):
     return t.tolist()
 
 
+def all_mean(value, group=None):
+    """The mean of a float over the group; the value itself when not distributed (a collective)."""
+    dist = initialized_dist()
+    if dist is None:
+        return float(value)
+    import torch
+
+    t = torch.tensor([float(value)], dtype=torch.float64, device=_device_for(dist, group))
+    dist.all_reduce(t, group=group)
+    return t.item() / dist.get_world_size(group)
+
+
 def pid_tag():
     # Temp-file suffix unique per process: several ranks (or a crashed predecessor) may use the same dir.
     return f"{os.getpid()}"

@@ -63,7 +63,7 @@ def should_stop(group=None):
     return _dist.all_max([local], group)[0] > 0
 
 
-def report_progress(step, total_steps=None, min_interval=0.0):
+def report_progress(step, total_steps=None, min_interval=0.0, goodput=None):
     """Record ``step`` and the current time in GANGWAY_PROGRESS_FILE, for hang detection and for the
     scheduler: with ``total_steps``, the daemon counts ``step / total_steps`` of the job as done (what
     a worker reports is the truth; the scheduler's model only predicts).
@@ -76,6 +76,8 @@ def report_progress(step, total_steps=None, min_interval=0.0):
     Written atomically (temp file + rename) but without fsync: readers are processes on the same
     machine, and durability across a crash does not matter for a heartbeat.
     ``min_interval`` (seconds) skips writes closer together than that, for very fast steps.
+    ``goodput``: what a ``GoodputMeter`` measured (its ``summary()``), passed on to the control
+    plane for its goodput models.
     Returns True when the file was written.
     """
     path = _env.get_str(_env.PROGRESS_FILE)
@@ -95,6 +97,8 @@ def report_progress(step, total_steps=None, min_interval=0.0):
     }
     if total_steps is not None:
         record["total_steps"] = int(total_steps)
+    if goodput is not None:
+        record["goodput"] = dict(goodput)
     data = (json.dumps(record) + "\n").encode()
     _fs.write_atomic(path, lambda f: f.write(data), durable=False)
     _last_progress_write = now

@@ -127,6 +127,19 @@ class TorchrunEndToEndTest(unittest.TestCase):
         self.assertEqual(result["final_loss"], self.reference["final_loss"])
         return rc, stopped_at, stop_seconds
 
+    def test_the_progress_file_carries_what_goodput_needs(self):
+        progress = self.read(os.path.join(self.tmp, "reference", "progress.json"))
+        self.assertEqual(progress["step"], STEPS)
+        goodput = progress["goodput"]
+        self.assertEqual(goodput["steps"], STEPS)
+        self.assertEqual((goodput["replicas"], goodput["replica_batch"]), (2, 8))
+        self.assertGreater(goodput["sync_seconds"], 0.0)
+        self.assertLessEqual(goodput["sync_seconds"], goodput["step_seconds"])
+        self.assertAlmostEqual(goodput["compute_seconds"] + goodput["sync_seconds"], goodput["step_seconds"])
+        # Dropout and label noise: the gradient has a variance, and the estimate sees it.
+        self.assertGreater(goodput["grad_var"], 0.0)
+        self.assertGreater(goodput["noise_scale"], 0.0)
+
     def test_stop_file_then_resume_is_bit_identical(self):
         def touch_stop_file(proc):
             open(os.path.join(self.tmp, "stopfile", "stop"), "w").close()
