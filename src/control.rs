@@ -636,8 +636,17 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
         }
         crate::report::OutputFormat::Table => {
             println!(
-                "{:>6}  {:<13} {:>4}  {:>8}  {:>5}  {:>8}  {:<12} {:<12} PLACEMENT (or why it waits)",
-                "ID", "PHASE", "GPUS", "PROGRESS", "CPUS", "MEM_GB", "TYPE", "TENANT"
+                "{:>6}  {:<13} {:>4}  {:>8}  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} PLACEMENT (or why it waits)",
+                "ID",
+                "PHASE",
+                "GPUS",
+                "PROGRESS",
+                "CPUS",
+                "MEM_GB",
+                "STEP_S",
+                "B_NOISE",
+                "TYPE",
+                "TENANT"
             );
             for j in &jobs {
                 let gpus: Vec<String> = j.placement.iter().map(u32::to_string).collect();
@@ -649,14 +658,24 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     Some(r) => (format!("{:.2}", r.cpus), format!("{:.1}", r.memory_gb)),
                     None => ("-".into(), "-".into()),
                 };
+                // What the workers measured: seconds per step, and the gradient noise scale.
+                let step = j
+                    .measured
+                    .map_or("-".into(), |m| format!("{:.3}", m.step_seconds));
+                let noise = j
+                    .measured
+                    .and_then(|m| m.noise_scale)
+                    .map_or("-".into(), |b| format!("{b:.0}"));
                 println!(
-                    "{:>6}  {:<13} {:>4}  {:>7.1}%  {:>5}  {:>8}  {:<12} {:<12} {}",
+                    "{:>6}  {:<13} {:>4}  {:>7.1}%  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} {}",
                     j.id,
                     j.phase.to_string(),
                     j.gpus,
                     j.progress * 100.0,
                     cpus,
                     memory,
+                    step,
+                    noise,
                     // Names never reach a terminal raw (a journal may hold ones from before they
                     // were checked).
                     escape(&j.job_type),

@@ -653,6 +653,13 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
         },
     );
     let http = support::Api::new(&base, &journal, Duration::from_secs(60));
+    // What the workers measured of their training reaches the API (issue 20's first part).
+    eventually(Duration::from_secs(30), || {
+        let m = job_info(&http, 0)["measured"].clone();
+        (m["replicas"] == 2 && m["replica_batch"] == 8 && m["noise_scale"].as_f64() > Some(0.0))
+            .then_some(())
+            .ok_or(format!("{m}"))
+    });
     let refused = http
         .post("/gpus/cordon", &serde_json::json!({ "gpus": [9] }))
         .unwrap();

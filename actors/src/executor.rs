@@ -6,7 +6,7 @@ use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
 
 pub use gangway_protocol::worker::{
-    Executor, ExecutorError, Launch, Resources, RunAs, RunCommand, WorkerEvent,
+    Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, WorkerEvent,
 };
 
 /// A simulated job's run.

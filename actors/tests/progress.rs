@@ -8,7 +8,9 @@ use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
     ClusterActor, JobRequest, Parts, Poll, Round, Settings, ShowJob, Submit, TimeSource,
 };
-use gangway_actors::executor::{Executor, ExecutorError, Launch, SimExecutor, WorkerEvent};
+use gangway_actors::executor::{
+    Executor, ExecutorError, Launch, Measured, SimExecutor, WorkerEvent,
+};
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_core::job::{JobId, Names};
@@ -20,7 +22,7 @@ use gangway_core::throughput::DurationModel;
 #[derive(Default)]
 struct Reports {
     launched: Option<(JobId, u64)>,
-    due: Option<f64>,
+    due: Option<(f64, Option<Measured>)>,
 }
 
 /// Simulated workers that also report the progress the test gives them.
@@ -31,8 +33,8 @@ struct Reporting {
 }
 
 impl Reporting {
-    fn report(&self, steps_done: f64) {
-        self.reports.lock().unwrap().due = Some(steps_done);
+    fn report(&self, steps_done: f64, measured: Option<Measured>) {
+        self.reports.lock().unwrap().due = Some((steps_done, measured));
     }
 }
 
@@ -56,11 +58,14 @@ impl Executor for Reporting {
     fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
         let mut events = self.inner.lock().unwrap().poll(now);
         let mut reports = self.reports.lock().unwrap();
-        if let (Some((job, attempt)), Some(steps_done)) = (reports.launched, reports.due.take()) {
+        if let (Some((job, attempt)), Some((steps_done, measured))) =
+            (reports.launched, reports.due.take())
+        {
             events.push(WorkerEvent::Progressed {
                 job,
                 attempt,
                 steps_done,
+                measured,
             });
         }
         events
@@ -108,9 +113,20 @@ async fn reported_progress_replaces_the_models_estimate() {
         .unwrap()
         .unwrap();
     cluster.send(Round).await.unwrap();
-    // 100 s in, the model says 10%; the workers say 70%.
+    // 100 s in, the model says 10%; the workers say 70%, and what they measured of their training.
     clock.set(100.0);
-    workers.report(700.0);
+    let measured = Measured {
+        steps: 70,
+        step_seconds: 1.5,
+        sync_seconds: 0.5,
+        replica_batch: 64,
+        replicas: 2,
+        accum_steps: 1,
+        noise_scale: Some(900.0),
+        grad_sqr: Some(0.25),
+        grad_var: Some(225.0),
+    };
+    workers.report(700.0, Some(measured));
     cluster.send(Poll).await.unwrap();
     let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
     assert!(
@@ -118,6 +134,16 @@ async fn reported_progress_replaces_the_models_estimate() {
         "shown {} instead of the reported 0.7",
         shown.progress
     );
+    assert_eq!(
+        shown.measured,
+        Some(measured),
+        "the API shows what they measured"
+    );
+    // A report without a measurement keeps the last one.
+    workers.report(700.0, None);
+    cluster.send(Poll).await.unwrap();
+    let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert_eq!(shown.measured, Some(measured));
     // Time goes on from the report: 50 s more at 1 unit/s.
     clock.set(150.0);
     cluster.send(Round).await.unwrap();

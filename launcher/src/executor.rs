@@ -24,6 +24,7 @@
 //!   them by it.
 
 use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -31,7 +32,7 @@ use std::time::{Duration, Instant};
 use gangway_protocol::command::{Invalid, Submitter, check_program};
 use gangway_protocol::ids::{GpuId, JobId};
 use gangway_protocol::worker::{
-    Executor, ExecutorError, Launch, Resources, RunAs, RunCommand, WorkerEvent,
+    Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, WorkerEvent,
 };
 use serde::{Deserialize, Serialize};
 
@@ -48,12 +49,28 @@ pub const PROGRESS_FILE_VAR: &str = "GANGWAY_PROGRESS_FILE";
 
 /// The fraction of its work a job's workers last reported (step over total steps), if they did.
 pub fn reported_fraction(progress_file: &Path) -> Option<f64> {
-    let text = std::fs::read_to_string(progress_file).ok()?;
-    let report: serde_json::Value = serde_json::from_str(&text).ok()?;
+    reported(progress_file).map(|(fraction, _)| fraction)
+}
+
+/// What a job's workers last reported: the fraction of its work done and, when they measure it,
+/// their training's [`Measured`] figures (`"goodput"`; dropped when they do not check out).
+pub fn reported(progress_file: &Path) -> Option<(f64, Option<Measured>)> {
+    // A progress file is a line of JSON; a bigger one is not the helper's.
+    let mut text = String::new();
+    std::fs::File::open(progress_file)
+        .ok()?
+        .take(64 * 1024)
+        .read_to_string(&mut text)
+        .ok()?;
+    let mut report: serde_json::Value = serde_json::from_str(&text).ok()?;
     let step = report["step"].as_f64()?;
     let total = report["total_steps"].as_f64()?;
-    (step.is_finite() && total.is_finite() && step >= 0.0 && total > 0.0)
-        .then(|| (step / total).min(1.0))
+    let fraction = (step.is_finite() && total.is_finite() && step >= 0.0 && total > 0.0)
+        .then(|| (step / total).min(1.0))?;
+    let measured = serde_json::from_value::<Measured>(report["goodput"].take())
+        .ok()
+        .and_then(Measured::checked);
+    Some((fraction, measured))
 }
 
 /// How an `elastic-run` ended, as it writes it to `$GANGWAY_EXIT_FILE`.
@@ -244,7 +261,7 @@ impl Run {
 
     /// A progress event when the workers reported something new since the last poll.
     fn progressed(&mut self) -> Option<WorkerEvent> {
-        let fraction = reported_fraction(&self.progress_file)?;
+        let (fraction, measured) = reported(&self.progress_file)?;
         if self.reported == Some(fraction) {
             return None;
         }
@@ -253,6 +270,7 @@ impl Run {
             job: self.launch.job,
             attempt: self.attempt,
             steps_done: fraction * self.launch.total_steps,
+            measured,
         })
     }
 

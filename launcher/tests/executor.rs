@@ -5,10 +5,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gangway_launcher::confine::CorePool;
-use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor};
+use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, reported};
 use gangway_launcher::process::processes_with_env;
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
-use gangway_protocol::worker::{Executor, Launch, Resources, RunCommand, WorkerEvent};
+use gangway_protocol::worker::{Executor, Launch, Measured, Resources, RunCommand, WorkerEvent};
 
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 echo "$@" >> calls.log
@@ -20,9 +20,10 @@ case "$FAKE_MODE" in
     trap 'echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
     while true; do sleep 0.05; done ;;
   report)
-    # 30 of 120 steps, then 90 of 120 on the way out (its checkpoint at the stop).
-    echo '{"step":30,"total_steps":120}' > "$GANGWAY_PROGRESS_FILE"
-    trap 'echo "{\"step\":90,\"total_steps\":120}" > "$GANGWAY_PROGRESS_FILE"; echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
+    # 30 of 120 steps with what goodput needs, then 90 of 120 on the way out (its checkpoint at the
+    # stop), with a measurement that does not check out (sync longer than the step).
+    echo '{"step":30,"total_steps":120,"goodput":{"steps":30,"step_seconds":0.5,"sync_seconds":0.125,"compute_seconds":0.375,"replica_batch":32,"replicas":4,"accum_steps":2,"grad_sqr":2.0,"grad_var":300.0,"noise_scale":150.0}}' > "$GANGWAY_PROGRESS_FILE"
+    trap 'echo "{\"step\":90,\"total_steps\":120,\"goodput\":{\"steps\":90,\"step_seconds\":0.5,\"sync_seconds\":0.75,\"replica_batch\":32,\"replicas\":4,\"accum_steps\":2}}" > "$GANGWAY_PROGRESS_FILE"; echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
     while true; do sleep 0.05; done ;;
 esac
 "#;
@@ -93,10 +94,29 @@ fn the_workers_reported_progress_is_the_jobs_work_done() {
         WorkerEvent::Progressed {
             job: JobId(4),
             attempt: 0,
-            steps_done: 25.0
+            steps_done: 25.0,
+            measured: Some(Measured {
+                steps: 30,
+                step_seconds: 0.5,
+                sync_seconds: 0.125,
+                replica_batch: 32,
+                replicas: 4,
+                accum_steps: 2,
+                noise_scale: Some(150.0),
+                grad_sqr: Some(2.0),
+                grad_var: Some(300.0),
+            }),
         },
         "30 of 120 steps is a quarter of the job's 100 units of work"
     );
+    // A measurement that does not check out is dropped; the progress stands.
+    let bad = dir.path().join("bad-progress.json");
+    std::fs::write(
+        &bad,
+        r#"{"step":3,"total_steps":4,"goodput":{"steps":3,"step_seconds":0.5,"sync_seconds":0.75,"replica_batch":32,"replicas":4,"accum_steps":2}}"#,
+    )
+    .unwrap();
+    assert_eq!(reported(&bad), Some((0.75, None)));
     // Nothing new reported: no new event.
     assert!(exec.poll(2.0).is_empty());
     // Stopped, the workers report their last step; that is the work saved, not the model's 20.

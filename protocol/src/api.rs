@@ -75,6 +75,10 @@ pub struct JobInfo {
     pub resources: Option<crate::worker::Resources>,
     pub preemptions: u32,
     pub migrations: u32,
+    /// What its workers last measured of their training (step time, batch, gradient noise), when
+    /// they measure it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<crate::worker::Measured>,
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,

@@ -88,6 +88,56 @@ impl Resources {
     }
 }
 
+/// What the workers measured of their own training, for goodput models (Pollux, Sia): the Python
+/// helper's `GoodputMeter`, smoothed over its recent steps.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Measured {
+    /// Optimizer steps measured.
+    pub steps: u64,
+    /// Wall seconds per optimizer step, and the part of it with an all-reduce in flight.
+    pub step_seconds: f64,
+    pub sync_seconds: f64,
+    /// Samples one replica processes per step (micro-batch x accumulation), and the replicas.
+    pub replica_batch: u32,
+    pub replicas: u32,
+    pub accum_steps: u32,
+    /// The gradient noise scale (samples) and its two estimates, where there are several replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub noise_scale: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_sqr: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_var: Option<f64>,
+}
+
+impl Measured {
+    /// Largest batch or replica count a report may claim (a bound on what a worker can make the
+    /// control plane hold, not a limit of training).
+    const MOST: u32 = 1 << 24;
+
+    /// A report from the workers' progress file, if it is one: numbers finite, times not negative,
+    /// the sync time within the step time, counts between 1 and 2^24. Anything else is dropped:
+    /// workers run user code, and nothing they write reaches a model unchecked.
+    pub fn checked(self) -> Option<Measured> {
+        let finite = |x: f64| x.is_finite();
+        let counts = [self.replica_batch, self.replicas, self.accum_steps];
+        let ok = finite(self.step_seconds)
+            && finite(self.sync_seconds)
+            && self.step_seconds > 0.0
+            && (0.0..=self.step_seconds).contains(&self.sync_seconds)
+            && counts.iter().all(|c| (1..=Self::MOST).contains(c))
+            && [self.noise_scale, self.grad_sqr, self.grad_var]
+                .iter()
+                .all(|x| x.is_none_or(finite));
+        ok.then_some(self)
+    }
+
+    /// The time per step not spent with an all-reduce in flight.
+    pub fn compute_seconds(&self) -> f64 {
+        (self.step_seconds - self.sync_seconds).max(0.0)
+    }
+}
+
 /// Something the workers did, reported by [`Executor::poll`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WorkerEvent {
@@ -116,6 +166,9 @@ pub enum WorkerEvent {
         job: JobId,
         attempt: u64,
         steps_done: f64,
+        /// What they measured of their training, when they measure it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        measured: Option<Measured>,
     },
 }
 

@@ -31,7 +31,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{broadcast, oneshot};
 
 use crate::clock::{Clock, WallClock};
-use crate::executor::{Executor, WorkerEvent};
+use crate::executor::{Executor, Measured, WorkerEvent};
 use crate::gang::{Acquire, GangActor};
 use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::job::{Advance, JobActor, JobEvent};
@@ -68,6 +68,8 @@ struct JobHandle {
     phase: Phase,
     gang: Option<Gang>,
     crashes: u32,
+    /// What its workers last measured of their training.
+    measured: Option<Measured>,
 }
 
 /// A submission validated and waiting for its journal record: the spec, the engine's job, and where
@@ -210,6 +212,7 @@ impl ClusterActor {
                 phase,
                 gang: None,
                 crashes: 0,
+                measured: None,
             },
         );
     }
@@ -559,6 +562,7 @@ impl ClusterActor {
             resources,
             preemptions,
             migrations,
+            measured: self.jobs.get(&id).and_then(|h| h.measured),
             waiting,
         })
     }
@@ -799,8 +803,16 @@ impl Handler<Poll> for ClusterActor {
                     job, steps_done, ..
                 } => records.push(Record::Checkpointed { job, steps_done }),
                 WorkerEvent::Progressed {
-                    job, steps_done, ..
-                } => progressed.push((job, steps_done)),
+                    job,
+                    steps_done,
+                    measured,
+                    ..
+                } => {
+                    if let (Some(m), Some(handle)) = (measured, self.jobs.get_mut(&job)) {
+                        handle.measured = Some(m);
+                    }
+                    progressed.push((job, steps_done));
+                }
                 WorkerEvent::Failed {
                     job,
                     at,
