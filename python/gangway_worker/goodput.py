@@ -45,6 +45,7 @@ class GoodputMeter:
         self._averages = {}  # name -> (biased average, weight of the history so far)
         self._steps = 0
         self._group = None  # DDP's process group, as its hook is given it
+        self._inside = False  # within step(): only then are reductions measured
         self._reset_step()
         if model is not None and hasattr(model, "register_comm_hook"):
             model.register_comm_hook(None, self._hook)
@@ -60,7 +61,8 @@ class GoodputMeter:
 
         self._group = process_group
         local = bucket.buffer()
-        self._local_sqr += float(local.double().pow(2).sum())
+        if self._inside:
+            self._local_sqr += float(local.double().pow(2).sum())
         issued = time.perf_counter()
         if self._reduce is not None:
             reduced = self._reduce(process_group, bucket)
@@ -74,6 +76,8 @@ class GoodputMeter:
             out = future.value()
             if isinstance(out, list):
                 out = out[0]
+            if not self._inside:
+                return out  # a backward pass outside step(): reduced, not measured
             self._global_sqr += float(out.double().pow(2).sum())
             self._in_flight.append((issued, time.perf_counter()))
             self._buckets += 1
@@ -93,8 +97,12 @@ class GoodputMeter:
         if replica_batch <= 0 or replicas <= 0 or accum_steps <= 0:
             raise ValueError("replica_batch, replicas and accum_steps must be positive")
         self._reset_step()
+        self._inside = True
         began = time.perf_counter()
-        yield
+        try:
+            yield
+        finally:
+            self._inside = False
         seconds = time.perf_counter() - began
         sync = _covered(self._in_flight)
         self._steps += 1
