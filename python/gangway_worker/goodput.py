@@ -62,7 +62,7 @@ class GoodputMeter:
         self._group = process_group
         local = bucket.buffer()
         if self._inside:
-            self._local_sqr += float(local.double().pow(2).sum())
+            self._local_sqr += _squared_norm(local)
         issued = time.perf_counter()
         if self._reduce is not None:
             reduced = self._reduce(process_group, bucket)
@@ -78,7 +78,7 @@ class GoodputMeter:
                 out = out[0]
             if not self._inside:
                 return out  # a backward pass outside step(): reduced, not measured
-            self._global_sqr += float(out.double().pow(2).sum())
+            self._global_sqr += _squared_norm(out)
             self._in_flight.append((issued, time.perf_counter()))
             self._buckets += 1
             return out
@@ -105,6 +105,7 @@ class GoodputMeter:
             self._inside = False
         seconds = time.perf_counter() - began
         sync = _covered(self._in_flight)
+        self._local_sqr, self._global_sqr = float(self._local_sqr), float(self._global_sqr)
         self._steps += 1
         self._add("step_seconds", seconds)
         self._add("sync_seconds", min(sync, seconds))
@@ -152,6 +153,12 @@ class GoodputMeter:
             if sqr > 0.0:
                 out["noise_scale"] = var / sqr
         return out
+
+
+def _squared_norm(flat):
+    """A bucket's squared norm, as a tensor on its device (one dot product; read once per step, so
+    that a GPU is not made to wait for every bucket)."""
+    return flat.dot(flat)
 
 
 def noise_estimates(small_sqr, big_sqr, small, big):
