@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::job::JobId;
+use gangway_core::throughput::goodput::perf::Observation;
 use serde::{Deserialize, Serialize};
 
 use crate::executor::RunCommand;
@@ -86,6 +87,15 @@ pub enum Record {
         gpus: Vec<u32>,
         cordoned: bool,
     },
+    /// What a job's workers measured on a configuration not measured before (on GPU type
+    /// `gpu_type`), and its gradient statistics `(sqr, var)` then: what its goodput model is fitted
+    /// to. New variants go last: the encoding numbers them, and old journals must still read.
+    Learned {
+        job: JobId,
+        gpu_type: u16,
+        observation: Observation,
+        grad: Option<(f64, f64)>,
+    },
 }
 
 impl Record {
@@ -100,12 +110,13 @@ impl Record {
             | Record::Finished { job, .. }
             | Record::Cancelled { job, .. }
             | Record::Failed { job, .. }
-            | Record::Crashed { job, .. } => Some(*job),
+            | Record::Crashed { job, .. }
+            | Record::Learned { job, .. } => Some(*job),
         }
     }
 
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
-    pub const KINDS: [&'static str; 10] = [
+    pub const KINDS: [&'static str; 11] = [
         "epoch",
         "submitted",
         "started",
@@ -116,6 +127,7 @@ impl Record {
         "failed",
         "crashed",
         "cordoned",
+        "learned",
     ];
 
     /// The record's kind, as a word for reports.
@@ -131,6 +143,7 @@ impl Record {
             Record::Failed { .. } => 7,
             Record::Crashed { .. } => 8,
             Record::Cordoned { .. } => 9,
+            Record::Learned { .. } => 10,
         }]
     }
 }
@@ -364,6 +377,11 @@ impl Ledger {
                         self.cordoned.remove(&g);
                     }
                 }
+            }
+            // What was learned lives beside the ledger (the store's `learned`): only a live job
+            // learns.
+            Record::Learned { job, .. } => {
+                self.live(seq, *job)?;
             }
             Record::Failed { job, at, error } => self.end(
                 seq,

@@ -36,6 +36,14 @@ fn default_weight() -> f64 {
     1.0
 }
 
+/// What a job's goodput model learned on one GPU type.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LearnedSteps {
+    pub gpu_type: String,
+    /// Configurations (nodes, replicas, per-replica batch) measured there.
+    pub configurations: u32,
+}
+
 /// A server as the API shows it (`GET /nodes`): its GPUs, which are out of service and why, and the
 /// jobs running on it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,6 +87,10 @@ pub struct JobInfo {
     /// they measure it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<crate::worker::Measured>,
+    /// Its goodput model: the configurations measured on each GPU type (journaled: a restart keeps
+    /// them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub learned: Vec<LearnedSteps>,
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,

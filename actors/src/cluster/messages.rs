@@ -23,7 +23,7 @@ use crate::job::JobEvent;
 use crate::stats::StatsSnapshot;
 
 pub use crate::request::JobRequest;
-pub use gangway_protocol::api::{JobInfo, NodeInfo};
+pub use gangway_protocol::api::{JobInfo, LearnedSteps, NodeInfo};
 
 /// Where control-plane time comes from.
 #[derive(Clone)]

@@ -27,6 +27,7 @@ use gangway_core::engine::{Change, Engine, Unrunnable};
 use gangway_core::job::{Job, JobId};
 use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
+use gangway_core::throughput::goodput::Observation;
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{broadcast, oneshot};
 
@@ -46,9 +47,9 @@ use plan::Retune;
 use store::Store;
 
 pub use messages::{
-    Cancel, Cordon, GetStats, JobInfo, JobRequest, ListJobs, ListNodes, NodeInfo, Outlook, Parts,
-    Peek, Poll, Refusal, Round, RoundReport, Settings, ShowJob, StartError, Submit, Subscribe,
-    TimeSource, Timeline,
+    Cancel, Cordon, GetStats, JobInfo, JobRequest, LearnedSteps, ListJobs, ListNodes, NodeInfo,
+    Outlook, Parts, Peek, Poll, Refusal, Round, RoundReport, Settings, ShowJob, StartError, Submit,
+    Subscribe, TimeSource, Timeline,
 };
 
 /// Distinct job types, and distinct tenants, a control plane keeps: names are never forgotten (ids
@@ -563,8 +564,50 @@ impl ClusterActor {
             preemptions,
             migrations,
             measured: self.jobs.get(&id).and_then(|h| h.measured),
+            learned: self.learned_of(id),
             waiting,
         })
+    }
+
+    /// A record of what a running job's workers measured, when it is on a configuration its model
+    /// has not measured yet (the first measurement of a configuration stands, as in simulation).
+    fn learned_from(&self, job: JobId, measured: &Measured) -> Option<Record> {
+        let Standing::Running { gpu_type, gpus, .. } = &self.store.ledger.jobs.get(&job)?.standing
+        else {
+            return None;
+        };
+        let cluster = self.sched.as_ref()?.engine.cluster();
+        let nodes: FxHashSet<_> = gpus.iter().map(|&g| cluster.node_of(g)).collect();
+        let observation = Observation::from_measured(nodes.len() as u32, measured);
+        let known = self.store.learned.get(&job);
+        if known.is_some_and(|l| l.knows(gpu_type.0, &observation)) {
+            return None;
+        }
+        Some(Record::Learned {
+            job,
+            gpu_type: gpu_type.0,
+            observation,
+            grad: measured.grad_sqr.zip(measured.grad_var),
+        })
+    }
+
+    /// What a job's model has learned, for the API: configurations measured on each GPU type.
+    fn learned_of(&self, job: JobId) -> Vec<LearnedSteps> {
+        let (Some(learned), Some(sched)) = (self.store.learned.get(&job), self.sched.as_ref())
+        else {
+            return Vec::new();
+        };
+        let names = sched.engine.cluster().gpu_types();
+        learned
+            .types()
+            .map(|t| LearnedSteps {
+                gpu_type: names
+                    .get(t as usize)
+                    .cloned()
+                    .unwrap_or_else(|| t.to_string()),
+                configurations: learned.measured_on(t) as u32,
+            })
+            .collect()
     }
 
     /// The job an idempotency key already names, and whether it is journaled yet; a refusal when
@@ -808,8 +851,11 @@ impl Handler<Poll> for ClusterActor {
                     measured,
                     ..
                 } => {
-                    if let (Some(m), Some(handle)) = (measured, self.jobs.get_mut(&job)) {
-                        handle.measured = Some(m);
+                    if let Some(m) = measured {
+                        records.extend(self.learned_from(job, &m));
+                        if let Some(handle) = self.jobs.get_mut(&job) {
+                            handle.measured = Some(m);
+                        }
                     }
                     progressed.push((job, steps_done));
                 }

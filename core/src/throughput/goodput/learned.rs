@@ -20,11 +20,7 @@ impl Learned {
     /// Records a measurement on GPU type `gpu_type`; refits that type's model when the configuration is
     /// new. Returns whether it was new.
     pub fn observe(&mut self, gpu_type: u16, observation: Observation) -> bool {
-        let key = (
-            observation.nodes,
-            observation.replicas,
-            observation.local.to_bits(),
-        );
+        let key = key(&observation);
         let seen = self.seen.entry(gpu_type).or_default();
         if seen.contains_key(&key) {
             return false;
@@ -33,6 +29,26 @@ impl Learned {
         let all: Vec<Observation> = seen.values().copied().collect();
         self.fitted.insert(gpu_type, PerfParams::fit(&all));
         true
+    }
+
+    /// Whether `observation`'s configuration on `gpu_type` is measured already (a new measurement of
+    /// it would change nothing: the first stands).
+    pub fn knows(&self, gpu_type: u16, observation: &Observation) -> bool {
+        self.seen
+            .get(&gpu_type)
+            .is_some_and(|seen| seen.contains_key(&key(observation)))
+    }
+
+    /// Every measurement it holds, by GPU type.
+    pub fn observations(&self) -> impl Iterator<Item = (u16, &Observation)> + '_ {
+        self.seen
+            .iter()
+            .flat_map(|(&t, seen)| seen.values().map(move |o| (t, o)))
+    }
+
+    /// How many configurations it has measured on `gpu_type`.
+    pub fn measured_on(&self, gpu_type: u16) -> usize {
+        self.seen.get(&gpu_type).map_or(0, BTreeMap::len)
     }
 
     /// How many configurations it has measured, on all types: a new one means new models.
@@ -73,6 +89,15 @@ impl Learned {
     }
 }
 
+/// A configuration: nodes, replicas, per-replica batch.
+fn key(observation: &Observation) -> (u32, u32, u64) {
+    (
+        observation.nodes,
+        observation.replicas,
+        observation.local.to_bits(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,5 +130,29 @@ mod tests {
         assert_eq!(learned.max_replicas(), 8);
         assert_eq!(learned.types().collect::<Vec<_>>(), [0, 1]);
         assert_eq!(learned.measured(), 3);
+        assert!(learned.knows(0, &obs(1, 4, 32.0, 9.0)));
+        assert!(!learned.knows(1, &obs(1, 4, 32.0, 0.12)));
+        assert_eq!((learned.measured_on(0), learned.measured_on(1)), (2, 1));
+        assert_eq!(learned.observations().count(), 3);
+    }
+
+    #[test]
+    fn a_live_measurement_is_a_step_without_accumulation() {
+        let measured = gangway_protocol::worker::Measured {
+            steps: 10,
+            step_seconds: 1.0,
+            sync_seconds: 0.2,
+            replica_batch: 64,
+            replicas: 4,
+            accum_steps: 4,
+            noise_scale: None,
+            grad_sqr: None,
+            grad_var: None,
+        };
+        let o = Observation::from_measured(2, &measured);
+        // 0.8 s of compute over 4 micro-steps of 16: one of them, and the 0.2 s of sync.
+        assert_eq!((o.nodes, o.replicas, o.local), (2, 4, 16.0));
+        assert!((o.step_time - 0.4).abs() < 1e-12, "{o:?}");
+        assert_eq!(o.sync_time, 0.2);
     }
 }

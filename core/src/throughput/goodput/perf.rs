@@ -26,13 +26,29 @@ pub struct PerfParams {
 
 /// A measured step: on `nodes` nodes with `replicas` replicas at per-replica batch `local`, a step (no
 /// accumulation) took `step_time` seconds, `sync_time` of them synchronizing.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Observation {
     pub nodes: u32,
     pub replicas: u32,
     pub local: f64,
     pub step_time: f64,
     pub sync_time: f64,
+}
+
+impl Observation {
+    /// What live workers measured (the worker helper's `GoodputMeter`) on `nodes` nodes, as a step
+    /// without accumulation: the time not synchronizing is split evenly over the micro-steps, and the
+    /// step keeps one micro-step of it and the synchronization.
+    pub fn from_measured(nodes: u32, measured: &gangway_protocol::worker::Measured) -> Observation {
+        let accum = f64::from(measured.accum_steps.max(1));
+        Observation {
+            nodes,
+            replicas: measured.replicas,
+            local: f64::from(measured.replica_batch) / accum,
+            step_time: measured.compute_seconds() / accum + measured.sync_seconds,
+            sync_time: measured.sync_seconds,
+        }
+    }
 }
 
 /// Smallest value a time parameter takes.
