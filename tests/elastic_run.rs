@@ -1436,6 +1436,8 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     );
     let before = job_info(&api, 0);
     assert_eq!(before["phase"], "running", "re-adopted: {before}");
+    // What its workers measured before the kill is still its model (journaled).
+    assert_eq!(before["learned"][0]["configurations"], 1, "{before}");
     assert_eq!(job_info(&api, 1)["phase"], "running", "re-adopted");
     assert_no_gpu_is_shared(&["survivor", "neighbour"]);
     let node = nodes_of(&placement_of(&before));
