@@ -4,6 +4,7 @@
 //! per-GPU state in flat vectors.
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::error::{InputError, Source};
 
@@ -244,6 +245,20 @@ impl Cluster {
         self.node(self.node_of(gpu)).gpu_type
     }
 
+    /// How many of `gpus` each node holds, in node order.
+    pub fn gpus_per_node(&self, gpus: &[GpuId]) -> SmallVec<[(NodeId, u32); 8]> {
+        let mut nodes: SmallVec<[NodeId; 8]> = gpus.iter().map(|&g| self.node_of(g)).collect();
+        nodes.sort_unstable();
+        let mut shape: SmallVec<[(NodeId, u32); 8]> = SmallVec::new();
+        for node in nodes {
+            match shape.last_mut() {
+                Some((last, count)) if *last == node => *count += 1,
+                _ => shape.push((node, 1)),
+            }
+        }
+        shape
+    }
+
     /// A GPU's position within its node (0 = the node's first GPU).
     pub fn local_index(&self, gpu: GpuId) -> u32 {
         gpu.0 - self.first_gpu[self.node_of(gpu).0 as usize]
@@ -386,6 +401,14 @@ mod tests {
         let c = Cluster::parse_spec("generic=16", 4).unwrap();
         assert_eq!(c.nodes().len(), 4);
         assert!(Cluster::parse_spec("generic=10", 4).is_err());
+        // A gang's GPUs by node, in node order whatever their order.
+        let gang = [GpuId(9), GpuId(1), GpuId(8), GpuId(0), GpuId(3)];
+        let counts: Vec<(u32, u32)> = c
+            .gpus_per_node(&gang)
+            .iter()
+            .map(|&(n, k)| (n.0, k))
+            .collect();
+        assert_eq!(counts, [(0, 3), (2, 2)]);
     }
 
     #[test]

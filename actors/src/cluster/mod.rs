@@ -577,8 +577,8 @@ impl ClusterActor {
             return None;
         };
         let cluster = self.sched.as_ref()?.engine.cluster();
-        let nodes: FxHashSet<_> = gpus.iter().map(|&g| cluster.node_of(g)).collect();
-        let observation = Observation::from_measured(nodes.len() as u32, measured);
+        let nodes = cluster.gpus_per_node(gpus).len() as u32;
+        let observation = Observation::from_measured(nodes, measured);
         let known = self.store.learned.get(&job);
         if known.is_some_and(|l| l.knows(gpu_type.0, &observation)) {
             return None;

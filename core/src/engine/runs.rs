@@ -3,7 +3,7 @@
 use smallvec::SmallVec;
 
 use super::{Engine, Run};
-use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId, NodeId};
+use crate::cluster::{Cluster, GpuId, GpuSet, GpuTypeId};
 use crate::job::Job;
 use crate::placement::Placed;
 use crate::resources::Allotment;
@@ -14,33 +14,11 @@ use super::live::Change;
 
 /// GPUs per server of a gang, in server order.
 pub(super) fn placement_shape(cluster: &Cluster, gpus: &[GpuId]) -> SmallVec<[u32; 8]> {
-    let mut nodes: SmallVec<[u32; 8]> = gpus.iter().map(|&g| cluster.node_of(g).0).collect();
-    nodes.sort_unstable();
-    let mut shape = SmallVec::new();
-    let mut k = 0;
-    while k < nodes.len() {
-        let same = nodes[k..].iter().take_while(|&&n| n == nodes[k]).count();
-        shape.push(same as u32);
-        k += same;
-    }
-    shape
-}
-
-/// GPUs per server of a gang, with the server.
-pub(super) fn placement_shape_by_node(
-    cluster: &Cluster,
-    gpus: &[GpuId],
-) -> SmallVec<[(NodeId, u32); 8]> {
-    let mut nodes: SmallVec<[NodeId; 8]> = gpus.iter().map(|&g| cluster.node_of(g)).collect();
-    nodes.sort_unstable();
-    let mut shape: SmallVec<[(NodeId, u32); 8]> = SmallVec::new();
-    for node in nodes {
-        match shape.last_mut() {
-            Some((last, count)) if *last == node => *count += 1,
-            _ => shape.push((node, 1)),
-        }
-    }
-    shape
+    cluster
+        .gpus_per_node(gpus)
+        .iter()
+        .map(|&(_, n)| n)
+        .collect()
 }
 
 /// What a policy tuned for a run beside its GPUs.
@@ -340,7 +318,7 @@ impl Engine<'_> {
         }
         let (gpus, held) = (run.gpus.clone(), run.allotment);
         self.ledger.charge(cluster, &gpus, held.as_ref(), 1.0, -1.0);
-        let shape = placement_shape_by_node(cluster, &gpus);
+        let shape = cluster.gpus_per_node(&gpus);
         let fits = shape.iter().all(|&(node, count)| {
             let wanted = target.unwrap_or_else(|| Allotment::share(cluster.node(node)));
             self.ledger.room(cluster, node, &wanted, count) == count

@@ -7,7 +7,7 @@
 //! keeps large blocks free); and when no equal split fits, the gang waits, fragmented.
 
 use super::{FreeGpus, Locality, PlaceRequest, Placed, Placer, Unplaced};
-use crate::cluster::{Cluster, GpuId, GpuSet, NodeId};
+use crate::cluster::{Cluster, GpuId, GpuSet};
 
 /// `inner`'s placements, made even where they are not.
 pub struct Even<P> {
@@ -22,14 +22,7 @@ impl<P: Placer> Even<P> {
 
 /// Whether every server of `gpus` holds as many of them.
 fn is_even(cluster: &Cluster, gpus: &[GpuId]) -> bool {
-    let mut per_node: Vec<(NodeId, u32)> = Vec::new();
-    for &g in gpus {
-        let node = cluster.node_of(g);
-        match per_node.iter_mut().find(|(n, _)| *n == node) {
-            Some((_, count)) => *count += 1,
-            None => per_node.push((node, 1)),
-        }
-    }
+    let per_node = cluster.gpus_per_node(gpus);
     per_node.iter().all(|&(_, c)| c == per_node[0].1)
 }
 
