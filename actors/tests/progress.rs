@@ -1,12 +1,15 @@
 //! What the workers report is the truth and the model only predicts: a job's reported progress is what
-//! the API shows and what the policy counts as its remaining work.
+//! the API shows and what the policy counts as its remaining work. What they measure of their training
+//! becomes the job's goodput model (the simulator's `Learned`), journaled: a restart keeps it, also
+//! past snapshots, which hold the ledger alone.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, JobRequest, Parts, Poll, Round, Settings, ShowJob, Submit, TimeSource,
+    ClusterActor, JobRequest, LearnedSteps, Parts, Poll, Round, Settings, ShowJob, Submit,
+    TimeSource,
 };
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Measured, SimExecutor, WorkerEvent,
@@ -75,10 +78,12 @@ impl Executor for Reporting {
     }
 }
 
-#[actix::test]
-async fn reported_progress_replaces_the_models_estimate() {
-    let workers = Reporting::default();
-    let clock = Arc::new(VirtualClock::new(0.0));
+/// A control plane on two V100s, run by `workers`; with a journal, it snapshots after every batch.
+fn start(
+    clock: &Arc<VirtualClock>,
+    workers: &Reporting,
+    journal: Option<&std::path::Path>,
+) -> actix::Addr<ClusterActor> {
     let parts = Parts {
         cluster: Arc::new(Cluster::parse_spec("v100=1x2", 2).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
@@ -89,11 +94,17 @@ async fn reported_progress_replaces_the_models_estimate() {
         probes: Vec::new(),
         health_every: Duration::from_secs(60),
     };
-    let settings = Settings::new(
+    let mut settings = Settings::new(
         EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(&clock)),
+        TimeSource::Virtual(Arc::clone(clock)),
     );
-    let cluster = ClusterActor::start(parts, settings).unwrap();
+    settings.journal = journal.map(std::path::Path::to_owned);
+    settings.snapshot_every = 1;
+    ClusterActor::start(parts, settings).unwrap()
+}
+
+/// Submits a job of 1,000 units on both GPUs.
+async fn submit(cluster: &actix::Addr<ClusterActor>) -> JobId {
     let request = JobRequest {
         id: None,
         job_type: "toy".into(),
@@ -103,7 +114,7 @@ async fn reported_progress_replaces_the_models_estimate() {
         weight: 1.0,
         run: None,
     };
-    let job = cluster
+    cluster
         .send(Submit {
             request,
             at: None,
@@ -111,7 +122,15 @@ async fn reported_progress_replaces_the_models_estimate() {
         })
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+}
+
+#[actix::test]
+async fn reported_progress_replaces_the_models_estimate() {
+    let workers = Reporting::default();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let cluster = start(&clock, &workers, None);
+    let job = submit(&cluster).await;
     cluster.send(Round).await.unwrap();
     // 100 s in, the model says 10%; the workers say 70%, and what they measured of their training.
     clock.set(100.0);
@@ -152,5 +171,73 @@ async fn reported_progress_replaces_the_models_estimate() {
         (later.progress - 0.75).abs() < 1e-9,
         "shown {} after 50 s more",
         later.progress
+    );
+}
+
+fn measured(replica_batch: u32, step_seconds: f64) -> Measured {
+    Measured {
+        steps: 10,
+        step_seconds,
+        sync_seconds: 0.1,
+        replica_batch,
+        replicas: 2,
+        accum_steps: 1,
+        noise_scale: Some(400.0),
+        grad_sqr: Some(0.5),
+        grad_var: Some(200.0),
+    }
+}
+
+fn learned(configurations: u32) -> Vec<LearnedSteps> {
+    vec![LearnedSteps {
+        gpu_type: "v100".into(),
+        configurations,
+    }]
+}
+
+#[test]
+fn a_jobs_learned_model_survives_restarts_and_snapshots_and_goes_when_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    // Shared by the control plane's two runs: its workers outlive it.
+    let workers = Reporting::default();
+
+    let seen = actix::System::new().block_on(async {
+        let cluster = start(&clock, &workers, Some(&journal));
+        let job = submit(&cluster).await;
+        cluster.send(Round).await.unwrap();
+        let mut seen = Vec::new();
+        // One configuration, measured twice (the first stands), then another batch per replica.
+        for (t, report) in [
+            (10.0, measured(32, 0.5)),
+            (20.0, measured(32, 0.6)),
+            (30.0, measured(64, 0.9)),
+        ] {
+            clock.set(t);
+            workers.report(t, Some(report));
+            cluster.send(Poll).await.unwrap();
+            seen.push(cluster.send(ShowJob(job)).await.unwrap().unwrap().learned);
+        }
+        seen
+    });
+    assert_eq!(seen, [learned(1), learned(1), learned(2)]);
+
+    // The control plane restarts on its journal (its last snapshot was after the last record).
+    clock.set(40.0);
+    let (after_restart, after_end) = actix::System::new().block_on(async {
+        let cluster = start(&clock, &workers, Some(&journal));
+        let job = cluster.send(ShowJob(JobId(0))).await.unwrap().unwrap();
+        cluster.send(Round).await.unwrap();
+        clock.set(2000.0);
+        cluster.send(Poll).await.unwrap();
+        let ended = cluster.send(ShowJob(JobId(0))).await.unwrap().unwrap();
+        (job, ended)
+    });
+    assert_eq!(after_restart.learned, learned(2), "{after_restart:?}");
+    assert!(after_end.finished.is_some(), "{after_end:?}");
+    assert!(
+        after_end.learned.is_empty(),
+        "an ended job's model is dropped"
     );
 }
