@@ -874,6 +874,17 @@ fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
 
 /// Whether a local Slurm with four idle nodes answers (scripts/test starts one with
 /// scripts/slurm-up); the Slurm tests skip, loudly, without it.
+/// The Python with torch, for a test on the local Slurm; without both the test skips (fails in CI).
+macro_rules! need_torch_and_slurm {
+    () => {{
+        let python = need_torch!();
+        if !slurm_ready() {
+            return;
+        }
+        python
+    }};
+}
+
 fn slurm_ready() -> bool {
     let idle = Command::new("sinfo")
         .args(["-h", "-N", "-t", "idle", "-o", "%N"])
@@ -934,10 +945,7 @@ fn on_slurm(python: &str, dir: &Path, job: &str, nodelist: &str) -> Command {
 
 #[test]
 fn slurm_runs_one_agent_per_node_and_a_preempted_job_resumes_on_other_nodes() {
-    let python = need_torch!();
-    if !slurm_ready() {
-        return;
-    }
+    let python = need_torch_and_slurm!();
     let dir = tempfile::tempdir().unwrap();
     let probe = write_script(
         dir.path(),
@@ -1023,10 +1031,7 @@ fn slurm_runs_one_agent_per_node_and_a_preempted_job_resumes_on_other_nodes() {
 
 #[test]
 fn slurm_steps_are_cancelled_when_elastic_run_is_killed() {
-    let python = need_torch!();
-    if !slurm_ready() {
-        return;
-    }
+    let python = need_torch_and_slurm!();
     let dir = tempfile::tempdir().unwrap();
     let mut child = spawn_endless_toy(&mut on_slurm(&python, dir.path(), "killed", "node[1-2]"));
     let name = slurm_job_name(&child);
@@ -1205,10 +1210,7 @@ fn assert_no_gpu_is_shared(jobs: &[&str]) {
 /// 8-rank run. No Slurm step is left behind.
 #[test]
 fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() {
-    let python = need_torch!();
-    if !slurm_ready() {
-        return;
-    }
+    let python = need_torch_and_slurm!();
     let dir = tempfile::tempdir().unwrap();
     let gang_args = [
         "--steps",
@@ -1346,10 +1348,7 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
 /// workers, and no Slurm step is left behind.
 #[test]
 fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node() {
-    let python = need_torch!();
-    if !slurm_ready() {
-        return;
-    }
+    let python = need_torch_and_slurm!();
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", support::free_port());
     // The placer scores sets on a topology file: two racks of two 4-GPU servers.
