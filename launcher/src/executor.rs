@@ -47,11 +47,6 @@ pub const EXIT_FILE_VAR: &str = "GANGWAY_EXIT_FILE";
 /// `report_progress`). `elastic-run` sets it for its workers, to the path it is given or its own.
 pub const PROGRESS_FILE_VAR: &str = "GANGWAY_PROGRESS_FILE";
 
-/// The fraction of its work a job's workers last reported (step over total steps), if they did.
-pub fn reported_fraction(progress_file: &Path) -> Option<f64> {
-    reported(progress_file).map(|(fraction, _)| fraction)
-}
-
 /// What a job's workers last reported: the fraction of its work done and, when they measure it,
 /// their training's [`Measured`] figures (`"goodput"`; dropped when they do not check out).
 pub fn reported(progress_file: &Path) -> Option<(f64, Option<Measured>)> {
