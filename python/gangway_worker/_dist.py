@@ -40,31 +40,31 @@ def _device_for(dist, group):
     return torch.device("cpu")
 
 
+def _all_reduce(values, dtype, op, group):
+    """``values`` reduced element-wise with ``op`` (a ReduceOp name) over the group, and the group's
+    size; the values themselves and 1 when not distributed. A collective."""
+    dist = initialized_dist()
+    if dist is None:
+        return list(values), 1
+    import torch
+
+    t = torch.tensor(list(values), dtype=getattr(torch, dtype), device=_device_for(dist, group))
+    dist.all_reduce(t, op=getattr(dist.ReduceOp, op), group=group)
+    return t.tolist(), dist.get_world_size(group)
+
+
 def all_max(values, group=None):
     """Element-wise MAX of a list of ints over the group; the list itself when not distributed.
 
     Every rank of the group must call this at the same point: it is a collective.
     """
-    dist = initialized_dist()
-    if dist is None:
-        return list(values)
-    import torch
-
-    t = torch.tensor(list(values), dtype=torch.int64, device=_device_for(dist, group))
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return t.tolist()
+    return _all_reduce(values, "int64", "MAX", group)[0]
 
 
 def all_mean(value, group=None):
     """The mean of a float over the group; the value itself when not distributed (a collective)."""
-    dist = initialized_dist()
-    if dist is None:
-        return float(value)
-    import torch
-
-    t = torch.tensor([float(value)], dtype=torch.float64, device=_device_for(dist, group))
-    dist.all_reduce(t, group=group)
-    return t.item() / dist.get_world_size(group)
+    (total,), ranks = _all_reduce([float(value)], "float64", "SUM", group)
+    return total / ranks
 
 
 def pid_tag():
