@@ -19,6 +19,7 @@ Without torchrun it runs as a single process (world size 1).
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -125,6 +126,17 @@ def main():
         if plan.checkpoint_dir is not None:
             gw.save(make_state(), step)
 
+    def teardown():
+        # Together: a rank that destroys its gloo group while rank 0 still evaluates can abort
+        # ("terminate called without an active exception") and fail a finished run. And the DDP
+        # model goes first, with its communication hook: freed at interpreter exit, after the
+        # group, it could abort the same way.
+        nonlocal model, meter
+        dist.barrier()
+        del model, meter
+        gc.collect()
+        dist.destroy_process_group()
+
     start = 0
     resumed = gw.load(fallback=True)
     if resumed is not None:
@@ -150,8 +162,7 @@ def main():
             if rank == 0:
                 print(f"stop requested: saved step {step}, exiting {gw.EXIT_PREEMPTED_OK}", flush=True)
             # As at the end: tear down together, or a rank can abort while another still saves.
-            dist.barrier()
-            dist.destroy_process_group()
+            teardown()
             return gw.EXIT_PREEMPTED_OK
 
         model.train()
@@ -196,10 +207,7 @@ def main():
             params = {k: [float.hex(v) for v in t.flatten().tolist()] for k, t in net.state_dict().items()}
             with open(args.out, "w") as f:
                 json.dump({"steps": args.steps, "final_loss": final_loss, "params": params}, f, indent=1)
-    # Tear down together: a rank that destroys its gloo group while rank 0 still evaluates can abort
-    # ("terminate called without an active exception") and fail a finished run.
-    dist.barrier()
-    dist.destroy_process_group()
+    teardown()
     return gw.EXIT_OK
 
 
