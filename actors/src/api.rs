@@ -330,6 +330,10 @@ async fn json_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
             ),
         ));
     }
+    // A body declared over the limit is refused before any of it is read.
+    if http_body::Body::size_hint(&body).lower() > MAX_BODY_BYTES as u64 {
+        return Err(too_large());
+    }
     match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
         Err(_) => Err(ApiError(
             StatusCode::REQUEST_TIMEOUT,
@@ -343,16 +347,20 @@ async fn json_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
                 cause = c.source();
             }
             Err(if too_long {
-                ApiError(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("the body is over the limit of {MAX_BODY_BYTES} bytes"),
-                )
+                too_large()
             } else {
                 ApiError(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
             })
         }
         Ok(Ok(bytes)) => Ok(bytes),
     }
+}
+
+fn too_large() -> ApiError {
+    ApiError(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the body is over the limit of {MAX_BODY_BYTES} bytes"),
+    )
 }
 
 /// The `Idempotency-Key` header, scoped to its submitter: 1 to 255 printable ASCII characters.
