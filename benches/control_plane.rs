@@ -74,6 +74,9 @@ fn rounds(c: &mut Criterion) {
                     job_type: format!("model-{}", k % 16),
                     tenant: format!("team-{}", k % 8),
                     gpus: gang(k),
+                    min_gpus: None,
+                    tp: 1,
+                    pp: 1,
                     // Days of work: nothing finishes during the benchmark.
                     work: 1e6 + f64::from(k),
                     weight: 1.0,

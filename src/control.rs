@@ -558,9 +558,16 @@ fn positive(text: &str) -> Result<f64, String> {
 
 #[derive(clap::Args)]
 pub struct SubmitArgs {
-    /// GPUs the job needs, all at once.
-    #[arg(long, value_name = "N")]
-    pub gpus: u32,
+    /// GPUs the job needs, all at once: `N`, or `MIN:MAX` for an elastic job, which policies that
+    /// resize jobs (`sia`, `pollux`) run on any count in the range; others run it on MAX.
+    #[arg(long, value_name = "N|MIN:MAX", value_parser = gangway_launcher::cli::parse_gpus)]
+    pub gpus: (u32, u32),
+    /// Tensor-parallel degree: the job runs only on multiples of tp x pp GPUs.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub tp: u32,
+    /// Pipeline-parallel degree.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub pp: u32,
     /// Work: seconds of running time at that many GPUs.
     #[arg(long, value_name = "SECONDS", value_parser = positive, allow_negative_numbers = true)]
     pub work: f64,
@@ -611,7 +618,10 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
         id: None,
         job_type: args.job_type,
         tenant: args.tenant,
-        gpus: args.gpus,
+        gpus: args.gpus.1,
+        min_gpus: (args.gpus.0 < args.gpus.1).then_some(args.gpus.0),
+        tp: args.tp,
+        pp: args.pp,
         work: args.work,
         weight: args.weight,
         run: None,

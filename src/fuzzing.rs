@@ -297,6 +297,9 @@ pub fn journal(data: &[u8]) {
             Err(e) => assert!(!e.to_string().is_empty()),
         }
     } else {
-        let _ = gangway_journal::fuzzing::snapshot::<Ledger>(bytes, u64::from(selector / 2));
+        // Both forms a snapshot has had: the ledger alone, and with records beside it.
+        let seq = u64::from(selector / 2);
+        let _ = gangway_journal::fuzzing::snapshot::<Ledger>(bytes, seq);
+        let _ = gangway_journal::fuzzing::snapshot::<gangway_actors::ledger::Snapshot>(bytes, seq);
     }
 }

@@ -18,7 +18,6 @@ use gangway_core::policy::{self, PolicyConfig};
 use gangway_core::sim::{SimConfig, Simulation};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::trace::TraceOptions;
-use gangway_journal::Journal;
 
 const CLUSTER: &str = "v100=4x4,p100=4x4,k80=4x4";
 
@@ -85,8 +84,7 @@ fn live(
         let stats = addr.send(GetStats).await.unwrap();
         (timeline, stats.violations)
     });
-    let (_journal, recovered) =
-        Journal::<Record>::open::<gangway_actors::ledger::Ledger>(&journal).unwrap();
+    let (_journal, recovered) = gangway_actors::ledger::open_journal(&journal).unwrap();
     let starts = recovered
         .records
         .into_iter()

@@ -6,9 +6,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gangway_actors::cluster::JobInfo;
-use gangway_actors::ledger::{Ledger, Record, Standing};
+use gangway_actors::ledger::{Ledger, Standing};
 use gangway_actors::lifecycle::Phase;
-use gangway_journal::Journal;
 
 const JOBS: u32 = 40;
 
@@ -132,8 +131,11 @@ fn chaos(journal: &Path, kills: u32, snapshot_every: u64) -> Vec<Duration> {
 /// Replays the journal through a fresh ledger, which refuses any record that starts a running job or
 /// takes a held GPU.
 fn audit(journal: &Path) -> Ledger {
-    let (_journal, recovered) = Journal::<Record>::open::<Ledger>(journal).unwrap();
-    let mut ledger = recovered.snapshot.unwrap_or_default();
+    let (_journal, recovered) = gangway_actors::ledger::open_journal(journal).unwrap();
+    let mut ledger = recovered
+        .snapshot
+        .map(|(ledger, _)| ledger)
+        .unwrap_or_default();
     for (seq, record) in &recovered.records {
         ledger
             .apply(*seq, record)

@@ -11,7 +11,6 @@ use gangway_actors::ledger::{JobSpec, Ledger, Record};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::{GpuId, GpuTypeId};
 use gangway_core::job::JobId;
-use gangway_journal::Journal;
 
 mod support;
 
@@ -50,7 +49,7 @@ fn finished(id: u32) -> Record {
 /// A journal in which job 0 finished, job 1 finished in the last frame, and job 2 waits; with a
 /// snapshot after the first frame when `snapshot` is set. Returns the segment that holds the last frame.
 fn write_journal(dir: &Path, snapshot: bool) -> PathBuf {
-    let (mut journal, _) = Journal::<Record>::open::<Ledger>(dir).unwrap();
+    let (mut journal, _) = gangway_actors::ledger::open_journal(dir).unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()

@@ -762,9 +762,7 @@ fn the_jobs_table_titles_each_column_once_and_escapes_names() {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     {
-        let (mut writer, _) =
-            gangway_journal::Journal::<Record>::open::<gangway_actors::ledger::Ledger>(&journal)
-                .unwrap();
+        let (mut writer, _) = gangway_actors::ledger::open_journal(&journal).unwrap();
         writer
             .append_batch(&[Record::Submitted(JobSpec {
                 id: JobId(0),

@@ -76,6 +76,9 @@ pub async fn replay(
                     .cloned()
                     .unwrap_or_else(|| "default".to_owned()),
                 gpus: job.gpus,
+                min_gpus: None,
+                tp: 1,
+                pp: 1,
                 work: job.total_steps,
                 weight: job.weight,
                 run: None,

@@ -8,8 +8,9 @@
 use std::collections::BTreeMap;
 
 use gangway_core::cluster::{GpuSet, GpuTypeId};
-use gangway_core::job::JobId;
+use gangway_core::job::{JobId, Sizes};
 use gangway_core::throughput::goodput::perf::Observation;
+use gangway_journal::{Journal, JournalError, Recovered};
 use serde::{Deserialize, Serialize};
 
 use crate::executor::RunCommand;
@@ -96,6 +97,12 @@ pub enum Record {
         observation: Observation,
         grad: Option<(f64, f64)>,
     },
+    /// The sizes a job runs on under policies that resize jobs, when they are not only the GPUs it
+    /// asked for (an elastic or hybrid-parallel job): written with its `Submitted`, in one batch.
+    Shaped {
+        job: JobId,
+        sizes: Sizes,
+    },
 }
 
 impl Record {
@@ -111,12 +118,13 @@ impl Record {
             | Record::Cancelled { job, .. }
             | Record::Failed { job, .. }
             | Record::Crashed { job, .. }
-            | Record::Learned { job, .. } => Some(*job),
+            | Record::Learned { job, .. }
+            | Record::Shaped { job, .. } => Some(*job),
         }
     }
 
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
-    pub const KINDS: [&'static str; 11] = [
+    pub const KINDS: [&'static str; 12] = [
         "epoch",
         "submitted",
         "started",
@@ -128,6 +136,7 @@ impl Record {
         "crashed",
         "cordoned",
         "learned",
+        "shaped",
     ];
 
     /// The record's kind, as a word for reports.
@@ -144,7 +153,40 @@ impl Record {
             Record::Crashed { .. } => 8,
             Record::Cordoned { .. } => 9,
             Record::Learned { .. } => 10,
+            Record::Shaped { .. } => 11,
         }]
+    }
+}
+
+/// A snapshot: the ledger, and the records that rebuild what the store keeps beside it. Records
+/// evolve by new variants only (the encoding numbers them), so state added after the ledger's format
+/// was fixed goes here, not into the ledger.
+pub type Snapshot = (Ledger, Vec<Record>);
+
+/// Opens the journal in `dir`. A snapshot written before snapshots kept records beside the ledger is
+/// the ledger alone: one that does not decode as [`Snapshot`] is read as that. (Postcard refuses
+/// trailing bytes and a missing field alike, so neither form reads as the other.)
+pub fn open_journal(
+    dir: &std::path::Path,
+) -> Result<
+    (
+        Journal<Record>,
+        gangway_journal::Recovered<Snapshot, Record>,
+    ),
+    JournalError,
+> {
+    match Journal::<Record>::open::<Snapshot>(dir) {
+        Err(JournalError::Decode { path, .. }) if path.extension().is_some_and(|e| e == "snap") => {
+            let (journal, recovered) = Journal::<Record>::open::<Ledger>(dir)?;
+            let recovered = Recovered {
+                snapshot: recovered.snapshot.map(|ledger| (ledger, Vec::new())),
+                snapshot_seq: recovered.snapshot_seq,
+                records: recovered.records,
+                torn: recovered.torn,
+            };
+            Ok((journal, recovered))
+        }
+        other => other,
     }
 }
 
@@ -378,9 +420,9 @@ impl Ledger {
                     }
                 }
             }
-            // What was learned lives beside the ledger (the store's `learned`): only a live job
-            // learns.
-            Record::Learned { job, .. } => {
+            // What was learned, and sizes, live beside the ledger (in the store): only a live job
+            // learns or is shaped.
+            Record::Learned { job, .. } | Record::Shaped { job, .. } => {
                 self.live(seq, *job)?;
             }
             Record::Failed { job, at, error } => self.end(
@@ -449,11 +491,11 @@ impl Ledger {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use gangway_core::cluster::GpuId;
 
-    fn spec(id: u32) -> Record {
+    pub(crate) fn spec(id: u32) -> Record {
         Record::Submitted(JobSpec {
             id: JobId(id),
             job_type: "toy".into(),

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use crate::cluster::Refusal;
 use crate::executor::{RunAs, RunCommand};
 use crate::ledger::JobSpec;
+use gangway_core::job::Sizes;
 
 pub use gangway_protocol::api::JobRequest;
 pub use gangway_protocol::command::{Invalid, Submitter, check_program, invalid};
@@ -48,7 +49,9 @@ pub mod limits {
 
 /// The fields of [`JobRequest`] and of its [`RunCommand`], as a body names them (a unit test keeps
 /// these lists equal to what serde reads).
-const REQUEST_FIELDS: &[&str] = &["id", "job_type", "tenant", "gpus", "work", "weight", "run"];
+const REQUEST_FIELDS: &[&str] = &[
+    "id", "job_type", "tenant", "gpus", "min_gpus", "tp", "pp", "work", "weight", "run",
+];
 const RUN_FIELDS: &[&str] = &["args", "cwd", "env", "log", "user"];
 
 impl From<Invalid> for Refusal {
@@ -124,6 +127,29 @@ pub fn validate(request: &JobRequest) -> Result<(), Invalid> {
         return invalid(
             "gpus",
             format!("{} is above the limit of {MAX_GPUS}", request.gpus),
+        );
+    }
+    if let Some(min) = request.min_gpus
+        && !(1..=request.gpus).contains(&min)
+    {
+        return invalid(
+            "min_gpus",
+            format!("{min} is not from 1 to gpus ({})", request.gpus),
+        );
+    }
+    for (field, degree) in [("tp", request.tp), ("pp", request.pp)] {
+        if degree == 0 || degree > MAX_GPUS {
+            return invalid(field, format!("{degree} is not from 1 to {MAX_GPUS}"));
+        }
+    }
+    let group = u64::from(request.tp) * u64::from(request.pp);
+    if !u64::from(request.gpus).is_multiple_of(group) {
+        return invalid(
+            "gpus",
+            format!(
+                "{} is not a multiple of tp x pp = {group}: a hybrid-parallel job runs on whole groups",
+                request.gpus
+            ),
         );
     }
     if !request.work.is_finite() || request.work <= 0.0 {
@@ -276,6 +302,18 @@ fn check_run_shape(run: &RunCommand) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+/// The sizes a (valid) request runs on under policies that resize jobs.
+pub fn sizes(request: &JobRequest) -> Sizes {
+    match request.min_gpus.filter(|&min| min < request.gpus) {
+        Some(min) => Sizes {
+            min,
+            max: request.gpus,
+            multiple: request.tp.saturating_mul(request.pp),
+        },
+        None => Sizes::rigid(request.gpus),
+    }
 }
 
 /// Whether a retried submission asks for exactly what `spec` was submitted with (its arrival aside).
@@ -502,6 +540,10 @@ mod tests {
             job_type: "t".into(),
             tenant: "a".into(),
             gpus: 1,
+            // Not the defaults, which are not written.
+            min_gpus: Some(1),
+            tp: 2,
+            pp: 3,
             work: 1.0,
             weight: 1.0,
             run: Some(RunCommand {
@@ -570,6 +612,9 @@ mod tests {
             job_type: "t".into(),
             tenant: "a".into(),
             gpus,
+            min_gpus: None,
+            tp: 1,
+            pp: 1,
             work,
             weight,
             run: None,
@@ -582,6 +627,60 @@ mod tests {
             (request(1, f64::NAN, 1.0), "work", "positive"),
             (request(1, 60.0, 1e300), "weight", "1e6"),
             (request(1, 60.0, 0.0), "weight", "1e-6"),
+        ] {
+            let e = validate(&r).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.problem.contains(says), "{e}");
+        }
+    }
+
+    #[test]
+    fn elastic_sizes_are_bounded_and_whole_groups() {
+        let request = |gpus: u32, min_gpus: Option<u32>, tp: u32, pp: u32| JobRequest {
+            id: None,
+            job_type: "t".into(),
+            tenant: "a".into(),
+            gpus,
+            min_gpus,
+            tp,
+            pp,
+            work: 60.0,
+            weight: 1.0,
+            run: None,
+        };
+        let elastic = request(8, Some(2), 2, 1);
+        assert!(validate(&elastic).is_ok());
+        assert_eq!(
+            sizes(&elastic),
+            Sizes {
+                min: 2,
+                max: 8,
+                multiple: 2
+            }
+        );
+        // A range of one size is rigid, whatever its groups.
+        assert_eq!(sizes(&request(4, Some(4), 2, 2)), Sizes::rigid(4));
+        assert_eq!(sizes(&request(4, None, 1, 1)), Sizes::rigid(4));
+        for (r, field, says) in [
+            (
+                request(8, Some(0), 1, 1),
+                "min_gpus",
+                "not from 1 to gpus (8)",
+            ),
+            (
+                request(8, Some(9), 1, 1),
+                "min_gpus",
+                "not from 1 to gpus (8)",
+            ),
+            (request(8, None, 0, 1), "tp", "not from 1 to 65536"),
+            (request(8, None, 1, 70_000), "pp", "not from 1 to 65536"),
+            (
+                request(6, Some(2), 4, 1),
+                "gpus",
+                "not a multiple of tp x pp = 4",
+            ),
+            // No overflow: 65536 x 65536 is a group of 2^32.
+            (request(8, None, 65_536, 65_536), "gpus", "= 4294967296"),
         ] {
             let e = validate(&r).unwrap_err();
             assert_eq!(e.field, field, "{e}");
@@ -776,6 +875,9 @@ mod tests {
                 job_type: name.clone(),
                 tenant: name,
                 gpus,
+                min_gpus: None,
+                tp: 1,
+                pp: 1,
                 work: 60.0,
                 weight: 1.0,
                 run: None,

@@ -9,7 +9,7 @@ use gangway_actors::cluster::{
     ClusterActor, JobRequest, Parts, Poll, Round, Settings, ShowJob, Submit, TimeSource,
 };
 use gangway_actors::executor::{Executor, ExecutorError, Launch, SimExecutor, WorkerEvent};
-use gangway_actors::ledger::{Ledger, Record};
+use gangway_actors::ledger::Ledger;
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
@@ -17,7 +17,6 @@ use gangway_core::job::{JobId, Names};
 use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
 use gangway_core::throughput::DurationModel;
-use gangway_journal::Journal;
 
 /// Workers that outlive the control plane: one simulated executor shared by its successive runs.
 #[derive(Clone)]
@@ -73,6 +72,9 @@ fn request(gpus: u32, work: f64) -> JobRequest {
         job_type: "toy".into(),
         tenant: "a".into(),
         gpus,
+        min_gpus: None,
+        tp: 1,
+        pp: 1,
         work,
         weight: 1.0,
         run: None,
@@ -139,7 +141,7 @@ fn live_workers_are_readopted_and_dead_ones_requeued() {
     );
     assert_eq!(done[1].finished, Some(450.0));
 
-    let (_journal, recovered) = Journal::<Record>::open::<Ledger>(&journal).unwrap();
+    let (_journal, recovered) = gangway_actors::ledger::open_journal(&journal).unwrap();
     let mut ledger = Ledger::default();
     for (seq, record) in &recovered.records {
         ledger.apply(*seq, record).unwrap();

@@ -49,6 +49,73 @@ pub struct Job {
     /// tunes within.
     #[serde(default)]
     pub batch: Option<u32>,
+    /// The sizes policies that resize jobs (Pollux, Sia) may give it; `None`: any size they choose
+    /// (the peers' workloads, whose jobs are all elastic). Other policies give it `gpus`.
+    #[serde(default)]
+    pub sizes: Option<Sizes>,
+}
+
+/// The GPU counts a job can run on: from `min` to `max`, in multiples of `multiple` (a hybrid-parallel
+/// job's tensor x pipeline group). A rigid job has `min == max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sizes {
+    pub min: u32,
+    pub max: u32,
+    pub multiple: u32,
+}
+
+impl Sizes {
+    /// Exactly `gpus`.
+    pub fn rigid(gpus: u32) -> Sizes {
+        Sizes {
+            min: gpus,
+            max: gpus,
+            multiple: 1,
+        }
+    }
+
+    /// Whether the job can run on `gpus` GPUs.
+    pub fn allows(&self, gpus: u32) -> bool {
+        (self.min..=self.max).contains(&gpus) && gpus.is_multiple_of(self.multiple.max(1))
+    }
+}
+
+impl Job {
+    /// Whether policies that resize jobs may run it on `gpus` GPUs.
+    pub fn can_run_on(&self, gpus: u32) -> bool {
+        self.sizes.is_none_or(|s| s.allows(gpus))
+    }
+
+    /// The fewest GPUs it runs on (1 when any size is allowed; 0 when none is).
+    pub fn fewest_gpus(&self) -> u32 {
+        self.sizes.map_or(1, |s| {
+            let m = s.multiple.max(1);
+            let fewest = s.min.max(1).div_ceil(m) * m;
+            if fewest <= s.max { fewest } else { 0 }
+        })
+    }
+
+    /// The sizes a resizing policy offers it on a GPU type with `room` GPUs, from the policy's usual
+    /// sizes there, `offered` (ascending), up to `most`: those it can run on, and, for a job with
+    /// [`Sizes`], its fewest GPUs where they are not among them (a rigid 3-GPU job on 4-GPU servers,
+    /// which Sia sizes 1, 2, 4, runs on 3), even above `most`: growing limits start from them.
+    pub fn sizes_within(
+        &self,
+        offered: impl IntoIterator<Item = u32>,
+        most: u32,
+        room: u32,
+    ) -> Vec<u32> {
+        let mut sizes: Vec<u32> = offered
+            .into_iter()
+            .filter(|&g| g <= most.min(room) && self.can_run_on(g))
+            .collect();
+        let fewest = self.fewest_gpus();
+        if self.sizes.is_some() && fewest > 0 && fewest <= room && !sizes.contains(&fewest) {
+            let at = sizes.partition_point(|&g| g < fewest);
+            sizes.insert(at, fewest);
+        }
+        sizes
+    }
 }
 
 /// The names that job-type and tenant ids refer to.
@@ -152,5 +219,59 @@ fn intern(names: &mut Vec<String>, name: &str) -> u32 {
             names.push(name.to_owned());
             (names.len() - 1) as u32
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(sizes: Option<Sizes>) -> Job {
+        Job {
+            id: JobId(0),
+            arrival: 0.0,
+            job_type: JobTypeId(0),
+            gpus: 4,
+            total_steps: 1.0,
+            weight: 1.0,
+            tenant: TenantId(0),
+            batch: None,
+            sizes,
+        }
+    }
+
+    #[test]
+    fn a_job_is_offered_only_the_sizes_it_runs_on_and_always_its_fewest() {
+        let offered = [1, 2, 4, 8, 16];
+        // A trace job takes whatever the policy offers, within its limit and the room.
+        assert_eq!(job(None).sizes_within(offered, 8, 16), [1, 2, 4, 8]);
+        assert_eq!(job(None).sizes_within(offered, 8, 0), Vec::<u32>::new());
+        // A rigid 3-GPU job runs on 3, though the policy never offers 3, and above its limit.
+        assert_eq!(job(Some(Sizes::rigid(3))).sizes_within(offered, 1, 16), [3]);
+        // ... but not where there is no room for it.
+        assert_eq!(
+            job(Some(Sizes::rigid(3))).sizes_within(offered, 8, 2),
+            Vec::<u32>::new()
+        );
+        // A tp=2 job from 1 to 8 GPUs: even sizes only, its fewest being 2.
+        let tp2 = Sizes {
+            min: 1,
+            max: 8,
+            multiple: 2,
+        };
+        assert_eq!(job(Some(tp2)).fewest_gpus(), 2);
+        assert_eq!(job(Some(tp2)).sizes_within(offered, 1, 16), [2]);
+        assert_eq!(job(Some(tp2)).sizes_within(offered, 16, 16), [2, 4, 8]);
+        // Sizes that hold no multiple run nowhere.
+        let none = Sizes {
+            min: 3,
+            max: 3,
+            multiple: 2,
+        };
+        assert_eq!(job(Some(none)).fewest_gpus(), 0);
+        assert_eq!(
+            job(Some(none)).sizes_within(offered, 16, 16),
+            Vec::<u32>::new()
+        );
     }
 }

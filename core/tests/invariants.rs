@@ -80,6 +80,7 @@ fn trace() -> impl Strategy<Value = Trace> {
                 weight: 1.0 + (i % 3) as f64,
                 tenant,
                 batch: None,
+                sizes: None,
             });
         }
         trace
@@ -261,6 +262,7 @@ fn tune_gives_sensitive_jobs_more_than_their_share_and_stays_within_capacity() {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
     }
     let model = resource_model(&trace, &cluster);
@@ -308,6 +310,7 @@ fn an_oversized_gang_is_reported_not_lost() {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
     }
     let result = run(
@@ -345,6 +348,7 @@ fn preemption_costs_delay_the_preempted_job() {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
     }
     let free = run(
@@ -462,6 +466,7 @@ mod topology_placement {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
         // Two DGX-1s: the best 8 GPUs are one server (NVLink rings at 25 GB/s); a random 8 of the 16
         // almost surely spans both, and its ring crosses the 12.5 GB/s network.
@@ -506,6 +511,7 @@ fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
     }
     let config = SimConfig {
@@ -614,6 +620,7 @@ mod elastic {
                     weight: 1.0,
                     tenant,
                     batch: Some(batch),
+                    sizes: None,
                 });
             }
             let cluster = Cluster::from_nodes((0..nodes).map(|_| ("t4", 4, 12, 64.0)));

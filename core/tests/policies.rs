@@ -44,6 +44,7 @@ fn trace(jobs: &[(f64, u32, f64)]) -> Trace {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
     }
     t

@@ -39,6 +39,7 @@ fn trace(work: &[(f64, f64)]) -> Trace {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
     }
     trace

@@ -82,7 +82,8 @@ pub struct Options {
     pub python: PathBuf,
 }
 
-fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
+/// A GPU count `N` or range `MIN:MAX` (each at least 1, MIN not above MAX).
+pub fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
     let number = |s: &str| {
         s.parse::<u32>()
             .ok()

@@ -80,6 +80,9 @@ pub fn submit_and_follow(
         job_type: options.job_type.clone(),
         tenant: std::env::var("USER").unwrap_or_else(|_| "default".into()),
         gpus: options.gpus.1,
+        min_gpus: (options.gpus.0 < options.gpus.1).then_some(options.gpus.0),
+        tp: options.tp,
+        pp: options.pp,
         work: options.expected_runtime,
         weight: 1.0,
         run: Some(RunCommand {

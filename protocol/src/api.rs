@@ -18,7 +18,19 @@ pub struct JobRequest {
     pub job_type: String,
     #[serde(default = "default_name")]
     pub tenant: String,
+    /// GPUs it asks for: what it runs on under policies that do not resize jobs, and the most it
+    /// runs on under those that do (`sia`, `pollux`).
     pub gpus: u32,
+    /// The fewest GPUs it runs on, for an elastic job: policies that resize jobs run it on
+    /// `min_gpus..=gpus`. Absent: rigid, always on `gpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_gpus: Option<u32>,
+    /// Tensor- and pipeline-parallel degrees of a hybrid-parallel job: it runs only on multiples of
+    /// `tp x pp` GPUs.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tp: u32,
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub pp: u32,
     /// Work, in the model's units (seconds at the requested GPU count for the duration model).
     pub work: f64,
     #[serde(default = "default_weight")]
@@ -30,6 +42,14 @@ pub struct JobRequest {
 
 fn default_name() -> String {
     "default".to_owned()
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 fn default_weight() -> f64 {

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use gangway_core::cluster::GpuId;
 use gangway_core::engine::{Change, Engine, Unrunnable};
-use gangway_core::job::{Job, JobId};
+use gangway_core::job::{Job, JobId, Sizes};
 use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 use gangway_core::throughput::goodput::Observation;
@@ -613,17 +613,26 @@ impl ClusterActor {
     /// The job an idempotency key already names, and whether it is journaled yet; a refusal when
     /// that job was submitted with another request; `None` for a new key.
     fn keyed(&self, key: &str, request: &JobRequest) -> Option<Result<(JobId, bool), Refusal>> {
-        let (spec, journaled) = match self.store.ledger.keys.get(key) {
-            Some(id) => (&self.store.ledger.jobs.get(id)?.spec, true),
-            None => (
-                self.unjournaled
+        // Its sizes, while they are known (an ended job's are forgotten).
+        let (spec, sizes, journaled) = match self.store.ledger.keys.get(key) {
+            Some(id) => {
+                let entry = self.store.ledger.jobs.get(id)?;
+                let sizes = (!entry.standing.is_terminal()).then(|| {
+                    let shaped = self.store.shapes.get(id).copied();
+                    shaped.unwrap_or(Sizes::rigid(entry.spec.gpus))
+                });
+                (&entry.spec, sizes, true)
+            }
+            None => {
+                let (spec, job, _) = self
+                    .unjournaled
                     .iter()
-                    .map(|(spec, _, _)| spec)
-                    .find(|spec| spec.key.as_deref() == Some(key))?,
-                false,
-            ),
+                    .find(|(spec, _, _)| spec.key.as_deref() == Some(key))?;
+                (spec, job.sizes, false)
+            }
         };
-        Some(if same_request(spec, request) {
+        let same_sizes = sizes.is_none_or(|s| s == crate::request::sizes(request));
+        Some(if same_request(spec, request) && same_sizes {
             Ok((spec.id, journaled))
         } else {
             Err(Refusal::KeyReused {
@@ -742,8 +751,8 @@ fn gang_of(
     }
 }
 
-/// A job of the engine's from a journaled spec, interning its names.
-fn job_of(engine: &mut Engine<'static>, spec: &JobSpec) -> Job {
+/// A job of the engine's from a journaled spec and its sizes (`None`: rigid), interning its names.
+fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, sizes: Option<Sizes>) -> Job {
     Job {
         id: spec.id,
         arrival: spec.arrival,
@@ -753,6 +762,7 @@ fn job_of(engine: &mut Engine<'static>, spec: &JobSpec) -> Job {
         weight: spec.weight,
         tenant: engine.intern_tenant(&spec.tenant),
         batch: None,
+        sizes: Some(sizes.unwrap_or(Sizes::rigid(spec.gpus))),
     }
 }
 
@@ -955,6 +965,7 @@ impl Handler<Submit> for ClusterActor {
         }
         let at = at.unwrap_or_else(|| self.clock.now());
         let id = request.id.unwrap_or(JobId(self.next_job_id));
+        let sizes = crate::request::sizes(&request);
         let spec = JobSpec {
             id,
             job_type: request.job_type,
@@ -993,7 +1004,7 @@ impl Handler<Submit> for ClusterActor {
                 problem: format!("job type {:?} cannot run here: {why}", spec.job_type),
             });
         }
-        let job = job_of(self.engine(), &spec);
+        let job = job_of(self.engine(), &spec, Some(sizes));
         self.next_job_id = self.next_job_id.max(id.0 + 1);
         let (answer, answered) = oneshot::channel();
         self.unjournaled.push((spec, job, answer));
@@ -1025,7 +1036,16 @@ impl Handler<JournalSubmissions> for ClusterActor {
         let batch = std::mem::take(&mut self.unjournaled);
         let records: Vec<Record> = batch
             .iter()
-            .map(|(spec, _, _)| Record::Submitted(spec.clone()))
+            .flat_map(|(spec, job, _)| {
+                let shaped = job
+                    .sizes
+                    .filter(|&sizes| sizes != Sizes::rigid(spec.gpus))
+                    .map(|sizes| Record::Shaped {
+                        job: spec.id,
+                        sizes,
+                    });
+                std::iter::once(Record::Submitted(spec.clone())).chain(shaped)
+            })
             .collect();
         self.persist(&records);
         for (spec, job, answer) in batch {
@@ -1265,6 +1285,9 @@ mod tests {
                 job_type: "toy".into(),
                 tenant: "a".into(),
                 gpus: 2,
+                min_gpus: None,
+                tp: 1,
+                pp: 1,
                 work,
                 weight: 1.0,
                 run: None,
@@ -1319,6 +1342,9 @@ mod tests {
                 job_type: "toy".into(),
                 tenant,
                 gpus: 1,
+                min_gpus: None,
+                tp: 1,
+                pp: 1,
                 work: 10.0,
                 weight: 1.0,
                 run: None,

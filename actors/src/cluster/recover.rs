@@ -27,14 +27,15 @@ impl ClusterActor {
         // Ended jobs still count toward the order in which GPU types are offered (sim/live parity).
         for entry in self.store.ledger.jobs.values() {
             if entry.standing.is_terminal() {
-                let job = job_of(&mut engine, &entry.spec);
+                let job = job_of(&mut engine, &entry.spec, None);
                 engine.remember_ended(&job);
             }
         }
         let entries: Vec<_> = self.store.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
         for entry in &entries {
-            let job = job_of(&mut engine, &entry.spec);
+            let sizes = self.store.shapes.get(&entry.spec.id).copied();
+            let job = job_of(&mut engine, &entry.spec, sizes);
             let id = job.id;
             if engine.submit(job, entry.spec.arrival).is_err() {
                 // The cluster changed under the journal: the job can never run here. It fails, and

@@ -4,20 +4,20 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gangway_core::job::JobId;
+use gangway_core::job::{JobId, Sizes};
 use gangway_core::throughput::goodput::Learned;
 use gangway_journal::{Journal, JournalError};
 
-use crate::ledger::{Ledger, Record, Violation};
+use crate::ledger::{Ledger, Record, Violation, open_journal};
 
 /// The durable state and where it is written.
 pub(super) struct Store {
     journal: Option<Journal<Record>>,
     pub ledger: Ledger,
     /// What each live job's workers measured, folded from `Learned` records: its goodput model.
-    /// Not in the ledger's snapshots (their format stays the ledger's): after each snapshot the
-    /// records are written again, so that the journal always holds them.
     pub learned: BTreeMap<JobId, Learned>,
+    /// The sizes of each live job that is not rigid, folded from `Shaped` records.
+    pub shapes: BTreeMap<JobId, Sizes>,
     /// Sequence numbers when there is no journal.
     memory_seq: u64,
     records_since_snapshot: u64,
@@ -28,26 +28,31 @@ impl Store {
     /// Opens (or creates) the journal in `dir` and replays it; without a directory, keeps the ledger in
     /// memory only. Returns the store and how many records were replayed.
     pub fn open(dir: Option<&Path>, snapshot_every: u64) -> Result<(Store, u64), JournalError> {
-        let (journal, ledger, records, replayed) = match dir {
+        let (journal, ledger, beside, records, replayed) = match dir {
             Some(dir) => {
-                let (journal, recovered) = Journal::<Record>::open::<Ledger>(dir)?;
+                let (journal, recovered) = open_journal(dir)?;
                 if let Some(torn) = &recovered.torn {
                     tracing::warn!("{}", crate::ledger::torn_tail_report(torn));
                 }
-                let ledger = recovered.snapshot.unwrap_or_default();
+                let (ledger, beside) = recovered.snapshot.unwrap_or_default();
                 let replayed = recovered.records.len() as u64;
-                (Some(journal), ledger, recovered.records, replayed)
+                (Some(journal), ledger, beside, recovered.records, replayed)
             }
-            None => (None, Ledger::default(), Vec::new(), 0),
+            None => (None, Ledger::default(), Vec::new(), Vec::new(), 0),
         };
         let mut store = Store {
             journal,
             ledger,
             learned: BTreeMap::new(),
+            shapes: BTreeMap::new(),
             memory_seq: 0,
             records_since_snapshot: replayed,
             snapshot_every,
         };
+        // What the snapshot kept beside the ledger, which the ledger has already taken.
+        for record in &beside {
+            store.fold_beside(record);
+        }
         for (seq, record) in &records {
             if let Err(v) = store.fold(*seq, record) {
                 tracing::error!(%v, "journal record breaks an invariant; skipped");
@@ -56,9 +61,16 @@ impl Store {
         Ok((store, replayed))
     }
 
-    /// Folds one record into the ledger and, when the ledger takes it, into what was learned.
+    /// Folds one record into the ledger and, when the ledger takes it, into what the store keeps
+    /// beside it.
     fn fold(&mut self, seq: u64, record: &Record) -> Result<(), Violation> {
         self.ledger.apply(seq, record)?;
+        self.fold_beside(record);
+        Ok(())
+    }
+
+    /// Folds one record into what the store keeps beside the ledger: learned models and sizes.
+    fn fold_beside(&mut self, record: &Record) {
         match record {
             Record::Learned {
                 job,
@@ -72,31 +84,36 @@ impl Store {
                     learned.grad = *grad;
                 }
             }
+            Record::Shaped { job, sizes } => {
+                self.shapes.insert(*job, *sizes);
+            }
             Record::Finished { job, .. }
             | Record::Cancelled { job, .. }
             | Record::Failed { job, .. } => {
                 self.learned.remove(job);
+                self.shapes.remove(job);
             }
             _ => {}
         }
-        Ok(())
     }
 
-    /// What was learned, as records: written again after each snapshot.
-    fn learned_records(&self) -> Vec<Record> {
-        self.learned
+    /// What the store keeps beside the ledger, as the records that rebuild it: a snapshot holds them.
+    fn beside_records(&self) -> Vec<Record> {
+        let shapes = self
+            .shapes
             .iter()
-            .flat_map(|(&job, learned)| {
-                learned
-                    .observations()
-                    .map(move |(gpu_type, &observation)| Record::Learned {
-                        job,
-                        gpu_type,
-                        observation,
-                        grad: learned.grad,
-                    })
-            })
-            .collect()
+            .map(|(&job, &sizes)| Record::Shaped { job, sizes });
+        let learned = self.learned.iter().flat_map(|(&job, learned)| {
+            learned
+                .observations()
+                .map(move |(gpu_type, &observation)| Record::Learned {
+                    job,
+                    gpu_type,
+                    observation,
+                    grad: learned.grad,
+                })
+        });
+        shapes.chain(learned).collect()
     }
 
     /// Appends `records` to the journal (fsynced) and folds them into the ledger and what was
@@ -118,27 +135,17 @@ impl Store {
             }
         }
         self.records_since_snapshot += records.len() as u64;
-        if self.records_since_snapshot >= self.snapshot_every
-            && let Some(journal) = self.journal.as_mut()
-        {
-            match journal.snapshot(&self.ledger) {
-                Ok(_) => {
-                    self.records_since_snapshot = 0;
-                    self.carry_learned_forward();
-                }
+        if self.records_since_snapshot >= self.snapshot_every && self.journal.is_some() {
+            let beside = self.beside_records();
+            let Some(journal) = self.journal.as_mut() else {
+                return violations;
+            };
+            match journal.snapshot(&(&self.ledger, beside)) {
+                Ok(_) => self.records_since_snapshot = 0,
                 Err(e) => tracing::warn!(error = %e, "snapshot failed; the journal keeps growing"),
             }
         }
         violations
-    }
-
-    /// Writes what was learned again, after a snapshot that covers its records. A crash between
-    /// the two loses it (the jobs measure again); it never loses the ledger.
-    fn carry_learned_forward(&mut self) {
-        let records = self.learned_records();
-        if let Some(journal) = self.journal.as_mut().filter(|_| !records.is_empty()) {
-            append_or_stop(journal, &records);
-        }
     }
 }
 
@@ -154,5 +161,82 @@ fn append_or_stop(journal: &mut Journal<Record>, records: &[Record]) -> u64 {
             eprintln!("gangway: journal append failed: {e}; stopping");
             std::process::abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ledger::tests::spec;
+    use gangway_core::throughput::goodput::Observation;
+
+    const PAIRS: Sizes = Sizes {
+        min: 2,
+        max: 8,
+        multiple: 2,
+    };
+
+    fn learned(job: u32) -> Record {
+        Record::Learned {
+            job: JobId(job),
+            gpu_type: 0,
+            observation: Observation {
+                nodes: 1,
+                replicas: 2,
+                local: 16.0,
+                step_time: 0.5,
+                sync_time: 0.1,
+            },
+            grad: Some((1.0, 2.0)),
+        }
+    }
+
+    #[test]
+    fn sizes_and_models_survive_snapshots_and_go_when_their_job_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let (mut store, _) = Store::open(Some(dir.path()), 3).unwrap();
+            let shaped = |job| Record::Shaped {
+                job: JobId(job),
+                sizes: PAIRS,
+            };
+            store.persist(&[spec(1), shaped(1), spec(2), shaped(2)]);
+            // The fourth record took a snapshot: only the ones after it are in segments.
+            store.persist(&[learned(1)]);
+            store.persist(&[Record::Cancelled {
+                job: JobId(2),
+                at: 1.0,
+            }]);
+        }
+        let (store, replayed) = Store::open(Some(dir.path()), 1000).unwrap();
+        assert_eq!(replayed, 2, "two records after the snapshot");
+        assert_eq!(store.shapes, [(JobId(1), PAIRS)].into());
+        assert_eq!(store.learned[&JobId(1)].measured(), 1);
+        assert_eq!(store.learned.len(), 1);
+    }
+
+    #[test]
+    fn a_snapshot_of_the_ledger_alone_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // As a control plane wrote it before snapshots kept records beside the ledger.
+            let (mut journal, _) = Journal::<Record>::open::<Ledger>(dir.path()).unwrap();
+            let mut ledger = Ledger::default();
+            journal.append(&spec(1)).unwrap();
+            ledger.apply(1, &spec(1)).unwrap();
+            journal.snapshot(&ledger).unwrap();
+            journal.append(&learned(1)).unwrap();
+        }
+        let (mut store, replayed) = Store::open(Some(dir.path()), 2).unwrap();
+        assert_eq!(replayed, 1);
+        assert!(store.ledger.jobs.contains_key(&JobId(1)));
+        assert_eq!(store.learned[&JobId(1)].measured(), 1);
+        // It goes on in the new form: the next snapshot keeps what was learned.
+        store.persist(&[spec(2)]);
+        drop(store);
+        let (store, replayed) = Store::open(Some(dir.path()), 2).unwrap();
+        assert_eq!(replayed, 0, "all in the new snapshot");
+        assert_eq!(store.ledger.jobs.len(), 2);
+        assert_eq!(store.learned[&JobId(1)].measured(), 1);
     }
 }

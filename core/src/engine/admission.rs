@@ -42,6 +42,7 @@ impl Engine<'_> {
             weight: 1.0,
             tenant: TenantId(0),
             batch: None,
+            sizes: None,
         }
     }
 
@@ -235,6 +236,7 @@ mod tests {
             weight: 1.0,
             tenant: TenantId(0),
             batch: None,
+            sizes: None,
         }
     }
 

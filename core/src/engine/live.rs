@@ -357,6 +357,7 @@ mod tests {
             weight: 1.0,
             tenant: TenantId(0),
             batch: None,
+            sizes: None,
         };
         engine.submit(job, 0.0).unwrap();
         let gpus: GpuSet = [GpuId(0), GpuId(1)].into_iter().collect();

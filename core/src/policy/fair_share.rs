@@ -172,6 +172,7 @@ mod tests {
             weight,
             tenant: TenantId(0),
             batch: None,
+            sizes: None,
         }
     }
 

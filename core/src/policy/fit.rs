@@ -147,6 +147,7 @@ mod tests {
             weight: 1.0,
             tenant: TenantId(0),
             batch: None,
+            sizes: None,
         }
     }
 

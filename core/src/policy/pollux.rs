@@ -14,7 +14,9 @@
 //!   run), at most 64, and no more than its largest batch spreads over; a gang that spans servers takes
 //!   whole servers, so that no two distributed jobs share one (what Pollux's repair step ensures); a
 //!   gang on part of a server waits for a server with room rather than spread (spread gangs run slower
-//!   than the program priced them; letting them spread made runs 5-18% slower).
+//!   than the program priced them; letting them spread made runs 5-18% slower). A job that says which
+//!   sizes it runs on ([`crate::job::Sizes`]: a rigid or hybrid-parallel job submitted live) gets only
+//!   those, and its fewest GPUs whatever its limit.
 //!
 //! Pollux searches with a genetic algorithm (population 100, 100 generations). Its objective is a sum
 //! over jobs of a cost per job (`1 / (speedup + 0.001)`) under GPU capacity, so the search here is exact
@@ -256,7 +258,9 @@ impl Policy for Pollux {
                 };
                 let size = elastic.node_size(gpu_type).max(1);
                 let base = standing.best(profile, 1, fair).map(|b| b.0);
-                for replicas in counts(size, most[t].min(capacity)) {
+                for replicas in
+                    job.sizes_within(counts(size, most[t].min(capacity)), most[t], capacity)
+                {
                     let nodes = replicas.div_ceil(size);
                     let best = standing.best(profile, nodes, replicas);
                     let mut value = speedup(best.map(|b| b.0), base, replicas, fair) * scale;

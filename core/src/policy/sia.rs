@@ -2,7 +2,9 @@
 //! GPU type, GPU count and batch size on a heterogeneous cluster, by goodput.
 //!
 //! - **Configurations** per GPU type: 1, 2, 4, ... GPUs up to a server, then whole servers. A job may
-//!   take at most twice the most GPUs it has held (a new job starts at one).
+//!   take at most twice the most GPUs it has held (a new job starts at one). A job that says which
+//!   sizes it runs on ([`crate::job::Sizes`]: a rigid or hybrid-parallel job submitted live) gets only
+//!   those, and its fewest GPUs whatever its limit.
 //! - **Goodput** of a job in a configuration: Pollux's (throughput times statistical efficiency), at the
 //!   batch size that maximizes it, from the workload's profiles (Sia's "oracle" throughputs: Sia itself
 //!   learns them online and bootstraps types a job has not run on). Each job's goodputs are normalized by
@@ -88,6 +90,36 @@ fn configurations(elastic: &dyn Elastic, capacity: &[u32]) -> Vec<Config> {
         }
     }
     configs
+}
+
+/// `job`'s configurations among the cluster's (`configs`): up to `limit` GPUs, on the sizes it can run
+/// on (see [`Job::sizes_within`]).
+fn job_configurations(
+    elastic: &dyn Elastic,
+    job: &Job,
+    configs: &[Config],
+    capacity: &[u32],
+    limit: u32,
+) -> Vec<Config> {
+    let mut own = Vec::new();
+    for (t, &room) in capacity.iter().enumerate() {
+        let gpu_type = GpuTypeId(t as u16);
+        let size = elastic.node_size(gpu_type).max(1);
+        let offered = configs
+            .iter()
+            .filter(|c| c.gpu_type == gpu_type)
+            .map(|c| c.gpus);
+        own.extend(
+            job.sizes_within(offered, limit, room)
+                .into_iter()
+                .map(|gpus| Config {
+                    gpu_type,
+                    gpus,
+                    nodes: gpus.div_ceil(size).max(1),
+                }),
+        );
+    }
+    own
 }
 
 /// The best goodput of `job` in `config` at `epoch` with global batches up to `max_batch`, and the batch
@@ -232,15 +264,15 @@ impl Policy for Sia {
                             .flatten(),
                     })
             };
-            let goodputs: Vec<(Config, f64, BatchPlan)> = configs
-                .iter()
-                .filter(|c| c.gpus <= limit)
-                .filter_map(|&c| {
-                    let (goodput, _) = best(c, priced_up_to)?;
-                    let (_, plan) = best(c, app.max_batch)?;
-                    Some((c, goodput, plan))
-                })
-                .collect();
+            let goodputs: Vec<(Config, f64, BatchPlan)> =
+                job_configurations(elastic, job, &configs, input.capacity, limit)
+                    .into_iter()
+                    .filter_map(|c| {
+                        let (goodput, _) = best(c, priced_up_to)?;
+                        let (_, plan) = best(c, app.max_batch)?;
+                        Some((c, goodput, plan))
+                    })
+                    .collect();
             let Some(smallest) = goodputs.iter().map(|x| x.1).reduce(f64::min) else {
                 continue;
             };
@@ -441,6 +473,7 @@ mod tests {
             weight: 1.0,
             tenant: crate::job::TenantId(0),
             batch: None,
+            sizes: None,
         };
         let mut learned = Learned::default();
         learned.grad = Some((1.0, 4.0));
@@ -484,6 +517,55 @@ mod tests {
         let on_a = learned_goodput(&elastic, &job, &learned, config(0, 1), 256).unwrap();
         let on_b = learned_goodput(&elastic, &job, &learned, config(1, 1), 256).unwrap();
         assert!(on_b.0 < on_a.0, "b measured slower: {on_a:?} {on_b:?}");
+    }
+
+    #[test]
+    fn a_job_with_sizes_is_configured_only_on_them() {
+        let configs = configurations(&Servers, &[24, 16]);
+        let job = |sizes| Job {
+            id: JobId(0),
+            arrival: 0.0,
+            job_type: crate::job::JobTypeId(0),
+            gpus: 3,
+            total_steps: 1000.0,
+            weight: 1.0,
+            tenant: crate::job::TenantId(0),
+            batch: None,
+            sizes,
+        };
+        let shown = |job: &Job, limit| -> Vec<(u16, u32, u32)> {
+            job_configurations(&Servers, job, &configs, &[24, 16], limit)
+                .iter()
+                .map(|c| (c.gpu_type.0, c.gpus, c.nodes))
+                .collect()
+        };
+        // Rigid on 3: one server of either type, whatever the limit.
+        let rigid = job(Some(crate::job::Sizes::rigid(3)));
+        assert_eq!(shown(&rigid, 1), [(0, 3, 1), (1, 3, 1)]);
+        // Tensor-parallel pairs, up to 12 GPUs: even sizes; 12 spans three 4-GPU servers.
+        let pairs = job(Some(crate::job::Sizes {
+            min: 1,
+            max: 12,
+            multiple: 2,
+        }));
+        assert_eq!(shown(&pairs, 1), [(0, 2, 1), (1, 2, 1)]);
+        assert_eq!(
+            shown(&pairs, 16),
+            [
+                (0, 2, 1),
+                (0, 4, 1),
+                (0, 8, 2),
+                (0, 12, 3),
+                (1, 2, 1),
+                (1, 4, 1),
+                (1, 8, 1)
+            ]
+        );
+        // A trace job, as before: every configuration up to its limit.
+        assert_eq!(
+            shown(&job(None), 2),
+            [(0, 1, 1), (0, 2, 1), (1, 1, 1), (1, 2, 1)]
+        );
     }
 
     #[test]

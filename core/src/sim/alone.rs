@@ -219,6 +219,7 @@ fn run_alone(
         weight: 1.0,
         tenant: trace.jobs.first()?.tenant,
         batch,
+        sizes: None,
     }];
     let model = workload.on(&one.names, &alone);
     // A type the application was never profiled on runs it not at all.

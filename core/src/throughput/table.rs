@@ -250,6 +250,7 @@ impl TableModel {
                 weight: 1.0,
                 tenant,
                 batch: None,
+                sizes: None,
             });
         }
         // Keys that run on none of the cluster's types are simply absent from the model.
@@ -340,6 +341,7 @@ mod tests {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         };
         trace.jobs.push(job.clone());
         let model = TableModel::new(&table, &trace, &cluster).unwrap();

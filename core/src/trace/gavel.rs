@@ -38,6 +38,7 @@ pub(crate) fn parse_continuous(
             weight: 1.0,
             tenant: default_tenant,
             batch: None,
+            sizes: None,
         });
         Ok(())
     })?;
@@ -106,6 +107,7 @@ pub(crate) fn parse_tabbed(
             weight,
             tenant: default_tenant,
             batch: None,
+            sizes: None,
         });
         Ok(())
     })?;

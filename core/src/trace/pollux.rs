@@ -56,6 +56,7 @@ pub(crate) fn parse(
             weight: 1.0,
             tenant,
             batch: Some(batch),
+            sizes: None,
         });
         Ok(())
     })?;

@@ -83,6 +83,7 @@ pub(crate) fn parse(
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
         Ok(())
     })?;

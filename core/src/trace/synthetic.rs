@@ -133,6 +133,7 @@ impl SyntheticSpec {
                 weight: 1.0,
                 tenant,
                 batch: None,
+                sizes: None,
             });
             arrival += -(1.0 - uniform(&mut rng)).ln() * 3600.0 / self.rate;
             if i + 1 < self.jobs && arrival > MAX_ARRIVAL_SECONDS {

@@ -23,6 +23,7 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
             weight: 1.0,
             tenant,
             batch: None,
+            sizes: None,
         });
         Ok(())
     })?;

@@ -183,6 +183,7 @@ mod tests {
             weight: 1.0,
             tenant: TenantId(0),
             batch: None,
+            sizes: None,
         };
         let t = GpuTypeId(0);
         assert_eq!(model.steps_per_second(&job(0), t, 1), Some(1.0));
