@@ -17,6 +17,7 @@ use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_core::policy::resourced::Mechanism;
+use gangway_core::throughput::goodput::Reports;
 use gangway_launcher::client::{Client, new_idempotency_key};
 use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{Hosts, ProcessExecutor, check_command};
@@ -67,6 +68,14 @@ pub struct ServeArgs {
     /// --topology and --cluster, the GPUs come from NVML discovery.
     #[arg(long, value_name = "N")]
     pub fake_gpus: Option<u32>,
+    /// The GPU type the fake GPUs are, as the models name types (`rtx`, for Sia's profiles).
+    #[arg(
+        long,
+        default_value = "fake",
+        value_name = "NAME",
+        requires = "fake_gpus"
+    )]
+    pub fake_gpu_type: String,
     /// Servers of a preset design (`gangway topology --list`), run by simulated workers.
     #[arg(long, value_name = "NAME")]
     pub preset: Option<String>,
@@ -106,6 +115,13 @@ pub struct ServeArgs {
     /// sizes for it; others get their GPUs' proportional share.
     #[arg(long, value_name = "PATH")]
     pub profiles: Option<PathBuf>,
+    /// Pollux's or Sia's application profiles (a folder of them, as their traces name): jobs whose
+    /// job type names an application (`--job-type cifar10`) have goodput, and `--policy sia` or
+    /// `pollux` resizes the elastic ones (`--gpus MIN:MAX`). Work is counted in progress (iterations
+    /// at the application's initial batch). With real workers, what they measure is what the
+    /// policies learn from.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["profiles", "throughputs"])]
+    pub goodput_profiles: Option<PathBuf>,
     /// Journal directory: every decision is written here first, and a restart recovers from it.
     #[arg(long, default_value = ".gangway/journal", value_name = "DIR")]
     pub journal: PathBuf,
@@ -248,7 +264,7 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
             bail!("--fake-gpus must be at least 1");
         }
         // The cluster first: it refuses a count beyond its limit before any per-GPU list is made.
-        let (cluster, cores) = this_machine(args, "fake", n)?;
+        let (cluster, cores) = this_machine(args, &args.fake_gpu_type, n)?;
         return Ok(Served {
             cluster,
             topology: None,
@@ -438,7 +454,14 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         args.journal.display(),
         args.listen_text()
     );
-    let (model, names) = scenario.live_model(args.profiles.as_deref())?;
+    let reports = Reports::default();
+    let (model, names) = match &args.goodput_profiles {
+        Some(dir) => {
+            let real = matches!(workers, Workers::Processes).then(|| reports.clone());
+            scenario::live_goodput(dir, &scenario.cluster, real)?
+        }
+        None => scenario.live_model(args.profiles.as_deref())?,
+    };
     let parts = Parts {
         cluster: Arc::clone(&scenario.cluster),
         model,
@@ -459,6 +482,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     settings.snapshot_every = args.snapshot_every;
     settings.max_restarts = args.max_restarts;
     settings.node_names = node_names;
+    settings.reports = reports;
     let mut config = api_config(&args, workers)?;
     let system = actix::System::with_tokio_rt(|| {
         tokio::runtime::Builder::new_multi_thread()

@@ -14,7 +14,7 @@ use gangway_core::job::{Names, Trace, WorkUnit};
 use gangway_core::placement::even::Even;
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
-use gangway_core::throughput::goodput::ProfiledWorkload;
+use gangway_core::throughput::goodput::{ProfiledWorkload, Reported, Reports};
 use gangway_core::throughput::resources::{ResourceModel, ResourceProfiles};
 use gangway_core::throughput::{DurationModel, TableModel, ThroughputModel, ThroughputTable};
 use gangway_core::trace::{self, SyntheticSpec, TraceOptions};
@@ -231,6 +231,22 @@ impl Scenario {
             ),
         })
     }
+}
+
+/// The goodput model for jobs submitted live: the applications profiled in `dir` (Pollux's or Sia's
+/// profiles), each a job type, whose work is counted in progress (iterations at its initial batch).
+/// With `reports`, what the jobs' workers measured is the truth the policies learn from (real
+/// workers); without, the profiles are (simulated workers).
+pub fn live_goodput(
+    dir: &Path,
+    cluster: &Cluster,
+    reports: Option<Reports>,
+) -> Result<(Arc<dyn ThroughputModel>, Names)> {
+    let (workload, names) = ProfiledWorkload::for_profiles(dir, cluster)?;
+    Ok(match reports {
+        Some(reports) => (Arc::new(Reported::new(workload, reports)), names),
+        None => (Arc::new(workload), names),
+    })
 }
 
 /// Synergy's profiles: its `synergy_model_profiles.json`, or a folder holding it.

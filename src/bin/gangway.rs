@@ -42,7 +42,7 @@ enum Command {
     Topology(TopologyArgs),
     /// Runs the live control plane on this machine, with a local HTTP API.
     #[cfg(feature = "serve")]
-    Serve(control::ServeArgs),
+    Serve(Box<control::ServeArgs>),
     /// Submits a job to a running `gangway serve`; prints its id.
     #[cfg(feature = "serve")]
     Submit(control::SubmitArgs),
@@ -203,7 +203,7 @@ fn main() {
         Some(Command::Simulate(args)) => simulate(args),
         Some(Command::Topology(args)) => topology(args),
         #[cfg(feature = "serve")]
-        Some(Command::Serve(args)) => control::serve(args),
+        Some(Command::Serve(args)) => control::serve(*args),
         #[cfg(feature = "serve")]
         Some(Command::Submit(args)) => control::submit(args),
         #[cfg(feature = "serve")]

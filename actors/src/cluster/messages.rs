@@ -12,6 +12,7 @@ use gangway_core::job::{JobId, Names};
 use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 use gangway_core::throughput::ThroughputModel;
+use gangway_core::throughput::goodput::Reports;
 use gangway_journal::JournalError;
 use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
@@ -52,6 +53,9 @@ pub struct Settings {
     /// The servers' names, in the cluster's node order (`GET /nodes`); `server-N` for those not
     /// named.
     pub node_names: Vec<String>,
+    /// Where each job's learned goodput model is published as its workers report, for a model that
+    /// reads them ([`gangway_core::throughput::goodput::Reported`]).
+    pub reports: Reports,
 }
 
 impl Settings {
@@ -64,6 +68,7 @@ impl Settings {
             max_restarts: 3,
             poll_every: Duration::from_millis(20),
             node_names: Vec::new(),
+            reports: Reports::default(),
         }
     }
 }

@@ -125,8 +125,11 @@ impl ClusterActor {
     /// actix system.
     pub fn start(parts: Parts, settings: Settings) -> Result<Addr<ClusterActor>, StartError> {
         let recovery = Instant::now();
-        let (mut store, replayed) =
-            Store::open(settings.journal.as_deref(), settings.snapshot_every)?;
+        let (mut store, replayed) = Store::open(
+            settings.journal.as_deref(),
+            settings.snapshot_every,
+            settings.reports.clone(),
+        )?;
         let (clock, epoch): (Arc<dyn Clock>, Option<Record>) = match &settings.time {
             TimeSource::Virtual(clock) => (clock.clone(), None),
             TimeSource::Wall { time_scale } => {
@@ -863,6 +866,9 @@ impl Handler<Poll> for ClusterActor {
                 } => {
                     if let Some(m) = measured {
                         records.extend(self.learned_from(job, &m));
+                        if let Some(grad) = m.grad_sqr.zip(m.grad_var) {
+                            self.store.refresh_grad(job, grad);
+                        }
                         if let Some(handle) = self.jobs.get_mut(&job) {
                             handle.measured = Some(m);
                         }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use gangway_core::job::{JobId, Sizes};
-use gangway_core::throughput::goodput::Learned;
+use gangway_core::throughput::goodput::{Learned, Reports};
 use gangway_journal::{Journal, JournalError};
 
 use crate::ledger::{Ledger, Record, Violation, open_journal};
@@ -18,6 +18,8 @@ pub(super) struct Store {
     pub learned: BTreeMap<JobId, Learned>,
     /// The sizes of each live job that is not rigid, folded from `Shaped` records.
     pub shapes: BTreeMap<JobId, Sizes>,
+    /// Where each job's learned model is published, as it changes.
+    reports: Reports,
     /// Sequence numbers when there is no journal.
     memory_seq: u64,
     records_since_snapshot: u64,
@@ -27,7 +29,11 @@ pub(super) struct Store {
 impl Store {
     /// Opens (or creates) the journal in `dir` and replays it; without a directory, keeps the ledger in
     /// memory only. Returns the store and how many records were replayed.
-    pub fn open(dir: Option<&Path>, snapshot_every: u64) -> Result<(Store, u64), JournalError> {
+    pub fn open(
+        dir: Option<&Path>,
+        snapshot_every: u64,
+        reports: Reports,
+    ) -> Result<(Store, u64), JournalError> {
         let (journal, ledger, beside, records, replayed) = match dir {
             Some(dir) => {
                 let (journal, recovered) = open_journal(dir)?;
@@ -45,6 +51,7 @@ impl Store {
             ledger,
             learned: BTreeMap::new(),
             shapes: BTreeMap::new(),
+            reports,
             memory_seq: 0,
             records_since_snapshot: replayed,
             snapshot_every,
@@ -83,6 +90,7 @@ impl Store {
                 if grad.is_some() {
                     learned.grad = *grad;
                 }
+                self.reports.set(*job, learned.clone());
             }
             Record::Shaped { job, sizes } => {
                 self.shapes.insert(*job, *sizes);
@@ -92,8 +100,20 @@ impl Store {
             | Record::Failed { job, .. } => {
                 self.learned.remove(job);
                 self.shapes.remove(job);
+                self.reports.forget(*job);
             }
             _ => {}
+        }
+    }
+
+    /// `job`'s workers estimated its gradient statistics afresh: its model takes them, unjournaled
+    /// (the journal has them as of each new configuration; snapshots keep the latest).
+    pub fn refresh_grad(&mut self, job: JobId, grad: (f64, f64)) {
+        if let Some(learned) = self.learned.get_mut(&job)
+            && learned.grad != Some(grad)
+        {
+            learned.grad = Some(grad);
+            self.reports.set(job, learned.clone());
         }
     }
 
@@ -195,7 +215,7 @@ mod tests {
     fn sizes_and_models_survive_snapshots_and_go_when_their_job_ends() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut store, _) = Store::open(Some(dir.path()), 3).unwrap();
+            let (mut store, _) = Store::open(Some(dir.path()), 3, Reports::default()).unwrap();
             let shaped = |job| Record::Shaped {
                 job: JobId(job),
                 sizes: PAIRS,
@@ -208,7 +228,7 @@ mod tests {
                 at: 1.0,
             }]);
         }
-        let (store, replayed) = Store::open(Some(dir.path()), 1000).unwrap();
+        let (store, replayed) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
         assert_eq!(replayed, 2, "two records after the snapshot");
         assert_eq!(store.shapes, [(JobId(1), PAIRS)].into());
         assert_eq!(store.learned[&JobId(1)].measured(), 1);
@@ -227,14 +247,14 @@ mod tests {
             journal.snapshot(&ledger).unwrap();
             journal.append(&learned(1)).unwrap();
         }
-        let (mut store, replayed) = Store::open(Some(dir.path()), 2).unwrap();
+        let (mut store, replayed) = Store::open(Some(dir.path()), 2, Reports::default()).unwrap();
         assert_eq!(replayed, 1);
         assert!(store.ledger.jobs.contains_key(&JobId(1)));
         assert_eq!(store.learned[&JobId(1)].measured(), 1);
         // It goes on in the new form: the next snapshot keeps what was learned.
         store.persist(&[spec(2)]);
         drop(store);
-        let (store, replayed) = Store::open(Some(dir.path()), 2).unwrap();
+        let (store, replayed) = Store::open(Some(dir.path()), 2, Reports::default()).unwrap();
         assert_eq!(replayed, 0, "all in the new snapshot");
         assert_eq!(store.ledger.jobs.len(), 2);
         assert_eq!(store.learned[&JobId(1)].measured(), 1);

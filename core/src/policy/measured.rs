@@ -6,7 +6,8 @@ use rustc_hash::FxHashMap;
 use super::{JobView, RoundInput};
 use crate::cluster::{Cluster, GpuTypeId};
 use crate::job::JobId;
-use crate::throughput::goodput::{Elastic, Learned, Observation};
+use crate::throughput::RunShape;
+use crate::throughput::goodput::{Elastic, Learned};
 
 /// GPUs per node of each node a job holds GPUs on, in the order of its GPUs.
 pub fn placement(cluster: &Cluster, view: &JobView<'_>) -> Vec<u32> {
@@ -21,9 +22,9 @@ pub fn placement(cluster: &Cluster, view: &JobView<'_>) -> Vec<u32> {
     per_node.into_iter().map(|(_, count)| count).collect()
 }
 
-/// Records in `learned` what every running job past its restart measured this round: its step and
-/// synchronization time on its placement and per-replica batch (under the key `key(gpu_type)`), and
-/// its gradient statistics at its global batch and epoch. A job still restarting has measured nothing.
+/// Records in `learned` what every running job past its restart has measured ([`Elastic::observe`]):
+/// its step and synchronization times (under the key `key(gpu_type)`) and its gradient statistics.
+/// A job still restarting has measured nothing.
 pub fn learn(
     learned: &mut FxHashMap<JobId, Learned>,
     input: &RoundInput<'_>,
@@ -34,27 +35,22 @@ pub fn learn(
         let Some(run) = view.running.filter(|r| !r.restarting) else {
             continue;
         };
-        let (Some(app), Some(plan)) = (elastic.application(view.job), run.batch) else {
-            continue;
-        };
         let placement = placement(input.cluster, view);
-        let local = f64::from(plan.local);
-        let Some((step, sync)) = elastic.measure(view.job, run.gpu_type, &placement, local) else {
+        let shape = RunShape {
+            gpu_type: run.gpu_type,
+            placement: &placement,
+            batch: run.batch,
+            allotment: None,
+        };
+        let Some(observed) = elastic.observe(view.job, &shape, view.steps_done) else {
             continue;
         };
         let job = learned.entry(view.id()).or_default();
-        let replicas = run.gpus.len() as u32;
-        let (epoch, _) = app.epoch_at(view.steps_done);
-        job.grad = Some(app.grad_stats(f64::from(plan.global(replicas)), epoch));
-        job.observe(
-            key(run.gpu_type),
-            Observation {
-                nodes: placement.len() as u32,
-                replicas,
-                local,
-                step_time: step,
-                sync_time: sync,
-            },
-        );
+        if observed.grad.is_some() {
+            job.grad = observed.grad;
+        }
+        for (gpu_type, observation) in observed.observations {
+            job.observe(key(gpu_type), observation);
+        }
     }
 }

@@ -17,6 +17,7 @@
 pub mod learned;
 pub mod perf;
 pub mod profiles;
+pub mod reported;
 pub mod workload;
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +28,7 @@ use crate::job::Job;
 pub use learned::Learned;
 pub use perf::{Observation, PerfParams};
 pub use profiles::{Application, Profiles, TypeProfile};
+pub use reported::{Reported, Reports};
 pub use workload::{Calibration, ProfiledWorkload};
 
 /// How a job's global batch is split for a run: the per-replica (micro-)batch, and the extra
@@ -182,4 +184,44 @@ pub trait Elastic: Send + Sync {
 
     /// Seconds a (re)start of `job` costs, as a policy reckons it (its restart factor).
     fn restart_penalty(&self, job: &Job) -> f64;
+
+    /// What a run of `job` shaped as `run`, `steps_done` into the job, has measured: its
+    /// observations by GPU type and its gradient statistics, for the policies that learn. By
+    /// default the simulated truth: [`Elastic::measure`] of the run at its batch plan, and the
+    /// application's statistics at that batch and epoch. A live model answers with what the job's
+    /// workers reported ([`Reported`]).
+    fn observe(
+        &self,
+        job: &Job,
+        run: &crate::throughput::RunShape<'_>,
+        steps_done: f64,
+    ) -> Option<Observed> {
+        let app = self.application(job)?;
+        let plan = run.batch?;
+        let local = f64::from(plan.local);
+        let (step_time, sync_time) = self.measure(job, run.gpu_type, run.placement, local)?;
+        let replicas: u32 = run.placement.iter().sum();
+        let (epoch, _) = app.epoch_at(steps_done);
+        Some(Observed {
+            observations: vec![(
+                run.gpu_type,
+                Observation {
+                    nodes: run.placement.len() as u32,
+                    replicas,
+                    local,
+                    step_time,
+                    sync_time,
+                },
+            )],
+            grad: Some(app.grad_stats(f64::from(plan.global(replicas)), epoch)),
+        })
+    }
+}
+
+/// What a job has measured: step times by GPU type (of its current configuration, or of every one
+/// it has run), and its gradient statistics `(sqr, var)` when it knows them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Observed {
+    pub observations: Vec<(GpuTypeId, Observation)>,
+    pub grad: Option<(f64, f64)>,
 }

@@ -129,6 +129,29 @@ impl ProfiledWorkload {
             InputError::whole(&source, "the trace counts progress but names no profiles")
         })?;
         let profiles = crate::trace::load_profiles(dir)?;
+        Self::of_profiles(profiles, &trace.names, cluster)
+    }
+
+    /// The workload of the applications profiled in `dir`, for jobs submitted live: every
+    /// application is a job type (returned with the model, in the model's order).
+    pub fn for_profiles(
+        dir: &std::path::Path,
+        cluster: &Cluster,
+    ) -> Result<(ProfiledWorkload, Names), InputError> {
+        let profiles = crate::trace::load_profiles(dir)?;
+        let mut names = Names::default();
+        for app in profiles.apps.keys() {
+            names.intern_job_type(app);
+        }
+        Ok((Self::of_profiles(profiles, &names, cluster)?, names))
+    }
+
+    /// `profiles` for jobs of `names` on `cluster`, which must have a profile for each GPU type.
+    fn of_profiles(
+        profiles: Profiles,
+        names: &Names,
+        cluster: &Cluster,
+    ) -> Result<ProfiledWorkload, InputError> {
         let calibration = if profiles.per_type {
             Calibration::Sia
         } else {
@@ -155,7 +178,7 @@ impl ProfiledWorkload {
         }
         Ok(ProfiledWorkload::new(
             Arc::new(profiles),
-            &trace.names,
+            names,
             cluster,
             calibration,
         ))

@@ -1,0 +1,139 @@
+//! A goodput model for live jobs: the profiles predict, and what each job's workers reported is the
+//! truth. The control plane keeps each job's measurements in [`Reports`] (fitted and journaled as it
+//! goes); [`Reported`] answers [`Elastic::observe`] from them, and everything else from the model it
+//! wraps, so that the policies that learn (Pollux, `sia:learned=1`) learn from real steps.
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use rustc_hash::FxHashMap;
+
+use super::{Application, Elastic, Learned, Observed, TypeProfile};
+use crate::cluster::GpuTypeId;
+use crate::job::{Job, JobId};
+use crate::throughput::resources::ResourceAware;
+use crate::throughput::{RunShape, Segment, ThroughputModel};
+
+/// What each live job's workers have measured, shared between the control plane, which writes it
+/// as reports arrive, and the model its policy reads.
+#[derive(Clone, Debug, Default)]
+pub struct Reports(Arc<RwLock<FxHashMap<JobId, Learned>>>);
+
+impl Reports {
+    /// `job`'s measurements are now `learned`.
+    pub fn set(&self, job: JobId, learned: Learned) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(job, learned);
+    }
+
+    /// `job` has ended: its measurements go.
+    pub fn forget(&self, job: JobId) {
+        self.0
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&job);
+    }
+
+    /// What `job` has measured, as a policy learns it: every configuration on every GPU type, and
+    /// its gradient statistics once its workers estimated them.
+    pub fn observed(&self, job: JobId) -> Option<Observed> {
+        let reports = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        let learned = reports.get(&job)?;
+        Some(Observed {
+            observations: learned
+                .observations()
+                .map(|(t, &o)| (GpuTypeId(t), o))
+                .collect(),
+            grad: learned.grad,
+        })
+    }
+}
+
+/// `M` with its measurements replaced by what workers reported. Before a job's workers report, it
+/// has measured nothing; until they estimate its gradient noise, `M`'s statistics stand in.
+pub struct Reported<M> {
+    model: M,
+    reports: Reports,
+}
+
+impl<M> Reported<M> {
+    pub fn new(model: M, reports: Reports) -> Self {
+        Reported { model, reports }
+    }
+}
+
+impl<M: ThroughputModel + Elastic> ThroughputModel for Reported<M> {
+    fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
+        self.model.steps_per_second(job, gpu_type, gpus)
+    }
+
+    fn packed_steps_per_second(
+        &self,
+        a: &Job,
+        b: &Job,
+        gpu_type: GpuTypeId,
+        gpus: u32,
+    ) -> Option<(f64, f64)> {
+        self.model.packed_steps_per_second(a, b, gpu_type, gpus)
+    }
+
+    fn run_rate(&self, job: &Job, shape: &RunShape<'_>, steps_done: f64) -> Option<Segment> {
+        self.model.run_rate(job, shape, steps_done)
+    }
+
+    fn rate_follows_run(&self) -> bool {
+        self.model.rate_follows_run()
+    }
+
+    fn restart_seconds(&self, job: &Job) -> f64 {
+        self.model.restart_seconds(job)
+    }
+
+    fn elastic(&self) -> Option<&dyn Elastic> {
+        Some(self)
+    }
+
+    fn resources(&self) -> Option<&dyn ResourceAware> {
+        self.model.resources()
+    }
+}
+
+impl<M: Elastic> Elastic for Reported<M> {
+    fn application(&self, job: &Job) -> Option<&Application> {
+        self.model.application(job)
+    }
+
+    fn profile(&self, job: &Job, gpu_type: GpuTypeId) -> Option<&TypeProfile> {
+        self.model.profile(job, gpu_type)
+    }
+
+    fn measure(
+        &self,
+        job: &Job,
+        gpu_type: GpuTypeId,
+        placement: &[u32],
+        local: f64,
+    ) -> Option<(f64, f64)> {
+        self.model.measure(job, gpu_type, placement, local)
+    }
+
+    fn node_size(&self, gpu_type: GpuTypeId) -> u32 {
+        self.model.node_size(gpu_type)
+    }
+
+    fn restart_penalty(&self, job: &Job) -> f64 {
+        self.model.restart_penalty(job)
+    }
+
+    fn observe(&self, job: &Job, run: &RunShape<'_>, steps_done: f64) -> Option<Observed> {
+        let mut observed = self.reports.observed(job.id)?;
+        if observed.grad.is_none() {
+            observed.grad = self
+                .model
+                .observe(job, run, steps_done)
+                .and_then(|predicted| predicted.grad);
+        }
+        Some(observed)
+    }
+}
