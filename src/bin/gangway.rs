@@ -37,7 +37,7 @@ enum Command {
     ///
     /// With no arguments it replays the bundled Gavel trace (continuous-single, seed 0) at 2 jobs/hour on
     /// 36 V100 + 36 P100 + 36 K80 GPUs, measuring jobs 4000..5000 as Gavel does.
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
     /// Shows a cluster's GPU topology: the GPU-to-GPU matrix (as `nvidia-smi topo -m`) and bandwidths.
     Topology(TopologyArgs),
     /// Runs the live control plane on this machine, with a local HTTP API.
@@ -200,7 +200,7 @@ fn main() {
         gangway::cli::exit_quietly_on_closed_output();
     }
     let outcome = match cli.command {
-        Some(Command::Simulate(args)) => simulate(args),
+        Some(Command::Simulate(args)) => simulate(*args),
         Some(Command::Topology(args)) => topology(args),
         #[cfg(feature = "serve")]
         Some(Command::Serve(args)) => control::serve(*args),
