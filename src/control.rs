@@ -670,7 +670,7 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
         }
         crate::report::OutputFormat::Table => {
             println!(
-                "{:>6}  {:<13} {:>4}  {:>8}  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} PLACEMENT (or why it waits)",
+                "{:>6}  {:<13} {:>9}  {:>8}  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} PLACEMENT (or why it waits)",
                 "ID",
                 "PHASE",
                 "GPUS",
@@ -683,6 +683,13 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                 "TENANT"
             );
             for j in &jobs {
+                // GPUs held, of those asked for: `2/1-8` for an elastic job on 2 of 1 to 8.
+                let asked = match j.sizes {
+                    Some(s) if s.multiple > 1 => format!("{}-{}x{}", s.min, s.max, s.multiple),
+                    Some(s) => format!("{}-{}", s.min, s.max),
+                    None => j.gpus.to_string(),
+                };
+                let held = format!("{}/{asked}", j.placement.len());
                 let gpus: Vec<String> = j.placement.iter().map(u32::to_string).collect();
                 let placement = match &j.waiting {
                     Some(why) if gpus.is_empty() => format!("waits: {why}"),
@@ -701,10 +708,10 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     .and_then(|m| m.noise_scale)
                     .map_or("-".into(), |b| format!("{b:.0}"));
                 println!(
-                    "{:>6}  {:<13} {:>4}  {:>7.1}%  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} {}",
+                    "{:>6}  {:<13} {:>9}  {:>7.1}%  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} {}",
                     j.id,
                     j.phase.to_string(),
-                    j.gpus,
+                    held,
                     j.progress * 100.0,
                     cpus,
                     memory,

@@ -616,8 +616,20 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
     metric(
         "migrations_total",
         "counter",
-        "Jobs moved or resized.",
+        "Jobs moved to other GPUs at the same size.",
         s.migrations.to_string(),
+    );
+    metric(
+        "resizes_total",
+        "counter",
+        "Jobs resized (stopped with a checkpoint and started on another number of GPUs).",
+        s.resizes.to_string(),
+    );
+    metric(
+        "restart_seconds_total",
+        "counter",
+        "Seconds resizes and moves took, from the decision to the first step after.",
+        s.restart_seconds.to_string(),
     );
     metric(
         "invariant_violations_total",

@@ -22,6 +22,9 @@ pub struct Stats {
     pub starts: u64,
     pub preemptions: u64,
     pub migrations: u64,
+    pub resizes: u64,
+    /// Seconds restarts (resizes and moves) took, from the decision to the first step after.
+    pub restart_seconds: f64,
     pub rounds: u64,
     /// Decisions that broke a ledger invariant (always 0 unless there is a bug).
     pub violations: u64,
@@ -45,6 +48,8 @@ pub struct StatsSnapshot {
     pub starts: u64,
     pub preemptions: u64,
     pub migrations: u64,
+    pub resizes: u64,
+    pub restart_seconds: f64,
     pub rounds: u64,
     pub violations: u64,
     pub recovery_seconds: f64,
@@ -70,10 +75,15 @@ impl Stats {
         self.recent.push_back(seconds);
     }
 
-    pub fn note_changes(&mut self, preempted: usize, moved: usize, started: usize) {
+    pub fn note_changes(&mut self, preempted: usize, moved: usize, resized: usize, started: usize) {
         self.preemptions += preempted as u64;
         self.migrations += moved as u64;
+        self.resizes += resized as u64;
         self.starts += started as u64;
+    }
+
+    pub fn note_restart(&mut self, seconds: f64) {
+        self.restart_seconds += seconds;
     }
 
     pub fn note_end(&mut self, phase: Phase) {
@@ -108,6 +118,8 @@ impl Stats {
             starts: self.starts,
             preemptions: self.preemptions,
             migrations: self.migrations,
+            resizes: self.resizes,
+            restart_seconds: self.restart_seconds,
             rounds: self.rounds,
             violations: self.violations,
             recovery_seconds: self.recovery_seconds,

@@ -64,6 +64,23 @@ pub struct LearnedSteps {
     pub configurations: u32,
 }
 
+/// The GPU counts an elastic or hybrid-parallel job runs on: `min..=max`, multiples of `multiple`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSizes {
+    pub min: u32,
+    pub max: u32,
+    pub multiple: u32,
+}
+
+/// A job's resize: from `from` GPUs to `to`, at control-plane second `at`, and why.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Resize {
+    pub from: u32,
+    pub to: u32,
+    pub at: f64,
+    pub why: String,
+}
+
 /// A server as the API shows it (`GET /nodes`): its GPUs, which are out of service and why, and the
 /// jobs running on it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -111,6 +128,18 @@ pub struct JobInfo {
     /// them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub learned: Vec<LearnedSteps>,
+    /// The GPU counts it runs on under policies that resize jobs, when it is elastic or hybrid
+    /// parallel (absent: only `gpus`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sizes: Option<JobSizes>,
+    /// Times it was resized (since the control plane last started), and the last time.
+    #[serde(default)]
+    pub resizes: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_resize: Option<Resize>,
+    /// Seconds its last restart (a resize or a move) took, from the decision to its first step after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restart_seconds: Option<f64>,
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,

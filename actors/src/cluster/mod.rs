@@ -47,9 +47,9 @@ use plan::Retune;
 use store::Store;
 
 pub use messages::{
-    Cancel, Cordon, GetStats, JobInfo, JobRequest, LearnedSteps, ListJobs, ListNodes, NodeInfo,
-    Outlook, Parts, Peek, Poll, Refusal, Round, RoundReport, Settings, ShowJob, StartError, Submit,
-    Subscribe, TimeSource, Timeline,
+    Cancel, Cordon, GetStats, JobInfo, JobRequest, JobSizes, LearnedSteps, ListJobs, ListNodes,
+    NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize, Round, RoundReport, Settings, ShowJob,
+    StartError, Submit, Subscribe, TimeSource, Timeline,
 };
 
 /// Distinct job types, and distinct tenants, a control plane keeps: names are never forgotten (ids
@@ -71,6 +71,13 @@ struct JobHandle {
     crashes: u32,
     /// What its workers last measured of their training.
     measured: Option<Measured>,
+    /// Resizes so far (since this control plane started), and the last one.
+    resizes: u32,
+    last_resize: Option<Resize>,
+    /// While a resize or move is under way: when it was decided, and its size before.
+    restarting: Option<(f64, u32)>,
+    /// Seconds the last restart took, from the decision to the first step after it.
+    last_restart_seconds: Option<f64>,
 }
 
 /// A submission validated and waiting for its journal record: the spec, the engine's job, and where
@@ -217,6 +224,10 @@ impl ClusterActor {
                 gang: None,
                 crashes: 0,
                 measured: None,
+                resizes: 0,
+                last_resize: None,
+                restarting: None,
+                last_restart_seconds: None,
             },
         );
     }
@@ -254,6 +265,10 @@ impl ClusterActor {
             .into_iter()
             .filter_map(|stop| {
                 let handle = self.jobs.get_mut(&stop.job)?;
+                if matches!(stop.next, Phase::Migrating | Phase::Resizing) {
+                    let size = handle.gang.as_ref().map_or(0, |g| g.gpus.len() as u32);
+                    handle.restarting = Some((now, size));
+                }
                 // What the API shows until the workers have stopped.
                 handle.phase = if stop.checkpoint {
                     Phase::Checkpointing
@@ -272,6 +287,7 @@ impl ClusterActor {
             .collect();
         let mut refused = Vec::new();
         let mut starts = Vec::new();
+        let active = self.store.ledger.unfinished().count();
         for start in plan.starts {
             let launch = start.launch;
             // A start the ledger refused (it breaks an invariant) is not carried out: it fails.
@@ -290,6 +306,16 @@ impl ClusterActor {
                 job: launch.job,
                 attempt: launch.attempt,
             };
+            let size = launch.gpus.len() as u32;
+            if let Some((_, from)) = handle.restarting.filter(|&(_, from)| from != size) {
+                handle.resizes += 1;
+                handle.last_resize = Some(Resize {
+                    from,
+                    to: size,
+                    at: now,
+                    why: format!("the policy resized it with {active} jobs active"),
+                });
+            }
             let gang = gang_of(&self.gpus, holder, start.partner, &launch.gpus);
             handle.gang = Some(gang.clone());
             handle.phase = Phase::Running;
@@ -300,12 +326,14 @@ impl ClusterActor {
                 via_placing: start.via_placing,
             });
         }
-        let moved = stops
-            .iter()
-            .filter(|s| matches!(s.next, Phase::Migrating | Phase::Resizing))
-            .count();
-        let preempted = stops.iter().filter(|s| s.next == Phase::Preempted).count();
-        self.stats.note_changes(preempted, moved, starts.len());
+        let count = |next: Phase| stops.iter().filter(|s| s.next == next).count();
+        let (preempted, moved, resized) = (
+            count(Phase::Preempted),
+            count(Phase::Migrating),
+            count(Phase::Resizing),
+        );
+        self.stats
+            .note_changes(preempted, moved, resized, starts.len());
         if !refused.is_empty() {
             self.fail_starts(&refused, now);
         }
@@ -519,7 +547,8 @@ impl ClusterActor {
             return Some(info.clone());
         }
         let spec = entry.spec.clone();
-        let phase = self.jobs.get(&id).map_or(
+        let handle = self.jobs.get(&id);
+        let phase = handle.map_or(
             entry.standing.ended_phase().unwrap_or(Phase::Pending),
             |h| h.phase,
         );
@@ -566,10 +595,32 @@ impl ClusterActor {
             resources,
             preemptions,
             migrations,
-            measured: self.jobs.get(&id).and_then(|h| h.measured),
+            measured: handle.and_then(|h| h.measured),
             learned: self.learned_of(id),
+            sizes: self.store.shapes.get(&id).map(|s| JobSizes {
+                min: s.min,
+                max: s.max,
+                multiple: s.multiple,
+            }),
+            resizes: handle.map_or(0, |h| h.resizes),
+            last_resize: handle.and_then(|h| h.last_resize.clone()),
+            last_restart_seconds: handle.and_then(|h| h.last_restart_seconds),
             waiting,
         })
+    }
+
+    /// A running job made progress: if it was restarting, the restart is over, and what it took is
+    /// measured (for the API, `/metrics`, and the model's restart penalty).
+    fn note_progress(&mut self, job: JobId, now: f64) {
+        let Some(handle) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if let Some((since, _)) = handle.restarting.take() {
+            let seconds = (now - since).max(0.0);
+            handle.last_restart_seconds = Some(seconds);
+            self.stats.note_restart(seconds);
+            self.store.restarted(job, seconds);
+        }
     }
 
     /// A record of what a running job's workers measured, when it is on a configuration its model
@@ -864,6 +915,7 @@ impl Handler<Poll> for ClusterActor {
                     measured,
                     ..
                 } => {
+                    self.note_progress(job, now);
                     if let Some(m) = measured {
                         records.extend(self.learned_from(job, &m));
                         if let Some(grad) = m.grad_sqr.zip(m.grad_var) {
@@ -999,7 +1051,8 @@ impl Handler<Submit> for ClusterActor {
                 });
             }
         }
-        let candidate = engine.candidate(spec.id, &spec.job_type, spec.gpus, spec.total_steps);
+        let mut candidate = engine.candidate(spec.id, &spec.job_type, spec.gpus, spec.total_steps);
+        candidate.sizes = Some(sizes);
         if let Err(why) = engine.check(&candidate) {
             let field = match why {
                 Unrunnable::TooLong { .. } => "work",

@@ -106,6 +106,12 @@ impl Store {
         }
     }
 
+    /// `job`'s last restart took `seconds`: its model's restart penalty (unjournaled: a restart of
+    /// the control plane measures it again).
+    pub fn restarted(&self, job: JobId, seconds: f64) {
+        self.reports.restarted(job, seconds);
+    }
+
     /// `job`'s workers estimated its gradient statistics afresh: its model takes them, unjournaled
     /// (the journal has them as of each new configuration; snapshots keep the latest).
     pub fn refresh_grad(&mut self, job: JobId, grad: (f64, f64)) {

@@ -75,22 +75,22 @@ impl Engine<'_> {
     pub fn check(&self, job: &Job) -> Result<(), Unrunnable> {
         let capacity = self.cluster.capacity();
         let largest = capacity.iter().copied().max().unwrap_or(0);
-        if job.gpus > largest {
-            return Err(Unrunnable::GangTooLarge {
-                gpus: job.gpus,
-                largest,
-            });
+        // A job with sizes must fit at its fewest GPUs (policies that resize it go no further than
+        // the cluster); others at the GPUs they ask for.
+        let gpus = match job.sizes {
+            Some(_) => job.fewest_gpus(),
+            None => job.gpus,
+        };
+        if gpus > largest {
+            return Err(Unrunnable::GangTooLarge { gpus, largest });
         }
         let best = (0..self.types())
-            .filter(|&t| capacity[t] >= job.gpus)
-            .filter_map(|t| {
-                self.model
-                    .steps_per_second(job, GpuTypeId(t as u16), job.gpus)
-            })
+            .filter(|&t| capacity[t] >= gpus)
+            .filter_map(|t| self.model.steps_per_second(job, GpuTypeId(t as u16), gpus))
             .filter(|r| r.is_finite() && *r > 0.0)
             .fold(0.0, f64::max);
         if best <= 0.0 {
-            return Err(Unrunnable::NoRate { gpus: job.gpus });
+            return Err(Unrunnable::NoRate { gpus });
         }
         let seconds = job.total_steps / best;
         // NaN (0 work at a zero rate) is as meaningless as too long.

@@ -16,30 +16,51 @@ use crate::throughput::{RunShape, Segment, ThroughputModel};
 /// What each live job's workers have measured, shared between the control plane, which writes it
 /// as reports arrive, and the model its policy reads.
 #[derive(Clone, Debug, Default)]
-pub struct Reports(Arc<RwLock<FxHashMap<JobId, Learned>>>);
+pub struct Reports(Arc<RwLock<Measurements>>);
+
+#[derive(Debug, Default)]
+struct Measurements {
+    learned: FxHashMap<JobId, Learned>,
+    /// Seconds its last restart took, from the decision to its first step after.
+    restart_seconds: FxHashMap<JobId, f64>,
+}
 
 impl Reports {
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Measurements> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Measurements> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// `job`'s measurements are now `learned`.
     pub fn set(&self, job: JobId, learned: Learned) {
-        self.0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(job, learned);
+        self.write().learned.insert(job, learned);
+    }
+
+    /// `job`'s last restart took `seconds`.
+    pub fn restarted(&self, job: JobId, seconds: f64) {
+        self.write().restart_seconds.insert(job, seconds);
     }
 
     /// `job` has ended: its measurements go.
     pub fn forget(&self, job: JobId) {
-        self.0
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&job);
+        let mut measurements = self.write();
+        measurements.learned.remove(&job);
+        measurements.restart_seconds.remove(&job);
+    }
+
+    /// Seconds `job`'s last restart took, once one was measured.
+    pub fn restart_seconds(&self, job: JobId) -> Option<f64> {
+        self.read().restart_seconds.get(&job).copied()
     }
 
     /// What `job` has measured, as a policy learns it: every configuration on every GPU type, and
     /// its gradient statistics once its workers estimated them.
     pub fn observed(&self, job: JobId) -> Option<Observed> {
-        let reports = self.0.read().unwrap_or_else(PoisonError::into_inner);
-        let learned = reports.get(&job)?;
+        let reports = self.read();
+        let learned = reports.learned.get(&job)?;
         Some(Observed {
             observations: learned
                 .observations()
@@ -51,7 +72,8 @@ impl Reports {
 }
 
 /// `M` with its measurements replaced by what workers reported. Before a job's workers report, it
-/// has measured nothing; until they estimate its gradient noise, `M`'s statistics stand in.
+/// has measured nothing; until they estimate its gradient noise, `M`'s statistics stand in; until it
+/// has restarted once, `M`'s restart penalty does.
 pub struct Reported<M> {
     model: M,
     reports: Reports,
@@ -122,8 +144,11 @@ impl<M: Elastic> Elastic for Reported<M> {
         self.model.node_size(gpu_type)
     }
 
+    /// What its last restart measured, once it has restarted; the model's reckoning before.
     fn restart_penalty(&self, job: &Job) -> f64 {
-        self.model.restart_penalty(job)
+        self.reports
+            .restart_seconds(job.id)
+            .unwrap_or_else(|| self.model.restart_penalty(job))
     }
 
     fn observe(&self, job: &Job, run: &RunShape<'_>, steps_done: f64) -> Option<Observed> {

@@ -1,0 +1,218 @@
+//! `gangway serve --policy sia` resizes elastic jobs live, on Sia's application profiles (the shared
+//! reference data), with simulated workers: what each job holds is followed through the API.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+mod support;
+
+/// Sia's per-GPU-type profiles, where the shared reference data is.
+fn sia_profiles() -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/sia/profiles"
+    ));
+    if dir.join("cifar10").is_dir() {
+        return Some(dir);
+    }
+    support::skip(&format!(
+        "{} not found (the shared reference data is absent)",
+        dir.display()
+    ));
+    None
+}
+
+struct Daemon {
+    child: Child,
+    api: support::Api,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A daemon on two 8-GPU `rtx` servers under `sia`, its workers simulated, a round every second of
+/// wall time (60 s rounds, 60 times faster than the wall clock). (On one 8-GPU server, Sia keeps a
+/// job that scales as well as cifar10 does on all 8: sharing them would cost it more normalized
+/// goodput than a newcomer gains.)
+fn daemon(journal: &Path, profiles: &Path) -> Daemon {
+    let port = support::free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["serve", "--cluster", "rtx=2x8", "--policy", "sia"])
+        .arg("--goodput-profiles")
+        .arg(profiles)
+        .args(["--round", "60", "--time-scale", "60"])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .arg("--journal")
+        .arg(journal)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    support::wait_until_answering(&base);
+    Daemon {
+        child,
+        api: support::Api::new(&base, journal, Duration::from_secs(10)),
+    }
+}
+
+fn submit(api: &support::Api, request: Value) -> u64 {
+    let mut response = api.post("/jobs", &request).unwrap();
+    let body: Value = response.body_mut().read_json().unwrap();
+    assert_eq!(response.status(), 201, "{body}");
+    body["id"].as_u64().unwrap()
+}
+
+fn jobs(api: &support::Api) -> Vec<Value> {
+    api.get("/jobs").unwrap().body_mut().read_json().unwrap()
+}
+
+/// The GPUs each job holds, by id, as the API shows them now.
+fn sizes(api: &support::Api) -> BTreeMap<u64, usize> {
+    jobs(api)
+        .iter()
+        .map(|j| {
+            let held = j["placement"].as_array().map_or(0, Vec::len);
+            (j["id"].as_u64().unwrap(), held)
+        })
+        .collect()
+}
+
+/// Polls the jobs' sizes into `seen` (every size each job held, in order, without repeats) until
+/// `done` holds of the latest, or panics after `seconds`.
+fn follow(
+    api: &support::Api,
+    seen: &mut BTreeMap<u64, Vec<usize>>,
+    seconds: u64,
+    what: &str,
+    done: impl Fn(&BTreeMap<u64, usize>) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let now = sizes(api);
+        for (&job, &held) in &now {
+            let sizes = seen.entry(job).or_default();
+            if sizes.last() != Some(&held) {
+                sizes.push(held);
+            }
+        }
+        if done(&now) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {seconds} s; sizes held so far: {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn under_sia_an_elastic_job_grows_alone_shrinks_for_others_and_grows_back() {
+    let Some(profiles) = sia_profiles() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(&dir.path().join("journal"), &profiles);
+    let api = &d.api;
+    let cifar = |gpus: u32, extra: Value| {
+        let mut request = json!({"job_type": "cifar10", "gpus": gpus, "work": 1e7});
+        request
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().cloned().unwrap_or_default());
+        request
+    };
+    let mut seen = BTreeMap::new();
+    let elastic = submit(api, cifar(16, json!({"min_gpus": 1})));
+    follow(
+        api,
+        &mut seen,
+        60,
+        "the elastic job growing to 16 GPUs alone",
+        |s| s[&elastic] == 16,
+    );
+    // A rigid job and a tensor-parallel pair arrive: the elastic job gives GPUs up.
+    let rigid = submit(api, cifar(4, json!({})));
+    let pairs = submit(api, cifar(16, json!({"min_gpus": 2, "tp": 2})));
+    follow(api, &mut seen, 60, "the newcomers running", |s| {
+        s[&rigid] == 4 && s[&pairs] > 0 && s[&elastic] < 16
+    });
+    // The API shows each job's sizes while it lives: none for the rigid one.
+    let live = jobs(api);
+    let sizes_of = |id: u64| live.iter().find(|j| j["id"] == id).unwrap()["sizes"].clone();
+    assert_eq!(sizes_of(rigid), Value::Null, "rigid jobs have no sizes");
+    assert_eq!(sizes_of(pairs), json!({"min": 2, "max": 16, "multiple": 2}));
+    // They leave; it grows back.
+    for job in [rigid, pairs] {
+        assert_eq!(api.delete(&format!("/jobs/{job}")).unwrap().status(), 200);
+    }
+    follow(
+        api,
+        &mut seen,
+        60,
+        "the elastic job growing back to 16",
+        |s| s[&elastic] == 16,
+    );
+
+    // Its sizes once it ran (it may have been seen queued first).
+    let grown: Vec<usize> = seen[&elastic]
+        .iter()
+        .copied()
+        .skip_while(|&g| g == 0)
+        .collect();
+    assert_eq!(
+        grown[0], 1,
+        "it started on one GPU, as Sia starts a job: {grown:?}"
+    );
+    let peak = grown.iter().position(|&g| g == 16).unwrap();
+    assert!(
+        grown[..=peak].windows(2).all(|w| w[0] < w[1]),
+        "alone, it only grew: {grown:?}"
+    );
+    assert!(
+        grown[peak..].iter().any(|&g| (1..16).contains(&g)),
+        "it shrank for the newcomers: {grown:?}"
+    );
+    assert_eq!(grown.last(), Some(&16), "{grown:?}");
+    // The rigid job only ever held its 4 GPUs; the pairs only whole pairs.
+    assert!(
+        seen[&rigid].iter().all(|&g| g == 0 || g == 4),
+        "the rigid job was resized: {:?}",
+        seen[&rigid]
+    );
+    assert!(
+        seen[&pairs].iter().all(|&g| g % 2 == 0),
+        "the tp=2 job ran on an odd count: {:?}",
+        seen[&pairs]
+    );
+
+    // What the API and the metrics say of it.
+    let all = jobs(api);
+    let info = |id: u64| all.iter().find(|j| j["id"] == id).unwrap();
+    let shown = info(elastic);
+    assert_eq!(shown["sizes"], json!({"min": 1, "max": 16, "multiple": 1}));
+    assert!(shown["resizes"].as_u64().unwrap() >= 3, "{shown}");
+    assert_eq!(shown["last_resize"]["to"], 16, "{shown}");
+    assert_eq!(info(rigid)["resizes"], 0);
+    let metrics = api
+        .get("/metrics")
+        .unwrap()
+        .body_mut()
+        .read_to_string()
+        .unwrap();
+    let resizes: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("gangway_resizes_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no resizes_total in {metrics}"));
+    assert!(resizes >= 3, "{metrics}");
+}
