@@ -693,6 +693,144 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
     );
 }
 
+/// Sia's per-GPU-type profiles, where the shared reference data is.
+fn sia_profiles() -> Option<PathBuf> {
+    let dir = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/sia/profiles"
+    ));
+    if dir.join("cifar10").is_dir() {
+        return Some(dir);
+    }
+    support::skip(&format!(
+        "{} not found (the shared reference data is absent)",
+        dir.display()
+    ));
+    None
+}
+
+/// The world size of each launch in a toy's output, in order.
+fn world_sizes(plans: &[String]) -> Vec<u32> {
+    plans
+        .iter()
+        .filter_map(|p| p.strip_prefix("world=")?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss_carries_on() {
+    let python = need_torch!();
+    let Some(profiles) = sia_profiles() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = support::free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let journal = dir.path().join("journal");
+    // Four fake GPUs of Sia's `rtx` type: sia sizes the job 1, 2 or 4 by cifar10's profile, and
+    // charges what its restarts really took.
+    let _daemon = KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args(["serve", "--fake-gpus", "4", "--fake-gpu-type", "rtx"])
+            .args(["--workers", "processes", "--policy", "sia", "--round", "2"])
+            .arg("--goodput-profiles")
+            .arg(&profiles)
+            .args(["--listen", &addr, "--journal"])
+            .arg(&journal)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let base = format!("http://{addr}");
+    support::wait_until_answering(&base);
+    let toy = |job: &str, placement: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
+        command
+            .args(placement)
+            .args(["--python", &python, "--job-id", job, "--grace", "30"])
+            .args(["--global-batch", "16", "--max-micro-batch", "4"])
+            .arg("--checkpoint-dir")
+            .arg(dir.path().join(job))
+            .args([TOY, "--steps", "240", "--save-every", "5"])
+            .args(["--out", &format!("{job}.json")])
+            .current_dir(dir.path());
+        command
+    };
+    // The same training, uninterrupted, at the same global batch.
+    let reference = run(&mut toy("reference", &["--fake-gpus", "1"]));
+    assert!(reference.status.success(), "{}", text(&reference));
+
+    let client = toy(
+        "elastic",
+        &["--daemon", &addr, "--gpus", "1:4", "--job-type", "cifar10"],
+    )
+    .args(["--step-sleep", "0.2"])
+    .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
+    .env_remove("LD_LIBRARY_PATH")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let http = support::Api::new(&base, &journal, Duration::from_secs(60));
+    // Alone, it grows to the whole server.
+    eventually(Duration::from_secs(150), || {
+        let info = job_info(&http, 0);
+        (placement_of(&info).len() == 4)
+            .then_some(())
+            .ok_or(format!("not on 4 GPUs yet: {info}"))
+    });
+    // Half the server goes out of service: it shrinks to what is left.
+    let cordoned = http
+        .post("/gpus/cordon", &serde_json::json!({ "gpus": [2, 3] }))
+        .unwrap();
+    assert_eq!(cordoned.status(), 200);
+    let out = client.wait_with_output().unwrap();
+    let output = text(&out);
+    assert!(out.status.success(), "{output}");
+
+    let (plans, saved) = launches_and_saves(&output);
+    let worlds = world_sizes(&plans);
+    assert_eq!(worlds.first(), Some(&1), "it starts on one GPU: {plans:?}");
+    let grown = worlds.iter().position(|&w| w == 4).expect("it grew to 4");
+    assert!(
+        worlds[..=grown].windows(2).all(|w| w[0] < w[1]),
+        "it only grew while alone: {plans:?}"
+    );
+    assert_eq!(
+        worlds[grown + 1..],
+        [2],
+        "it shrank to the 2 GPUs left, and finished there: {plans:?}"
+    );
+    // Every launch resumed where the last one saved: the training never restarted.
+    assert_eq!(saved.len(), plans.len() - 1, "{output}");
+    for (plan, step) in plans[1..].iter().zip(&saved) {
+        assert!(
+            plan.ends_with(&format!("resumed from step {step}")),
+            "{plan} after saving step {step}:\n{output}"
+        );
+        assert!(
+            plan.contains("global=16"),
+            "the global batch is kept: {plan}"
+        );
+    }
+    // The same optimisation as the uninterrupted run, up to float rounding and dropout draws.
+    let loss = |name: &str| read_json(dir.path(), name)["final_loss"].as_f64().unwrap();
+    let (ours, theirs) = (loss("elastic.json"), loss("reference.json"));
+    assert!(
+        (ours - theirs).abs() <= 0.2 * theirs,
+        "final loss {ours} after resizing, {theirs} uninterrupted"
+    );
+    let info = job_info(&http, 0);
+    assert_eq!(info["phase"], "finished", "{info}");
+    assert_eq!(
+        info["resizes"].as_u64(),
+        Some(worlds.len() as u64 - 1),
+        "{info}"
+    );
+    assert!(info["last_restart_seconds"].as_f64() > Some(0.0), "{info}");
+}
+
 /// The `KEY=VALUE` fields of the toy's `resources:` reports (one per rank), from its output.
 fn resource_lines(output: &str) -> Vec<std::collections::BTreeMap<String, String>> {
     output

@@ -622,7 +622,7 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
     metric(
         "resizes_total",
         "counter",
-        "Jobs resized (stopped with a checkpoint and started on another number of GPUs).",
+        "Starts on another number of GPUs than the job's last run (a resize, or a resume at another size).",
         s.resizes.to_string(),
     );
     metric(

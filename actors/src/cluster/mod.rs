@@ -71,11 +71,14 @@ struct JobHandle {
     crashes: u32,
     /// What its workers last measured of their training.
     measured: Option<Measured>,
-    /// Resizes so far (since this control plane started), and the last one.
+    /// Resizes so far (since this control plane started: starts on another number of GPUs than
+    /// its last run's, whether it was resized at once or preempted and resumed), and the last one.
     resizes: u32,
     last_resize: Option<Resize>,
-    /// While a resize or move is under way: when it was decided, and its size before.
-    restarting: Option<(f64, u32)>,
+    /// The GPUs its last run held.
+    last_size: Option<u32>,
+    /// While a resize or move is under way: when it was decided.
+    restarting: Option<f64>,
     /// Seconds the last restart took, from the decision to the first step after it.
     last_restart_seconds: Option<f64>,
 }
@@ -226,6 +229,7 @@ impl ClusterActor {
                 measured: None,
                 resizes: 0,
                 last_resize: None,
+                last_size: None,
                 restarting: None,
                 last_restart_seconds: None,
             },
@@ -265,9 +269,11 @@ impl ClusterActor {
             .into_iter()
             .filter_map(|stop| {
                 let handle = self.jobs.get_mut(&stop.job)?;
+                if let Some(gang) = &handle.gang {
+                    handle.last_size = Some(gang.gpus.len() as u32);
+                }
                 if matches!(stop.next, Phase::Migrating | Phase::Resizing) {
-                    let size = handle.gang.as_ref().map_or(0, |g| g.gpus.len() as u32);
-                    handle.restarting = Some((now, size));
+                    handle.restarting = Some(now);
                 }
                 // What the API shows until the workers have stopped.
                 handle.phase = if stop.checkpoint {
@@ -288,6 +294,7 @@ impl ClusterActor {
         let mut refused = Vec::new();
         let mut starts = Vec::new();
         let active = self.store.ledger.unfinished().count();
+        let mut resized = 0;
         for start in plan.starts {
             let launch = start.launch;
             // A start the ledger refused (it breaks an invariant) is not carried out: it fails.
@@ -307,13 +314,17 @@ impl ClusterActor {
                 attempt: launch.attempt,
             };
             let size = launch.gpus.len() as u32;
-            if let Some((_, from)) = handle.restarting.filter(|&(_, from)| from != size) {
+            if let Some(from) = handle.last_size.filter(|&from| from != size) {
                 handle.resizes += 1;
+                resized += 1;
                 handle.last_resize = Some(Resize {
                     from,
                     to: size,
                     at: now,
-                    why: format!("the policy resized it with {active} jobs active"),
+                    why: format!(
+                        "the policy resized it, with {active} job{} active",
+                        if active == 1 { "" } else { "s" }
+                    ),
                 });
             }
             let gang = gang_of(&self.gpus, holder, start.partner, &launch.gpus);
@@ -327,11 +338,7 @@ impl ClusterActor {
             });
         }
         let count = |next: Phase| stops.iter().filter(|s| s.next == next).count();
-        let (preempted, moved, resized) = (
-            count(Phase::Preempted),
-            count(Phase::Migrating),
-            count(Phase::Resizing),
-        );
+        let (preempted, moved) = (count(Phase::Preempted), count(Phase::Migrating));
         self.stats
             .note_changes(preempted, moved, resized, starts.len());
         if !refused.is_empty() {
@@ -615,7 +622,7 @@ impl ClusterActor {
         let Some(handle) = self.jobs.get_mut(&job) else {
             return;
         };
-        if let Some((since, _)) = handle.restarting.take() {
+        if let Some(since) = handle.restarting.take() {
             let seconds = (now - since).max(0.0);
             handle.last_restart_seconds = Some(seconds);
             self.stats.note_restart(seconds);

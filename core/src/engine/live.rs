@@ -163,7 +163,8 @@ impl Engine<'_> {
     }
 
     /// Job `id`'s workers report `steps_done` at `now`. What a worker reports is the truth and the model
-    /// only predicts: its progress becomes the reported figure, and its predicted finish moves.
+    /// only predicts: its progress becomes the reported figure, and its predicted finish moves. Work
+    /// past what it had also ends its startup, whatever the model reckoned the restart would cost.
     pub fn report_progress(&mut self, id: JobId, steps_done: f64, now: f64) {
         let Ok(i) = self.active_index(id) else {
             return;
@@ -172,7 +173,16 @@ impl Engine<'_> {
             self.settle(i, now);
         }
         let total = self.jobs[i].total_steps;
-        self.states[i].steps_done = steps_done.clamp(0.0, total);
+        let state = &mut self.states[i];
+        let stepped = steps_done.clamp(0.0, total) > state.steps_done;
+        state.steps_done = steps_done.clamp(0.0, total);
+        if let Some(run) = state
+            .run
+            .as_mut()
+            .filter(|r| stepped && r.progress_from > now)
+        {
+            run.progress_from = now;
+        }
         if let Some(run) = &self.states[i].run {
             let from = run.progress_from.max(now);
             self.reschedule_completion(i, from);
