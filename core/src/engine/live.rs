@@ -384,4 +384,70 @@ mod tests {
             "{started:?}"
         );
     }
+
+    /// Every start costs 30 s of restore before the first step, by this model's reckoning.
+    struct SlowRestarts;
+
+    impl crate::throughput::ThroughputModel for SlowRestarts {
+        fn steps_per_second(&self, _: &Job, _: GpuTypeId, _: u32) -> Option<f64> {
+            Some(1.0)
+        }
+
+        fn restart_seconds(&self, _: &Job) -> f64 {
+            30.0
+        }
+    }
+
+    /// Grants every job its GPUs, and notes whether each running job is restarting.
+    #[derive(Default)]
+    struct Watching(Vec<bool>);
+
+    impl crate::policy::Policy for Watching {
+        fn allocate(&mut self, input: &crate::policy::RoundInput<'_>) -> Vec<crate::policy::Grant> {
+            self.0.extend(
+                input
+                    .jobs
+                    .iter()
+                    .filter_map(|v| v.running.map(|r| r.restarting)),
+            );
+            input
+                .jobs
+                .iter()
+                .map(|v| crate::policy::Grant::new(v.id(), GpuTypeId(0), v.job.gpus))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_reported_step_ends_a_startup_the_model_reckoned_longer() {
+        let cluster = Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap());
+        let mut engine = Engine::new(
+            cluster,
+            Arc::new(SlowRestarts),
+            EngineConfig::default(),
+            Names::default(),
+            0.0,
+        );
+        let job = Job {
+            id: JobId(1),
+            arrival: 0.0,
+            job_type: engine.intern_job_type("toy"),
+            gpus: 2,
+            total_steps: 1000.0,
+            weight: 1.0,
+            tenant: TenantId(0),
+            batch: None,
+            sizes: None,
+        };
+        engine.submit(job, 0.0).unwrap();
+        let mut policy = Watching::default();
+        engine.schedule(&mut policy, &mut PackingPlacer, 0.0);
+        // Its workers report the progress it resumed from: still starting.
+        engine.report_progress(JobId(1), 0.0, 5.0);
+        engine.schedule(&mut policy, &mut PackingPlacer, 6.0);
+        // They report a step: the startup is over, 24 s before the model said.
+        engine.report_progress(JobId(1), 1.0, 8.0);
+        engine.schedule(&mut policy, &mut PackingPlacer, 9.0);
+        assert_eq!(policy.0, [true, false]);
+    }
 }

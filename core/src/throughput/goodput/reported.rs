@@ -162,3 +162,108 @@ impl<M: Elastic> Elastic for Reported<M> {
         Some(observed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{JobTypeId, TenantId};
+    use crate::throughput::goodput::Observation;
+
+    /// A model whose runs measure one fixed step and gradient statistics `(1, 2)`.
+    struct Predicts;
+
+    const PREDICTED: Observation = Observation {
+        nodes: 1,
+        replicas: 1,
+        local: 32.0,
+        step_time: 1.0,
+        sync_time: 0.0,
+    };
+
+    impl ThroughputModel for Predicts {
+        fn steps_per_second(&self, _: &Job, _: GpuTypeId, _: u32) -> Option<f64> {
+            Some(1.0)
+        }
+    }
+
+    impl Elastic for Predicts {
+        fn application(&self, _: &Job) -> Option<&Application> {
+            None
+        }
+        fn profile(&self, _: &Job, _: GpuTypeId) -> Option<&TypeProfile> {
+            None
+        }
+        fn measure(&self, _: &Job, _: GpuTypeId, _: &[u32], _: f64) -> Option<(f64, f64)> {
+            Some((1.0, 0.0))
+        }
+        fn node_size(&self, _: GpuTypeId) -> u32 {
+            4
+        }
+        fn restart_penalty(&self, _: &Job) -> f64 {
+            30.0
+        }
+        fn observe(&self, _: &Job, run: &RunShape<'_>, _: f64) -> Option<Observed> {
+            Some(Observed {
+                observations: vec![(run.gpu_type, PREDICTED)],
+                grad: Some((1.0, 2.0)),
+            })
+        }
+    }
+
+    #[test]
+    fn what_workers_reported_replaces_the_models_measurements() {
+        let reports = Reports::default();
+        let model = Reported::new(Predicts, reports.clone());
+        let job = Job {
+            id: JobId(3),
+            arrival: 0.0,
+            job_type: JobTypeId(0),
+            gpus: 2,
+            total_steps: 1.0,
+            weight: 1.0,
+            tenant: TenantId(0),
+            batch: None,
+            sizes: None,
+        };
+        let run = RunShape {
+            gpu_type: GpuTypeId(1),
+            placement: &[2],
+            batch: None,
+            allotment: None,
+        };
+        // Nothing reported yet: nothing measured, whatever the model would say.
+        assert_eq!(model.observe(&job, &run, 0.0), None);
+        assert_eq!(model.restart_penalty(&job), 30.0);
+
+        let measured = Observation {
+            nodes: 1,
+            replicas: 2,
+            local: 8.0,
+            step_time: 0.25,
+            sync_time: 0.05,
+        };
+        let mut learned = Learned::default();
+        learned.observe(1, measured);
+        reports.set(job.id, learned.clone());
+        reports.restarted(job.id, 7.5);
+        // The report stands; the model's gradient statistics fill in until the workers estimate them.
+        assert_eq!(
+            model.observe(&job, &run, 0.0),
+            Some(Observed {
+                observations: vec![(GpuTypeId(1), measured)],
+                grad: Some((1.0, 2.0)),
+            })
+        );
+        assert_eq!(model.restart_penalty(&job), 7.5);
+        learned.grad = Some((3.0, 4.0));
+        reports.set(job.id, learned);
+        assert_eq!(
+            model.observe(&job, &run, 0.0).unwrap().grad,
+            Some((3.0, 4.0))
+        );
+
+        reports.forget(job.id);
+        assert_eq!(model.observe(&job, &run, 0.0), None);
+        assert_eq!(model.restart_penalty(&job), 30.0);
+    }
+}
