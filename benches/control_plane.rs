@@ -77,6 +77,7 @@ fn rounds(c: &mut Criterion) {
                     min_gpus: None,
                     tp: 1,
                     pp: 1,
+                    batch: None,
                     // Days of work: nothing finishes during the benchmark.
                     work: 1e6 + f64::from(k),
                     weight: 1.0,

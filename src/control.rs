@@ -646,6 +646,7 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
         min_gpus: (args.gpus.0 < args.gpus.1).then_some(args.gpus.0),
         tp: args.tp,
         pp: args.pp,
+        batch: None,
         work: args.work,
         weight: args.weight,
         run: None,

@@ -202,6 +202,7 @@ fn write_allocations(path: &Path, changes: &[(f64, Change)], gpu_types: &[String
                 steps_per_second,
                 batch,
                 resources,
+                ..
             } => {
                 // The GPU count is unchanged; the batch columns give the new plan's split.
                 let [_, local, accum] = batch_columns(batch, 0);

@@ -19,6 +19,8 @@ use gangway_core::sim::{SimConfig, Simulation};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::trace::TraceOptions;
 
+mod support;
+
 const CLUSTER: &str = "v100=4x4,p100=4x4,k80=4x4";
 
 fn scenario_of(jobs: u32) -> (Trace, Cluster, Arc<dyn ThroughputModel>) {
@@ -57,10 +59,21 @@ fn live(
     cluster: &Cluster,
     model: Arc<dyn ThroughputModel>,
 ) -> (Timeline, Starts, u64) {
+    live_with(policy_spec, trace, cluster, model, &config().engine)
+}
+
+/// [`live`] with the engine configured as `engine`.
+fn live_with(
+    policy_spec: &str,
+    trace: &Trace,
+    cluster: &Cluster,
+    model: Arc<dyn ThroughputModel>,
+    engine: &EngineConfig,
+) -> (Timeline, Starts, u64) {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
-    let mut settings = Settings::new(config().engine, TimeSource::Virtual(Arc::clone(&clock)));
+    let mut settings = Settings::new(engine.clone(), TimeSource::Virtual(Arc::clone(&clock)));
     settings.journal = Some(journal.clone());
     // Keep every record, to compare them all.
     settings.snapshot_every = u64::MAX;
@@ -76,9 +89,7 @@ fn live(
     };
     let (timeline, violations) = actix::System::new().block_on(async {
         let addr = ClusterActor::start(parts, settings).unwrap();
-        let report = replay(&addr, &clock, trace, &config().engine)
-            .await
-            .unwrap();
+        let report = replay(&addr, &clock, trace, engine).await.unwrap();
         assert!(!report.stalled && report.refused.is_empty(), "{report:?}");
         let timeline = addr.send(gangway_actors::cluster::Timeline).await.unwrap();
         let stats = addr.send(GetStats).await.unwrap();
@@ -169,4 +180,109 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
         restarts > 100,
         "the scenario should make the preemptive policies preempt and move jobs ({restarts} restarts)"
     );
+}
+
+/// The start of every run the simulator made, as (time, job, GPU ids).
+fn simulated_starts(changes: &[(f64, Change)]) -> Starts {
+    changes
+        .iter()
+        .filter_map(|(at, c)| match c {
+            Change::Started { job, gpus, .. } => {
+                Some((*at, *job, gpus.iter().map(|g| g.0).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
+    let dir = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/data/sia/workloads/philly/workload-1.csv"
+    ));
+    if !dir.is_file() {
+        support::skip(&format!(
+            "{} not found (the shared reference data is absent)",
+            dir.display()
+        ));
+        return;
+    }
+    // Sia's first 20 jobs of its philly workload, on its heterogeneous cluster, 60 s rounds.
+    let mut trace = gangway_core::trace::load(dir, &TraceOptions::default()).unwrap();
+    trace.jobs.truncate(20);
+    let cluster = Cluster::parse_spec("aws=6x4,rtx=3x8,dgx-ext=2x8", 4).unwrap();
+    let model: Arc<dyn ThroughputModel> = Arc::new(
+        gangway_core::throughput::goodput::ProfiledWorkload::for_trace(&trace, &cluster).unwrap(),
+    );
+    let engine = EngineConfig {
+        round_length: 60.0,
+        ..EngineConfig::default()
+    };
+    let mut sim = Simulation::new(&trace, &cluster, model.as_ref());
+    sim.config = SimConfig {
+        engine: engine.clone(),
+        log_changes: true,
+        ..SimConfig::default()
+    };
+    let mut policy = policy::build("sia", &PolicyConfig::default()).unwrap();
+    let expected = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
+    let sim_starts = simulated_starts(&expected.changes);
+
+    let (timeline, live_starts, violations) =
+        live_with("sia", &trace, &cluster, Arc::clone(&model), &engine);
+    assert_eq!(violations, 0);
+    // Sia resizes: more starts than jobs, and jobs on several sizes.
+    assert!(
+        sim_starts.len() > trace.jobs.len() + 10,
+        "{} starts of {} jobs",
+        sim_starts.len(),
+        trace.jobs.len()
+    );
+    let mut sizes: std::collections::BTreeMap<JobId, std::collections::BTreeSet<usize>> =
+        Default::default();
+    for (_, job, gpus) in &sim_starts {
+        sizes.entry(*job).or_default().insert(gpus.len());
+    }
+    assert!(
+        sizes.values().filter(|s| s.len() > 1).count() >= 5,
+        "jobs resized: {sizes:?}"
+    );
+    // Starts at the same instant are compared in job order (the journal writes them in its plan's
+    // order).
+    let by_time = |starts: &Starts| {
+        let mut sorted = starts.clone();
+        sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        sorted
+    };
+    let (live_starts, sim_starts) = (by_time(&live_starts), by_time(&sim_starts));
+    if std::env::var("DUMP").is_ok() {
+        for (l, s) in live_starts.iter().zip(&sim_starts) {
+            eprintln!(
+                "L {:8.1} {:>3} {:>3}   S {:8.1} {:>3} {:>3}",
+                l.0,
+                l.1.0,
+                l.2.len(),
+                s.0,
+                s.1.0,
+                s.2.len()
+            );
+        }
+    }
+    for (live, sim) in live_starts.iter().zip(&sim_starts) {
+        assert!(
+            live.1 == sim.1 && live.2 == sim.2 && close(Some(live.0), Some(sim.0)),
+            "the first different start: live {live:?}, simulated {sim:?}"
+        );
+    }
+    assert_eq!(live_starts.len(), sim_starts.len(), "number of starts");
+    for ((id, start, finish), record) in timeline.iter().zip(&expected.records) {
+        assert_eq!(*id, record.id);
+        assert!(
+            close(*start, record.first_start) && close(*finish, record.finish),
+            "job {id}: live start/finish {start:?}/{finish:?}, simulated {:?}/{:?}",
+            record.first_start,
+            record.finish
+        );
+    }
 }

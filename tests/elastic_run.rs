@@ -412,6 +412,7 @@ fn launch_on(job: u32, attempt: u64, gpus: &[u32], run: &RunCommand) -> Launch {
         gpu_type: GpuTypeId(0),
         gpus: gpus.iter().map(|&g| GpuId(g)).collect(),
         steps_per_second: 1.0,
+        pace: Vec::new(),
         startup_seconds: 0.0,
         remaining_steps: 1000.0,
         total_steps: 1000.0,

@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use gangway_core::engine::EngineConfig;
-use gangway_core::job::Trace;
+use gangway_core::job::{Trace, WorkUnit};
 
 use crate::clock::VirtualClock;
-use crate::cluster::{ClusterActor, JobRequest, Peek, Poll, Round, Submit};
+use crate::cluster::{ClusterActor, GetStats, JobRequest, Peek, Poll, Round, Submit};
 
 /// Scheduling passes with every GPU idle, jobs waiting and no arrivals left, before giving up.
 const STALL_ROUNDS: u32 = 1000;
@@ -43,6 +43,13 @@ pub async fn replay(
         stalled: false,
     };
     let mut idle_rounds = 0;
+    // The peers' goodput workloads (work counted in progress) are elastic without bound: their jobs
+    // run on as many GPUs as a resizing policy gives, so they are replayed as elastic up to the whole
+    // cluster.
+    let elastic_up_to = match trace.work_unit() {
+        WorkUnit::Progress => Some(cluster.send(GetStats).await?.gpus),
+        _ => None,
+    };
     loop {
         let outlook = cluster.send(Peek).await?;
         let arrival_at = jobs.get(next_arrival).map(|j| j.arrival);
@@ -75,10 +82,19 @@ pub async fn replay(
                     .get(job.tenant.0 as usize)
                     .cloned()
                     .unwrap_or_else(|| "default".to_owned()),
-                gpus: job.gpus,
-                min_gpus: None,
-                tp: 1,
+                gpus: match (job.sizes, elastic_up_to) {
+                    (Some(sizes), _) => sizes.max,
+                    (None, Some(all)) => all.max(job.gpus),
+                    (None, None) => job.gpus,
+                },
+                min_gpus: match (job.sizes, elastic_up_to) {
+                    (Some(sizes), _) => Some(sizes.min),
+                    (None, Some(_)) => Some(1),
+                    (None, None) => None,
+                },
+                tp: job.sizes.map_or(1, |s| s.multiple),
                 pp: 1,
+                batch: job.batch,
                 work: job.total_steps,
                 weight: job.weight,
                 run: None,

@@ -6,7 +6,7 @@ use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
 
 pub use gangway_protocol::worker::{
-    Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, WorkerEvent,
+    Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, Segment, WorkerEvent,
 };
 
 /// A simulated job's run.
@@ -20,23 +20,55 @@ struct SimRun {
     /// Steps start (again) here.
     progress_from: f64,
     steps_per_second: f64,
+    /// Where the pace changes, as the job progresses: (work done, the rate from there on), in order.
+    changes: Vec<(f64, f64)>,
     finish_at: f64,
     last_checkpoint: f64,
 }
 
 impl SimRun {
+    /// Work left at `t`, running at `steps_per_second` and then at each change of pace in turn.
     fn left_at(&self, t: f64) -> f64 {
-        let progressed = (t - self.progress_from).max(0.0) * self.steps_per_second;
-        (self.left_at_pace - progressed).max(0.0)
+        let mut elapsed = (t - self.progress_from).max(0.0);
+        let (mut left, mut rate) = (self.left_at_pace, self.steps_per_second);
+        for &(at, next) in &self.changes {
+            let to_change = (left - (self.total_steps - at)) / rate;
+            if to_change >= elapsed {
+                break;
+            }
+            elapsed -= to_change;
+            left = self.total_steps - at;
+            rate = next;
+        }
+        (left - elapsed * rate).max(0.0)
     }
 
     fn done_by(&self, t: f64) -> f64 {
         self.total_steps - self.left_at(t)
     }
 
+    /// Takes `pace` (the engine's segments from the current one on): the first sets
+    /// `steps_per_second`'s reach, the others the changes after it.
+    fn follow(&mut self, pace: &[Segment]) {
+        let done = self.total_steps - self.left_at_pace;
+        self.changes = pace
+            .windows(2)
+            .map(|w| (w[0].until, w[1].rate))
+            .filter(|&(at, rate)| at > done && at < self.total_steps && rate > 0.0)
+            .collect();
+    }
+
     fn reschedule(&mut self) {
-        // The same expression as the engine's, so that both predict the same instant.
-        self.finish_at = self.progress_from + self.left_at_pace / self.steps_per_second;
+        // The same expressions as the engine's, so that both predict the same instant: each segment
+        // from where the last one ended.
+        let (mut t, mut left, mut rate) =
+            (self.progress_from, self.left_at_pace, self.steps_per_second);
+        for &(at, next) in &self.changes {
+            t += (left - (self.total_steps - at)) / rate;
+            left = self.total_steps - at;
+            rate = next;
+        }
+        self.finish_at = t + left / rate;
     }
 }
 
@@ -91,9 +123,11 @@ impl Executor for SimExecutor {
             left_at_pace: launch.remaining_steps,
             progress_from: now + launch.startup_seconds,
             steps_per_second: launch.steps_per_second,
+            changes: Vec::new(),
             finish_at: f64::INFINITY,
             last_checkpoint: now,
         };
+        run.follow(&launch.pace);
         run.reschedule();
         self.runs.insert(launch.job, run);
         Ok(())
@@ -107,11 +141,12 @@ impl Executor for SimExecutor {
         Ok(run.done_by(now))
     }
 
-    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64) {
+    fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
         if let Some(run) = self.runs.get_mut(&job) {
             run.left_at_pace = run.left_at(now);
             run.progress_from = run.progress_from.max(now);
             run.steps_per_second = steps_per_second;
+            run.follow(pace);
             run.reschedule();
         }
     }
@@ -163,6 +198,7 @@ mod tests {
             gpu_type: GpuTypeId(0),
             gpus: [GpuId(0)].into_iter().collect(),
             steps_per_second: 2.0,
+            pace: Vec::new(),
             startup_seconds: 10.0,
             remaining_steps: remaining,
             total_steps: 100.0,
@@ -189,6 +225,34 @@ mod tests {
     }
 
     #[test]
+    fn a_run_follows_its_pace_where_it_changes() {
+        let mut exec = SimExecutor::new(1e9);
+        // 60 of 100 steps left: 2 steps/s to step 60, then 4/s, then 1/s from step 80.
+        let paced = Launch {
+            pace: vec![
+                Segment {
+                    rate: 2.0,
+                    until: 60.0,
+                },
+                Segment {
+                    rate: 4.0,
+                    until: 80.0,
+                },
+                Segment {
+                    rate: 1.0,
+                    until: f64::INFINITY,
+                },
+            ],
+            ..launch(1, 7, 60.0)
+        };
+        exec.launch(&paced, 0.0).unwrap();
+        // 10 s of startup, 10 s to step 60, 5 s to step 80, 20 s to the end.
+        assert_eq!(exec.next_event(), Some(45.0));
+        // Stopped at 22.5 s: 2.5 s at 4/s after step 60 reach step 70.
+        assert_eq!(exec.stop(JobId(1), 22.5), Ok(70.0));
+    }
+
+    #[test]
     fn relaunching_the_same_attempt_is_a_no_op_and_stop_returns_the_work_saved() {
         let mut exec = SimExecutor::new(1e9);
         exec.launch(&launch(1, 7, 100.0), 0.0).unwrap();
@@ -206,7 +270,7 @@ mod tests {
     fn retuning_keeps_the_work_done_and_moves_the_finish() {
         let mut exec = SimExecutor::new(1e9);
         exec.launch(&launch(1, 1, 100.0), 0.0).unwrap();
-        exec.retune(JobId(1), 4.0, 20.0); // 20 steps done, 80 left at 4/s
+        exec.retune(JobId(1), 4.0, &[], 20.0); // 20 steps done, 80 left at 4/s
         assert_eq!(exec.next_event(), Some(40.0));
     }
 

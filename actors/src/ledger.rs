@@ -97,12 +97,30 @@ pub enum Record {
         observation: Observation,
         grad: Option<(f64, f64)>,
     },
-    /// The sizes a job runs on under policies that resize jobs, when they are not only the GPUs it
-    /// asked for (an elastic or hybrid-parallel job): written with its `Submitted`, in one batch.
+    /// What a job asked of policies that resize jobs, when it asked more than its GPUs (an elastic
+    /// or hybrid-parallel job, or a tuned batch): written with its `Submitted`, in one batch.
     Shaped {
         job: JobId,
-        sizes: Sizes,
+        shape: Shape,
     },
+}
+
+/// What a job asks of policies that resize jobs, beyond its [`JobSpec`]: the GPU counts it runs on,
+/// and the global batch it is tuned for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shape {
+    pub sizes: Sizes,
+    pub batch: Option<u32>,
+}
+
+impl Shape {
+    /// Exactly `gpus`, at its own batch.
+    pub fn rigid(gpus: u32) -> Shape {
+        Shape {
+            sizes: Sizes::rigid(gpus),
+            batch: None,
+        }
+    }
 }
 
 impl Record {

@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use crate::cluster::Refusal;
 use crate::executor::{RunAs, RunCommand};
-use crate::ledger::JobSpec;
+use crate::ledger::{JobSpec, Shape};
 use gangway_core::job::Sizes;
 
 pub use gangway_protocol::api::JobRequest;
@@ -28,6 +28,8 @@ pub use gangway_protocol::command::{Invalid, Submitter, check_program, invalid};
 pub mod limits {
     /// GPUs one job may ask for.
     pub const MAX_GPUS: u32 = 65_536;
+    /// A job's global batch (samples per optimizer step).
+    pub const MAX_BATCH: u32 = 1 << 24;
     /// Work, in the model's units: 10^9 seconds (about 31 years) for the duration model.
     pub const MAX_WORK: f64 = 1e9;
     /// Smallest and largest weight.
@@ -50,7 +52,7 @@ pub mod limits {
 /// The fields of [`JobRequest`] and of its [`RunCommand`], as a body names them (a unit test keeps
 /// these lists equal to what serde reads).
 const REQUEST_FIELDS: &[&str] = &[
-    "id", "job_type", "tenant", "gpus", "min_gpus", "tp", "pp", "work", "weight", "run",
+    "id", "job_type", "tenant", "gpus", "min_gpus", "tp", "pp", "batch", "work", "weight", "run",
 ];
 const RUN_FIELDS: &[&str] = &["args", "cwd", "env", "log", "user"];
 
@@ -151,6 +153,11 @@ pub fn validate(request: &JobRequest) -> Result<(), Invalid> {
                 request.gpus
             ),
         );
+    }
+    if let Some(batch) = request.batch
+        && !(1..=MAX_BATCH).contains(&batch)
+    {
+        return invalid("batch", format!("{batch} is not from 1 to {MAX_BATCH}"));
     }
     if !request.work.is_finite() || request.work <= 0.0 {
         return invalid(
@@ -302,6 +309,14 @@ fn check_run_shape(run: &RunCommand) -> Result<(), Invalid> {
         }
     }
     Ok(())
+}
+
+/// What a (valid) request asks of policies that resize jobs.
+pub fn shape(request: &JobRequest) -> Shape {
+    Shape {
+        sizes: sizes(request),
+        batch: request.batch,
+    }
 }
 
 /// The sizes a (valid) request runs on under policies that resize jobs.
@@ -544,6 +559,7 @@ mod tests {
             min_gpus: Some(1),
             tp: 2,
             pp: 3,
+            batch: Some(64),
             work: 1.0,
             weight: 1.0,
             run: Some(RunCommand {
@@ -615,6 +631,7 @@ mod tests {
             min_gpus: None,
             tp: 1,
             pp: 1,
+            batch: None,
             work,
             weight,
             run: None,
@@ -644,6 +661,7 @@ mod tests {
             min_gpus,
             tp,
             pp,
+            batch: None,
             work: 60.0,
             weight: 1.0,
             run: None,
@@ -681,6 +699,14 @@ mod tests {
             ),
             // No overflow: 65536 x 65536 is a group of 2^32.
             (request(8, None, 65_536, 65_536), "gpus", "= 4294967296"),
+            (
+                JobRequest {
+                    batch: Some(0),
+                    ..request(8, None, 1, 1)
+                },
+                "batch",
+                "not from 1 to 16777216",
+            ),
         ] {
             let e = validate(&r).unwrap_err();
             assert_eq!(e.field, field, "{e}");
@@ -878,6 +904,7 @@ mod tests {
                 min_gpus: None,
                 tp: 1,
                 pp: 1,
+                batch: None,
                 work: 60.0,
                 weight: 1.0,
                 run: None,

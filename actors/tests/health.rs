@@ -47,6 +47,7 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         min_gpus: None,
         tp: 1,
         pp: 1,
+        batch: None,
         work: 3600.0,
         weight: 1.0,
         run: None,

@@ -12,7 +12,7 @@ use gangway_actors::cluster::{
     TimeSource,
 };
 use gangway_actors::executor::{
-    Executor, ExecutorError, Launch, Measured, SimExecutor, WorkerEvent,
+    Executor, ExecutorError, Launch, Measured, Segment, SimExecutor, WorkerEvent,
 };
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
@@ -49,11 +49,11 @@ impl Executor for Reporting {
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
         self.inner.lock().unwrap().stop(job, now)
     }
-    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64) {
+    fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
         self.inner
             .lock()
             .unwrap()
-            .retune(job, steps_per_second, now)
+            .retune(job, steps_per_second, pace, now)
     }
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
         self.inner.lock().unwrap().alive(job, attempt)
@@ -113,6 +113,7 @@ async fn submit(cluster: &actix::Addr<ClusterActor>) -> JobId {
         min_gpus: None,
         tp: 1,
         pp: 1,
+        batch: None,
         work: 1000.0,
         weight: 1.0,
         run: None,

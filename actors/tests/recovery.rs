@@ -8,7 +8,9 @@ use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
     ClusterActor, JobRequest, Parts, Poll, Round, Settings, ShowJob, Submit, TimeSource,
 };
-use gangway_actors::executor::{Executor, ExecutorError, Launch, SimExecutor, WorkerEvent};
+use gangway_actors::executor::{
+    Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
+};
 use gangway_actors::ledger::Ledger;
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::Cluster;
@@ -29,8 +31,11 @@ impl Executor for Outliving {
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
         self.0.lock().unwrap().stop(job, now)
     }
-    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64) {
-        self.0.lock().unwrap().retune(job, steps_per_second, now)
+    fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
+        self.0
+            .lock()
+            .unwrap()
+            .retune(job, steps_per_second, pace, now)
     }
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
         self.0.lock().unwrap().alive(job, attempt)
@@ -75,6 +80,7 @@ fn request(gpus: u32, work: f64) -> JobRequest {
         min_gpus: None,
         tp: 1,
         pp: 1,
+        batch: None,
         work,
         weight: 1.0,
         run: None,
@@ -166,7 +172,7 @@ impl Executor for Crashing {
     fn stop(&mut self, job: JobId, _: f64) -> Result<f64, ExecutorError> {
         Err(ExecutorError::NotRunning(job))
     }
-    fn retune(&mut self, _: JobId, _: f64, _: f64) {}
+    fn retune(&mut self, _: JobId, _: f64, _: &[Segment], _: f64) {}
     fn alive(&mut self, _: JobId, _: u64) -> bool {
         false
     }

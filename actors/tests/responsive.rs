@@ -9,7 +9,9 @@ use gangway_actors::cluster::{
     ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Parts, Round, Settings, ShowJob, Submit,
     TimeSource,
 };
-use gangway_actors::executor::{Executor, ExecutorError, Launch, SimExecutor, WorkerEvent};
+use gangway_actors::executor::{
+    Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
+};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
@@ -67,8 +69,8 @@ impl Executor for SlowToStop {
         self.gate.pass();
         self.inner.stop(job, now)
     }
-    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64) {
-        self.inner.retune(job, steps_per_second, now)
+    fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
+        self.inner.retune(job, steps_per_second, pace, now)
     }
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
         self.inner.alive(job, attempt)
@@ -90,6 +92,7 @@ fn request() -> JobRequest {
         min_gpus: None,
         tp: 1,
         pp: 1,
+        batch: None,
         work: 3600.0,
         weight: 1.0,
         run: None,

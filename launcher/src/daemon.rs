@@ -83,6 +83,7 @@ pub fn submit_and_follow(
         min_gpus: (options.gpus.0 < options.gpus.1).then_some(options.gpus.0),
         tp: options.tp,
         pp: options.pp,
+        batch: None,
         work: options.expected_runtime,
         weight: 1.0,
         run: Some(RunCommand {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use gangway_protocol::command::{Invalid, Submitter, check_program};
 use gangway_protocol::ids::{GpuId, JobId};
 use gangway_protocol::worker::{
-    Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, WorkerEvent,
+    Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, Segment, WorkerEvent,
 };
 use serde::{Deserialize, Serialize};
 
@@ -840,7 +840,7 @@ impl Executor for ProcessExecutor {
         answers
     }
 
-    fn retune(&mut self, job: JobId, _steps_per_second: f64, _now: f64) {
+    fn retune(&mut self, job: JobId, _steps_per_second: f64, _pace: &[Segment], _now: f64) {
         // Real workers set their own pace; packing partners are not supported for processes.
         tracing::debug!(job = job.0, "retune ignored by the process executor");
     }

@@ -49,6 +49,7 @@ fn launch(job: u32, attempt: u64, gpus: &[u32], mode: Option<&str>, dir: &Path) 
         gpu_type: GpuTypeId(0),
         gpus: gpus.iter().map(|&g| GpuId(g)).collect(),
         steps_per_second: 2.0,
+        pace: Vec::new(),
         startup_seconds: 0.0,
         remaining_steps: 100.0,
         total_steps: 100.0,

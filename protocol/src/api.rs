@@ -31,6 +31,10 @@ pub struct JobRequest {
     pub tp: u32,
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub pp: u32,
+    /// The global batch it is tuned for: what goodput policies price it at (the peers' workloads
+    /// give one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
     /// Work, in the model's units (seconds at the requested GPU count for the duration model).
     pub work: f64,
     #[serde(default = "default_weight")]

@@ -37,6 +37,15 @@ pub struct RunAs {
     pub gid: u32,
 }
 
+/// A progress rate that holds until the job's work done reaches `until` (then it is asked again):
+/// models whose rate follows a job's progress (its epochs) answer in segments, and a simulated
+/// worker follows them.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Segment {
+    pub rate: f64,
+    pub until: f64,
+}
+
 /// What a job's workers are launched with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
@@ -46,8 +55,12 @@ pub struct Launch {
     pub attempt: u64,
     pub gpu_type: GpuTypeId,
     pub gpus: GpuSet,
-    /// The pace the scheduler expects (the simulated executor runs at exactly this pace).
+    /// The pace the scheduler expects at first (the simulated executor runs at exactly this pace).
     pub steps_per_second: f64,
+    /// The pace to the end, segment by segment, where it changes as the job progresses (empty: the
+    /// first pace holds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pace: Vec<Segment>,
     /// Seconds of restore or migration before the first step.
     pub startup_seconds: f64,
     pub remaining_steps: f64,
@@ -224,8 +237,9 @@ pub trait Executor: Send + 'static {
         jobs.iter().map(|&job| (job, self.stop(job, now))).collect()
     }
 
-    /// The job's pace changed in place (its packing partner left).
-    fn retune(&mut self, job: JobId, steps_per_second: f64, now: f64);
+    /// The job's pace changed in place (its packing partner left, its batch changed): from `now`,
+    /// `steps_per_second`, and then `pace`'s segments where it has some.
+    fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64);
 
     /// The job's CPUs and memory changed in place (a resource mechanism gave some back to a peer, or
     /// took more). Executors that enforce no allotment ignore it.

@@ -36,7 +36,7 @@ use crate::executor::{Executor, Measured, WorkerEvent};
 use crate::gang::{Acquire, GangActor};
 use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::job::{Advance, JobActor, JobEvent};
-use crate::ledger::{HISTORY, JobSpec, Record, Standing};
+use crate::ledger::{HISTORY, JobSpec, Record, Shape, Standing};
 use crate::lifecycle::Phase;
 use crate::request::same_request;
 use crate::stats::{Stats, StatsSnapshot};
@@ -443,11 +443,13 @@ impl ClusterActor {
                 Change::Retuned {
                     job,
                     steps_per_second,
+                    pace,
                     resources,
                     ..
                 } => Some(Retune {
                     job,
                     steps_per_second,
+                    pace,
                     resources,
                 }),
                 _ => None,
@@ -604,11 +606,17 @@ impl ClusterActor {
             migrations,
             measured: handle.and_then(|h| h.measured),
             learned: self.learned_of(id),
-            sizes: self.store.shapes.get(&id).map(|s| JobSizes {
-                min: s.min,
-                max: s.max,
-                multiple: s.multiple,
-            }),
+            sizes: self
+                .store
+                .shapes
+                .get(&id)
+                .map(|s| s.sizes)
+                .filter(|&s| s != Sizes::rigid(spec.gpus))
+                .map(|s| JobSizes {
+                    min: s.min,
+                    max: s.max,
+                    multiple: s.multiple,
+                }),
             resizes: handle.map_or(0, |h| h.resizes),
             last_resize: handle.and_then(|h| h.last_resize.clone()),
             last_restart_seconds: handle.and_then(|h| h.last_restart_seconds),
@@ -674,26 +682,26 @@ impl ClusterActor {
     /// The job an idempotency key already names, and whether it is journaled yet; a refusal when
     /// that job was submitted with another request; `None` for a new key.
     fn keyed(&self, key: &str, request: &JobRequest) -> Option<Result<(JobId, bool), Refusal>> {
-        // Its sizes, while they are known (an ended job's are forgotten).
-        let (spec, sizes, journaled) = match self.store.ledger.keys.get(key) {
+        // Its shape, while it is known (an ended job's is forgotten).
+        let (spec, shape, journaled) = match self.store.ledger.keys.get(key) {
             Some(id) => {
                 let entry = self.store.ledger.jobs.get(id)?;
-                let sizes = (!entry.standing.is_terminal()).then(|| {
+                let shape = (!entry.standing.is_terminal()).then(|| {
                     let shaped = self.store.shapes.get(id).copied();
-                    shaped.unwrap_or(Sizes::rigid(entry.spec.gpus))
+                    shaped.unwrap_or(Shape::rigid(entry.spec.gpus))
                 });
-                (&entry.spec, sizes, true)
+                (&entry.spec, shape, true)
             }
             None => {
                 let (spec, job, _) = self
                     .unjournaled
                     .iter()
                     .find(|(spec, _, _)| spec.key.as_deref() == Some(key))?;
-                (spec, job.sizes, false)
+                (spec, Some(shape_of(job)), false)
             }
         };
-        let same_sizes = sizes.is_none_or(|s| s == crate::request::sizes(request));
-        Some(if same_request(spec, request) && same_sizes {
+        let same_shape = shape.is_none_or(|s| s == crate::request::shape(request));
+        Some(if same_request(spec, request) && same_shape {
             Ok((spec.id, journaled))
         } else {
             Err(Refusal::KeyReused {
@@ -812,8 +820,9 @@ fn gang_of(
     }
 }
 
-/// A job of the engine's from a journaled spec and its sizes (`None`: rigid), interning its names.
-fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, sizes: Option<Sizes>) -> Job {
+/// A job of the engine's from a journaled spec and its shape (`None`: rigid), interning its names.
+fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, shape: Option<Shape>) -> Job {
+    let shape = shape.unwrap_or(Shape::rigid(spec.gpus));
     Job {
         id: spec.id,
         arrival: spec.arrival,
@@ -822,8 +831,16 @@ fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, sizes: Option<Sizes>) ->
         total_steps: spec.total_steps,
         weight: spec.weight,
         tenant: engine.intern_tenant(&spec.tenant),
-        batch: None,
-        sizes: Some(sizes.unwrap_or(Sizes::rigid(spec.gpus))),
+        batch: shape.batch,
+        sizes: Some(shape.sizes),
+    }
+}
+
+/// What an engine's job asks beyond its GPUs.
+fn shape_of(job: &Job) -> Shape {
+    Shape {
+        sizes: job.sizes.unwrap_or(Sizes::rigid(job.gpus)),
+        batch: job.batch,
     }
 }
 
@@ -1030,7 +1047,7 @@ impl Handler<Submit> for ClusterActor {
         }
         let at = at.unwrap_or_else(|| self.clock.now());
         let id = request.id.unwrap_or(JobId(self.next_job_id));
-        let sizes = crate::request::sizes(&request);
+        let shape = crate::request::shape(&request);
         let spec = JobSpec {
             id,
             job_type: request.job_type,
@@ -1059,7 +1076,7 @@ impl Handler<Submit> for ClusterActor {
             }
         }
         let mut candidate = engine.candidate(spec.id, &spec.job_type, spec.gpus, spec.total_steps);
-        candidate.sizes = Some(sizes);
+        candidate.sizes = Some(shape.sizes);
         if let Err(why) = engine.check(&candidate) {
             let field = match why {
                 Unrunnable::TooLong { .. } => "work",
@@ -1070,7 +1087,7 @@ impl Handler<Submit> for ClusterActor {
                 problem: format!("job type {:?} cannot run here: {why}", spec.job_type),
             });
         }
-        let job = job_of(self.engine(), &spec, Some(sizes));
+        let job = job_of(self.engine(), &spec, Some(shape));
         self.next_job_id = self.next_job_id.max(id.0 + 1);
         let (answer, answered) = oneshot::channel();
         self.unjournaled.push((spec, job, answer));
@@ -1103,13 +1120,11 @@ impl Handler<JournalSubmissions> for ClusterActor {
         let records: Vec<Record> = batch
             .iter()
             .flat_map(|(spec, job, _)| {
-                let shaped = job
-                    .sizes
-                    .filter(|&sizes| sizes != Sizes::rigid(spec.gpus))
-                    .map(|sizes| Record::Shaped {
-                        job: spec.id,
-                        sizes,
-                    });
+                let shape = shape_of(job);
+                let shaped = (shape != Shape::rigid(spec.gpus)).then_some(Record::Shaped {
+                    job: spec.id,
+                    shape,
+                });
                 std::iter::once(Record::Submitted(spec.clone())).chain(shaped)
             })
             .collect();
@@ -1354,6 +1369,7 @@ mod tests {
                 min_gpus: None,
                 tp: 1,
                 pp: 1,
+                batch: None,
                 work,
                 weight: 1.0,
                 run: None,
@@ -1411,6 +1427,7 @@ mod tests {
                 min_gpus: None,
                 tp: 1,
                 pp: 1,
+                batch: None,
                 work: 10.0,
                 weight: 1.0,
                 run: None,

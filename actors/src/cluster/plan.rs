@@ -6,7 +6,7 @@ use gangway_core::engine::Change;
 use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
 
-use crate::executor::{Executor, Launch, Resources};
+use crate::executor::{Executor, Launch, Resources, Segment};
 use crate::ledger::{Ledger, Record, Standing};
 use crate::lifecycle::Phase;
 
@@ -44,17 +44,19 @@ pub(super) struct Plan {
 
 /// A running job whose pace (a packing partner left), CPUs or memory (a resource mechanism moved
 /// them) changed in place.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(super) struct Retune {
     pub job: JobId,
     pub steps_per_second: f64,
+    /// Its pace to the end, where it changes as the job progresses.
+    pub pace: Vec<Segment>,
     pub resources: Resources,
 }
 
 impl Retune {
     /// Tells the executor.
     pub fn apply(&self, executor: &mut dyn Executor, now: f64) {
-        executor.retune(self.job, self.steps_per_second, now);
+        executor.retune(self.job, self.steps_per_second, &self.pace, now);
         executor.reallot(self.job, self.resources);
     }
 }
@@ -87,6 +89,7 @@ pub(super) fn plan(
                 gpus,
                 partner,
                 steps_per_second,
+                pace,
                 startup_seconds,
                 remaining_steps,
                 resources,
@@ -107,6 +110,7 @@ pub(super) fn plan(
                     gpu_type,
                     gpus,
                     steps_per_second,
+                    pace,
                     startup_seconds,
                     remaining_steps,
                     total_steps: spec.map_or(0.0, |s| s.total_steps),
@@ -119,11 +123,13 @@ pub(super) fn plan(
             Change::Retuned {
                 job,
                 steps_per_second,
+                pace,
                 resources,
                 ..
             } => out.retunes.push(Retune {
                 job,
                 steps_per_second,
+                pace,
                 resources,
             }),
         }
@@ -215,6 +221,7 @@ mod tests {
             gpus: gpus(on),
             partner: None,
             steps_per_second: 1.0,
+            pace: Vec::new(),
             startup_seconds: 0.0,
             remaining_steps: 50.0,
             batch: None,

@@ -34,8 +34,8 @@ impl ClusterActor {
         let entries: Vec<_> = self.store.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
         for entry in &entries {
-            let sizes = self.store.shapes.get(&entry.spec.id).copied();
-            let job = job_of(&mut engine, &entry.spec, sizes);
+            let shape = self.store.shapes.get(&entry.spec.id).copied();
+            let job = job_of(&mut engine, &entry.spec, shape);
             let id = job.id;
             if engine.submit(job, entry.spec.arrival).is_err() {
                 // The cluster changed under the journal: the job can never run here. It fails, and

@@ -4,11 +4,11 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gangway_core::job::{JobId, Sizes};
+use gangway_core::job::JobId;
 use gangway_core::throughput::goodput::{Learned, Reports};
 use gangway_journal::{Journal, JournalError};
 
-use crate::ledger::{Ledger, Record, Violation, open_journal};
+use crate::ledger::{Ledger, Record, Shape, Violation, open_journal};
 
 /// The durable state and where it is written.
 pub(super) struct Store {
@@ -16,8 +16,8 @@ pub(super) struct Store {
     pub ledger: Ledger,
     /// What each live job's workers measured, folded from `Learned` records: its goodput model.
     pub learned: BTreeMap<JobId, Learned>,
-    /// The sizes of each live job that is not rigid, folded from `Shaped` records.
-    pub shapes: BTreeMap<JobId, Sizes>,
+    /// What each live job asked beyond its GPUs, folded from `Shaped` records.
+    pub shapes: BTreeMap<JobId, Shape>,
     /// Where each job's learned model is published, as it changes.
     reports: Reports,
     /// Sequence numbers when there is no journal.
@@ -92,8 +92,8 @@ impl Store {
                 }
                 self.reports.set(*job, learned.clone());
             }
-            Record::Shaped { job, sizes } => {
-                self.shapes.insert(*job, *sizes);
+            Record::Shaped { job, shape } => {
+                self.shapes.insert(*job, *shape);
             }
             Record::Finished { job, .. }
             | Record::Cancelled { job, .. }
@@ -128,7 +128,7 @@ impl Store {
         let shapes = self
             .shapes
             .iter()
-            .map(|(&job, &sizes)| Record::Shaped { job, sizes });
+            .map(|(&job, &shape)| Record::Shaped { job, shape });
         let learned = self.learned.iter().flat_map(|(&job, learned)| {
             learned
                 .observations()
@@ -196,10 +196,13 @@ mod tests {
     use crate::ledger::tests::spec;
     use gangway_core::throughput::goodput::Observation;
 
-    const PAIRS: Sizes = Sizes {
-        min: 2,
-        max: 8,
-        multiple: 2,
+    const PAIRS: Shape = Shape {
+        sizes: gangway_core::job::Sizes {
+            min: 2,
+            max: 8,
+            multiple: 2,
+        },
+        batch: Some(64),
     };
 
     fn learned(job: u32) -> Record {
@@ -224,7 +227,7 @@ mod tests {
             let (mut store, _) = Store::open(Some(dir.path()), 3, Reports::default()).unwrap();
             let shaped = |job| Record::Shaped {
                 job: JobId(job),
-                sizes: PAIRS,
+                shape: PAIRS,
             };
             store.persist(&[spec(1), shaped(1), spec(2), shaped(2)]);
             // The fourth record took a snapshot: only the ones after it are in segments.

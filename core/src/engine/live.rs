@@ -9,6 +9,7 @@ use crate::cluster::{GpuId, GpuSet, GpuTypeId};
 use crate::job::JobId;
 use crate::metrics::JobRecord;
 use crate::placement::{Placed, Placer, Unplaced};
+use crate::throughput::Segment;
 use crate::throughput::goodput::BatchPlan;
 use gangway_protocol::worker::Resources;
 
@@ -25,6 +26,10 @@ pub enum Change {
         gpus: GpuSet,
         partner: Option<JobId>,
         steps_per_second: f64,
+        /// Its pace to the end where it changes as the job progresses (its epochs): segments from
+        /// the current one on (empty: `steps_per_second` holds).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pace: Vec<Segment>,
         startup_seconds: f64,
         remaining_steps: f64,
         /// The batch plan it runs with, when its policy chose one.
@@ -39,6 +44,8 @@ pub enum Change {
     Retuned {
         job: JobId,
         steps_per_second: f64,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pace: Vec<Segment>,
         batch: Option<BatchPlan>,
         resources: Resources,
     },

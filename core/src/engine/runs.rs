@@ -174,6 +174,7 @@ impl Engine<'_> {
                 gpus: placed.gpus.clone(),
                 partner: partner.map(|p| self.jobs[p].id),
                 steps_per_second: rate * locality,
+                pace: self.pace(i),
                 startup_seconds: overhead,
                 remaining_steps: (self.jobs[i].total_steps - self.states[i].steps_done).max(0.0),
                 batch,
@@ -187,6 +188,46 @@ impl Engine<'_> {
             self.note_change(|| change);
         }
         self.reschedule_completion(i, now + overhead);
+    }
+
+    /// Run `i`'s pace from its work done to its end, for a live driver's simulated workers: its
+    /// rate now, then a segment wherever the model's rate changes as it progresses (its epochs), as
+    /// the engine predicts its finish. Empty when its rate holds to the end.
+    fn pace(&self, i: usize) -> Vec<Segment> {
+        let total = self.jobs[i].total_steps;
+        let Some(run) = &self.states[i].run else {
+            return Vec::new();
+        };
+        if run.until >= total {
+            return Vec::new();
+        }
+        let mut pace = vec![Segment {
+            rate: run.rate,
+            until: run.until,
+        }];
+        let mut done = self.states[i].steps_done;
+        // Epochs are finite: the bound keeps a model that never ends one from spinning.
+        while let Some(&last) = pace.last().filter(|s| s.until < total && s.rate > 0.0) {
+            if pace.len() >= 100_000 || last.until <= done {
+                break;
+            }
+            done = last.until;
+            let segment = alone_segment(
+                &*self.model,
+                &self.cluster,
+                &self.jobs[i],
+                run.gpu_type,
+                &run.gpus,
+                run.batch,
+                run.allotment,
+                done,
+            );
+            pace.push(Segment {
+                rate: segment.rate * run.locality,
+                until: segment.until.max(done),
+            });
+        }
+        pace
     }
 
     /// Seconds of no progress job `i` pays when it starts on `gpus`: costs it still owes (at least its
@@ -281,10 +322,19 @@ impl Engine<'_> {
         run.rate = segment.rate * run.locality;
         run.until = segment.until;
         let (rate, batch) = (run.rate, run.batch);
+        let pace = if self.changes.is_some() {
+            self.pace(i)
+        } else {
+            Vec::new()
+        };
+        let Some(run) = self.states[i].run.as_ref() else {
+            return;
+        };
         if let Some(changes) = self.changes.as_mut() {
             changes.push(Change::Retuned {
                 job: id,
                 steps_per_second: rate,
+                pace,
                 batch,
                 resources: self.ledger.held(
                     &self.cluster,

@@ -35,12 +35,7 @@ pub struct RunShape<'a> {
     pub allotment: Option<Allotment>,
 }
 
-/// A progress rate that holds until the job's work done reaches `until` (then it is asked again).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Segment {
-    pub rate: f64,
-    pub until: f64,
-}
+pub use gangway_protocol::worker::Segment;
 
 /// How fast jobs run. The simulator asks once per job and GPU type and caches the answer.
 pub trait ThroughputModel: Send + Sync {
