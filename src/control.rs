@@ -592,6 +592,10 @@ pub struct SubmitArgs {
     /// Pipeline-parallel degree.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub pp: u32,
+    /// The global batch the job is tuned for, which goodput policies (`sia`, `pollux`) price it at
+    /// (default: its application's).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<u32>,
     /// Work: seconds of running time at that many GPUs.
     #[arg(long, value_name = "SECONDS", value_parser = positive, allow_negative_numbers = true)]
     pub work: f64,
@@ -646,7 +650,7 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
         min_gpus: (args.gpus.0 < args.gpus.1).then_some(args.gpus.0),
         tp: args.tp,
         pp: args.pp,
-        batch: None,
+        batch: args.batch,
         work: args.work,
         weight: args.weight,
         run: None,

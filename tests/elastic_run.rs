@@ -150,6 +150,18 @@ fn spawn_endless_toy(command: &mut Command) -> Child {
 }
 
 /// Polls `check` until it passes; after `timeout`, panics with what it last said.
+/// The first value `check` gives within `timeout`; panics with its last reason after.
+fn eventually_value<T>(timeout: Duration, mut check: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check() {
+            Ok(value) => return value,
+            Err(why) => assert!(Instant::now() < deadline, "after {timeout:?}: {why}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn eventually(timeout: Duration, mut check: impl FnMut() -> Result<(), String>) {
     let deadline = Instant::now() + timeout;
     while let Err(why) = check() {
@@ -730,19 +742,7 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
     let journal = dir.path().join("journal");
     // Four fake GPUs of Sia's `rtx` type: sia sizes the job 1, 2 or 4 by cifar10's profile, and
     // charges what its restarts really took.
-    let _daemon = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_gangway"))
-            .args(["serve", "--fake-gpus", "4", "--fake-gpu-type", "rtx"])
-            .args(["--workers", "processes", "--policy", "sia", "--round", "2"])
-            .arg("--goodput-profiles")
-            .arg(&profiles)
-            .args(["--listen", &addr, "--journal"])
-            .arg(&journal)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let _daemon = sia_daemon(&profiles, &addr, &journal);
     let base = format!("http://{addr}");
     support::wait_until_answering(&base);
     let toy = |job: &str, placement: &[&str]| {
@@ -750,7 +750,6 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
         command
             .args(placement)
             .args(["--python", &python, "--job-id", job, "--grace", "30"])
-            .args(["--global-batch", "16", "--max-micro-batch", "4"])
             .arg("--checkpoint-dir")
             .arg(dir.path().join(job))
             .args([TOY, "--steps", "240", "--save-every", "5"])
@@ -758,7 +757,9 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
             .current_dir(dir.path());
         command
     };
-    // The same training, uninterrupted, at the same global batch.
+    // The same training, uninterrupted, at the same global batch (the toy's 16: no --global-batch,
+    // which would also make it the batch sia prices the job at, far below cifar10's, so that it
+    // would hardly grow).
     let reference = run(&mut toy("reference", &["--fake-gpus", "1"]));
     assert!(reference.status.success(), "{}", text(&reference));
 
@@ -774,12 +775,12 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
     .spawn()
     .unwrap();
     let http = support::Api::new(&base, &journal, Duration::from_secs(60));
-    // Alone, it grows to the whole server.
+    // Alone, it grows to the whole server, and trains there (its workers measure 4 replicas).
     eventually(Duration::from_secs(150), || {
         let info = job_info(&http, 0);
-        (placement_of(&info).len() == 4)
+        (placement_of(&info).len() == 4 && info["measured"]["replicas"] == 4)
             .then_some(())
-            .ok_or(format!("not on 4 GPUs yet: {info}"))
+            .ok_or(format!("not training on 4 GPUs yet: {info}"))
     });
     // Half the server goes out of service: it shrinks to what is left.
     let cordoned = http
@@ -815,11 +816,13 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
             "the global batch is kept: {plan}"
         );
     }
-    // The same optimisation as the uninterrupted run, up to float rounding and dropout draws.
+    // The same optimisation as the uninterrupted run, up to float rounding and dropout draws (which
+    // differ at each world size: RNG streams cannot be remapped). Losing training would show: the
+    // toy's loss is 0.020 after its 240 steps, 0.050 after 120 and 0.17 after 60.
     let loss = |name: &str| read_json(dir.path(), name)["final_loss"].as_f64().unwrap();
     let (ours, theirs) = (loss("elastic.json"), loss("reference.json"));
     assert!(
-        (ours - theirs).abs() <= 0.2 * theirs,
+        ours <= 2.0 * theirs && theirs <= 2.0 * ours,
         "final loss {ours} after resizing, {theirs} uninterrupted"
     );
     let info = job_info(&http, 0);
@@ -830,6 +833,140 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
         "{info}"
     );
     assert!(info["last_restart_seconds"].as_f64() > Some(0.0), "{info}");
+}
+
+/// The attempts (`GANGWAY_ATTEMPT`) of job `job` that have processes now.
+fn attempts_running(job: &str) -> std::collections::BTreeSet<String> {
+    processes_of(job)
+        .into_iter()
+        .filter_map(|pid| {
+            let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            environ
+                .split(|&b| b == 0)
+                .find_map(|kv| kv.strip_prefix(b"GANGWAY_ATTEMPT="))
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        })
+        .collect()
+}
+
+/// `gangway serve` under sia on 4 fake `rtx` GPUs, running real jobs, on `journal`.
+fn sia_daemon(profiles: &Path, addr: &str, journal: &Path) -> KillOnDrop {
+    KillOnDrop(
+        Command::new(env!("CARGO_BIN_EXE_gangway"))
+            .args(["serve", "--fake-gpus", "4", "--fake-gpu-type", "rtx"])
+            .args(["--workers", "processes", "--policy", "sia", "--round", "2"])
+            .arg("--goodput-profiles")
+            .arg(profiles)
+            .args(["--listen", addr, "--journal"])
+            .arg(journal)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn a_daemon_killed_during_a_resize_resumes_the_job_once_from_its_checkpoint_with_its_model() {
+    let python = need_torch!();
+    let Some(profiles) = sia_profiles() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let addr = format!("127.0.0.1:{}", support::free_port());
+    let journal = dir.path().join("journal");
+    let mut daemon = sia_daemon(&profiles, &addr, &journal);
+    let base = format!("http://{addr}");
+    support::wait_until_answering(&base);
+    let client = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args(["--daemon", &addr, "--gpus", "1:4", "--job-type", "cifar10"])
+        .args(["--python", &python, "--job-id", "resized", "--grace", "30"])
+        .arg("--checkpoint-dir")
+        .arg(dir.path().join("resized"))
+        .args([
+            TOY,
+            "--steps",
+            "200",
+            "--save-every",
+            "5",
+            "--step-sleep",
+            "0.2",
+        ])
+        .current_dir(dir.path())
+        .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let api = support::Api::new(&base, &journal, Duration::from_secs(30));
+    // Once it trains on the whole server and its model knows a configuration, two GPUs go out of
+    // service: it must shrink, and the daemon is killed on the way (its workers checkpointing, or
+    // stopped and not yet started on the two GPUs left).
+    eventually(Duration::from_secs(200), || {
+        let info = job_info(&api, 0);
+        (info["measured"]["replicas"] == 4
+            && info["learned"][0]["configurations"].as_u64() >= Some(1))
+        .then_some(())
+        .ok_or(format!("not trained on 4 GPUs with a model yet: {info}"))
+    });
+    let cordoned = api
+        .post("/gpus/cordon", &serde_json::json!({ "gpus": [2, 3] }))
+        .unwrap();
+    assert_eq!(cordoned.status(), 200);
+    let learned = eventually_value(Duration::from_secs(60), || {
+        let info = job_info(&api, 0);
+        let phase = info["phase"].as_str().unwrap_or_default();
+        ["checkpointing", "preempted", "resizing", "starting"]
+            .contains(&phase)
+            .then(|| info["learned"].clone())
+            .ok_or(format!("not between its sizes: {info}"))
+    });
+    daemon.0.kill().unwrap();
+    daemon.0.wait().unwrap();
+    let _daemon = sia_daemon(&profiles, &addr, &journal);
+    support::wait_until_answering(&base);
+    let api = support::Api::new(&base, &journal, Duration::from_secs(30));
+    let after = job_info(&api, 0);
+    assert_eq!(
+        after["learned"], learned,
+        "the model survived the kill: {after}"
+    );
+    // It runs once: never two attempts of it at a time, until it ends.
+    let mut seen = std::collections::BTreeSet::new();
+    let mut client = client;
+    let status = loop {
+        let attempts = attempts_running("resized");
+        assert!(
+            attempts.len() <= 1,
+            "two attempts run at once: {attempts:?}"
+        );
+        seen.extend(attempts);
+        if let Some(status) = client.try_wait().unwrap() {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = client.wait_with_output().unwrap();
+    let output = text(&out);
+    assert!(status.success(), "{output}");
+    let (plans, saved) = launches_and_saves(&output);
+    assert_eq!(
+        plans
+            .iter()
+            .filter(|p| p.contains("starting from scratch"))
+            .count(),
+        1,
+        "{plans:?}"
+    );
+    // Every launch resumed where the last one saved: the kill lost no work.
+    for (plan, step) in plans[1..].iter().zip(&saved) {
+        assert!(
+            plan.ends_with(&format!("resumed from step {step}")),
+            "{plan} after saving step {step}:\n{output}"
+        );
+    }
+    assert_eq!(job_info(&api, 0)["phase"], "finished");
 }
 
 /// The `KEY=VALUE` fields of the toy's `resources:` reports (one per rank), from its output.

@@ -193,8 +193,18 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
         .unwrap()
         .unwrap();
     // The round the cordon asked for waited for the stop, then put the older job back on the two
-    // GPUs left in service; the newer one waits.
-    let moved = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    // GPUs left in service (starting, until its launch is carried out); the newer one waits.
+    let moved = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+            if shown.phase != Phase::Starting {
+                return shown;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the job never left Starting");
     assert_eq!(moved.phase, Phase::Running, "{moved:?}");
     assert_eq!(moved.preemptions, 1);
     assert!(

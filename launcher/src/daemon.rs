@@ -83,7 +83,8 @@ pub fn submit_and_follow(
         min_gpus: (options.gpus.0 < options.gpus.1).then_some(options.gpus.0),
         tp: options.tp,
         pp: options.pp,
-        batch: None,
+        // Its global batch is what goodput policies price it at.
+        batch: options.global_batch,
         work: options.expected_runtime,
         weight: 1.0,
         run: Some(RunCommand {

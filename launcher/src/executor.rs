@@ -209,6 +209,26 @@ struct RunRecord {
     marker: Option<String>,
 }
 
+/// Writes an attempt's record, which a restarted daemon re-adopts it by (a daemon that cannot write
+/// it still runs the attempt, but a restart will not find it).
+fn write_run_file(path: &Path, record: &RunRecord) {
+    if let Err(e) = serde_json::to_vec(record)
+        .map_err(std::io::Error::other)
+        .and_then(|bytes| write_atomically(path, &bytes))
+    {
+        tracing::warn!(error = %e, "writing {}: a restarted daemon cannot re-adopt it", path.display());
+    }
+}
+
+/// The process leading its own group among those whose [`ATTEMPT_VAR`] is `marker`: the attempt's
+/// `elastic-run` (started in a group of its own; torchrun and the workers are in it).
+fn marked_leader(marker: &str) -> Option<i32> {
+    crate::process::processes_with_env(ATTEMPT_VAR, marker)
+        .into_iter()
+        // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
+        .find(|&pid| unsafe { libc::getpgid(pid) } == pid)
+}
+
 /// Where an attempt's CPUs and memory are held.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 struct Confinement {
@@ -537,8 +557,7 @@ impl ProcessExecutor {
                 "it has no command: submit real jobs with `elastic-run --daemon`".into(),
             ));
         };
-        // A command elastic-run refuses still starts: it reports why in its exit file.
-        let grace = crate::cli::parse(&run.args).map_or(Duration::ZERO, |inv| inv.options.grace());
+        let stop_timeout = self.stop_timeout(launch);
         let placement = self.hosts.placement_args(&launch.gpus)?;
         let (out, err) = match &run.log {
             // Opened by the child once it is that user (below): the kernel checks the user's access.
@@ -626,7 +645,16 @@ impl ProcessExecutor {
                 e,
             )
         })?;
-        Ok((child, grace + self.stop_margin))
+        Ok((child, stop_timeout))
+    }
+
+    /// How long `launch`'s workers get to checkpoint and exit when stopped: their grace, and a
+    /// margin. (A command elastic-run refuses still starts: it reports why in its exit file.)
+    fn stop_timeout(&self, launch: &Launch) -> Duration {
+        let grace = launch.run.as_ref().map_or(Duration::ZERO, |run| {
+            crate::cli::parse(&run.args).map_or(Duration::ZERO, |inv| inv.options.grace())
+        });
+        grace + self.stop_margin
     }
 
     /// The event for a run that exited.
@@ -647,7 +675,8 @@ impl ProcessExecutor {
                 at: now,
                 error: format!("elastic-run exited {code}: {why}"),
                 // 2: a user error; 1: elastic-run spent the job's restart budget; 75: stopped by
-                // someone else's SIGTERM, with a checkpoint saved, so worth placing again.
+                // someone else's SIGTERM, with a checkpoint saved, or another elastic-run of the
+                // job still held its checkpoints: worth placing again.
                 retryable: code == 75,
             },
             None => WorkerEvent::Failed {
@@ -743,32 +772,36 @@ impl Executor for ProcessExecutor {
             }
             None => {}
         }
-        let spawned =
-            self.confine(launch)
-                .and_then(|confinement| match self.spawn(launch, &confinement) {
-                    Ok(spawned) => Ok((spawned, confinement)),
-                    Err(e) => {
-                        self.release(&confinement);
-                        Err(e)
-                    }
-                });
+        let run_file = self.attempt_file(launch.job, launch.attempt, "run");
+        let marker = self.attempt_marker(launch.job, launch.attempt);
+        let record = |pid: i32, stop_timeout: Duration, confinement: &Confinement| RunRecord {
+            pid,
+            launched_at: now,
+            stop_timeout,
+            launch: launch.clone(),
+            confinement: confinement.clone(),
+            marker: Some(marker.clone()),
+        };
+        let spawned = self.confine(launch).and_then(|confinement| {
+            // Written before the spawn too (pid 0: not known yet), so that a daemon killed in
+            // between finds the attempt by its marker rather than leave it running unknown.
+            let stop_timeout = self.stop_timeout(launch);
+            write_run_file(&run_file, &record(0, stop_timeout, &confinement));
+            match self.spawn(launch, &confinement) {
+                Ok(spawned) => Ok((spawned, confinement)),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&run_file);
+                    self.release(&confinement);
+                    Err(e)
+                }
+            }
+        });
         match spawned {
             Ok(((child, stop_timeout), confinement)) => {
-                let record = RunRecord {
-                    pid: child.id() as i32,
-                    launched_at: now,
-                    stop_timeout,
-                    launch: launch.clone(),
-                    confinement: confinement.clone(),
-                    marker: Some(self.attempt_marker(launch.job, launch.attempt)),
-                };
-                let run_file = self.attempt_file(launch.job, launch.attempt, "run");
-                if let Err(e) = serde_json::to_vec(&record)
-                    .map_err(std::io::Error::other)
-                    .and_then(|bytes| write_atomically(&run_file, &bytes))
-                {
-                    tracing::warn!(error = %e, "writing {}: a restarted daemon cannot re-adopt it", run_file.display());
-                }
+                write_run_file(
+                    &run_file,
+                    &record(child.id() as i32, stop_timeout, &confinement),
+                );
                 let run = Run {
                     attempt: launch.attempt,
                     stop_timeout,
@@ -891,6 +924,11 @@ impl Executor for ProcessExecutor {
             return false;
         };
         let marker = record.marker.take().unwrap_or_else(|| marker(job, attempt));
+        if record.pid == 0 {
+            // The daemon stopped between writing the record and learning the pid: its marked
+            // process-group leader is the attempt's `elastic-run`.
+            record.pid = marked_leader(&marker).unwrap_or(0);
+        }
         if !process_has(record.pid, &marker) && !self.exit_file(&record.launch).exists() {
             return false;
         }

@@ -94,6 +94,18 @@ pub enum LaunchError {
     Busy(PathBuf),
 }
 
+impl LaunchError {
+    /// The launcher's exit code: 75 (EX_TEMPFAIL) when another `elastic-run` of the job still holds
+    /// its checkpoints (one stopping, say, when a daemon restarted and launched the job again),
+    /// which a scheduler retries; 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LaunchError::Busy(_) => 75,
+            _ => 1,
+        }
+    }
+}
+
 fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
     let what = what.into();
     move |cause| LaunchError::Io { what, cause }

@@ -120,7 +120,7 @@ fn finish(result: Result<Ending, local::LaunchError>) -> ! {
         Ok(ending) => (ending.exit_code(), ending.to_string()),
         Err(e) => {
             eprintln!("elastic-run: {e}");
-            (1, e.to_string())
+            (e.exit_code(), e.to_string())
         }
     };
     if let Some(path) = std::env::var_os(EXIT_FILE_VAR) {

@@ -329,7 +329,11 @@ impl ClusterActor {
             }
             let gang = gang_of(&self.gpus, holder, start.partner, &launch.gpus);
             handle.gang = Some(gang.clone());
-            handle.phase = Phase::Running;
+            // What the API shows until its workers are launched (a job resized or moved shows its
+            // checkpoint first).
+            if handle.phase != Phase::Checkpointing {
+                handle.phase = Phase::Starting;
+            }
             starts.push(StartStep {
                 launch,
                 addr: handle.addr.clone(),
@@ -378,6 +382,7 @@ impl ClusterActor {
         self.carrier.busy = true;
         let now = steps.now;
         let stopped: Vec<(JobId, Phase)> = steps.stops.iter().map(|s| (s.job, s.next)).collect();
+        let started: Vec<JobId> = steps.starts.iter().map(|s| s.launch.job).collect();
         let executor = Arc::clone(&self.executor);
         let work = async move { carry_out(steps, &executor).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
@@ -386,6 +391,17 @@ impl ClusterActor {
                     && handle.phase == Phase::Checkpointing
                 {
                     handle.phase = next;
+                }
+            }
+            // Launched (a start that failed goes back to the queue as it settles).
+            for job in started {
+                if let Some(handle) = actor.jobs.get_mut(&job)
+                    && matches!(
+                        handle.phase,
+                        Phase::Starting | Phase::Resizing | Phase::Migrating
+                    )
+                {
+                    handle.phase = Phase::Running;
                 }
             }
             let report = actor.settle(outcome, now);
