@@ -197,19 +197,12 @@ fn simulated_starts(changes: &[(f64, Change)]) -> Starts {
 
 #[test]
 fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
-    let dir = std::path::Path::new(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/data/sia/workloads/philly/workload-1.csv"
-    ));
-    if !dir.is_file() {
-        support::skip(&format!(
-            "{} not found (the shared reference data is absent)",
-            dir.display()
-        ));
+    let Some(workloads) = support::shared_data("sia/workloads/philly", "workload-1.csv") else {
         return;
-    }
+    };
     // Sia's first 20 jobs of its philly workload, on its heterogeneous cluster, 60 s rounds.
-    let mut trace = gangway_core::trace::load(dir, &TraceOptions::default()).unwrap();
+    let trace_file = workloads.join("workload-1.csv");
+    let mut trace = gangway_core::trace::load(&trace_file, &TraceOptions::default()).unwrap();
     trace.jobs.truncate(20);
     let cluster = Cluster::parse_spec("aws=6x4,rtx=3x8,dgx-ext=2x8", 4).unwrap();
     let model: Arc<dyn ThroughputModel> = Arc::new(

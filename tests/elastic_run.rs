@@ -708,18 +708,7 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
 
 /// Sia's per-GPU-type profiles, where the shared reference data is.
 fn sia_profiles() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/data/sia/profiles"
-    ));
-    if dir.join("cifar10").is_dir() {
-        return Some(dir);
-    }
-    support::skip(&format!(
-        "{} not found (the shared reference data is absent)",
-        dir.display()
-    ));
-    None
+    support::shared_data("sia/profiles", "cifar10")
 }
 
 /// The world size of each launch in a toy's output, in order.
@@ -886,7 +875,7 @@ fn a_daemon_killed_during_a_resize_resumes_the_job_once_from_its_checkpoint_with
         .args([
             TOY,
             "--steps",
-            "200",
+            "300",
             "--save-every",
             "5",
             "--step-sleep",

@@ -12,18 +12,7 @@ mod support;
 
 /// Sia's per-GPU-type profiles, where the shared reference data is.
 fn sia_profiles() -> Option<PathBuf> {
-    let dir = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/data/sia/profiles"
-    ));
-    if dir.join("cifar10").is_dir() {
-        return Some(dir);
-    }
-    support::skip(&format!(
-        "{} not found (the shared reference data is absent)",
-        dir.display()
-    ));
-    None
+    support::shared_data("sia/profiles", "cifar10")
 }
 
 struct Daemon {

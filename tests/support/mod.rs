@@ -64,6 +64,21 @@ pub fn skip_unless_ci(ci: bool, why: &str) {
     eprintln!("SKIPPED: {why}");
 }
 
+/// `REL` under the shared reference data (`../shared/data` beside the project), when it holds
+/// `inside`; otherwise the test skips (in CI, fails) saying so.
+pub fn shared_data(rel: &str, inside: &str) -> Option<std::path::PathBuf> {
+    let path =
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/data")).join(rel);
+    if path.join(inside).exists() {
+        return Some(path);
+    }
+    skip(&format!(
+        "{} not found (the shared reference data is absent)",
+        path.join(inside).display()
+    ));
+    None
+}
+
 /// The daemon's API at `base` (`http://HOST:PORT`), with the token `gangway serve` wrote beside its
 /// journal (`JOURNAL/api-token`).
 pub struct Api {

@@ -118,14 +118,11 @@ impl Engine<'_> {
         let before = state.steps_done;
         while t < now {
             if run.until <= state.steps_done {
-                let segment = super::runs::alone_segment(
+                let segment = super::runs::run_segment(
                     &*self.model,
                     cluster,
                     &self.jobs[i],
-                    run.gpu_type,
-                    &run.gpus,
-                    run.batch,
-                    run.allotment,
+                    run,
                     state.steps_done,
                 );
                 run.rate = segment.rate * run.locality;

@@ -155,16 +155,8 @@ impl Engine<'_> {
             if t > limit {
                 return f64::INFINITY;
             }
-            let segment = super::runs::alone_segment(
-                &*self.model,
-                &self.cluster,
-                &self.jobs[i],
-                run.gpu_type,
-                &run.gpus,
-                run.batch,
-                run.allotment,
-                done,
-            );
+            let segment =
+                super::runs::run_segment(&*self.model, &self.cluster, &self.jobs[i], run, done);
             rate = segment.rate * run.locality;
             until = segment.until.max(done);
         }

@@ -61,6 +61,27 @@ pub(super) fn alone_segment(
         })
 }
 
+/// [`alone_segment`] of `run`'s shape for `job`, from `steps_done` on: where its rate changes as it
+/// progresses, the segment it is in.
+pub(super) fn run_segment(
+    model: &dyn ThroughputModel,
+    cluster: &Cluster,
+    job: &Job,
+    run: &Run,
+    steps_done: f64,
+) -> Segment {
+    alone_segment(
+        model,
+        cluster,
+        job,
+        run.gpu_type,
+        &run.gpus,
+        run.batch,
+        run.allotment,
+        steps_done,
+    )
+}
+
 impl Engine<'_> {
     /// Takes `placed` GPUs and starts job `i` on them (with its partner, when packed), with `batch`
     /// and `allotment` (a packed pair runs on its servers' shares).
@@ -212,16 +233,7 @@ impl Engine<'_> {
                 break;
             }
             done = last.until;
-            let segment = alone_segment(
-                &*self.model,
-                &self.cluster,
-                &self.jobs[i],
-                run.gpu_type,
-                &run.gpus,
-                run.batch,
-                run.allotment,
-                done,
-            );
+            let segment = run_segment(&*self.model, &self.cluster, &self.jobs[i], run, done);
             pace.push(Segment {
                 rate: segment.rate * run.locality,
                 until: segment.until.max(done),
@@ -309,16 +321,7 @@ impl Engine<'_> {
             return;
         };
         let progress_from = run.progress_from.max(now);
-        let segment = alone_segment(
-            &*self.model,
-            &self.cluster,
-            &self.jobs[i],
-            run.gpu_type,
-            &run.gpus,
-            run.batch,
-            run.allotment,
-            steps_done,
-        );
+        let segment = run_segment(&*self.model, &self.cluster, &self.jobs[i], run, steps_done);
         run.rate = segment.rate * run.locality;
         run.until = segment.until;
         let (rate, batch) = (run.rate, run.batch);
