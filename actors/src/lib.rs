@@ -35,7 +35,7 @@
 //!     };
 //!     let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
 //!     let cluster = ClusterActor::start(parts, settings).unwrap();
-//!     let request = JobRequest { id: None, job_type: "toy".into(), tenant: "a".into(), gpus: 2, work: 60.0, weight: 1.0, run: None };
+//!     let request = JobRequest { tenant: "a".into(), ..JobRequest::new("toy", 2, 60.0) };
 //!     let id = cluster.send(Submit { request, at: None, key: None }).await.unwrap().unwrap();
 //!     assert_eq!(id.0, 0);
 //! });

@@ -44,6 +44,26 @@ pub struct JobRequest {
     pub run: Option<RunCommand>,
 }
 
+impl JobRequest {
+    /// A rigid job of `job_type` on `gpus` GPUs with `work` to do, as the defaults have it (tenant
+    /// `default`, weight 1, its own batch, no command): set the other fields on the value.
+    pub fn new(job_type: impl Into<String>, gpus: u32, work: f64) -> Self {
+        JobRequest {
+            id: None,
+            job_type: job_type.into(),
+            tenant: default_name(),
+            gpus,
+            min_gpus: None,
+            tp: 1,
+            pp: 1,
+            batch: None,
+            work,
+            weight: default_weight(),
+            run: None,
+        }
+    }
+}
+
 fn default_name() -> String {
     "default".to_owned()
 }
