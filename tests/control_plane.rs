@@ -249,19 +249,6 @@ fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
         sorted
     };
     let (live_starts, sim_starts) = (by_time(&live_starts), by_time(&sim_starts));
-    if std::env::var("DUMP").is_ok() {
-        for (l, s) in live_starts.iter().zip(&sim_starts) {
-            eprintln!(
-                "L {:8.1} {:>3} {:>3}   S {:8.1} {:>3} {:>3}",
-                l.0,
-                l.1.0,
-                l.2.len(),
-                s.0,
-                s.1.0,
-                s.2.len()
-            );
-        }
-    }
     for (live, sim) in live_starts.iter().zip(&sim_starts) {
         assert!(
             live.1 == sim.1 && live.2 == sim.2 && close(Some(live.0), Some(sim.0)),
@@ -269,6 +256,7 @@ fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
         );
     }
     assert_eq!(live_starts.len(), sim_starts.len(), "number of starts");
+    assert_eq!(timeline.len(), expected.records.len());
     for ((id, start, finish), record) in timeline.iter().zip(&expected.records) {
         assert_eq!(*id, record.id);
         assert!(
