@@ -69,19 +69,10 @@ fn rounds(c: &mut Criterion) {
             settings.journal = Some(dir.path().join("journal"));
             let cluster = ClusterActor::start(parts, settings).unwrap();
             for k in 0..JOBS {
+                // Days of work: nothing finishes during the benchmark.
                 let request = JobRequest {
-                    id: None,
-                    job_type: format!("model-{}", k % 16),
                     tenant: format!("team-{}", k % 8),
-                    gpus: gang(k),
-                    min_gpus: None,
-                    tp: 1,
-                    pp: 1,
-                    batch: None,
-                    // Days of work: nothing finishes during the benchmark.
-                    work: 1e6 + f64::from(k),
-                    weight: 1.0,
-                    run: None,
+                    ..JobRequest::new(format!("model-{}", k % 16), gang(k), 1e6 + f64::from(k))
                 };
                 cluster
                     .send(Submit {

@@ -593,9 +593,10 @@ pub struct SubmitArgs {
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub pp: u32,
     /// The global batch the job is tuned for, which goodput policies (`sia`, `pollux`) price it at
-    /// (default: its application's).
-    #[arg(long, value_name = "N")]
-    pub batch: Option<u32>,
+    /// (default: its application's): `N`, or `MIN:MAX` for a job that adapts its batch, which they
+    /// choose within.
+    #[arg(long, value_name = "N|MIN:MAX", value_parser = gangway_launcher::cli::parse_batch)]
+    pub batch: Option<(u32, u32)>,
     /// Work: seconds of running time at that many GPUs.
     #[arg(long, value_name = "SECONDS", value_parser = positive, allow_negative_numbers = true)]
     pub work: f64,
@@ -650,7 +651,8 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
         min_gpus: (args.gpus.0 < args.gpus.1).then_some(args.gpus.0),
         tp: args.tp,
         pp: args.pp,
-        batch: args.batch,
+        batch: args.batch.map(|(_, max)| max),
+        min_batch: args.batch.and_then(|(min, max)| (min < max).then_some(min)),
         work: args.work,
         weight: args.weight,
         run: None,

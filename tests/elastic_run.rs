@@ -430,6 +430,7 @@ fn launch_on(job: u32, attempt: u64, gpus: &[u32], run: &RunCommand) -> Launch {
         total_steps: 1000.0,
         resources: None,
         run: Some(run.clone()),
+        batch: None,
     }
 }
 

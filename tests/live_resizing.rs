@@ -1,5 +1,6 @@
-//! `gangway serve --policy sia` resizes elastic jobs live, on Sia's application profiles (the shared
-//! reference data), with simulated workers: what each job holds is followed through the API.
+//! `gangway serve --policy sia` (and `pollux`) resize elastic jobs live, on Sia's application profiles
+//! (the shared reference data), with simulated workers: what each job holds is followed through the
+//! API.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -27,14 +28,12 @@ impl Drop for Daemon {
     }
 }
 
-/// A daemon on two 8-GPU `rtx` servers under `sia`, its workers simulated, a round every second of
-/// wall time (60 s rounds, 60 times faster than the wall clock). (On one 8-GPU server, Sia keeps a
-/// job that scales as well as cifar10 does on all 8: sharing them would cost it more normalized
-/// goodput than a newcomer gains.)
-fn daemon(journal: &Path, profiles: &Path) -> Daemon {
+/// A daemon on `cluster` (`rtx` servers) under `policy`, its workers simulated, a round every second
+/// of wall time (60 s rounds, 60 times faster than the wall clock).
+fn daemon(journal: &Path, profiles: &Path, policy: &str, cluster: &str) -> Daemon {
     let port = support::free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .args(["serve", "--cluster", "rtx=2x8", "--policy", "sia"])
+        .args(["serve", "--cluster", cluster, "--policy", policy])
         .arg("--goodput-profiles")
         .arg(profiles)
         .args(["--round", "60", "--time-scale", "60"])
@@ -51,6 +50,16 @@ fn daemon(journal: &Path, profiles: &Path) -> Daemon {
         child,
         api: support::Api::new(&base, journal, Duration::from_secs(10)),
     }
+}
+
+/// A cifar10 job on up to `gpus` GPUs with `extra` fields (`min_gpus`, `tp`, batches).
+fn cifar(gpus: u32, extra: Value) -> Value {
+    let mut request = json!({"job_type": "cifar10", "gpus": gpus, "work": 1e7});
+    request
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().cloned().unwrap_or_default());
+    request
 }
 
 fn submit(api: &support::Api, request: Value) -> u64 {
@@ -82,7 +91,7 @@ fn follow(
     seen: &mut BTreeMap<u64, Vec<usize>>,
     seconds: u64,
     what: &str,
-    done: impl Fn(&BTreeMap<u64, usize>) -> bool,
+    mut done: impl FnMut(&BTreeMap<u64, usize>) -> bool,
 ) {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     loop {
@@ -110,16 +119,10 @@ fn under_sia_an_elastic_job_grows_alone_shrinks_for_others_and_grows_back() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let d = daemon(&dir.path().join("journal"), &profiles);
+    // Two servers: on one 8-GPU server, Sia keeps a job that scales as well as cifar10 does on all
+    // 8 (sharing them would cost it more normalized goodput than a newcomer gains).
+    let d = daemon(&dir.path().join("journal"), &profiles, "sia", "rtx=2x8");
     let api = &d.api;
-    let cifar = |gpus: u32, extra: Value| {
-        let mut request = json!({"job_type": "cifar10", "gpus": gpus, "work": 1e7});
-        request
-            .as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().cloned().unwrap_or_default());
-        request
-    };
     let mut seen = BTreeMap::new();
     let elastic = submit(api, cifar(16, json!({"min_gpus": 1})));
     follow(
@@ -204,4 +207,93 @@ fn under_sia_an_elastic_job_grows_alone_shrinks_for_others_and_grows_back() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no resizes_total in {metrics}"));
     assert!(resizes >= 3, "{metrics}");
+}
+
+#[test]
+fn under_pollux_an_elastic_job_adapts_its_batch_and_shares_one_server_with_a_newcomer() {
+    let Some(profiles) = sia_profiles() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(&dir.path().join("journal"), &profiles, "pollux", "rtx=1x8");
+    let api = &d.api;
+    let mut seen = BTreeMap::new();
+    // It adapts its batch from 256 to 4096; Pollux picks it at every launch.
+    let elastic = submit(
+        api,
+        cifar(8, json!({"min_gpus": 1, "min_batch": 256, "batch": 4096})),
+    );
+    let mut batches = std::collections::BTreeSet::new();
+    let mut note_batches = |api: &support::Api| {
+        for job in jobs(api) {
+            if job["id"] == elastic
+                && let Some(batch) = job["batch"].as_u64()
+            {
+                batches.insert(batch);
+            }
+        }
+    };
+    follow(
+        api,
+        &mut seen,
+        60,
+        "the elastic job growing to 8 GPUs alone",
+        |s| {
+            note_batches(api);
+            s[&elastic] == 8
+        },
+    );
+    // A newcomer that keeps its own batch: Pollux's harmonic mean shares the server with it.
+    let newcomer = submit(api, cifar(8, json!({"min_gpus": 1})));
+    follow(api, &mut seen, 60, "the newcomer running", |s| {
+        note_batches(api);
+        s[&newcomer] > 0 && s[&elastic] < 8
+    });
+    let live = jobs(api);
+    let shown = |id: u64| live.iter().find(|j| j["id"] == id).unwrap().clone();
+    assert_eq!(
+        shown(newcomer)["batch"],
+        Value::Null,
+        "it keeps its own batch"
+    );
+    assert_eq!(
+        api.delete(&format!("/jobs/{newcomer}")).unwrap().status(),
+        200
+    );
+    follow(
+        api,
+        &mut seen,
+        60,
+        "the elastic job growing back to 8",
+        |s| {
+            note_batches(api);
+            s[&elastic] == 8
+        },
+    );
+
+    let grown: Vec<usize> = seen[&elastic]
+        .iter()
+        .copied()
+        .skip_while(|&g| g == 0)
+        .collect();
+    let peak = grown.iter().position(|&g| g == 8).unwrap();
+    assert_eq!(grown[0], 1, "{grown:?}");
+    assert!(
+        grown[..=peak].windows(2).all(|w| w[0] < w[1]),
+        "alone, it only grew: {grown:?}"
+    );
+    assert!(
+        grown[peak..].iter().any(|&g| (1..8).contains(&g)),
+        "it shrank for the newcomer: {grown:?}"
+    );
+    assert_eq!(grown.last(), Some(&8), "{grown:?}");
+    // Its batch: within its range at every launch, and not one size for all of them.
+    assert!(
+        batches.iter().all(|b| (256..=4096).contains(b)),
+        "{batches:?}"
+    );
+    assert!(batches.len() >= 2, "its batch never changed: {batches:?}");
+    let info = jobs(api);
+    let last = info.iter().find(|j| j["id"] == elastic).unwrap();
+    assert!(last["resizes"].as_u64().unwrap() >= 4, "{last}");
 }

@@ -95,6 +95,7 @@ pub async fn replay(
                 tp: job.sizes.map_or(1, |s| s.multiple),
                 pp: 1,
                 batch: job.batch,
+                min_batch: job.min_batch,
                 work: job.total_steps,
                 weight: job.weight,
                 run: None,

@@ -204,6 +204,7 @@ mod tests {
             total_steps: 100.0,
             resources: None,
             run: None,
+            batch: None,
         }
     }
 

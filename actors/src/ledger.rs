@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 
 use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::job::{JobId, Sizes};
+use gangway_core::throughput::BatchPlan;
 use gangway_core::throughput::goodput::perf::Observation;
 use gangway_journal::{Journal, JournalError, Recovered};
 use serde::{Deserialize, Serialize};
@@ -97,8 +98,13 @@ pub enum Record {
         observation: Observation,
         grad: Option<(f64, f64)>,
     },
+    /// A [`Record::Shaped`] as written before jobs could adapt their batch: read, no longer written.
+    ShapedV1 {
+        job: JobId,
+        shape: ShapeV1,
+    },
     /// What a job asked of policies that resize jobs, when it asked more than its GPUs (an elastic
-    /// or hybrid-parallel job, or a tuned batch): written with its `Submitted`, in one batch.
+    /// or hybrid-parallel job, or a batch): written with its `Submitted`, in one batch.
     Shaped {
         job: JobId,
         shape: Shape,
@@ -106,11 +112,13 @@ pub enum Record {
 }
 
 /// What a job asks of policies that resize jobs, beyond its [`JobSpec`]: the GPU counts it runs on,
-/// and the global batch it is tuned for.
+/// and its global batch: the one it is tuned for, or, when it adapts its batch, the range
+/// `min_batch..=batch` a policy chooses within.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
     pub sizes: Sizes,
     pub batch: Option<u32>,
+    pub min_batch: Option<u32>,
 }
 
 impl Shape {
@@ -119,6 +127,34 @@ impl Shape {
         Shape {
             sizes: Sizes::rigid(gpus),
             batch: None,
+            min_batch: None,
+        }
+    }
+}
+
+impl Shape {
+    /// The global batch a run on `replicas` replicas gets from its policy's `plan`, for a job that
+    /// adapts its batch (kept within its range: a plan's split may round past it); `None` for a job
+    /// that keeps its own, or when the policy chose none.
+    pub fn chosen_batch(&self, plan: Option<BatchPlan>, replicas: u32) -> Option<u32> {
+        let (min, max) = (self.min_batch?, self.batch?);
+        Some(plan?.global(replicas).clamp(min, max))
+    }
+}
+
+/// [`Shape`] as journaled before jobs could adapt their batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapeV1 {
+    pub sizes: Sizes,
+    pub batch: Option<u32>,
+}
+
+impl From<ShapeV1> for Shape {
+    fn from(old: ShapeV1) -> Shape {
+        Shape {
+            sizes: old.sizes,
+            batch: old.batch,
+            min_batch: None,
         }
     }
 }
@@ -137,12 +173,13 @@ impl Record {
             | Record::Failed { job, .. }
             | Record::Crashed { job, .. }
             | Record::Learned { job, .. }
+            | Record::ShapedV1 { job, .. }
             | Record::Shaped { job, .. } => Some(*job),
         }
     }
 
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
-    pub const KINDS: [&'static str; 12] = [
+    pub const KINDS: [&'static str; 13] = [
         "epoch",
         "submitted",
         "started",
@@ -154,6 +191,7 @@ impl Record {
         "crashed",
         "cordoned",
         "learned",
+        "shaped",
         "shaped",
     ];
 
@@ -171,7 +209,8 @@ impl Record {
             Record::Crashed { .. } => 8,
             Record::Cordoned { .. } => 9,
             Record::Learned { .. } => 10,
-            Record::Shaped { .. } => 11,
+            Record::ShapedV1 { .. } => 11,
+            Record::Shaped { .. } => 12,
         }]
     }
 }
@@ -440,7 +479,9 @@ impl Ledger {
             }
             // What was learned, and sizes, live beside the ledger (in the store): only a live job
             // learns or is shaped.
-            Record::Learned { job, .. } | Record::Shaped { job, .. } => {
+            Record::Learned { job, .. }
+            | Record::ShapedV1 { job, .. }
+            | Record::Shaped { job, .. } => {
                 self.live(seq, *job)?;
             }
             Record::Failed { job, at, error } => self.end(

@@ -52,7 +52,18 @@ pub mod limits {
 /// The fields of [`JobRequest`] and of its [`RunCommand`], as a body names them (a unit test keeps
 /// these lists equal to what serde reads).
 const REQUEST_FIELDS: &[&str] = &[
-    "id", "job_type", "tenant", "gpus", "min_gpus", "tp", "pp", "batch", "work", "weight", "run",
+    "id",
+    "job_type",
+    "tenant",
+    "gpus",
+    "min_gpus",
+    "tp",
+    "pp",
+    "batch",
+    "min_batch",
+    "work",
+    "weight",
+    "run",
 ];
 const RUN_FIELDS: &[&str] = &["args", "cwd", "env", "log", "user"];
 
@@ -158,6 +169,20 @@ pub fn validate(request: &JobRequest) -> Result<(), Invalid> {
         && !(1..=MAX_BATCH).contains(&batch)
     {
         return invalid("batch", format!("{batch} is not from 1 to {MAX_BATCH}"));
+    }
+    if let Some(min_batch) = request.min_batch {
+        let Some(batch) = request.batch else {
+            return invalid(
+                "min_batch",
+                "needs batch, the largest global batch the job adapts to",
+            );
+        };
+        if !(1..=batch).contains(&min_batch) {
+            return invalid(
+                "min_batch",
+                format!("{min_batch} is not from 1 to batch ({batch})"),
+            );
+        }
     }
     if !request.work.is_finite() || request.work <= 0.0 {
         return invalid(
@@ -316,6 +341,7 @@ pub fn shape(request: &JobRequest) -> Shape {
     Shape {
         sizes: sizes(request),
         batch: request.batch,
+        min_batch: request.min_batch.filter(|&min| Some(min) < request.batch),
     }
 }
 
@@ -560,6 +586,7 @@ mod tests {
             tp: 2,
             pp: 3,
             batch: Some(64),
+            min_batch: Some(16),
             work: 1.0,
             weight: 1.0,
             run: Some(RunCommand {
@@ -632,6 +659,7 @@ mod tests {
             tp: 1,
             pp: 1,
             batch: None,
+            min_batch: None,
             work,
             weight,
             run: None,
@@ -662,6 +690,7 @@ mod tests {
             tp,
             pp,
             batch: None,
+            min_batch: None,
             work: 60.0,
             weight: 1.0,
             run: None,
@@ -702,10 +731,28 @@ mod tests {
             (
                 JobRequest {
                     batch: Some(0),
+                    min_batch: None,
                     ..request(8, None, 1, 1)
                 },
                 "batch",
                 "not from 1 to 16777216",
+            ),
+            (
+                JobRequest {
+                    min_batch: Some(16),
+                    ..request(8, None, 1, 1)
+                },
+                "min_batch",
+                "needs batch",
+            ),
+            (
+                JobRequest {
+                    batch: Some(64),
+                    min_batch: Some(128),
+                    ..request(8, None, 1, 1)
+                },
+                "min_batch",
+                "128 is not from 1 to batch (64)",
             ),
         ] {
             let e = validate(&r).unwrap_err();
@@ -905,6 +952,7 @@ mod tests {
                 tp: 1,
                 pp: 1,
                 batch: None,
+                min_batch: None,
                 work: 60.0,
                 weight: 1.0,
                 run: None,

@@ -48,6 +48,7 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         tp: 1,
         pp: 1,
         batch: None,
+        min_batch: None,
         work: 3600.0,
         weight: 1.0,
         run: None,

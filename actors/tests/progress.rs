@@ -114,6 +114,7 @@ async fn submit(cluster: &actix::Addr<ClusterActor>) -> JobId {
         tp: 1,
         pp: 1,
         batch: None,
+        min_batch: None,
         work: 1000.0,
         weight: 1.0,
         run: None,

@@ -81,6 +81,7 @@ fn request(gpus: u32, work: f64) -> JobRequest {
         tp: 1,
         pp: 1,
         batch: None,
+        min_batch: None,
         work,
         weight: 1.0,
         run: None,

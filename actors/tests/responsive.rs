@@ -93,6 +93,7 @@ fn request() -> JobRequest {
         tp: 1,
         pp: 1,
         batch: None,
+        min_batch: None,
         work: 3600.0,
         weight: 1.0,
         run: None,

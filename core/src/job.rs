@@ -49,6 +49,12 @@ pub struct Job {
     /// tunes within.
     #[serde(default)]
     pub batch: Option<u32>,
+    /// Set when the job adapts its batch (a submission's `--batch MIN:MAX`): its least global batch,
+    /// `batch` being its largest. Goodput policies choose its batch within that range, and its workers
+    /// run at their choice. `None`: the job keeps its batch (or, in the peers' workloads, its
+    /// application's range stands).
+    #[serde(default)]
+    pub min_batch: Option<u32>,
     /// The sizes policies that resize jobs (Pollux, Sia) may give it; `None`: any size they choose
     /// (the peers' workloads, whose jobs are all elastic). Other policies give it `gpus`.
     #[serde(default)]
@@ -236,6 +242,7 @@ mod tests {
             weight: 1.0,
             tenant: TenantId(0),
             batch: None,
+            min_batch: None,
             sizes,
         }
     }

@@ -81,6 +81,7 @@ fn trace() -> impl Strategy<Value = Trace> {
                 tenant,
                 batch: None,
                 sizes: None,
+                min_batch: None,
             });
         }
         trace
@@ -263,6 +264,7 @@ fn tune_gives_sensitive_jobs_more_than_their_share_and_stays_within_capacity() {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
     }
     let model = resource_model(&trace, &cluster);
@@ -311,6 +313,7 @@ fn an_oversized_gang_is_reported_not_lost() {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
     }
     let result = run(
@@ -349,6 +352,7 @@ fn preemption_costs_delay_the_preempted_job() {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
     }
     let free = run(
@@ -467,6 +471,7 @@ mod topology_placement {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
         // Two DGX-1s: the best 8 GPUs are one server (NVLink rings at 25 GB/s); a random 8 of the 16
         // almost surely spans both, and its ring crosses the 12.5 GB/s network.
@@ -512,6 +517,7 @@ fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
     }
     let config = SimConfig {
@@ -621,6 +627,7 @@ mod elastic {
                     tenant,
                     batch: Some(batch),
                     sizes: None,
+                    min_batch: None,
                 });
             }
             let cluster = Cluster::from_nodes((0..nodes).map(|_| ("t4", 4, 12, 64.0)));

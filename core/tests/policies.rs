@@ -45,6 +45,7 @@ fn trace(jobs: &[(f64, u32, f64)]) -> Trace {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
     }
     t

@@ -40,6 +40,7 @@ fn trace(work: &[(f64, f64)]) -> Trace {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
     }
     trace

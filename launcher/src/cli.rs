@@ -71,9 +71,11 @@ pub struct Options {
     /// `./checkpoints`, so it holds no `/` and no `..`.
     #[arg(long, value_name = "ID", value_parser = parse_job_id)]
     pub job_id: Option<String>,
-    /// Samples per optimizer step, kept across resizes (passed to the workers).
-    #[arg(long, value_name = "N")]
-    pub global_batch: Option<u32>,
+    /// Samples per optimizer step, kept across resizes (passed to the workers): `N`, or `MIN:MAX` for
+    /// a job that adapts its batch, which under `--daemon` a goodput policy (`sia`, `pollux`) chooses
+    /// within the range at every launch (else MIN).
+    #[arg(long, value_name = "N|MIN:MAX", value_parser = parse_batch)]
+    pub global_batch: Option<(u32, u32)>,
     /// Largest micro-batch one replica fits, to split the global batch (default: the global batch).
     #[arg(long, value_name = "N")]
     pub max_micro_batch: Option<u32>,
@@ -84,11 +86,21 @@ pub struct Options {
 
 /// A GPU count `N` or range `MIN:MAX` (each at least 1, MIN not above MAX).
 pub fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
+    parse_range(text, "GPU count")
+}
+
+/// A global batch `N` or range `MIN:MAX` (each at least 1, MIN not above MAX).
+pub fn parse_batch(text: &str) -> Result<(u32, u32), String> {
+    parse_range(text, "batch size")
+}
+
+/// A count `N` or range `MIN:MAX` of `what`, each at least 1, MIN not above MAX.
+fn parse_range(text: &str, what: &str) -> Result<(u32, u32), String> {
     let number = |s: &str| {
         s.parse::<u32>()
             .ok()
             .filter(|&n| n > 0)
-            .ok_or_else(|| format!("`{s}` is not a GPU count of at least 1"))
+            .ok_or_else(|| format!("`{s}` is not a {what} of at least 1"))
     };
     let (min, max) = match text.split_once(':') {
         Some((min, max)) => (number(min)?, number(max)?),

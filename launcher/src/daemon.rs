@@ -83,8 +83,11 @@ pub fn submit_and_follow(
         min_gpus: (options.gpus.0 < options.gpus.1).then_some(options.gpus.0),
         tp: options.tp,
         pp: options.pp,
-        // Its global batch is what goodput policies price it at.
-        batch: options.global_batch,
+        // Its global batch is what goodput policies price it at; a range, what they choose within.
+        batch: options.global_batch.map(|(_, max)| max),
+        min_batch: options
+            .global_batch
+            .and_then(|(min, max)| (min < max).then_some(min)),
         work: options.expected_runtime,
         weight: 1.0,
         run: Some(RunCommand {

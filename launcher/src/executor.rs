@@ -46,6 +46,9 @@ pub const EXIT_FILE_VAR: &str = "GANGWAY_EXIT_FILE";
 /// Where the workers report their progress: `{"step": N, "total_steps": T, ...}` (see the Python helper's
 /// `report_progress`). `elastic-run` sets it for its workers, to the path it is given or its own.
 pub const PROGRESS_FILE_VAR: &str = "GANGWAY_PROGRESS_FILE";
+/// The global batch the daemon's policy chose for this attempt of a job that adapts its batch
+/// (`elastic-run --global-batch MIN:MAX`): `elastic-run` runs at it in place of MIN.
+pub const POLICY_BATCH_VAR: &str = "GANGWAY_POLICY_BATCH";
 
 /// What a job's workers last reported: the fraction of its work done and, when they measure it,
 /// their training's [`Measured`] figures (`"goodput"`; dropped when they do not check out).
@@ -601,6 +604,11 @@ impl ProcessExecutor {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
+        // Only the policy chooses a batch: a submitter's own value is dropped.
+        match launch.batch {
+            Some(batch) => command.env(POLICY_BATCH_VAR, batch.to_string()),
+            None => command.env_remove(POLICY_BATCH_VAR),
+        };
         if let Some(resources) = launch.resources {
             // What each machine's processes share: the whole allotment here; on Slurm, one node's
             // part of it (Slurm binds the CPUs itself).

@@ -114,6 +114,28 @@ fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
 /// The last output of a launch, for classifying its end.
 const TAIL_BYTES: usize = 64 << 10;
 
+/// The global batch a launch runs at, from `--global-batch` (`range`): for a job that adapts its
+/// batch, the daemon's policy's choice (`chosen`, from [`crate::executor::POLICY_BATCH_VAR`]) kept
+/// within the range, else the range's least; a fixed batch stays. `None` without `--global-batch`.
+fn launch_batch(
+    range: Option<(u32, u32)>,
+    chosen: Option<&str>,
+) -> Result<Option<u32>, LaunchError> {
+    let Some((min, max)) = range else {
+        return Ok(None);
+    };
+    let chosen = match chosen.filter(|_| min < max) {
+        None => return Ok(Some(min)),
+        Some(text) => text.parse::<u32>().map_err(|_| {
+            LaunchError::Daemon(format!(
+                "{}={text:?} is not a global batch size",
+                crate::executor::POLICY_BATCH_VAR
+            ))
+        })?,
+    };
+    Ok(Some(chosen.clamp(min, max)))
+}
+
 /// Runs `inv` on `target` until it completes, fails, or `stop` is raised. Every process it starts
 /// carries `token` (see [`crate::process`]); a Slurm step is named `token`.
 pub fn run(
@@ -136,15 +158,22 @@ pub fn run(
         .unwrap_or_else(|| PathBuf::from("checkpoints").join(&job_id));
     std::fs::create_dir_all(&checkpoint_dir)
         .map_err(io(format!("creating {}", checkpoint_dir.display())))?;
+    let chosen = std::env::var(crate::executor::POLICY_BATCH_VAR).ok();
+    let global_batch = launch_batch(options.global_batch, chosen.as_deref())?;
+    if let (Some(batch), Some((min, max))) = (global_batch, options.global_batch)
+        && min < max
+    {
+        eprintln!("elastic-run: global batch {batch} (of {min}:{max})");
+    }
     let spec = JobSpec {
         tp: options.tp,
         pp: options.pp,
         min_gpus: options.gpus.0,
         max_gpus: options.gpus.1,
-        global_batch: options.global_batch.unwrap_or(options.gpus.1.max(1)),
+        global_batch: global_batch.unwrap_or(options.gpus.1.max(1)),
         max_micro_batch: options
             .max_micro_batch
-            .or(options.global_batch)
+            .or(global_batch)
             .unwrap_or(options.gpus.1.max(1)),
         rescale_batch: true,
     };
@@ -496,6 +525,26 @@ fn read_step(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_job_that_adapts_its_batch_runs_at_the_policys_choice_within_its_range() {
+        assert_eq!(launch_batch(None, Some("64")).unwrap(), None);
+        // A fixed batch stays, whatever the environment says.
+        assert_eq!(launch_batch(Some((32, 32)), Some("64")).unwrap(), Some(32));
+        // A range: the policy's choice, else the least.
+        assert_eq!(launch_batch(Some((16, 256)), Some("96")).unwrap(), Some(96));
+        assert_eq!(launch_batch(Some((16, 256)), None).unwrap(), Some(16));
+        assert_eq!(
+            launch_batch(Some((16, 256)), Some("4096")).unwrap(),
+            Some(256)
+        );
+        assert_eq!(launch_batch(Some((16, 256)), Some("1")).unwrap(), Some(16));
+        let e = launch_batch(Some((16, 256)), Some("lots")).unwrap_err();
+        assert!(
+            e.to_string().contains("GANGWAY_POLICY_BATCH=\"lots\""),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_launch_resumes_from_the_newest_checkpoint_in_the_manifest() {

@@ -12,6 +12,7 @@ use gangway_protocol::worker::{Executor, Launch, Measured, Resources, RunCommand
 
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 echo "$@" >> calls.log
+echo "${GANGWAY_POLICY_BATCH:-none}" >> batches.log
 case "$FAKE_MODE" in
   finish) echo '{"code":0,"why":"completed"}' > "$GANGWAY_EXIT_FILE"; exit 0 ;;
   usererror) echo '{"code":2,"why":"SyntaxError in train.py"}' > "$GANGWAY_EXIT_FILE"; exit 2 ;;
@@ -54,6 +55,7 @@ fn launch(job: u32, attempt: u64, gpus: &[u32], mode: Option<&str>, dir: &Path) 
         remaining_steps: 100.0,
         total_steps: 100.0,
         resources: None,
+        batch: None,
         run: mode.map(|mode| RunCommand {
             args: vec!["--grace".into(), "1".into(), "train.py".into()],
             cwd: dir.to_path_buf(),
@@ -166,6 +168,28 @@ fn endings_come_from_the_exit_file_and_only_crashes_are_retried() {
         Some("--devices 6,8 --grace 1 train.py")
     );
     assert_eq!(calls.lines().count(), 3, "no launch without a command");
+}
+
+#[test]
+fn only_the_policy_names_the_batch_the_workers_run_at() {
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    let mut chosen = launch(1, 0, &[1], Some("finish"), dir.path());
+    chosen.batch = Some(96);
+    // A submitter who sets the variable itself gets nothing from it.
+    let mut own = launch(2, 0, &[1], Some("finish"), dir.path());
+    if let Some(run) = own.run.as_mut() {
+        run.env.insert("GANGWAY_POLICY_BATCH".into(), "4096".into());
+    }
+    for l in [chosen, own] {
+        exec.launch(&l, 0.0).unwrap();
+        assert!(matches!(
+            wait_for_event(&mut exec),
+            WorkerEvent::Finished { .. }
+        ));
+    }
+    let batches = std::fs::read_to_string(dir.path().join("batches.log")).unwrap();
+    assert_eq!(batches.lines().collect::<Vec<_>>(), ["96", "none"]);
 }
 
 #[test]

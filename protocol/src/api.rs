@@ -32,9 +32,14 @@ pub struct JobRequest {
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub pp: u32,
     /// The global batch it is tuned for: what goodput policies price it at (the peers' workloads
-    /// give one).
+    /// give one). With `min_batch`, the largest it adapts to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u32>,
+    /// The least global batch, for a job that adapts its batch: goodput policies (`sia`, `pollux`)
+    /// choose it within `min_batch..=batch`, and its workers get their choice at every launch
+    /// (`elastic-run --global-batch MIN:MAX` takes it). Absent: the job keeps its batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_batch: Option<u32>,
     /// Work, in the model's units (seconds at the requested GPU count for the duration model).
     pub work: f64,
     #[serde(default = "default_weight")]
@@ -57,6 +62,7 @@ impl JobRequest {
             tp: 1,
             pp: 1,
             batch: None,
+            min_batch: None,
             work,
             weight: default_weight(),
             run: None,
@@ -164,6 +170,10 @@ pub struct JobInfo {
     /// Seconds its last restart (a resize or a move) took, from the decision to its first step after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_seconds: Option<f64>,
+    /// The global batch its policy chose for its latest launch, for a job that adapts its batch
+    /// (`min_batch` submitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,

@@ -71,6 +71,10 @@ pub struct Launch {
     pub resources: Option<Resources>,
     /// What to run, for executors of real processes (`None` for simulated jobs).
     pub run: Option<RunCommand>,
+    /// The global batch its policy chose for this run, for a job that adapts its batch (`None`: the
+    /// job keeps its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u32>,
 }
 
 /// CPUs and memory a job's workers are allotted, all their GPUs together: what its policy's resource

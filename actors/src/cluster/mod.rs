@@ -81,6 +81,8 @@ struct JobHandle {
     restarting: Option<f64>,
     /// Seconds the last restart took, from the decision to the first step after it.
     last_restart_seconds: Option<f64>,
+    /// The global batch its policy chose for its latest launch, when it adapts its batch.
+    batch: Option<u32>,
 }
 
 /// A submission validated and waiting for its journal record: the spec, the engine's job, and where
@@ -232,6 +234,7 @@ impl ClusterActor {
                 last_size: None,
                 restarting: None,
                 last_restart_seconds: None,
+                batch: None,
             },
         );
     }
@@ -260,9 +263,14 @@ impl ClusterActor {
         ending: FxHashMap<JobId, Phase>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
-        let plan = plan::plan(changes, now, &ending, &self.store.ledger, |job| {
-            self.jobs.get(&job).map(|h| h.phase)
-        });
+        let plan = plan::plan(
+            changes,
+            now,
+            &ending,
+            &self.store.ledger,
+            &self.store.shapes,
+            |job| self.jobs.get(&job).map(|h| h.phase),
+        );
         self.persist(&plan.records);
         let stops: Vec<StopStep> = plan
             .stops
@@ -327,6 +335,7 @@ impl ClusterActor {
                     ),
                 });
             }
+            handle.batch = launch.batch;
             let gang = gang_of(&self.gpus, holder, start.partner, &launch.gpus);
             handle.gang = Some(gang.clone());
             // What the API shows until its workers are launched (a job resized or moved shows its
@@ -636,6 +645,7 @@ impl ClusterActor {
             resizes: handle.map_or(0, |h| h.resizes),
             last_resize: handle.and_then(|h| h.last_resize.clone()),
             last_restart_seconds: handle.and_then(|h| h.last_restart_seconds),
+            batch: handle.and_then(|h| h.batch),
             waiting,
         })
     }
@@ -848,6 +858,7 @@ fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, shape: Option<Shape>) ->
         weight: spec.weight,
         tenant: engine.intern_tenant(&spec.tenant),
         batch: shape.batch,
+        min_batch: shape.min_batch,
         sizes: Some(shape.sizes),
     }
 }
@@ -857,6 +868,7 @@ fn shape_of(job: &Job) -> Shape {
     Shape {
         sizes: job.sizes.unwrap_or(Sizes::rigid(job.gpus)),
         batch: job.batch,
+        min_batch: job.min_batch,
     }
 }
 
@@ -1386,6 +1398,7 @@ mod tests {
                 tp: 1,
                 pp: 1,
                 batch: None,
+                min_batch: None,
                 work,
                 weight: 1.0,
                 run: None,
@@ -1444,6 +1457,7 @@ mod tests {
                 tp: 1,
                 pp: 1,
                 batch: None,
+                min_batch: None,
                 work: 10.0,
                 weight: 1.0,
                 run: None,

@@ -5,9 +5,10 @@
 use gangway_core::engine::Change;
 use gangway_core::job::JobId;
 use rustc_hash::FxHashMap;
+use std::collections::BTreeMap;
 
 use crate::executor::{Executor, Launch, Resources, Segment};
-use crate::ledger::{Ledger, Record, Standing};
+use crate::ledger::{Ledger, Record, Shape, Standing};
 use crate::lifecycle::Phase;
 
 /// A job to stop.
@@ -62,13 +63,15 @@ impl Retune {
 }
 
 /// Plans `changes` made at `now`. `ending` names jobs whose stop ends them (finished, cancelled,
-/// failed); `phase_of` gives a job's phase before the batch. Attempts are numbered from the ledger's
-/// next one, in the order the starts come.
+/// failed); `shapes`, what jobs asked beyond their GPUs (a job that adapts its batch is launched at
+/// its policy's); `phase_of` gives a job's phase before the batch. Attempts are numbered from the
+/// ledger's next one, in the order the starts come.
 pub(super) fn plan(
     changes: Vec<Change>,
     now: f64,
     ending: &FxHashMap<JobId, Phase>,
     ledger: &Ledger,
+    shapes: &BTreeMap<JobId, Shape>,
     phase_of: impl Fn(JobId) -> Option<Phase>,
 ) -> Plan {
     let mut out = Plan::default();
@@ -92,8 +95,8 @@ pub(super) fn plan(
                 pace,
                 startup_seconds,
                 remaining_steps,
+                batch,
                 resources,
-                ..
             } => {
                 out.records.push(Record::Started {
                     job,
@@ -104,6 +107,7 @@ pub(super) fn plan(
                     at: now,
                 });
                 let spec = ledger.jobs.get(&job).map(|e| &e.spec);
+                let replicas = gpus.len() as u32;
                 let launch = Launch {
                     job,
                     attempt,
@@ -116,6 +120,9 @@ pub(super) fn plan(
                     total_steps: spec.map_or(0.0, |s| s.total_steps),
                     resources: Some(resources),
                     run: spec.and_then(|s| s.run.clone()),
+                    batch: shapes
+                        .get(&job)
+                        .and_then(|s| s.chosen_batch(batch, replicas)),
                 };
                 launches.push((launch, partner));
                 attempt += 1;
@@ -178,6 +185,7 @@ mod tests {
     use super::*;
     use crate::ledger::JobSpec;
     use gangway_core::cluster::{GpuId, GpuSet, GpuTypeId};
+    use gangway_core::throughput::BatchPlan;
 
     fn gpus(ids: &[u32]) -> GpuSet {
         ids.iter().map(|&g| GpuId(g)).collect()
@@ -252,6 +260,7 @@ mod tests {
             10.0,
             &none,
             &ledger,
+            &BTreeMap::new(),
             pending,
         );
         assert_eq!(moved.stops[0].next, Phase::Migrating);
@@ -263,10 +272,18 @@ mod tests {
             10.0,
             &none,
             &ledger,
+            &BTreeMap::new(),
             pending,
         );
         assert_eq!(resized.stops[0].next, Phase::Resizing);
-        let preempted = plan(vec![stopped(1)], 10.0, &none, &ledger, pending);
+        let preempted = plan(
+            vec![stopped(1)],
+            10.0,
+            &none,
+            &ledger,
+            &BTreeMap::new(),
+            pending,
+        );
         assert_eq!(preempted.stops[0].next, Phase::Preempted);
         assert_eq!(
             preempted.records,
@@ -284,6 +301,7 @@ mod tests {
             7.0,
             &FxHashMap::default(),
             &ledger(),
+            &BTreeMap::new(),
             pending,
         );
         let attempts: Vec<u64> = plan.starts.iter().map(|s| s.launch.attempt).collect();
@@ -301,9 +319,50 @@ mod tests {
     }
 
     #[test]
+    fn a_job_that_adapts_its_batch_is_launched_at_its_policys_within_its_range() {
+        let shape = |min_batch| Shape {
+            batch: Some(256),
+            min_batch,
+            ..Shape::rigid(2)
+        };
+        let shapes = BTreeMap::from([(JobId(1), shape(Some(16))), (JobId(2), shape(None))]);
+        let planned = |local| {
+            let chosen = |job| {
+                let mut change = started(job, &[2, 3]);
+                if let Change::Started { batch, .. } = &mut change {
+                    *batch = Some(BatchPlan { local, accum: 1 });
+                }
+                change
+            };
+            let plan = plan(
+                vec![chosen(1), chosen(2)],
+                7.0,
+                &FxHashMap::default(),
+                &ledger(),
+                &shapes,
+                pending,
+            );
+            let batches: Vec<Option<u32>> = plan.starts.iter().map(|s| s.launch.batch).collect();
+            batches
+        };
+        // 2 replicas x 24 x 2 micro-steps; a job that keeps its batch gets none.
+        assert_eq!(planned(24), [Some(96), None]);
+        // A split that rounds past the range is brought back into it.
+        assert_eq!(planned(100), [Some(256), None]);
+        assert_eq!(planned(2), [Some(16), None]);
+    }
+
+    #[test]
     fn an_ending_stop_is_not_journaled_as_a_stop_and_a_finish_stops_no_workers() {
         let ending = FxHashMap::from_iter([(JobId(1), Phase::Finished)]);
-        let plan = plan(vec![stopped(1)], 3.0, &ending, &ledger(), pending);
+        let plan = plan(
+            vec![stopped(1)],
+            3.0,
+            &ending,
+            &ledger(),
+            &BTreeMap::new(),
+            pending,
+        );
         assert!(
             plan.records.is_empty(),
             "the ending is journaled by its caller"
@@ -311,7 +370,14 @@ mod tests {
         assert_eq!(plan.stops[0].next, Phase::Finished);
         assert!(!plan.stops[0].stop_workers && !plan.stops[0].checkpoint);
         let cancelled = FxHashMap::from_iter([(JobId(1), Phase::Cancelled)]);
-        let plan = super::plan(vec![stopped(1)], 3.0, &cancelled, &ledger(), pending);
+        let plan = super::plan(
+            vec![stopped(1)],
+            3.0,
+            &cancelled,
+            &ledger(),
+            &BTreeMap::new(),
+            pending,
+        );
         assert!(plan.stops[0].stop_workers && !plan.stops[0].checkpoint);
     }
 }

@@ -95,6 +95,9 @@ impl Store {
             Record::Shaped { job, shape } => {
                 self.shapes.insert(*job, *shape);
             }
+            Record::ShapedV1 { job, shape } => {
+                self.shapes.insert(*job, Shape::from(*shape));
+            }
             Record::Finished { job, .. }
             | Record::Cancelled { job, .. }
             | Record::Failed { job, .. } => {
@@ -193,6 +196,7 @@ fn append_or_stop(journal: &mut Journal<Record>, records: &[Record]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ledger::ShapeV1;
     use crate::ledger::tests::spec;
     use gangway_core::throughput::goodput::Observation;
 
@@ -203,6 +207,7 @@ mod tests {
             multiple: 2,
         },
         batch: Some(64),
+        min_batch: Some(16),
     };
 
     fn learned(job: u32) -> Record {
@@ -242,6 +247,36 @@ mod tests {
         assert_eq!(store.shapes, [(JobId(1), PAIRS)].into());
         assert_eq!(store.learned[&JobId(1)].measured(), 1);
         assert_eq!(store.learned.len(), 1);
+    }
+
+    #[test]
+    fn a_shape_journaled_before_jobs_adapted_their_batch_still_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = ShapeV1 {
+            sizes: PAIRS.sizes,
+            batch: Some(64),
+        };
+        {
+            let (mut store, _) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
+            store.persist(&[
+                spec(1),
+                Record::ShapedV1 {
+                    job: JobId(1),
+                    shape: old,
+                },
+            ]);
+        }
+        let (store, _) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
+        let expected = Shape {
+            min_batch: None,
+            ..PAIRS
+        };
+        assert_eq!(store.shapes, [(JobId(1), expected)].into());
+        // Its snapshot writes the current form.
+        assert!(matches!(
+            store.beside_records()[..],
+            [Record::Shaped { shape, .. }] if shape == expected
+        ));
     }
 
     #[test]

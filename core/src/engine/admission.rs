@@ -43,6 +43,7 @@ impl Engine<'_> {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         }
     }
 
@@ -237,6 +238,7 @@ mod tests {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         }
     }
 

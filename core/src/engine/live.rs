@@ -375,6 +375,7 @@ mod tests {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         };
         engine.submit(job, 0.0).unwrap();
         let gpus: GpuSet = [GpuId(0), GpuId(1)].into_iter().collect();
@@ -445,6 +446,7 @@ mod tests {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         };
         engine.submit(job, 0.0).unwrap();
         let mut policy = Watching::default();

@@ -57,6 +57,7 @@ mod tests {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         };
         let request = PlaceRequest {
             job: &job,

@@ -148,6 +148,7 @@ mod tests {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         }
     }
 

@@ -33,7 +33,8 @@ use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
 use crate::throughput::goodput::{
-    Application, BatchPlan, Elastic, Learned, PerfParams, TypeProfile, optimize, restart_factor,
+    Application, BatchPlan, Elastic, Learned, PerfParams, TypeProfile, batch_range, optimize,
+    restart_factor,
 };
 
 /// The power of the mean Pollux maximizes: -1, the harmonic mean.
@@ -73,9 +74,11 @@ struct Memo {
 /// A job's options in a round: GPU type, replicas, and the batch plan it would run with.
 type Row = Vec<(GpuTypeId, u32, BatchPlan)>;
 
-/// What one job brings to a round: its application, model and gradient statistics.
+/// What one job brings to a round: its application, the global batches it may run with, its model and
+/// gradient statistics.
 struct Standing<'a> {
     app: &'a Application,
+    batches: (u32, u32),
     params: Option<&'a PerfParams>,
     grad: (f64, f64),
     memo: &'a mut Memo,
@@ -91,12 +94,15 @@ impl Standing<'_> {
         replicas: u32,
     ) -> Option<(f64, BatchPlan)> {
         let params = self.params?;
-        let (app, grad) = (self.app, self.grad);
+        let (app, batches, grad) = (self.app, self.batches, self.grad);
         *self
             .memo
             .table
             .entry((profile.min_local, profile.max_local, nodes, replicas))
-            .or_insert_with(|| best_goodput(params, app, grad, profile, nodes, replicas))
+            .or_insert_with(|| {
+                let range = (profile.min_local, profile.max_local);
+                optimize(params, app, grad, nodes, replicas, batches, range)
+            })
     }
 
     /// The batch plan for `replicas` replicas over `nodes` nodes: the application's fixed batch when it
@@ -109,23 +115,9 @@ impl Standing<'_> {
         if let Some((_, plan)) = self.best(profile, nodes, replicas) {
             return plan;
         }
-        let batch = self.app.init_batch.max(profile.min_local * replicas);
+        let batch = self.batches.0.max(profile.min_local * replicas);
         BatchPlan::split(batch, replicas, self.app, profile.max_local)
     }
-}
-
-/// The best goodput and batch plan of `app` on `replicas` replicas over `nodes` nodes, by `params`
-/// and gradient statistics `grad`, within `profile`'s per-replica limits and the application's batch.
-fn best_goodput(
-    params: &PerfParams,
-    app: &Application,
-    grad: (f64, f64),
-    profile: &TypeProfile,
-    nodes: u32,
-    replicas: u32,
-) -> Option<(f64, BatchPlan)> {
-    let range = (profile.min_local, profile.max_local);
-    optimize(params, app, grad, nodes, replicas, app.max_batch, range)
 }
 
 /// Pollux's speedup of `replicas` replicas: their best goodput over the best at the fair share (`base`),
@@ -153,7 +145,7 @@ impl Pollux {
         let ran = self.learned.get(&job.id).map_or(0, Learned::max_replicas);
         (2 * ran)
             .clamp(1, MAX_REPLICAS)
-            .min(app.max_batch / profile.min_local.max(1))
+            .min(batch_range(job, app).1 / profile.min_local.max(1))
             .max(1)
     }
 
@@ -180,7 +172,11 @@ impl Pollux {
         let learned = self.learned.get(&job.id);
         let grad = learned.and_then(|l| l.grad).unwrap_or(NO_GRAD);
         let params = learned.and_then(|l| l.params(ANY_TYPE));
-        let best = |n, r| params.and_then(|p| best_goodput(p, app, grad, profile, n, r));
+        let (batches, range) = (
+            batch_range(job, app),
+            (profile.min_local, profile.max_local),
+        );
+        let best = |n, r| params.and_then(|p| optimize(p, app, grad, n, r, batches, range));
         Some(speedup(
             best(nodes, replicas).map(|b| b.0),
             best(1, fair).map(|b| b.0),
@@ -236,6 +232,7 @@ impl Policy for Pollux {
             }
             let mut standing = Standing {
                 app,
+                batches: batch_range(job, app),
                 params: learned.and_then(|l| l.params(ANY_TYPE)),
                 grad,
                 memo,

@@ -29,7 +29,7 @@ use super::{Grant, Intent, Knob, KnobRange, Policy, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
 use crate::throughput::goodput::{
-    BatchPlan, Elastic, Learned, optimize, restart_factor, search_batch,
+    BatchPlan, Elastic, Learned, batch_range, optimize, restart_factor, search_batch,
 };
 
 /// The fairness power: below 0, large speedups count for less.
@@ -140,15 +140,21 @@ fn best_goodput(
     } else {
         vec![config.gpus]
     };
-    let up_to = max_batch.min(app.max_batch);
+    let (least, most) = batch_range(job, app);
     let local_range = (profile.min_local, profile.max_local);
-    search_batch(app, config.gpus, up_to, local_range, |plan| {
-        let local = f64::from(plan.local);
-        let (step, sync) = elastic.measure(job, config.gpu_type, &placement, local)?;
-        let seconds = step + (step - sync).max(0.0) * f64::from(plan.accum);
-        let goodput = app.gain(f64::from(plan.global(config.gpus)), epoch) / seconds;
-        (goodput > 0.0).then_some(goodput)
-    })
+    search_batch(
+        app,
+        config.gpus,
+        (least, max_batch.min(most)),
+        local_range,
+        |plan| {
+            let local = f64::from(plan.local);
+            let (step, sync) = elastic.measure(job, config.gpu_type, &placement, local)?;
+            let seconds = step + (step - sync).max(0.0) * f64::from(plan.accum);
+            let goodput = app.gain(f64::from(plan.global(config.gpus)), epoch) / seconds;
+            (goodput > 0.0).then_some(goodput)
+        },
+    )
 }
 
 /// Sia's estimate of `job`'s best goodput in `config` from what it has measured (`learned`): with the
@@ -164,12 +170,13 @@ fn learned_goodput(
 ) -> Option<(f64, BatchPlan)> {
     let app = elastic.application(job)?;
     let grad = learned.grad?;
+    let (least, most) = batch_range(job, app);
     let estimate = |on: GpuTypeId, nodes: u32| {
         let profile = elastic.profile(job, on)?;
         let params = learned.params(on.0)?;
         let range = (profile.min_local, profile.max_local);
-        let up_to = max_batch.min(app.max_batch);
-        optimize(params, app, grad, nodes, config.gpus, up_to, range)
+        let batches = (least, max_batch.min(most));
+        optimize(params, app, grad, nodes, config.gpus, batches, range)
     };
     if learned.params(config.gpu_type.0).is_some() {
         return estimate(config.gpu_type, config.nodes);
@@ -194,21 +201,16 @@ fn learned_plan(
     let app = elastic.application(job)?;
     let profile = elastic.profile(job, config.gpu_type)?;
     let fitted = learned.and_then(|l| Some((l.params(config.gpu_type.0)?, l.grad?)));
+    let batches = batch_range(job, app);
     if let Some((params, grad)) = fitted {
         let range = (profile.min_local, profile.max_local);
-        if let Some((_, plan)) = optimize(
-            params,
-            app,
-            grad,
-            config.nodes,
-            config.gpus,
-            app.max_batch,
-            range,
-        ) {
+        if let Some((_, plan)) =
+            optimize(params, app, grad, config.nodes, config.gpus, batches, range)
+        {
             return Some(plan);
         }
     }
-    let batch = app.init_batch.max(profile.min_local * config.gpus);
+    let batch = batches.0.max(profile.min_local * config.gpus);
     Some(BatchPlan::split(batch, config.gpus, app, profile.max_local))
 }
 
@@ -269,7 +271,7 @@ impl Policy for Sia {
                     .into_iter()
                     .filter_map(|c| {
                         let (goodput, _) = best(c, priced_up_to)?;
-                        let (_, plan) = best(c, app.max_batch)?;
+                        let (_, plan) = best(c, batch_range(job, app).1)?;
                         Some((c, goodput, plan))
                     })
                     .collect();
@@ -474,6 +476,7 @@ mod tests {
             tenant: crate::job::TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         };
         let mut learned = Learned::default();
         learned.grad = Some((1.0, 4.0));
@@ -520,6 +523,56 @@ mod tests {
     }
 
     #[test]
+    fn a_job_that_adapts_its_batch_is_planned_within_its_range() {
+        use crate::throughput::goodput::Observation;
+        let elastic = TwoTypes::new();
+        let mut learned = Learned::default();
+        learned.grad = Some((1.0, 4.0));
+        for local in [16.0, 32.0] {
+            let observation = Observation {
+                nodes: 1,
+                replicas: 2,
+                local,
+                step_time: 0.05 + local * 0.005,
+                sync_time: 0.01,
+            };
+            learned.observe(0, observation);
+        }
+        let config = Config {
+            gpu_type: GpuTypeId(0),
+            gpus: 2,
+            nodes: 1,
+        };
+        let job = |min_batch: u32, batch: u32| Job {
+            id: JobId(0),
+            arrival: 0.0,
+            job_type: crate::job::JobTypeId(0),
+            gpus: 2,
+            total_steps: 1000.0,
+            weight: 1.0,
+            tenant: crate::job::TenantId(0),
+            batch: Some(batch),
+            min_batch: Some(min_batch),
+            sizes: None,
+        };
+        // The application's range is 32..=256; each of these is narrower.
+        for (min, max) in [(34, 40), (100, 120), (200, 256)] {
+            let job = job(min, max);
+            let fitted = learned_plan(&elastic, &job, Some(&learned), config).unwrap();
+            // Two replicas round an odd batch up by one.
+            assert!(
+                (min..=max + 1).contains(&fitted.global(2)),
+                "{min}:{max}: {fitted:?}"
+            );
+            let (_, priced) = learned_goodput(&elastic, &job, &learned, config, max).unwrap();
+            assert!((min..=max + 1).contains(&priced.global(2)), "{priced:?}");
+            // Before it has run: the least of its range.
+            let first = learned_plan(&elastic, &job, None, config).unwrap();
+            assert_eq!(first.global(2), min, "{first:?}");
+        }
+    }
+
+    #[test]
     fn a_job_with_sizes_is_configured_only_on_them() {
         let configs = configurations(&Servers, &[24, 16]);
         let job = |sizes| Job {
@@ -531,6 +584,7 @@ mod tests {
             weight: 1.0,
             tenant: crate::job::TenantId(0),
             batch: None,
+            min_batch: None,
             sizes,
         };
         let shown = |job: &Job, limit| -> Vec<(u16, u32, u32)> {

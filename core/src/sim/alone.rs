@@ -220,6 +220,7 @@ fn run_alone(
         tenant: trace.jobs.first()?.tenant,
         batch,
         sizes: None,
+        min_batch: None,
     }];
     let model = workload.on(&one.names, &alone);
     // A type the application was never profiled on runs it not at all.

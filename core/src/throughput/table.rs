@@ -251,6 +251,7 @@ impl TableModel {
                 tenant,
                 batch: None,
                 sizes: None,
+                min_batch: None,
             });
         }
         // Keys that run on none of the cluster's types are simply absent from the model.
@@ -342,6 +343,7 @@ mod tests {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         };
         trace.jobs.push(job.clone());
         let model = TableModel::new(&table, &trace, &cluster).unwrap();

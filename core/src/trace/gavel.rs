@@ -39,6 +39,7 @@ pub(crate) fn parse_continuous(
             tenant: default_tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
         Ok(())
     })?;
@@ -108,6 +109,7 @@ pub(crate) fn parse_tabbed(
             tenant: default_tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
         Ok(())
     })?;

@@ -38,6 +38,7 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
         Ok(())
     })?;

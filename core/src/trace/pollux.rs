@@ -57,6 +57,7 @@ pub(crate) fn parse(
             tenant,
             batch: Some(batch),
             sizes: None,
+            min_batch: None,
         });
         Ok(())
     })?;

@@ -84,6 +84,7 @@ pub(crate) fn parse(
             tenant,
             batch: None,
             sizes: None,
+            min_batch: None,
         });
         Ok(())
     })?;

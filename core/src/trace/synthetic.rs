@@ -134,6 +134,7 @@ impl SyntheticSpec {
                 tenant,
                 batch: None,
                 sizes: None,
+                min_batch: None,
             });
             arrival += -(1.0 - uniform(&mut rng)).ln() * 3600.0 / self.rate;
             if i + 1 < self.jobs && arrival > MAX_ARRIVAL_SECONDS {

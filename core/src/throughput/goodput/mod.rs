@@ -97,22 +97,32 @@ pub fn packed_placement(node_size: u32, gpus: u32) -> Vec<u32> {
 /// Candidate global batch sizes Pollux and Sia search: 50, geometrically spaced.
 const CANDIDATES: usize = 50;
 
+/// The global batches a goodput policy may run `job` of `app` with: the range the job declared
+/// (`min_batch..=batch`, a job that adapts its batch), else the application's, from its initial batch
+/// M0 up to its largest (the peers' rule).
+pub fn batch_range(job: &Job, app: &Application) -> (u32, u32) {
+    match (job.min_batch, job.batch) {
+        (Some(min), Some(max)) => (min, max),
+        _ => (app.init_batch, app.max_batch),
+    }
+}
+
 /// Pollux's and Sia's batch search on `replicas` replicas: 50 global batches from
-/// `max(M0, min_local * replicas)` up to `max_batch` (only the first, when `max_batch` is below it),
-/// each split with as little accumulation as fits (and, on one replica above M0, at least one step), per
-/// replica within `local_range`. Returns the best plan by `goodput_of` (`None` where a plan cannot run),
-/// with its goodput.
+/// `max(least, min_local * replicas)` up to `most` (only the first, when `most` is below it), for
+/// `batches = (least, most)` (see [`batch_range`]), each split with as little accumulation as fits
+/// (and, on one replica above M0, at least one step), per replica within `local_range`. Returns the
+/// best plan by `goodput_of` (`None` where a plan cannot run), with its goodput.
 pub fn search_batch(
     app: &Application,
     replicas: u32,
-    max_batch: u32,
+    batches: (u32, u32),
     local_range: (u32, u32),
     mut goodput_of: impl FnMut(BatchPlan) -> Option<f64>,
 ) -> Option<(f64, BatchPlan)> {
     let (min_local, max_local) = local_range;
     let r = f64::from(replicas.max(1));
-    let lo = f64::from(app.init_batch).max(f64::from(min_local) * r);
-    let hi = f64::from(max_batch).max(lo);
+    let lo = f64::from(batches.0).max(f64::from(min_local) * r);
+    let hi = f64::from(batches.1).max(lo);
     let mut best: Option<(f64, BatchPlan)> = None;
     for k in 0..CANDIDATES {
         let batch = lo * (hi / lo).powf(k as f64 / (CANDIDATES - 1) as f64);
@@ -137,17 +147,17 @@ pub fn search_batch(
 }
 
 /// The batch plan that maximizes goodput predicted by `params` on `nodes` nodes with `replicas`
-/// replicas (see [`search_batch`]). `None` when no batch fits.
+/// replicas, over global `batches` (see [`search_batch`]). `None` when no batch fits.
 pub fn optimize(
     params: &PerfParams,
     app: &Application,
     grad: (f64, f64),
     nodes: u32,
     replicas: u32,
-    max_batch: u32,
+    batches: (u32, u32),
     local_range: (u32, u32),
 ) -> Option<(f64, BatchPlan)> {
-    search_batch(app, replicas, max_batch, local_range, |plan| {
+    search_batch(app, replicas, batches, local_range, |plan| {
         Some(goodput(params, app, grad, nodes, replicas, plan))
     })
 }

@@ -224,6 +224,7 @@ mod tests {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         };
         let run = RunShape {
             gpu_type: GpuTypeId(1),

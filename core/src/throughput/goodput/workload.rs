@@ -207,13 +207,14 @@ impl ProfiledWorkload {
         app.types.get(key)
     }
 
-    /// The batch plan a run without a policy's choice uses: the job's own batch (or M0, or the least
-    /// its replicas hold), split by the fixed rule.
+    /// The batch plan a run without a policy's choice uses: the job's own batch (the least of its range,
+    /// for one that adapts it; else M0, or the least its replicas hold), split by the fixed rule.
     pub fn default_plan(&self, job: &Job, gpu_type: GpuTypeId, replicas: u32) -> Option<BatchPlan> {
         let app = self.app(job)?;
         let profile = self.type_profile(app, gpu_type)?;
         let batch = job
-            .batch
+            .min_batch
+            .or(job.batch)
             .unwrap_or_else(|| app.init_batch.max(profile.min_local * replicas));
         Some(BatchPlan::split(batch, replicas, app, profile.max_local))
     }

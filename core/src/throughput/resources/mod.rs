@@ -184,6 +184,7 @@ mod tests {
             tenant: TenantId(0),
             batch: None,
             sizes: None,
+            min_batch: None,
         };
         let t = GpuTypeId(0);
         assert_eq!(model.steps_per_second(&job(0), t, 1), Some(1.0));
