@@ -677,7 +677,7 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
         }
         crate::report::OutputFormat::Table => {
             println!(
-                "{:>6}  {:<13} {:>9}  {:>8}  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} PLACEMENT (or why it waits)",
+                "{:>6}  {:<13} {:>9}  {:>8}  {:>5}  {:>8}  {:>6}  {:>7}  {:>6}  {:<12} {:<12} PLACEMENT (or why it waits)",
                 "ID",
                 "PHASE",
                 "GPUS",
@@ -686,6 +686,7 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                 "MEM_GB",
                 "STEP_S",
                 "B_NOISE",
+                "BATCH",
                 "TYPE",
                 "TENANT"
             );
@@ -714,8 +715,16 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     .measured
                     .and_then(|m| m.noise_scale)
                     .map_or("-".into(), |b| format!("{b:.0}"));
+                // The global batch: its policy's choice, for a job that adapts it; else what its
+                // workers measured.
+                let batch = j
+                    .batch
+                    .or(j
+                        .measured
+                        .map(|m| m.replica_batch.saturating_mul(m.replicas)))
+                    .map_or("-".into(), |b| b.to_string());
                 println!(
-                    "{:>6}  {:<13} {:>9}  {:>7.1}%  {:>5}  {:>8}  {:>6}  {:>7}  {:<12} {:<12} {}",
+                    "{:>6}  {:<13} {:>9}  {:>7.1}%  {:>5}  {:>8}  {:>6}  {:>7}  {:>6}  {:<12} {:<12} {}",
                     j.id,
                     j.phase.to_string(),
                     held,
@@ -724,6 +733,7 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
                     memory,
                     step,
                     noise,
+                    batch,
                     // Names never reach a terminal raw (a journal may hold ones from before they
                     // were checked).
                     escape(&j.job_type),

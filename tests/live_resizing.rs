@@ -19,6 +19,8 @@ fn sia_profiles() -> Option<PathBuf> {
 struct Daemon {
     child: Child,
     api: support::Api,
+    addr: String,
+    journal: PathBuf,
 }
 
 impl Drop for Daemon {
@@ -49,6 +51,8 @@ fn daemon(journal: &Path, profiles: &Path, policy: &str, cluster: &str) -> Daemo
     Daemon {
         child,
         api: support::Api::new(&base, journal, Duration::from_secs(10)),
+        addr: format!("127.0.0.1:{port}"),
+        journal: journal.to_path_buf(),
     }
 }
 
@@ -296,4 +300,21 @@ fn under_pollux_an_elastic_job_adapts_its_batch_and_shares_one_server_with_a_new
     let info = jobs(api);
     let last = info.iter().find(|j| j["id"] == elastic).unwrap();
     assert!(last["resizes"].as_u64().unwrap() >= 4, "{last}");
+    // `gangway jobs` shows the batch it runs at now.
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(["jobs", "--daemon", &d.addr])
+        .env("GANGWAY_TOKEN_FILE", d.journal.join("api-token"))
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+    let column = header.iter().position(|&h| h == "BATCH").unwrap();
+    let row: Vec<&str> = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&elastic.to_string()))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let now = jobs(api).into_iter().find(|j| j["id"] == elastic).unwrap();
+    assert_eq!(row[column], now["batch"].to_string(), "{table}");
 }
