@@ -7,6 +7,8 @@
 //! - `resize/2_to_1`: from the decision to resize a running 2-worker job to the end of its first step
 //!   at 1 worker. The run also prints the median split of that time into checkpoint, teardown,
 //!   relaunch, rendezvous (with the workers' torch import) and restore plus first step.
+//! - `…_direct`: the same with `elastic-run --spawn direct` (no torchrun agent), and the median ratios
+//!   of direct to torchrun over alternating pairs.
 //!
 //! `cargo bench --bench launch`
 
@@ -40,7 +42,7 @@ fn wait_for_timing(lines: &mut impl Iterator<Item = String>, event: &str) -> f64
     panic!("the job ended before `{event}`");
 }
 
-fn spawn(mut command: Command) -> (Child, impl Iterator<Item = String>) {
+fn start(mut command: Command) -> (Child, impl Iterator<Item = String>) {
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -52,9 +54,26 @@ fn spawn(mut command: Command) -> (Child, impl Iterator<Item = String>) {
     (child, lines)
 }
 
-fn elastic_run(python: &str, dir: &Path, gpus: &str, toy_args: &[&str]) -> Command {
+/// What starts the workers: `elastic-run --spawn`'s value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Spawn {
+    Torchrun,
+    Direct,
+}
+
+impl Spawn {
+    fn arg(self) -> &'static str {
+        match self {
+            Spawn::Torchrun => "torchrun",
+            Spawn::Direct => "direct",
+        }
+    }
+}
+
+fn elastic_run(python: &str, dir: &Path, gpus: &str, spawn: Spawn, toy_args: &[&str]) -> Command {
     let mut command = Command::new(ELASTIC_RUN);
     command
+        .args(["--spawn", spawn.arg()])
         .args(["--fake-gpus", "2", "--gpus", gpus, "--python", python])
         .args(["--job-id", "bench", "--grace", "30", "--checkpoint-dir"])
         .arg(dir)
@@ -67,7 +86,7 @@ fn elastic_run(python: &str, dir: &Path, gpus: &str, toy_args: &[&str]) -> Comma
 /// Seconds from spawning `command` to the end of the toy's first step.
 fn launch_to_first_step(command: Command) -> Duration {
     let began = unix_now();
-    let (mut child, mut lines) = spawn(command);
+    let (mut child, mut lines) = start(command);
     let first = wait_for_timing(&mut lines, "first_step");
     lines.for_each(drop);
     assert!(child.wait().expect("wait").success());
@@ -84,14 +103,14 @@ struct Split {
     first_step: f64,
 }
 
-static SPLITS: Mutex<Vec<Split>> = Mutex::new(Vec::new());
+static SPLITS: Mutex<Vec<(Spawn, Split)>> = Mutex::new(Vec::new());
 
 /// Runs a job on 2 workers, resizes it to 1 (stop with a checkpoint, relaunch), and returns the time
 /// from the decision to the first step at 1 worker.
-fn resize_two_to_one(python: &str) -> Duration {
+fn resize_two_to_one(python: &str, spawn: Spawn) -> Duration {
     let dir = tempfile::tempdir().expect("tempdir");
     let long = ["--steps", "100000", "--step-sleep", "0.02"];
-    let (mut running, mut lines) = spawn(elastic_run(python, dir.path(), "2", &long));
+    let (mut running, mut lines) = start(elastic_run(python, dir.path(), "2", spawn, &long));
     wait_for_timing(&mut lines, "first_step");
     std::thread::sleep(Duration::from_millis(300));
     let decided = unix_now();
@@ -101,7 +120,7 @@ fn resize_two_to_one(python: &str) -> Duration {
     lines.for_each(drop);
     running.wait().expect("wait");
     let exited = unix_now();
-    let (mut resized, mut lines) = spawn(elastic_run(python, dir.path(), "1", &long));
+    let (mut resized, mut lines) = start(elastic_run(python, dir.path(), "1", spawn, &long));
     let started = wait_for_timing(&mut lines, "worker_started");
     let rendezvous = wait_for_timing(&mut lines, "rendezvous_done");
     let first = wait_for_timing(&mut lines, "first_step");
@@ -109,13 +128,16 @@ fn resize_two_to_one(python: &str) -> Duration {
     // The guardian sweeps the workers once elastic-run is gone.
     let _ = resized.wait();
     std::thread::sleep(Duration::from_millis(300));
-    SPLITS.lock().expect("splits").push(Split {
-        checkpoint: saved - decided,
-        teardown: exited - saved,
-        relaunch: started - exited,
-        rendezvous: rendezvous - started,
-        first_step: first - rendezvous,
-    });
+    SPLITS.lock().expect("splits").push((
+        spawn,
+        Split {
+            checkpoint: saved - decided,
+            teardown: exited - saved,
+            relaunch: started - exited,
+            rendezvous: rendezvous - started,
+            first_step: first - rendezvous,
+        },
+    ));
     Duration::from_secs_f64(first - decided)
 }
 
@@ -132,20 +154,30 @@ fn bare_torchrun(python: &str) -> Command {
     command
 }
 
-/// The two launchers alternately, `pairs` times: the median ratio of elastic-run's launch-to-first-step
-/// to bare torchrun's, free of the order effects (a warming page cache) of two separate benchmarks.
-fn paired_ratio(python: &str, pairs: usize) -> (f64, f64, f64) {
-    let (mut bare, mut ours, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+/// `a` and `b` alternately, `pairs` times: their medians, and the median ratio of `b` to `a`, free of
+/// the order effects (a warming page cache) of two separate benchmarks.
+fn paired(pairs: usize, mut a: impl FnMut() -> f64, mut b: impl FnMut() -> f64) -> (f64, f64, f64) {
+    let (mut first, mut second, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..pairs {
-        let b = launch_to_first_step(bare_torchrun(python)).as_secs_f64();
-        let dir = tempfile::tempdir().expect("tempdir");
-        let o = launch_to_first_step(elastic_run(python, dir.path(), "2", &["--steps", "1"]))
-            .as_secs_f64();
-        bare.push(b);
-        ours.push(o);
-        ratios.push(o / b);
+        let (x, y) = (a(), b());
+        first.push(x);
+        second.push(y);
+        ratios.push(y / x);
     }
-    (median(bare), median(ours), median(ratios))
+    (median(first), median(second), median(ratios))
+}
+
+/// Launch to first step of elastic-run with `spawn`, in seconds.
+fn elastic_launch(python: &str, spawn: Spawn) -> f64 {
+    let dir = tempfile::tempdir().expect("tempdir");
+    launch_to_first_step(elastic_run(
+        python,
+        dir.path(),
+        "2",
+        spawn,
+        &["--steps", "1"],
+    ))
+    .as_secs_f64()
 }
 
 /// Seconds per iteration: 10 samples of one iteration each, within about `seconds`.
@@ -170,45 +202,82 @@ fn bench(c: &mut Criterion) {
                 .sum()
         })
     });
-    group.bench_function("elastic-run", |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    let dir = tempfile::tempdir().expect("tempdir");
-                    launch_to_first_step(elastic_run(&python, dir.path(), "2", &["--steps", "1"]))
-                })
-                .sum()
-        })
-    });
+    for (name, spawn) in [
+        ("elastic-run", Spawn::Torchrun),
+        ("elastic-run_direct", Spawn::Direct),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                (0..iters)
+                    .map(|_| Duration::from_secs_f64(elastic_launch(&python, spawn)))
+                    .sum()
+            })
+        });
+    }
     group.finish();
-    let (bare, ours, ratio) = paired_ratio(&python, 8);
+    let (bare, ours, ratio) = paired(
+        8,
+        || launch_to_first_step(bare_torchrun(&python)).as_secs_f64(),
+        || elastic_launch(&python, Spawn::Torchrun),
+    );
     println!(
         "launch to first step, 8 alternating pairs, medians: torchrun {bare:.3} s, elastic-run \
          {ours:.3} s, ratio elastic-run / torchrun {ratio:.3}"
     );
+    let (agent, direct, ratio) = paired(
+        8,
+        || elastic_launch(&python, Spawn::Torchrun),
+        || elastic_launch(&python, Spawn::Direct),
+    );
+    println!(
+        "launch to first step, 8 alternating pairs, medians: --spawn torchrun {agent:.3} s, \
+         --spawn direct {direct:.3} s, ratio direct / torchrun {ratio:.3}"
+    );
 
     let mut group = c.benchmark_group("resize");
     slow(&mut group, 90);
-    group.bench_function("2_to_1", |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| resize_two_to_one(&python)).sum())
-    });
+    for (name, spawn) in [
+        ("2_to_1", Spawn::Torchrun),
+        ("2_to_1_direct", Spawn::Direct),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| resize_two_to_one(&python, spawn)).sum())
+        });
+    }
     group.finish();
+    let (agent, direct, ratio) = paired(
+        5,
+        || resize_two_to_one(&python, Spawn::Torchrun).as_secs_f64(),
+        || resize_two_to_one(&python, Spawn::Direct).as_secs_f64(),
+    );
+    println!(
+        "resize 2 -> 1, 5 alternating pairs, medians: --spawn torchrun {agent:.3} s, --spawn direct \
+         {direct:.3} s, ratio direct / torchrun {ratio:.3}"
+    );
 
     let splits = SPLITS.lock().expect("splits").clone();
-    if splits.is_empty() {
-        return; // filtered out
+    for spawn in [Spawn::Torchrun, Spawn::Direct] {
+        let splits: Vec<Split> = splits
+            .iter()
+            .filter(|(s, _)| *s == spawn)
+            .map(|(_, s)| *s)
+            .collect();
+        if splits.is_empty() {
+            continue; // filtered out
+        }
+        let phase = |f: fn(&Split) -> f64| median(splits.iter().map(f).collect());
+        println!(
+            "resize 2 -> 1 (--spawn {}), median of {} (s): checkpoint {:.3}, teardown {:.3}, \
+             relaunch {:.3}, rendezvous with torch import {:.3}, restore and first step {:.3}",
+            spawn.arg(),
+            splits.len(),
+            phase(|s| s.checkpoint),
+            phase(|s| s.teardown),
+            phase(|s| s.relaunch),
+            phase(|s| s.rendezvous),
+            phase(|s| s.first_step),
+        );
     }
-    let phase = |f: fn(&Split) -> f64| median(splits.iter().map(f).collect());
-    println!(
-        "resize 2 -> 1, median of {} (s): checkpoint {:.3}, teardown {:.3}, relaunch {:.3}, \
-         rendezvous with torch import {:.3}, restore and first step {:.3}",
-        splits.len(),
-        phase(|s| s.checkpoint),
-        phase(|s| s.teardown),
-        phase(|s| s.relaunch),
-        phase(|s| s.rendezvous),
-        phase(|s| s.first_step),
-    );
 }
 
 criterion_group!(benches, bench);

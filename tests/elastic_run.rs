@@ -250,6 +250,70 @@ fn a_ddp_job_on_two_fake_gpus_completes_and_sees_its_devices() {
 }
 
 #[test]
+fn spawned_directly_a_ddp_job_trains_exactly_as_under_torchrun() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    for (job, spawn) in [("agent", "torchrun"), ("direct", "direct")] {
+        let out = run(
+            elastic_run(&python, dir.path(), job, &["--gpus", "2", "--spawn", spawn]).args([
+                TOY,
+                "--steps",
+                "20",
+                "--save-every",
+                "10",
+                "--out",
+                &format!("{job}.json"),
+            ]),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains("plan: world=2 "), "{}", text(&out));
+    }
+    let read = |name: &str| read_json(dir.path(), name);
+    assert_eq!(
+        read("agent.json")["params"],
+        read("direct.json")["params"],
+        "the same training, bit for bit"
+    );
+}
+
+/// Without torch: `/bin/sh` stands in for Python (`sh -u SCRIPT`), so the spawner's supervision is
+/// seen alone.
+#[test]
+fn spawned_directly_one_failed_worker_stops_the_others_and_fails_the_launch_as_torchrun_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
+        dir.path(),
+        "train.sh",
+        // Rank 1 fails once rank 0 is ready to be stopped.
+        "if [ \"$RANK\" = 1 ]; then while [ ! -e ready ]; do sleep 0.02; done; exit 9; fi\n\
+         trap 'echo \"$RANK $WORLD_SIZE $MASTER_ADDR\" > stopped.txt; exit 0' TERM\n\
+         touch ready\n\
+         while true; do sleep 0.05; done\n",
+    );
+    let out = run(elastic_run("/bin/sh", dir.path(), "sh", &["--gpus", "2"])
+        .args(["--spawn", "direct", "--max-restarts", "0"])
+        .arg(&script));
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(
+        all.contains("worker rank 1 failed\n  exitcode  : 9"),
+        "{all}"
+    );
+    assert!(
+        all.contains("worker exit codes [9]"),
+        "a crash, as classified: {all}"
+    );
+    let stopped = std::fs::read_to_string(dir.path().join("stopped.txt")).unwrap();
+    assert_eq!(stopped.trim(), "0 2 127.0.0.1", "rank 0 was stopped");
+    // torchrun's options have no place there.
+    let out = run(elastic_run("/bin/sh", dir.path(), "sh2", &["--gpus", "2"])
+        .args(["--spawn", "direct", "--standalone"])
+        .arg(&script));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("takes no torchrun options (--standalone)"));
+}
+
+#[test]
 fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
     let python = need_torch!();
     let dir = tempfile::tempdir().unwrap();

@@ -56,6 +56,11 @@ pub struct Options {
     /// node, started by `srun`).
     #[arg(long, value_enum, default_value = "local")]
     pub backend: Backend,
+    /// How the workers start on this machine: `torchrun` (its agent, which imports torch before
+    /// they do), or `direct`: elastic-run starts them itself with torchrun's environment, a few
+    /// seconds sooner at every launch and stop (no torchrun options; not with `--backend slurm`).
+    #[arg(long, value_enum, default_value = "torchrun")]
+    pub spawn: Spawn,
     /// With `--backend slurm`: nodes to spread the GPUs over (the same number on each).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub nodes: u32,
@@ -142,6 +147,13 @@ fn parse_job_id(text: &str) -> Result<String, String> {
 pub enum Backend {
     Local,
     Slurm,
+}
+
+/// What starts the workers on a machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Spawn {
+    Torchrun,
+    Direct,
 }
 
 /// GPU device indices, as `0,1`.

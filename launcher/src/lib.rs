@@ -7,6 +7,8 @@
 //! - [`exit`]: how a launch ended: completed, a user error (never retried), or a crash;
 //! - [`local`]: the local backend's run loop: launch with the worker contract's environment, restart
 //!   after crashes and hangs within the budget, stop cooperatively on request;
+//! - [`spawn`]: `--spawn direct`: one machine's workers started without torchrun's agent (and its
+//!   torch import);
 //! - [`slurm`]: the Slurm backend: nodes from `scontrol`, one torchrun agent per node by `srun`, c10d
 //!   rendezvous on the first node, `scancel` to clean up;
 //! - [`daemon`]: `elastic-run --daemon`: submit the job to `gangway serve` and follow it;
@@ -32,3 +34,4 @@ pub mod exit;
 pub mod local;
 pub mod process;
 pub mod slurm;
+pub mod spawn;

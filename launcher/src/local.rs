@@ -13,10 +13,11 @@ use std::time::{Duration, Instant};
 
 use gangway_elastic::{HostOffer, JobSpec, Plan, plan};
 
-use crate::cli::Invocation;
+use crate::cli::{Invocation, Spawn};
 use crate::exit::{Verdict, classify};
 use crate::process::Launch;
 use crate::slurm::{self, Allocation};
+use crate::spawn;
 
 /// Where a run's workers go.
 #[derive(Clone, Debug)]
@@ -228,7 +229,8 @@ pub fn run(
             }
         );
         let cancel = matches!(target, Target::Slurm(_)).then(|| token.to_owned());
-        let mut launch = Launch::spawn(command, token, cancel).map_err(io("starting torchrun"))?;
+        let mut launch =
+            Launch::spawn(command, token, cancel).map_err(io("starting the workers"))?;
         let (tail, readers) = capture(&mut launch);
         let watch = watch(
             &mut launch,
@@ -354,8 +356,9 @@ struct Files<'a> {
     progress_file: &'a Path,
 }
 
-/// torchrun's command line (under `srun`, as a step named `token`, for Slurm) and the worker
-/// contract's environment for launch `attempt`, which gets a rendezvous id of its own.
+/// The launch's command line (torchrun, under `srun` as a step named `token` for Slurm; or the direct
+/// spawner) and the worker contract's environment for launch `attempt`, which gets a rendezvous id of
+/// its own.
 fn launch_command(
     inv: &Invocation,
     target: &Target,
@@ -366,7 +369,12 @@ fn launch_command(
     attempt: u32,
 ) -> Result<Command, LaunchError> {
     let options = &inv.options;
-    let (mut command, torchrun_options) = match target {
+    let mut command = match target {
+        Target::Local(_) if options.spawn == Spawn::Direct => {
+            let exe = std::env::current_exe().map_err(io("finding elastic-run itself"))?;
+            let nproc = plan.world_size();
+            spawn::command(&exe, nproc, &options.python, &inv.script, &inv.script_args)
+        }
         Target::Local(_) => {
             let mut torchrun_options = vec![
                 "--nnodes=1".to_owned(),
@@ -381,22 +389,17 @@ fn launch_command(
             {
                 torchrun_options.push("--standalone".into());
             }
-            (Command::new(&options.python), torchrun_options)
+            torchrun(Command::new(&options.python), &torchrun_options, inv)
         }
         Target::Slurm(allocation) => {
             let mut srun = allocation.srun(plan, token)?;
             srun.arg(&options.python);
             let rdzv_id = format!("{token}-{attempt}");
             let port = allocation.rendezvous_port(&rdzv_id);
-            (srun, allocation.torchrun_options(plan, &rdzv_id, port)?)
+            let torchrun_options = allocation.torchrun_options(plan, &rdzv_id, port)?;
+            torchrun(srun, &torchrun_options, inv)
         }
     };
-    command
-        .args(["-m", "torch.distributed.run"])
-        .args(torchrun_options)
-        .args(&inv.torchrun)
-        .arg(&inv.script)
-        .args(&inv.script_args);
     match target {
         Target::Local(_) => {
             let (_, devices) = plan.cuda_visible_devices().remove(0);
@@ -429,6 +432,18 @@ fn launch_command(
             .env("GANGWAY_ACCUM_STEPS", plan.batch.accum_steps.to_string());
     }
     Ok(command)
+}
+
+/// `command` (a Python, or `srun` running one) running torchrun with `options`, then the user's
+/// torchrun options, script and arguments.
+fn torchrun(mut command: Command, options: &[String], inv: &Invocation) -> Command {
+    command
+        .args(["-m", "torch.distributed.run"])
+        .args(options)
+        .args(&inv.torchrun)
+        .arg(&inv.script)
+        .args(&inv.script_args);
+    command
 }
 
 /// Forwards the launch's stdout and stderr to ours, keeping the last bytes of both; the threads end

@@ -3,15 +3,18 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use gangway_launcher::cli::{self, Backend, CliError, Options};
+use gangway_launcher::cli::{self, Backend, CliError, Options, Spawn};
 use gangway_launcher::daemon;
 use gangway_launcher::executor::{EXIT_FILE_VAR, ExitReport};
 use gangway_launcher::local::{self, Ending, Target};
 use gangway_launcher::process::{GUARD_FLAG, GUARD_SLURM, Guardian};
-use gangway_launcher::slurm;
+use gangway_launcher::{slurm, spawn};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(spawn::SPAWN_FLAG) {
+        spawn::run(&args[1..]);
+    }
     if args.first().map(String::as_str) == Some(GUARD_FLAG) {
         gangway_launcher::process::guard(
             args.get(1).map_or("", String::as_str),
@@ -48,6 +51,17 @@ fn main() {
             }));
         }
         finish(daemon::submit_and_follow(&inv, &args, addr, &stop));
+    }
+    if inv.options.spawn == Spawn::Direct
+        && (inv.options.backend == Backend::Slurm || !inv.torchrun.is_empty())
+    {
+        let why = format!(
+            "--spawn direct starts this machine's workers without torchrun: it takes no torchrun \
+             options ({}) and not --backend slurm",
+            inv.torchrun.join(" ")
+        );
+        eprintln!("elastic-run: {why}");
+        finish(Ok(Ending::Failed { code: 2, why }));
     }
     let target = match target(&inv.options) {
         Ok(target) => target,
