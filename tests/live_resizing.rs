@@ -227,13 +227,16 @@ fn under_pollux_an_elastic_job_adapts_its_batch_and_shares_one_server_with_a_new
         api,
         cifar(8, json!({"min_gpus": 1, "min_batch": 256, "batch": 4096})),
     );
+    // Every batch it ran at, and every reason given for a resize.
     let mut batches = std::collections::BTreeSet::new();
+    let mut whys = std::collections::BTreeSet::new();
     let mut note_batches = |api: &support::Api| {
-        for job in jobs(api) {
-            if job["id"] == elastic
-                && let Some(batch) = job["batch"].as_u64()
-            {
+        for job in jobs(api).into_iter().filter(|j| j["id"] == elastic) {
+            if let Some(batch) = job["batch"].as_u64() {
                 batches.insert(batch);
+            }
+            if let Some(why) = job["last_resize"]["why"].as_str() {
+                whys.insert(why.to_owned());
             }
         }
     };
@@ -297,6 +300,17 @@ fn under_pollux_an_elastic_job_adapts_its_batch_and_shares_one_server_with_a_new
         "{batches:?}"
     );
     assert!(batches.len() >= 2, "its batch never changed: {batches:?}");
+    // Its resizes say why.
+    let said = |what: &str| whys.iter().any(|w| w.contains(what));
+    assert!(
+        said("grew from 1 to 2 GPUs: its goodput gains from them"),
+        "{whys:?}"
+    );
+    assert!(
+        said(&format!("to make room for job {newcomer}")),
+        "{whys:?}"
+    );
+    assert!(said(&format!("freed as job {newcomer} ended")), "{whys:?}");
     let info = jobs(api);
     let last = info.iter().find(|j| j["id"] == elastic).unwrap();
     assert!(last["resizes"].as_u64().unwrap() >= 4, "{last}");

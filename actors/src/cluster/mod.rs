@@ -117,6 +117,9 @@ pub struct ClusterActor {
     settings: Settings,
     /// Submissions validated and waiting to be journaled together.
     unjournaled: Vec<Unjournaled>,
+    /// Jobs that ended since the last batch that started one: what a resize's reason names as the
+    /// GPUs' source.
+    ended_since_starts: Vec<JobId>,
     /// The id the next submission gets.
     next_job_id: u32,
     /// Submissions that repeat the idempotency key of one waiting to be journaled: answered with
@@ -201,6 +204,7 @@ impl ClusterActor {
                 stats: Stats::default(),
                 settings,
                 unjournaled: Vec::new(),
+                ended_since_starts: Vec::new(),
                 key_waiters: Vec::new(),
                 ended: BTreeMap::new(),
                 adopted: Vec::new(),
@@ -272,6 +276,19 @@ impl ClusterActor {
             |job| self.jobs.get(&job).map(|h| h.phase),
         );
         self.persist(&plan.records);
+        let ended = plan.stops.iter().filter(|s| s.next.is_terminal());
+        self.ended_since_starts.extend(ended.map(|s| s.job));
+        let arrived: Vec<JobId> = plan
+            .starts
+            .iter()
+            .filter(|s| s.via_placing)
+            .map(|s| s.launch.job)
+            .collect();
+        let ended = if plan.starts.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.ended_since_starts)
+        };
         let stops: Vec<StopStep> = plan
             .stops
             .into_iter()
@@ -325,14 +342,16 @@ impl ClusterActor {
             if let Some(from) = handle.last_size.filter(|&from| from != size) {
                 handle.resizes += 1;
                 resized += 1;
+                let others: Vec<JobId> = arrived
+                    .iter()
+                    .copied()
+                    .filter(|&j| j != launch.job)
+                    .collect();
                 handle.last_resize = Some(Resize {
                     from,
                     to: size,
                     at: now,
-                    why: format!(
-                        "the policy resized it, with {active} job{} active",
-                        if active == 1 { "" } else { "s" }
-                    ),
+                    why: plan::resize_reason(from, size, &others, &ended, active),
                 });
             }
             handle.batch = launch.batch;

@@ -180,6 +180,39 @@ pub(super) fn plan(
     out
 }
 
+/// Why a job went from `from` to `to` GPUs, from what else the same decision did: the jobs it started
+/// from the queue (`arrived`), those that ended since the last decision that started one (`ended`),
+/// and how many are active.
+pub(super) fn resize_reason(
+    from: u32,
+    to: u32,
+    arrived: &[JobId],
+    ended: &[JobId],
+    active: usize,
+) -> String {
+    let active = format!("{active} job{} active", if active == 1 { "" } else { "s" });
+    let change = if to < from { "shrank" } else { "grew" };
+    let base = format!("{change} from {from} to {to} GPUs");
+    match (to < from, arrived, ended) {
+        (true, [_, ..], _) => format!("{base} to make room for {} ({active})", jobs(arrived)),
+        (false, _, [_, ..]) => format!("{base}, freed as {} ended ({active})", jobs(ended)),
+        (false, _, []) => format!("{base}: its goodput gains from them ({active})"),
+        (true, [], _) => format!("{base} ({active})"),
+    }
+}
+
+/// `job 3`, `jobs 3, 5`, or `jobs 3, 5, 8, 9, 10 and 2 more`.
+fn jobs(ids: &[JobId]) -> String {
+    const SHOWN: usize = 5;
+    let names: Vec<String> = ids.iter().take(SHOWN).map(JobId::to_string).collect();
+    let more = match ids.len().saturating_sub(SHOWN) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    let s = if ids.len() == 1 { "" } else { "s" };
+    format!("job{s} {}{more}", names.join(", "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -350,6 +383,29 @@ mod tests {
         // A split that rounds past the range is brought back into it.
         assert_eq!(planned(100), [Some(256), None]);
         assert_eq!(planned(2), [Some(16), None]);
+    }
+
+    #[test]
+    fn a_resize_says_which_jobs_it_made_room_for_or_which_freed_its_gpus() {
+        let ids = |ids: &[u32]| ids.iter().map(|&j| JobId(j)).collect::<Vec<_>>();
+        assert_eq!(
+            resize_reason(8, 4, &ids(&[3]), &[], 2),
+            "shrank from 8 to 4 GPUs to make room for job 3 (2 jobs active)"
+        );
+        assert_eq!(
+            resize_reason(4, 8, &ids(&[9]), &ids(&[3, 5]), 1),
+            "grew from 4 to 8 GPUs, freed as jobs 3, 5 ended (1 job active)"
+        );
+        assert_eq!(
+            resize_reason(1, 2, &[], &[], 1),
+            "grew from 1 to 2 GPUs: its goodput gains from them (1 job active)"
+        );
+        assert_eq!(
+            resize_reason(8, 6, &[], &[], 3),
+            "shrank from 8 to 6 GPUs (3 jobs active)"
+        );
+        let many = ids(&[1, 2, 3, 4, 5, 6, 7]);
+        assert!(resize_reason(16, 2, &many, &[], 8).contains("jobs 1, 2, 3, 4, 5 and 2 more"));
     }
 
     #[test]

@@ -5,6 +5,11 @@
 //! wraps any placer: its answer stands when it is even; otherwise the gang goes on the fewest servers
 //! that can each take an equal part, the fullest that fit first (best fit, as [`super::PackingPlacer`]
 //! keeps large blocks free); and when no equal split fits, the gang waits, fragmented.
+//!
+//! A hybrid-parallel job's groups (its `tp x pp` GPUs, [`crate::job::Sizes::multiple`]) stay whole on
+//! one server: `elastic-run` refuses a plan that splits a tensor group across machines, so every
+//! server's part is a multiple of the group. (Pipeline stages could span servers; keeping the whole
+//! group is the simple rule that never splits a tensor group.)
 
 use super::{FreeGpus, Locality, PlaceRequest, Placed, Placer, Unplaced};
 use crate::cluster::{Cluster, GpuId, GpuSet};
@@ -20,10 +25,12 @@ impl<P: Placer> Even<P> {
     }
 }
 
-/// Whether every server of `gpus` holds as many of them.
-fn is_even(cluster: &Cluster, gpus: &[GpuId]) -> bool {
+/// Whether every server of `gpus` holds as many of them, in whole groups of `group`.
+fn is_even(cluster: &Cluster, gpus: &[GpuId], group: u32) -> bool {
     let per_node = cluster.gpus_per_node(gpus);
-    per_node.iter().all(|&(_, c)| c == per_node[0].1)
+    per_node
+        .iter()
+        .all(|&(_, c)| c == per_node[0].1 && c.is_multiple_of(group))
 }
 
 impl<P: Placer> Placer for Even<P> {
@@ -34,12 +41,15 @@ impl<P: Placer> Placer for Even<P> {
         request: &PlaceRequest<'_>,
     ) -> Result<Placed, Unplaced> {
         let placed = self.inner.place(cluster, free, request)?;
-        if is_even(cluster, &placed.gpus) {
+        let group = request.job.sizes.map_or(1, |s| s.multiple.max(1));
+        if is_even(cluster, &placed.gpus, group) {
             return Ok(placed);
         }
         let (gpu_type, gpus) = (request.gpu_type, request.gpus);
         // The fewest servers first: 2 servers of 4 before 4 of 2.
-        for servers in (2..=gpus).filter(|k| gpus.is_multiple_of(*k)) {
+        let splits =
+            (2..=gpus).filter(|k| gpus.is_multiple_of(*k) && (gpus / k).is_multiple_of(group));
+        for servers in splits {
             let each = gpus / servers;
             let mut chosen = GpuSet::new();
             let mut used = 0;
@@ -98,9 +108,17 @@ mod tests {
     }
 
     fn place(free: &FreeGpus, cluster: &Cluster, gpus: u32) -> Result<Placed, Unplaced> {
-        let job = job();
+        place_job(free, cluster, gpus, &job())
+    }
+
+    fn place_job(
+        free: &FreeGpus,
+        cluster: &Cluster,
+        gpus: u32,
+        job: &Job,
+    ) -> Result<Placed, Unplaced> {
         let request = PlaceRequest {
-            job: &job,
+            job,
             gpu_type: GpuTypeId(0),
             gpus,
             previous: &[],
@@ -120,7 +138,7 @@ mod tests {
         free.take(&cluster, &taken);
         // Packing would take 3 + 1 (servers 3 and 1); even is 2 + 2 (servers 1 and 3).
         let placed = place(&free, &cluster, 4).unwrap();
-        assert!(is_even(&cluster, &placed.gpus), "{:?}", placed.gpus);
+        assert!(is_even(&cluster, &placed.gpus, 1), "{:?}", placed.gpus);
         assert_eq!(placed.gpus.len(), 4);
         // 5 GPUs: prime, so one server or none; none holds 5.
         let waits = place(&free, &cluster, 5).unwrap_err();
@@ -130,5 +148,33 @@ mod tests {
         ));
         // 3 GPUs fit on server 3 alone: the inner answer stands.
         assert_eq!(place(&free, &cluster, 3).unwrap().gpus.len(), 3);
+    }
+
+    #[test]
+    fn a_hybrid_parallel_gang_keeps_its_groups_whole_on_each_server() {
+        // Three servers of 8: 4, 2 and 6 GPUs free.
+        let cluster = Cluster::parse_spec("gpu=3x8", 8).unwrap();
+        let mut free = FreeGpus::new(&cluster);
+        let taken: Vec<GpuId> = [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 16, 17]
+            .map(GpuId)
+            .to_vec();
+        free.take(&cluster, &taken);
+        let pairs = |multiple| Job {
+            sizes: Some(crate::job::Sizes {
+                min: multiple,
+                max: 8,
+                multiple,
+            }),
+            ..job()
+        };
+        // 8 GPUs in groups of 4: two servers of 4 (the 2-GPU server's part would split a group).
+        let placed = place_job(&free, &cluster, 8, &pairs(4)).unwrap();
+        let per_node = cluster.gpus_per_node(&placed.gpus);
+        assert!(per_node.iter().all(|&(_, c)| c == 4), "{per_node:?}");
+        // 4 GPUs in one group of 4: one server, never 2 + 2.
+        let placed = place_job(&free, &cluster, 4, &pairs(4)).unwrap();
+        assert_eq!(cluster.gpus_per_node(&placed.gpus).len(), 1);
+        // In groups of 8 nothing fits: no server has 8 free.
+        assert!(place_job(&free, &cluster, 8, &pairs(8)).is_err());
     }
 }
