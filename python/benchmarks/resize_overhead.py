@@ -2,13 +2,13 @@
 """Decision to first step of a resize through `gangway serve`, with torchrun's agent and without.
 
     python3 python/benchmarks/resize_overhead.py --python .venv/bin/python \\
-        --profiles ../shared/data/sia/profiles [--bin target/release] [--restarts 6]
+        --profiles ../shared/data/sia/profiles [--bin target/release] [--runs 3]
 
-For each of `elastic-run --spawn torchrun` and `--spawn direct`: a daemon under `sia` on 4 fake `rtx`
-GPUs runs the toy DDP job (`--gpus 1:4`, typed cifar10); GPUs 2 and 3 are cordoned and put back in
-turn, so that the job shrinks to 2 GPUs and grows again. The daemon measures every restart from its
-decision to the workers' first reported step after it (`last_restart_seconds` in the API); this
-prints each mode's restarts and their median. Only the standard library; a few minutes per mode.
+For each of `elastic-run --spawn torchrun` and `--spawn direct`, --runs times: a fresh daemon under
+`sia` on 4 fake `rtx` GPUs runs the toy DDP job (`--gpus 1:4`, typed cifar10), which Sia grows from 1
+GPU to 2, then to 4. The daemon measures each restart from its decision to the workers' first reported
+step after it (`last_restart_seconds` in the API), read here once the job trains at its new size. This
+prints every restart and each mode's median. Only the standard library; about a minute per run.
 """
 
 import argparse
@@ -60,8 +60,9 @@ def wait(what, check, seconds):
     sys.exit(f"resize_overhead: {what} did not happen within {seconds} s")
 
 
-def measure(args, spawn, work):
-    journal = os.path.join(work, f"journal-{spawn}")
+def measure(args, spawn, work, run):
+    """The restarts 1 -> 2 and 2 -> 4 GPUs of one job on a fresh daemon, in seconds."""
+    journal = os.path.join(work, f"journal-{spawn}-{run}")
     port = free_port()
     daemon = subprocess.Popen(
         [os.path.join(args.bin, "gangway"), "serve", "--fake-gpus", "4", "--fake-gpu-type", "rtx",
@@ -77,24 +78,23 @@ def measure(args, spawn, work):
         job = subprocess.Popen(
             [os.path.join(args.bin, "elastic-run"), "--daemon", f"127.0.0.1:{port}", "--gpus", "1:4",
              "--job-type", "cifar10", "--spawn", spawn, "--python", args.python,
-             "--job-id", f"overhead-{spawn}", "--grace", "30",
-             TOY, "--steps", "1000000", "--save-every", "20", "--step-sleep", "0.05"],
+             "--job-id", f"overhead-{spawn}-{run}", "--grace", "30",
+             TOY, "--steps", "1000000", "--save-every", "5", "--step-sleep", "0.2"],
             cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        def training_on(gpus):
+            info = api.call("GET", "/jobs/0")
+            measured = info.get("measured") or {}
+            ready = (len(info["placement"]) == gpus and measured.get("replicas") == gpus
+                     and info.get("last_restart_seconds") is not None)
+            return info if ready else None
+
         seen = []
-        cordoned = False
-        while len(seen) < args.restarts:
-            # At 4 GPUs, take two away; at 2, give them back: each is one resize.
-            info = wait("a job training on all its GPUs", lambda: (lambda j: j if (
-                j.get("measured") and j["measured"]["replicas"] == len(j["placement"]) > 0
-                and j["phase"] == "running" and (len(j["placement"]) == (2 if cordoned else 4)))
-                else None)(api.call("GET", "/jobs/0")), 300)
-            restart = info.get("last_restart_seconds")
-            if restart is not None and info["resizes"] > len(seen):
-                seen.append(restart)
-                print(f"  --spawn {spawn}: restart {len(seen)} ({info['last_resize']['from']} -> "
-                      f"{info['last_resize']['to']} GPUs): {restart:.2f} s", flush=True)
-            cordoned = not cordoned
-            api.call("POST", "/gpus/cordon" if cordoned else "/gpus/uncordon", {"gpus": [2, 3]})
+        for gpus in (2, 4):
+            info = wait(f"the job training on {gpus} GPUs", lambda: training_on(gpus), 300)
+            seen.append(info["last_restart_seconds"])
+            print(f"  --spawn {spawn}, run {run}: {info['last_resize']['from']} -> {gpus} GPUs: "
+                  f"{seen[-1]:.2f} s", flush=True)
         return seen
     finally:
         if job is not None:
@@ -112,12 +112,16 @@ def main():
     parser.add_argument("--python", required=True, help="a Python with torch")
     parser.add_argument("--profiles", required=True, help="Sia's profiles directory")
     parser.add_argument("--bin", default="target/release", help="where gangway and elastic-run are")
-    parser.add_argument("--restarts", type=int, default=6, help="restarts measured per mode")
+    parser.add_argument("--runs", type=int, default=3, help="daemons per mode (two restarts each)")
     args = parser.parse_args()
+    # The job runs in a directory of its own.
+    args.bin, args.profiles = os.path.abspath(args.bin), os.path.abspath(args.profiles)
     results = {}
     with tempfile.TemporaryDirectory() as work:
-        for spawn in ("torchrun", "direct"):
-            results[spawn] = measure(args, spawn, work)
+        # The modes in turn, so that drift on a shared machine touches both alike.
+        for run in range(args.runs):
+            for spawn in ("torchrun", "direct"):
+                results.setdefault(spawn, []).extend(measure(args, spawn, work, run))
     for spawn, seen in results.items():
         print(f"--spawn {spawn}: median decision to first step {statistics.median(seen):.2f} s "
               f"over {len(seen)} restarts (min {min(seen):.2f}, max {max(seen):.2f})")
