@@ -345,15 +345,16 @@ pub fn shape(request: &JobRequest) -> Shape {
     }
 }
 
-/// The sizes a (valid) request runs on under policies that resize jobs.
+/// The sizes a (valid) request runs on under policies that resize jobs. A rigid hybrid-parallel job
+/// keeps its `tp x pp` groups too, for placers that must not split them across servers.
 pub fn sizes(request: &JobRequest) -> Sizes {
-    match request.min_gpus.filter(|&min| min < request.gpus) {
-        Some(min) => Sizes {
-            min,
-            max: request.gpus,
-            multiple: request.tp.saturating_mul(request.pp),
-        },
-        None => Sizes::rigid(request.gpus),
+    Sizes {
+        min: request
+            .min_gpus
+            .filter(|&min| min < request.gpus)
+            .unwrap_or(request.gpus),
+        max: request.gpus,
+        multiple: request.tp.saturating_mul(request.pp),
     }
 }
 
@@ -705,8 +706,13 @@ mod tests {
                 multiple: 2
             }
         );
-        // A range of one size is rigid, whatever its groups.
-        assert_eq!(sizes(&request(4, Some(4), 2, 2)), Sizes::rigid(4));
+        // A range of one size is rigid, in whole groups (which placers keep on one server).
+        let rigid_in_fours = Sizes {
+            multiple: 4,
+            ..Sizes::rigid(4)
+        };
+        assert_eq!(sizes(&request(4, Some(4), 2, 2)), rigid_in_fours);
+        assert_eq!(sizes(&request(4, None, 2, 2)), rigid_in_fours);
         assert_eq!(sizes(&request(4, None, 1, 1)), Sizes::rigid(4));
         for (r, field, says) in [
             (

@@ -95,7 +95,9 @@ pub fn run(args: &[String]) -> ! {
             Ok(child) => workers.push(child),
             Err(e) => {
                 stop_all(&mut workers);
-                fail(&format!("starting worker {rank} ({python}): {e}"));
+                // A Python that cannot be run fails every try alike: a user error, not retried.
+                eprintln!("elastic-run: starting worker {rank} with --python {python}: {e}");
+                std::process::exit(2);
             }
         }
     }

@@ -570,6 +570,11 @@ mod tests {
             let first = learned_plan(&elastic, &job, None, config).unwrap();
             assert_eq!(first.global(2), min, "{first:?}");
         }
+        // A range past the application's largest batch (256) is capped there: the profile says
+        // nothing beyond it.
+        let greedy = job(100, 1 << 20);
+        let fitted = learned_plan(&elastic, &greedy, Some(&learned), config).unwrap();
+        assert!((100..=257).contains(&fitted.global(2)), "{fitted:?}");
     }
 
     #[test]

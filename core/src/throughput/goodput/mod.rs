@@ -99,10 +99,12 @@ const CANDIDATES: usize = 50;
 
 /// The global batches a goodput policy may run `job` of `app` with: the range the job declared
 /// (`min_batch..=batch`, a job that adapts its batch), else the application's, from its initial batch
-/// M0 up to its largest (the peers' rule).
+/// M0 up to its largest (the peers' rule). A declared range goes no higher than the application's
+/// largest: the profile says nothing beyond it, and a submitter must not buy GPUs with batches the
+/// model can only extrapolate to.
 pub fn batch_range(job: &Job, app: &Application) -> (u32, u32) {
     match (job.min_batch, job.batch) {
-        (Some(min), Some(max)) => (min, max),
+        (Some(min), Some(max)) => (min.min(app.max_batch), max.min(app.max_batch)),
         _ => (app.init_batch, app.max_batch),
     }
 }
