@@ -905,15 +905,10 @@ fn attempts_running(job: &str) -> std::collections::BTreeSet<String> {
 
 /// `gangway serve` under sia on 4 fake `rtx` GPUs, running real jobs, on `journal`.
 fn sia_daemon(profiles: &Path, addr: &str, journal: &Path) -> KillOnDrop {
-    goodput_daemon("sia", profiles, addr, journal)
-}
-
-/// `gangway serve` under `policy` on 4 fake `rtx` GPUs, running real jobs, on `journal`.
-fn goodput_daemon(policy: &str, profiles: &Path, addr: &str, journal: &Path) -> KillOnDrop {
     KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_gangway"))
             .args(["serve", "--fake-gpus", "4", "--fake-gpu-type", "rtx"])
-            .args(["--workers", "processes", "--policy", policy, "--round", "2"])
+            .args(["--workers", "processes", "--policy", "sia", "--round", "2"])
             .arg("--goodput-profiles")
             .arg(profiles)
             .args(["--listen", addr, "--journal"])
@@ -923,115 +918,6 @@ fn goodput_daemon(policy: &str, profiles: &Path, addr: &str, journal: &Path) -> 
             .spawn()
             .unwrap(),
     )
-}
-
-#[test]
-fn under_pollux_a_real_elastic_job_makes_room_for_a_newcomer_at_the_batch_pollux_picks() {
-    let python = need_torch!();
-    let Some(profiles) = sia_profiles() else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let addr = format!("127.0.0.1:{}", support::free_port());
-    let journal = dir.path().join("journal");
-    let _daemon = goodput_daemon("pollux", &profiles, &addr, &journal);
-    let base = format!("http://{addr}");
-    support::wait_until_answering(&base);
-    let toy = |job: &str, gpus: &str, batch: &str, steps: &str| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
-        command
-            .args(["--daemon", &addr, "--gpus", gpus, "--job-type", "cifar10"])
-            .args(["--global-batch", batch, "--max-micro-batch", "16"])
-            .args(["--python", &python, "--job-id", job, "--grace", "30"])
-            .arg("--checkpoint-dir")
-            .arg(dir.path().join(job))
-            .args([
-                TOY,
-                "--steps",
-                steps,
-                "--save-every",
-                "5",
-                "--step-sleep",
-                "0.2",
-            ])
-            .current_dir(dir.path())
-            .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
-            .env_remove("LD_LIBRARY_PATH")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        command
-    };
-    // An elastic job that adapts its batch from 32 to 256, alone on the server (it runs until we
-    // cancel it).
-    let mut elastic = toy("elastic", "1:4", "32:256", "100000").spawn().unwrap();
-    let http = support::Api::new(&base, &journal, Duration::from_secs(60));
-    let training_on = |info: &serde_json::Value| {
-        let replicas = info["measured"]["replicas"].as_u64().unwrap_or(0);
-        (replicas == placement_of(info).len() as u64).then_some(replicas)
-    };
-    eventually(Duration::from_secs(180), || {
-        let info = job_info(&http, 0);
-        (training_on(&info) == Some(4))
-            .then_some(())
-            .ok_or(format!("not training on 4 GPUs yet: {info}"))
-    });
-    // A rigid 2-GPU job arrives with a fixed batch: the elastic job makes room for it. (Whether it
-    // grows back once the newcomer is done is Pollux's call on what the workers measured, which a
-    // loaded machine makes slow: the simulated test shows it.)
-    let newcomer = toy("rigid", "2", "16", "40").output().unwrap();
-    assert!(newcomer.status.success(), "{}", text(&newcomer));
-    unsafe { libc::kill(elastic.id() as i32, libc::SIGTERM) };
-    let out = std::mem::replace(&mut elastic, Command::new("true").spawn().unwrap())
-        .wait_with_output()
-        .unwrap();
-    let output = text(&out);
-    assert!(
-        output.contains("cancelled; run the same command to resume"),
-        "{output}"
-    );
-
-    let (plans, saved) = launches_and_saves(&output);
-    let worlds = world_sizes(&plans);
-    assert_eq!(worlds.first(), Some(&1), "it starts on one GPU: {plans:?}");
-    let grown = worlds.iter().position(|&w| w == 4).expect("it grew to 4");
-    assert!(
-        worlds[..=grown].windows(2).all(|w| w[0] < w[1]),
-        "it only grew while alone: {plans:?}"
-    );
-    assert!(
-        worlds[grown..].iter().any(|&w| w <= 2),
-        "it never gave the newcomer its 2 GPUs: {plans:?}"
-    );
-    // Every launch resumed where the last one saved, at a batch Pollux chose within its range.
-    // (The last save is at the cancellation.)
-    assert_eq!(saved.len(), plans.len(), "{output}");
-    for (plan, step) in plans[1..].iter().zip(&saved) {
-        assert!(
-            plan.ends_with(&format!("resumed from step {step}")),
-            "{plan} after saving step {step}:\n{output}"
-        );
-    }
-    let batches: Vec<u32> = plans
-        .iter()
-        .filter_map(|p| p.split("global=").nth(1)?.split(' ').next()?.parse().ok())
-        .collect();
-    assert_eq!(batches.len(), plans.len(), "{plans:?}");
-    assert!(batches.iter().all(|b| (32..=256).contains(b)), "{plans:?}");
-    assert!(
-        batches.windows(2).any(|w| w[0] != w[1]),
-        "its batch never changed: {plans:?}"
-    );
-    // The rigid job ran on exactly its 2 GPUs at its own batch, never resized.
-    let (rigid, _) = launches_and_saves(&text(&newcomer));
-    assert!(
-        !rigid.is_empty()
-            && rigid
-                .iter()
-                .all(|p| p.starts_with("world=2 ") && p.contains("global=16")),
-        "{rigid:?}"
-    );
-    assert_eq!(job_info(&http, 1)["resizes"], 0);
-    assert_eq!(job_info(&http, 0)["phase"], "cancelled");
 }
 
 #[test]
