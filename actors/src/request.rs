@@ -652,18 +652,9 @@ mod tests {
     #[test]
     fn numbers_are_bounded_and_the_limit_is_named() {
         let request = |gpus: u32, work: f64, weight: f64| JobRequest {
-            id: None,
-            job_type: "t".into(),
             tenant: "a".into(),
-            gpus,
-            min_gpus: None,
-            tp: 1,
-            pp: 1,
-            batch: None,
-            min_batch: None,
-            work,
             weight,
-            run: None,
+            ..JobRequest::new("t", gpus, work)
         };
         assert!(validate(&request(1, 60.0, 1.0)).is_ok());
         for (r, field, says) in [
@@ -950,18 +941,8 @@ mod tests {
             let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
             let cluster = ClusterActor::start(parts, settings).unwrap();
             let request = |gpus: u32, name: String| JobRequest {
-                id: None,
-                job_type: name.clone(),
-                tenant: name,
-                gpus,
-                min_gpus: None,
-                tp: 1,
-                pp: 1,
-                batch: None,
-                min_batch: None,
-                work: 60.0,
-                weight: 1.0,
-                run: None,
+                tenant: name.clone(),
+                ..JobRequest::new(name, gpus, 60.0)
             };
             // Refused by the cluster (8 GPUs on 4), each with new names.
             for k in 0..50 {

@@ -40,18 +40,8 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
     );
     let cluster = ClusterActor::start(parts, settings).unwrap();
     let request = JobRequest {
-        id: None,
-        job_type: "toy".into(),
         tenant: "a".into(),
-        gpus: 2,
-        min_gpus: None,
-        tp: 1,
-        pp: 1,
-        batch: None,
-        min_batch: None,
-        work: 3600.0,
-        weight: 1.0,
-        run: None,
+        ..JobRequest::new("toy", 2, 3600.0)
     };
     let job = cluster
         .send(Submit {

@@ -106,18 +106,8 @@ fn start(
 /// Submits a job of 1,000 units on both GPUs.
 async fn submit(cluster: &actix::Addr<ClusterActor>) -> JobId {
     let request = JobRequest {
-        id: None,
-        job_type: "toy".into(),
         tenant: "a".into(),
-        gpus: 2,
-        min_gpus: None,
-        tp: 1,
-        pp: 1,
-        batch: None,
-        min_batch: None,
-        work: 1000.0,
-        weight: 1.0,
-        run: None,
+        ..JobRequest::new("toy", 2, 1000.0)
     };
     cluster
         .send(Submit {

@@ -73,18 +73,8 @@ fn start(
 
 fn request(gpus: u32, work: f64) -> JobRequest {
     JobRequest {
-        id: None,
-        job_type: "toy".into(),
         tenant: "a".into(),
-        gpus,
-        min_gpus: None,
-        tp: 1,
-        pp: 1,
-        batch: None,
-        min_batch: None,
-        work,
-        weight: 1.0,
-        run: None,
+        ..JobRequest::new("toy", gpus, work)
     }
 }
 

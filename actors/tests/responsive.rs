@@ -85,18 +85,8 @@ impl Executor for SlowToStop {
 
 fn request() -> JobRequest {
     JobRequest {
-        id: None,
-        job_type: "toy".into(),
         tenant: "a".into(),
-        gpus: 2,
-        min_gpus: None,
-        tp: 1,
-        pp: 1,
-        batch: None,
-        min_batch: None,
-        work: 3600.0,
-        weight: 1.0,
-        run: None,
+        ..JobRequest::new("toy", 2, 3600.0)
     }
 }
 

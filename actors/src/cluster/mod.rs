@@ -1409,18 +1409,8 @@ mod tests {
         let mut ids = Vec::new();
         for work in [100.0, 5000.0, 7000.0] {
             let request = JobRequest {
-                id: None,
-                job_type: "toy".into(),
                 tenant: "a".into(),
-                gpus: 2,
-                min_gpus: None,
-                tp: 1,
-                pp: 1,
-                batch: None,
-                min_batch: None,
-                work,
-                weight: 1.0,
-                run: None,
+                ..JobRequest::new("toy", 2, work)
             };
             let submit = Submit {
                 request,
@@ -1468,18 +1458,8 @@ mod tests {
         let cluster = ClusterActor::start(parts, settings).unwrap();
         let submit = |tenant: String| Submit {
             request: JobRequest {
-                id: None,
-                job_type: "toy".into(),
                 tenant,
-                gpus: 1,
-                min_gpus: None,
-                tp: 1,
-                pp: 1,
-                batch: None,
-                min_batch: None,
-                work: 10.0,
-                weight: 1.0,
-                run: None,
+                ..JobRequest::new("toy", 1, 10.0)
             },
             at: None,
             key: None,
