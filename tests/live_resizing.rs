@@ -117,6 +117,26 @@ fn follow(
     }
 }
 
+/// Checks the sizes an elastic job held (`seen`, as [`follow`] keeps them): once it ran, it started on
+/// one GPU, only grew until it held all `full`, shrank for newcomers, and ended on `full` again.
+fn grew_alone_shrank_and_grew_back(seen: &[usize], full: usize) {
+    let grown: Vec<usize> = seen.iter().copied().skip_while(|&g| g == 0).collect();
+    assert_eq!(
+        grown[0], 1,
+        "it started on one GPU, as Sia and Pollux start a job: {grown:?}"
+    );
+    let peak = grown.iter().position(|&g| g == full).unwrap();
+    assert!(
+        grown[..=peak].windows(2).all(|w| w[0] < w[1]),
+        "alone, it only grew: {grown:?}"
+    );
+    assert!(
+        grown[peak..].iter().any(|&g| (1..full).contains(&g)),
+        "it shrank for the newcomers: {grown:?}"
+    );
+    assert_eq!(grown.last(), Some(&full), "{grown:?}");
+}
+
 #[test]
 fn under_sia_an_elastic_job_grows_alone_shrinks_for_others_and_grows_back() {
     let Some(profiles) = sia_profiles() else {
@@ -160,25 +180,7 @@ fn under_sia_an_elastic_job_grows_alone_shrinks_for_others_and_grows_back() {
     );
 
     // Its sizes once it ran (it may have been seen queued first).
-    let grown: Vec<usize> = seen[&elastic]
-        .iter()
-        .copied()
-        .skip_while(|&g| g == 0)
-        .collect();
-    assert_eq!(
-        grown[0], 1,
-        "it started on one GPU, as Sia starts a job: {grown:?}"
-    );
-    let peak = grown.iter().position(|&g| g == 16).unwrap();
-    assert!(
-        grown[..=peak].windows(2).all(|w| w[0] < w[1]),
-        "alone, it only grew: {grown:?}"
-    );
-    assert!(
-        grown[peak..].iter().any(|&g| (1..16).contains(&g)),
-        "it shrank for the newcomers: {grown:?}"
-    );
-    assert_eq!(grown.last(), Some(&16), "{grown:?}");
+    grew_alone_shrank_and_grew_back(&seen[&elastic], 16);
     // The rigid job only ever held its 4 GPUs; the pairs only whole pairs.
     assert!(
         seen[&rigid].iter().all(|&g| g == 0 || g == 4),
@@ -278,22 +280,7 @@ fn under_pollux_an_elastic_job_adapts_its_batch_and_shares_one_server_with_a_new
         },
     );
 
-    let grown: Vec<usize> = seen[&elastic]
-        .iter()
-        .copied()
-        .skip_while(|&g| g == 0)
-        .collect();
-    let peak = grown.iter().position(|&g| g == 8).unwrap();
-    assert_eq!(grown[0], 1, "{grown:?}");
-    assert!(
-        grown[..=peak].windows(2).all(|w| w[0] < w[1]),
-        "alone, it only grew: {grown:?}"
-    );
-    assert!(
-        grown[peak..].iter().any(|&g| (1..8).contains(&g)),
-        "it shrank for the newcomer: {grown:?}"
-    );
-    assert_eq!(grown.last(), Some(&8), "{grown:?}");
+    grew_alone_shrank_and_grew_back(&seen[&elastic], 8);
     // Its batch: within its range at every launch, and not one size for all of them.
     assert!(
         batches.iter().all(|b| (256..=4096).contains(b)),
