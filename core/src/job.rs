@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::GpuTypeId;
+
 pub use gangway_protocol::ids::JobId;
 
 /// Index of a job type (a model and batch size, such as `ResNet-18 (batch size 64)`) in [`Names`].
@@ -59,6 +61,11 @@ pub struct Job {
     /// (the peers' workloads, whose jobs are all elastic). Other policies give it `gpus`.
     #[serde(default)]
     pub sizes: Option<Sizes>,
+    /// Where a hybrid-parallel job's group (its `tp x pp` GPUs, one data-parallel replica) differs by
+    /// GPU type, the group on each, indexed by [`GpuTypeId`] (0, or no entry: `sizes.multiple`). A
+    /// large model's pipeline spans more small GPUs than large ones: Sia's per-type scale unit.
+    #[serde(default)]
+    pub group_by_type: Vec<u32>,
 }
 
 /// The GPU counts a job can run on: from `min` to `max`, in multiples of `multiple` (a hybrid-parallel
@@ -87,35 +94,51 @@ impl Sizes {
 }
 
 impl Job {
-    /// Whether policies that resize jobs may run it on `gpus` GPUs.
-    pub fn can_run_on(&self, gpus: u32) -> bool {
-        self.sizes.is_none_or(|s| s.allows(gpus))
+    /// The GPUs of one of its data-parallel replicas on `gpu_type`: its `tp x pp` group there (1 for
+    /// a data-parallel job).
+    pub fn group_on(&self, gpu_type: GpuTypeId) -> u32 {
+        match self.group_by_type.get(usize::from(gpu_type.0)) {
+            Some(&group) if group > 0 => group,
+            _ => self.sizes.map_or(1, |s| s.multiple.max(1)),
+        }
     }
 
-    /// The fewest GPUs it runs on (1 when any size is allowed; 0 when none is).
-    pub fn fewest_gpus(&self) -> u32 {
+    /// Its data-parallel replicas on `gpus` GPUs of `gpu_type` (what its batch is split across).
+    pub fn replicas_on(&self, gpu_type: GpuTypeId, gpus: u32) -> u32 {
+        (gpus / self.group_on(gpu_type)).max(1)
+    }
+
+    /// Whether policies that resize jobs may run it on `gpus` GPUs of `gpu_type`.
+    pub fn can_run_on(&self, gpu_type: GpuTypeId, gpus: u32) -> bool {
+        self.sizes
+            .is_none_or(|s| s.allows(gpus) && gpus.is_multiple_of(self.group_on(gpu_type)))
+    }
+
+    /// The fewest GPUs it runs on of `gpu_type` (1 when any size is allowed; 0 when none is).
+    pub fn fewest_gpus_on(&self, gpu_type: GpuTypeId) -> u32 {
         self.sizes.map_or(1, |s| {
-            let m = s.multiple.max(1);
+            let m = self.group_on(gpu_type);
             let fewest = s.min.max(1).div_ceil(m) * m;
             if fewest <= s.max { fewest } else { 0 }
         })
     }
 
-    /// The sizes a resizing policy offers it on a GPU type with `room` GPUs, from the policy's usual
+    /// The sizes a resizing policy offers it on `gpu_type`, with `room` GPUs, from the policy's usual
     /// sizes there, `offered` (ascending), up to `most`: those it can run on, and, for a job with
     /// [`Sizes`], its fewest GPUs where they are not among them (a rigid 3-GPU job on 4-GPU servers,
     /// which Sia sizes 1, 2, 4, runs on 3), even above `most`: growing limits start from them.
     pub fn sizes_within(
         &self,
+        gpu_type: GpuTypeId,
         offered: impl IntoIterator<Item = u32>,
         most: u32,
         room: u32,
     ) -> Vec<u32> {
         let mut sizes: Vec<u32> = offered
             .into_iter()
-            .filter(|&g| g <= most.min(room) && self.can_run_on(g))
+            .filter(|&g| g <= most.min(room) && self.can_run_on(gpu_type, g))
             .collect();
-        let fewest = self.fewest_gpus();
+        let fewest = self.fewest_gpus_on(gpu_type);
         if self.sizes.is_some() && fewest > 0 && fewest <= room && !sizes.contains(&fewest) {
             let at = sizes.partition_point(|&g| g < fewest);
             sizes.insert(at, fewest);
@@ -232,6 +255,8 @@ fn intern(names: &mut Vec<String>, name: &str) -> u32 {
 mod tests {
     use super::*;
 
+    const T0: GpuTypeId = GpuTypeId(0);
+
     fn job(sizes: Option<Sizes>) -> Job {
         Job {
             id: JobId(0),
@@ -244,6 +269,7 @@ mod tests {
             batch: None,
             min_batch: None,
             sizes,
+            group_by_type: Vec::new(),
         }
     }
 
@@ -251,13 +277,16 @@ mod tests {
     fn a_job_is_offered_only_the_sizes_it_runs_on_and_always_its_fewest() {
         let offered = [1, 2, 4, 8, 16];
         // A trace job takes whatever the policy offers, within its limit and the room.
-        assert_eq!(job(None).sizes_within(offered, 8, 16), [1, 2, 4, 8]);
-        assert_eq!(job(None).sizes_within(offered, 8, 0), Vec::<u32>::new());
+        assert_eq!(job(None).sizes_within(T0, offered, 8, 16), [1, 2, 4, 8]);
+        assert_eq!(job(None).sizes_within(T0, offered, 8, 0), Vec::<u32>::new());
         // A rigid 3-GPU job runs on 3, though the policy never offers 3, and above its limit.
-        assert_eq!(job(Some(Sizes::rigid(3))).sizes_within(offered, 1, 16), [3]);
+        assert_eq!(
+            job(Some(Sizes::rigid(3))).sizes_within(T0, offered, 1, 16),
+            [3]
+        );
         // ... but not where there is no room for it.
         assert_eq!(
-            job(Some(Sizes::rigid(3))).sizes_within(offered, 8, 2),
+            job(Some(Sizes::rigid(3))).sizes_within(T0, offered, 8, 2),
             Vec::<u32>::new()
         );
         // A tp=2 job from 1 to 8 GPUs: even sizes only, its fewest being 2.
@@ -266,19 +295,54 @@ mod tests {
             max: 8,
             multiple: 2,
         };
-        assert_eq!(job(Some(tp2)).fewest_gpus(), 2);
-        assert_eq!(job(Some(tp2)).sizes_within(offered, 1, 16), [2]);
-        assert_eq!(job(Some(tp2)).sizes_within(offered, 16, 16), [2, 4, 8]);
+        assert_eq!(job(Some(tp2)).fewest_gpus_on(T0), 2);
+        assert_eq!(job(Some(tp2)).sizes_within(T0, offered, 1, 16), [2]);
+        assert_eq!(job(Some(tp2)).sizes_within(T0, offered, 16, 16), [2, 4, 8]);
         // Sizes that hold no multiple run nowhere.
         let none = Sizes {
             min: 3,
             max: 3,
             multiple: 2,
         };
-        assert_eq!(job(Some(none)).fewest_gpus(), 0);
+        assert_eq!(job(Some(none)).fewest_gpus_on(T0), 0);
         assert_eq!(
-            job(Some(none)).sizes_within(offered, 16, 16),
+            job(Some(none)).sizes_within(T0, offered, 16, 16),
             Vec::<u32>::new()
         );
+    }
+
+    #[test]
+    fn a_pipeline_that_spans_more_small_gpus_than_large_ones_scales_by_whole_replicas_on_each_type()
+    {
+        // Sia's gpt_pmp: 8 stages on RTX 2080Ti (type 1), 2 on A100 (type 2); type 0 keeps `pp`.
+        let mut gpt = job(Some(Sizes {
+            min: 1,
+            max: 16,
+            multiple: 1,
+        }));
+        gpt.group_by_type = vec![0, 8, 2];
+        let (rtx, a100) = (GpuTypeId(1), GpuTypeId(2));
+        assert_eq!(
+            [gpt.group_on(T0), gpt.group_on(rtx), gpt.group_on(a100)],
+            [1, 8, 2]
+        );
+        assert_eq!(
+            gpt.group_on(GpuTypeId(7)),
+            1,
+            "a type it names no group for"
+        );
+        assert_eq!(gpt.fewest_gpus_on(rtx), 8);
+        assert_eq!(gpt.fewest_gpus_on(a100), 2);
+        let offered = [1, 2, 4, 8, 16];
+        assert_eq!(gpt.sizes_within(rtx, offered, 16, 16), [8, 16]);
+        assert_eq!(gpt.sizes_within(a100, offered, 16, 16), [2, 4, 8, 16]);
+        // A new job (limit 1) is offered one replica on each type.
+        assert_eq!(gpt.sizes_within(rtx, offered, 1, 16), [8]);
+        assert_eq!(gpt.sizes_within(a100, offered, 1, 16), [2]);
+        // 16 GPUs are 2 replicas on RTX, 8 on A100.
+        assert_eq!(gpt.replicas_on(rtx, 16), 2);
+        assert_eq!(gpt.replicas_on(a100, 16), 8);
+        assert!(!gpt.can_run_on(rtx, 12));
+        assert!(gpt.can_run_on(a100, 12));
     }
 }

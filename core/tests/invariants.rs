@@ -82,6 +82,7 @@ fn trace() -> impl Strategy<Value = Trace> {
                 batch: None,
                 sizes: None,
                 min_batch: None,
+                group_by_type: Vec::new(),
             });
         }
         trace
@@ -265,6 +266,7 @@ fn tune_gives_sensitive_jobs_more_than_their_share_and_stays_within_capacity() {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
     }
     let model = resource_model(&trace, &cluster);
@@ -314,6 +316,7 @@ fn an_oversized_gang_is_reported_not_lost() {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
     }
     let result = run(
@@ -353,6 +356,7 @@ fn preemption_costs_delay_the_preempted_job() {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
     }
     let free = run(
@@ -472,6 +476,7 @@ mod topology_placement {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
         // Two DGX-1s: the best 8 GPUs are one server (NVLink rings at 25 GB/s); a random 8 of the 16
         // almost surely spans both, and its ring crosses the 12.5 GB/s network.
@@ -518,6 +523,7 @@ fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
     }
     let config = SimConfig {
@@ -628,6 +634,7 @@ mod elastic {
                     batch: Some(batch),
                     sizes: None,
                     min_batch: None,
+                    group_by_type: Vec::new(),
                 });
             }
             let cluster = Cluster::from_nodes((0..nodes).map(|_| ("t4", 4, 12, 64.0)));

@@ -46,6 +46,7 @@ fn trace(jobs: &[(f64, u32, f64)]) -> Trace {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
     }
     t

@@ -41,6 +41,7 @@ fn trace(work: &[(f64, f64)]) -> Trace {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
     }
     trace

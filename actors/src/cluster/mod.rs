@@ -879,6 +879,7 @@ fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, shape: Option<Shape>) ->
         batch: shape.batch,
         min_batch: shape.min_batch,
         sizes: Some(shape.sizes),
+        group_by_type: Vec::new(),
     }
 }
 

@@ -44,6 +44,7 @@ impl Engine<'_> {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         }
     }
 
@@ -76,20 +77,31 @@ impl Engine<'_> {
     pub fn check(&self, job: &Job) -> Result<(), Unrunnable> {
         let capacity = self.cluster.capacity();
         let largest = capacity.iter().copied().max().unwrap_or(0);
-        // A job with sizes must fit at its fewest GPUs (policies that resize it go no further than
-        // the cluster); others at the GPUs they ask for.
-        let gpus = match job.sizes {
-            Some(_) => job.fewest_gpus(),
+        // A job with sizes must fit at its fewest GPUs of some type (policies that resize it go no
+        // further than the cluster); others at the GPUs they ask for.
+        let gpus_on = |t: usize| match job.sizes {
+            Some(_) => job.fewest_gpus_on(GpuTypeId(t as u16)),
             None => job.gpus,
         };
-        if gpus > largest {
+        let fits = |t: &usize| (1..=capacity[*t]).contains(&gpus_on(*t));
+        if !(0..self.types()).any(|t| fits(&t)) {
+            let least = (0..self.types()).map(gpus_on).filter(|&g| g > 0).min();
+            let gpus = least.unwrap_or(0);
             return Err(Unrunnable::GangTooLarge { gpus, largest });
         }
         let best = (0..self.types())
-            .filter(|&t| capacity[t] >= gpus)
-            .filter_map(|t| self.model.steps_per_second(job, GpuTypeId(t as u16), gpus))
+            .filter(fits)
+            .filter_map(|t| {
+                self.model
+                    .steps_per_second(job, GpuTypeId(t as u16), gpus_on(t))
+            })
             .filter(|r| r.is_finite() && *r > 0.0)
             .fold(0.0, f64::max);
+        let gpus = (0..self.types())
+            .filter(fits)
+            .map(gpus_on)
+            .min()
+            .unwrap_or(job.gpus);
         if best <= 0.0 {
             return Err(Unrunnable::NoRate { gpus });
         }
@@ -239,6 +251,7 @@ mod tests {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         }
     }
 

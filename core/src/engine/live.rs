@@ -376,6 +376,7 @@ mod tests {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         };
         engine.submit(job, 0.0).unwrap();
         let gpus: GpuSet = [GpuId(0), GpuId(1)].into_iter().collect();
@@ -447,6 +448,7 @@ mod tests {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         };
         engine.submit(job, 0.0).unwrap();
         let mut policy = Watching::default();

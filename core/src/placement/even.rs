@@ -41,7 +41,7 @@ impl<P: Placer> Placer for Even<P> {
         request: &PlaceRequest<'_>,
     ) -> Result<Placed, Unplaced> {
         let placed = self.inner.place(cluster, free, request)?;
-        let group = request.job.sizes.map_or(1, |s| s.multiple.max(1));
+        let group = request.job.group_on(request.gpu_type);
         if is_even(cluster, &placed.gpus, group) {
             return Ok(placed);
         }
@@ -104,6 +104,7 @@ mod tests {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         }
     }
 

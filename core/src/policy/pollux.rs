@@ -255,21 +255,21 @@ impl Policy for Pollux {
                 };
                 let size = elastic.node_size(gpu_type).max(1);
                 let base = standing.best(profile, 1, fair).map(|b| b.0);
-                for replicas in
-                    job.sizes_within(counts(size, most[t].min(capacity)), most[t], capacity)
-                {
-                    let nodes = replicas.div_ceil(size);
+                let offered = counts(size, most[t].min(capacity));
+                for gpus in job.sizes_within(gpu_type, offered, most[t], capacity) {
+                    // A hybrid-parallel job's batch is split over its data-parallel replicas.
+                    let (nodes, replicas) = (gpus.div_ceil(size), job.replicas_on(gpu_type, gpus));
                     let best = standing.best(profile, nodes, replicas);
-                    let mut value = speedup(best.map(|b| b.0), base, replicas, fair) * scale;
-                    if current != Some((gpu_type, replicas)) {
+                    let mut value = speedup(best.map(|b| b.0), base, gpus, fair) * scale;
+                    if current != Some((gpu_type, gpus)) {
                         value *= restart;
                     }
                     choices.options.push(Candidate {
                         gpu_type,
-                        gpus: replicas,
+                        gpus,
                         cost: (value + FLOOR).powf(POWER),
                     });
-                    row.push((gpu_type, replicas, standing.plan(profile, nodes, replicas)));
+                    row.push((gpu_type, gpus, standing.plan(profile, nodes, replicas)));
                 }
             }
             if !row.is_empty() {

@@ -110,7 +110,7 @@ fn job_configurations(
             .filter(|c| c.gpu_type == gpu_type)
             .map(|c| c.gpus);
         own.extend(
-            job.sizes_within(offered, limit, room)
+            job.sizes_within(gpu_type, offered, limit, room)
                 .into_iter()
                 .map(|gpus| Config {
                     gpu_type,
@@ -142,16 +142,17 @@ fn best_goodput(
     };
     let (least, most) = batch_range(job, app);
     let local_range = (profile.min_local, profile.max_local);
+    let replicas = job.replicas_on(config.gpu_type, config.gpus);
     search_batch(
         app,
-        config.gpus,
+        replicas,
         (least, max_batch.min(most)),
         local_range,
         |plan| {
             let local = f64::from(plan.local);
             let (step, sync) = elastic.measure(job, config.gpu_type, &placement, local)?;
             let seconds = step + (step - sync).max(0.0) * f64::from(plan.accum);
-            let goodput = app.gain(f64::from(plan.global(config.gpus)), epoch) / seconds;
+            let goodput = app.gain(f64::from(plan.global(replicas)), epoch) / seconds;
             (goodput > 0.0).then_some(goodput)
         },
     )
@@ -159,8 +160,9 @@ fn best_goodput(
 
 /// Sia's estimate of `job`'s best goodput in `config` from what it has measured (`learned`): with the
 /// model fitted on the config's GPU type when it ran there; otherwise bootstrapped from the first type
-/// that has one, B, as `thr(N, t) = thr(1, t) / thr(1, B) x thr(N, B)` (the one-GPU throughputs from the
-/// profiles, the same replicas on B's servers). `None` when no type has a model, or none fits.
+/// that has one, B, as `thr(N, t) = thr(1, t) / thr(1, B) x thr(N, B)`: N data-parallel replicas,
+/// on B's servers with B's group per replica (Sia's scale unit), and one replica's throughput on each
+/// type from the profiles. `None` when no type has a model, or none fits.
 fn learned_goodput(
     elastic: &dyn Elastic,
     job: &Job,
@@ -171,20 +173,28 @@ fn learned_goodput(
     let app = elastic.application(job)?;
     let grad = learned.grad?;
     let (least, most) = batch_range(job, app);
+    let replicas = job.replicas_on(config.gpu_type, config.gpus);
     let estimate = |on: GpuTypeId, nodes: u32| {
         let profile = elastic.profile(job, on)?;
         let params = learned.params(on.0)?;
         let range = (profile.min_local, profile.max_local);
         let batches = (least, max_batch.min(most));
-        optimize(params, app, grad, nodes, config.gpus, batches, range)
+        optimize(params, app, grad, nodes, replicas, batches, range)
     };
     if learned.params(config.gpu_type.0).is_some() {
         return estimate(config.gpu_type, config.nodes);
     }
     let source = GpuTypeId(learned.types().next()?);
-    let ratio = elastic.profile(job, config.gpu_type)?.one_gpu_throughput()
-        / elastic.profile(job, source)?.one_gpu_throughput();
-    let nodes = config.gpus.div_ceil(elastic.node_size(source).max(1));
+    let one_replica = |on: GpuTypeId| {
+        Some(
+            elastic
+                .profile(job, on)?
+                .replica_throughput(job.group_on(on)),
+        )
+    };
+    let ratio = one_replica(config.gpu_type)? / one_replica(source)?;
+    let source_gpus = replicas * job.group_on(source);
+    let nodes = source_gpus.div_ceil(elastic.node_size(source).max(1));
     let (goodput, plan) = estimate(source, nodes)?;
     (ratio.is_finite() && ratio > 0.0).then_some((goodput * ratio, plan))
 }
@@ -202,16 +212,16 @@ fn learned_plan(
     let profile = elastic.profile(job, config.gpu_type)?;
     let fitted = learned.and_then(|l| Some((l.params(config.gpu_type.0)?, l.grad?)));
     let batches = batch_range(job, app);
+    let replicas = job.replicas_on(config.gpu_type, config.gpus);
     if let Some((params, grad)) = fitted {
         let range = (profile.min_local, profile.max_local);
-        if let Some((_, plan)) =
-            optimize(params, app, grad, config.nodes, config.gpus, batches, range)
+        if let Some((_, plan)) = optimize(params, app, grad, config.nodes, replicas, batches, range)
         {
             return Some(plan);
         }
     }
-    let batch = batches.0.max(profile.min_local * config.gpus);
-    Some(BatchPlan::split(batch, config.gpus, app, profile.max_local))
+    let batch = batches.0.max(profile.min_local * replicas);
+    Some(BatchPlan::split(batch, replicas, app, profile.max_local))
 }
 
 impl Policy for Sia {
@@ -259,9 +269,10 @@ impl Policy for Sia {
                             let (goodput, _) = learned_goodput(elastic, job, learned, c, up_to)?;
                             Some((goodput, learned_plan(elastic, job, Some(learned), c)?))
                         }
-                        // Before its first run every type's one GPU is alike (Sia does not profile
-                        // a job before it runs); its solver breaks the tie.
-                        (true, None) => (c.gpus == 1)
+                        // Before its first run every type's fewest GPUs (one, or one replica) are
+                        // alike (Sia does not profile a job before it runs); its solver breaks the
+                        // tie.
+                        (true, None) => (c.gpus == job.fewest_gpus_on(c.gpu_type))
                             .then(|| Some((1.0, learned_plan(elastic, job, None, c)?)))
                             .flatten(),
                     })
@@ -403,7 +414,8 @@ mod tests {
         }
     }
 
-    /// One application profiled on one GPU of two types, type 1 twice as fast as type 0.
+    /// One application profiled on one GPU of two types, type 1 twice as fast as type 0 (and on two
+    /// GPUs, a quarter as fast as on one).
     struct TwoTypes {
         app: Application,
     }
@@ -411,15 +423,19 @@ mod tests {
     impl TwoTypes {
         fn new() -> TwoTypes {
             use crate::throughput::goodput::profiles::{GradStats, Step, placement_id};
+            // One GPU, and a replica of a two-stage pipeline on two GPUs of type 0.
+            let step = |step_time| {
+                vec![Step {
+                    local_bsz: 32.0,
+                    step_time,
+                    sync_time: 0.0,
+                }]
+            };
             let one_gpu = |step_time: f64| TypeProfile {
-                placements: [(
-                    placement_id(&[1]),
-                    vec![Step {
-                        local_bsz: 32.0,
-                        step_time,
-                        sync_time: 0.0,
-                    }],
-                )]
+                placements: [
+                    (placement_id(&[1]), step(step_time)),
+                    (placement_id(&[2]), step(4.0 * step_time)),
+                ]
                 .into(),
                 min_local: 8,
                 max_local: 64,
@@ -466,18 +482,7 @@ mod tests {
     fn a_type_a_job_has_not_run_on_is_bootstrapped_from_one_it_has() {
         use crate::throughput::goodput::Observation;
         let elastic = TwoTypes::new();
-        let job = Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: crate::job::JobTypeId(0),
-            gpus: 1,
-            total_steps: 1000.0,
-            weight: 1.0,
-            tenant: crate::job::TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-        };
+        let job = one_job();
         let mut learned = Learned::default();
         learned.grad = Some((1.0, 4.0));
         for local in [16.0, 32.0] {
@@ -523,6 +528,79 @@ mod tests {
     }
 
     #[test]
+    fn a_pipeline_is_bootstrapped_replica_for_replica_with_each_types_own_stages() {
+        use crate::throughput::goodput::Observation;
+        let elastic = TwoTypes::new();
+        // Two stages on type 0 (its GPUs are small), one on type 1.
+        let job = Job {
+            group_by_type: vec![2, 1],
+            sizes: Some(crate::job::Sizes {
+                min: 1,
+                max: 8,
+                multiple: 1,
+            }),
+            ..one_job()
+        };
+        let mut learned = Learned::default();
+        learned.grad = Some((1.0, 4.0));
+        for local in [16.0, 32.0] {
+            // One pipeline replica, on two GPUs of type 0.
+            let observation = Observation {
+                nodes: 1,
+                replicas: 1,
+                local,
+                step_time: 0.05 + local * 0.005,
+                sync_time: 0.0,
+            };
+            learned.observe(0, observation);
+        }
+        let config = |t: u16, gpus: u32| Config {
+            gpu_type: GpuTypeId(t),
+            gpus,
+            nodes: 1,
+        };
+        for replicas in [1, 2] {
+            let on_a = learned_goodput(&elastic, &job, &learned, config(0, 2 * replicas), 256);
+            let on_b = learned_goodput(&elastic, &job, &learned, config(1, replicas), 256);
+            let (on_a, on_b) = (on_a.unwrap(), on_b.unwrap());
+            // The same replicas: one replica of b (32 / 0.1 samples/s) is 8 times one of a's
+            // two-GPU pipelines (32 / 0.8).
+            assert!(
+                (on_b.0 / on_a.0 - 8.0).abs() < 1e-9,
+                "{replicas}: {on_a:?} {on_b:?}"
+            );
+            assert_eq!(on_a.1, on_b.1, "the same batch plan per replica");
+        }
+        // Its configurations: whole pipelines on type 0, any count on type 1.
+        let configs = configurations(&elastic, &[8, 8]);
+        let shown: Vec<(u16, u32)> = job_configurations(&elastic, &job, &configs, &[8, 8], 8)
+            .iter()
+            .map(|c| (c.gpu_type.0, c.gpus))
+            .collect();
+        assert_eq!(
+            shown,
+            [(0, 2), (0, 4), (0, 8), (1, 1), (1, 2), (1, 4), (1, 8)]
+        );
+    }
+
+    /// A one-GPU trace job of the test application.
+    fn one_job() -> Job {
+        Job {
+            id: JobId(0),
+            arrival: 0.0,
+            job_type: crate::job::JobTypeId(0),
+            gpus: 1,
+            total_steps: 1000.0,
+            weight: 1.0,
+            tenant: crate::job::TenantId(0),
+            batch: None,
+            sizes: None,
+            min_batch: None,
+            group_by_type: Vec::new(),
+        }
+    }
+
+    #[test]
     fn a_job_that_adapts_its_batch_is_planned_within_its_range() {
         use crate::throughput::goodput::Observation;
         let elastic = TwoTypes::new();
@@ -554,6 +632,7 @@ mod tests {
             batch: Some(batch),
             min_batch: Some(min_batch),
             sizes: None,
+            group_by_type: Vec::new(),
         };
         // The application's range is 32..=256; each of these is narrower.
         for (min, max) in [(34, 40), (100, 120), (200, 256)] {
@@ -591,6 +670,7 @@ mod tests {
             batch: None,
             min_batch: None,
             sizes,
+            group_by_type: Vec::new(),
         };
         let shown = |job: &Job, limit| -> Vec<(u16, u32, u32)> {
             job_configurations(&Servers, job, &configs, &[24, 16], limit)

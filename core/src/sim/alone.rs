@@ -221,6 +221,7 @@ fn run_alone(
         batch,
         sizes: None,
         min_batch: None,
+        group_by_type: Vec::new(),
     }];
     let model = workload.on(&one.names, &alone);
     // A type the application was never profiled on runs it not at all.

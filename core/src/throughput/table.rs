@@ -252,6 +252,7 @@ impl TableModel {
                 batch: None,
                 sizes: None,
                 min_batch: None,
+                group_by_type: Vec::new(),
             });
         }
         // Keys that run on none of the cluster's types are simply absent from the model.
@@ -344,6 +345,7 @@ mod tests {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         };
         trace.jobs.push(job.clone());
         let model = TableModel::new(&table, &trace, &cluster).unwrap();

@@ -40,6 +40,7 @@ pub(crate) fn parse_continuous(
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
         Ok(())
     })?;
@@ -110,6 +111,7 @@ pub(crate) fn parse_tabbed(
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
         Ok(())
     })?;

@@ -39,6 +39,7 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
         Ok(())
     })?;

@@ -58,6 +58,7 @@ pub(crate) fn parse(
             batch: Some(batch),
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
         Ok(())
     })?;

@@ -85,6 +85,7 @@ pub(crate) fn parse(
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         });
         Ok(())
     })?;

@@ -135,6 +135,7 @@ impl SyntheticSpec {
                 batch: None,
                 sizes: None,
                 min_batch: None,
+                group_by_type: Vec::new(),
             });
             arrival += -(1.0 - uniform(&mut rng)).ln() * 3600.0 / self.rate;
             if i + 1 < self.jobs && arrival > MAX_ARRIVAL_SECONDS {

@@ -212,7 +212,7 @@ pub trait Elastic: Send + Sync {
         let plan = run.batch?;
         let local = f64::from(plan.local);
         let (step_time, sync_time) = self.measure(job, run.gpu_type, run.placement, local)?;
-        let replicas: u32 = run.placement.iter().sum();
+        let replicas = job.replicas_on(run.gpu_type, run.placement.iter().sum());
         let (epoch, _) = app.epoch_at(steps_done);
         Some(Observed {
             observations: vec![(

@@ -40,10 +40,11 @@ pub struct TypeProfile {
 }
 
 impl TypeProfile {
-    /// Samples per second on one GPU, as Sia reckons it to scale between types: the largest batch
-    /// profiled on one GPU over the longest step there (0 when one GPU was not profiled).
-    pub fn one_gpu_throughput(&self) -> f64 {
-        let Some(steps) = self.placements.get(&placement_id(&[1])) else {
+    /// Samples per second of one replica on `group` GPUs of one server (1 for a data-parallel job; a
+    /// pipeline's stages for a hybrid-parallel one), as Sia reckons it to scale between types: the
+    /// largest batch profiled there over the longest step (0 when that placement was not profiled).
+    pub fn replica_throughput(&self, group: u32) -> f64 {
+        let Some(steps) = self.placements.get(&placement_id(&[group])) else {
             return 0.0;
         };
         let batch = steps.iter().map(|s| s.local_bsz).fold(0.0, f64::max);

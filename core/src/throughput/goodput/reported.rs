@@ -225,6 +225,7 @@ mod tests {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         };
         let run = RunShape {
             gpu_type: GpuTypeId(1),

@@ -230,7 +230,7 @@ impl ProfiledWorkload {
         steps_done: f64,
     ) -> Option<Segment> {
         let app = self.app(job)?;
-        let replicas: u32 = placement.iter().sum();
+        let replicas = job.replicas_on(gpu_type, placement.iter().sum());
         let (step, sync) = self.measure(job, gpu_type, placement, f64::from(plan.local))?;
         let seconds = step + (step - sync).max(0.0) * f64::from(plan.accum);
         let (epoch, until) = app.epoch_at(steps_done);
@@ -247,7 +247,7 @@ impl ProfiledWorkload {
 impl ThroughputModel for ProfiledWorkload {
     /// Progress per second at the start of the job, with its own batch, packed onto whole servers.
     fn steps_per_second(&self, job: &Job, gpu_type: GpuTypeId, gpus: u32) -> Option<f64> {
-        let plan = self.default_plan(job, gpu_type, gpus)?;
+        let plan = self.default_plan(job, gpu_type, job.replicas_on(gpu_type, gpus))?;
         let placement = self.packed(gpu_type, gpus);
         self.rate(job, gpu_type, &placement, plan, 0.0)
             .map(|s| s.rate)
@@ -258,7 +258,7 @@ impl ThroughputModel for ProfiledWorkload {
     }
 
     fn run_rate(&self, job: &Job, shape: &RunShape<'_>, steps_done: f64) -> Option<Segment> {
-        let replicas: u32 = shape.placement.iter().sum();
+        let replicas = job.replicas_on(shape.gpu_type, shape.placement.iter().sum());
         let plan = match shape.batch {
             Some(plan) => plan,
             None => self.default_plan(job, shape.gpu_type, replicas)?,

@@ -185,6 +185,7 @@ mod tests {
             batch: None,
             sizes: None,
             min_batch: None,
+            group_by_type: Vec::new(),
         };
         let t = GpuTypeId(0);
         assert_eq!(model.steps_per_second(&job(0), t, 1), Some(1.0));
