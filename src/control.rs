@@ -592,6 +592,10 @@ pub struct SubmitArgs {
     /// Pipeline-parallel degree.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub pp: u32,
+    /// Pipeline stages on each GPU type where they differ from --pp (`rtx=8,a100=2`): there the job
+    /// runs on multiples of tp x that many GPUs.
+    #[arg(long, value_name = "TYPE=PP,...", value_parser = gangway_launcher::cli::parse_pp_by_type)]
+    pub pp_by_type: Option<std::collections::BTreeMap<String, u32>>,
     /// The global batch the job is tuned for, which goodput policies (`sia`, `pollux`) price it at
     /// (default: its application's): `N`, or `MIN:MAX` for a job that adapts its batch, which they
     /// choose within.
@@ -651,6 +655,7 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
         min_gpus: (args.gpus.0 < args.gpus.1).then_some(args.gpus.0),
         tp: args.tp,
         pp: args.pp,
+        pp_by_type: args.pp_by_type.unwrap_or_default(),
         batch: args.batch.map(|(_, max)| max),
         min_batch: args.batch.and_then(|(min, max)| (min < max).then_some(min)),
         work: args.work,
@@ -692,7 +697,13 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
             );
             for j in &jobs {
                 // GPUs held, of those asked for: `2/1-8` for an elastic job on 2 of 1 to 8.
-                let asked = match j.sizes {
+                let asked = match &j.sizes {
+                    Some(s) if !s.multiple_by_type.is_empty() => {
+                        let groups: Vec<String> = (s.multiple_by_type.iter())
+                            .map(|(t, g)| format!("{g}@{t}"))
+                            .collect();
+                        format!("{}-{}x{}", s.min, s.max, groups.join(","))
+                    }
                     Some(s) if s.multiple > 1 => format!("{}-{}x{}", s.min, s.max, s.multiple),
                     Some(s) => format!("{}-{}", s.min, s.max),
                     None => j.gpus.to_string(),

@@ -495,6 +495,7 @@ fn launch_on(job: u32, attempt: u64, gpus: &[u32], run: &RunCommand) -> Launch {
         resources: None,
         run: Some(run.clone()),
         batch: None,
+        pp: None,
     }
 }
 

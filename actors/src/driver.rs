@@ -94,6 +94,7 @@ pub async fn replay(
                 },
                 tp: job.sizes.map_or(1, |s| s.multiple),
                 pp: 1,
+                pp_by_type: Default::default(),
                 batch: job.batch,
                 min_batch: job.min_batch,
                 work: job.total_steps,

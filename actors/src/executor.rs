@@ -205,6 +205,7 @@ mod tests {
             resources: None,
             run: None,
             batch: None,
+            pp: None,
         }
     }
 

@@ -103,6 +103,12 @@ pub enum Record {
         job: JobId,
         shape: ShapeV1,
     },
+    /// A [`Record::Shaped`] as written before a job's pipeline stages could differ by GPU type:
+    /// read, no longer written.
+    ShapedV2 {
+        job: JobId,
+        shape: ShapeV2,
+    },
     /// What a job asked of policies that resize jobs, when it asked more than its GPUs (an elastic
     /// or hybrid-parallel job, or a batch): written with its `Submitted`, in one batch.
     Shaped {
@@ -114,11 +120,16 @@ pub enum Record {
 /// What a job asks of policies that resize jobs, beyond its [`JobSpec`]: the GPU counts it runs on,
 /// and its global batch: the one it is tuned for, or, when it adapts its batch, the range
 /// `min_batch..=batch` a policy chooses within.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A hybrid-parallel job may name its pipeline stages on some GPU types (`pp_by_type`, by type name:
+/// the journal outlives a cluster's numbering), where they differ from the `pp` in `sizes.multiple`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
     pub sizes: Sizes,
     pub batch: Option<u32>,
     pub min_batch: Option<u32>,
+    /// Its tensor-parallel degree (`sizes.multiple` is `tp x pp`).
+    pub tp: u32,
+    pub pp_by_type: BTreeMap<String, u32>,
 }
 
 impl Shape {
@@ -128,7 +139,35 @@ impl Shape {
             sizes: Sizes::rigid(gpus),
             batch: None,
             min_batch: None,
+            tp: 1,
+            pp_by_type: BTreeMap::new(),
         }
+    }
+
+    /// The pipeline stages its workers run with on GPU type `gpu_type`, where it named them for
+    /// that type (`None`: its own `pp`).
+    pub fn stages_on(&self, gpu_type: &str) -> Option<u32> {
+        self.pp_by_type.get(gpu_type).copied()
+    }
+
+    /// Its data-parallel replicas on `gpus` GPUs of type `gpu_type` (by name, where known): what a
+    /// global batch is split across.
+    pub fn replicas_on(&self, gpu_type: Option<&str>, gpus: u32) -> u32 {
+        let group = match gpu_type.and_then(|t| self.stages_on(t)) {
+            Some(pp) => self.tp * pp,
+            None => self.sizes.multiple,
+        };
+        (gpus / group.max(1)).max(1)
+    }
+
+    /// Its group (GPUs per data-parallel replica) on each of `types`, by the cluster's numbering,
+    /// for the engine's job: 0 where it named no stages (its `sizes.multiple` stands).
+    pub fn group_by_type(&self, types: &[String]) -> Vec<u32> {
+        if self.pp_by_type.is_empty() {
+            return Vec::new();
+        }
+        let group = |name: &String| self.stages_on(name).map_or(0, |pp| self.tp * pp);
+        types.iter().map(group).collect()
     }
 }
 
@@ -154,7 +193,26 @@ impl From<ShapeV1> for Shape {
         Shape {
             sizes: old.sizes,
             batch: old.batch,
-            min_batch: None,
+            ..Shape::rigid(0)
+        }
+    }
+}
+
+/// [`Shape`] as journaled before a job's pipeline stages could differ by GPU type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShapeV2 {
+    pub sizes: Sizes,
+    pub batch: Option<u32>,
+    pub min_batch: Option<u32>,
+}
+
+impl From<ShapeV2> for Shape {
+    fn from(old: ShapeV2) -> Shape {
+        Shape {
+            sizes: old.sizes,
+            batch: old.batch,
+            min_batch: old.min_batch,
+            ..Shape::rigid(0)
         }
     }
 }
@@ -174,12 +232,13 @@ impl Record {
             | Record::Crashed { job, .. }
             | Record::Learned { job, .. }
             | Record::ShapedV1 { job, .. }
+            | Record::ShapedV2 { job, .. }
             | Record::Shaped { job, .. } => Some(*job),
         }
     }
 
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
-    pub const KINDS: [&'static str; 13] = [
+    pub const KINDS: [&'static str; 14] = [
         "epoch",
         "submitted",
         "started",
@@ -191,6 +250,7 @@ impl Record {
         "crashed",
         "cordoned",
         "learned",
+        "shaped",
         "shaped",
         "shaped",
     ];
@@ -210,7 +270,8 @@ impl Record {
             Record::Cordoned { .. } => 9,
             Record::Learned { .. } => 10,
             Record::ShapedV1 { .. } => 11,
-            Record::Shaped { .. } => 12,
+            Record::ShapedV2 { .. } => 12,
+            Record::Shaped { .. } => 13,
         }]
     }
 }
@@ -481,6 +542,7 @@ impl Ledger {
             // learns or is shaped.
             Record::Learned { job, .. }
             | Record::ShapedV1 { job, .. }
+            | Record::ShapedV2 { job, .. }
             | Record::Shaped { job, .. } => {
                 self.live(seq, *job)?;
             }

@@ -37,6 +37,8 @@ pub mod limits {
     pub const MAX_WEIGHT: f64 = 1e6;
     /// Characters in a job type or tenant name.
     pub const MAX_NAME_CHARS: usize = 200;
+    /// GPU types one job may name (its pipeline stages on each).
+    pub const MAX_GPU_TYPES: usize = 64;
     /// Arguments of a command, and bytes in one.
     pub const MAX_ARGS: usize = 4_096;
     pub const MAX_ARG_BYTES: usize = 128 * 1024;
@@ -59,6 +61,7 @@ const REQUEST_FIELDS: &[&str] = &[
     "min_gpus",
     "tp",
     "pp",
+    "pp_by_type",
     "batch",
     "min_batch",
     "work",
@@ -165,6 +168,7 @@ pub fn validate(request: &JobRequest) -> Result<(), Invalid> {
             ),
         );
     }
+    check_pp_by_type(request)?;
     if let Some(batch) = request.batch
         && !(1..=MAX_BATCH).contains(&batch)
     {
@@ -212,6 +216,47 @@ pub fn validate(request: &JobRequest) -> Result<(), Invalid> {
     check_name("tenant", &request.tenant)?;
     if let Some(run) = &request.run {
         check_run_shape(run)?;
+    }
+    Ok(())
+}
+
+/// A hybrid-parallel job's stages by GPU type: a bounded list of printable names (the cluster checks
+/// that they are its types), each with a group of `tp x pp` GPUs that some size from `min_gpus` to
+/// `gpus` holds a whole number of.
+fn check_pp_by_type(request: &JobRequest) -> Result<(), Invalid> {
+    use limits::*;
+    if request.pp_by_type.len() > MAX_GPU_TYPES {
+        return invalid(
+            "pp_by_type",
+            format!(
+                "names {} GPU types, above the limit of {MAX_GPU_TYPES}",
+                request.pp_by_type.len()
+            ),
+        );
+    }
+    let (min, max) = (request.min_gpus.unwrap_or(request.gpus), request.gpus);
+    for (name, &pp) in &request.pp_by_type {
+        check_name("pp_by_type", name)?;
+        let group = u64::from(request.tp) * u64::from(pp);
+        if pp == 0 || group > u64::from(MAX_GPUS) {
+            return invalid(
+                "pp_by_type",
+                format!(
+                    "{}: tp x pp = {} x {pp} is not from 1 to {MAX_GPUS}",
+                    escape(name),
+                    request.tp
+                ),
+            );
+        }
+        if u64::from(min).div_ceil(group) * group > u64::from(max) {
+            return invalid(
+                "pp_by_type",
+                format!(
+                    "{}: no size from {min} to {max} GPUs is a multiple of tp x pp = {group}",
+                    escape(name)
+                ),
+            );
+        }
     }
     Ok(())
 }
@@ -342,6 +387,8 @@ pub fn shape(request: &JobRequest) -> Shape {
         sizes: sizes(request),
         batch: request.batch,
         min_batch: request.min_batch.filter(|&min| Some(min) < request.batch),
+        tp: request.tp,
+        pp_by_type: request.pp_by_type.clone(),
     }
 }
 
@@ -586,6 +633,7 @@ mod tests {
             min_gpus: Some(1),
             tp: 2,
             pp: 3,
+            pp_by_type: [("rtx".to_owned(), 4)].into(),
             batch: Some(64),
             min_batch: Some(16),
             work: 1.0,
@@ -674,19 +722,27 @@ mod tests {
     #[test]
     fn elastic_sizes_are_bounded_and_whole_groups() {
         let request = |gpus: u32, min_gpus: Option<u32>, tp: u32, pp: u32| JobRequest {
-            id: None,
-            job_type: "t".into(),
-            tenant: "a".into(),
-            gpus,
             min_gpus,
             tp,
             pp,
-            batch: None,
-            min_batch: None,
-            work: 60.0,
-            weight: 1.0,
-            run: None,
+            ..JobRequest::new("t", gpus, 60.0)
         };
+        let staged = |gpus: u32, min_gpus: Option<u32>, stages: &[(&str, u32)]| JobRequest {
+            pp_by_type: stages.iter().map(|&(t, pp)| (t.to_owned(), pp)).collect(),
+            ..request(gpus, min_gpus, 2, 1)
+        };
+        // Pipelines of 8 stages on rtx and 2 on a100, in tensor pairs: 16 and 4 GPUs a replica.
+        let pipelines = staged(32, Some(1), &[("rtx", 8), ("a100", 2)]);
+        assert!(validate(&pipelines).is_ok());
+        let asked = shape(&pipelines);
+        assert_eq!(
+            (asked.tp, asked.stages_on("rtx"), asked.stages_on("t4")),
+            (2, Some(8), None)
+        );
+        assert_eq!(asked.group_by_type(&["t4".into(), "rtx".into()]), [0, 16]);
+        assert_eq!(asked.replicas_on(Some("rtx"), 32), 2);
+        assert_eq!(asked.replicas_on(Some("a100"), 32), 8);
+        assert_eq!(asked.replicas_on(Some("t4"), 32), 16, "tp pairs elsewhere");
         let elastic = request(8, Some(2), 2, 1);
         assert!(validate(&elastic).is_ok());
         assert_eq!(
@@ -750,6 +806,44 @@ mod tests {
                 },
                 "min_batch",
                 "128 is not from 1 to batch (64)",
+            ),
+            (
+                staged(8, Some(2), &[("rtx", 8)]),
+                "pp_by_type",
+                "rtx: no size from 2 to 8 GPUs is a multiple of tp x pp = 16",
+            ),
+            (
+                staged(16, None, &[("a100", 3)]),
+                "pp_by_type",
+                "a100: no size from 16 to 16 GPUs",
+            ),
+            (
+                staged(8, None, &[("rtx", 0)]),
+                "pp_by_type",
+                "rtx: tp x pp = 2 x 0",
+            ),
+            (
+                staged(8, None, &[("rtx", 40_000)]),
+                "pp_by_type",
+                "is not from 1 to 65536",
+            ),
+            (
+                staged(8, None, &[("", 1)]),
+                "pp_by_type",
+                "must be 1 to 200",
+            ),
+            (
+                staged(8, None, &[("r\ntx", 1)]),
+                "pp_by_type",
+                "control characters",
+            ),
+            (
+                JobRequest {
+                    pp_by_type: (0..65).map(|t| (format!("t{t}"), 1)).collect(),
+                    ..request(8, None, 1, 1)
+                },
+                "pp_by_type",
+                "names 65 GPU types, above the limit of 64",
             ),
         ] {
             let e = validate(&r).unwrap_err();

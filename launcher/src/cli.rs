@@ -1,6 +1,7 @@
 //! `elastic-run [gangway options] [torchrun options] script.py [args...]`: gangway's own options are
 //! parsed with clap; every other option before the script passes to torchrun unchanged.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -23,6 +24,12 @@ pub struct Options {
     /// Pipeline-parallel degree.
     #[arg(long, default_value_t = 1)]
     pub pp: u32,
+    /// With --daemon: pipeline stages on each GPU type where they differ from --pp
+    /// (`rtx=8,a100=2`: a replica spans more small GPUs than large ones). The daemon's policy sizes
+    /// the job in whole replicas of that type, and each launch runs with its type's stages (the
+    /// daemon's executor sets GANGWAY_POLICY_PP; without it, --pp stands).
+    #[arg(long, value_name = "TYPE=PP,...", value_parser = parse_pp_by_type)]
+    pub pp_by_type: Option<BTreeMap<String, u32>>,
     /// Where the workers save checkpoints (default: ./checkpoints/JOB_ID).
     #[arg(long, value_name = "DIR")]
     pub checkpoint_dir: Option<PathBuf>,
@@ -97,6 +104,28 @@ pub fn parse_gpus(text: &str) -> Result<(u32, u32), String> {
 /// A global batch `N` or range `MIN:MAX` (each at least 1, MIN not above MAX).
 pub fn parse_batch(text: &str) -> Result<(u32, u32), String> {
     parse_range(text, "batch size")
+}
+
+/// Pipeline stages by GPU type, `TYPE=PP,...`: each type named once, each count at least 1.
+pub fn parse_pp_by_type(text: &str) -> Result<BTreeMap<String, u32>, String> {
+    let mut stages = BTreeMap::new();
+    for item in text.split(',').map(str::trim) {
+        let Some((name, pp)) = item.split_once('=') else {
+            return Err(format!("`{item}` is not TYPE=PP"));
+        };
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(format!("`{item}` names no GPU type"));
+        }
+        let (_, pp) = parse_range(pp.trim(), "pipeline stage count")
+            .ok()
+            .filter(|(min, max)| min == max)
+            .ok_or_else(|| format!("`{item}`: `{pp}` is not a stage count of at least 1"))?;
+        if stages.insert(name.to_owned(), pp).is_some() {
+            return Err(format!("`{name}` is named twice"));
+        }
+    }
+    Ok(stages)
 }
 
 /// A count `N` or range `MIN:MAX` of `what`, each at least 1, MIN not above MAX.
@@ -387,5 +416,21 @@ mod tests {
                 .to_string()
                 .contains("MIN is above MAX")
         );
+    }
+
+    #[test]
+    fn stages_by_gpu_type_name_each_type_once_with_a_count() {
+        let parsed = parse_pp_by_type("rtx=8, a100=2").unwrap();
+        assert_eq!(parsed, [("a100".into(), 2), ("rtx".into(), 8)].into());
+        for (bad, why) in [
+            ("rtx", "is not TYPE=PP"),
+            ("=2", "names no GPU type"),
+            ("rtx=0", "not a stage count"),
+            ("rtx=2:4", "not a stage count"),
+            ("rtx=8,rtx=2", "named twice"),
+        ] {
+            let e = parse_pp_by_type(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 }

@@ -83,6 +83,7 @@ pub fn submit_and_follow(
         min_gpus: (options.gpus.0 < options.gpus.1).then_some(options.gpus.0),
         tp: options.tp,
         pp: options.pp,
+        pp_by_type: options.pp_by_type.clone().unwrap_or_default(),
         // Its global batch is what goodput policies price it at; a range, what they choose within.
         batch: options.global_batch.map(|(_, max)| max),
         min_batch: options

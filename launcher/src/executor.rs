@@ -49,6 +49,9 @@ pub const PROGRESS_FILE_VAR: &str = "GANGWAY_PROGRESS_FILE";
 /// The global batch the daemon's policy chose for this attempt of a job that adapts its batch
 /// (`elastic-run --global-batch MIN:MAX`): `elastic-run` runs at it in place of MIN.
 pub const POLICY_BATCH_VAR: &str = "GANGWAY_POLICY_BATCH";
+/// The pipeline stages this attempt runs with, for a job whose stages differ by GPU type
+/// (`elastic-run --pp-by-type`): `elastic-run` plans with it in place of `--pp`.
+pub const POLICY_PP_VAR: &str = "GANGWAY_POLICY_PP";
 
 /// What a job's workers last reported: the fraction of its work done and, when they measure it,
 /// their training's [`Measured`] figures (`"goodput"`; dropped when they do not check out).
@@ -604,11 +607,13 @@ impl ProcessExecutor {
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err);
-        // Only the policy chooses a batch: a submitter's own value is dropped.
-        match launch.batch {
-            Some(batch) => command.env(POLICY_BATCH_VAR, batch.to_string()),
-            None => command.env_remove(POLICY_BATCH_VAR),
-        };
+        // Only the policy chooses a batch and stages: a submitter's own values are dropped.
+        for (var, chosen) in [(POLICY_BATCH_VAR, launch.batch), (POLICY_PP_VAR, launch.pp)] {
+            match chosen {
+                Some(value) => command.env(var, value.to_string()),
+                None => command.env_remove(var),
+            };
+        }
         if let Some(resources) = launch.resources {
             // What each machine's processes share: the whole allotment here; on Slurm, one node's
             // part of it (Slurm binds the CPUs itself).

@@ -2,7 +2,7 @@
 //! per node through Slurm; relaunched from the last checkpoint after a crash or a hang, and stopped
 //! cooperatively on request.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -137,6 +137,31 @@ fn launch_batch(
     Ok(Some(chosen.clamp(min, max)))
 }
 
+/// The pipeline stages a launch runs with: for a job that names its stages by GPU type
+/// (`by_type`), the daemon's choice for this launch's type (`chosen`, from
+/// [`crate::executor::POLICY_PP_VAR`]), which must be one of the job's own; else `own` (`--pp`).
+fn launch_stages(
+    own: u32,
+    by_type: Option<&BTreeMap<String, u32>>,
+    chosen: Option<&str>,
+) -> Result<u32, LaunchError> {
+    let (Some(by_type), Some(text)) = (by_type, chosen) else {
+        return Ok(own);
+    };
+    match text.parse::<u32>() {
+        Ok(pp) if pp == own || by_type.values().any(|&p| p == pp) => Ok(pp),
+        _ => Err(LaunchError::Daemon(format!(
+            "{}={text:?} is not one of the job's pipeline stage counts (--pp {own}, --pp-by-type {})",
+            crate::executor::POLICY_PP_VAR,
+            by_type
+                .iter()
+                .map(|(t, pp)| format!("{t}={pp}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ))),
+    }
+}
+
 /// Runs `inv` on `target` until it completes, fails, or `stop` is raised. Every process it starts
 /// carries `token` (see [`crate::process`]); a Slurm step is named `token`.
 pub fn run(
@@ -168,7 +193,13 @@ pub fn run(
     }
     let spec = JobSpec {
         tp: options.tp,
-        pp: options.pp,
+        pp: launch_stages(
+            options.pp,
+            options.pp_by_type.as_ref(),
+            std::env::var(crate::executor::POLICY_PP_VAR)
+                .ok()
+                .as_deref(),
+        )?,
         min_gpus: options.gpus.0,
         max_gpus: options.gpus.1,
         global_batch: global_batch.unwrap_or(options.gpus.1.max(1)),
@@ -559,6 +590,22 @@ mod tests {
             e.to_string().contains("GANGWAY_POLICY_BATCH=\"lots\""),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_pipeline_runs_with_the_daemons_stages_for_its_gpu_type_when_it_named_them() {
+        let by_type = BTreeMap::from([("rtx".to_owned(), 8), ("a100".to_owned(), 2)]);
+        assert_eq!(launch_stages(1, Some(&by_type), Some("8")).unwrap(), 8);
+        assert_eq!(launch_stages(1, Some(&by_type), Some("2")).unwrap(), 2);
+        assert_eq!(launch_stages(1, Some(&by_type), Some("1")).unwrap(), 1);
+        assert_eq!(launch_stages(4, Some(&by_type), None).unwrap(), 4);
+        // A job that named no stages by type keeps its own, whatever the environment says.
+        assert_eq!(launch_stages(4, None, Some("8")).unwrap(), 4);
+        // Stages the job never named are refused, not run.
+        for bad in ["3", "0", "many"] {
+            let e = launch_stages(1, Some(&by_type), Some(bad)).unwrap_err();
+            assert!(e.to_string().contains("--pp-by-type a100=2,rtx=8"), "{e}");
+        }
     }
 
     #[test]

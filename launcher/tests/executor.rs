@@ -12,7 +12,7 @@ use gangway_protocol::worker::{Executor, Launch, Measured, Resources, RunCommand
 
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 echo "$@" >> calls.log
-echo "${GANGWAY_POLICY_BATCH:-none}" >> batches.log
+echo "${GANGWAY_POLICY_BATCH:-none} ${GANGWAY_POLICY_PP:-none}" >> chosen.log
 case "$FAKE_MODE" in
   finish) echo '{"code":0,"why":"completed"}' > "$GANGWAY_EXIT_FILE"; exit 0 ;;
   usererror) echo '{"code":2,"why":"SyntaxError in train.py"}' > "$GANGWAY_EXIT_FILE"; exit 2 ;;
@@ -56,6 +56,7 @@ fn launch(job: u32, attempt: u64, gpus: &[u32], mode: Option<&str>, dir: &Path) 
         total_steps: 100.0,
         resources: None,
         batch: None,
+        pp: None,
         run: mode.map(|mode| RunCommand {
             args: vec!["--grace".into(), "1".into(), "train.py".into()],
             cwd: dir.to_path_buf(),
@@ -171,15 +172,17 @@ fn endings_come_from_the_exit_file_and_only_crashes_are_retried() {
 }
 
 #[test]
-fn only_the_policy_names_the_batch_the_workers_run_at() {
+fn only_the_policy_names_the_batch_and_the_stages_the_workers_run_with() {
     let (dir, fake) = setup();
     let mut exec = executor(dir.path(), &fake);
     let mut chosen = launch(1, 0, &[1], Some("finish"), dir.path());
     chosen.batch = Some(96);
-    // A submitter who sets the variable itself gets nothing from it.
+    chosen.pp = Some(4);
+    // A submitter who sets the variables itself gets nothing from them.
     let mut own = launch(2, 0, &[1], Some("finish"), dir.path());
     if let Some(run) = own.run.as_mut() {
         run.env.insert("GANGWAY_POLICY_BATCH".into(), "4096".into());
+        run.env.insert("GANGWAY_POLICY_PP".into(), "2".into());
     }
     for l in [chosen, own] {
         exec.launch(&l, 0.0).unwrap();
@@ -188,8 +191,8 @@ fn only_the_policy_names_the_batch_the_workers_run_at() {
             WorkerEvent::Finished { .. }
         ));
     }
-    let batches = std::fs::read_to_string(dir.path().join("batches.log")).unwrap();
-    assert_eq!(batches.lines().collect::<Vec<_>>(), ["96", "none"]);
+    let chosen = std::fs::read_to_string(dir.path().join("chosen.log")).unwrap();
+    assert_eq!(chosen.lines().collect::<Vec<_>>(), ["96 4", "none none"]);
 }
 
 #[test]

@@ -1,5 +1,7 @@
 //! The bodies of the control plane's HTTP API.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::ids::JobId;
@@ -31,6 +33,11 @@ pub struct JobRequest {
     pub tp: u32,
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub pp: u32,
+    /// Pipeline stages on each GPU type (by name) where they differ from `pp`: a large model's
+    /// pipeline spans more small GPUs than large ones (Sia's scale unit). On a type named here the job
+    /// runs on multiples of `tp x pp_by_type[type]` GPUs, and its workers get that `pp` at launch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pp_by_type: BTreeMap<String, u32>,
     /// The global batch it is tuned for: what goodput policies price it at (the peers' workloads
     /// give one). With `min_batch`, the largest it adapts to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,6 +68,7 @@ impl JobRequest {
             min_gpus: None,
             tp: 1,
             pp: 1,
+            pp_by_type: BTreeMap::new(),
             batch: None,
             min_batch: None,
             work,
@@ -94,12 +102,15 @@ pub struct LearnedSteps {
     pub configurations: u32,
 }
 
-/// The GPU counts an elastic or hybrid-parallel job runs on: `min..=max`, multiples of `multiple`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// The GPU counts an elastic or hybrid-parallel job runs on: `min..=max`, multiples of `multiple`
+/// (of `multiple_by_type[type]` on the GPU types named there).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSizes {
     pub min: u32,
     pub max: u32,
     pub multiple: u32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub multiple_by_type: BTreeMap<String, u32>,
 }
 
 /// A job's resize: from `from` GPUs to `to`, at control-plane second `at`, and why.

@@ -75,6 +75,10 @@ pub struct Launch {
     /// job keeps its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u32>,
+    /// The pipeline stages its workers run with on this launch's GPU type, for a job whose stages
+    /// differ by type (`None`: the job keeps its own `pp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pp: Option<u32>,
 }
 
 /// CPUs and memory a job's workers are allotted, all their GPUs together: what its policy's resource

@@ -85,9 +85,9 @@ struct JobHandle {
     batch: Option<u32>,
 }
 
-/// A submission validated and waiting for its journal record: the spec, the engine's job, and where
-/// to answer.
-type Unjournaled = (JobSpec, Job, oneshot::Sender<Result<JobId, Refusal>>);
+/// A submission validated and waiting for its journal records: the spec, what it asked beyond its
+/// GPUs, the engine's job, and where to answer.
+type Unjournaled = (JobSpec, Shape, Job, oneshot::Sender<Result<JobId, Refusal>>);
 
 /// Committed batches, carried out one at a time, in order; and rounds waiting for them to settle.
 #[derive(Default)]
@@ -267,12 +267,13 @@ impl ClusterActor {
         ending: FxHashMap<JobId, Phase>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
+        let gpu_types = self.engine().cluster().gpu_types().to_vec();
         let plan = plan::plan(
             changes,
             now,
             &ending,
             &self.store.ledger,
-            &self.store.shapes,
+            (&self.store.shapes, &gpu_types),
             |job| self.jobs.get(&job).map(|h| h.phase),
         );
         self.persist(&plan.records);
@@ -654,12 +655,14 @@ impl ClusterActor {
                 .store
                 .shapes
                 .get(&id)
-                .map(|s| s.sizes)
-                .filter(|&s| s != Sizes::rigid(spec.gpus))
+                .filter(|s| s.sizes != Sizes::rigid(spec.gpus) || !s.pp_by_type.is_empty())
                 .map(|s| JobSizes {
-                    min: s.min,
-                    max: s.max,
-                    multiple: s.multiple,
+                    min: s.sizes.min,
+                    max: s.sizes.max,
+                    multiple: s.sizes.multiple,
+                    multiple_by_type: (s.pp_by_type.iter())
+                        .map(|(t, pp)| (t.clone(), s.tp * pp))
+                        .collect(),
                 }),
             resizes: handle.map_or(0, |h| h.resizes),
             last_resize: handle.and_then(|h| h.last_resize.clone()),
@@ -732,17 +735,17 @@ impl ClusterActor {
             Some(id) => {
                 let entry = self.store.ledger.jobs.get(id)?;
                 let shape = (!entry.standing.is_terminal()).then(|| {
-                    let shaped = self.store.shapes.get(id).copied();
+                    let shaped = self.store.shapes.get(id).cloned();
                     shaped.unwrap_or(Shape::rigid(entry.spec.gpus))
                 });
                 (&entry.spec, shape, true)
             }
             None => {
-                let (spec, job, _) = self
+                let (spec, shape, _, _) = self
                     .unjournaled
                     .iter()
-                    .find(|(spec, _, _)| spec.key.as_deref() == Some(key))?;
-                (spec, Some(shape_of(job)), false)
+                    .find(|(spec, ..)| spec.key.as_deref() == Some(key))?;
+                (spec, Some(shape.clone()), false)
             }
         };
         let same_shape = shape.is_none_or(|s| s == crate::request::shape(request));
@@ -760,7 +763,7 @@ impl ClusterActor {
         crate::request::validate(request)?;
         if let Some(id) = request.id
             && (self.store.ledger.jobs.contains_key(&id)
-                || self.unjournaled.iter().any(|(spec, _, _)| spec.id == id))
+                || self.unjournaled.iter().any(|(spec, ..)| spec.id == id))
         {
             return Err(Refusal::Exists(id));
         }
@@ -866,8 +869,9 @@ fn gang_of(
 }
 
 /// A job of the engine's from a journaled spec and its shape (`None`: rigid), interning its names.
-fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, shape: Option<Shape>) -> Job {
-    let shape = shape.unwrap_or(Shape::rigid(spec.gpus));
+fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, shape: Option<&Shape>) -> Job {
+    let rigid = Shape::rigid(spec.gpus);
+    let shape = shape.unwrap_or(&rigid);
     Job {
         id: spec.id,
         arrival: spec.arrival,
@@ -879,16 +883,7 @@ fn job_of(engine: &mut Engine<'static>, spec: &JobSpec, shape: Option<Shape>) ->
         batch: shape.batch,
         min_batch: shape.min_batch,
         sizes: Some(shape.sizes),
-        group_by_type: Vec::new(),
-    }
-}
-
-/// What an engine's job asks beyond its GPUs.
-fn shape_of(job: &Job) -> Shape {
-    Shape {
-        sizes: job.sizes.unwrap_or(Sizes::rigid(job.gpus)),
-        batch: job.batch,
-        min_batch: job.min_batch,
+        group_by_type: shape.group_by_type(engine.cluster().gpu_types()),
     }
 }
 
@@ -1123,8 +1118,19 @@ impl Handler<Submit> for ClusterActor {
                 });
             }
         }
+        let types = engine.cluster().gpu_types();
+        if let Some(unknown) = shape.pp_by_type.keys().find(|t| !types.contains(t)) {
+            return refused(Refusal::Invalid {
+                field: "pp_by_type",
+                problem: format!(
+                    "this cluster has no GPU type {unknown:?} (it has {})",
+                    types.join(", ")
+                ),
+            });
+        }
         let mut candidate = engine.candidate(spec.id, &spec.job_type, spec.gpus, spec.total_steps);
         candidate.sizes = Some(shape.sizes);
+        candidate.group_by_type = shape.group_by_type(types);
         if let Err(why) = engine.check(&candidate) {
             let field = match why {
                 Unrunnable::TooLong { .. } => "work",
@@ -1135,10 +1141,10 @@ impl Handler<Submit> for ClusterActor {
                 problem: format!("job type {:?} cannot run here: {why}", spec.job_type),
             });
         }
-        let job = job_of(self.engine(), &spec, Some(shape));
+        let job = job_of(self.engine(), &spec, Some(&shape));
         self.next_job_id = self.next_job_id.max(id.0 + 1);
         let (answer, answered) = oneshot::channel();
-        self.unjournaled.push((spec, job, answer));
+        self.unjournaled.push((spec, shape, job, answer));
         if self.unjournaled.len() == 1 {
             // Through the mailbox, behind the submissions already waiting there, so that they join
             // this batch (`notify` would run it before them).
@@ -1167,17 +1173,16 @@ impl Handler<JournalSubmissions> for ClusterActor {
         let batch = std::mem::take(&mut self.unjournaled);
         let records: Vec<Record> = batch
             .iter()
-            .flat_map(|(spec, job, _)| {
-                let shape = shape_of(job);
-                let shaped = (shape != Shape::rigid(spec.gpus)).then_some(Record::Shaped {
+            .flat_map(|(spec, shape, _, _)| {
+                let shaped = (*shape != Shape::rigid(spec.gpus)).then(|| Record::Shaped {
                     job: spec.id,
-                    shape,
+                    shape: shape.clone(),
                 });
                 std::iter::once(Record::Submitted(spec.clone())).chain(shaped)
             })
             .collect();
         self.persist(&records);
-        for (spec, job, answer) in batch {
+        for (spec, _, job, answer) in batch {
             self.engine()
                 .submit(job, spec.arrival)
                 .expect("checked: new id, runnable");

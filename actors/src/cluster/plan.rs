@@ -64,14 +64,15 @@ impl Retune {
 
 /// Plans `changes` made at `now`. `ending` names jobs whose stop ends them (finished, cancelled,
 /// failed); `shapes`, what jobs asked beyond their GPUs (a job that adapts its batch is launched at
-/// its policy's); `phase_of` gives a job's phase before the batch. Attempts are numbered from the
-/// ledger's next one, in the order the starts come.
+/// its policy's, one that names its pipeline stages by GPU type (`gpu_types`, the cluster's names)
+/// with its launch's type's); `phase_of` gives a job's phase before the batch. Attempts are
+/// numbered from the ledger's next one, in the order the starts come.
 pub(super) fn plan(
     changes: Vec<Change>,
     now: f64,
     ending: &FxHashMap<JobId, Phase>,
     ledger: &Ledger,
-    shapes: &BTreeMap<JobId, Shape>,
+    (shapes, gpu_types): (&BTreeMap<JobId, Shape>, &[String]),
     phase_of: impl Fn(JobId) -> Option<Phase>,
 ) -> Plan {
     let mut out = Plan::default();
@@ -107,7 +108,10 @@ pub(super) fn plan(
                     at: now,
                 });
                 let spec = ledger.jobs.get(&job).map(|e| &e.spec);
-                let replicas = gpus.len() as u32;
+                let shape = shapes.get(&job);
+                let type_name = gpu_types.get(usize::from(gpu_type.0)).map(String::as_str);
+                let stages = shape.zip(type_name).and_then(|(s, t)| s.stages_on(t));
+                let replicas = shape.map_or(1, |s| s.replicas_on(type_name, gpus.len() as u32));
                 let launch = Launch {
                     job,
                     attempt,
@@ -120,9 +124,8 @@ pub(super) fn plan(
                     total_steps: spec.map_or(0.0, |s| s.total_steps),
                     resources: Some(resources),
                     run: spec.and_then(|s| s.run.clone()),
-                    batch: shapes
-                        .get(&job)
-                        .and_then(|s| s.chosen_batch(batch, replicas)),
+                    batch: shape.and_then(|s| s.chosen_batch(batch, replicas)),
+                    pp: stages,
                 };
                 launches.push((launch, partner));
                 attempt += 1;
@@ -293,7 +296,7 @@ mod tests {
             10.0,
             &none,
             &ledger,
-            &BTreeMap::new(),
+            (&BTreeMap::new(), &[]),
             pending,
         );
         assert_eq!(moved.stops[0].next, Phase::Migrating);
@@ -305,7 +308,7 @@ mod tests {
             10.0,
             &none,
             &ledger,
-            &BTreeMap::new(),
+            (&BTreeMap::new(), &[]),
             pending,
         );
         assert_eq!(resized.stops[0].next, Phase::Resizing);
@@ -314,7 +317,7 @@ mod tests {
             10.0,
             &none,
             &ledger,
-            &BTreeMap::new(),
+            (&BTreeMap::new(), &[]),
             pending,
         );
         assert_eq!(preempted.stops[0].next, Phase::Preempted);
@@ -334,7 +337,7 @@ mod tests {
             7.0,
             &FxHashMap::default(),
             &ledger(),
-            &BTreeMap::new(),
+            (&BTreeMap::new(), &[]),
             pending,
         );
         let attempts: Vec<u64> = plan.starts.iter().map(|s| s.launch.attempt).collect();
@@ -372,7 +375,7 @@ mod tests {
                 7.0,
                 &FxHashMap::default(),
                 &ledger(),
-                &shapes,
+                (&shapes, &[]),
                 pending,
             );
             let batches: Vec<Option<u32>> = plan.starts.iter().map(|s| s.launch.batch).collect();
@@ -383,6 +386,47 @@ mod tests {
         // A split that rounds past the range is brought back into it.
         assert_eq!(planned(100), [Some(256), None]);
         assert_eq!(planned(2), [Some(16), None]);
+    }
+
+    #[test]
+    fn a_pipeline_is_launched_with_its_types_stages_and_its_batch_split_over_its_replicas() {
+        // Job 1: 2 stages on type `b` (type 0 here is `a`, where its `pp` of 1 stands); job 2
+        // names no stages.
+        let pipeline = Shape {
+            batch: Some(256),
+            min_batch: Some(16),
+            pp_by_type: [("a".to_owned(), 2)].into(),
+            ..Shape::rigid(2)
+        };
+        let shapes = BTreeMap::from([(JobId(1), pipeline), (JobId(2), Shape::rigid(2))]);
+        let chosen = |job| {
+            let mut change = started(job, &[2, 3]);
+            if let Change::Started { batch, .. } = &mut change {
+                *batch = Some(BatchPlan {
+                    local: 24,
+                    accum: 1,
+                });
+            }
+            change
+        };
+        let launches = |types: &[String]| {
+            let plan = plan(
+                vec![chosen(1), chosen(2)],
+                7.0,
+                &FxHashMap::default(),
+                &ledger(),
+                (&shapes, types),
+                pending,
+            );
+            let got: Vec<_> = (plan.starts.iter())
+                .map(|s| (s.launch.pp, s.launch.batch))
+                .collect();
+            got
+        };
+        // On `a`: one pipeline of 2 stages on its 2 GPUs, 24 samples x 2 micro-steps.
+        assert_eq!(launches(&["a".into()]), [(Some(2), Some(48)), (None, None)]);
+        // Where it named no stages: its own pp, and 2 replicas.
+        assert_eq!(launches(&["b".into()]), [(None, Some(96)), (None, None)]);
     }
 
     #[test]
@@ -416,7 +460,7 @@ mod tests {
             3.0,
             &ending,
             &ledger(),
-            &BTreeMap::new(),
+            (&BTreeMap::new(), &[]),
             pending,
         );
         assert!(
@@ -431,7 +475,7 @@ mod tests {
             3.0,
             &cancelled,
             &ledger(),
-            &BTreeMap::new(),
+            (&BTreeMap::new(), &[]),
             pending,
         );
         assert!(plan.stops[0].stop_workers && !plan.stops[0].checkpoint);

@@ -34,7 +34,7 @@ impl ClusterActor {
         let entries: Vec<_> = self.store.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
         for entry in &entries {
-            let shape = self.store.shapes.get(&entry.spec.id).copied();
+            let shape = self.store.shapes.get(&entry.spec.id);
             let job = job_of(&mut engine, &entry.spec, shape);
             let id = job.id;
             if engine.submit(job, entry.spec.arrival).is_err() {

@@ -93,7 +93,10 @@ impl Store {
                 self.reports.set(*job, learned.clone());
             }
             Record::Shaped { job, shape } => {
-                self.shapes.insert(*job, *shape);
+                self.shapes.insert(*job, shape.clone());
+            }
+            Record::ShapedV2 { job, shape } => {
+                self.shapes.insert(*job, Shape::from(*shape));
             }
             Record::ShapedV1 { job, shape } => {
                 self.shapes.insert(*job, Shape::from(*shape));
@@ -128,10 +131,10 @@ impl Store {
 
     /// What the store keeps beside the ledger, as the records that rebuild it: a snapshot holds them.
     fn beside_records(&self) -> Vec<Record> {
-        let shapes = self
-            .shapes
-            .iter()
-            .map(|(&job, &shape)| Record::Shaped { job, shape });
+        let shapes = self.shapes.iter().map(|(&job, shape)| Record::Shaped {
+            job,
+            shape: shape.clone(),
+        });
         let learned = self.learned.iter().flat_map(|(&job, learned)| {
             learned
                 .observations()
@@ -196,19 +199,26 @@ fn append_or_stop(journal: &mut Journal<Record>, records: &[Record]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ledger::ShapeV1;
     use crate::ledger::tests::spec;
+    use crate::ledger::{ShapeV1, ShapeV2};
     use gangway_core::throughput::goodput::Observation;
 
-    const PAIRS: Shape = Shape {
-        sizes: gangway_core::job::Sizes {
-            min: 2,
-            max: 8,
-            multiple: 2,
-        },
-        batch: Some(64),
-        min_batch: Some(16),
+    const PAIRS: gangway_core::job::Sizes = gangway_core::job::Sizes {
+        min: 2,
+        max: 8,
+        multiple: 2,
     };
+
+    /// Tensor-parallel pairs, in pipelines of 4 stages on `rtx`, adapting their batch.
+    fn pipelines() -> Shape {
+        Shape {
+            sizes: PAIRS,
+            batch: Some(64),
+            min_batch: Some(16),
+            tp: 2,
+            pp_by_type: [("rtx".to_owned(), 4)].into(),
+        }
+    }
 
     fn learned(job: u32) -> Record {
         Record::Learned {
@@ -232,7 +242,7 @@ mod tests {
             let (mut store, _) = Store::open(Some(dir.path()), 3, Reports::default()).unwrap();
             let shaped = |job| Record::Shaped {
                 job: JobId(job),
-                shape: PAIRS,
+                shape: pipelines(),
             };
             store.persist(&[spec(1), shaped(1), spec(2), shaped(2)]);
             // The fourth record took a snapshot: only the ones after it are in segments.
@@ -244,38 +254,56 @@ mod tests {
         }
         let (store, replayed) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
         assert_eq!(replayed, 2, "two records after the snapshot");
-        assert_eq!(store.shapes, [(JobId(1), PAIRS)].into());
+        assert_eq!(store.shapes, [(JobId(1), pipelines())].into());
         assert_eq!(store.learned[&JobId(1)].measured(), 1);
         assert_eq!(store.learned.len(), 1);
     }
 
     #[test]
-    fn a_shape_journaled_before_jobs_adapted_their_batch_still_reads() {
+    fn shapes_journaled_in_their_earlier_forms_still_read() {
         let dir = tempfile::tempdir().unwrap();
-        let old = ShapeV1 {
-            sizes: PAIRS.sizes,
-            batch: Some(64),
-        };
         {
             let (mut store, _) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
             store.persist(&[
                 spec(1),
+                // Before jobs adapted their batch.
                 Record::ShapedV1 {
                     job: JobId(1),
-                    shape: old,
+                    shape: ShapeV1 {
+                        sizes: PAIRS,
+                        batch: Some(64),
+                    },
+                },
+                spec(2),
+                // Before their stages could differ by GPU type.
+                Record::ShapedV2 {
+                    job: JobId(2),
+                    shape: ShapeV2 {
+                        sizes: PAIRS,
+                        batch: Some(64),
+                        min_batch: Some(16),
+                    },
                 },
             ]);
         }
         let (store, _) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
-        let expected = Shape {
-            min_batch: None,
-            ..PAIRS
+        let first = Shape {
+            sizes: PAIRS,
+            batch: Some(64),
+            ..Shape::rigid(0)
         };
-        assert_eq!(store.shapes, [(JobId(1), expected)].into());
+        let second = Shape {
+            min_batch: Some(16),
+            ..first.clone()
+        };
+        assert_eq!(
+            store.shapes,
+            [(JobId(1), first.clone()), (JobId(2), second)].into()
+        );
         // Its snapshot writes the current form.
         assert!(matches!(
-            store.beside_records()[..],
-            [Record::Shaped { shape, .. }] if shape == expected
+            &store.beside_records()[..],
+            [Record::Shaped { shape, .. }, _] if *shape == first
         ));
     }
 
