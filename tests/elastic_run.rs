@@ -249,6 +249,54 @@ fn a_ddp_job_on_two_fake_gpus_completes_and_sees_its_devices() {
     assert!(dir.path().join("out.json").exists());
 }
 
+/// Torch-free: `--spawn direct` starts the probe with plain Python.
+#[test]
+fn a_pipeline_runs_with_the_stages_the_daemon_names_for_its_gpu_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = write_script(
+        dir.path(),
+        "probe.py",
+        "import os\nrank = os.environ['RANK']\nopen(f'rank{rank}.txt', 'w').write(\
+         os.environ['WORLD_SIZE'] + ' ' + os.environ['GANGWAY_PLAN'])\n",
+    );
+    let options = [
+        "--gpus",
+        "4",
+        "--spawn",
+        "direct",
+        "--pp-by-type",
+        "rtx=4,a100=2",
+    ];
+    // As the daemon's executor launches it on each type; a value the job never named is refused.
+    for (chosen, plan) in [
+        ("4", Some("dp=1,tp=1,pp=4")),
+        ("2", Some("dp=2,tp=1,pp=2")),
+        ("3", None),
+    ] {
+        let job = format!("pp{chosen}");
+        let out = run(elastic_run("python3", dir.path(), &job, &options)
+            .env("GANGWAY_POLICY_PP", chosen)
+            .arg(&probe));
+        let seen = std::fs::read_to_string(dir.path().join("rank0.txt"));
+        let _ = std::fs::remove_file(dir.path().join("rank0.txt"));
+        match plan {
+            Some(plan) => {
+                assert!(out.status.success(), "{}", text(&out));
+                assert_eq!(seen.unwrap(), format!("4 {plan}"));
+            }
+            None => {
+                assert!(!out.status.success(), "{}", text(&out));
+                assert!(
+                    text(&out).contains("GANGWAY_POLICY_PP=\"3\" is not one of the job's"),
+                    "{}",
+                    text(&out)
+                );
+                assert!(seen.is_err(), "no worker ran");
+            }
+        }
+    }
+}
+
 #[test]
 fn spawned_directly_a_ddp_job_trains_exactly_as_under_torchrun() {
     let python = need_torch!();

@@ -320,3 +320,107 @@ fn under_pollux_an_elastic_job_adapts_its_batch_and_shares_one_server_with_a_new
     let now = jobs(api).into_iter().find(|j| j["id"] == elastic).unwrap();
     assert_eq!(row[column], now["batch"].to_string(), "{table}");
 }
+
+/// Every (GPU type, GPUs) `job` held, in order, until `done` holds of the latest or `seconds` pass
+/// (a panic); GPUs 0-7 are `rtx`, the others `dgx-ext`. A job holds one type at a time.
+fn follow_types(
+    api: &support::Api,
+    job: u64,
+    held: &mut Vec<(&'static str, usize)>,
+    seconds: u64,
+    what: &str,
+    done: impl Fn(&(&'static str, usize)) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let info = jobs(api).into_iter().find(|j| j["id"] == job).unwrap();
+        let gpus: Vec<u64> = (info["placement"].as_array().unwrap().iter())
+            .map(|g| g.as_u64().unwrap())
+            .collect();
+        let on = match gpus.first() {
+            Some(&g) if g < 8 => "rtx",
+            Some(_) => "dgx-ext",
+            None => "",
+        };
+        assert!(
+            gpus.iter().all(|&g| (g < 8) == (on == "rtx")),
+            "one type at a time: {gpus:?}"
+        );
+        if held.last() != Some(&(on, gpus.len())) {
+            held.push((on, gpus.len()));
+        }
+        if done(held.last().unwrap()) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not happen within {seconds} s; held so far: {held:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn under_sia_a_pipeline_grows_in_whole_replicas_of_each_gpu_types_own_stages() {
+    let Some(profiles) = sia_profiles() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // GPUs 0-7 are RTX 2080Ti, 8-15 A100 (`dgx-ext`), as the cluster names them in order.
+    let d = daemon(
+        &dir.path().join("journal"),
+        &profiles,
+        "sia",
+        "rtx=1x8,dgx-ext=1x8",
+    );
+    let api = &d.api;
+    // A pipeline of 4 stages on the small RTX GPUs and of 2 on the A100s (Sia's scale unit).
+    let pipeline = cifar(
+        16,
+        json!({"min_gpus": 1, "pp_by_type": {"rtx": 4, "dgx-ext": 2}}),
+    );
+    // A type the cluster lacks is refused, naming the field.
+    let mut wrong = pipeline.clone();
+    wrong["pp_by_type"] = json!({"t4": 2});
+    let mut response = api.post("/jobs", &wrong).unwrap();
+    let body = response.body_mut().read_to_string().unwrap();
+    assert_eq!(response.status(), 422, "{body}");
+    assert!(
+        body.contains("pp_by_type: this cluster has no GPU type"),
+        "{body}"
+    );
+
+    let job = submit(api, pipeline);
+    let mut held = Vec::new();
+    // Alone, it starts on one replica and grows on the A100s, where it scales best.
+    follow_types(api, job, &mut held, 60, "growing to 8 A100s", |&h| {
+        h == ("dgx-ext", 8)
+    });
+    // The A100s go out of service: it moves to the RTX GPUs, in replicas of 4.
+    let cordoned = api
+        .post(
+            "/gpus/cordon",
+            &json!({"gpus": (8..16).collect::<Vec<u32>>()}),
+        )
+        .unwrap();
+    assert_eq!(cordoned.status(), 200);
+    follow_types(api, job, &mut held, 60, "moving to the RTX GPUs", |&h| {
+        h.0 == "rtx"
+    });
+    follow_types(api, job, &mut held, 60, "growing to 8 RTX GPUs", |&h| {
+        h == ("rtx", 8)
+    });
+
+    let ran: Vec<_> = held.iter().filter(|h| h.1 > 0).collect();
+    assert_eq!(ran[0], &("dgx-ext", 2), "one replica first: {held:?}");
+    for &&(on, gpus) in &ran {
+        let group = if on == "rtx" { 4 } else { 2 };
+        assert!(gpus % group == 0, "a part of a replica on {on}: {held:?}");
+    }
+    let info = jobs(api).into_iter().find(|j| j["id"] == job).unwrap();
+    assert_eq!(
+        info["sizes"],
+        json!({"min": 1, "max": 16, "multiple": 1,
+            "multiple_by_type": {"rtx": 4, "dgx-ext": 2}})
+    );
+}
