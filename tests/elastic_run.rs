@@ -936,6 +936,11 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
         "{info}"
     );
     assert!(info["last_restart_seconds"].as_f64() > Some(0.0), "{info}");
+    // Real workers take time to start: most of a restart is after their launch.
+    let phases = &info["last_restart_phases"];
+    let first_step = phases["first_step"].as_f64().unwrap_or(0.0);
+    assert!(first_step > 0.0, "{info}");
+    assert!(phases["stop"].as_f64() >= Some(0.0), "{info}");
 }
 
 /// The attempts (`GANGWAY_ATTEMPT`) of job `job` that have processes now.

@@ -113,6 +113,19 @@ pub struct JobSizes {
     pub multiple_by_type: BTreeMap<String, u32>,
 }
 
+/// A restart (a resize or a move) phase by phase, in control-plane seconds; they add up to the
+/// restart's seconds.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RestartPhases {
+    /// From the decision (journaled) until the old workers had saved their checkpoint and exited.
+    pub stop: f64,
+    /// Until the executor had started the new workers' processes.
+    pub launch: f64,
+    /// Until the new workers reported their first step (their start-up: imports, rendezvous,
+    /// restoring the checkpoint, one step).
+    pub first_step: f64,
+}
+
 /// A job's resize: from `from` GPUs to `to`, at control-plane second `at`, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Resize {
@@ -181,6 +194,9 @@ pub struct JobInfo {
     /// Seconds its last restart (a resize or a move) took, from the decision to its first step after.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_seconds: Option<f64>,
+    /// Where those seconds went.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_restart_phases: Option<RestartPhases>,
     /// The global batch its policy chose for its latest launch, for a job that adapts its batch
     /// (`min_batch` submitted).
     #[serde(default, skip_serializing_if = "Option::is_none")]

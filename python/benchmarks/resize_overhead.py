@@ -7,8 +7,10 @@
 For each of `elastic-run --spawn torchrun` and `--spawn direct`, --runs times: a fresh daemon under
 `sia` on 4 fake `rtx` GPUs runs the toy DDP job (`--gpus 1:4`, typed cifar10), which Sia grows from 1
 GPU to 2, then to 4. The daemon measures each restart from its decision to the workers' first reported
-step after it (`last_restart_seconds` in the API), read here once the job trains at its new size. This
-prints every restart and each mode's median. Only the standard library; about a minute per run.
+step after it (`last_restart_seconds` in the API), split into phases (`last_restart_phases`: until the
+old workers exited with their checkpoint, until the new ones were launched, until their first step),
+read here once the job trains at its new size. This prints every restart and each mode's medians.
+Only the standard library; about a minute per run.
 """
 
 import argparse
@@ -61,7 +63,7 @@ def wait(what, check, seconds):
 
 
 def measure(args, spawn, work, run):
-    """The restarts 1 -> 2 and 2 -> 4 GPUs of one job on a fresh daemon, in seconds."""
+    """The restarts 1 -> 2 and 2 -> 4 GPUs of one job on a fresh daemon: seconds, and phases."""
     journal = os.path.join(work, f"journal-{spawn}-{run}")
     port = free_port()
     daemon = subprocess.Popen(
@@ -86,15 +88,16 @@ def measure(args, spawn, work, run):
             info = api.call("GET", "/jobs/0")
             measured = info.get("measured") or {}
             ready = (len(info["placement"]) == gpus and measured.get("replicas") == gpus
-                     and info.get("last_restart_seconds") is not None)
+                     and info.get("last_restart_phases") is not None)
             return info if ready else None
 
         seen = []
         for gpus in (2, 4):
             info = wait(f"the job training on {gpus} GPUs", lambda: training_on(gpus), 300)
-            seen.append(info["last_restart_seconds"])
+            phases = info["last_restart_phases"]
+            seen.append((info["last_restart_seconds"], phases))
             print(f"  --spawn {spawn}, run {run}: {info['last_resize']['from']} -> {gpus} GPUs: "
-                  f"{seen[-1]:.2f} s", flush=True)
+                  f"{seen[-1][0]:.2f} s ({describe(phases)})", flush=True)
         return seen
     finally:
         if job is not None:
@@ -105,6 +108,13 @@ def measure(args, spawn, work, run):
                 job.kill()
         daemon.terminate()
         daemon.wait()
+
+
+PHASES = ("stop", "launch", "first_step")
+
+
+def describe(phases):
+    return ", ".join(f"{p.replace('_', ' ')} {phases[p]:.2f}" for p in PHASES)
 
 
 def main():
@@ -122,11 +132,15 @@ def main():
         for run in range(args.runs):
             for spawn in ("torchrun", "direct"):
                 results.setdefault(spawn, []).extend(measure(args, spawn, work, run))
+    medians = {}
     for spawn, seen in results.items():
-        print(f"--spawn {spawn}: median decision to first step {statistics.median(seen):.2f} s "
-              f"over {len(seen)} restarts (min {min(seen):.2f}, max {max(seen):.2f})")
-    print(f"ratio direct / torchrun: "
-          f"{statistics.median(results['direct']) / statistics.median(results['torchrun']):.3f}")
+        totals = [total for total, _ in seen]
+        medians[spawn] = statistics.median(totals)
+        phases = {p: statistics.median(ph[p] for _, ph in seen) for p in PHASES}
+        print(f"--spawn {spawn}: median decision to first step {medians[spawn]:.2f} s "
+              f"over {len(seen)} restarts (min {min(totals):.2f}, max {max(totals):.2f}); "
+              f"median phases: {describe(phases)}")
+    print(f"ratio direct / torchrun: {medians['direct'] / medians['torchrun']:.3f}")
 
 
 if __name__ == "__main__":

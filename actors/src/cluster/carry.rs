@@ -11,6 +11,7 @@ use rustc_hash::FxHashSet;
 
 use super::messages::RoundReport;
 use super::plan::Retune;
+use crate::clock::Clock;
 use crate::executor::{Executor, Launch};
 use crate::gang::{Acquire, GangActor};
 use crate::gpu::{GpuActor, Holder, Release};
@@ -62,6 +63,8 @@ pub(super) struct Steps {
     pub starts: Vec<StartStep>,
     pub retunes: Vec<Retune>,
     pub now: f64,
+    /// The control plane's clock, to time the stops and the launches.
+    pub clock: Arc<dyn Clock>,
 }
 
 /// What carrying out a batch came to.
@@ -69,6 +72,9 @@ pub(super) struct Steps {
 pub(super) struct Outcome {
     /// Work the stopped workers saved.
     pub saved: Vec<(JobId, f64)>,
+    /// When the stopped workers had all exited, and when the new ones had all been launched.
+    pub stopped_at: f64,
+    pub launched_at: f64,
     /// Starts whose gang could not be leased or whose workers could not launch, with why.
     pub failed_starts: Vec<(JobId, String)>,
     pub report: RoundReport,
@@ -81,6 +87,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
         starts,
         retunes,
         now,
+        clock,
     } = steps;
     let mut outcome = Outcome::default();
     outcome.report.stops = stops.len();
@@ -119,6 +126,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
         saved
     })
     .await;
+    outcome.stopped_at = clock.now();
     for gang in stops.iter().filter_map(|s| s.gang.as_ref()) {
         gang.release();
     }
@@ -143,6 +151,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
             .collect()
     })
     .await;
+    outcome.launched_at = clock.now();
     outcome.failed_starts.extend(launch_failures);
     let failed: FxHashSet<JobId> = outcome.failed_starts.iter().map(|(j, _)| *j).collect();
     let moves = starts.iter().map(|step| {

@@ -24,7 +24,7 @@ use crate::job::JobEvent;
 use crate::stats::StatsSnapshot;
 
 pub use crate::request::JobRequest;
-pub use gangway_protocol::api::{JobInfo, JobSizes, LearnedSteps, NodeInfo, Resize};
+pub use gangway_protocol::api::{JobInfo, JobSizes, LearnedSteps, NodeInfo, Resize, RestartPhases};
 
 /// Where control-plane time comes from.
 #[derive(Clone)]

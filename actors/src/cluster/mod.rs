@@ -48,8 +48,8 @@ use store::Store;
 
 pub use messages::{
     Cancel, Cordon, GetStats, JobInfo, JobRequest, JobSizes, LearnedSteps, ListJobs, ListNodes,
-    NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize, Round, RoundReport, Settings, ShowJob,
-    StartError, Submit, Subscribe, TimeSource, Timeline,
+    NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize, RestartPhases, Round, RoundReport,
+    Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
 };
 
 /// Distinct job types, and distinct tenants, a control plane keeps: names are never forgotten (ids
@@ -77,10 +77,13 @@ struct JobHandle {
     last_resize: Option<Resize>,
     /// The GPUs its last run held.
     last_size: Option<u32>,
-    /// While a resize or move is under way: when it was decided.
+    /// While a resize or move is under way: when it was decided, and once carried out, when its old
+    /// workers had exited and when its new ones were launched.
     restarting: Option<f64>,
-    /// Seconds the last restart took, from the decision to the first step after it.
+    restart_marks: Option<(f64, f64)>,
+    /// Seconds the last restart took, from the decision to the first step after it, and where.
     last_restart_seconds: Option<f64>,
+    last_restart_phases: Option<RestartPhases>,
     /// The global batch its policy chose for its latest launch, when it adapts its batch.
     batch: Option<u32>,
 }
@@ -237,7 +240,9 @@ impl ClusterActor {
                 last_resize: None,
                 last_size: None,
                 restarting: None,
+                restart_marks: None,
                 last_restart_seconds: None,
+                last_restart_phases: None,
                 batch: None,
             },
         );
@@ -382,6 +387,7 @@ impl ClusterActor {
             starts,
             retunes: plan.retunes,
             now,
+            clock: Arc::clone(&self.clock),
         };
         let (answer, answered) = oneshot::channel();
         self.carrier.queue.push_back((steps, answer));
@@ -424,12 +430,16 @@ impl ClusterActor {
             }
             // Launched (a start that failed goes back to the queue as it settles).
             for job in started {
-                if let Some(handle) = actor.jobs.get_mut(&job)
-                    && matches!(
-                        handle.phase,
-                        Phase::Starting | Phase::Resizing | Phase::Migrating
-                    )
-                {
+                let Some(handle) = actor.jobs.get_mut(&job) else {
+                    continue;
+                };
+                if handle.restarting.is_some() {
+                    handle.restart_marks = Some((outcome.stopped_at, outcome.launched_at));
+                }
+                if matches!(
+                    handle.phase,
+                    Phase::Starting | Phase::Resizing | Phase::Migrating
+                ) {
                     handle.phase = Phase::Running;
                 }
             }
@@ -667,6 +677,7 @@ impl ClusterActor {
             resizes: handle.map_or(0, |h| h.resizes),
             last_resize: handle.and_then(|h| h.last_resize.clone()),
             last_restart_seconds: handle.and_then(|h| h.last_restart_seconds),
+            last_restart_phases: handle.and_then(|h| h.last_restart_phases),
             batch: handle.and_then(|h| h.batch),
             waiting,
         })
@@ -681,6 +692,12 @@ impl ClusterActor {
         if let Some(since) = handle.restarting.take() {
             let seconds = (now - since).max(0.0);
             handle.last_restart_seconds = Some(seconds);
+            handle.last_restart_phases =
+                (handle.restart_marks.take()).map(|(stopped, launched)| RestartPhases {
+                    stop: (stopped - since).max(0.0),
+                    launch: (launched - stopped).max(0.0),
+                    first_step: (now - launched).max(0.0),
+                });
             self.stats.note_restart(seconds);
             self.store.restarted(job, seconds);
         }
