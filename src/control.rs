@@ -698,11 +698,12 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
             for j in &jobs {
                 // GPUs held, of those asked for: `2/1-8` for an elastic job on 2 of 1 to 8.
                 let asked = match &j.sizes {
+                    // Groups by type after the default one: `1-16x1,8@rtx,2@dgx-ext`.
                     Some(s) if !s.multiple_by_type.is_empty() => {
                         let groups: Vec<String> = (s.multiple_by_type.iter())
                             .map(|(t, g)| format!("{g}@{t}"))
                             .collect();
-                        format!("{}-{}x{}", s.min, s.max, groups.join(","))
+                        format!("{}-{}x{},{}", s.min, s.max, s.multiple, groups.join(","))
                     }
                     Some(s) if s.multiple > 1 => format!("{}-{}x{}", s.min, s.max, s.multiple),
                     Some(s) => format!("{}-{}", s.min, s.max),

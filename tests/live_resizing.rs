@@ -252,12 +252,24 @@ fn under_pollux_an_elastic_job_adapts_its_batch_and_shares_one_server_with_a_new
             s[&elastic] == 8
         },
     );
-    // A newcomer that keeps its own batch: Pollux's harmonic mean shares the server with it.
-    let newcomer = submit(api, cifar(8, json!({"min_gpus": 1})));
-    follow(api, &mut seen, 60, "the newcomer running", |s| {
-        note_batches(api);
-        s[&newcomer] > 0 && s[&elastic] < 8
-    });
+    // A newcomer in tensor-parallel pairs that keeps its own batch: Pollux's harmonic mean shares
+    // the server with it, and grows it in whole pairs.
+    let newcomer = submit(api, cifar(8, json!({"min_gpus": 1, "tp": 2})));
+    follow(
+        api,
+        &mut seen,
+        60,
+        "the newcomer growing past one pair",
+        |s| {
+            note_batches(api);
+            s[&newcomer] > 2 && s[&elastic] < 8
+        },
+    );
+    assert!(
+        seen[&newcomer].iter().all(|g| g % 2 == 0),
+        "{:?}",
+        seen[&newcomer]
+    );
     let live = jobs(api);
     let shown = |id: u64| live.iter().find(|j| j["id"] == id).unwrap().clone();
     assert_eq!(

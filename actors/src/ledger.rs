@@ -120,6 +120,7 @@ pub enum Record {
 /// What a job asks of policies that resize jobs, beyond its [`JobSpec`]: the GPU counts it runs on,
 /// and its global batch: the one it is tuned for, or, when it adapts its batch, the range
 /// `min_batch..=batch` a policy chooses within.
+///
 /// A hybrid-parallel job may name its pipeline stages on some GPU types (`pp_by_type`, by type name:
 /// the journal outlives a cluster's numbering), where they differ from the `pp` in `sizes.multiple`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -221,8 +221,8 @@ pub fn validate(request: &JobRequest) -> Result<(), Invalid> {
 }
 
 /// A hybrid-parallel job's stages by GPU type: a bounded list of printable names (the cluster checks
-/// that they are its types), each with a group of `tp x pp` GPUs that some size from `min_gpus` to
-/// `gpus` holds a whole number of.
+/// that they are its types), each with a group of `tp x pp` GPUs that `gpus` is a whole number of
+/// (as it must be of `tp x pp`: policies that do not resize jobs run it on `gpus`).
 fn check_pp_by_type(request: &JobRequest) -> Result<(), Invalid> {
     use limits::*;
     if request.pp_by_type.len() > MAX_GPU_TYPES {
@@ -234,7 +234,6 @@ fn check_pp_by_type(request: &JobRequest) -> Result<(), Invalid> {
             ),
         );
     }
-    let (min, max) = (request.min_gpus.unwrap_or(request.gpus), request.gpus);
     for (name, &pp) in &request.pp_by_type {
         check_name("pp_by_type", name)?;
         let group = u64::from(request.tp) * u64::from(pp);
@@ -248,12 +247,13 @@ fn check_pp_by_type(request: &JobRequest) -> Result<(), Invalid> {
                 ),
             );
         }
-        if u64::from(min).div_ceil(group) * group > u64::from(max) {
+        if !u64::from(request.gpus).is_multiple_of(group) {
             return invalid(
                 "pp_by_type",
                 format!(
-                    "{}: no size from {min} to {max} GPUs is a multiple of tp x pp = {group}",
-                    escape(name)
+                    "{}: gpus ({}) is not a multiple of tp x pp = {group}",
+                    escape(name),
+                    request.gpus
                 ),
             );
         }
@@ -387,7 +387,12 @@ pub fn shape(request: &JobRequest) -> Shape {
         sizes: sizes(request),
         batch: request.batch,
         min_batch: request.min_batch.filter(|&min| Some(min) < request.batch),
-        tp: request.tp,
+        // Only stages by type need it (1 otherwise, as shapes journaled before it read).
+        tp: if request.pp_by_type.is_empty() {
+            1
+        } else {
+            request.tp
+        },
         pp_by_type: request.pp_by_type.clone(),
     }
 }
@@ -810,12 +815,12 @@ mod tests {
             (
                 staged(8, Some(2), &[("rtx", 8)]),
                 "pp_by_type",
-                "rtx: no size from 2 to 8 GPUs is a multiple of tp x pp = 16",
+                "rtx: gpus (8) is not a multiple of tp x pp = 16",
             ),
             (
-                staged(16, None, &[("a100", 3)]),
+                staged(24, None, &[("a100", 3), ("rtx", 8)]),
                 "pp_by_type",
-                "a100: no size from 16 to 16 GPUs",
+                "rtx: gpus (24) is not a multiple of tp x pp = 16",
             ),
             (
                 staged(8, None, &[("rtx", 0)]),

@@ -86,11 +86,6 @@ impl Sizes {
             multiple: 1,
         }
     }
-
-    /// Whether the job can run on `gpus` GPUs.
-    pub fn allows(&self, gpus: u32) -> bool {
-        (self.min..=self.max).contains(&gpus) && gpus.is_multiple_of(self.multiple.max(1))
-    }
 }
 
 impl Job {
@@ -110,8 +105,9 @@ impl Job {
 
     /// Whether policies that resize jobs may run it on `gpus` GPUs of `gpu_type`.
     pub fn can_run_on(&self, gpu_type: GpuTypeId, gpus: u32) -> bool {
-        self.sizes
-            .is_none_or(|s| s.allows(gpus) && gpus.is_multiple_of(self.group_on(gpu_type)))
+        self.sizes.is_none_or(|s| {
+            (s.min..=s.max).contains(&gpus) && gpus.is_multiple_of(self.group_on(gpu_type))
+        })
     }
 
     /// The fewest GPUs it runs on of `gpu_type` (1 when any size is allowed; 0 when none is).
@@ -344,5 +340,14 @@ mod tests {
         assert_eq!(gpt.replicas_on(a100, 16), 8);
         assert!(!gpt.can_run_on(rtx, 12));
         assert!(gpt.can_run_on(a100, 12));
+        // A named type's group replaces the default one, not adds to it: pp 8 by default, 2 on A100.
+        gpt.sizes = Some(Sizes {
+            min: 1,
+            max: 16,
+            multiple: 8,
+        });
+        gpt.group_by_type = vec![0, 0, 2];
+        assert_eq!(gpt.sizes_within(T0, offered, 16, 16), [8, 16]);
+        assert_eq!(gpt.sizes_within(a100, offered, 16, 16), [2, 4, 8, 16]);
     }
 }

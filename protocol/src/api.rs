@@ -114,10 +114,12 @@ pub struct JobSizes {
 }
 
 /// A restart (a resize or a move) phase by phase, in control-plane seconds; they add up to the
-/// restart's seconds.
+/// restart's seconds. The first two are timed per batch of changes: a batch stops all its jobs'
+/// workers, then launches all its new ones.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RestartPhases {
-    /// From the decision (journaled) until the old workers had saved their checkpoint and exited.
+    /// From the round's decision (its solve and journal write included) until the old workers had
+    /// saved their checkpoint and exited.
     pub stop: f64,
     /// Until the executor had started the new workers' processes.
     pub launch: f64,

@@ -4,18 +4,21 @@
     python3 python/benchmarks/resize_overhead.py --python .venv/bin/python \\
         --profiles ../shared/data/sia/profiles [--bin target/release] [--runs 3]
 
-For each of `elastic-run --spawn torchrun` and `--spawn direct`, --runs times: a fresh daemon under
-`sia` on 4 fake `rtx` GPUs runs the toy DDP job (`--gpus 1:4`, typed cifar10), which Sia grows from 1
-GPU to 2, then to 4. The daemon measures each restart from its decision to the workers' first reported
-step after it (`last_restart_seconds` in the API), split into phases (`last_restart_phases`: until the
-old workers exited with their checkpoint, until the new ones were launched, until their first step),
-read here once the job trains at its new size. This prints every restart and each mode's medians.
+For each of `elastic-run --spawn torchrun` and `--spawn direct`, --runs times: a fresh daemon
+under `sia` on 4 fake `rtx` GPUs runs the toy DDP job (`--gpus 1:4`, typed cifar10), which Sia
+grows from 1 GPU to 2, then to 4. The daemon measures each restart from its decision to the
+workers' first reported step after it (`last_restart_seconds` in the API), split into phases
+(`last_restart_phases`: until the old workers exited with their checkpoint, until the new ones
+were launched, until their first step), read here once the job trains at its new size. The first
+step's part that is the workers' own (torch's import and the rendezvous, then the restore and one
+step) comes from the toy's `--timing` lines. This prints every restart and each mode's medians.
 Only the standard library; about a minute per run.
 """
 
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import statistics
@@ -81,20 +84,24 @@ def measure(args, spawn, work, run):
             [os.path.join(args.bin, "elastic-run"), "--daemon", f"127.0.0.1:{port}", "--gpus", "1:4",
              "--job-type", "cifar10", "--spawn", spawn, "--python", args.python,
              "--job-id", f"overhead-{spawn}-{run}", "--grace", "30",
-             TOY, "--steps", "1000000", "--save-every", "5", "--step-sleep", "0.2"],
+             TOY, "--steps", "1000000", "--save-every", "5", "--step-sleep", "0.2",
+             "--timing"],
             cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+        log = os.path.join(work, "checkpoints", f"overhead-{spawn}-{run}", "elastic-run.log")
 
         def training_on(gpus):
             info = api.call("GET", "/jobs/0")
             measured = info.get("measured") or {}
             ready = (len(info["placement"]) == gpus and measured.get("replicas") == gpus
                      and info.get("last_restart_phases") is not None)
-            return info if ready else None
+            # The toy's timing lines reach its log a moment after its report.
+            return info if ready and worker_phases(log) else None
 
         seen = []
         for gpus in (2, 4):
             info = wait(f"the job training on {gpus} GPUs", lambda: training_on(gpus), 300)
-            phases = info["last_restart_phases"]
+            phases = dict(info["last_restart_phases"], **worker_phases(log))
             seen.append((info["last_restart_seconds"], phases))
             print(f"  --spawn {spawn}, run {run}: {info['last_resize']['from']} -> {gpus} GPUs: "
                   f"{seen[-1][0]:.2f} s ({describe(phases)})", flush=True)
@@ -110,11 +117,30 @@ def measure(args, spawn, work, run):
         daemon.wait()
 
 
-PHASES = ("stop", "launch", "first_step")
+PHASES = ("stop", "launch", "first_step", "import_and_rendezvous", "restore_and_step")
 
 
 def describe(phases):
     return ", ".join(f"{p.replace('_', ' ')} {phases[p]:.2f}" for p in PHASES)
+
+
+def worker_phases(log):
+    """The new workers' own part of the first step, from the toy's `--timing` lines in the job's log
+    (rank 0, the latest launch): importing torch and the rendezvous, then restoring the checkpoint
+    and the first step."""
+    marks = {}
+    if not os.path.exists(log):
+        return None
+    with open(log, errors="replace") as f:
+        # Other ranks' output can run into a line: match the marks, not whole lines.
+        for event, at in re.findall(r"timing: (\w+)=(\d+\.\d+)", f.read()):
+            if event == "worker_started":
+                marks = {}
+            marks[event] = float(at)
+    if not {"worker_started", "rendezvous_done", "first_step"} <= marks.keys():
+        return None
+    return {"import_and_rendezvous": marks["rendezvous_done"] - marks["worker_started"],
+            "restore_and_step": marks["first_step"] - marks["rendezvous_done"]}
 
 
 def main():

@@ -303,9 +303,10 @@ impl ClusterActor {
                 if let Some(gang) = &handle.gang {
                     handle.last_size = Some(gang.gpus.len() as u32);
                 }
-                if matches!(stop.next, Phase::Migrating | Phase::Resizing) {
-                    handle.restarting = Some(now);
-                }
+                // A new restart starts its clock; any other stop abandons one under way.
+                let restarts = matches!(stop.next, Phase::Migrating | Phase::Resizing);
+                handle.restarting = restarts.then_some(now);
+                handle.restart_marks = None;
                 // What the API shows until the workers have stopped.
                 handle.phase = if stop.checkpoint {
                     Phase::Checkpointing
@@ -433,7 +434,8 @@ impl ClusterActor {
                 let Some(handle) = actor.jobs.get_mut(&job) else {
                     continue;
                 };
-                if handle.restarting.is_some() {
+                let failed = outcome.failed_starts.iter().any(|(j, _)| *j == job);
+                if handle.restarting.is_some() && !failed {
                     handle.restart_marks = Some((outcome.stopped_at, outcome.launched_at));
                 }
                 if matches!(
@@ -488,6 +490,9 @@ impl ClusterActor {
                     handle.phase = Phase::Pending;
                 }
                 handle.gang = None;
+                // A restart that did not start is not one.
+                handle.restarting = None;
+                handle.restart_marks = None;
             }
         }
         let retunes: Vec<Retune> = self

@@ -390,8 +390,8 @@ mod tests {
 
     #[test]
     fn a_pipeline_is_launched_with_its_types_stages_and_its_batch_split_over_its_replicas() {
-        // Job 1: 2 stages on type `b` (type 0 here is `a`, where its `pp` of 1 stands); job 2
-        // names no stages.
+        // Job 1: 2 stages on type `a` (its `pp` of 1 elsewhere); job 2 names no stages. The
+        // launches are on type 0, named `a` in one cluster and `b` in another.
         let pipeline = Shape {
             batch: Some(256),
             min_batch: Some(16),

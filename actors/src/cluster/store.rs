@@ -307,6 +307,31 @@ mod tests {
         ));
     }
 
+    /// The bytes a control plane wrote before pipelines' stages could differ by type: the encoding
+    /// numbers variants, so the old `Shaped` (variant 12) must still decode as `ShapedV2`.
+    #[test]
+    fn an_old_shaped_record_decodes_from_its_bytes() {
+        // Variant 12, job 1, sizes 2..=8 in pairs, batch Some(64), min_batch Some(16).
+        let old: Record = postcard::from_bytes(&[12, 1, 2, 8, 2, 1, 64, 1, 16]).unwrap();
+        let expected = ShapeV2 {
+            sizes: PAIRS,
+            batch: Some(64),
+            min_batch: Some(16),
+        };
+        assert_eq!(
+            old,
+            Record::ShapedV2 {
+                job: JobId(1),
+                shape: expected
+            }
+        );
+        let new = Record::Shaped {
+            job: JobId(1),
+            shape: pipelines(),
+        };
+        assert_eq!(postcard::to_allocvec(&new).unwrap()[0], 13);
+    }
+
     #[test]
     fn a_snapshot_of_the_ledger_alone_still_opens() {
         let dir = tempfile::tempdir().unwrap();

@@ -209,11 +209,13 @@ impl Policy for Pollux {
             let Some(app) = elastic.application(job) else {
                 continue;
             };
+            // The most GPUs per type: its replica limit in whole groups of that type.
             let most: Vec<u32> = (0..input.capacity.len())
                 .map(|t| {
-                    elastic
-                        .profile(job, GpuTypeId(t as u16))
-                        .map_or(0, |p| self.most_replicas(job, app, p))
+                    let gpu_type = GpuTypeId(t as u16);
+                    elastic.profile(job, gpu_type).map_or(0, |p| {
+                        self.most_replicas(job, app, p) * job.group_on(gpu_type)
+                    })
                 })
                 .collect();
             let learned = self.learned.get(&job.id);
@@ -254,7 +256,8 @@ impl Policy for Pollux {
                     continue;
                 };
                 let size = elastic.node_size(gpu_type).max(1);
-                let base = standing.best(profile, 1, fair).map(|b| b.0);
+                let base =
+                    (standing.best(profile, 1, job.replicas_on(gpu_type, fair))).map(|b| b.0);
                 let offered = counts(size, most[t].min(capacity));
                 for gpus in job.sizes_within(gpu_type, offered, most[t], capacity) {
                     // A hybrid-parallel job's batch is split over its data-parallel replicas.
