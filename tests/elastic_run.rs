@@ -249,6 +249,83 @@ fn a_ddp_job_on_two_fake_gpus_completes_and_sees_its_devices() {
     assert!(dir.path().join("out.json").exists());
 }
 
+/// A worker that prints its plan, then (unless given `once`) waits for a retuned one and prints it.
+const RETUNE_PROBE: &str = concat!(
+    "import os, sys, time\n",
+    "sys.path.insert(0, '",
+    env!("CARGO_MANIFEST_DIR"),
+    r#"/python')
+import gangway_worker as gw
+p = gw.plan()
+print('start', p.global_batch, p.micro_batch, p.accum_steps,
+      os.environ.get('GANGWAY_RETUNE_FILE') is not None, flush=True)
+open('started', 'w').close()
+deadline = time.time() + 60
+while 'once' not in sys.argv and time.time() < deadline:
+    new = gw.retuned(p)
+    if new:
+        print('retuned', new.global_batch, new.micro_batch, new.accum_steps, flush=True)
+        break
+    time.sleep(0.05)
+"#
+);
+
+/// Torch-free: a worker using the helper's `retuned()` sees a batch the daemon's policy rewrote in
+/// the attempt's batch file while it runs, split over its replicas by elastic-run, and a job that
+/// keeps its own batch is given no retune file.
+#[test]
+fn a_batch_retuned_mid_run_reaches_the_workers_split_over_their_replicas() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = write_script(dir.path(), "probe.py", RETUNE_PROBE);
+    let batch_file = dir.path().join("policy-batch");
+    std::fs::write(&batch_file, "32").unwrap();
+    let options = [
+        "--gpus",
+        "1",
+        "--spawn",
+        "direct",
+        "--global-batch",
+        "16:64",
+    ];
+    let options = [&options[..], &["--max-micro-batch", "16"]].concat();
+    let child = elastic_run("python3", dir.path(), "adaptive", &options)
+        .env("GANGWAY_POLICY_BATCH", "32")
+        .env("GANGWAY_POLICY_BATCH_FILE", &batch_file)
+        .arg(&probe)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = dir.path().join("started");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(Instant::now() < deadline, "the probe never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The policy retunes it past its range: kept at its largest, 64 = 16 x 4 on one replica.
+    std::fs::write(&batch_file, "100").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("start 32 16 2 True"), "{all}");
+    assert!(
+        all.contains("global batch 64 (retuned by the daemon)"),
+        "{all}"
+    );
+    assert!(all.contains("retuned 64 16 4"), "{all}");
+    // A job that keeps its own batch reads no retune file.
+    std::fs::remove_file(&started).unwrap();
+    let fixed = [
+        &options[..4],
+        &["--global-batch", "32", "--max-micro-batch", "16"],
+    ]
+    .concat();
+    let out = run(elastic_run("python3", dir.path(), "fixed", &fixed)
+        .env("GANGWAY_POLICY_BATCH_FILE", &batch_file)
+        .args([probe.to_str().unwrap(), "once"]));
+    assert!(text(&out).contains("start 32 16 2 False"), "{}", text(&out));
+}
+
 /// Torch-free: `--spawn direct` starts the probe with plain Python.
 #[test]
 fn a_pipeline_runs_with_the_stages_the_daemon_names_for_its_gpu_type() {

@@ -52,6 +52,9 @@ pub const POLICY_BATCH_VAR: &str = "GANGWAY_POLICY_BATCH";
 /// The pipeline stages this attempt runs with, for a job whose stages differ by GPU type
 /// (`elastic-run --pp-by-type`): `elastic-run` plans with it in place of `--pp`.
 pub const POLICY_PP_VAR: &str = "GANGWAY_POLICY_PP";
+/// A file holding the global batch the daemon's policy chose for this attempt, rewritten when the
+/// policy retunes it while the job keeps its GPUs: `elastic-run` passes a change to its workers.
+pub const POLICY_BATCH_FILE_VAR: &str = "GANGWAY_POLICY_BATCH_FILE";
 
 /// What a job's workers last reported: the fraction of its work done and, when they measure it,
 /// their training's [`Measured`] figures (`"goodput"`; dropped when they do not check out).
@@ -93,11 +96,19 @@ impl ExitReport {
 }
 
 /// Writes `bytes` to a temporary file beside `path`, then renames it over `path`: a reader sees the
-/// old file or the new one, never a part.
-fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// old file or the new one, never a part. The temporary file is created afresh, never opened
+/// through a link someone left at its name (some of these files are in a submitter's directory).
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
     let mut temp = path.as_os_str().to_owned();
     temp.push(".tmp");
-    std::fs::write(&temp, bytes)?;
+    let _ = std::fs::remove_file(&temp);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)?;
+    file.write_all(bytes)?;
+    drop(file);
     std::fs::rename(temp, path)
 }
 
@@ -539,6 +550,11 @@ impl ProcessExecutor {
         self.exit_file(launch).with_extension("progress")
     }
 
+    /// Where an attempt's workers read the global batch its policy chose ([`POLICY_BATCH_FILE_VAR`]).
+    fn batch_file(&self, launch: &Launch) -> PathBuf {
+        self.exit_file(launch).with_extension("batch")
+    }
+
     /// The directory for the exit files of `user`'s attempts: theirs, and only theirs (0700).
     fn user_dir(&self, user: RunAs) -> std::io::Result<()> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -614,6 +630,17 @@ impl ProcessExecutor {
                 None => command.env_remove(var),
             };
         }
+        let batch_file = self.batch_file(launch);
+        let _ = std::fs::remove_file(&batch_file);
+        match launch.batch {
+            Some(batch) => {
+                write_atomically(&batch_file, batch.to_string().as_bytes()).map_err(|e| {
+                    SpawnError::from_io(format!("writing {}", batch_file.display()), e)
+                })?;
+                command.env(POLICY_BATCH_FILE_VAR, &batch_file)
+            }
+            None => command.env_remove(POLICY_BATCH_FILE_VAR),
+        };
         if let Some(resources) = launch.resources {
             // What each machine's processes share: the whole allotment here; on Slurm, one node's
             // part of it (Slurm binds the CPUs itself).
@@ -889,6 +916,25 @@ impl Executor for ProcessExecutor {
     fn retune(&mut self, job: JobId, _steps_per_second: f64, _pace: &[Segment], _now: f64) {
         // Real workers set their own pace; packing partners are not supported for processes.
         tracing::debug!(job = job.0, "retune ignored by the process executor");
+    }
+
+    fn rebatch(&mut self, job: JobId, batch: u32) {
+        let Some(run) = self.runs.get(&job) else {
+            return;
+        };
+        // Only a job launched with a chosen batch reads one.
+        if run.launch.batch.is_none_or(|b| b == batch) {
+            return;
+        }
+        let file = self.batch_file(&run.launch);
+        match write_atomically(&file, batch.to_string().as_bytes()) {
+            Ok(()) => {
+                if let Some(run) = self.runs.get_mut(&job) {
+                    run.launch.batch = Some(batch);
+                }
+            }
+            Err(e) => tracing::warn!(job = job.0, error = %e, "passing a retuned batch"),
+        }
     }
 
     fn reallot(&mut self, job: JobId, resources: Resources) {

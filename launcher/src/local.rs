@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use gangway_elastic::{HostOffer, JobSpec, Plan, plan};
+use gangway_elastic::{BatchPlan, HostOffer, JobSpec, Plan, plan};
 
 use crate::cli::{Invocation, Spawn};
 use crate::exit::{Verdict, classify};
@@ -162,6 +162,52 @@ fn launch_stages(
     }
 }
 
+/// Where the workers read a batch retuned mid-run (the helper's `retuned()`).
+const RETUNE_FILE_VAR: &str = "GANGWAY_RETUNE_FILE";
+
+/// Passes a global batch the daemon's policy retuned while the job keeps its GPUs (the file in
+/// [`crate::executor::POLICY_BATCH_FILE_VAR`]) to this launch's workers: kept within the job's
+/// range, split over the launch's replicas as at launch, and written to their retune file as
+/// `GLOBAL MICRO ACCUM`.
+struct Retuner<'a> {
+    from: PathBuf,
+    to: &'a Path,
+    range: (u32, u32),
+    dp: u32,
+    max_micro_batch: u32,
+    /// The daemon's last choice passed on (at first, the launch's own).
+    last: Option<u32>,
+}
+
+impl Retuner<'_> {
+    /// Passes on a new choice, if the daemon made one since the last call.
+    fn check(&mut self) {
+        let Ok(text) = std::fs::read_to_string(&self.from) else {
+            return;
+        };
+        let Ok(chosen) = text.trim().parse::<u32>() else {
+            return;
+        };
+        if self.last == Some(chosen) {
+            return;
+        }
+        self.last = Some(chosen);
+        let global = chosen.clamp(self.range.0, self.range.1);
+        let written = BatchPlan::fit(global, self.dp, self.max_micro_batch, true)
+            .map_err(|e| e.to_string())
+            .and_then(|b| {
+                let line = format!("{} {} {}\n", b.global_batch, b.micro_batch, b.accum_steps);
+                crate::executor::write_atomically(self.to, line.as_bytes())
+                    .map(|()| b.global_batch)
+                    .map_err(|e| e.to_string())
+            });
+        match written {
+            Ok(batch) => eprintln!("elastic-run: global batch {batch} (retuned by the daemon)"),
+            Err(e) => eprintln!("elastic-run: could not pass on a retuned batch {chosen}: {e}"),
+        }
+    }
+}
+
 /// Runs `inv` on `target` until it completes, fails, or `stop` is raised. Every process it starts
 /// carries `token` (see [`crate::process`]); a Slurm step is named `token`.
 pub fn run(
@@ -216,6 +262,9 @@ pub fn run(
     // One run of a job at a time: two would share its checkpoints and its stop file.
     let _lock = lock(&checkpoint_dir)?;
     let stop_file = checkpoint_dir.join("STOP");
+    let retune_file = checkpoint_dir.join("retune");
+    let policy_batch_file =
+        std::env::var_os(crate::executor::POLICY_BATCH_FILE_VAR).map(PathBuf::from);
     // Where whoever launched us reads the workers' progress (the daemon's process executor), else ours.
     let progress_file = std::env::var_os(crate::executor::PROGRESS_FILE_VAR)
         .map(PathBuf::from)
@@ -230,10 +279,24 @@ pub fn run(
         // report would start its hang timer before it has started.
         let _ = std::fs::remove_file(&stop_file);
         let _ = std::fs::remove_file(&progress_file);
+        let _ = std::fs::remove_file(&retune_file);
+        // A job that adapts its batch, under a daemon that may retune it.
+        let mut retuner = match (options.global_batch, &policy_batch_file) {
+            (Some(range), Some(from)) if range.0 < range.1 => Some(Retuner {
+                from: from.clone(),
+                to: &retune_file,
+                range,
+                dp: plan.parallel.dp,
+                max_micro_batch: spec.max_micro_batch,
+                last: chosen.as_deref().and_then(|c| c.parse().ok()),
+            }),
+            _ => None,
+        };
         let files = Files {
             checkpoint_dir: &checkpoint_dir,
             stop_file: &stop_file,
             progress_file: &progress_file,
+            retune_file: retuner.as_ref().map(|r| r.to),
         };
         let resume = newest_checkpoint(&checkpoint_dir);
         let mut command = launch_command(inv, target, &plan, &job_id, &files, token, attempt)?;
@@ -269,6 +332,11 @@ pub fn run(
             options.hang_timeout,
             &progress_file,
             || std::fs::write(&stop_file, b"stop\n"),
+            || {
+                if let Some(retuner) = retuner.as_mut() {
+                    retuner.check();
+                }
+            },
         );
         let (status, hung) = match watch {
             Watched::Exited(status) => (status, false),
@@ -385,6 +453,8 @@ struct Files<'a> {
     checkpoint_dir: &'a Path,
     stop_file: &'a Path,
     progress_file: &'a Path,
+    /// Where the workers read a batch the daemon retuned, for a job that adapts its batch.
+    retune_file: Option<&'a Path>,
 }
 
 /// The launch's command line (torchrun, under `srun` as a step named `token` for Slurm; or the direct
@@ -462,6 +532,10 @@ fn launch_command(
             .env("GANGWAY_MICRO_BATCH", plan.batch.micro_batch.to_string())
             .env("GANGWAY_ACCUM_STEPS", plan.batch.accum_steps.to_string());
     }
+    match files.retune_file {
+        Some(path) => command.env(RETUNE_FILE_VAR, path),
+        None => command.env_remove(RETUNE_FILE_VAR),
+    };
     Ok(command)
 }
 
@@ -519,13 +593,14 @@ enum Watched {
 const STARTUP_ALLOWANCE: f64 = 10.0;
 
 /// Waits for the launch to exit, a stop request (after which `request_stop` runs), or a hang: no new
-/// step for `hang_timeout` seconds once steps are reported.
+/// step for `hang_timeout` seconds once steps are reported. `every_tick` runs between checks.
 fn watch(
     launch: &mut Launch,
     stop: &AtomicBool,
     hang_timeout: Option<f64>,
     progress_file: &Path,
     request_stop: impl FnOnce() -> std::io::Result<()>,
+    mut every_tick: impl FnMut(),
 ) -> Watched {
     let mut last_step: Option<u64> = None;
     let mut since = Instant::now();
@@ -558,6 +633,7 @@ fn watch(
                 return Watched::Hung(since.elapsed());
             }
         }
+        every_tick();
         std::thread::sleep(Duration::from_millis(100));
     }
 }

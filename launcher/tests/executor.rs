@@ -13,6 +13,7 @@ use gangway_protocol::worker::{Executor, Launch, Measured, Resources, RunCommand
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 echo "$@" >> calls.log
 echo "${GANGWAY_POLICY_BATCH:-none} ${GANGWAY_POLICY_PP:-none}" >> chosen.log
+echo "${GANGWAY_POLICY_BATCH_FILE:-none}" >> batch-files.log
 case "$FAKE_MODE" in
   finish) echo '{"code":0,"why":"completed"}' > "$GANGWAY_EXIT_FILE"; exit 0 ;;
   usererror) echo '{"code":2,"why":"SyntaxError in train.py"}' > "$GANGWAY_EXIT_FILE"; exit 2 ;;
@@ -193,6 +194,47 @@ fn only_the_policy_names_the_batch_and_the_stages_the_workers_run_with() {
     }
     let chosen = std::fs::read_to_string(dir.path().join("chosen.log")).unwrap();
     assert_eq!(chosen.lines().collect::<Vec<_>>(), ["96 4", "none none"]);
+}
+
+#[test]
+fn a_batch_retuned_while_the_job_runs_is_written_where_its_workers_read_it() {
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    let mut adaptive = launch(1, 0, &[1], Some("run"), dir.path());
+    adaptive.batch = Some(96);
+    let fixed = launch(2, 0, &[2], Some("run"), dir.path());
+    for l in [&adaptive, &fixed] {
+        exec.launch(l, 0.0).unwrap();
+    }
+    let log = dir.path().join("batch-files.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 2 {
+        assert!(Instant::now() < deadline, "the fakes did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let files = std::fs::read_to_string(&log).unwrap();
+    let file = files.lines().find(|l| *l != "none").unwrap().to_owned();
+    assert!(
+        files.lines().any(|l| l == "none"),
+        "the fixed job has none: {files}"
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "96");
+    exec.rebatch(JobId(1), 128);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "128");
+    // A job launched without a chosen batch gets none later either.
+    exec.rebatch(JobId(2), 64);
+    let written = std::fs::read_dir(file.rsplit_once('/').unwrap().0)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "batch")
+        })
+        .count();
+    assert_eq!(written, 1);
+    exec.stop_many(&[JobId(1), JobId(2)], 1.0);
 }
 
 #[test]

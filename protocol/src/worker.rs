@@ -253,6 +253,11 @@ pub trait Executor: Send + 'static {
     /// took more). Executors that enforce no allotment ignore it.
     fn reallot(&mut self, _job: JobId, _resources: Resources) {}
 
+    /// The job's policy chose another global batch while it keeps its GPUs (Pollux retunes in
+    /// place), for a job that adapts its batch. Executors whose workers cannot take it mid-run
+    /// ignore it: the next launch carries it.
+    fn rebatch(&mut self, _job: JobId, _batch: u32) {}
+
     /// Whether the workers of this attempt still run (to re-adopt them after a control-plane restart).
     fn alive(&mut self, job: JobId, attempt: u64) -> bool;
 

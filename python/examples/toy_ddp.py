@@ -165,6 +165,13 @@ def main():
             teardown()
             return gw.EXIT_PREEMPTED_OK
 
+        # The scheduler may retune the batch while the job keeps its GPUs (Pollux does).
+        new = gw.retuned(plan)
+        if new is not None:
+            plan = new
+            if rank == 0:
+                print(f"retuned at step {step}: global={plan.global_batch} micro={plan.micro_batch} "
+                      f"accum={plan.accum_steps}", flush=True)
         model.train()
         with meter.step(plan.micro_batch * plan.accum_steps, plan.dp, plan.accum_steps):
             opt.zero_grad(set_to_none=True)

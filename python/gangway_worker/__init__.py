@@ -21,6 +21,8 @@ GANGWAY_ACCUM_STEPS       micro-batches accumulated per optimizer step;
 GANGWAY_STOP_FILE         the launcher creates this file to request a cooperative stop
 GANGWAY_PROGRESS_FILE     the helper writes {"step", "time", ...} JSON here (local rank 0 only)
 GANGWAY_KEEP_CHECKPOINTS  how many checkpoints to keep (default 3)
+GANGWAY_RETUNE_FILE       "GLOBAL MICRO ACCUM": the batch the scheduler chose since launch, for a
+                          job that adapts its batch (read by retuned())
 GANGWAY_CPUS              cores this job's processes on this machine are pinned to (all local ranks)
 GANGWAY_CPU_LIST          which cores, e.g. "0,1,5"
 GANGWAY_MEMORY_GB         GB of memory allotted to the job on this machine (a cgroup limit where the
@@ -31,6 +33,7 @@ API
 ---
 plan()                      -> Plan (dp, tp, pp, batches, job_id, checkpoint_dir, resume_from, ...);
                                PlanError naming the variable on bad values
+retuned(plan, group=None)   -> Plan at the scheduler's new batch, or None (a collective)
 should_stop(group=None)     -> bool; stop file exists or SIGTERM received, agreed by all ranks
 report_progress(step)       -> atomically rewrite the progress file (local rank 0 only)
 GoodputMeter(ddp_model)     step time (compute, sync), batch and gradient noise scale, for
@@ -74,7 +77,7 @@ from ._env import PlanError
 from .checkpoint import ChecksumMismatch, CheckpointError, load, read_manifest, save
 from .control import install_sigterm_handler, report_progress, should_stop
 from .goodput import GoodputMeter
-from .plan import Plan, plan
+from .plan import Plan, plan, retuned
 from .reproducible import allreduce_in_rank_order
 from .resources import Resources, dataloader_workers, intra_op_threads, resources
 
@@ -103,6 +106,7 @@ __all__ = [
     "read_manifest",
     "report_progress",
     "resources",
+    "retuned",
     "save",
     "should_stop",
 ]

@@ -4,7 +4,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from . import _env
+from . import _dist, _env
 from ._env import PlanError
 
 
@@ -130,3 +130,40 @@ def plan(env=None, *, global_batch=None, micro_batch=None):
         local_rank=local_rank,
         world_size=world_size,
     )
+
+
+def _read_retune(path):
+    """``(global, micro, accum)`` from the launcher's retune file; zeros while there is none."""
+    try:
+        with open(path) as f:
+            fields = f.read().split()
+    except FileNotFoundError:
+        return [0, 0, 0]
+    try:
+        values = [int(v) for v in fields]
+    except ValueError:
+        values = []
+    if len(values) != 3 or min(values) < 1:
+        raise PlanError(f"{_env.RETUNE_FILE}={path!r} holds {fields!r}, not GLOBAL MICRO ACCUM")
+    return values
+
+
+def retuned(current, group=None):
+    """The plan at the global batch the scheduler chose since ``current``, or None when unchanged.
+
+    A job that adapts its batch (``elastic-run --global-batch MIN:MAX`` under a daemon whose policy
+    retunes it in place, as Pollux does) finds the new batch, already split by the launcher over
+    this run's replicas, in ``GANGWAY_RETUNE_FILE``. Rank 0's reading stands for every rank (one
+    all-reduce of three integers), so all ranks switch at the same step: like ``should_stop()``, it
+    is a collective, called by every rank at the same steps. Without the variable, None at once.
+    """
+    path = _env.get_str(_env.RETUNE_FILE)
+    if path is None:
+        return None
+    mine = _read_retune(path) if _dist.rank() == 0 else [0, 0, 0]
+    g, m, a = _dist.all_max(mine, group)
+    if g < 1 or (g, m, a) == (current.global_batch, current.micro_batch, current.accum_steps):
+        return None
+    if g != m * a * current.dp:
+        raise PlanError(f"{_env.RETUNE_FILE}: {g} != {m} x {a} x dp={current.dp}")
+    return dataclasses.replace(current, global_batch=g, micro_batch=m, accum_steps=a)

@@ -1,8 +1,10 @@
+import os
 import unittest
+from unittest import mock
 
 import support  # noqa: F401  (puts the package on sys.path)
 
-from gangway_worker import Plan, PlanError, plan
+from gangway_worker import Plan, PlanError, plan, retuned
 
 
 class PlanTest(unittest.TestCase):
@@ -93,3 +95,39 @@ class PlanTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RetunedTest(unittest.TestCase):
+    """retuned() without torch.distributed: rank 0's file is the answer."""
+
+    def setUp(self):
+        import tempfile
+        self.dir = tempfile.TemporaryDirectory()
+        self.path = os.path.join(self.dir.name, "retune")
+        self.current = plan({"WORLD_SIZE": "2", "GANGWAY_GLOBAL_BATCH": "32", "GANGWAY_MICRO_BATCH": "8"})
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def retuned(self, content, **env):
+        if content is not None:
+            with open(self.path, "w") as f:
+                f.write(content)
+        with mock.patch.dict(os.environ, {"GANGWAY_RETUNE_FILE": self.path, **env}):
+            return retuned(self.current)
+
+    def test_a_new_batch_is_taken_and_the_same_one_is_not(self):
+        self.assertIsNone(self.retuned(None), "no file yet")
+        self.assertIsNone(self.retuned("32 8 2\n"), "the batch it runs at")
+        p = self.retuned("96 16 3\n")
+        self.assertEqual((p.global_batch, p.micro_batch, p.accum_steps, p.dp), (96, 16, 3, 2))
+
+    def test_without_the_variable_nothing_is_read(self):
+        with mock.patch.dict(os.environ, {}, clear=True):
+            self.assertIsNone(retuned(self.current))
+
+    def test_a_file_that_does_not_check_out_names_the_variable(self):
+        for bad in ("96 16", "96 16 x", "0 1 1", "96 16 2"):
+            with self.assertRaises(PlanError) as ctx:
+                self.retuned(bad)
+            self.assertIn("GANGWAY_RETUNE_FILE", str(ctx.exception))

@@ -383,6 +383,11 @@ impl ClusterActor {
         if !refused.is_empty() {
             self.fail_starts(&refused, now);
         }
+        for retune in &plan.retunes {
+            if let (Some(batch), Some(handle)) = (retune.batch, self.jobs.get_mut(&retune.job)) {
+                handle.batch = Some(batch);
+            }
+        }
         let steps = Steps {
             stops,
             starts,
@@ -511,6 +516,8 @@ impl ClusterActor {
                     steps_per_second,
                     pace,
                     resources,
+                    // A partner that runs alone now keeps its batch.
+                    batch: None,
                 }),
                 _ => None,
             })

@@ -2,8 +2,10 @@
 //! without touching either (in the manner of Volcano's `Statement`: the plan is committed, by
 //! journaling its records and carrying out its steps, or dropped whole).
 
+use gangway_core::cluster::GpuTypeId;
 use gangway_core::engine::Change;
 use gangway_core::job::JobId;
+use gangway_core::throughput::BatchPlan;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 
@@ -44,7 +46,7 @@ pub(super) struct Plan {
 }
 
 /// A running job whose pace (a packing partner left), CPUs or memory (a resource mechanism moved
-/// them) changed in place.
+/// them), or global batch (its policy retuned it) changed in place.
 #[derive(Clone, Debug, PartialEq)]
 pub(super) struct Retune {
     pub job: JobId,
@@ -52,6 +54,8 @@ pub(super) struct Retune {
     /// Its pace to the end, where it changes as the job progresses.
     pub pace: Vec<Segment>,
     pub resources: Resources,
+    /// The global batch its policy chose, for a job that adapts its batch.
+    pub batch: Option<u32>,
 }
 
 impl Retune {
@@ -59,7 +63,29 @@ impl Retune {
     pub fn apply(&self, executor: &mut dyn Executor, now: f64) {
         executor.retune(self.job, self.steps_per_second, &self.pace, now);
         executor.reallot(self.job, self.resources);
+        if let Some(batch) = self.batch {
+            executor.rebatch(self.job, batch);
+        }
     }
+}
+
+/// What `shape` asks of a run on `gpus` GPUs of `gpu_type` (named by the cluster's `gpu_types`) at
+/// its policy's batch `plan`: the global batch, for a job that adapts its batch (split over the run's
+/// replicas), and the pipeline stages, for one that names them by GPU type.
+fn chosen(
+    shape: Option<&Shape>,
+    gpu_types: &[String],
+    gpu_type: GpuTypeId,
+    gpus: u32,
+    plan: Option<BatchPlan>,
+) -> (Option<u32>, Option<u32>) {
+    let Some(shape) = shape else {
+        return (None, None);
+    };
+    let name = gpu_types.get(usize::from(gpu_type.0)).map(String::as_str);
+    let replicas = shape.replicas_on(name, gpus);
+    let stages = name.and_then(|t| shape.stages_on(t));
+    (shape.chosen_batch(plan, replicas), stages)
 }
 
 /// Plans `changes` made at `now`. `ending` names jobs whose stop ends them (finished, cancelled,
@@ -108,10 +134,8 @@ pub(super) fn plan(
                     at: now,
                 });
                 let spec = ledger.jobs.get(&job).map(|e| &e.spec);
-                let shape = shapes.get(&job);
-                let type_name = gpu_types.get(usize::from(gpu_type.0)).map(String::as_str);
-                let stages = shape.zip(type_name).and_then(|(s, t)| s.stages_on(t));
-                let replicas = shape.map_or(1, |s| s.replicas_on(type_name, gpus.len() as u32));
+                let size = gpus.len() as u32;
+                let (batch, stages) = chosen(shapes.get(&job), gpu_types, gpu_type, size, batch);
                 let launch = Launch {
                     job,
                     attempt,
@@ -124,7 +148,7 @@ pub(super) fn plan(
                     total_steps: spec.map_or(0.0, |s| s.total_steps),
                     resources: Some(resources),
                     run: spec.and_then(|s| s.run.clone()),
-                    batch: shape.and_then(|s| s.chosen_batch(batch, replicas)),
+                    batch,
                     pp: stages,
                 };
                 launches.push((launch, partner));
@@ -134,14 +158,26 @@ pub(super) fn plan(
                 job,
                 steps_per_second,
                 pace,
+                batch,
                 resources,
-                ..
-            } => out.retunes.push(Retune {
-                job,
-                steps_per_second,
-                pace,
-                resources,
-            }),
+            } => {
+                // Its batch, split over the replicas it runs on.
+                let running = ledger.jobs.get(&job).and_then(|e| match &e.standing {
+                    Standing::Running { gpu_type, gpus, .. } => Some((*gpu_type, gpus.len())),
+                    _ => None,
+                });
+                let shape = shapes.get(&job);
+                let batch = running.and_then(|(gpu_type, size)| {
+                    chosen(shape, gpu_types, gpu_type, size as u32, batch).0
+                });
+                out.retunes.push(Retune {
+                    job,
+                    steps_per_second,
+                    pace,
+                    resources,
+                    batch,
+                });
+            }
         }
     }
     // A stop followed by a start of the same size is a move; of another size, a resize.
@@ -427,6 +463,43 @@ mod tests {
         assert_eq!(launches(&["a".into()]), [(Some(2), Some(48)), (None, None)]);
         // Where it named no stages: its own pp, and 2 replicas.
         assert_eq!(launches(&["b".into()]), [(None, Some(96)), (None, None)]);
+    }
+
+    #[test]
+    fn a_batch_retuned_in_place_is_passed_on_for_a_job_that_adapts_its_batch() {
+        let adaptive = Shape {
+            batch: Some(256),
+            min_batch: Some(16),
+            ..Shape::rigid(2)
+        };
+        let retuned = |job: u32| Change::Retuned {
+            job: JobId(job),
+            steps_per_second: 1.0,
+            pace: Vec::new(),
+            batch: Some(BatchPlan {
+                local: 24,
+                accum: 1,
+            }),
+            resources: Resources {
+                cpus: 2.0,
+                memory_gb: 8.0,
+            },
+        };
+        let batch_of = |shape: Shape| {
+            let shapes = BTreeMap::from([(JobId(1), shape)]);
+            let plan = plan(
+                vec![retuned(1)],
+                7.0,
+                &FxHashMap::default(),
+                &ledger(),
+                (&shapes, &[]),
+                pending,
+            );
+            plan.retunes[0].batch
+        };
+        // Job 1 runs on 2 GPUs: 2 replicas x 24 x 2 micro-steps.
+        assert_eq!(batch_of(adaptive), Some(96));
+        assert_eq!(batch_of(Shape::rigid(2)), None, "it keeps its own batch");
     }
 
     #[test]
