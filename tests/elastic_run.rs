@@ -256,6 +256,8 @@ const RETUNE_PROBE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     r#"/python')
 import gangway_worker as gw
+if os.environ['RANK'] != '0':
+    sys.exit(0)  # without a process group, only rank 0 reads the retune file
 p = gw.plan()
 print('start', p.global_batch, p.micro_batch, p.accum_steps,
       os.environ.get('GANGWAY_RETUNE_FILE') is not None, flush=True)
@@ -279,15 +281,15 @@ fn a_batch_retuned_mid_run_reaches_the_workers_split_over_their_replicas() {
     let probe = write_script(dir.path(), "probe.py", RETUNE_PROBE);
     let batch_file = dir.path().join("policy-batch");
     std::fs::write(&batch_file, "32").unwrap();
-    let options = [
+    let launched = [
         "--gpus",
-        "1",
+        "2",
         "--spawn",
         "direct",
-        "--global-batch",
-        "16:64",
+        "--max-micro-batch",
+        "16",
     ];
-    let options = [&options[..], &["--max-micro-batch", "16"]].concat();
+    let options = [&launched[..], &["--global-batch", "16:128"]].concat();
     let child = elastic_run("python3", dir.path(), "adaptive", &options)
         .env("GANGWAY_POLICY_BATCH", "32")
         .env("GANGWAY_POLICY_BATCH_FILE", &batch_file)
@@ -302,28 +304,24 @@ fn a_batch_retuned_mid_run_reaches_the_workers_split_over_their_replicas() {
         assert!(Instant::now() < deadline, "the probe never started");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // The policy retunes it past its range: kept at its largest, 64 = 16 x 4 on one replica.
-    std::fs::write(&batch_file, "100").unwrap();
+    // The policy retunes it past its range: kept at its largest, 128 = 16 x 4 x 2 replicas.
+    std::fs::write(&batch_file, "200").unwrap();
     let out = child.wait_with_output().unwrap();
     let all = text(&out);
     assert!(out.status.success(), "{all}");
-    assert!(all.contains("start 32 16 2 True"), "{all}");
+    assert!(all.contains("start 32 16 1 True"), "{all}");
     assert!(
-        all.contains("global batch 64 (retuned by the daemon)"),
+        all.contains("global batch 128 (retuned by the daemon)"),
         "{all}"
     );
-    assert!(all.contains("retuned 64 16 4"), "{all}");
+    assert!(all.contains("retuned 128 16 4"), "{all}");
     // A job that keeps its own batch reads no retune file.
     std::fs::remove_file(&started).unwrap();
-    let fixed = [
-        &options[..4],
-        &["--global-batch", "32", "--max-micro-batch", "16"],
-    ]
-    .concat();
+    let fixed = [&launched[..], &["--global-batch", "32"]].concat();
     let out = run(elastic_run("python3", dir.path(), "fixed", &fixed)
         .env("GANGWAY_POLICY_BATCH_FILE", &batch_file)
         .args([probe.to_str().unwrap(), "once"]));
-    assert!(text(&out).contains("start 32 16 2 False"), "{}", text(&out));
+    assert!(text(&out).contains("start 32 16 1 False"), "{}", text(&out));
 }
 
 /// Torch-free: `--spawn direct` starts the probe with plain Python.

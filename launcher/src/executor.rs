@@ -318,6 +318,21 @@ impl Run {
         let _ = std::fs::remove_file(&self.exit_file);
         let _ = std::fs::remove_file(&self.run_file);
         let _ = std::fs::remove_file(&self.progress_file);
+        let _ = std::fs::remove_file(self.exit_file.with_extension("batch"));
+    }
+
+    /// Rewrites its run file after a change in place, so that a restarted daemon re-adopts it as
+    /// it is now.
+    fn save_record(&self) {
+        let record = RunRecord {
+            pid: self.pid,
+            launched_at: self.launched_at,
+            stop_timeout: self.stop_timeout,
+            launch: self.launch.clone(),
+            confinement: self.confinement.clone(),
+            marker: Some(self.marker.clone()),
+        };
+        write_run_file(&self.run_file, &record);
     }
 }
 
@@ -555,6 +570,15 @@ impl ProcessExecutor {
         self.exit_file(launch).with_extension("batch")
     }
 
+    /// Writes `batch` to `launch`'s batch file, readable by the workers whatever the daemon's umask.
+    fn write_batch(&self, launch: &Launch, batch: u32) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        let file = self.batch_file(launch);
+        write_atomically(&file, batch.to_string().as_bytes())?;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
+        Ok(file)
+    }
+
     /// The directory for the exit files of `user`'s attempts: theirs, and only theirs (0700).
     fn user_dir(&self, user: RunAs) -> std::io::Result<()> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -630,14 +654,13 @@ impl ProcessExecutor {
                 None => command.env_remove(var),
             };
         }
-        let batch_file = self.batch_file(launch);
-        let _ = std::fs::remove_file(&batch_file);
+        let _ = std::fs::remove_file(self.batch_file(launch));
         match launch.batch {
             Some(batch) => {
-                write_atomically(&batch_file, batch.to_string().as_bytes()).map_err(|e| {
-                    SpawnError::from_io(format!("writing {}", batch_file.display()), e)
+                let file = self.write_batch(launch, batch).map_err(|e| {
+                    SpawnError::from_io("writing the attempt's batch file".to_owned(), e)
                 })?;
-                command.env(POLICY_BATCH_FILE_VAR, &batch_file)
+                command.env(POLICY_BATCH_FILE_VAR, file)
             }
             None => command.env_remove(POLICY_BATCH_FILE_VAR),
         };
@@ -831,6 +854,7 @@ impl Executor for ProcessExecutor {
                 Ok(spawned) => Ok((spawned, confinement)),
                 Err(e) => {
                     let _ = std::fs::remove_file(&run_file);
+                    let _ = std::fs::remove_file(self.batch_file(launch));
                     self.release(&confinement);
                     Err(e)
                 }
@@ -926,14 +950,13 @@ impl Executor for ProcessExecutor {
         if run.launch.batch.is_none_or(|b| b == batch) {
             return;
         }
-        let file = self.batch_file(&run.launch);
-        match write_atomically(&file, batch.to_string().as_bytes()) {
-            Ok(()) => {
-                if let Some(run) = self.runs.get_mut(&job) {
-                    run.launch.batch = Some(batch);
-                }
-            }
-            Err(e) => tracing::warn!(job = job.0, error = %e, "passing a retuned batch"),
+        if let Err(e) = self.write_batch(&run.launch, batch) {
+            tracing::warn!(job = job.0, error = %e, "passing a retuned batch");
+            return;
+        }
+        if let Some(run) = self.runs.get_mut(&job) {
+            run.launch.batch = Some(batch);
+            run.save_record();
         }
     }
 
@@ -957,17 +980,7 @@ impl Executor for ProcessExecutor {
         tracing::info!(job = job.0, cores = %confine::core_list(&cores), threads, "re-pinned");
         run.confinement.cores = cores;
         run.launch.resources = Some(resources);
-        let record = RunRecord {
-            pid: run.pid,
-            launched_at: run.launched_at,
-            stop_timeout: run.stop_timeout,
-            launch: run.launch.clone(),
-            confinement: run.confinement.clone(),
-            marker: Some(run.marker.clone()),
-        };
-        if let Ok(bytes) = serde_json::to_vec(&record) {
-            let _ = write_atomically(&run.run_file, &bytes);
-        }
+        run.save_record();
     }
 
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {

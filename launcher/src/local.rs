@@ -167,8 +167,9 @@ const RETUNE_FILE_VAR: &str = "GANGWAY_RETUNE_FILE";
 
 /// Passes a global batch the daemon's policy retuned while the job keeps its GPUs (the file in
 /// [`crate::executor::POLICY_BATCH_FILE_VAR`]) to this launch's workers: kept within the job's
-/// range, split over the launch's replicas as at launch, and written to their retune file as
-/// `GLOBAL MICRO ACCUM`.
+/// range, split over the launch's replicas by the launch's rule and micro-batch limit (without
+/// `--max-micro-batch`, the launch's own batch: a larger one accumulates), and written to their
+/// retune file as `GLOBAL MICRO ACCUM`.
 struct Retuner<'a> {
     from: PathBuf,
     to: &'a Path,
@@ -191,7 +192,6 @@ impl Retuner<'_> {
         if self.last == Some(chosen) {
             return;
         }
-        self.last = Some(chosen);
         let global = chosen.clamp(self.range.0, self.range.1);
         let written = BatchPlan::fit(global, self.dp, self.max_micro_batch, true)
             .map_err(|e| e.to_string())
@@ -201,8 +201,12 @@ impl Retuner<'_> {
                     .map(|()| b.global_batch)
                     .map_err(|e| e.to_string())
             });
+        // A failed write is tried again at the next check.
         match written {
-            Ok(batch) => eprintln!("elastic-run: global batch {batch} (retuned by the daemon)"),
+            Ok(batch) => {
+                self.last = Some(chosen);
+                eprintln!("elastic-run: global batch {batch} (retuned by the daemon)");
+            }
             Err(e) => eprintln!("elastic-run: could not pass on a retuned batch {chosen}: {e}"),
         }
     }

@@ -219,8 +219,18 @@ fn a_batch_retuned_while_the_job_runs_is_written_where_its_workers_read_it() {
         "the fixed job has none: {files}"
     );
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "96");
+    // Links a submitter leaves at the file's names are replaced, never written through.
+    let target = dir.path().join("not-yours");
+    std::fs::write(&target, "keep").unwrap();
+    std::os::unix::fs::symlink(&target, format!("{file}.tmp")).unwrap();
     exec.rebatch(JobId(1), 128);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "128");
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&target, &file).unwrap();
+    exec.rebatch(JobId(1), 160);
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+    assert!(!std::fs::symlink_metadata(&file).unwrap().is_symlink());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "160");
     // A job launched without a chosen batch gets none later either.
     exec.rebatch(JobId(2), 64);
     let written = std::fs::read_dir(file.rsplit_once('/').unwrap().0)

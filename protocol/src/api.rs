@@ -199,8 +199,9 @@ pub struct JobInfo {
     /// Where those seconds went.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_restart_phases: Option<RestartPhases>,
-    /// The global batch its policy chose for its latest launch, for a job that adapts its batch
-    /// (`min_batch` submitted).
+    /// The global batch its policy chose last (at its latest launch, or retuned since), for a job
+    /// that adapts its batch (`min_batch` submitted). Workers that do not read a retuned batch
+    /// mid-run (`gw.retuned()`) take it at their next launch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u32>,
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.

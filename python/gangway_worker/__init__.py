@@ -33,7 +33,7 @@ API
 ---
 plan()                      -> Plan (dp, tp, pp, batches, job_id, checkpoint_dir, resume_from, ...);
                                PlanError naming the variable on bad values
-retuned(plan, group=None)   -> Plan at the scheduler's new batch, or None (a collective)
+retuned(plan)               -> Plan at the scheduler's new batch, or None (a collective)
 should_stop(group=None)     -> bool; stop file exists or SIGTERM received, agreed by all ranks
 report_progress(step)       -> atomically rewrite the progress file (local rank 0 only)
 GoodputMeter(ddp_model)     step time (compute, sync), batch and gradient noise scale, for

@@ -133,35 +133,37 @@ def plan(env=None, *, global_batch=None, micro_batch=None):
 
 
 def _read_retune(path):
-    """``(global, micro, accum)`` from the launcher's retune file; zeros while there is none."""
+    """``[global, micro, accum, bad]`` from the launcher's retune file: zeros while there is none;
+    ``bad`` 1 when it cannot be read or does not hold three positive integers."""
     try:
         with open(path) as f:
-            fields = f.read().split()
+            values = [int(v) for v in f.read().split()]
     except FileNotFoundError:
-        return [0, 0, 0]
-    try:
-        values = [int(v) for v in fields]
-    except ValueError:
-        values = []
+        return [0, 0, 0, 0]
+    except (OSError, ValueError):
+        return [0, 0, 0, 1]
     if len(values) != 3 or min(values) < 1:
-        raise PlanError(f"{_env.RETUNE_FILE}={path!r} holds {fields!r}, not GLOBAL MICRO ACCUM")
-    return values
+        return [0, 0, 0, 1]
+    return values + [0]
 
 
-def retuned(current, group=None):
+def retuned(current):
     """The plan at the global batch the scheduler chose since ``current``, or None when unchanged.
 
     A job that adapts its batch (``elastic-run --global-batch MIN:MAX`` under a daemon whose policy
     retunes it in place, as Pollux does) finds the new batch, already split by the launcher over
     this run's replicas, in ``GANGWAY_RETUNE_FILE``. Rank 0's reading stands for every rank (one
-    all-reduce of three integers), so all ranks switch at the same step: like ``should_stop()``, it
-    is a collective, called by every rank at the same steps. Without the variable, None at once.
+    all-reduce of four integers over the whole job), so all ranks switch at the same step: like
+    ``should_stop()``, it is a collective, called by every rank at the same steps. A file rank 0
+    cannot read raises PlanError on every rank. Without the variable, None at once.
     """
     path = _env.get_str(_env.RETUNE_FILE)
     if path is None:
         return None
-    mine = _read_retune(path) if _dist.rank() == 0 else [0, 0, 0]
-    g, m, a = _dist.all_max(mine, group)
+    mine = _read_retune(path) if _dist.rank() == 0 else [0, 0, 0, 0]
+    g, m, a, bad = _dist.all_max(mine)
+    if bad:
+        raise PlanError(f"{_env.RETUNE_FILE}={path!r} does not hold GLOBAL MICRO ACCUM on rank 0")
     if g < 1 or (g, m, a) == (current.global_batch, current.micro_batch, current.accum_steps):
         return None
     if g != m * a * current.dp:

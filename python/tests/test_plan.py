@@ -93,10 +93,6 @@ class PlanTest(unittest.TestCase):
         self.assertTrue(issubclass(PlanError, ValueError))
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class RetunedTest(unittest.TestCase):
     """retuned() without torch.distributed: rank 0's file is the answer."""
 
@@ -126,8 +122,16 @@ class RetunedTest(unittest.TestCase):
         with mock.patch.dict(os.environ, {}, clear=True):
             self.assertIsNone(retuned(self.current))
 
+    def test_only_rank_0_reads_the_file(self):
+        # Without a process group, another rank has nothing to agree with: it waits for rank 0.
+        self.assertIsNone(self.retuned("96 16 3\n", RANK="1"))
+
     def test_a_file_that_does_not_check_out_names_the_variable(self):
         for bad in ("96 16", "96 16 x", "0 1 1", "96 16 2"):
             with self.assertRaises(PlanError) as ctx:
                 self.retuned(bad)
             self.assertIn("GANGWAY_RETUNE_FILE", str(ctx.exception))
+
+
+if __name__ == "__main__":
+    unittest.main()

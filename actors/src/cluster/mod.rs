@@ -84,7 +84,8 @@ struct JobHandle {
     /// Seconds the last restart took, from the decision to the first step after it, and where.
     last_restart_seconds: Option<f64>,
     last_restart_phases: Option<RestartPhases>,
-    /// The global batch its policy chose for its latest launch, when it adapts its batch.
+    /// The global batch its policy chose last (at its latest launch, or retuned since), when it
+    /// adapts its batch.
     batch: Option<u32>,
 }
 

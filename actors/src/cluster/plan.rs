@@ -485,10 +485,10 @@ mod tests {
                 memory_gb: 8.0,
             },
         };
-        let batch_of = |shape: Shape| {
-            let shapes = BTreeMap::from([(JobId(1), shape)]);
+        let batch_of = |job: u32, shape: Shape| {
+            let shapes = BTreeMap::from([(JobId(job), shape)]);
             let plan = plan(
-                vec![retuned(1)],
+                vec![retuned(job)],
                 7.0,
                 &FxHashMap::default(),
                 &ledger(),
@@ -498,8 +498,9 @@ mod tests {
             plan.retunes[0].batch
         };
         // Job 1 runs on 2 GPUs: 2 replicas x 24 x 2 micro-steps.
-        assert_eq!(batch_of(adaptive), Some(96));
-        assert_eq!(batch_of(Shape::rigid(2)), None, "it keeps its own batch");
+        assert_eq!(batch_of(1, adaptive.clone()), Some(96));
+        assert_eq!(batch_of(1, Shape::rigid(2)), None, "it keeps its own batch");
+        assert_eq!(batch_of(2, adaptive), None, "job 2 does not run");
     }
 
     #[test]
