@@ -151,23 +151,26 @@ impl Shape {
         self.pp_by_type.get(gpu_type).copied()
     }
 
+    /// Its group (GPUs per data-parallel replica) on GPU type `gpu_type`, where it named its stages
+    /// for that type (`None`: its `sizes.multiple` stands).
+    fn named_group(&self, gpu_type: &str) -> Option<u32> {
+        self.stages_on(gpu_type).map(|pp| self.tp * pp)
+    }
+
     /// Its data-parallel replicas on `gpus` GPUs of type `gpu_type` (by name, where known): what a
     /// global batch is split across.
     pub fn replicas_on(&self, gpu_type: Option<&str>, gpus: u32) -> u32 {
-        let group = match gpu_type.and_then(|t| self.stages_on(t)) {
-            Some(pp) => self.tp * pp,
-            None => self.sizes.multiple,
-        };
-        (gpus / group.max(1)).max(1)
+        let group = gpu_type.and_then(|t| self.named_group(t));
+        (gpus / group.unwrap_or(self.sizes.multiple).max(1)).max(1)
     }
 
-    /// Its group (GPUs per data-parallel replica) on each of `types`, by the cluster's numbering,
-    /// for the engine's job: 0 where it named no stages (its `sizes.multiple` stands).
+    /// Its group on each of `types`, by the cluster's numbering, for the engine's job: 0 where it
+    /// named no stages.
     pub fn group_by_type(&self, types: &[String]) -> Vec<u32> {
         if self.pp_by_type.is_empty() {
             return Vec::new();
         }
-        let group = |name: &String| self.stages_on(name).map_or(0, |pp| self.tp * pp);
+        let group = |name: &String| self.named_group(name).unwrap_or(0);
         types.iter().map(group).collect()
     }
 }

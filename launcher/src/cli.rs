@@ -117,9 +117,8 @@ pub fn parse_pp_by_type(text: &str) -> Result<BTreeMap<String, u32>, String> {
         if name.is_empty() {
             return Err(format!("`{item}` names no GPU type"));
         }
-        let (_, pp) = parse_range(pp.trim(), "pipeline stage count")
-            .ok()
-            .filter(|(min, max)| min == max)
+        let pp = (pp.trim().parse::<u32>().ok())
+            .filter(|&pp| pp > 0)
             .ok_or_else(|| format!("`{item}`: `{pp}` is not a stage count of at least 1"))?;
         if stages.insert(name.to_owned(), pp).is_some() {
             return Err(format!("`{name}` is named twice"));

@@ -273,13 +273,16 @@ impl ClusterActor {
         ending: FxHashMap<JobId, Phase>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
-        let gpu_types = self.engine().cluster().gpu_types().to_vec();
+        let sched = self
+            .sched
+            .as_ref()
+            .expect("the scheduler is home between rounds");
         let plan = plan::plan(
             changes,
             now,
             &ending,
             &self.store.ledger,
-            (&self.store.shapes, &gpu_types),
+            (&self.store.shapes, sched.engine.cluster().gpu_types()),
             |job| self.jobs.get(&job).map(|h| h.phase),
         );
         self.persist(&plan.records);

@@ -483,20 +483,7 @@ mod tests {
         use crate::throughput::goodput::Observation;
         let elastic = TwoTypes::new();
         let job = one_job();
-        let mut learned = Learned::default();
-        learned.grad = Some((1.0, 4.0));
-        for local in [16.0, 32.0] {
-            learned.observe(
-                0,
-                Observation {
-                    nodes: 1,
-                    replicas: 1,
-                    local,
-                    step_time: 0.05 + local * 0.005,
-                    sync_time: 0.0,
-                },
-            );
-        }
+        let mut learned = learned_on_type_0(1, 0.0);
         let config = |t: u16, gpus: u32| Config {
             gpu_type: GpuTypeId(t),
             gpus,
@@ -529,7 +516,6 @@ mod tests {
 
     #[test]
     fn a_pipeline_is_bootstrapped_replica_for_replica_with_each_types_own_stages() {
-        use crate::throughput::goodput::Observation;
         let elastic = TwoTypes::new();
         // Two stages on type 0 (its GPUs are small), one on type 1.
         let job = Job {
@@ -541,19 +527,8 @@ mod tests {
             }),
             ..one_job()
         };
-        let mut learned = Learned::default();
-        learned.grad = Some((1.0, 4.0));
-        for local in [16.0, 32.0] {
-            // One pipeline replica, on two GPUs of type 0.
-            let observation = Observation {
-                nodes: 1,
-                replicas: 1,
-                local,
-                step_time: 0.05 + local * 0.005,
-                sync_time: 0.0,
-            };
-            learned.observe(0, observation);
-        }
+        // One pipeline replica, on two GPUs of type 0.
+        let learned = learned_on_type_0(1, 0.0);
         let config = |t: u16, gpus: u32| Config {
             gpu_type: GpuTypeId(t),
             gpus,
@@ -583,6 +558,25 @@ mod tests {
         );
     }
 
+    /// What a job measured on type 0, with `replicas` replicas on one node, at per-replica batches
+    /// 16 and 32 (a step of `0.05 + 0.005 x local` seconds, `sync` of them synchronizing).
+    fn learned_on_type_0(replicas: u32, sync: f64) -> Learned {
+        use crate::throughput::goodput::Observation;
+        let mut learned = Learned::default();
+        learned.grad = Some((1.0, 4.0));
+        for local in [16.0, 32.0] {
+            let observation = Observation {
+                nodes: 1,
+                replicas,
+                local,
+                step_time: 0.05 + local * 0.005,
+                sync_time: sync,
+            };
+            learned.observe(0, observation);
+        }
+        learned
+    }
+
     /// A one-GPU trace job of the test application.
     fn one_job() -> Job {
         Job {
@@ -602,20 +596,8 @@ mod tests {
 
     #[test]
     fn a_job_that_adapts_its_batch_is_planned_within_its_range() {
-        use crate::throughput::goodput::Observation;
         let elastic = TwoTypes::new();
-        let mut learned = Learned::default();
-        learned.grad = Some((1.0, 4.0));
-        for local in [16.0, 32.0] {
-            let observation = Observation {
-                nodes: 1,
-                replicas: 2,
-                local,
-                step_time: 0.05 + local * 0.005,
-                sync_time: 0.01,
-            };
-            learned.observe(0, observation);
-        }
+        let learned = learned_on_type_0(2, 0.01);
         let config = Config {
             gpu_type: GpuTypeId(0),
             gpus: 2,
