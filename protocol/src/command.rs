@@ -2,7 +2,9 @@
 //! launcher's process executor (before it runs one) apply: who submitted it, and whether a program it
 //! would start may run.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::collections::VecDeque;
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
 use crate::worker::RunCommand;
@@ -40,15 +42,54 @@ impl Submitter {
     }
 }
 
-/// Checks a program the command would start (an interpreter it names): absolute or found on the
-/// submitted `PATH`, an executable regular file, owned by root or by the submitter, and not writable
-/// by everyone (else anyone could change what runs). Returns where it is.
+/// Checks a program the command would start (an interpreter it names): see [`open_program`].
+/// Returns where it is.
 pub fn check_program(
     field: &'static str,
     program: &Path,
     run: &RunCommand,
     submitter: &Submitter,
 ) -> Result<PathBuf, Invalid> {
+    open_program(field, program, run, submitter).map(|checked| checked.path)
+}
+
+/// A program found and checked, held open: what runs is this descriptor, whatever happens at its path
+/// afterwards.
+#[derive(Debug)]
+pub struct CheckedProgram {
+    /// Where it was found (absolute, as named: links are not resolved, so that a virtualenv's
+    /// interpreter keeps its name).
+    pub path: PathBuf,
+    /// The file itself, open.
+    pub file: OwnedFd,
+    /// Whether it is a script (`#!`), which the kernel runs through the interpreter its first line
+    /// names (checked too) and which must therefore be run by its path.
+    pub script: bool,
+}
+
+/// How many links a path may cross, as the kernel allows.
+const MAX_LINKS: u32 = 40;
+/// How deep scripts may name scripts as their interpreters, as the kernel allows.
+const MAX_INTERPRETERS: u32 = 4;
+
+/// Finds a program the command would start (absolute, relative to its working directory, or on its
+/// `PATH`) and checks it as sshd's StrictModes and sudo do, so that nobody but root and the submitter
+/// can change what runs:
+///
+/// - every directory on its path, and every link crossed on the way (followed one by one, never by the
+///   kernel), belongs to root or the submitter and is writable by nobody else (a directory writable
+///   by others or by a group other than root's only if it is sticky, as `/tmp` is);
+/// - the program is a regular, executable file of root's or the submitter's, writable by nobody else;
+/// - a script's interpreter (its `#!` line) passes the same checks.
+///
+/// The file is returned open (without blocking: a FIFO is refused, never waited on): the launcher
+/// runs that descriptor, so a file swapped after the check never runs.
+pub fn open_program(
+    field: &'static str,
+    program: &Path,
+    run: &RunCommand,
+    submitter: &Submitter,
+) -> Result<CheckedProgram, Invalid> {
     let found = if program.components().count() > 1 || program.is_absolute() {
         Some(run.cwd.join(program))
     } else {
@@ -68,33 +109,342 @@ pub fn check_program(
             format!("{} is not on the submitted PATH", program.display()),
         );
     };
-    let meta = std::fs::metadata(&found)
-        .or_else(|_| invalid(field, format!("{} does not exist", found.display())))?;
-    if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-        return invalid(
-            field,
-            format!("{} is not an executable file", found.display()),
-        );
+    let mut checked = open_checked(&found, submitter, MAX_INTERPRETERS)
+        .or_else(|why| invalid(field, format!("{}: {why}", found.display())))?;
+    // Absolute, so that neither the program's name nor a worker started by it searches PATH again.
+    if !checked.path.is_absolute() {
+        checked.path = std::path::absolute(&checked.path).unwrap_or(checked.path);
     }
-    if meta.uid() != 0 && meta.uid() != submitter.uid {
-        return invalid(
-            field,
-            format!(
-                "{} belongs to uid {}: a program must belong to root or to the submitter (uid {})",
-                found.display(),
-                meta.uid(),
-                submitter.uid
-            ),
-        );
+    Ok(checked)
+}
+
+/// [`open_program`]'s checks of the file at `path`, and of its interpreter while `depth` allows.
+fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<CheckedProgram, String> {
+    let (dir, name) = walk_to(path, submitter)?;
+    let at = |flags| open_at(dir.as_raw_fd(), &name, flags);
+    let link = at(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| e.to_string())?;
+    let meta = stat(&link).map_err(|e| e.to_string())?;
+    check_owner(&meta, submitter, "the program")?;
+    if meta.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("is {}, not an executable file", kind(meta.st_mode)));
     }
-    if meta.permissions().mode() & 0o002 != 0 {
-        return invalid(
-            field,
-            format!(
-                "{} is writable by everyone: anyone could change what runs",
-                found.display()
-            ),
-        );
+    if meta.st_mode & 0o111 == 0 {
+        return Err("is not an executable file".into());
     }
-    Ok(found)
+    check_writers(&meta, "the program")?;
+    // Opened for reading to see whether it is a script, the same file (a script must be readable to
+    // run; a binary need not be, and then runs from the descriptor above).
+    let file = match at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK) {
+        Ok(file) => {
+            let again = stat(&file).map_err(|e| e.to_string())?;
+            if (again.st_dev, again.st_ino) != (meta.st_dev, meta.st_ino) {
+                return Err("changed while it was checked".into());
+            }
+            file
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => link,
+        Err(e) => return Err(e.to_string()),
+    };
+    let interpreter = shebang(&file);
+    if let Some(interpreter) = &interpreter {
+        if depth == 0 {
+            return Err("names scripts as interpreters too deeply".into());
+        }
+        open_checked(interpreter, submitter, depth - 1)
+            .map_err(|why| format!("its interpreter {}: {why}", interpreter.display()))?;
+    }
+    Ok(CheckedProgram {
+        path: path.to_owned(),
+        file,
+        script: interpreter.is_some(),
+    })
+}
+
+/// The interpreter a script's first line names (`#!/usr/bin/python3 -u`: `/usr/bin/python3`).
+fn shebang(file: &OwnedFd) -> Option<PathBuf> {
+    let mut head = [0u8; 256];
+    // SAFETY: pread(2) into a buffer of the length given, on an open descriptor.
+    let n = unsafe { libc::pread(file.as_raw_fd(), head.as_mut_ptr().cast(), head.len(), 0) };
+    let head = head.get(..usize::try_from(n).ok()?)?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
+    let interpreter = line
+        .split(|b| b.is_ascii_whitespace())
+        .find(|word| !word.is_empty())?;
+    use std::os::unix::ffi::OsStrExt;
+    Some(PathBuf::from(std::ffi::OsStr::from_bytes(interpreter)))
+}
+
+/// Follows `path` from `/` one name at a time, checking each directory and link on the way; returns
+/// the directory that holds its last name, open, and that name.
+fn walk_to(path: &Path, submitter: &Submitter) -> Result<(OwnedFd, OsString), String> {
+    use std::path::Component;
+    let root = open_at(
+        libc::AT_FDCWD,
+        OsStr::new("/"),
+        libc::O_PATH | libc::O_DIRECTORY,
+    )
+    .map_err(|e| format!("/: {e}"))?;
+    check_dir(&root, Path::new("/"), submitter)?;
+    // The directories walked into, from the root, with their names for messages.
+    let mut dirs = vec![(root, PathBuf::from("/"))];
+    let mut names: VecDeque<OsString> = VecDeque::new();
+    let push_front = |names: &mut VecDeque<OsString>, path: &Path| {
+        let parts: Vec<OsString> = path
+            .components()
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n.to_owned()),
+                Component::ParentDir => Some(OsString::from("..")),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => None,
+            })
+            .collect();
+        for part in parts.into_iter().rev() {
+            names.push_front(part);
+        }
+    };
+    push_front(&mut names, path);
+    let mut links = 0;
+    while let Some(name) = names.pop_front() {
+        if name == ".." {
+            if dirs.len() > 1 {
+                dirs.pop();
+            }
+            continue;
+        }
+        let (dir, dir_name) = dirs.last().expect("the root stays");
+        let here = dir_name.join(&name);
+        let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
+            .map_err(|e| format!("{}: {e}", here.display()))?;
+        let meta = stat(&entry).map_err(|e| format!("{}: {e}", here.display()))?;
+        match meta.st_mode & libc::S_IFMT {
+            libc::S_IFLNK => {
+                check_owner(&meta, submitter, &format!("the link {}", here.display()))?;
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(format!("{}: too many links", path.display()));
+                }
+                let target = read_link_at(dir.as_raw_fd(), &name)
+                    .map_err(|e| format!("{}: {e}", here.display()))?;
+                if target.is_absolute() {
+                    dirs.truncate(1);
+                }
+                push_front(&mut names, &target);
+            }
+            // The last name: the caller checks what it is.
+            _ if names.is_empty() => {
+                let (dir, _) = dirs.pop().expect("the root stays");
+                return Ok((dir, name));
+            }
+            libc::S_IFDIR => {
+                check_dir(&entry, &here, submitter)?;
+                dirs.push((entry, here));
+            }
+            mode => {
+                return Err(format!(
+                    "{} is {}, not a directory",
+                    here.display(),
+                    kind(mode)
+                ));
+            }
+        }
+    }
+    Err(format!(
+        "{} names a directory, not a program",
+        path.display()
+    ))
+}
+
+/// Checks a directory on a program's path.
+fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter) -> Result<(), String> {
+    let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
+    let what = format!("the directory {}", name.display());
+    check_owner(&meta, submitter, &what)?;
+    // A sticky directory lets its users replace only their own entries (which are checked in turn).
+    if meta.st_mode & libc::S_ISVTX == 0 {
+        check_writers(&meta, &what)?;
+    }
+    Ok(())
+}
+
+/// Refuses an entry that belongs to neither root nor the submitter.
+fn check_owner(meta: &libc::stat, submitter: &Submitter, what: &str) -> Result<(), String> {
+    if meta.st_uid == 0 || meta.st_uid == submitter.uid {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} belongs to uid {}: a program and the directories and links on its path must \
+         belong to root or to the submitter (uid {})",
+        meta.st_uid, submitter.uid
+    ))
+}
+
+/// Refuses an entry that someone other than its owner (and root's group) may write.
+fn check_writers(meta: &libc::stat, what: &str) -> Result<(), String> {
+    let mode = meta.st_mode & 0o7777;
+    let by = if mode & 0o002 != 0 {
+        "everyone".to_owned()
+    } else if mode & 0o020 != 0 && meta.st_gid != 0 {
+        format!("group {}", meta.st_gid)
+    } else {
+        return Ok(());
+    };
+    Err(format!(
+        "{what} is writable by {by} (mode {mode:o}): they could change what runs"
+    ))
+}
+
+/// What kind of file a mode is, for messages.
+fn kind(mode: u32) -> &'static str {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => "a directory",
+        libc::S_IFIFO => "a FIFO",
+        libc::S_IFSOCK => "a socket",
+        libc::S_IFCHR | libc::S_IFBLK => "a device",
+        libc::S_IFLNK => "a link",
+        _ => "a special file",
+    }
+}
+
+fn open_at(dir: RawFd, name: &OsStr, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: openat(2) with a NUL-terminated name; the descriptor returned is ours alone.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: openat(2) just returned this open descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn stat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is a valid value for fstat(2) to overwrite.
+    let mut meta: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat(2) on an open descriptor into a stat of ours.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut meta) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(meta)
+}
+
+fn read_link_at(dir: RawFd, name: &OsStr) -> std::io::Result<PathBuf> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let name = CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: readlinkat(2) into a buffer of the length given, with a NUL-terminated name.
+    let n = unsafe { libc::readlinkat(dir, name.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    buf.truncate(n);
+    Ok(PathBuf::from(OsString::from_vec(buf)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    fn run_in(cwd: &Path) -> RunCommand {
+        RunCommand {
+            args: Vec::new(),
+            cwd: cwd.to_owned(),
+            env: [("PATH".to_owned(), "/usr/bin:/bin".to_owned())].into(),
+            log: None,
+            user: None,
+        }
+    }
+
+    fn mode(path: &Path, mode: u32) {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// A directory `dir/name` with an executable `prog` of this user's in it.
+    fn with_program(dir: &Path, name: &str, body: &str) -> PathBuf {
+        let sub = dir.join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let prog = sub.join("prog");
+        std::fs::write(&prog, body).unwrap();
+        mode(&prog, 0o755);
+        prog
+    }
+
+    #[test]
+    fn every_directory_and_link_on_a_programs_path_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Submitter::this_process();
+        let run = run_in(dir.path());
+        let check = |p: &Path| open_program("run.args", p, &run, &me).map(|c| c.path);
+        let prog = with_program(dir.path(), "bin", "\x7fELF");
+        assert_eq!(check(&prog).unwrap(), prog);
+        // The directory it is in, writable by everyone: anyone could swap it.
+        mode(prog.parent().unwrap(), 0o777);
+        let e = check(&prog).unwrap_err();
+        assert!(
+            e.problem.contains("bin is writable by everyone (mode 777)"),
+            "{e}"
+        );
+        // Unless it is sticky, as /tmp is: then only the owner of an entry may replace it.
+        mode(prog.parent().unwrap(), 0o1777);
+        assert!(check(&prog).is_ok());
+        // A group of someone else's that may write: the same.
+        mode(prog.parent().unwrap(), 0o775);
+        // Only root may give files away: only then are these tried.
+        if me.uid == 0 {
+            std::os::unix::fs::chown(prog.parent().unwrap(), None, Some(65534)).unwrap();
+            let e = check(&prog).unwrap_err();
+            assert!(e.problem.contains("writable by group 65534"), "{e}");
+            // A directory of another user's, on the way.
+            mode(prog.parent().unwrap(), 0o755);
+            std::os::unix::fs::chown(prog.parent().unwrap(), Some(65534), None).unwrap();
+            let e = check(&prog).unwrap_err();
+            assert!(e.problem.contains("belongs to uid 65534"), "{e}");
+        }
+        // Links are followed one by one, each checked where it is: a link in an open directory to a
+        // program in a safe one is refused for the link's directory.
+        let safe = with_program(dir.path(), "safe", "\x7fELF");
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        symlink(&safe, open.join("python")).unwrap();
+        assert!(check(&open.join("python")).is_ok());
+        mode(&open, 0o777);
+        let e = check(&open.join("python")).unwrap_err();
+        assert!(e.problem.contains("open is writable by everyone"), "{e}");
+        // ... and a safe link to a program in an open directory, for the program's.
+        mode(&open, 0o755);
+        let unsafe_prog = with_program(&open, "loose", "\x7fELF");
+        mode(unsafe_prog.parent().unwrap(), 0o777);
+        symlink(&unsafe_prog, safe.parent().unwrap().join("python")).unwrap();
+        let e = check(&safe.parent().unwrap().join("python")).unwrap_err();
+        assert!(e.problem.contains("loose is writable by everyone"), "{e}");
+        // A relative link with `..` resolves from where it is.
+        symlink("../safe/prog", open.join("relative")).unwrap();
+        assert!(check(&open.join("relative")).is_ok());
+    }
+
+    #[test]
+    fn a_program_is_a_regular_executable_file_and_a_scripts_interpreter_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Submitter::this_process();
+        let run = run_in(dir.path());
+        let check = |p: &Path| open_program("run.args", p, &run, &me);
+        let fifo = dir.path().join("fifo");
+        let name = CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o755) }, 0);
+        // Refused without blocking on it.
+        let e = check(&fifo).unwrap_err();
+        assert!(e.problem.contains("is a FIFO"), "{e}");
+        let e = check(dir.path()).unwrap_err();
+        assert!(e.problem.contains("is a directory"), "{e}");
+        // A script runs by its path, through an interpreter that passes the same checks.
+        let interpreter = with_program(dir.path(), "interp", "\x7fELF");
+        let script = dir.path().join("script");
+        std::fs::write(&script, format!("#! {} -u\nbody\n", interpreter.display())).unwrap();
+        mode(&script, 0o755);
+        let checked = check(&script).unwrap();
+        assert!(checked.script);
+        mode(interpreter.parent().unwrap(), 0o777);
+        let e = check(&script).unwrap_err();
+        assert!(e.problem.contains("its interpreter"), "{e}");
+        assert!(!check(Path::new("/bin/sh")).unwrap().script);
+    }
 }
