@@ -137,6 +137,11 @@ pub struct ClusterActor {
     round_queued: bool,
     /// GPUs their health probes took out of service, with why.
     unhealthy: FxHashMap<GpuId, String>,
+    /// Retunes that found the executor busy (stopping workers, which may take a job's whole grace):
+    /// told at the next poll that finds it free. The actor's thread never waits on the executor.
+    deferred_retunes: Vec<Retune>,
+    /// What the executor last said of its next event, for when it is busy.
+    next_event: Option<f64>,
 }
 
 impl ClusterActor {
@@ -214,6 +219,8 @@ impl ClusterActor {
                 adopted: Vec::new(),
                 unhealthy: FxHashMap::default(),
                 round_queued: false,
+                deferred_retunes: Vec::new(),
+                next_event: None,
             };
             actor.recover(engine, policy, placer, now);
             actor.stats.recovery_seconds = recovery.elapsed().as_secs_f64();
@@ -526,13 +533,22 @@ impl ClusterActor {
                 _ => None,
             })
             .collect();
-        if !retunes.is_empty() {
-            let mut exec = self.executor.lock().expect("executor");
-            for retune in &retunes {
-                retune.apply(&mut **exec, now);
+        self.deferred_retunes.extend(retunes);
+        self.tell_retunes(now);
+        self.persist(&records);
+    }
+
+    /// Tells the executor the retunes waiting for it, unless it is busy (then they wait for the next
+    /// poll).
+    fn tell_retunes(&mut self, now: f64) {
+        if self.deferred_retunes.is_empty() {
+            return;
+        }
+        if let Ok(mut executor) = self.executor.try_lock() {
+            for retune in self.deferred_retunes.drain(..) {
+                retune.apply(&mut **executor, now);
             }
         }
-        self.persist(&records);
     }
 
     /// Jobs that ended (their ending committed): the API keeps how they ended, and the engine and the
@@ -984,6 +1000,7 @@ impl Handler<Poll> for ClusterActor {
             Ok(mut executor) => executor.poll(now),
             Err(_) => return Box::pin(std::future::ready(0)),
         };
+        self.tell_retunes(now);
         let count = events.len();
         let mut records = Vec::new();
         let mut ending = FxHashMap::default();
@@ -1327,7 +1344,11 @@ impl Handler<Peek> for ClusterActor {
     type Result = MessageResult<Peek>;
 
     fn handle(&mut self, _: Peek, _: &mut Context<Self>) -> Self::Result {
-        let next_event = self.executor.lock().expect("executor").next_event();
+        // Busy stopping workers: what it said last.
+        if let Ok(executor) = self.executor.try_lock() {
+            self.next_event = executor.next_event();
+        }
+        let next_event = self.next_event;
         let engine = self.engine();
         MessageResult(Outlook {
             next_event,
