@@ -19,6 +19,7 @@ use gangway_core::engine::EngineConfig;
 use gangway_core::policy::resourced::Mechanism;
 use gangway_core::throughput::goodput::Reports;
 use gangway_launcher::client::{Client, new_idempotency_key};
+use gangway_launcher::confine::Cgroups;
 use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{Hosts, ProcessExecutor, check_command};
 use gangway_topology::topology::ClusterSpec;
@@ -408,10 +409,18 @@ pub fn serve(args: ServeArgs) -> Result<()> {
                 .with_cores(CorePool::new(cores.clone()));
             if local {
                 eprintln!(
-                    "gangway serve: jobs pinned to their share of cores {}; memory limits {}",
+                    "gangway serve: jobs pinned to their share of cores {}; {}",
                     gangway_launcher::confine::core_list(&cores),
-                    executor.memory_limits().describe()
+                    executor.cgroups().describe()
                 );
+                if let Cgroups::Unavailable(why) = executor.cgroups() {
+                    tracing::warn!(
+                        %why,
+                        "no cgroup can be made for jobs: a process of a job that clears its \
+                         environment can outlive the job; run the daemon as root or in a delegated \
+                         cgroup"
+                    );
+                }
             }
             Box::new(executor)
         }

@@ -11,6 +11,7 @@ use gangway_actors::executor::{Executor, Launch, RunCommand, WorkerEvent};
 use gangway_core::cluster::{GpuId, GpuTypeId};
 use gangway_core::job::JobId;
 use gangway_launcher::executor::ProcessExecutor;
+use gangway_launcher::inherit::AttemptFiles;
 
 const TOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/examples/toy_ddp.py");
 
@@ -218,6 +219,34 @@ fn a_job_id_that_leaves_the_checkpoint_root_is_refused() {
 }
 
 #[test]
+fn a_global_batch_its_replicas_cannot_divide_is_refused_not_rounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(dir.path(), "train.sh", "exit 0\n");
+    let launch = |gpus: &str, batch: &str| {
+        run(Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+            .args(["--fake-gpus", "2", "--gpus", gpus, "--global-batch", batch])
+            .args(["--python", "/bin/sh", "--spawn", "direct", "--job-id", "b"])
+            .arg(&script)
+            .current_dir(dir.path()))
+    };
+    // Two replicas cannot split 3 samples: a user error, said, not a batch of 2 run instead.
+    let out = launch("2", "3");
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{all}");
+    assert!(
+        all.contains("global batch 3 is not divisible by any placeable dp [2]"),
+        "{all}"
+    );
+    // Allowed one replica, it runs at 3 on one GPU; a batch range may still be rounded.
+    for (gpus, batch, plan) in [("1:2", "3", "dp=1"), ("2", "3:8", "dp=2")] {
+        let out = launch(gpus, batch);
+        let all = text(&out);
+        assert!(out.status.success(), "{all}");
+        assert!(all.contains(plan), "{gpus} {batch}: {all}");
+    }
+}
+
+#[test]
 fn a_ddp_job_on_two_fake_gpus_completes_and_sees_its_devices() {
     let python = need_torch!();
     let dir = tempfile::tempdir().unwrap();
@@ -273,14 +302,17 @@ while 'once' not in sys.argv and time.time() < deadline:
 );
 
 /// Torch-free: a worker using the helper's `retuned()` sees a batch the daemon's policy rewrote in
-/// the attempt's batch file while it runs, split over its replicas by elastic-run, and a job that
-/// keeps its own batch is given no retune file.
+/// the attempt's batch file (handed to elastic-run open, as the daemon hands it) while it runs, split
+/// over its replicas by elastic-run, and a job that keeps its own batch is given no retune file. What
+/// elastic-run reports goes through the descriptors it was handed.
 #[test]
 fn a_batch_retuned_mid_run_reaches_the_workers_split_over_their_replicas() {
     let dir = tempfile::tempdir().unwrap();
     let probe = write_script(dir.path(), "probe.py", RETUNE_PROBE);
-    let batch_file = dir.path().join("policy-batch");
-    std::fs::write(&batch_file, "32").unwrap();
+    let runs = dir.path().join("runs");
+    std::fs::create_dir(&runs).unwrap();
+    let files = AttemptFiles::in_dir(&runs, "1.0");
+    let handover = files.create(Some(32)).unwrap();
     let launched = [
         "--gpus",
         "2",
@@ -290,14 +322,15 @@ fn a_batch_retuned_mid_run_reaches_the_workers_split_over_their_replicas() {
         "16",
     ];
     let options = [&launched[..], &["--global-batch", "16:128"]].concat();
-    let child = elastic_run("python3", dir.path(), "adaptive", &options)
+    let mut command = elastic_run("python3", dir.path(), "adaptive", &options);
+    command
         .env("GANGWAY_POLICY_BATCH", "32")
-        .env("GANGWAY_POLICY_BATCH_FILE", &batch_file)
         .arg(&probe)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    handover.pass_to(&mut command);
+    let child = command.spawn().unwrap();
+    drop(handover);
     let started = dir.path().join("started");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !started.exists() {
@@ -305,7 +338,7 @@ fn a_batch_retuned_mid_run_reaches_the_workers_split_over_their_replicas() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // The policy retunes it past its range: kept at its largest, 128 = 16 x 4 x 2 replicas.
-    std::fs::write(&batch_file, "200").unwrap();
+    files.write_batch(200).unwrap();
     let out = child.wait_with_output().unwrap();
     let all = text(&out);
     assert!(out.status.success(), "{all}");
@@ -315,12 +348,20 @@ fn a_batch_retuned_mid_run_reaches_the_workers_split_over_their_replicas() {
         "{all}"
     );
     assert!(all.contains("retuned 128 16 4"), "{all}");
+    assert_eq!(
+        files.exit_report().unwrap().map(|r| r.code),
+        Some(0),
+        "its ending, through its descriptor"
+    );
     // A job that keeps its own batch reads no retune file.
     std::fs::remove_file(&started).unwrap();
     let fixed = [&launched[..], &["--global-batch", "32"]].concat();
-    let out = run(elastic_run("python3", dir.path(), "fixed", &fixed)
-        .env("GANGWAY_POLICY_BATCH_FILE", &batch_file)
-        .args([probe.to_str().unwrap(), "once"]));
+    let files = AttemptFiles::in_dir(&runs, "2.0");
+    let handover = files.create(Some(64)).unwrap();
+    let mut command = elastic_run("python3", dir.path(), "fixed", &fixed);
+    command.args([probe.to_str().unwrap(), "once"]);
+    handover.pass_to(&mut command);
+    let out = run(&mut command);
     assert!(text(&out).contains("start 32 16 1 False"), "{}", text(&out));
 }
 

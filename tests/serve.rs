@@ -626,7 +626,7 @@ fn fake_elastic_run(dir: &Path) -> PathBuf {
     let path = dir.join("elastic-run");
     std::fs::write(
         &path,
-        "#!/bin/sh\necho \"$@\" >> \"$(dirname \"$0\")/calls.log\"\necho '{\"code\":0,\"why\":\"done\"}' > \"$GANGWAY_EXIT_FILE\"\n",
+        "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/calls.log\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
     )
     .unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -956,7 +956,7 @@ fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
     let fake = dir.path().join("elastic-run");
     std::fs::write(
         &fake,
-        "#!/bin/sh\nid -u > \"$(pwd)/whoami\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' > \"$GANGWAY_EXIT_FILE\"\n",
+        "#!/bin/bash\nid -u > \"$(pwd)/whoami\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
     )
     .unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -1037,9 +1037,9 @@ fn tune_gives_a_cpu_hungry_job_more_cores_live() {
         let fake = dir.path().join("elastic-run");
         std::fs::write(
             &fake,
-            "#!/bin/sh\nallowed=$(grep Cpus_allowed_list /proc/self/status | cut -f2)\n\
+            "#!/bin/bash\nallowed=$(grep Cpus_allowed_list /proc/self/status | cut -f2)\n\
              echo \"$GANGWAY_CPUS $allowed $GANGWAY_MEMORY_GB\" >> \"$(dirname \"$0\")/told.log\"\n\
-             echo '{\"code\":0,\"why\":\"done\"}' > \"$GANGWAY_EXIT_FILE\"\n",
+             echo '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
         )
         .unwrap();
         use std::os::unix::fs::PermissionsExt;

@@ -4,10 +4,11 @@
 //! - **CPUs**: [`CorePool`] hands each attempt whole cores of those the daemon may use, the fewest
 //!   shared first; the attempt's first process is pinned to them before it starts ([`pin`]), so
 //!   torchrun and every worker inherit the set; a change in place re-pins every thread ([`repin`]).
-//! - **Memory**: [`MemoryLimits`] puts each attempt in a cgroup of its own with its limit
-//!   (`memory.max` on cgroup v2, `memory.limit_in_bytes` on v1's memory hierarchy), when this
-//!   process may create one; otherwise the allotment is only advised to the workers
-//!   (`GANGWAY_MEMORY_GB`) and the reason is kept for the operator.
+//! - **Processes and memory**: [`Cgroups`] puts each attempt in a cgroup of its own, which holds every
+//!   process it starts (so that none outlives it, [`kill`]) and its memory limit (`memory.max` on
+//!   cgroup v2, `memory.limit_in_bytes` on v1's memory hierarchy), when this process may create
+//!   one; otherwise processes are found by their environment marker, the allotment is only advised
+//!   to the workers (`GANGWAY_MEMORY_GB`), and the reason is kept for the operator.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -158,55 +159,77 @@ pub fn repin(pids: &[i32], cores: &[usize]) -> usize {
     moved
 }
 
-/// Which cgroup interface limits memory.
+/// Which cgroup version a hierarchy is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Interface {
-    /// cgroup v2: `memory.max`.
+pub enum Version {
+    /// The unified hierarchy.
     V2,
-    /// cgroup v1's memory hierarchy: `memory.limit_in_bytes`.
+    /// One of v1's hierarchies (the memory controller's, here).
     V1,
 }
 
-impl Interface {
+impl Version {
+    /// The file that limits memory in a cgroup of this version.
     fn limit_file(self) -> &'static str {
         match self {
-            Interface::V2 => "memory.max",
-            Interface::V1 => "memory.limit_in_bytes",
+            Version::V2 => "memory.max",
+            Version::V1 => "memory.limit_in_bytes",
         }
     }
 }
 
-/// How per-job memory allotments are held.
+/// Cgroups for the attempts of jobs: each attempt gets one, which holds every process it starts (a
+/// process cannot leave a cgroup the daemon made: its files are the daemon's), so that ending the
+/// attempt ends all of them, whatever they did to their environment or session; where the
+/// hierarchy has the memory controller, its allotment is its limit there.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MemoryLimits {
-    /// Each attempt gets a cgroup under `root` with its allotment as its limit.
-    Cgroup {
+pub enum Cgroups {
+    /// Each attempt gets a cgroup under `root`.
+    Made {
         root: PathBuf,
-        interface: &'static str,
+        version: Version,
+        /// Whether memory limits are enforced there (the hierarchy has the memory controller).
+        memory: bool,
     },
-    /// Told to the workers, not enforced, and why.
-    Advisory(String),
+    /// None can be made here, and why: processes are found by their environment marker only, and
+    /// memory allotments are only told to the workers.
+    Unavailable(String),
 }
 
-impl MemoryLimits {
+impl Cgroups {
     /// Cgroups under this process's own, when it may make them (a daemon run as root, or in a
-    /// delegated cgroup); advice otherwise.
+    /// delegated cgroup): with the memory controller where one is on (v2, else v1's memory
+    /// hierarchy), else in cgroup v2 for tracking alone.
     pub fn detect() -> Self {
-        match find_memory_cgroup() {
-            Ok((dir, interface)) => match prepare_root(&dir, interface) {
-                Ok(root) => MemoryLimits::Cgroup {
-                    root,
-                    interface: interface.limit_file(),
-                },
-                Err(why) => MemoryLimits::Advisory(why),
-            },
-            Err(why) => MemoryLimits::Advisory(why),
+        let mut why = Vec::new();
+        for (version, memory) in [
+            (Version::V2, true),
+            (Version::V1, true),
+            (Version::V2, false),
+        ] {
+            match find_cgroup(version, memory).and_then(|dir| prepare_root(&dir, version, memory)) {
+                Ok(root) => {
+                    return Cgroups::Made {
+                        root,
+                        version,
+                        memory,
+                    };
+                }
+                Err(e) => why.push(e),
+            }
         }
+        why.dedup();
+        Cgroups::Unavailable(why.join("; "))
     }
 
-    /// Makes the cgroup `name` with a limit of `bytes`; `Ok(None)` when limits are advisory.
-    pub fn create(&self, name: &str, bytes: u64) -> std::io::Result<Option<PathBuf>> {
-        let MemoryLimits::Cgroup { root, interface } = self else {
+    /// Makes the cgroup `name`, limited to `memory_bytes` where limits are enforced; `Ok(None)` where
+    /// no cgroup can be made.
+    pub fn create(
+        &self,
+        name: &str,
+        memory_bytes: Option<u64>,
+    ) -> std::io::Result<Option<PathBuf>> {
+        let Cgroups::Made { root, .. } = self else {
             return Ok(None);
         };
         let dir = root.join(name);
@@ -214,29 +237,76 @@ impl MemoryLimits {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
             _ => {}
         }
-        std::fs::write(dir.join(interface), bytes.to_string())?;
+        if let Some(bytes) = memory_bytes {
+            self.set_limit(&dir, bytes)?;
+        }
         Ok(Some(dir))
     }
 
-    /// Changes the limit of a cgroup [`MemoryLimits::create`] made.
+    /// Changes the memory limit of a cgroup [`Cgroups::create`] made (nothing where limits are not
+    /// enforced).
     pub fn set_limit(&self, cgroup: &Path, bytes: u64) -> std::io::Result<()> {
         match self {
-            MemoryLimits::Cgroup { interface, .. } => {
-                std::fs::write(cgroup.join(interface), bytes.to_string())
-            }
-            MemoryLimits::Advisory(_) => Ok(()),
+            Cgroups::Made {
+                version,
+                memory: true,
+                ..
+            } => std::fs::write(cgroup.join(version.limit_file()), bytes.to_string()),
+            _ => Ok(()),
         }
+    }
+
+    /// Whether memory allotments are enforced as limits.
+    pub fn limits_memory(&self) -> bool {
+        matches!(self, Cgroups::Made { memory: true, .. })
     }
 
     /// A one-line description for the operator.
     pub fn describe(&self) -> String {
         match self {
-            MemoryLimits::Cgroup { root, interface } => {
-                format!("enforced ({interface} in {})", root.display())
-            }
-            MemoryLimits::Advisory(why) => format!("advisory only ({why})"),
+            Cgroups::Made {
+                root,
+                version,
+                memory: true,
+            } => format!(
+                "a cgroup per attempt in {} holds its processes and its memory limit ({})",
+                root.display(),
+                version.limit_file()
+            ),
+            Cgroups::Made { root, .. } => format!(
+                "a cgroup per attempt in {} holds its processes; memory allotments are advisory \
+                 (no memory controller there)",
+                root.display()
+            ),
+            Cgroups::Unavailable(why) => format!(
+                "no cgroup can be made ({why}): a job's processes are found by their environment \
+                 marker only, so one that clears its environment can outlive its job, and memory \
+                 allotments are advisory"
+            ),
         }
     }
+}
+
+/// The processes in `cgroup` (none when it is gone).
+pub fn processes(cgroup: &Path) -> Vec<i32> {
+    std::fs::read_to_string(cgroup.join("cgroup.procs"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// SIGKILLs every process in `cgroup`, without waiting: at once through `cgroup.kill` on cgroup v2
+/// (which also catches a process forked meanwhile), else one by one; `false` while some remain
+/// (call it again: a process forked between the listing and its parent's death is caught then).
+pub fn kill(cgroup: &Path) -> bool {
+    if std::fs::write(cgroup.join("cgroup.kill"), "1").is_err() {
+        for pid in processes(cgroup) {
+            // SAFETY: kill(2) of a process in a cgroup only the daemon's jobs run in.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    processes(cgroup).is_empty()
 }
 
 /// Puts the command's process in `cgroup` before it runs its program, so that everything it starts
@@ -270,8 +340,9 @@ pub fn remove(cgroup: &Path) -> bool {
     }
 }
 
-/// This process's cgroup directory with the memory controller, and its interface.
-fn find_memory_cgroup() -> Result<(PathBuf, Interface), String> {
+/// This process's cgroup directory in its hierarchy of `version`, with the memory controller there
+/// when `memory` is asked for.
+fn find_cgroup(version: Version, memory: bool) -> Result<PathBuf, String> {
     let membership = std::fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
@@ -285,41 +356,50 @@ fn find_memory_cgroup() -> Result<(PathBuf, Interface), String> {
             wanted(fstype, options).then(|| PathBuf::from(mount_point))
         })
     };
-    // v2 first, where its memory controller is on; then v1's memory hierarchy.
-    if let Some(path) = membership.lines().find_map(|l| l.strip_prefix("0::"))
-        && let Some(mount) = mount_of(&|fstype, _| fstype == "cgroup2")
-    {
-        let dir = mount.join(path.trim_start_matches('/'));
-        let controllers =
-            std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-        if controllers.split_whitespace().any(|c| c == "memory") {
-            return Ok((dir, Interface::V2));
+    match version {
+        Version::V2 => {
+            let path = membership
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .ok_or("this process is in no cgroup v2")?;
+            let mount =
+                mount_of(&|fstype, _| fstype == "cgroup2").ok_or("no cgroup v2 is mounted")?;
+            let dir = mount.join(path.trim_start_matches('/'));
+            let controllers =
+                std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+            if memory && !controllers.split_whitespace().any(|c| c == "memory") {
+                return Err("cgroup v2 has no memory controller here".into());
+            }
+            Ok(dir)
+        }
+        Version::V1 => {
+            let path = membership
+                .lines()
+                .find_map(|l| {
+                    let mut parts = l.splitn(3, ':');
+                    let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                    controllers
+                        .split(',')
+                        .any(|c| c == "memory")
+                        .then_some(path)
+                })
+                .ok_or("no cgroup v1 memory hierarchy")?;
+            let mount = mount_of(&|fstype, options| {
+                fstype == "cgroup" && options.split(',').any(|o| o == "memory")
+            })
+            .ok_or("no cgroup v1 memory hierarchy is mounted")?;
+            Ok(mount.join(path.trim_start_matches('/')))
         }
     }
-    let v1 = membership.lines().find_map(|l| {
-        let mut parts = l.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        controllers
-            .split(',')
-            .any(|c| c == "memory")
-            .then_some(path)
-    });
-    if let Some(path) = v1
-        && let Some(mount) = mount_of(&|fstype, options| {
-            fstype == "cgroup" && options.split(',').any(|o| o == "memory")
-        })
-    {
-        return Ok((mount.join(path.trim_start_matches('/')), Interface::V1));
-    }
-    Err("no cgroup with the memory controller is mounted".into())
 }
 
-/// Makes `dir/gangway`, under which each attempt gets its cgroup, with the memory controller on for
-/// its children.
-fn prepare_root(dir: &Path, interface: Interface) -> Result<PathBuf, String> {
+/// Makes `dir/gangway`, under which each attempt gets its cgroup (with the memory controller on for
+/// its children, when `memory`).
+fn prepare_root(dir: &Path, version: Version, memory: bool) -> Result<PathBuf, String> {
     let root = dir.join("gangway");
     let shown = root.display().to_string();
-    if interface == Interface::V2 {
+    let v2_memory = version == Version::V2 && memory;
+    if v2_memory {
         enable_memory(dir).map_err(|e| {
             format!(
                 "cannot turn on the memory controller for {}'s children: {e} (a cgroup v2 that \
@@ -334,15 +414,20 @@ fn prepare_root(dir: &Path, interface: Interface) -> Result<PathBuf, String> {
         }
         _ => {}
     }
-    if interface == Interface::V2 {
+    if v2_memory {
         enable_memory(&root).map_err(|e| format!("cannot turn on memory in {shown}: {e}"))?;
     }
-    // A limit written and read back proves the files are ours to write.
+    // A cgroup made and (with memory) a limit written prove the files are ours to write.
     let probe = root.join(format!("probe-{}", std::process::id()));
-    let written = std::fs::create_dir(&probe)
-        .and_then(|()| std::fs::write(probe.join(interface.limit_file()), "1000000000"));
+    let written = std::fs::create_dir(&probe).and_then(|()| {
+        if memory {
+            std::fs::write(probe.join(version.limit_file()), "1000000000")
+        } else {
+            Ok(())
+        }
+    });
     let _ = std::fs::remove_dir(&probe);
-    written.map_err(|e| format!("cannot set a memory limit under {shown}: {e}"))?;
+    written.map_err(|e| format!("cannot make a cgroup under {shown}: {e}"))?;
     Ok(root)
 }
 
@@ -391,17 +476,19 @@ mod tests {
 
     #[test]
     fn a_process_over_its_memory_limit_is_killed_where_limits_are_enforced() {
-        let limits = MemoryLimits::detect();
-        let MemoryLimits::Cgroup { .. } = &limits else {
+        let cgroups = Cgroups::detect();
+        if !cgroups.limits_memory() {
             // Nothing to enforce with; the operator is told why.
             assert!(
-                limits.describe().starts_with("advisory only ("),
-                "{limits:?}"
+                cgroups
+                    .describe()
+                    .contains("memory allotments are advisory"),
+                "{cgroups:?}"
             );
             return;
-        };
-        let cgroup = limits
-            .create(&format!("test-{}", std::process::id()), 64_000_000)
+        }
+        let cgroup = cgroups
+            .create(&format!("test-{}", std::process::id()), Some(64_000_000))
             .unwrap()
             .unwrap();
         let run = |megabytes: u32| {
@@ -422,6 +509,51 @@ mod tests {
         assert!(within.success(), "{within:?}");
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(over.signal(), Some(libc::SIGKILL), "{over:?}");
+    }
+
+    #[test]
+    fn a_process_that_leaves_its_session_and_environment_is_still_killed_with_its_cgroup() {
+        let cgroups = Cgroups::detect();
+        let Cgroups::Made { .. } = &cgroups else {
+            assert!(
+                cgroups.describe().contains("environment marker only"),
+                "{cgroups:?}"
+            );
+            return;
+        };
+        let cgroup = cgroups
+            .create(&format!("test-orphan-{}", std::process::id()), None)
+            .unwrap()
+            .unwrap();
+        // The shell starts an orphan in a session of its own with an empty environment, and exits.
+        let mut command = Command::new("sh");
+        command.args(["-c", "env -i setsid sleep 600 >/dev/null 2>&1 & echo $!"]);
+        let procs = join(&mut command, &cgroup).unwrap();
+        let out = command.output().unwrap();
+        drop(procs);
+        let orphan: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert_eq!(
+            processes(&cgroup),
+            vec![orphan],
+            "the orphan is held by the cgroup"
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !kill(&cgroup) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the orphan outlived its kill"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(remove(&cgroup));
+        // SAFETY: kill(2) with signal 0 only asks whether the pid is in use.
+        let alive = unsafe { libc::kill(orphan, 0) } == 0;
+        assert!(
+            !alive
+                || !std::fs::read_to_string(format!("/proc/{orphan}/cmdline"))
+                    .unwrap_or_default()
+                    .contains("sleep")
+        );
     }
 
     #[test]

@@ -9,12 +9,17 @@
 //!   `--grace`. A stop that outlasts that grace plus `stop_margin` kills every process of the attempt.
 //! - **Resize and migration** are a stop, then a launch on other GPUs: a new torchrun with a new
 //!   rendezvous that resumes from the checkpoint, at the world size the new GPUs allow.
-//! - **Endings** come from the exit file `elastic-run` writes: completed, a user error, or a crash
+//! - **Endings** come from the exit report `elastic-run` writes: completed, a user error, or a crash
 //!   beyond its restart budget. A launch that died without one (killed) is a crash worth retrying.
-//! - **Progress** comes from the workers: each attempt's progress file ([`PROGRESS_FILE_VAR`], which
-//!   the worker helper writes with its step and total steps) is read at every poll and reported as
-//!   the job's work done; before the first report, and for workers that report no total, the
-//!   scheduler's model estimates it.
+//! - **Progress** comes from the workers: `elastic-run` copies what they report (the worker helper
+//!   writes its step and total steps) to the attempt's progress file, which is read at every poll and
+//!   reported as the job's work done; before the first report, and for workers that report no total,
+//!   the scheduler's model estimates it.
+//! - **Nothing a job can change is opened by the daemon**: the exit report, the progress and a retuned
+//!   batch pass through files the daemon makes in its private state directory and hands `elastic-run`
+//!   open ([`crate::inherit`]); the program `elastic-run` runs is checked at every launch, every
+//!   directory on its path included, and handed over open too, so that what runs is what was
+//!   checked.
 //! - **CPUs and memory**: each attempt is pinned to whole cores of its own for the CPUs it was
 //!   allotted, and put in a memory cgroup with its allotment as the limit where this process may make
 //!   one (see [`crate::confine`]); the workers are told both (`GANGWAY_CPUS`, `GANGWAY_CPU_LIST`,
@@ -24,27 +29,38 @@
 //!   them by it.
 
 use std::collections::HashMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gangway_protocol::command::{Invalid, Submitter, check_program};
+use gangway_protocol::command::{CheckedProgram, Invalid, Submitter, open_program};
 use gangway_protocol::ids::{GpuId, JobId};
 use gangway_protocol::worker::{
-    Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, Segment, WorkerEvent,
+    Executor, ExecutorError, Launch, Measured, Resources, RunCommand, Segment, WorkerEvent,
 };
 use serde::{Deserialize, Serialize};
 
-use crate::confine::{self, CorePool, MemoryLimits};
+use crate::confine::{self, Cgroups, CorePool};
+use crate::inherit::{self, AttemptFiles};
 use crate::process::{kill_all_with_env, process_has_env, processes_with_env};
+
+/// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
+/// that carry its marker.
+fn attempt_processes(marker: &str, cgroup: Option<&Path>) -> Vec<i32> {
+    match cgroup {
+        Some(cgroup) => confine::processes(cgroup),
+        None => processes_with_env(ATTEMPT_VAR, marker),
+    }
+}
 
 /// Marks every process of one attempt: `INSTANCE-JOB.ATTEMPT` (see [`ProcessExecutor::attempt_marker`]).
 pub const ATTEMPT_VAR: &str = "GANGWAY_ATTEMPT";
-/// Where `elastic-run` writes its [`ExitReport`] before it exits.
+/// Where `elastic-run` writes its [`ExitReport`] before it exits, for a scheduler other than gangway's
+/// daemon (which hands it a descriptor instead: [`crate::inherit::EXIT_FD_VAR`]).
 pub const EXIT_FILE_VAR: &str = "GANGWAY_EXIT_FILE";
-/// Where the workers report their progress: `{"step": N, "total_steps": T, ...}` (see the Python helper's
-/// `report_progress`). `elastic-run` sets it for its workers, to the path it is given or its own.
+/// Where the workers report their progress: `{"step": N, "total_steps": T, ...}` (see the Python
+/// helper's `report_progress`). `elastic-run` sets it for its workers, in the job's checkpoint
+/// directory.
 pub const PROGRESS_FILE_VAR: &str = "GANGWAY_PROGRESS_FILE";
 /// The global batch the daemon's policy chose for this attempt of a job that adapts its batch
 /// (`elastic-run --global-batch MIN:MAX`): `elastic-run` runs at it in place of MIN.
@@ -52,21 +68,11 @@ pub const POLICY_BATCH_VAR: &str = "GANGWAY_POLICY_BATCH";
 /// The pipeline stages this attempt runs with, for a job whose stages differ by GPU type
 /// (`elastic-run --pp-by-type`): `elastic-run` plans with it in place of `--pp`.
 pub const POLICY_PP_VAR: &str = "GANGWAY_POLICY_PP";
-/// A file holding the global batch the daemon's policy chose for this attempt, rewritten when the
-/// policy retunes it while the job keeps its GPUs: `elastic-run` passes a change to its workers.
-pub const POLICY_BATCH_FILE_VAR: &str = "GANGWAY_POLICY_BATCH_FILE";
-
-/// What a job's workers last reported: the fraction of its work done and, when they measure it,
-/// their training's [`Measured`] figures (`"goodput"`; dropped when they do not check out).
-pub fn reported(progress_file: &Path) -> Option<(f64, Option<Measured>)> {
-    // A progress file is a line of JSON; a bigger one is not the helper's.
-    let mut text = String::new();
-    std::fs::File::open(progress_file)
-        .ok()?
-        .take(64 * 1024)
-        .read_to_string(&mut text)
-        .ok()?;
-    let mut report: serde_json::Value = serde_json::from_str(&text).ok()?;
+/// What a job's workers last reported (a progress report's bytes): the fraction of its work done and,
+/// when they measure it, their training's [`Measured`] figures (`"goodput"`; dropped when they do not
+/// check out).
+pub fn reported(progress: &[u8]) -> Option<(f64, Option<Measured>)> {
+    let mut report: serde_json::Value = serde_json::from_slice(progress).ok()?;
     let step = report["step"].as_f64()?;
     let total = report["total_steps"].as_f64()?;
     let fraction = (step.is_finite() && total.is_finite() && step >= 0.0 && total > 0.0)
@@ -115,8 +121,14 @@ pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()>
 /// Checks a submitted command as the process executor will run it (its GPUs first): `elastic-run`
 /// must accept the command line, on this machine's GPUs (no `--backend slurm`), and the programs it
 /// names to run (the `--python` interpreter, or the script under torchrun's `--no-python`) must be
-/// ones the submitter may run: see [`check_program`].
+/// ones the submitter may run: see [`open_program`].
 pub fn check_command(run: &RunCommand, submitter: &Submitter) -> Result<(), Invalid> {
+    checked_program(run, submitter).map(drop)
+}
+
+/// [`check_command`]'s checks, made again at every launch (what was fine at submission may not be
+/// any more): returns the program `elastic-run` runs its workers with, open.
+pub fn checked_program(run: &RunCommand, submitter: &Submitter) -> Result<CheckedProgram, Invalid> {
     const FIELD: &str = "run.args";
     let mut args = vec!["--devices".to_owned(), "0".to_owned()];
     args.extend(run.args.iter().cloned());
@@ -146,49 +158,100 @@ pub fn check_command(run: &RunCommand, submitter: &Submitter) -> Result<(), Inva
                 .into(),
         });
     }
-    check_program(FIELD, &inv.options.python, run, submitter)?;
+    let program = open_program(FIELD, &inv.options.python, run, submitter)?;
     if inv
         .torchrun
         .iter()
         .any(|a| a == "--no-python" || a == "--no_python")
     {
-        check_program(FIELD, Path::new(&inv.script), run, submitter)?;
+        open_program(FIELD, Path::new(&inv.script), run, submitter)?;
     }
-    Ok(())
+    Ok(program)
 }
 
-/// Makes `command` run as `user` (its groups dropped), with its output appended to `log`, which the
-/// child opens once it is that user: a link or a file the user may not write is refused by the
-/// kernel, not trusted from a check made earlier.
-fn run_as(command: &mut Command, user: RunAs, log: Option<&Path>) -> Result<(), SpawnError> {
+/// Makes `command`'s output go to `log`, appended, which the child opens once it runs as the job's
+/// user: a link at its name, a file that user may not write, or anything but a regular file (a FIFO
+/// would block; it is opened without blocking and refused) fails the launch, checked by the kernel
+/// and on the open descriptor rather than trusted from a check made earlier.
+fn log_to(command: &mut Command, log: &Path) -> Result<(), SpawnError> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::process::CommandExt;
-    command.uid(user.uid).gid(user.gid);
-    let Some(log) = log else {
-        return Ok(());
-    };
     let path = std::ffi::CString::new(log.as_os_str().as_bytes()).map_err(|_| {
         SpawnError::Refused(format!("the log {} contains a NUL byte", log.display()))
     })?;
-    // SAFETY: between fork and exec the closure only calls open(2), dup2(2) and close(2), which are
-    // async-signal-safe, and allocates nothing (the path was made before the fork).
+    // SAFETY: between fork and exec the closure only calls open(2), fstat(2), fcntl(2), dup2(2) and
+    // close(2), which are async-signal-safe, and allocates nothing (the path was made before the
+    // fork).
     unsafe {
         command.pre_exec(move || {
             let flags = libc::O_WRONLY
                 | libc::O_APPEND
                 | libc::O_CREAT
                 | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
                 | libc::O_CLOEXEC;
             let fd = libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint);
             if fd < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if libc::dup2(fd, 1) < 0 || libc::dup2(fd, 2) < 0 {
-                return Err(std::io::Error::last_os_error());
+            let mut meta: libc::stat = std::mem::zeroed();
+            let regular =
+                libc::fstat(fd, &mut meta) == 0 && meta.st_mode & libc::S_IFMT == libc::S_IFREG;
+            if !regular
+                || libc::fcntl(fd, libc::F_SETFL, libc::O_APPEND) != 0
+                || libc::dup2(fd, 1) < 0
+                || libc::dup2(fd, 2) < 0
+            {
+                let error = if regular {
+                    std::io::Error::last_os_error()
+                } else {
+                    std::io::Error::from_raw_os_error(libc::EINVAL)
+                };
+                libc::close(fd);
+                return Err(error);
             }
             libc::close(fd);
             Ok(())
         });
+    }
+    Ok(())
+}
+
+/// Refuses a log that is there and is not a regular file (a link, a FIFO), with a clear reason; the
+/// child's own open ([`log_to`]) is what enforces it.
+fn check_log(log: &Path) -> Result<(), SpawnError> {
+    match std::fs::symlink_metadata(log) {
+        Ok(meta) if !meta.file_type().is_file() => Err(SpawnError::Refused(format!(
+            "the log {} is not a regular file ({:?})",
+            log.display(),
+            meta.file_type()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Makes `dir` (and its parents) with only this process's user let in (0700), or makes it so if it
+/// is there; refuses one that belongs to another user. It keeps the run files and the attempts'
+/// reports, which hold the jobs' environments.
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != inherit::this_user() {
+        return Err(std::io::Error::other(format!(
+            "{} must be a directory of uid {}'s (it is uid {}'s {:?})",
+            dir.display(),
+            inherit::this_user(),
+            meta.uid(),
+            meta.file_type()
+        )));
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::info!(dir = %dir.display(), "made the executor's state directory private (0700)");
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     }
     Ok(())
 }
@@ -224,6 +287,9 @@ struct RunRecord {
     /// Its processes' [`ATTEMPT_VAR`] (absent in run files of before it named the executor).
     #[serde(default)]
     marker: Option<String>,
+    /// The files it reports through (absent in run files of before they were the daemon's own).
+    #[serde(default)]
+    files: Option<AttemptFiles>,
 }
 
 /// Writes an attempt's record, which a restarted daemon re-adopts it by (a daemon that cannot write
@@ -239,8 +305,8 @@ fn write_run_file(path: &Path, record: &RunRecord) {
 
 /// The process leading its own group among those whose [`ATTEMPT_VAR`] is `marker`: the attempt's
 /// `elastic-run` (started in a group of its own; torchrun and the workers are in it).
-fn marked_leader(marker: &str) -> Option<i32> {
-    crate::process::processes_with_env(ATTEMPT_VAR, marker)
+fn marked_leader(marker: &str, cgroup: Option<&Path>) -> Option<i32> {
+    attempt_processes(marker, cgroup)
         .into_iter()
         // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
         .find(|&pid| unsafe { libc::getpgid(pid) } == pid)
@@ -263,14 +329,16 @@ struct Run {
     /// `None` for an attempt re-adopted after a restart (not our child).
     child: Option<Child>,
     pid: i32,
-    exit_file: PathBuf,
+    /// The files it reports through.
+    files: AttemptFiles,
     run_file: PathBuf,
     launched: Instant,
     launched_at: f64,
     launch: Launch,
-    progress_file: PathBuf,
     /// The last fraction of its work the workers reported, and whether it was polled since.
     reported: Option<f64>,
+    /// Whether its progress file was found unreadable (said once, not at every poll).
+    unreadable: bool,
     confinement: Confinement,
     /// What its processes carry in [`ATTEMPT_VAR`].
     marker: String,
@@ -293,7 +361,16 @@ impl Run {
 
     /// A progress event when the workers reported something new since the last poll.
     fn progressed(&mut self) -> Option<WorkerEvent> {
-        let (fraction, measured) = reported(&self.progress_file)?;
+        let bytes = match self.files.progress() {
+            Ok(bytes) => bytes?,
+            Err(e) => {
+                if !std::mem::replace(&mut self.unreadable, true) {
+                    tracing::warn!(job = self.launch.job.0, error = %e, "the workers' progress is not readable");
+                }
+                return None;
+            }
+        };
+        let (fraction, measured) = reported(&bytes)?;
         if self.reported == Some(fraction) {
             return None;
         }
@@ -309,16 +386,14 @@ impl Run {
     fn exited(&mut self) -> bool {
         match &mut self.child {
             Some(child) => !matches!(child.try_wait(), Ok(None)),
-            None => !process_has(self.pid, &self.marker),
+            None => !attempt_has(self.pid, &self.marker, self.confinement.cgroup.as_deref()),
         }
     }
 
     /// Removes the attempt's files once its ending is known.
     fn forget(&self) {
-        let _ = std::fs::remove_file(&self.exit_file);
+        self.files.remove();
         let _ = std::fs::remove_file(&self.run_file);
-        let _ = std::fs::remove_file(&self.progress_file);
-        let _ = std::fs::remove_file(self.exit_file.with_extension("batch"));
     }
 
     /// Rewrites its run file after a change in place, so that a restarted daemon re-adopts it as
@@ -331,6 +406,7 @@ impl Run {
             launch: self.launch.clone(),
             confinement: self.confinement.clone(),
             marker: Some(self.marker.clone()),
+            files: Some(self.files.clone()),
         };
         write_run_file(&self.run_file, &record);
     }
@@ -351,9 +427,13 @@ fn marker(job: JobId, attempt: u64) -> String {
     format!("{}.{attempt}", job.0)
 }
 
-/// Whether `pid` is alive and carries the attempt's marker (not a reused pid).
-fn process_has(pid: i32, marker: &str) -> bool {
-    process_has_env(pid, ATTEMPT_VAR, marker)
+/// Whether `pid` is a live process of the attempt (not a reused pid): in its cgroup, where it has
+/// one (read from the cgroup, never from the job's own memory), else carrying its marker.
+fn attempt_has(pid: i32, marker: &str, cgroup: Option<&Path>) -> bool {
+    match cgroup {
+        Some(cgroup) => pid > 0 && confine::processes(cgroup).contains(&pid),
+        None => process_has_env(pid, ATTEMPT_VAR, marker),
+    }
 }
 
 /// Where the control plane's GPUs are.
@@ -447,12 +527,13 @@ pub struct ProcessExecutor {
     /// Events found outside `poll` (a launch refused before it ran).
     pending: Vec<WorkerEvent>,
     cores: CorePool,
-    memory: MemoryLimits,
+    cgroups: Cgroups,
     /// Tells this executor's processes and cgroups apart from another daemon's on the same machine
     /// (which stops by marker): a hash of its state directory, the same after a restart.
     instance: String,
-    /// Cgroups of ended attempts whose last processes had not yet gone when they ended.
-    stale_cgroups: Vec<PathBuf>,
+    /// Ended attempts some of whose processes had not yet gone: their markers and cgroups, swept
+    /// again at every poll.
+    lingering: Vec<(String, Option<PathBuf>)>,
     /// Whether Slurm steps left by an earlier life of this executor that no attempt accounts for
     /// have been cancelled (at the first poll, after the control plane re-adopted what it knows).
     swept: bool,
@@ -471,12 +552,15 @@ impl ProcessExecutor {
 
     /// Jobs on `hosts`' GPUs.
     pub fn on(elastic_run: PathBuf, hosts: Hosts, state_dir: PathBuf) -> std::io::Result<Self> {
-        std::fs::create_dir_all(&state_dir)?;
+        make_private_dir(&state_dir)?;
         let instance = format!("{:016x}", fnv1a(state_dir.canonicalize()?.as_os_str()));
-        // Slurm binds a remote step's memory; this machine's cgroups are left alone.
-        let memory = match hosts {
-            Hosts::Local(_) => MemoryLimits::detect(),
-            Hosts::Slurm(_) => MemoryLimits::Advisory("Slurm binds its nodes' memory".into()),
+        // Slurm tracks a remote step's processes and binds its memory; this machine's cgroups are
+        // left alone.
+        let cgroups = match hosts {
+            Hosts::Local(_) => Cgroups::detect(),
+            Hosts::Slurm(_) => {
+                Cgroups::Unavailable("Slurm holds its steps' processes and memory".into())
+            }
         };
         Ok(ProcessExecutor {
             elastic_run,
@@ -487,8 +571,8 @@ impl ProcessExecutor {
             runs: HashMap::new(),
             pending: Vec::new(),
             cores: CorePool::of_this_process(),
-            memory,
-            stale_cgroups: Vec::new(),
+            cgroups,
+            lingering: Vec::new(),
             instance,
         })
     }
@@ -505,43 +589,58 @@ impl ProcessExecutor {
         self
     }
 
-    /// Holds memory allotments so (default: [`MemoryLimits::detect`]).
-    pub fn with_memory_limits(mut self, memory: MemoryLimits) -> Self {
-        self.memory = memory;
+    /// Holds attempts' processes and memory so (default: [`Cgroups::detect`]).
+    pub fn with_cgroups(mut self, cgroups: Cgroups) -> Self {
+        self.cgroups = cgroups;
         self
     }
 
-    /// How memory allotments are held, for the operator.
-    pub fn memory_limits(&self) -> &MemoryLimits {
-        &self.memory
+    /// How attempts' processes and memory are held, for the operator.
+    pub fn cgroups(&self) -> &Cgroups {
+        &self.cgroups
     }
 
-    /// Takes cores and makes a memory cgroup for an attempt with `resources` on this machine (Slurm
-    /// binds a remote step's resources itself).
+    /// Makes an attempt's cgroup, with its memory limit, and, for an attempt with `resources`, takes
+    /// its cores (on this machine: Slurm binds a remote step's resources itself).
     fn confine(&mut self, launch: &Launch) -> Result<Confinement, SpawnError> {
-        let (Some(resources), Hosts::Local(_)) = (launch.resources, &self.hosts) else {
-            return Ok(Confinement::default());
+        let memory = launch.resources.and_then(|r| r.memory_bytes());
+        let cgroup = self
+            .cgroups
+            .create(&self.attempt_marker(launch.job, launch.attempt), memory)
+            .map_err(|e| SpawnError::from_io("making the attempt's cgroup".into(), e))?;
+        let cores = match (launch.resources, &self.hosts) {
+            (Some(resources), Hosts::Local(_)) => self.cores.take(resources.cores()),
+            _ => Vec::new(),
         };
-        let cgroup = match resources.memory_bytes() {
-            Some(bytes) => self
-                .memory
-                .create(&self.attempt_marker(launch.job, launch.attempt), bytes)
-                .map_err(|e| SpawnError::from_io("making the job's memory cgroup".into(), e))?,
-            None => None,
-        };
-        Ok(Confinement {
-            cores: self.cores.take(resources.cores()),
-            cgroup,
-        })
+        Ok(Confinement { cores, cgroup })
     }
 
-    /// Gives back an ended attempt's cores and removes its cgroup (later, if processes linger).
-    fn release(&mut self, confinement: &Confinement) {
+    /// Gives back an ended attempt's cores, and ends whatever it left, without waiting: what does
+    /// not go at once is swept again at the next polls. (On Slurm, its step is cancelled.)
+    fn release(&mut self, marker: &str, confinement: &Confinement) {
         self.cores.give_back(&confinement.cores);
-        if let Some(cgroup) = &confinement.cgroup
-            && !confine::remove(cgroup)
-        {
-            self.stale_cgroups.push(cgroup.clone());
+        if let Hosts::Slurm(_) = self.hosts {
+            crate::slurm::cancel(&slurm_job_name(marker));
+        }
+        if !self.sweep_once(marker, confinement.cgroup.as_deref()) {
+            self.lingering
+                .push((marker.to_owned(), confinement.cgroup.clone()));
+        }
+    }
+
+    /// One pass at ending an attempt's processes: its cgroup's (then the cgroup itself) or, without
+    /// one, those carrying its marker. Whether nothing of it is left.
+    fn sweep_once(&self, marker: &str, cgroup: Option<&Path>) -> bool {
+        match cgroup {
+            Some(cgroup) => confine::kill(cgroup) && confine::remove(cgroup),
+            None => {
+                let pids = processes_with_env(ATTEMPT_VAR, marker);
+                for &pid in &pids {
+                    // SAFETY: kill(2) of a process that carries the attempt's marker.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                pids.is_empty()
+            }
         }
     }
 
@@ -550,53 +649,32 @@ impl ProcessExecutor {
             .join(format!("{}.{what}", marker(job, attempt)))
     }
 
-    /// Where an attempt's `elastic-run` writes how it ended: in a directory of its user's own when
-    /// it runs as another user than the daemon's.
-    fn exit_file(&self, launch: &Launch) -> PathBuf {
-        let name = format!("{}.exit", marker(launch.job, launch.attempt));
-        match launch.run.as_ref().and_then(|r| r.user) {
-            Some(user) => self.state_dir.join(format!("uid-{}", user.uid)).join(name),
-            None => self.state_dir.join(name),
+    /// The files an attempt reports through, in the state directory.
+    fn attempt_files(&self, job: JobId, attempt: u64) -> AttemptFiles {
+        AttemptFiles::in_dir(&self.state_dir, &marker(job, attempt))
+    }
+
+    /// Where an attempt launched before the daemon kept its files itself reported (in a directory of
+    /// its user's own when it ran as another user): read as that user's files, never followed.
+    fn legacy_files(&self, launch: &Launch) -> AttemptFiles {
+        let stem = marker(launch.job, launch.attempt);
+        let (dir, owner) = match launch.run.as_ref().and_then(|r| r.user) {
+            Some(user) => (self.state_dir.join(format!("uid-{}", user.uid)), user.uid),
+            None => (self.state_dir.clone(), inherit::this_user()),
+        };
+        AttemptFiles {
+            owner,
+            ..AttemptFiles::in_dir(&dir, &stem)
         }
     }
 
-    /// Where an attempt's workers report their progress: beside its exit file, where they may write.
-    fn progress_file(&self, launch: &Launch) -> PathBuf {
-        self.exit_file(launch).with_extension("progress")
-    }
-
-    /// Where an attempt's workers read the global batch its policy chose ([`POLICY_BATCH_FILE_VAR`]).
-    fn batch_file(&self, launch: &Launch) -> PathBuf {
-        self.exit_file(launch).with_extension("batch")
-    }
-
-    /// Writes `batch` to `launch`'s batch file, readable by the workers whatever the daemon's umask.
-    fn write_batch(&self, launch: &Launch, batch: u32) -> std::io::Result<PathBuf> {
-        use std::os::unix::fs::PermissionsExt;
-        let file = self.batch_file(launch);
-        write_atomically(&file, batch.to_string().as_bytes())?;
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644))?;
-        Ok(file)
-    }
-
-    /// The directory for the exit files of `user`'s attempts: theirs, and only theirs (0700).
-    fn user_dir(&self, user: RunAs) -> std::io::Result<()> {
-        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        let dir = self.state_dir.join(format!("uid-{}", user.uid));
-        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
-        }
-        std::os::unix::fs::chown(&dir, Some(user.uid), Some(user.gid))?;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
-    }
-
-    /// Starts the attempt; `Refused` when the job can never start (retrying is pointless), `Failed`
-    /// when it could not start now (the round puts it back in the queue).
+    /// Starts the attempt, reporting through `files`; `Refused` when the job can never start (retrying
+    /// is pointless), `Failed` when it could not start now (the round puts it back in the queue).
     fn spawn(
         &self,
         launch: &Launch,
         confinement: &Confinement,
+        files: &AttemptFiles,
     ) -> Result<(Child, Duration), SpawnError> {
         let Some(run) = &launch.run else {
             return Err(SpawnError::Refused(
@@ -605,34 +683,27 @@ impl ProcessExecutor {
         };
         let stop_timeout = self.stop_timeout(launch);
         let placement = self.hosts.placement_args(&launch.gpus)?;
-        let (out, err) = match &run.log {
-            // Opened by the child once it is that user (below): the kernel checks the user's access.
-            Some(_) if run.user.is_some() => (Stdio::null(), Stdio::null()),
-            Some(path) => {
-                let file = std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(path)
-                    .map_err(|e| {
-                        SpawnError::from_io(format!("opening the log {}", path.display()), e)
-                    })?;
-                let copy = file
-                    .try_clone()
-                    .map_err(|e| SpawnError::from_io("duplicating the log".into(), e))?;
-                (Stdio::from(file), Stdio::from(copy))
-            }
-            None => (Stdio::null(), Stdio::null()),
-        };
-        let exit_file = self.exit_file(launch);
-        let _ = std::fs::remove_file(&exit_file);
-        let progress_file = self.progress_file(launch);
-        let _ = std::fs::remove_file(&progress_file);
+        // Checked again now, as the user it runs as: directories on its path may have changed hands
+        // since it was submitted. What runs is the file checked, open.
+        let submitter = run
+            .user
+            .map_or_else(Submitter::this_process, |u| Submitter {
+                uid: u.uid,
+                gid: u.gid,
+            });
+        let program = checked_program(run, &submitter)
+            .map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))?;
+        let mut handover = files
+            .create(launch.batch)
+            .map_err(|e| SpawnError::from_io("making the attempt's files".to_owned(), e))?;
         let mut command = Command::new(&self.elastic_run);
         if let Some(user) = run.user {
-            self.user_dir(user).map_err(|e| {
-                SpawnError::from_io(format!("making the exit directory of uid {}", user.uid), e)
-            })?;
-            run_as(&mut command, user, run.log.as_deref())?;
+            use std::os::unix::process::CommandExt;
+            command.uid(user.uid).gid(user.gid);
+        }
+        if let Some(log) = &run.log {
+            check_log(log)?;
+            log_to(&mut command, log)?;
         }
         // The GPUs first: a submitted command never names them (the client refuses --devices).
         command
@@ -642,28 +713,30 @@ impl ProcessExecutor {
             .env_clear()
             .envs(&run.env)
             .env(ATTEMPT_VAR, self.attempt_marker(launch.job, launch.attempt))
-            .env(EXIT_FILE_VAR, &exit_file)
-            .env(PROGRESS_FILE_VAR, &progress_file)
             .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err);
-        // Only the policy chooses a batch and stages: a submitter's own values are dropped.
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // Only the daemon names these: a submitter's own values are dropped.
+        for var in [
+            EXIT_FILE_VAR,
+            PROGRESS_FILE_VAR,
+            inherit::PROGRAM_FD_VAR,
+            inherit::PROGRAM_PATH_VAR,
+        ] {
+            command.env_remove(var);
+        }
+        // Only the policy chooses a batch and stages.
         for (var, chosen) in [(POLICY_BATCH_VAR, launch.batch), (POLICY_PP_VAR, launch.pp)] {
             match chosen {
                 Some(value) => command.env(var, value.to_string()),
                 None => command.env_remove(var),
             };
         }
-        let _ = std::fs::remove_file(self.batch_file(launch));
-        match launch.batch {
-            Some(batch) => {
-                let file = self.write_batch(launch, batch).map_err(|e| {
-                    SpawnError::from_io("writing the attempt's batch file".to_owned(), e)
-                })?;
-                command.env(POLICY_BATCH_FILE_VAR, file)
-            }
-            None => command.env_remove(POLICY_BATCH_FILE_VAR),
-        };
+        // A script runs through its (checked) interpreter, by its path: the kernel reads it there.
+        if !program.script {
+            handover.add(inherit::PROGRAM_FD_VAR, program.file);
+            command.env(inherit::PROGRAM_PATH_VAR, &program.path);
+        }
         if let Some(resources) = launch.resources {
             // What each machine's processes share: the whole allotment here; on Slurm, one node's
             // part of it (Slurm binds the CPUs itself).
@@ -695,6 +768,7 @@ impl ProcessExecutor {
             ),
             None => None,
         };
+        handover.pass_to(&mut command);
         // Its own process group: the daemon's terminal signals never reach it, and it outlives a
         // daemon restart to be re-adopted.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
@@ -708,6 +782,7 @@ impl ProcessExecutor {
                 e,
             )
         })?;
+        drop(handover);
         Ok((child, stop_timeout))
     }
 
@@ -723,9 +798,10 @@ impl ProcessExecutor {
     /// The event for a run that exited.
     fn ending(&self, run: &Run, now: f64) -> WorkerEvent {
         let (job, attempt) = (run.launch.job, run.attempt);
-        let report: Option<ExitReport> = std::fs::read(&run.exit_file)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let report = run.files.exit_report().unwrap_or_else(|e| {
+            tracing::warn!(job = job.0, error = %e, "elastic-run's report is not readable");
+            None
+        });
         match report {
             Some(ExitReport { code: 0, .. }) => WorkerEvent::Finished {
                 job,
@@ -755,14 +831,17 @@ impl ProcessExecutor {
     /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `wait_stopped` for what follows).
     fn signal_stop(run: &Run) {
         // An adopted run is not our child: its pid may have been reused since it exited.
-        if run.child.is_none() && !process_has(run.pid, &run.marker) {
+        if run.child.is_none()
+            && !attempt_has(run.pid, &run.marker, run.confinement.cgroup.as_deref())
+        {
             return;
         }
         // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
     }
 
-    /// Waits for `run` to exit; at `deadline`, SIGKILLs everything carrying the attempt's marker.
+    /// Waits for `run` to exit; at `deadline`, kills every process of the attempt. (What it leaves
+    /// behind is ended when it is released.)
     fn wait_stopped(&self, run: &mut Run, deadline: Instant) {
         while !run.exited() {
             if Instant::now() >= deadline {
@@ -770,7 +849,14 @@ impl ProcessExecutor {
                     job = run.launch.job.0,
                     "the workers outlived the stop timeout; killing them"
                 );
-                self.sweep(&run.marker);
+                match &run.confinement.cgroup {
+                    Some(cgroup) => {
+                        confine::kill(cgroup);
+                    }
+                    None => {
+                        kill_all_with_env(ATTEMPT_VAR, &run.marker);
+                    }
+                }
                 if let Some(child) = &mut run.child {
                     let _ = child.kill();
                     let _ = child.wait();
@@ -778,16 +864,6 @@ impl ProcessExecutor {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
-        }
-        // Whatever it left behind (it never should).
-        self.sweep(&run.marker);
-    }
-
-    /// Ends whatever an attempt left: its processes here and, on Slurm, its step.
-    fn sweep(&self, marker: &str) {
-        kill_marked(marker);
-        if let Hosts::Slurm(_) = self.hosts {
-            crate::slurm::cancel(&slurm_job_name(marker));
         }
     }
 
@@ -815,11 +891,6 @@ impl ProcessExecutor {
     }
 }
 
-/// SIGKILLs every process carrying the attempt's marker.
-fn kill_marked(marker: &str) {
-    kill_all_with_env(ATTEMPT_VAR, marker);
-}
-
 impl Executor for ProcessExecutor {
     fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
         match self.runs.get(&launch.job) {
@@ -837,6 +908,7 @@ impl Executor for ProcessExecutor {
         }
         let run_file = self.attempt_file(launch.job, launch.attempt, "run");
         let marker = self.attempt_marker(launch.job, launch.attempt);
+        let files = self.attempt_files(launch.job, launch.attempt);
         let record = |pid: i32, stop_timeout: Duration, confinement: &Confinement| RunRecord {
             pid,
             launched_at: now,
@@ -844,18 +916,19 @@ impl Executor for ProcessExecutor {
             launch: launch.clone(),
             confinement: confinement.clone(),
             marker: Some(marker.clone()),
+            files: Some(files.clone()),
         };
         let spawned = self.confine(launch).and_then(|confinement| {
             // Written before the spawn too (pid 0: not known yet), so that a daemon killed in
             // between finds the attempt by its marker rather than leave it running unknown.
             let stop_timeout = self.stop_timeout(launch);
             write_run_file(&run_file, &record(0, stop_timeout, &confinement));
-            match self.spawn(launch, &confinement) {
+            match self.spawn(launch, &confinement, &files) {
                 Ok(spawned) => Ok((spawned, confinement)),
                 Err(e) => {
                     let _ = std::fs::remove_file(&run_file);
-                    let _ = std::fs::remove_file(self.batch_file(launch));
-                    self.release(&confinement);
+                    files.remove();
+                    self.release(&marker, &confinement);
                     Err(e)
                 }
             }
@@ -871,13 +944,13 @@ impl Executor for ProcessExecutor {
                     stop_timeout,
                     pid: child.id() as i32,
                     child: Some(child),
-                    exit_file: self.exit_file(launch),
+                    files: files.clone(),
                     run_file,
                     launched: Instant::now(),
                     launched_at: now,
                     launch: launch.clone(),
-                    progress_file: self.progress_file(launch),
                     reported: None,
+                    unreadable: false,
                     confinement,
                     marker: self.attempt_marker(launch.job, launch.attempt),
                 };
@@ -931,7 +1004,7 @@ impl Executor for ProcessExecutor {
                 "workers stopped"
             );
             run.forget();
-            self.release(&run.confinement);
+            self.release(&run.marker, &run.confinement);
             answers.push((run.launch.job, Ok(run.work_done(now))));
         }
         answers
@@ -950,7 +1023,7 @@ impl Executor for ProcessExecutor {
         if run.launch.batch.is_none_or(|b| b == batch) {
             return;
         }
-        if let Err(e) = self.write_batch(&run.launch, batch) {
+        if let Err(e) = run.files.write_batch(batch) {
             tracing::warn!(job = job.0, error = %e, "passing a retuned batch");
             return;
         }
@@ -970,9 +1043,10 @@ impl Executor for ProcessExecutor {
         // Re-pinned in place: the workers keep running, on the new cores from their next slice.
         self.cores.give_back(&run.confinement.cores);
         let cores = self.cores.take(resources.cores());
-        let threads = confine::repin(&processes_with_env(ATTEMPT_VAR, &run.marker), &cores);
+        let pids = attempt_processes(&run.marker, run.confinement.cgroup.as_deref());
+        let threads = confine::repin(&pids, &cores);
         if let (Some(cgroup), Some(bytes)) = (&run.confinement.cgroup, resources.memory_bytes())
-            && let Err(e) = self.memory.set_limit(cgroup, bytes)
+            && let Err(e) = self.cgroups.set_limit(cgroup, bytes)
         {
             // Lowering a limit below what the job already uses fails; it keeps the old one.
             tracing::warn!(job = job.0, error = %e, "changing the memory limit");
@@ -999,12 +1073,16 @@ impl Executor for ProcessExecutor {
         if record.pid == 0 {
             // The daemon stopped between writing the record and learning the pid: its marked
             // process-group leader is the attempt's `elastic-run`.
-            record.pid = marked_leader(&marker).unwrap_or(0);
+            record.pid = marked_leader(&marker, record.confinement.cgroup.as_deref()).unwrap_or(0);
         }
-        if !process_has(record.pid, &marker) && !self.exit_file(&record.launch).exists() {
+        let files = record
+            .files
+            .take()
+            .unwrap_or_else(|| self.legacy_files(&record.launch));
+        let cgroup = record.confinement.cgroup.as_deref();
+        if !attempt_has(record.pid, &marker, cgroup) && !files.ended() {
             return false;
         }
-        let progress_file = self.progress_file(&record.launch);
         self.cores.hold(&record.confinement.cores);
         self.runs.insert(
             job,
@@ -1013,13 +1091,13 @@ impl Executor for ProcessExecutor {
                 stop_timeout: record.stop_timeout,
                 child: None,
                 pid: record.pid,
-                exit_file: self.exit_file(&record.launch),
+                files,
                 run_file: self.attempt_file(job, attempt, "run"),
                 launched: Instant::now(),
                 launched_at: record.launched_at,
                 launch: record.launch,
-                progress_file,
                 reported: None,
+                unreadable: false,
                 confinement: record.confinement,
                 marker,
             },
@@ -1040,12 +1118,15 @@ impl Executor for ProcessExecutor {
             .collect();
         for job in exited {
             let run = self.runs.remove(&job).expect("listed");
-            self.sweep(&run.marker);
             events.push(self.ending(&run, now));
             run.forget();
-            self.release(&run.confinement);
+            self.release(&run.marker, &run.confinement);
         }
-        self.stale_cgroups.retain(|cgroup| !confine::remove(cgroup));
+        let lingering = std::mem::take(&mut self.lingering);
+        self.lingering = lingering
+            .into_iter()
+            .filter(|(marker, cgroup)| !self.sweep_once(marker, cgroup.as_deref()))
+            .collect();
         events
     }
 

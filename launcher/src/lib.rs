@@ -31,6 +31,7 @@ pub mod confine;
 pub mod daemon;
 pub mod executor;
 pub mod exit;
+pub mod inherit;
 pub mod local;
 pub mod process;
 pub mod slurm;

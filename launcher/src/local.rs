@@ -15,6 +15,7 @@ use gangway_elastic::{BatchPlan, HostOffer, JobSpec, Plan, plan};
 
 use crate::cli::{Invocation, Spawn};
 use crate::exit::{Verdict, classify};
+use crate::inherit::{Inherited, Program, REPORT_LIMIT, python_command, read_private, this_user};
 use crate::process::Launch;
 use crate::slurm::{self, Allocation};
 use crate::spawn;
@@ -102,6 +103,11 @@ impl LaunchError {
     pub fn exit_code(&self) -> i32 {
         match self {
             LaunchError::Busy(_) => 75,
+            // The job's own batch cannot run on its GPUs: retrying cannot help.
+            LaunchError::Plan {
+                cause: gangway_elastic::PlanError::BatchIndivisible { .. },
+                ..
+            } => 2,
             _ => 1,
         }
     }
@@ -165,13 +171,12 @@ fn launch_stages(
 /// Where the workers read a batch retuned mid-run (the helper's `retuned()`).
 const RETUNE_FILE_VAR: &str = "GANGWAY_RETUNE_FILE";
 
-/// Passes a global batch the daemon's policy retuned while the job keeps its GPUs (the file in
-/// [`crate::executor::POLICY_BATCH_FILE_VAR`]) to this launch's workers: kept within the job's
-/// range, split over the launch's replicas by the launch's rule and micro-batch limit (without
+/// Passes a global batch the daemon's policy retuned while the job keeps its GPUs (what it writes to
+/// the descriptor [`crate::inherit::POLICY_BATCH_FD_VAR`]) to this launch's workers: kept within the
+/// job's range, split over the launch's replicas by the launch's rule and micro-batch limit (without
 /// `--max-micro-batch`, the launch's own batch: a larger one accumulates), and written to their
 /// retune file as `GLOBAL MICRO ACCUM`.
 struct Retuner<'a> {
-    from: PathBuf,
     to: &'a Path,
     range: (u32, u32),
     dp: u32,
@@ -182,11 +187,8 @@ struct Retuner<'a> {
 
 impl Retuner<'_> {
     /// Passes on a new choice, if the daemon made one since the last call.
-    fn check(&mut self) {
-        let Ok(text) = std::fs::read_to_string(&self.from) else {
-            return;
-        };
-        let Ok(chosen) = text.trim().parse::<u32>() else {
+    fn check(&mut self, inherited: &Inherited) {
+        let Some(chosen) = inherited.policy_batch() else {
             return;
         };
         if self.last == Some(chosen) {
@@ -213,12 +215,14 @@ impl Retuner<'_> {
 }
 
 /// Runs `inv` on `target` until it completes, fails, or `stop` is raised. Every process it starts
-/// carries `token` (see [`crate::process`]); a Slurm step is named `token`.
+/// carries `token` (see [`crate::process`]); a Slurm step is named `token`. What a daemon handed
+/// over (`inherited`) gets the workers' progress, gives retuned batches, and is the program run.
 pub fn run(
     inv: &Invocation,
     target: &Target,
     stop: &AtomicBool,
     token: &str,
+    inherited: &mut Inherited,
 ) -> Result<Ending, LaunchError> {
     let options = &inv.options;
     if target.gpus() == 0 {
@@ -257,7 +261,9 @@ pub fn run(
             .max_micro_batch
             .or(global_batch)
             .unwrap_or(options.gpus.1.max(1)),
-        rescale_batch: true,
+        // A batch the job fixed is its hyperparameter: run at it exactly (on as many replicas as
+        // divide it), or not at all; only a range, or no batch named, may be rounded to the replicas.
+        rescale_batch: options.global_batch.is_none_or(|(min, max)| min < max),
     };
     let plan = plan(&spec, &target.offer()).map_err(|cause| LaunchError::Plan {
         gpus: target.gpus(),
@@ -267,9 +273,8 @@ pub fn run(
     let _lock = lock(&checkpoint_dir)?;
     let stop_file = checkpoint_dir.join("STOP");
     let retune_file = checkpoint_dir.join("retune");
-    let policy_batch_file =
-        std::env::var_os(crate::executor::POLICY_BATCH_FILE_VAR).map(PathBuf::from);
-    // Where whoever launched us reads the workers' progress (the daemon's process executor), else ours.
+    // Where a scheduler other than gangway's daemon reads the workers' progress, else ours (which
+    // the daemon's descriptor gets copies of).
     let progress_file = std::env::var_os(crate::executor::PROGRESS_FILE_VAR)
         .map(PathBuf::from)
         .unwrap_or_else(|| checkpoint_dir.join("progress.json"));
@@ -285,9 +290,8 @@ pub fn run(
         let _ = std::fs::remove_file(&progress_file);
         let _ = std::fs::remove_file(&retune_file);
         // A job that adapts its batch, under a daemon that may retune it.
-        let mut retuner = match (options.global_batch, &policy_batch_file) {
-            (Some(range), Some(from)) if range.0 < range.1 => Some(Retuner {
-                from: from.clone(),
+        let mut retuner = match options.global_batch {
+            Some(range) if range.0 < range.1 && inherited.has_policy_batch() => Some(Retuner {
                 to: &retune_file,
                 range,
                 dp: plan.parallel.dp,
@@ -303,7 +307,9 @@ pub fn run(
             retune_file: retuner.as_ref().map(|r| r.to),
         };
         let resume = newest_checkpoint(&checkpoint_dir);
-        let mut command = launch_command(inv, target, &plan, &job_id, &files, token, attempt)?;
+        let program = inherited.program();
+        let mut command =
+            launch_command(inv, target, &plan, &job_id, &files, token, attempt, program)?;
         // The job's own newest checkpoint; else a GANGWAY_RESUME_FROM the user set (a pretrained
         // start) passes through.
         if let Some((_, path)) = &resume {
@@ -337,8 +343,9 @@ pub fn run(
             &progress_file,
             || std::fs::write(&stop_file, b"stop\n"),
             || {
+                inherited.relay_progress(&progress_file);
                 if let Some(retuner) = retuner.as_mut() {
-                    retuner.check();
+                    retuner.check(inherited);
                 }
             },
         );
@@ -348,6 +355,8 @@ pub fn run(
                 let status = launch
                     .stop(options.grace())
                     .map_err(io("stopping the workers"))?;
+                // Their last report: the step of the checkpoint they saved on the way out.
+                inherited.relay_progress(&progress_file);
                 eprintln!(
                     "elastic-run: stopped on request ({status}); run the same command to resume"
                 );
@@ -360,6 +369,7 @@ pub fn run(
         };
         // Every process is gone now, so the readers reach the end of the output.
         drop(launch);
+        inherited.relay_progress(&progress_file);
         for reader in readers {
             let _ = reader.join();
         }
@@ -464,6 +474,7 @@ struct Files<'a> {
 /// The launch's command line (torchrun, under `srun` as a step named `token` for Slurm; or the direct
 /// spawner) and the worker contract's environment for launch `attempt`, which gets a rendezvous id of
 /// its own.
+#[allow(clippy::too_many_arguments)]
 fn launch_command(
     inv: &Invocation,
     target: &Target,
@@ -472,13 +483,19 @@ fn launch_command(
     files: &Files,
     token: &str,
     attempt: u32,
+    program: Option<&Program>,
 ) -> Result<Command, LaunchError> {
     let options = &inv.options;
     let mut command = match target {
         Target::Local(_) if options.spawn == Spawn::Direct => {
             let exe = std::env::current_exe().map_err(io("finding elastic-run itself"))?;
             let nproc = plan.world_size();
-            spawn::command(&exe, nproc, &options.python, &inv.script, &inv.script_args)
+            let mut command =
+                spawn::command(&exe, nproc, &options.python, &inv.script, &inv.script_args);
+            if let Some(program) = program {
+                program.pass_to(&mut command);
+            }
+            command
         }
         Target::Local(_) => {
             let mut torchrun_options = vec![
@@ -494,7 +511,11 @@ fn launch_command(
             {
                 torchrun_options.push("--standalone".into());
             }
-            torchrun(Command::new(&options.python), &torchrun_options, inv)
+            torchrun(
+                python_command(&options.python, program),
+                &torchrun_options,
+                inv,
+            )
         }
         Target::Slurm(allocation) => {
             let mut srun = allocation.srun(plan, token)?;
@@ -644,8 +665,8 @@ fn watch(
 
 /// The step in the progress file the worker helper writes.
 fn read_step(path: &Path) -> Option<u64> {
-    let text = std::fs::read_to_string(path).ok()?;
-    serde_json::from_str::<serde_json::Value>(&text).ok()?["step"].as_u64()
+    let bytes = read_private(path, this_user(), REPORT_LIMIT).ok()?;
+    serde_json::from_slice::<serde_json::Value>(&bytes).ok()?["step"].as_u64()
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus};
+
+use crate::inherit::{Program, python_command};
 use std::time::{Duration, Instant};
 
 /// The first argument that makes `elastic-run` the spawner: `elastic-run SPAWN_FLAG NPROC PYTHON
@@ -58,8 +60,9 @@ pub fn worker_env(rank: u32, world: u32, port: u16, run_id: &str) -> Vec<(&'stat
 
 extern "C" fn ignore(_: libc::c_int) {}
 
-/// Runs the spawner on `args` (after [`SPAWN_FLAG`]) and exits with the workers' outcome.
-pub fn run(args: &[String]) -> ! {
+/// Runs the spawner on `args` (after [`SPAWN_FLAG`]) and exits with the workers' outcome; `program`,
+/// when its `elastic-run` was handed one, runs in place of the Python named.
+pub fn run(args: &[String], program: Option<&Program>) -> ! {
     let (nproc, python, script) = match args {
         [n, python, script, ..] => match n.parse::<u32>() {
             Ok(n) if n > 0 => (n, python, script),
@@ -82,7 +85,7 @@ pub fn run(args: &[String]) -> ! {
     let threads = (nproc > 1 && std::env::var_os("OMP_NUM_THREADS").is_none()).then_some("1");
     let mut workers: Vec<Child> = Vec::with_capacity(nproc as usize);
     for rank in 0..nproc {
-        let mut command = Command::new(python);
+        let mut command = python_command(Path::new(python), program);
         command
             .arg("-u")
             .arg(script)

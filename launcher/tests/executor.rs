@@ -11,21 +11,24 @@ use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
 use gangway_protocol::worker::{Executor, Launch, Measured, Resources, RunCommand, WorkerEvent};
 
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
+# Writes $2 as the whole of the file behind descriptor $1 (one the daemon handed over).
+put() { printf '%s\n' "$2" > "/proc/self/fd/$1"; }
 echo "$@" >> calls.log
 echo "${GANGWAY_POLICY_BATCH:-none} ${GANGWAY_POLICY_PP:-none}" >> chosen.log
-echo "${GANGWAY_POLICY_BATCH_FILE:-none}" >> batch-files.log
+echo "${GANGWAY_EXIT_FILE:-none} ${GANGWAY_PROGRESS_FILE:-none}" >> paths.log
 case "$FAKE_MODE" in
-  finish) echo '{"code":0,"why":"completed"}' > "$GANGWAY_EXIT_FILE"; exit 0 ;;
-  usererror) echo '{"code":2,"why":"SyntaxError in train.py"}' > "$GANGWAY_EXIT_FILE"; exit 2 ;;
+  finish) put "$GANGWAY_EXIT_FD" '{"code":0,"why":"completed"}'; exit 0 ;;
+  usererror) put "$GANGWAY_EXIT_FD" '{"code":2,"why":"SyntaxError in train.py"}'; exit 2 ;;
   crash) exit 9 ;;
   run)
-    trap 'echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
-    while true; do sleep 0.05; done ;;
+    trap 'put "$GANGWAY_EXIT_FD" "{\"code\":75,\"why\":\"stopped\"}"; exit 75' TERM
+    # What the daemon's policy chose last, as read through the descriptor.
+    while true; do tr -d ' ' < "/proc/self/fd/$GANGWAY_POLICY_BATCH_FD" > "batch-seen-$GANGWAY_ATTEMPT"; sleep 0.05; done ;;
   report)
     # 30 of 120 steps with what goodput needs, then 90 of 120 on the way out (its checkpoint at the
     # stop), with a measurement that does not check out (sync longer than the step).
-    echo '{"step":30,"total_steps":120,"goodput":{"steps":30,"step_seconds":0.5,"sync_seconds":0.125,"compute_seconds":0.375,"replica_batch":32,"replicas":4,"accum_steps":2,"grad_sqr":2.0,"grad_var":300.0,"noise_scale":150.0}}' > "$GANGWAY_PROGRESS_FILE"
-    trap 'echo "{\"step\":90,\"total_steps\":120,\"goodput\":{\"steps\":90,\"step_seconds\":0.5,\"sync_seconds\":0.75,\"replica_batch\":32,\"replicas\":4,\"accum_steps\":2}}" > "$GANGWAY_PROGRESS_FILE"; echo "{\"code\":75,\"why\":\"stopped\"}" > "$GANGWAY_EXIT_FILE"; exit 75' TERM
+    put "$GANGWAY_PROGRESS_FD" '{"step":30,"total_steps":120,"goodput":{"steps":30,"step_seconds":0.5,"sync_seconds":0.125,"compute_seconds":0.375,"replica_batch":32,"replicas":4,"accum_steps":2,"grad_sqr":2.0,"grad_var":300.0,"noise_scale":150.0}}'
+    trap 'put "$GANGWAY_PROGRESS_FD" "{\"step\":90,\"total_steps\":120,\"goodput\":{\"steps\":90,\"step_seconds\":0.5,\"sync_seconds\":0.75,\"replica_batch\":32,\"replicas\":4,\"accum_steps\":2}}"; put "$GANGWAY_EXIT_FD" "{\"code\":75,\"why\":\"stopped\"}"; exit 75' TERM
     while true; do sleep 0.05; done ;;
 esac
 "#;
@@ -115,13 +118,8 @@ fn the_workers_reported_progress_is_the_jobs_work_done() {
         "30 of 120 steps is a quarter of the job's 100 units of work"
     );
     // A measurement that does not check out is dropped; the progress stands.
-    let bad = dir.path().join("bad-progress.json");
-    std::fs::write(
-        &bad,
-        r#"{"step":3,"total_steps":4,"goodput":{"steps":3,"step_seconds":0.5,"sync_seconds":0.75,"replica_batch":32,"replicas":4,"accum_steps":2}}"#,
-    )
-    .unwrap();
-    assert_eq!(reported(&bad), Some((0.75, None)));
+    let bad = br#"{"step":3,"total_steps":4,"goodput":{"steps":3,"step_seconds":0.5,"sync_seconds":0.75,"replica_batch":32,"replicas":4,"accum_steps":2}}"#;
+    assert_eq!(reported(bad), Some((0.75, None)));
     // Nothing new reported: no new event.
     assert!(exec.poll(2.0).is_empty());
     // Stopped, the workers report their last step; that is the work saved, not the model's 20.
@@ -197,7 +195,7 @@ fn only_the_policy_names_the_batch_and_the_stages_the_workers_run_with() {
 }
 
 #[test]
-fn a_batch_retuned_while_the_job_runs_is_written_where_its_workers_read_it() {
+fn a_batch_retuned_while_the_job_runs_reaches_its_elastic_run_through_its_descriptor() {
     let (dir, fake) = setup();
     let mut exec = executor(dir.path(), &fake);
     let mut adaptive = launch(1, 0, &[1], Some("run"), dir.path());
@@ -206,44 +204,37 @@ fn a_batch_retuned_while_the_job_runs_is_written_where_its_workers_read_it() {
     for l in [&adaptive, &fixed] {
         exec.launch(l, 0.0).unwrap();
     }
-    let log = dir.path().join("batch-files.log");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()) < 2 {
-        assert!(Instant::now() < deadline, "the fakes did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let files = std::fs::read_to_string(&log).unwrap();
-    let file = files.lines().find(|l| *l != "none").unwrap().to_owned();
-    assert!(
-        files.lines().any(|l| l == "none"),
-        "the fixed job has none: {files}"
-    );
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "96");
-    // Links a submitter leaves at the file's names are replaced, never written through.
-    let target = dir.path().join("not-yours");
-    std::fs::write(&target, "keep").unwrap();
-    std::os::unix::fs::symlink(&target, format!("{file}.tmp")).unwrap();
+    let seen: Vec<PathBuf> = (0..3)
+        .map(|job| {
+            dir.path()
+                .join(format!("batch-seen-{}", exec.attempt_marker(JobId(job), 0)))
+        })
+        .collect();
+    let wait_for = |job: u32, expected: &str| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let text = std::fs::read_to_string(&seen[job as usize]).unwrap_or_default();
+            if text.trim() == expected {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {job} saw {text:?}, not {expected:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(1, "96");
+    wait_for(2, "");
     exec.rebatch(JobId(1), 128);
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "128");
-    std::fs::remove_file(&file).unwrap();
-    std::os::unix::fs::symlink(&target, &file).unwrap();
-    exec.rebatch(JobId(1), 160);
-    assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
-    assert!(!std::fs::symlink_metadata(&file).unwrap().is_symlink());
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "160");
+    wait_for(1, "128");
     // A job launched without a chosen batch gets none later either.
     exec.rebatch(JobId(2), 64);
-    let written = std::fs::read_dir(file.rsplit_once('/').unwrap().0)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "batch")
-        })
-        .count();
-    assert_eq!(written, 1);
+    std::thread::sleep(Duration::from_millis(200));
+    wait_for(2, "");
+    // No path of the daemon's reaches the job: the variables that once named files are not set.
+    let paths = std::fs::read_to_string(dir.path().join("paths.log")).unwrap();
+    assert!(paths.lines().all(|l| l == "none none"), "{paths}");
     exec.stop_many(&[JobId(1), JobId(2)], 1.0);
 }
 

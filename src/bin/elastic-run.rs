@@ -6,14 +6,17 @@ use std::sync::atomic::AtomicBool;
 use gangway_launcher::cli::{self, Backend, CliError, Options, Spawn};
 use gangway_launcher::daemon;
 use gangway_launcher::executor::{EXIT_FILE_VAR, ExitReport};
+use gangway_launcher::inherit::Inherited;
 use gangway_launcher::local::{self, Ending, Target};
 use gangway_launcher::process::{GUARD_FLAG, GUARD_SLURM, Guardian};
 use gangway_launcher::{slurm, spawn};
 
 fn main() {
+    // SAFETY: first in main, before any other thread exists.
+    let mut inherited = unsafe { Inherited::from_env() };
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some(spawn::SPAWN_FLAG) {
-        spawn::run(&args[1..]);
+        spawn::run(&args[1..], inherited.program());
     }
     if args.first().map(String::as_str) == Some(GUARD_FLAG) {
         gangway_launcher::process::guard(
@@ -30,10 +33,13 @@ fn main() {
         // launched it reads the exit file).
         Err(e) => {
             eprintln!("elastic-run: {e}");
-            finish(Ok(Ending::Failed {
-                code: 2,
-                why: format!("bad command line: {e}"),
-            }));
+            finish(
+                Ok(Ending::Failed {
+                    code: 2,
+                    why: format!("bad command line: {e}"),
+                }),
+                &inherited,
+            );
         }
     };
     // SIGTERM or SIGINT: checkpoint and stop (a scheduler's preemption, or Ctrl-C).
@@ -45,12 +51,18 @@ fn main() {
         if inv.options.backend == Backend::Slurm {
             let why = "--daemon runs the job on the daemon's GPUs; leave out --backend slurm";
             eprintln!("elastic-run: {why}");
-            finish(Ok(Ending::Failed {
-                code: 2,
-                why: why.into(),
-            }));
+            finish(
+                Ok(Ending::Failed {
+                    code: 2,
+                    why: why.into(),
+                }),
+                &inherited,
+            );
         }
-        finish(daemon::submit_and_follow(&inv, &args, addr, &stop));
+        finish(
+            daemon::submit_and_follow(&inv, &args, addr, &stop),
+            &inherited,
+        );
     }
     if inv.options.spawn == Spawn::Direct
         && (inv.options.backend == Backend::Slurm || !inv.torchrun.is_empty())
@@ -61,13 +73,13 @@ fn main() {
             inv.torchrun.join(" ")
         );
         eprintln!("elastic-run: {why}");
-        finish(Ok(Ending::Failed { code: 2, why }));
+        finish(Ok(Ending::Failed { code: 2, why }), &inherited);
     }
     let target = match target(&inv.options) {
         Ok(target) => target,
         Err(why) => {
             eprintln!("elastic-run: {why}");
-            finish(Ok(Ending::Failed { code: 2, why }));
+            finish(Ok(Ending::Failed { code: 2, why }), &inherited);
         }
     };
     let token = run_token();
@@ -76,7 +88,8 @@ fn main() {
         .and_then(|exe| Guardian::start(&exe, &token, slurm))
         .map_err(|e| eprintln!("elastic-run: no guardian ({e}); workers may outlive a SIGKILL"))
         .ok();
-    finish(local::run(&inv, &target, &stop, &token));
+    let result = local::run(&inv, &target, &stop, &token, &mut inherited);
+    finish(result, &inherited);
 }
 
 /// This run's token, also its Slurm job name: unique across the machines a user launches from. Under
@@ -128,8 +141,9 @@ fn target(options: &Options) -> Result<Target, String> {
     }))
 }
 
-/// Exits with the run's code, after writing it where a scheduler asked for it (`$GANGWAY_EXIT_FILE`).
-fn finish(result: Result<Ending, local::LaunchError>) -> ! {
+/// Exits with the run's code, after writing it where a scheduler asked for it: the descriptor the
+/// daemon handed over, else `$GANGWAY_EXIT_FILE`.
+fn finish(result: Result<Ending, local::LaunchError>, inherited: &Inherited) -> ! {
     let (code, why) = match result {
         Ok(ending) => (ending.exit_code(), ending.to_string()),
         Err(e) => {
@@ -137,14 +151,23 @@ fn finish(result: Result<Ending, local::LaunchError>) -> ! {
             (e.exit_code(), e.to_string())
         }
     };
-    if let Some(path) = std::env::var_os(EXIT_FILE_VAR) {
-        let report = ExitReport { code, why };
-        if let Err(e) = report.write(std::path::Path::new(&path)) {
-            eprintln!(
-                "elastic-run: cannot write the exit file {}: {e}",
-                path.to_string_lossy()
-            );
-        }
+    let report = ExitReport { code, why };
+    match inherited.report_exit(&report) {
+        Ok(true) => {}
+        Ok(false) => write_exit_file(&report),
+        Err(e) => eprintln!("elastic-run: cannot report how it ended to the daemon: {e}"),
     }
     std::process::exit(code)
+}
+
+/// Writes `report` to `$GANGWAY_EXIT_FILE`, where a scheduler asked for it.
+fn write_exit_file(report: &ExitReport) {
+    if let Some(path) = std::env::var_os(EXIT_FILE_VAR)
+        && let Err(e) = report.write(std::path::Path::new(&path))
+    {
+        eprintln!(
+            "elastic-run: cannot write the exit file {}: {e}",
+            path.to_string_lossy()
+        );
+    }
 }
