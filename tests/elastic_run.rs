@@ -1104,9 +1104,17 @@ fn a_daemon_killed_during_a_resize_resumes_the_job_once_from_its_checkpoint_with
     support::wait_until_answering(&base);
     let client = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
         .args(["--daemon", &addr, "--gpus", "1:4", "--job-type", "cifar10"])
-        .args(["--python", &python, "--job-id", "resized", "--grace", "30"])
+        // A job id of its own: another test's job runs as `resized`, maybe at the same time.
+        .args([
+            "--python",
+            &python,
+            "--job-id",
+            "killed-mid-resize",
+            "--grace",
+            "30",
+        ])
         .arg("--checkpoint-dir")
-        .arg(dir.path().join("resized"))
+        .arg(dir.path().join("killed-mid-resize"))
         .args([
             TOY,
             "--steps",
@@ -1160,7 +1168,7 @@ fn a_daemon_killed_during_a_resize_resumes_the_job_once_from_its_checkpoint_with
     let mut seen = std::collections::BTreeSet::new();
     let mut client = client;
     let status = loop {
-        let attempts = attempts_running("resized");
+        let attempts = attempts_running("killed-mid-resize");
         assert!(
             attempts.len() <= 1,
             "two attempts run at once: {attempts:?}"
@@ -1305,9 +1313,9 @@ fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
         assert!(!cores.contains([',', '-']), "one core each: {pinned:?}");
     }
     let described = std::fs::read_to_string(&daemon_log).unwrap();
-    let enforced = described.contains("memory limits enforced");
+    let enforced = described.contains("holds its processes and its memory limit");
     assert!(
-        enforced || described.contains("memory limits advisory only"),
+        enforced || described.contains("memory allotments are advisory"),
         "the daemon says how memory is held: {described}"
     );
     for (job, pids, _) in &pinned {
