@@ -23,7 +23,6 @@
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::Addr;
 use axum::body::{Body, Bytes};
@@ -45,7 +44,7 @@ use crate::cluster::{
     Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, ListNodes, Refusal, ShowJob,
     Submit, Subscribe,
 };
-use crate::listener::{Bound, Limits};
+use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
 use crate::stats::{LATENCY_BUCKETS, StatsSnapshot};
 
@@ -155,7 +154,6 @@ impl From<BodyError> for ApiError {
 struct ApiState {
     cluster: Addr<ClusterActor>,
     runs: Arc<RunPolicy>,
-    body_timeout: Duration,
 }
 
 /// Who may reach the handlers (TCP).
@@ -170,7 +168,6 @@ pub fn router(cluster: Addr<ClusterActor>, config: &ApiConfig) -> Router {
     let state = ApiState {
         cluster,
         runs: Arc::new(config.run_policy.clone()),
-        body_timeout: config.limits.body_timeout,
     };
     let access = Arc::new(Access {
         token: config.token.clone(),
@@ -314,8 +311,8 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 }
 
 /// A JSON body: `Content-Type: application/json` (415 otherwise), at most [`MAX_BODY_BYTES`] (413),
-/// arriving within the body timeout (408).
-async fn json_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, ApiError> {
+/// arriving within the listener's body timeout (408).
+async fn json_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|t| t.to_str().ok())
@@ -334,26 +331,21 @@ async fn json_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
     if http_body::Body::size_hint(&body).lower() > MAX_BODY_BYTES as u64 {
         return Err(too_large());
     }
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
-        Err(_) => Err(ApiError(
-            StatusCode::REQUEST_TIMEOUT,
-            format!("the body did not arrive within {} s", timeout.as_secs_f64()),
-        )),
-        Ok(Err(e)) => {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
             let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            let mut too_long = false;
             while let Some(c) = cause {
-                too_long |= c.is::<http_body_util::LengthLimitError>();
+                if c.is::<http_body_util::LengthLimitError>() {
+                    return too_large();
+                }
+                if let Some(late) = c.downcast_ref::<BodyTimeout>() {
+                    return ApiError(StatusCode::REQUEST_TIMEOUT, late.to_string());
+                }
                 cause = c.source();
             }
-            Err(if too_long {
-                too_large()
-            } else {
-                ApiError(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
-            })
-        }
-        Ok(Ok(bytes)) => Ok(bytes),
-    }
+            ApiError(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
+        })
 }
 
 fn too_large() -> ApiError {
@@ -394,7 +386,7 @@ async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let bytes = json_body(&headers, body, state.body_timeout).await?;
+    let bytes = json_body(&headers, body).await?;
     let mut request: JobRequest = request::parse_job_request(&bytes)?;
     if request.id.is_some() {
         return Err(ApiError(
@@ -500,7 +492,7 @@ async fn set_cordon(
     body: Body,
     cordoned: bool,
 ) -> Result<Response, ApiError> {
-    let bytes = json_body(&headers, body, state.body_timeout).await?;
+    let bytes = json_body(&headers, body).await?;
     let GpuList { gpus } = serde_json::from_slice(&bytes).map_err(|e| {
         let status = if e.is_data() && !e.to_string().starts_with("unknown field") {
             StatusCode::UNPROCESSABLE_ENTITY
