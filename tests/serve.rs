@@ -823,6 +823,86 @@ fn a_user_trickling_bodies_cannot_lock_out_another_user_on_a_socket() {
     drop(flood);
 }
 
+#[test]
+fn malformed_requests_get_a_json_error_and_well_formed_ones_keep_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(&dir.path().join("journal"));
+    let host = format!(
+        "Host: {}\r\nAuthorization: {}\r\n",
+        d.addr, d.api.authorization
+    );
+    let many: String = (0..120).map(|k| format!("X-{k}: 1\r\n")).collect();
+    let cases: [(Vec<u8>, u16, &str); 5] = [
+        (
+            b"\x16\x03\x01 garbage\r\n\r\n".to_vec(),
+            400,
+            "is not `METHOD /PATH HTTP/1.1`",
+        ),
+        (
+            b"GET /jobs HTTP/9\r\n\r\n".to_vec(),
+            400,
+            "HTTP/1.0 or HTTP/1.1",
+        ),
+        (
+            format!("GET /jobs HTTP/1.1\r\n{host}X-Evil: a\x01b\r\n\r\n").into_bytes(),
+            400,
+            "header line 4 (`X-Evil`)",
+        ),
+        (
+            format!(
+                "POST /jobs HTTP/1.1\r\n{host}Content-Type: application/json\r\n\
+                 Content-Length: 99999999999999999999\r\n\r\n"
+            )
+            .into_bytes(),
+            400,
+            "Content-Length: `99999999999999999999` is not a number of bytes",
+        ),
+        (
+            format!("GET /jobs HTTP/1.1\r\n{host}{many}\r\n").into_bytes(),
+            431,
+            "more than 100 header fields",
+        ),
+    ];
+    for (request, status, message) in cases {
+        let shown = String::from_utf8_lossy(&request).into_owned();
+        let (got, text) =
+            try_exchange(&d.addr, &request).unwrap_or_else(|e| panic!("{shown:?}: {e}"));
+        assert_eq!(got, status, "{shown:?}: {text}");
+        let body: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{shown:?}: not JSON: {text:?}"));
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(message),
+            "{shown:?}: `{error}` should say `{message}`"
+        );
+    }
+    // Pipelined requests are answered in order on one connection, up to a malformed one.
+    let get = format!("GET /jobs HTTP/1.1\r\n{host}\r\n");
+    let post = format!(
+        "POST /jobs HTTP/1.1\r\n{host}Content-Type: application/json\r\nContent-Length: 23\r\n\r\n\
+         {{\"gpus\": 1, \"work\": 60}}"
+    );
+    let (status, text) = raw_exchange(&d.addr, &format!("{get}{post}{get}BAD LINE\r\n\r\n"));
+    assert_eq!(status, 200);
+    let statuses: Vec<&str> = text
+        .split("HTTP/1.1 ")
+        .skip(1)
+        .map(|answer| &answer[..3])
+        .collect();
+    assert_eq!(statuses, ["201", "200", "400"], "{text}");
+    assert!(text.contains(r#"{"id":0}"#), "{text}");
+    assert!(
+        text.contains("the request line `BAD LINE` is not `METHOD /PATH HTTP/1.1`"),
+        "{text}"
+    );
+    let (_, jobs) = status_and_body(d.api.get("/jobs"));
+    assert_eq!(
+        jobs.as_array().map(Vec::len),
+        Some(1),
+        "the pipelined job, once"
+    );
+}
+
 /// A stand-in for `elastic-run` that records how it was called.
 fn fake_elastic_run(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;

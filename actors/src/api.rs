@@ -2,7 +2,7 @@
 //!
 //! | method and path | does | answers |
 //! |---|---|---|
-//! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 413, 415 or 422 with `{"error": ...}` |
+//! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 411, 413, 415 or 422 with `{"error": ...}` |
 //! | `GET /jobs` | lists every job | 200 `[JobInfo]` |
 //! | `GET /jobs/{id}` | shows one | 200 `JobInfo`; 404 |
 //! | `DELETE /jobs/{id}` | cancels it | 200 `{"cancelled": N}`; 404; 409 when it already ended |
@@ -13,9 +13,11 @@
 //! | `GET /healthz` | liveness (the only path that needs no token) | 200 `ok` |
 //!
 //! Every error has a JSON body `{"error": "..."}` that names the field or header at fault: 400 (bad
-//! JSON, unknown fields, a bad header), 401 (no token over TCP), 403 (a command this submitter may not
-//! run), 404, 405, 408 (a body too slow), 409, 413 (a body over 1 MiB), 415 (not JSON), 422 (a value
-//! out of range). A refused request changes nothing.
+//! JSON, unknown fields, a bad header, a request hyper could not parse), 401 (no token over TCP), 403
+//! (a command this submitter may not run), 404, 405, 408 (a body too slow), 409, 411 (a body without
+//! `Content-Length`), 413 (a body over 1 MiB), 415 (not JSON), 422 (a value out of range, a key given
+//! twice), 431 (too many header fields). Malformed request heads are answered by the listener's
+//! [`Gate`](crate::listener::Gate). A refused request changes nothing.
 //!
 //! Over TCP every request but `/healthz` needs `Authorization: Bearer TOKEN` ([`crate::auth`]) and a
 //! loopback `Host` (or one the operator allows); a Unix socket is guarded by its file's permissions.

@@ -15,6 +15,7 @@
 //!   lose no answer, that is, idle ones and ones still sending a body (a client trickling a body is
 //!   no better than an idle one). Connections whose answer is being written (event streams) are
 //!   never closed; if all are, the new connection is.
+//! - **Malformed heads** get a JSON answer ([`Gate`]), not hyper's empty one.
 //! - **Accept errors** (out of file descriptors) close a connection as above, back off up to a
 //!   second, and are logged once a minute with a count, not on every retry.
 //!
@@ -41,6 +42,10 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 use tokio::time::Sleep;
 use tower::ServiceExt;
+
+mod gate;
+
+pub use gate::{Gate, MAX_HEAD_BYTES, MAX_HEADERS};
 
 use crate::api::Listen;
 use crate::request::Submitter;
@@ -617,7 +622,8 @@ enum Stream {
     Unix(tokio::net::UnixStream),
 }
 
-/// Serves one connection until it closes, or until it is evicted.
+/// Serves one connection until it closes, or until it is evicted. Its bytes pass through a
+/// [`Gate`]: a malformed request head ends the connection gracefully with a JSON answer.
 async fn serve_one<I, Svc>(
     http: &hyper::server::conn::http1::Builder,
     stream: I,
@@ -632,11 +638,21 @@ where
             Error = Infallible,
         >,
 {
-    let connection = http.serve_connection(TokioIo::new(stream), service);
+    let refused = Arc::new(Notify::new());
+    let gate = Gate::new(stream, refused.clone());
+    let connection = http.serve_connection(TokioIo::new(gate), service);
     tokio::pin!(connection);
-    tokio::select! {
-        served = connection.as_mut() => served,
-        () = evict.notified() => Ok(()),
+    let mut ending = false;
+    loop {
+        tokio::select! {
+            served = connection.as_mut() => return served,
+            () = evict.notified() => return Ok(()),
+            () = refused.notified(), if !ending => {
+                // hyper finishes the answer in progress, then shuts down: the gate answers then.
+                connection.as_mut().graceful_shutdown();
+                ending = true;
+            }
+        }
     }
 }
 
