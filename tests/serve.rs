@@ -169,6 +169,12 @@ fn bad_requests_get_a_clear_4xx_with_a_json_body_and_change_nothing() {
             "job_type: must not contain control characters",
         ),
         (r#"[1, 2]"#, 400, "must be a JSON object"),
+        // A key given twice, which serde would read as its last value.
+        (
+            r#"{"gpus": 1, "work": 60, "run": {"args": ["t.py"], "cwd": "/", "env": {"PATH": "/bin", "PATH": "/tmp/evil"}}}"#,
+            422,
+            "run.env: `PATH` is given twice",
+        ),
     ];
     for &(body, status, message) in cases {
         let (got, answer) = post(body);
