@@ -944,6 +944,8 @@ fn submitted_commands_are_checked_before_they_can_run() {
         ],
     );
     let work = dir.path().display().to_string();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
     let job = |run: Value| json!({"gpus": 1, "work": 60, "run": run});
     let command = |extra: Value| {
         let mut run = json!({
@@ -987,6 +989,27 @@ fn submitted_commands_are_checked_before_they_can_run() {
             command(json!({"cwd": "/no/such/dir"})),
             422,
             "run.cwd: /no/such/dir does not exist",
+        ),
+        // A link to a directory, however the path ends (the kernel follows `link/`).
+        (
+            command(json!({"cwd": format!("{work}/link/")})),
+            422,
+            "/link/ is a symbolic link",
+        ),
+        (
+            command(json!({"cwd": format!("{work}/link/.")})),
+            422,
+            "/link/. is a symbolic link",
+        ),
+        (
+            command(json!({"cwd": format!("{work}/link//")})),
+            422,
+            "/link// is a symbolic link",
+        ),
+        (
+            command(json!({"cwd": format!("{work}/link")})),
+            422,
+            "/link is a symbolic link",
         ),
         (
             command(json!({"user": {"uid": 0, "gid": 0}})),

@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cluster::Refusal;
@@ -654,13 +654,24 @@ impl RunPolicy {
 }
 
 /// `path` is absolute, exists, is a directory (not a link to one), and belongs to `owner` if given.
+///
+/// The kernel follows a link whose name ends a path with `/`, `/.` or `//` (`link/` is the directory
+/// it points to), so the check is of `path` as it resolves: without `.` components and extra
+/// slashes, ending in a name, looked up without following it.
 fn check_dir(field: &'static str, path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
     let shown = path.display();
     if !path.is_absolute() {
         return invalid(field, format!("{shown} is not an absolute path"));
     }
-    let meta = std::fs::symlink_metadata(path)
+    let named: PathBuf = path.components().collect();
+    let meta = std::fs::symlink_metadata(&named)
         .or_else(|_| invalid(field, format!("{shown} does not exist")))?;
+    if meta.file_type().is_symlink() {
+        return invalid(
+            field,
+            format!("{shown} is a symbolic link; name the directory itself"),
+        );
+    }
     if !meta.is_dir() {
         return invalid(field, format!("{shown} is not a directory"));
     }
@@ -675,7 +686,13 @@ fn check_log(path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
     if !path.is_absolute() {
         return invalid(FIELD, format!("{shown} is not an absolute path"));
     }
-    let Some(parent) = path.parent().filter(|_| path.file_name().is_some()) else {
+    // `x.log/` or `x.log/.` would name a directory (and make the kernel follow a link).
+    let ends_in_name = path.file_name().is_some_and(|name| {
+        path.as_os_str()
+            .as_encoded_bytes()
+            .ends_with(name.as_encoded_bytes())
+    });
+    let Some(parent) = path.parent().filter(|_| ends_in_name) else {
         return invalid(FIELD, format!("{shown} is not a file path"));
     };
     check_dir(FIELD, parent, owner)?;
@@ -1066,6 +1083,41 @@ mod tests {
         assert!(
             refused(&|r| r.log = Some(dir.path().join("link.log"))).contains("not a regular file")
         );
+        // A link to a directory, however the path ends: the kernel follows `link/` and `link/.`.
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let link = dir.path().join("link").display().to_string();
+        for cwd in [
+            format!("{link}/"),
+            format!("{link}//"),
+            format!("{link}/."),
+            format!("{link}/./"),
+            format!("{}/./link/", dir.path().display()),
+            link.clone(),
+        ] {
+            let why = refused(&|r| r.cwd = cwd.clone().into());
+            assert!(
+                why.starts_with("run.cwd:") && why.contains("is a symbolic link"),
+                "{cwd}: {why}"
+            );
+        }
+        for cwd in [
+            format!("{link}/.."),
+            format!("{}/real/", dir.path().display()),
+        ] {
+            let mut run = command(dir.path());
+            run.cwd = cwd.clone().into();
+            policy
+                .check(&mut run, &me)
+                .unwrap_or_else(|e| panic!("{cwd}: {e:?}"));
+        }
+        let why = refused(&|r| r.log = Some(format!("{link}/job.log").into()));
+        assert!(why.contains("is a symbolic link"), "{why}");
+        for log in ["job.log/", "job.log/."] {
+            let why = refused(&|r| r.log = Some(dir.path().join(log)));
+            assert!(why.contains("is not a file path"), "{log}: {why}");
+        }
         assert!(refused(&|r| r.args.push("\0".into())).starts_with("run.args:"));
         assert!(refused(&|r| r.user = Some(RunAs { uid: 0, gid: 0 })).starts_with("run.user:"));
         let mut run = command(dir.path());
