@@ -57,14 +57,21 @@ pub struct ServeArgs {
     /// trailing `*` allows a prefix.
     #[arg(long, value_name = "NAME")]
     pub allow_env: Vec<String>,
-    /// Connections open at once; beyond it, the one idle longest is closed (default: from the
-    /// open-files limit, at most 1024).
+    /// Connections open at once; beyond it, one of the peer holding the most is closed, idle or
+    /// still sending its body (default: from the open-files limit, at most 1024).
     #[arg(long, value_name = "N")]
     pub max_connections: Option<usize>,
+    /// Connections one peer (a socket's user, a TCP address) may hold; beyond it, its own
+    /// connection waiting longest is closed (default: half of --max-connections).
+    #[arg(long, value_name = "N")]
+    pub max_connections_per_peer: Option<usize>,
     /// Seconds a client has to send a request's headers (after connecting, or between requests on
-    /// a kept-alive connection) and, separately, its body.
+    /// a kept-alive connection).
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub header_timeout: f64,
+    /// Seconds a client has to send a request's whole body, from the end of its headers (408).
+    #[arg(long, default_value_t = 30.0, value_name = "SECONDS")]
+    pub body_timeout: f64,
     /// N fake GPUs on this machine (simulated workers, unless --workers processes). Without any of --fake-gpus, --preset,
     /// --topology and --cluster, the GPUs come from NVML discovery.
     #[arg(long, value_name = "N")]
@@ -318,11 +325,16 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
 
 /// Runs the control plane until interrupted.
 pub fn serve(args: ServeArgs) -> Result<()> {
-    if !(args.header_timeout.is_finite() && (0.1..=3600.0).contains(&args.header_timeout)) {
-        bail!("--header-timeout must be from 0.1 to 3600 seconds");
+    for (flag, seconds) in [
+        ("--header-timeout", args.header_timeout),
+        ("--body-timeout", args.body_timeout),
+    ] {
+        if !(seconds.is_finite() && (0.1..=3600.0).contains(&seconds)) {
+            bail!("{flag} must be from 0.1 to 3600 seconds");
+        }
     }
-    if args.max_connections == Some(0) {
-        bail!("--max-connections must be at least 1");
+    if args.max_connections == Some(0) || args.max_connections_per_peer == Some(0) {
+        bail!("--max-connections and --max-connections-per-peer must be at least 1");
     }
     if let Some(name) = args.allow_env.iter().find(|n| {
         let n = n.strip_suffix('*').unwrap_or(n);
@@ -546,8 +558,9 @@ fn api_config(args: &ServeArgs, workers: Workers) -> Result<ApiConfig> {
         max_connections: args.max_connections.unwrap_or_else(|| {
             usize::try_from(open_files.saturating_sub(128).clamp(16, 1024)).unwrap_or(1024)
         }),
+        max_per_peer: args.max_connections_per_peer,
         header_timeout: Duration::from_secs_f64(args.header_timeout),
-        body_timeout: Duration::from_secs_f64(args.header_timeout.max(30.0)),
+        body_timeout: Duration::from_secs_f64(args.body_timeout),
     };
     Ok(ApiConfig {
         token_file: token.as_ref().map(|(_, file)| file.clone()),

@@ -169,6 +169,12 @@ fn bad_requests_get_a_clear_4xx_with_a_json_body_and_change_nothing() {
             "job_type: must not contain control characters",
         ),
         (r#"[1, 2]"#, 400, "must be a JSON object"),
+        // A key given twice, which serde would read as its last value.
+        (
+            r#"{"gpus": 1, "work": 60, "run": {"args": ["t.py"], "cwd": "/", "env": {"PATH": "/bin", "PATH": "/tmp/evil"}}}"#,
+            422,
+            "run.env: `PATH` is given twice",
+        ),
     ];
     for &(body, status, message) in cases {
         let (got, answer) = post(body);
@@ -287,22 +293,33 @@ fn bad_requests_get_a_clear_4xx_with_a_json_body_and_change_nothing() {
 
 /// Sends `request` as is and reads the answer to the end: its status and its body.
 fn raw_exchange(addr: &str, request: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
+    try_exchange(addr, request.as_bytes()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Sends `request` as is on a new connection and reads the answer to the end: its status and its
+/// body, or what went wrong.
+fn try_exchange(addr: &str, request: &[u8]) -> Result<(u16, String), String> {
+    let mut stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
+    stream
+        .write_all(request)
+        .map_err(|e| format!("write: {e}"))?;
+    let mut answer = Vec::new();
+    stream
+        .read_to_end(&mut answer)
+        .map_err(|e| format!("read: {e}"))?;
+    let answer = String::from_utf8_lossy(&answer);
     let (head, body) = answer
         .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no end of headers in {answer:?}"));
+        .ok_or_else(|| format!("no end of headers in {answer:?}"))?;
     let status = head
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, body.to_string())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
+    Ok((status, body.to_string()))
 }
 
 #[test]
@@ -620,6 +637,278 @@ fn closed(stream: &mut TcpStream) -> bool {
     }
 }
 
+/// A TCP connection to `addr` from the loopback address `source` (any 127.x.y.z is this machine's,
+/// so that one test can be two TCP peers).
+fn connect_from(source: std::net::Ipv4Addr, addr: &str) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let addr: std::net::SocketAddrV4 = addr.parse().unwrap();
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket, owned by the TcpStream at once; bind(2) and connect(2) with valid
+    // addresses of `len` bytes.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let stream = TcpStream::from_raw_fd(fd);
+        let local = sockaddr(source, 0);
+        if libc::bind(fd, (&raw const local).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let remote = sockaddr(*addr.ip(), addr.port());
+        if libc::connect(fd, (&raw const remote).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(stream)
+    }
+}
+
+/// Slow-body clients: `connections` at once, each sending `head` (which declares a 100 kB body),
+/// then its body a byte every 50 ms, and connecting again whenever the daemon closes it; until
+/// dropped.
+struct Flood {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Flood {
+    fn start<S: Write>(
+        connections: usize,
+        head: String,
+        connect: impl Fn() -> std::io::Result<S> + Send + 'static,
+    ) -> Flood {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (started, first_round) = std::sync::mpsc::channel();
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let open = || {
+                    let mut stream = connect().ok()?;
+                    stream.write_all(head.as_bytes()).ok()?;
+                    Some(stream)
+                };
+                let mut streams: Vec<Option<S>> = (0..connections).map(|_| None).collect();
+                while !stop.load(Ordering::Relaxed) {
+                    for stream in &mut streams {
+                        let alive = stream.as_mut().is_some_and(|s| s.write_all(b" ").is_ok());
+                        if !alive {
+                            *stream = open();
+                        }
+                    }
+                    let _ = started.send(());
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        first_round.recv().unwrap();
+        // Time for the daemon to read the heads (without the fix, the flood now holds every slot).
+        std::thread::sleep(Duration::from_millis(500));
+        Flood {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A `POST /jobs` head declaring a body of 100 kB, with `extra` headers.
+fn slow_post_head(extra: &str) -> String {
+    format!(
+        "POST /jobs HTTP/1.1\r\n{extra}Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    )
+}
+
+#[test]
+fn a_peer_trickling_bodies_cannot_lock_out_another_tcp_peer() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let d = daemon_with(
+        &journal,
+        support::free_port(),
+        &["--max-connections", "8", "--time-scale", "50"],
+    );
+    // Authorized (the token), from 127.0.0.2.
+    let head = slow_post_head(&format!(
+        "Host: {}\r\nAuthorization: {}\r\n",
+        d.addr, d.api.authorization
+    ));
+    let addr = d.addr.clone();
+    let flood = Flood::start(20, head, move || {
+        connect_from(std::net::Ipv4Addr::new(127, 0, 0, 2), &addr)
+    });
+    // Another peer, 127.0.0.1, on a new connection each time.
+    let request = format!(
+        "GET /jobs HTTP/1.1\r\nHost: {}\r\nAuthorization: {}\r\nConnection: close\r\n\r\n",
+        d.addr, d.api.authorization
+    );
+    let answers: Vec<_> = (0..20)
+        .map(|_| try_exchange(&d.addr, request.as_bytes()))
+        .collect();
+    let failed: Vec<_> = answers
+        .iter()
+        .filter(|a| !matches!(a, Ok((200, _))))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} of 20 failed: {failed:?}",
+        failed.len()
+    );
+    let (status, answer) = status_and_body(d.api.post("/jobs", &json!({"gpus": 1, "work": 60})));
+    assert_eq!(status, 201, "{answer}");
+    drop(flood);
+}
+
+#[test]
+fn a_user_trickling_bodies_cannot_lock_out_another_user_on_a_socket() {
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: two socket peers need two users, and only root can be another");
+        return;
+    }
+    const NOBODY: u32 = 65534;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("gangway.sock");
+    let listen = format!("unix:{}", socket.display());
+    let _daemon = KillOnDrop(
+        gangway()
+            .args(["serve", "--fake-gpus", "2", "--policy", "fifo"])
+            .args(["--listen", &listen, "--socket-mode", "666"])
+            .args(["--max-connections", "8"])
+            .arg("--journal")
+            .arg(dir.path().join("journal"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "the daemon did not listen");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Root floods; nobody lists the jobs with the bundled client.
+    let path = socket.clone();
+    let flood = Flood::start(20, slow_post_head("Host: localhost\r\n"), move || {
+        std::os::unix::net::UnixStream::connect(&path)
+    });
+    let mut failed = Vec::new();
+    for _ in 0..10 {
+        let out = gangway()
+            .args(["jobs", "--format", "json", "--daemon", &listen])
+            .current_dir("/")
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            failed.push(stderr(&out));
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 10 failed: {failed:?}",
+        failed.len()
+    );
+    drop(flood);
+}
+
+#[test]
+fn malformed_requests_get_a_json_error_and_well_formed_ones_keep_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(&dir.path().join("journal"));
+    let host = format!(
+        "Host: {}\r\nAuthorization: {}\r\n",
+        d.addr, d.api.authorization
+    );
+    let many: String = (0..120).map(|k| format!("X-{k}: 1\r\n")).collect();
+    let cases: [(Vec<u8>, u16, &str); 5] = [
+        (
+            b"\x16\x03\x01 garbage\r\n\r\n".to_vec(),
+            400,
+            "is not `METHOD /PATH HTTP/1.1`",
+        ),
+        (
+            b"GET /jobs HTTP/9\r\n\r\n".to_vec(),
+            400,
+            "HTTP/1.0 or HTTP/1.1",
+        ),
+        (
+            format!("GET /jobs HTTP/1.1\r\n{host}X-Evil: a\x01b\r\n\r\n").into_bytes(),
+            400,
+            "header line 4 (`X-Evil`)",
+        ),
+        (
+            format!(
+                "POST /jobs HTTP/1.1\r\n{host}Content-Type: application/json\r\n\
+                 Content-Length: 99999999999999999999\r\n\r\n"
+            )
+            .into_bytes(),
+            400,
+            "Content-Length: `99999999999999999999` is not a number of bytes",
+        ),
+        (
+            format!("GET /jobs HTTP/1.1\r\n{host}{many}\r\n").into_bytes(),
+            431,
+            "more than 100 header fields",
+        ),
+    ];
+    for (request, status, message) in cases {
+        let shown = String::from_utf8_lossy(&request).into_owned();
+        let (got, text) =
+            try_exchange(&d.addr, &request).unwrap_or_else(|e| panic!("{shown:?}: {e}"));
+        assert_eq!(got, status, "{shown:?}: {text}");
+        let body: Value =
+            serde_json::from_str(&text).unwrap_or_else(|_| panic!("{shown:?}: not JSON: {text:?}"));
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains(message),
+            "{shown:?}: `{error}` should say `{message}`"
+        );
+    }
+    // Pipelined requests are answered in order on one connection, up to a malformed one.
+    let get = format!("GET /jobs HTTP/1.1\r\n{host}\r\n");
+    let post = format!(
+        "POST /jobs HTTP/1.1\r\n{host}Content-Type: application/json\r\nContent-Length: 23\r\n\r\n\
+         {{\"gpus\": 1, \"work\": 60}}"
+    );
+    let (status, text) = raw_exchange(&d.addr, &format!("{get}{post}{get}BAD LINE\r\n\r\n"));
+    assert_eq!(status, 200);
+    let statuses: Vec<&str> = text
+        .split("HTTP/1.1 ")
+        .skip(1)
+        .map(|answer| &answer[..3])
+        .collect();
+    assert_eq!(statuses, ["201", "200", "400"], "{text}");
+    assert!(text.contains(r#"{"id":0}"#), "{text}");
+    assert!(
+        text.contains("the request line `BAD LINE` is not `METHOD /PATH HTTP/1.1`"),
+        "{text}"
+    );
+    let (_, jobs) = status_and_body(d.api.get("/jobs"));
+    assert_eq!(
+        jobs.as_array().map(Vec::len),
+        Some(1),
+        "the pipelined job, once"
+    );
+}
+
 /// A stand-in for `elastic-run` that records how it was called.
 fn fake_elastic_run(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
@@ -655,6 +944,8 @@ fn submitted_commands_are_checked_before_they_can_run() {
         ],
     );
     let work = dir.path().display().to_string();
+    std::fs::create_dir(dir.path().join("real")).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("real"), dir.path().join("link")).unwrap();
     let job = |run: Value| json!({"gpus": 1, "work": 60, "run": run});
     let command = |extra: Value| {
         let mut run = json!({
@@ -698,6 +989,27 @@ fn submitted_commands_are_checked_before_they_can_run() {
             command(json!({"cwd": "/no/such/dir"})),
             422,
             "run.cwd: /no/such/dir does not exist",
+        ),
+        // A link to a directory, however the path ends (the kernel follows `link/`).
+        (
+            command(json!({"cwd": format!("{work}/link/")})),
+            422,
+            "/link/ is a symbolic link",
+        ),
+        (
+            command(json!({"cwd": format!("{work}/link/.")})),
+            422,
+            "/link/. is a symbolic link",
+        ),
+        (
+            command(json!({"cwd": format!("{work}/link//")})),
+            422,
+            "/link// is a symbolic link",
+        ),
+        (
+            command(json!({"cwd": format!("{work}/link")})),
+            422,
+            "/link is a symbolic link",
         ),
         (
             command(json!({"user": {"uid": 0, "gid": 0}})),

@@ -2,7 +2,7 @@
 //!
 //! | method and path | does | answers |
 //! |---|---|---|
-//! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 413, 415 or 422 with `{"error": ...}` |
+//! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 411, 413, 415 or 422 with `{"error": ...}` |
 //! | `GET /jobs` | lists every job | 200 `[JobInfo]` |
 //! | `GET /jobs/{id}` | shows one | 200 `JobInfo`; 404 |
 //! | `DELETE /jobs/{id}` | cancels it | 200 `{"cancelled": N}`; 404; 409 when it already ended |
@@ -13,9 +13,11 @@
 //! | `GET /healthz` | liveness (the only path that needs no token) | 200 `ok` |
 //!
 //! Every error has a JSON body `{"error": "..."}` that names the field or header at fault: 400 (bad
-//! JSON, unknown fields, a bad header), 401 (no token over TCP), 403 (a command this submitter may not
-//! run), 404, 405, 408 (a body too slow), 409, 413 (a body over 1 MiB), 415 (not JSON), 422 (a value
-//! out of range). A refused request changes nothing.
+//! JSON, unknown fields, a bad header, a request hyper could not parse), 401 (no token over TCP), 403
+//! (a command this submitter may not run), 404, 405, 408 (a body too slow), 409, 411 (a body without
+//! `Content-Length`), 413 (a body over 1 MiB), 415 (not JSON), 422 (a value out of range, a key given
+//! twice), 431 (too many header fields). Malformed request heads are answered by the listener's
+//! [`Gate`](crate::listener::Gate). A refused request changes nothing.
 //!
 //! Over TCP every request but `/healthz` needs `Authorization: Bearer TOKEN` ([`crate::auth`]) and a
 //! loopback `Host` (or one the operator allows); a Unix socket is guarded by its file's permissions.
@@ -23,7 +25,6 @@
 use std::convert::Infallible;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::Addr;
 use axum::body::{Body, Bytes};
@@ -45,7 +46,7 @@ use crate::cluster::{
     Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, ListNodes, Refusal, ShowJob,
     Submit, Subscribe,
 };
-use crate::listener::{Bound, Limits};
+use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
 use crate::stats::{LATENCY_BUCKETS, StatsSnapshot};
 
@@ -155,7 +156,6 @@ impl From<BodyError> for ApiError {
 struct ApiState {
     cluster: Addr<ClusterActor>,
     runs: Arc<RunPolicy>,
-    body_timeout: Duration,
 }
 
 /// Who may reach the handlers (TCP).
@@ -170,7 +170,6 @@ pub fn router(cluster: Addr<ClusterActor>, config: &ApiConfig) -> Router {
     let state = ApiState {
         cluster,
         runs: Arc::new(config.run_policy.clone()),
-        body_timeout: config.limits.body_timeout,
     };
     let access = Arc::new(Access {
         token: config.token.clone(),
@@ -314,8 +313,8 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 }
 
 /// A JSON body: `Content-Type: application/json` (415 otherwise), at most [`MAX_BODY_BYTES`] (413),
-/// arriving within the body timeout (408).
-async fn json_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, ApiError> {
+/// arriving within the listener's body timeout (408).
+async fn json_body(headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|t| t.to_str().ok())
@@ -334,26 +333,21 @@ async fn json_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
     if http_body::Body::size_hint(&body).lower() > MAX_BODY_BYTES as u64 {
         return Err(too_large());
     }
-    match tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
-        Err(_) => Err(ApiError(
-            StatusCode::REQUEST_TIMEOUT,
-            format!("the body did not arrive within {} s", timeout.as_secs_f64()),
-        )),
-        Ok(Err(e)) => {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
             let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-            let mut too_long = false;
             while let Some(c) = cause {
-                too_long |= c.is::<http_body_util::LengthLimitError>();
+                if c.is::<http_body_util::LengthLimitError>() {
+                    return too_large();
+                }
+                if let Some(late) = c.downcast_ref::<BodyTimeout>() {
+                    return ApiError(StatusCode::REQUEST_TIMEOUT, late.to_string());
+                }
                 cause = c.source();
             }
-            Err(if too_long {
-                too_large()
-            } else {
-                ApiError(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
-            })
-        }
-        Ok(Ok(bytes)) => Ok(bytes),
-    }
+            ApiError(StatusCode::BAD_REQUEST, format!("reading the body: {e}"))
+        })
 }
 
 fn too_large() -> ApiError {
@@ -394,7 +388,7 @@ async fn submit(
     headers: HeaderMap,
     body: Body,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
-    let bytes = json_body(&headers, body, state.body_timeout).await?;
+    let bytes = json_body(&headers, body).await?;
     let mut request: JobRequest = request::parse_job_request(&bytes)?;
     if request.id.is_some() {
         return Err(ApiError(
@@ -500,7 +494,7 @@ async fn set_cordon(
     body: Body,
     cordoned: bool,
 ) -> Result<Response, ApiError> {
-    let bytes = json_body(&headers, body, state.body_timeout).await?;
+    let bytes = json_body(&headers, body).await?;
     let GpuList { gpus } = serde_json::from_slice(&bytes).map_err(|e| {
         let status = if e.is_data() && !e.to_string().starts_with("unknown field") {
             StatusCode::UNPROCESSABLE_ENTITY

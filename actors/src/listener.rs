@@ -1,23 +1,33 @@
-//! Serving the API's connections, with bounds, so that idle or slow clients cannot starve it.
+//! Serving the API's connections, with bounds, so that idle, slow or greedy clients cannot starve
+//! the others.
 //!
 //! - **Header timeout**: a connection that has not sent a whole request head within
 //!   [`Limits::header_timeout`] of connecting, or of its previous answer (keep-alive), is closed. This
 //!   covers idle connections and slow-header ("slowloris") clients alike.
-//! - **Body timeout**: a request body must arrive within [`Limits::body_timeout`] (the API's handlers
-//!   read bodies with it; 408 otherwise).
+//! - **Body timeout**: a request's whole body must arrive within [`Limits::body_timeout`] of its
+//!   head, however it is cut into reads; past it, reading the body fails with [`BodyTimeout`] (the
+//!   API answers 408) and the connection closes after the answer.
+//! - **A share per peer**: one peer (a Unix socket's user, a TCP address) holds at most
+//!   [`Limits::per_peer`] connections. Beyond it, a new connection of its own closes one of its
+//!   others, so a peer that floods the daemon competes only with itself.
 //! - **Connection limit**: at most [`Limits::max_connections`] at once. A new connection beyond it
-//!   closes the connection that has been idle longest (connected, with no request in progress), so
-//!   that a flood of idle sockets never locks out `/healthz`; if every connection is busy (event
-//!   streams), the new one is closed.
-//! - **Accept errors** (out of file descriptors) close the oldest idle connection, back off up to a
+//!   closes one of the peer that holds the most: the one that has waited longest among those that
+//!   lose no answer, that is, idle ones and ones still sending a body (a client trickling a body is
+//!   no better than an idle one). Connections whose answer is being written (event streams) are
+//!   never closed; if all are, the new connection is.
+//! - **Malformed heads** get a JSON answer ([`Gate`]), not hyper's empty one.
+//! - **Accept errors** (out of file descriptors) close a connection as above, back off up to a
 //!   second, and are logged once a minute with a count, not on every retry.
 //!
 //! Every request carries, as an extension, the [`Submitter`] of its connection: the peer's user on
 //! a Unix socket (from the kernel), the daemon's own user on TCP (only the token's reader gets in).
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, HashMap};
 use std::convert::Infallible;
+use std::future::Future;
 use std::io;
+use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -26,10 +36,16 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
+use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
+use tokio::time::Sleep;
 use tower::ServiceExt;
+
+mod gate;
+
+pub use gate::{Gate, MAX_HEAD_BYTES, MAX_HEADERS};
 
 use crate::api::Listen;
 use crate::request::Submitter;
@@ -37,15 +53,30 @@ use crate::request::Submitter;
 /// How many connections, and how long a client may take.
 #[derive(Clone, Debug)]
 pub struct Limits {
+    /// Connections open at once.
     pub max_connections: usize,
+    /// Connections one peer may hold at once; `None`: half of `max_connections`, rounded up.
+    pub max_per_peer: Option<usize>,
+    /// Time a connection has to send a whole request head, from connecting or from its previous
+    /// answer.
     pub header_timeout: Duration,
+    /// Time a request has to send its whole body, from the end of its head.
     pub body_timeout: Duration,
+}
+
+impl Limits {
+    /// The connections one peer may hold: at least 1, at most `max_connections`.
+    pub fn per_peer(&self) -> usize {
+        let all = self.max_connections.max(1);
+        self.max_per_peer.unwrap_or(all.div_ceil(2)).clamp(1, all)
+    }
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_connections: 512,
+            max_per_peer: None,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
         }
@@ -131,19 +162,92 @@ impl Bound {
     }
 }
 
+/// Who a connection comes from: each peer may hold only its share of the connections
+/// ([`Limits::per_peer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Peer {
+    /// A Unix socket's peer user, from the kernel.
+    User(u32),
+    /// A TCP peer's address: an IPv6 one by its /64 network, which one host usually holds whole.
+    Address(IpAddr),
+}
+
+impl Peer {
+    /// The peer at `ip`.
+    pub fn at(ip: IpAddr) -> Peer {
+        match ip {
+            IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+                Some(v4) => Peer::Address(v4.into()),
+                None => {
+                    let s = v6.segments();
+                    Peer::Address(Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0).into())
+                }
+            },
+            v4 => Peer::Address(v4),
+        }
+    }
+}
+
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::User(uid) => write!(f, "uid {uid}"),
+            Peer::Address(IpAddr::V6(net)) => write!(f, "{net}/64"),
+            Peer::Address(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
 /// One connection's standing.
 struct Slot {
-    /// Requests whose answer is still being written.
-    busy: u32,
-    /// When it last finished or began a request (a tick of [`Slots::clock`]).
-    active: u64,
+    peer: Peer,
+    /// Requests whose head has arrived and whose answer is still being written.
+    requests: u32,
+    /// Of those, the ones whose body is still arriving.
+    receiving: u32,
+    /// When its present wait began (a tick of [`Slots::clock`]): connecting or its last answer
+    /// while idle, its head while a body arrives.
+    since: u64,
     evict: Arc<Notify>,
 }
 
-/// The open connections, oldest first.
+impl Slot {
+    /// Whether closing it loses no answer: it is idle, or still sending a body (so that clients
+    /// trickling bodies hold slots no better than idle ones).
+    fn evictable(&self) -> bool {
+        self.requests == 0 || self.receiving > 0
+    }
+}
+
+/// Why a connection was not admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Full {
+    /// Its peer holds its share, every one of them answering.
+    Peer(Peer, usize),
+    /// Every connection is answering.
+    All(usize),
+}
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Full::Peer(peer, share) => write!(
+                f,
+                "{peer} holds its share of {share} connections, all answering; a new one was closed"
+            ),
+            Full::All(limit) => write!(
+                f,
+                "all {limit} connections are answering; a new one was closed"
+            ),
+        }
+    }
+}
+
+/// The open connections, and how many each peer holds.
 #[derive(Default)]
 struct Slots {
     conns: BTreeMap<u64, Slot>,
+    peers: HashMap<Peer, usize>,
     next: u64,
     clock: u64,
 }
@@ -154,19 +258,78 @@ impl Slots {
         self.clock
     }
 
-    /// Closes the connection idle longest; false when every connection is busy.
-    fn evict_idle(&mut self) -> bool {
-        let Some((&id, _)) = self
-            .conns
+    fn held_by(&self, peer: Peer) -> usize {
+        self.peers.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// The connection to close for room (of `peer`'s, if given): an evictable one of the peer that
+    /// holds the most, the one waiting longest.
+    fn victim(&self, peer: Option<Peer>) -> Option<u64> {
+        self.conns
             .iter()
-            .filter(|(_, s)| s.busy == 0)
-            .min_by_key(|(_, s)| s.active)
-        else {
+            .filter(|(_, s)| s.evictable() && peer.is_none_or(|p| p == s.peer))
+            .min_by_key(|(_, s)| (Reverse(self.held_by(s.peer)), s.since))
+            .map(|(&id, _)| id)
+    }
+
+    /// Closes connection `id`.
+    fn evict(&mut self, id: u64) {
+        if let Some(slot) = self.remove(id) {
+            slot.evict.notify_one();
+        }
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Slot> {
+        let slot = self.conns.remove(&id)?;
+        if let Some(held) = self.peers.get_mut(&slot.peer) {
+            *held -= 1;
+            if *held == 0 {
+                self.peers.remove(&slot.peer);
+            }
+        }
+        Some(slot)
+    }
+
+    /// Closes the connection [`Slots::victim`] names; false when none may be closed.
+    fn evict_one(&mut self, peer: Option<Peer>) -> bool {
+        let Some(id) = self.victim(peer) else {
             return false;
         };
-        let slot = self.conns.remove(&id).expect("found");
-        slot.evict.notify_one();
+        self.evict(id);
         true
+    }
+
+    /// Admits a connection from `peer`, closing one of its own beyond its share, and one of the
+    /// largest holder's at the limit.
+    fn admit(&mut self, peer: Peer, limits: &Limits) -> Result<(u64, Arc<Notify>), Full> {
+        let share = limits.per_peer();
+        while self.held_by(peer) >= share {
+            if !self.evict_one(Some(peer)) {
+                return Err(Full::Peer(peer, share));
+            }
+        }
+        let limit = limits.max_connections.max(1);
+        while self.conns.len() >= limit {
+            if !self.evict_one(None) {
+                return Err(Full::All(limit));
+            }
+        }
+        let id = self.next;
+        self.next += 1;
+        let evict = Arc::new(Notify::new());
+        let since = self.tick();
+        self.conns.insert(
+            id,
+            Slot {
+                peer,
+                requests: 0,
+                receiving: 0,
+                since,
+                evict: evict.clone(),
+            },
+        );
+        *self.peers.entry(peer).or_default() += 1;
+        Ok((id, evict))
     }
 }
 
@@ -179,44 +342,28 @@ impl Table {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Admits a connection (evicting an idle one at the limit); `None` when all are busy.
-    fn admit(&self, limit: usize) -> Option<(u64, Arc<Notify>)> {
-        let mut slots = self.lock();
-        while slots.conns.len() >= limit.max(1) {
-            if !slots.evict_idle() {
-                return None;
-            }
-        }
-        let id = slots.next;
-        slots.next += 1;
-        let evict = Arc::new(Notify::new());
-        let active = slots.tick();
-        slots.conns.insert(
-            id,
-            Slot {
-                busy: 0,
-                active,
-                evict: evict.clone(),
-            },
-        );
-        Some((id, evict))
-    }
-
-    fn begin(&self, id: u64) -> Busy {
+    /// A request's head arrived on connection `id`; `receiving` if its body is still to come.
+    fn begin(&self, id: u64, receiving: bool) -> (Busy, Option<Receiving>) {
         let mut slots = self.lock();
         let now = slots.tick();
         if let Some(slot) = slots.conns.get_mut(&id) {
-            slot.busy += 1;
-            slot.active = now;
+            slot.requests += 1;
+            slot.receiving += u32::from(receiving);
+            slot.since = now;
         }
-        Busy {
+        let busy = Busy {
             table: self.clone(),
             id,
-        }
+        };
+        let receiving = receiving.then(|| Receiving {
+            table: self.clone(),
+            id,
+        });
+        (busy, receiving)
     }
 
     fn remove(&self, id: u64) {
-        self.lock().conns.remove(&id);
+        self.lock().remove(id);
     }
 }
 
@@ -231,9 +378,85 @@ impl Drop for Busy {
         let mut slots = self.table.lock();
         let now = slots.tick();
         if let Some(slot) = slots.conns.get_mut(&self.id) {
-            slot.busy = slot.busy.saturating_sub(1);
-            slot.active = now;
+            slot.requests = slot.requests.saturating_sub(1);
+            if slot.requests == 0 {
+                slot.since = now;
+            }
         }
+    }
+}
+
+/// A request body still arriving on connection `id` (dropped once it has all arrived, or is
+/// dropped unread).
+struct Receiving {
+    table: Table,
+    id: u64,
+}
+
+impl Drop for Receiving {
+    fn drop(&mut self) {
+        if let Some(slot) = self.table.lock().conns.get_mut(&self.id) {
+            slot.receiving = slot.receiving.saturating_sub(1);
+        }
+    }
+}
+
+/// A request body that must arrive whole within the body timeout of its head: past it, reading
+/// fails with [`BodyTimeout`].
+struct Metered {
+    inner: Incoming,
+    /// While the body arrives: its slot's mark, and the deadline.
+    arriving: Option<(Receiving, Pin<Box<Sleep>>)>,
+    timeout: Duration,
+}
+
+/// A request body did not arrive within the body timeout (a 408).
+#[derive(Clone, Copy, Debug, thiserror::Error)]
+#[error("the body did not arrive within {} s", .0.as_secs_f64())]
+pub struct BodyTimeout(pub Duration);
+
+impl HttpBody for Metered {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let Some((_, deadline)) = &mut this.arriving else {
+            return Pin::new(&mut this.inner)
+                .poll_frame(cx)
+                .map_err(axum::BoxError::from);
+        };
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => {
+                if deadline.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                this.arriving = None;
+                // The connection closes after the answer: hyper does not read what is left.
+                Poll::Ready(Some(Err(BodyTimeout(this.timeout).into())))
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.inner.is_end_stream() {
+                    this.arriving = None;
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            done => {
+                this.arriving = None;
+                done.map_err(axum::BoxError::from)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
     }
 }
 
@@ -305,6 +528,7 @@ pub async fn serve(bound: Bound, app: Router, limits: Limits) -> io::Result<()> 
     tracing::info!(
         listen = %bound.describe(),
         max_connections = limits.max_connections,
+        per_peer = limits.per_peer(),
         "API listening"
     );
     let table = Table::default();
@@ -314,67 +538,72 @@ pub async fn serve(bound: Bound, app: Router, limits: Limits) -> io::Result<()> 
     let mut backoff = Duration::from_millis(5);
     loop {
         let accepted = match &bound {
-            Bound::Tcp(listener) => listener.accept().await.map(|(stream, _)| {
+            Bound::Tcp(listener) => listener.accept().await.map(|(stream, addr)| {
                 let _ = stream.set_nodelay(true);
-                (Stream::Tcp(stream), Some(daemon))
+                Some((Stream::Tcp(stream), Peer::at(addr.ip()), daemon))
             }),
             Bound::Unix(listener, _) => listener.accept().await.map(|(stream, _)| {
-                let peer = stream.peer_cred().ok().map(|c| Submitter {
-                    uid: c.uid(),
-                    gid: c.gid(),
-                });
-                (Stream::Unix(stream), peer)
+                let cred = stream.peer_cred().ok()?;
+                let submitter = Submitter {
+                    uid: cred.uid(),
+                    gid: cred.gid(),
+                };
+                Some((Stream::Unix(stream), Peer::User(cred.uid()), submitter))
             }),
         };
-        let (stream, submitter) = match accepted {
-            Ok(accepted) => {
+        let (stream, peer, submitter) = match accepted {
+            Ok(Some(accepted)) => {
                 backoff = Duration::from_millis(5);
                 accepted
             }
+            Ok(None) => continue,
             Err(e) if per_connection(&e) => continue,
             Err(e) => {
                 // Out of descriptors (or memory): make room, and wait a little.
-                table.lock().evict_idle();
+                table.lock().evict_one(None);
                 errors.note(&e);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(1));
                 continue;
             }
         };
-        let Some(submitter) = submitter else {
-            continue;
+        let admitted = table.lock().admit(peer, &limits);
+        let (id, evict) = match admitted {
+            Ok(admitted) => admitted,
+            Err(full) => {
+                refusals.note(&io::Error::other(full.to_string()));
+                continue;
+            }
         };
-        let Some((id, evict)) = table.admit(limits.max_connections) else {
-            refusals.note(&io::Error::other(format!(
-                "all {} connections are busy; a new one was closed",
-                limits.max_connections
-            )));
-            continue;
-        };
-        let (app, table, header_timeout) = (app.clone(), table.clone(), limits.header_timeout);
+        let (app, table, limits) = (app.clone(), table.clone(), limits.clone());
         tokio::spawn(async move {
+            let body_timeout = limits.body_timeout;
             let service = {
                 let table = table.clone();
-                hyper::service::service_fn(
-                    move |mut request: hyper::Request<hyper::body::Incoming>| {
-                        request.extensions_mut().insert(submitter);
-                        let busy = table.begin(id);
-                        let app = app.clone();
-                        async move {
-                            let response = app
-                                .oneshot(request.map(Body::new))
-                                .await
-                                .unwrap_or_else(|never: Infallible| match never {});
-                            Ok::<_, Infallible>(
-                                response.map(|inner| Tracked { inner, _busy: busy }),
-                            )
-                        }
-                    },
-                )
+                hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+                    request.extensions_mut().insert(submitter);
+                    let (busy, receiving) = table.begin(id, !request.body().is_end_stream());
+                    let request = request.map(|inner| {
+                        Body::new(Metered {
+                            inner,
+                            arriving: receiving
+                                .map(|r| (r, Box::pin(tokio::time::sleep(body_timeout)))),
+                            timeout: body_timeout,
+                        })
+                    });
+                    let app = app.clone();
+                    async move {
+                        let response = app
+                            .oneshot(request)
+                            .await
+                            .unwrap_or_else(|never: Infallible| match never {});
+                        Ok::<_, Infallible>(response.map(|inner| Tracked { inner, _busy: busy }))
+                    }
+                })
             };
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
-                .header_read_timeout(header_timeout)
+                .header_read_timeout(limits.header_timeout)
                 .keep_alive(true);
             let served = match stream {
                 Stream::Tcp(s) => serve_one(&http, s, service, &evict).await,
@@ -393,7 +622,8 @@ enum Stream {
     Unix(tokio::net::UnixStream),
 }
 
-/// Serves one connection until it closes, or until it is evicted.
+/// Serves one connection until it closes, or until it is evicted. Its bytes pass through a
+/// [`Gate`]: a malformed request head ends the connection gracefully with a JSON answer.
 async fn serve_one<I, Svc>(
     http: &hyper::server::conn::http1::Builder,
     stream: I,
@@ -403,15 +633,143 @@ async fn serve_one<I, Svc>(
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     Svc: hyper::service::Service<
-            hyper::Request<hyper::body::Incoming>,
+            hyper::Request<Incoming>,
             Response = hyper::Response<Tracked>,
             Error = Infallible,
         >,
 {
-    let connection = http.serve_connection(TokioIo::new(stream), service);
+    let refused = Arc::new(Notify::new());
+    let gate = Gate::new(stream, refused.clone());
+    let connection = http.serve_connection(TokioIo::new(gate), service);
     tokio::pin!(connection);
-    tokio::select! {
-        served = connection.as_mut() => served,
-        () = evict.notified() => Ok(()),
+    let mut ending = false;
+    loop {
+        tokio::select! {
+            served = connection.as_mut() => return served,
+            () = evict.notified() => return Ok(()),
+            () = refused.notified(), if !ending => {
+                // hyper finishes the answer in progress, then shuts down: the gate answers then.
+                connection.as_mut().graceful_shutdown();
+                ending = true;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(max_connections: usize, max_per_peer: Option<usize>) -> Limits {
+        Limits {
+            max_connections,
+            max_per_peer,
+            ..Limits::default()
+        }
+    }
+
+    fn ip(text: &str) -> Peer {
+        Peer::at(text.parse().unwrap())
+    }
+
+    #[test]
+    fn a_share_is_half_the_slots_unless_told_and_always_one_to_all() {
+        assert_eq!(limits(8, None).per_peer(), 4);
+        assert_eq!(limits(7, None).per_peer(), 4);
+        assert_eq!(limits(1, None).per_peer(), 1);
+        assert_eq!(limits(8, Some(20)).per_peer(), 8);
+        assert_eq!(limits(8, Some(0)).per_peer(), 1);
+        // IPv6 peers by their /64, mapped IPv4 as IPv4.
+        assert_eq!(ip("2001:db8::1"), ip("2001:db8::ffff:2"));
+        assert_ne!(ip("2001:db8::1"), ip("2001:db8:0:1::1"));
+        assert_eq!(ip("::ffff:127.0.0.2"), ip("127.0.0.2"));
+    }
+
+    #[test]
+    fn a_peer_trickling_bodies_competes_only_with_itself() {
+        let table = Table::default();
+        let limits = limits(8, None);
+        let (flood, other) = (ip("127.0.0.2"), Peer::User(1000));
+        let mut held = Vec::new();
+        // Each of the flood's connections sends a head, then trickles its body.
+        for _ in 0..20 {
+            let (id, _) = table.lock().admit(flood, &limits).unwrap();
+            held.push((id, table.begin(id, true)));
+        }
+        assert_eq!(table.lock().held_by(flood), 4, "its share of 8");
+        let (evicted, kept) = held.split_at(16);
+        assert!(
+            evicted
+                .iter()
+                .all(|(id, _)| !table.lock().conns.contains_key(id))
+        );
+        assert!(
+            kept.iter()
+                .all(|(id, _)| table.lock().conns.contains_key(id))
+        );
+        // Another peer fills the rest, and the table is full: the flood's newcomer closes its own.
+        let mine: Vec<_> = (0..4)
+            .map(|_| table.lock().admit(other, &limits).unwrap().0)
+            .collect();
+        let (id, _) = table.lock().admit(flood, &limits).unwrap();
+        let slots = table.lock();
+        assert!(slots.conns.contains_key(&id));
+        assert!(mine.iter().all(|id| slots.conns.contains_key(id)));
+        assert_eq!((slots.held_by(flood), slots.conns.len()), (4, 8));
+    }
+
+    #[test]
+    fn at_the_limit_the_largest_holder_loses_its_longest_wait_never_an_answer() {
+        let table = Table::default();
+        let limits = limits(4, Some(4));
+        let (big, small, new) = (Peer::User(1), Peer::User(2), Peer::User(3));
+        let admit = |peer| table.lock().admit(peer, &limits).map(|(id, _)| id);
+        let answering = admit(big).unwrap();
+        let (busy, receiving) = table.begin(answering, true);
+        drop(receiving); // its whole body arrived: it is answering
+        let trickling = admit(big).unwrap();
+        let _trickle = table.begin(trickling, true);
+        let idle = admit(big).unwrap();
+        let small_idle = admit(small).unwrap();
+        // The trickler has waited longer than the idle one (whose wait began after).
+        let first = admit(new).unwrap();
+        let slots = table.lock();
+        assert!(
+            !slots.conns.contains_key(&trickling),
+            "the longest wait of the largest holder"
+        );
+        assert!(slots.conns.contains_key(&idle) && slots.conns.contains_key(&small_idle));
+        drop(slots);
+        let second = admit(new).unwrap();
+        assert!(!table.lock().conns.contains_key(&idle));
+        // Once every connection answers, none is closed for a newcomer.
+        let _answers: Vec<_> = [small_idle, first, second]
+            .into_iter()
+            .map(|id| table.begin(id, false))
+            .collect();
+        assert_eq!(admit(Peer::User(9)), Err(Full::All(4)));
+        // An answer written makes its connection idle, and closable, again.
+        drop(busy);
+        assert!(admit(Peer::User(9)).is_ok());
+        assert!(!table.lock().conns.contains_key(&answering));
+    }
+
+    #[test]
+    fn a_peer_whose_share_is_all_answering_is_refused() {
+        let table = Table::default();
+        let limits = limits(8, Some(2));
+        let peer = ip("10.0.0.1");
+        let ids: Vec<_> = (0..2)
+            .map(|_| table.lock().admit(peer, &limits).unwrap().0)
+            .collect();
+        let _busy: Vec<_> = ids.iter().map(|&id| table.begin(id, false)).collect();
+        assert_eq!(
+            table.lock().admit(peer, &limits).map(|(id, _)| id),
+            Err(Full::Peer(peer, 2))
+        );
+        assert!(table.lock().admit(ip("10.0.0.2"), &limits).is_ok());
+        // A closed connection frees its peer's share.
+        table.remove(ids[0]);
+        assert!(table.lock().admit(peer, &limits).is_ok());
     }
 }

@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::cluster::Refusal;
@@ -93,8 +93,7 @@ pub enum BodyError {
 /// Reads a `POST /jobs` body strictly: unknown fields (at the top and in `run`) are named, all of
 /// them; a wrong value names its field's path (`run.env.X: invalid type ...`).
 pub fn parse_job_request(body: &[u8]) -> Result<JobRequest, BodyError> {
-    let value: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| BodyError::Malformed(format!("the body is not JSON: {e}")))?;
+    let value = unique_keys(body)?;
     let Some(object) = value.as_object() else {
         return Err(BodyError::Malformed(
             "the body must be a JSON object (a job request)".into(),
@@ -130,6 +129,100 @@ pub fn parse_job_request(body: &[u8]) -> Result<JobRequest, BodyError> {
             format!("{path}: {inner}")
         })
     })
+}
+
+/// Reads `body` as JSON whose objects name each key once: serde keeps the last of a repeated key,
+/// so `"env": {"A": "1", "A": "2"}` would silently drop a variable. A repeated key is a 422 naming
+/// it and the object's path; a body that is not JSON a 400.
+fn unique_keys(body: &[u8]) -> Result<serde_json::Value, BodyError> {
+    let mut json = serde_json::Deserializer::from_slice(body);
+    let read = serde_path_to_error::deserialize(&mut json)
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if inner.is_data() {
+                let at = if path == "." { "the body" } else { &path };
+                BodyError::Unprocessable(format!("{at}: {inner}"))
+            } else {
+                BodyError::Malformed(format!("the body is not JSON: {inner}"))
+            }
+        })
+        .and_then(|Unique(value)| {
+            json.end()
+                .map(|()| value)
+                .map_err(|e| BodyError::Malformed(format!("the body is not JSON: {e}")))
+        })?;
+    Ok(read)
+}
+
+/// A JSON value whose objects have no repeated key.
+struct Unique(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(json: D) -> Result<Self, D::Error> {
+        json.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(v.into())
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(items.into())
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut object = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "`{}` is given twice (a JSON object names each key once)",
+                    escape(&key)
+                )));
+            }
+            let Unique(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(object.into())
+    }
 }
 
 /// Checks everything about a request that needs no cluster: numbers in range, names printable,
@@ -561,13 +654,24 @@ impl RunPolicy {
 }
 
 /// `path` is absolute, exists, is a directory (not a link to one), and belongs to `owner` if given.
+///
+/// The kernel follows a link whose name ends a path with `/`, `/.` or `//` (`link/` is the directory
+/// it points to), so the check is of `path` as it resolves: without `.` components and extra
+/// slashes, ending in a name, looked up without following it.
 fn check_dir(field: &'static str, path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
     let shown = path.display();
     if !path.is_absolute() {
         return invalid(field, format!("{shown} is not an absolute path"));
     }
-    let meta = std::fs::symlink_metadata(path)
+    let named: PathBuf = path.components().collect();
+    let meta = std::fs::symlink_metadata(&named)
         .or_else(|_| invalid(field, format!("{shown} does not exist")))?;
+    if meta.file_type().is_symlink() {
+        return invalid(
+            field,
+            format!("{shown} is a symbolic link; name the directory itself"),
+        );
+    }
     if !meta.is_dir() {
         return invalid(field, format!("{shown} is not a directory"));
     }
@@ -582,7 +686,13 @@ fn check_log(path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
     if !path.is_absolute() {
         return invalid(FIELD, format!("{shown} is not an absolute path"));
     }
-    let Some(parent) = path.parent().filter(|_| path.file_name().is_some()) else {
+    // `x.log/` or `x.log/.` would name a directory (and make the kernel follow a link).
+    let ends_in_name = path.file_name().is_some_and(|name| {
+        path.as_os_str()
+            .as_encoded_bytes()
+            .ends_with(name.as_encoded_bytes())
+    });
+    let Some(parent) = path.parent().filter(|_| ends_in_name) else {
         return invalid(FIELD, format!("{shown} is not a file path"));
     };
     check_dir(FIELD, parent, owner)?;
@@ -699,6 +809,40 @@ mod tests {
         assert!(matches!(
             body(r#"{"gpus": 1}"#),
             Err(BodyError::Unprocessable(m)) if m.contains("missing field `work`")
+        ));
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_naming_it_and_its_object() {
+        let refused = |text: &str| match body(text) {
+            Err(BodyError::Unprocessable(message)) => message,
+            other => panic!("{text}: {other:?}"),
+        };
+        let message = refused(
+            r#"{"gpus": 1, "work": 5, "run": {"args": ["a"], "cwd": "/", "env": {"PATH": "/bin", "PATH": "/tmp"}}}"#,
+        );
+        assert!(
+            message.starts_with("run.env: `PATH` is given twice"),
+            "{message}"
+        );
+        let message = refused(r#"{"gpus": 1, "work": 5, "gpus": 64}"#);
+        assert!(
+            message.starts_with("the body: `gpus` is given twice"),
+            "{message}"
+        );
+        let message =
+            refused(r#"{"gpus": 1, "work": 5, "pp_by_type": {"a\u0007": 1, "a\u0007": 2}}"#);
+        assert!(message.contains("`a\\u{7}`"), "{message}");
+        // Equal keys in different objects are not repeats; what is not JSON is still a 400.
+        let fine = body(
+            r#"{"gpus": 1, "work": 5.5, "run": {"args": ["a"], "cwd": "/", "env": {"gpus": "1"}}}"#,
+        )
+        .unwrap();
+        assert_eq!(fine.work, 5.5);
+        assert_eq!(fine.run.unwrap().env["gpus"], "1");
+        assert!(matches!(
+            body(r#"{"gpus": 1, "work": 5} x"#),
+            Err(BodyError::Malformed(m)) if m.contains("trailing characters")
         ));
     }
 
@@ -939,6 +1083,41 @@ mod tests {
         assert!(
             refused(&|r| r.log = Some(dir.path().join("link.log"))).contains("not a regular file")
         );
+        // A link to a directory, however the path ends: the kernel follows `link/` and `link/.`.
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let link = dir.path().join("link").display().to_string();
+        for cwd in [
+            format!("{link}/"),
+            format!("{link}//"),
+            format!("{link}/."),
+            format!("{link}/./"),
+            format!("{}/./link/", dir.path().display()),
+            link.clone(),
+        ] {
+            let why = refused(&|r| r.cwd = cwd.clone().into());
+            assert!(
+                why.starts_with("run.cwd:") && why.contains("is a symbolic link"),
+                "{cwd}: {why}"
+            );
+        }
+        for cwd in [
+            format!("{link}/.."),
+            format!("{}/real/", dir.path().display()),
+        ] {
+            let mut run = command(dir.path());
+            run.cwd = cwd.clone().into();
+            policy
+                .check(&mut run, &me)
+                .unwrap_or_else(|e| panic!("{cwd}: {e:?}"));
+        }
+        let why = refused(&|r| r.log = Some(format!("{link}/job.log").into()));
+        assert!(why.contains("is a symbolic link"), "{why}");
+        for log in ["job.log/", "job.log/."] {
+            let why = refused(&|r| r.log = Some(dir.path().join(log)));
+            assert!(why.contains("is not a file path"), "{log}: {why}");
+        }
         assert!(refused(&|r| r.args.push("\0".into())).starts_with("run.args:"));
         assert!(refused(&|r| r.user = Some(RunAs { uid: 0, gid: 0 })).starts_with("run.user:"));
         let mut run = command(dir.path());
