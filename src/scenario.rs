@@ -256,7 +256,8 @@ pub fn load_resource_profiles(path: &Path) -> Result<ResourceProfiles> {
     } else {
         path.to_path_buf()
     };
-    if !file.is_file() {
+    // Anything there is read as inputs are (a FIFO or a device is refused, naming what it is).
+    if !file.exists() {
         bail!(
             "{}: no such file (Synergy's {} or a folder holding it)",
             file.display(),
@@ -401,8 +402,8 @@ pub fn topology_for(cluster: &Cluster) -> Result<ClusterSpec> {
 /// Reads a distribution of job service (GPU-seconds) from a CSV: the column named `duration`, or the
 /// first one. Errors name the file, line and field.
 pub fn load_service_distribution(path: &Path) -> Result<Vec<f64>> {
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let contents = read_text(path)?;
+    let mut reader = csv::Reader::from_reader(contents.as_bytes());
     let headers = reader
         .headers()
         .with_context(|| format!("{}: no header line", path.display()))?

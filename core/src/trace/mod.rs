@@ -156,7 +156,8 @@ pub struct NativeSetup {
 pub fn native_setup(path: &Path, options: &TraceOptions) -> Option<NativeSetup> {
     use std::io::BufRead;
     let mut first = String::new();
-    std::io::BufReader::new(std::fs::File::open(path).ok()?)
+    // Opened as every input is: a FIFO must not hang this look before the trace is read.
+    std::io::BufReader::new(crate::error::open_input(path).ok()?)
         .read_line(&mut first)
         .ok()?;
     let format = options.format.or_else(|| TraceFormat::detect(&first))?;
@@ -243,7 +244,8 @@ pub fn parse(source: &Source, text: &str, options: &TraceOptions) -> Result<Trac
             // A folder stands for the profiles file in it.
             let file = if path.is_dir() {
                 let file = path.join(synergy::PROFILES_FILE);
-                if !file.is_file() {
+                // Whatever is there is read as inputs are: a FIFO is refused, naming what it is.
+                if !file.exists() {
                     return Err(InputError::whole(
                         source,
                         format!(
