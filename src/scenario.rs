@@ -11,6 +11,7 @@ use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_core::error::{Source, read_text};
 use gangway_core::job::{Names, Trace, WorkUnit};
+use gangway_core::limits;
 use gangway_core::placement::even::Even;
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
@@ -95,21 +96,15 @@ impl Scenario {
         engine: EngineConfig,
         bundled_table: bool,
     ) -> Result<Self> {
-        for (name, v) in [
-            ("--preempt-cost", args.preempt_cost),
-            ("--restore-cost", args.restore_cost),
-            ("--migrate-cost", args.migrate_cost),
+        for (name, value, range) in [
+            ("--preempt-cost", args.preempt_cost, limits::COST_SECONDS),
+            ("--restore-cost", args.restore_cost, limits::COST_SECONDS),
+            ("--migrate-cost", args.migrate_cost, limits::COST_SECONDS),
+            ("--round", engine.round_length, limits::ROUND_SECONDS),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
-                bail!("{name} must be a number of seconds >= 0");
-            }
-        }
-        let round = engine.round_length;
-        if !(round.is_finite() && round >= EngineConfig::MIN_ROUND_SECONDS) {
-            bail!(
-                "--round must be at least {} second(s) (got {round})",
-                EngineConfig::MIN_ROUND_SECONDS
-            );
+            range
+                .check_option(name, value)
+                .map_err(anyhow::Error::msg)?;
         }
         let placement = match args.placement.as_str() {
             "packing" => None,
