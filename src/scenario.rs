@@ -414,10 +414,11 @@ pub fn load_service_distribution(path: &Path) -> Result<Vec<f64>> {
         let line = record.position().map_or(0, |p| p.line());
         let text = record.get(column).unwrap_or("").trim();
         match text.parse::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => values.push(v),
+            Ok(v) if limits::SERVICE_GPU_SECONDS.contains(v) => values.push(v),
             _ => bail!(
-                "{}:{line}: field `{field}`: `{text}` is not a service time >= 0",
-                path.display()
+                "{}:{line}: field `{field}`: `{text}` is not a service time: it {}",
+                path.display(),
+                limits::SERVICE_GPU_SECONDS
             ),
         }
     }

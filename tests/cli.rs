@@ -950,6 +950,21 @@ fn gittins_distribution_is_read_and_checked() {
         stderr.contains(&format!("{}:3: field `duration`", bad.display())),
         "{stderr}"
     );
+    // A service past any job's: more GPU-seconds than a cluster's every GPU has in 30 years.
+    std::fs::write(&bad, "duration\n12\n1e300\n").unwrap();
+    simulate(&[
+        "--trace",
+        "synthetic:jobs=10,seed=2",
+        "--policy",
+        "tiresias_gittins",
+        "--gittins-distribution",
+        &path_arg(&bad),
+    ])
+    .failure()
+    .stderr_has(&format!(
+        "{}:3: field `duration`: `1e300` is not a service time: it must be at least 0 GPU-seconds and at most 1.048576e15 GPU-seconds",
+        bad.display()
+    ));
 }
 
 // Hardening: input that once crashed, wrapped around or was misreported.

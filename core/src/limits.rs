@@ -191,6 +191,16 @@ pub const PROGRESS: Range = Range::new(0.0, MAX_STEPS, Unit::STEPS);
 pub const GRAD_STAT: Range = Range::new(0.0, MAX_GRAD_STAT, Unit::NONE);
 /// A rate in a throughput table.
 pub const STEPS_PER_SECOND: Range = Range::new(0.0, MAX_STEPS_PER_SECOND, Unit::STEPS_PER_SECOND);
+/// A job's service in GPU-seconds (a Gittins distribution's values): its longest work on every GPU
+/// a cluster may have.
+pub const SERVICE_GPU_SECONDS: Range = Range::new(
+    0.0,
+    MAX_JOB_SECONDS * MAX_GPUS as f64,
+    Unit {
+        one: "GPU-second",
+        many: "GPU-seconds",
+    },
+);
 /// A scheduling round's length.
 pub const ROUND_SECONDS: Range = Range::new(
     EngineConfig::MIN_ROUND_SECONDS,
