@@ -352,9 +352,9 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     args.check_listen()?;
-    if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
-        bail!("--time-scale must be positive");
-    }
+    gangway_core::limits::TIME_SCALE
+        .check_option("--time-scale", args.time_scale)
+        .map_err(anyhow::Error::msg)?;
     let Served {
         cluster,
         topology,

@@ -11,6 +11,7 @@ use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_core::error::{Source, read_text};
 use gangway_core::job::{Names, Trace, WorkUnit};
+use gangway_core::limits;
 use gangway_core::placement::even::Even;
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
@@ -95,21 +96,15 @@ impl Scenario {
         engine: EngineConfig,
         bundled_table: bool,
     ) -> Result<Self> {
-        for (name, v) in [
-            ("--preempt-cost", args.preempt_cost),
-            ("--restore-cost", args.restore_cost),
-            ("--migrate-cost", args.migrate_cost),
+        for (name, value, range) in [
+            ("--preempt-cost", args.preempt_cost, limits::COST_SECONDS),
+            ("--restore-cost", args.restore_cost, limits::COST_SECONDS),
+            ("--migrate-cost", args.migrate_cost, limits::COST_SECONDS),
+            ("--round", engine.round_length, limits::ROUND_SECONDS),
         ] {
-            if !(v.is_finite() && v >= 0.0) {
-                bail!("{name} must be a number of seconds >= 0");
-            }
-        }
-        let round = engine.round_length;
-        if !(round.is_finite() && round >= EngineConfig::MIN_ROUND_SECONDS) {
-            bail!(
-                "--round must be at least {} second(s) (got {round})",
-                EngineConfig::MIN_ROUND_SECONDS
-            );
+            range
+                .check_option(name, value)
+                .map_err(anyhow::Error::msg)?;
         }
         let placement = match args.placement.as_str() {
             "packing" => None,
@@ -256,7 +251,8 @@ pub fn load_resource_profiles(path: &Path) -> Result<ResourceProfiles> {
     } else {
         path.to_path_buf()
     };
-    if !file.is_file() {
+    // Anything there is read as inputs are (a FIFO or a device is refused, naming what it is).
+    if !file.exists() {
         bail!(
             "{}: no such file (Synergy's {} or a folder holding it)",
             file.display(),
@@ -401,8 +397,8 @@ pub fn topology_for(cluster: &Cluster) -> Result<ClusterSpec> {
 /// Reads a distribution of job service (GPU-seconds) from a CSV: the column named `duration`, or the
 /// first one. Errors name the file, line and field.
 pub fn load_service_distribution(path: &Path) -> Result<Vec<f64>> {
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let contents = read_text(path)?;
+    let mut reader = csv::Reader::from_reader(contents.as_bytes());
     let headers = reader
         .headers()
         .with_context(|| format!("{}: no header line", path.display()))?
@@ -418,10 +414,11 @@ pub fn load_service_distribution(path: &Path) -> Result<Vec<f64>> {
         let line = record.position().map_or(0, |p| p.line());
         let text = record.get(column).unwrap_or("").trim();
         match text.parse::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => values.push(v),
+            Ok(v) if limits::SERVICE_GPU_SECONDS.contains(v) => values.push(v),
             _ => bail!(
-                "{}:{line}: field `{field}`: `{text}` is not a service time >= 0",
-                path.display()
+                "{}:{line}: field `{field}`: `{text}` is not a service time: it {}",
+                path.display(),
+                limits::SERVICE_GPU_SECONDS
             ),
         }
     }

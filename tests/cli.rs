@@ -118,12 +118,18 @@ fn summaries(value: Value, what: &str) -> Vec<serde_json::Map<String, Value>> {
 
 /// Runs `gangway simulate ARGS`, with a timeout so that a hang fails the test instead of stalling CI.
 fn simulate(args: &[&str]) -> Run {
+    let args: Vec<&str> = std::iter::once("simulate")
+        .chain(args.iter().copied())
+        .collect();
+    gangway(&args, Duration::from_secs(120))
+}
+
+/// Runs `gangway ARGS`, killed after `timeout` (a hang then fails the test as a run that did not
+/// exit).
+fn gangway(args: &[&str], timeout: Duration) -> Run {
     let mut cmd = Command::cargo_bin("gangway").expect("the gangway binary is built");
-    cmd.arg("simulate")
-        .args(args)
-        .env_remove("RUST_LOG")
-        .timeout(Duration::from_secs(120));
-    let command = std::iter::once("gangway simulate".to_owned())
+    cmd.args(args).env_remove("RUST_LOG").timeout(timeout);
+    let command = std::iter::once("gangway".to_owned())
         .chain(args.iter().map(|a| (*a).to_owned()))
         .collect::<Vec<_>>()
         .join(" ");
@@ -944,6 +950,21 @@ fn gittins_distribution_is_read_and_checked() {
         stderr.contains(&format!("{}:3: field `duration`", bad.display())),
         "{stderr}"
     );
+    // A service past any job's: more GPU-seconds than a cluster's every GPU has in 30 years.
+    std::fs::write(&bad, "duration\n12\n1e300\n").unwrap();
+    simulate(&[
+        "--trace",
+        "synthetic:jobs=10,seed=2",
+        "--policy",
+        "tiresias_gittins",
+        "--gittins-distribution",
+        &path_arg(&bad),
+    ])
+    .failure()
+    .stderr_has(&format!(
+        "{}:3: field `duration`: `1e300` is not a service time: it must be at least 0 GPU-seconds and at most 1.048576e15 GPU-seconds",
+        bad.display()
+    ));
 }
 
 // Hardening: input that once crashed, wrapped around or was misreported.
@@ -1300,4 +1321,345 @@ fn elastic_workloads_run_on_the_cluster_and_rounds_they_were_made_for() {
         run.stderr
     );
     assert!(run.stderr.contains("on 8 GPUs"), "{}", run.stderr);
+}
+
+/// A FIFO made at `path` (what `mkfifo` makes).
+fn fifo(path: &Path) -> PathBuf {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", path.display());
+    path.to_path_buf()
+}
+
+/// How long a run that must be refused at once may take before it counts as hung.
+const AT_ONCE: Duration = Duration::from_secs(30);
+
+/// A FIFO in place of a profile CSV hung `simulate --profiles` (and every other input the same
+/// way: a plain open waits for a writer that never comes); a device was read until memory ran out.
+#[test]
+fn a_fifo_or_a_device_in_place_of_an_input_is_refused_at_once() {
+    let dir = tempdir();
+    let workload = elastic_workload(&dir.path().join("pollux"), &[]);
+    let profiles = dir.path().join("pollux/profiles");
+    let placements = profiles.join("cifar10/placements.csv");
+    std::fs::remove_file(&placements).unwrap();
+    fifo(&placements);
+    let run = gangway(
+        &[
+            "simulate",
+            "--trace",
+            &path_arg(&workload),
+            "--profiles",
+            &path_arg(&profiles),
+            "--policy",
+            "fifo",
+        ],
+        AT_ONCE,
+    )
+    .failure();
+    run.stderr_has(&format!(
+        "{}: is a FIFO (named pipe), not a regular file",
+        placements.display()
+    ));
+    run.no_table();
+
+    let pipe = fifo(&dir.path().join("pipe"));
+    let pipe = path_arg(&pipe);
+    for args in [
+        vec!["--trace", pipe.as_str()],
+        vec!["--throughputs", pipe.as_str()],
+        vec!["--cluster-file", pipe.as_str()],
+        vec!["--topology", pipe.as_str()],
+        vec!["--gittins-distribution", pipe.as_str()],
+        // Not /dev/zero, which was read until memory ran out: were the check lost, this test
+        // must fail, not fill the machine's memory.
+        vec!["--trace", "/dev/null"],
+    ] {
+        let run = gangway(
+            &[&["simulate", "--policy", "fifo"][..], &args[..]].concat(),
+            AT_ONCE,
+        )
+        .failure();
+        let what = match args[1] {
+            "/dev/null" => "/dev/null: is a character device, not a regular file".to_owned(),
+            path => format!("{path}: is a FIFO (named pipe), not a regular file"),
+        };
+        run.stderr_has(&what);
+    }
+}
+
+/// The same FIFO hung `gangway serve --goodput-profiles` before it listened.
+#[test]
+fn serve_refuses_a_fifo_among_its_goodput_profiles_at_once() {
+    let dir = tempdir();
+    elastic_workload(dir.path(), &[]);
+    let profiles = dir.path().join("profiles");
+    let validation = profiles.join("cifar10/validation-64.csv");
+    std::fs::remove_file(&validation).unwrap();
+    fifo(&validation);
+    let journal = dir.path().join("journal");
+    let socket = format!("unix:{}", dir.path().join("api.sock").display());
+    let run = gangway(
+        &[
+            "serve",
+            "--goodput-profiles",
+            &path_arg(&profiles),
+            "--fake-gpus",
+            "2",
+            "--listen",
+            &socket,
+            "--journal",
+            &path_arg(&journal),
+        ],
+        AT_ONCE,
+    )
+    .failure();
+    run.stderr_has(&format!(
+        "{}: is a FIFO (named pipe), not a regular file",
+        validation.display()
+    ));
+}
+
+/// Durations or steps of 1e300 (or 1e23) were accepted in every trace format; the job never ran,
+/// the warning said it needed more GPUs than the cluster had, and the exit code was 0.
+#[test]
+fn durations_and_steps_past_any_real_job_are_refused_at_their_row() {
+    let dir = tempdir();
+    let synergy_profiles = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/synergy_profiles_small.json"
+    );
+    for huge in ["1e300", "1e23"] {
+        for (name, text, extra, says) in [
+            (
+                "gavel.csv",
+                format!(
+                    "job_id,arrival_unit,job_type,scale_factor,duration_s_on_v100,total_steps\n\
+                     0,0,ResNet-18 (batch size 64),1,100,1000\n\
+                     1,1,ResNet-18 (batch size 64),1,100,{huge}\n"
+                ),
+                vec!["--rate", "1"],
+                format!(
+                    ":3: field `total_steps`: {huge} is out of range: must be at least 0 steps and at most 1e12 steps"
+                ),
+            ),
+            (
+                "philly.csv",
+                format!(
+                    "timestamp,duration,num_gpus,gpu_time,cluster\n\
+                     2017-10-09 07:01:55,{huge},1,66.0,a\n\
+                     2017-10-09 07:02:55,100,1,66.0,a\n"
+                ),
+                vec![],
+                format!(
+                    ":2: field `duration`: {huge} is out of range: must be at least 0 seconds and at most 1e9 seconds"
+                ),
+            ),
+            (
+                "tiresias.csv",
+                format!(
+                    "job_id,num_gpu,submit_time,iterations,model_name,duration,interval\n\
+                     0,1,0,606,vgg19,164,30\n\
+                     1,1,30,133,vgg11,{huge},23\n"
+                ),
+                vec![],
+                format!(":3: field `duration`: {huge} is out of range"),
+            ),
+            (
+                "synergy.log",
+                format!("0,alexnet,0,100,1\n1,alexnet,10,{huge},1\n"),
+                vec!["--profiles", synergy_profiles],
+                format!(":2: field `iterations`: {huge} is out of range"),
+            ),
+        ] {
+            let path = write(dir.path(), name, &text);
+            let trace = path_arg(&path);
+            let args = [
+                &["--trace", trace.as_str(), "--policy", "fifo", "--no-ftf"][..],
+                &extra[..],
+            ]
+            .concat();
+            let run = simulate(&args).failure();
+            run.stderr_has(&format!("{}{says}", path.display()));
+            run.no_table();
+        }
+    }
+}
+
+/// `--round 1e300` was accepted and printed 300-digit JCTs; the other numbers of the command line
+/// had no upper bound either.
+#[test]
+fn every_number_option_is_range_checked() {
+    for (args, says) in [
+        (
+            vec!["--round", "1e300"],
+            "--round must be at least 1 second and at most 86400 seconds (got 1e300)",
+        ),
+        (
+            vec!["--preempt-cost", "1e300"],
+            "--preempt-cost must be at least 0 seconds and at most 86400 seconds (got 1e300)",
+        ),
+        (
+            vec!["--restore-cost", "nan"],
+            "--restore-cost must be at least 0 seconds",
+        ),
+        (
+            vec!["--migrate-cost", "-1"],
+            "--migrate-cost must be at least 0 seconds",
+        ),
+        (
+            vec!["--rate", "1e300"],
+            "--rate must be more than 0 jobs per hour and at most 1000000 jobs per hour (got 1e300)",
+        ),
+        (
+            vec!["--load-factor", "1e300"],
+            "--load-factor must be more than 0 and at most 1000000 (got 1e300)",
+        ),
+    ] {
+        let run = simulate(&[&args[..], &["--policy", "fifo", "--no-ftf"]].concat()).failure();
+        run.stderr_has(says);
+        run.no_table();
+    }
+    let dir = tempdir();
+    let journal = path_arg(&dir.path().join("journal"));
+    let socket = format!("unix:{}", dir.path().join("api.sock").display());
+    for (option, says) in [
+        (
+            "--round",
+            "--round must be at least 1 second and at most 86400 seconds (got 1e300)",
+        ),
+        (
+            "--time-scale",
+            "--time-scale must be more than 0 and at most 1000000 (got 1e300)",
+        ),
+        ("--memory-gb", "memory_gb = 1e300 is out of range"),
+    ] {
+        let run = gangway(
+            &[
+                "serve",
+                "--fake-gpus",
+                "1",
+                option,
+                "1e300",
+                "--listen",
+                &socket,
+                "--journal",
+                &journal,
+            ],
+            AT_ONCE,
+        )
+        .failure();
+        run.stderr_has(says);
+    }
+}
+
+/// A profile row with `step_time=0` loaded, then every submission of the application got a 422
+/// about rates; a `local_bsz` of 1e20 left an elastic job waiting for ever with every GPU free.
+#[test]
+fn profile_step_times_and_batches_are_range_checked_at_their_row() {
+    for (placements, says) in [
+        (
+            "1,64,0,0.0",
+            ":2: field `step_time`: 0 is out of range: must be more than 0 seconds and at most 86400 seconds",
+        ),
+        (
+            "1,1e20,0.1,0.0",
+            ":2: field `local_bsz`: 1e20 is out of range: must be at least 1 sample and at most 16777216 samples",
+        ),
+    ] {
+        let dir = tempdir();
+        let workload = elastic_workload(dir.path(), &[]);
+        let file = dir.path().join("profiles/cifar10/placements.csv");
+        let text = std::fs::read_to_string(&file).unwrap();
+        std::fs::write(&file, text.replace("1,64,0.1,0.0", placements)).unwrap();
+        let run = simulate(&["--trace", &path_arg(&workload), "--policy", "pollux"]).failure();
+        run.stderr_has(&format!("{}{says}", file.display()));
+        run.no_table();
+    }
+    // A workload's own batch past any real one.
+    let dir = tempdir();
+    let workload = elastic_workload(dir.path(), &[]);
+    let text = std::fs::read_to_string(&workload).unwrap();
+    std::fs::write(&workload, text.replace(",1,64\n", ",1,100000000\n")).unwrap();
+    simulate(&["--trace", &path_arg(&workload), "--policy", "fifo"])
+        .failure()
+        .stderr_has(&format!(
+            "{}:2: field `batch_size`: 100000000 is out of range",
+            workload.display()
+        ));
+}
+
+/// A job that could never run was a warning ("needs more GPUs of one type than the cluster has",
+/// whatever the cause) and the run exited 0; it is the trace's error, at the job's line, on the
+/// cluster chosen after the trace was read.
+#[test]
+fn a_job_that_can_never_run_is_an_error_at_its_line() {
+    let dir = tempdir();
+    let gavel = write(
+        dir.path(),
+        "gavel.csv",
+        "job_id,arrival_unit,job_type,scale_factor,duration_s_on_v100,total_steps\n\
+         0,0,ResNet-18 (batch size 64),1,100,1000\n\
+         1,0,ResNet-18 (batch size 64),8,100,1000\n\
+         2,0,ResNet-18 (batch size 64),1,100,1e11\n",
+    );
+    let trace = path_arg(&gavel);
+    let run = simulate(&[
+        "--trace",
+        &trace,
+        "--rate",
+        "1",
+        "--cluster",
+        "v100=4",
+        "--policy",
+        "fifo",
+        "--no-ftf",
+    ])
+    .failure();
+    run.stderr_has(&format!(
+        "{}:3: field `scale_factor`: job 1 can never run on this cluster (4 v100 (4x1)): no GPU type has 8 GPUs (the largest has 4)",
+        gavel.display()
+    ));
+    run.no_table();
+    // On a cluster with room, the next: steps that would take past the longest job.
+    simulate(&[
+        "--trace",
+        &trace,
+        "--rate",
+        "1",
+        "--cluster",
+        "v100=8",
+        "--policy",
+        "fifo",
+        "--no-ftf",
+    ])
+    .failure()
+    .stderr_has(&format!(
+        "{}:4: field `total_steps`: job 2 can never run on this cluster",
+        gavel.display()
+    ))
+    .stderr_has("longer than the 1e9 s (about 30 years) a job may take");
+    // Philly's rows carry no id: the line follows the job through its renumbering by arrival.
+    let philly = write(
+        dir.path(),
+        "philly.csv",
+        "timestamp,duration,num_gpus,gpu_time,cluster\n\
+         2017-10-09 07:01:55,100,64,66.0,a\n\
+         2017-10-09 06:01:55,100,1,66.0,a\n",
+    );
+    let run = simulate(&[
+        "--trace",
+        &path_arg(&philly),
+        "--policy",
+        "fifo",
+        "--no-ftf",
+    ])
+    .failure();
+    run.stderr_has(&format!(
+        "{}:2: field `num_gpus`: job 1 can never run on this cluster",
+        philly.display()
+    ));
+    assert!(!run.stderr.contains("warning"), "{}", run.stderr);
 }

@@ -30,6 +30,13 @@ pub const MAX_GPUS: u32 = gangway_topology::topology::MAX_CLUSTER_GPUS as u32;
 /// real clusters have a handful.
 pub const MAX_GPU_TYPES: usize = 1024;
 
+/// Most CPUs one node may have (a spec's default, 3 per GPU, stays below it at any GPU count).
+pub const MAX_NODE_CPUS: u32 = 1 << 24;
+
+/// Most memory one node may have, in GB (an exabyte): a spec's default, 62.5 GB per GPU, stays below
+/// it at any GPU count; more is a unit mistake.
+pub const MAX_NODE_MEMORY_GB: f64 = 1e9;
+
 /// CPUs and memory per GPU when a spec does not say: Synergy's default server (8 GPUs, 24 CPUs, 500 GB).
 pub const DEFAULT_CPUS_PER_GPU: u32 = 3;
 pub const DEFAULT_MEMORY_GB_PER_GPU: f64 = 62.5;
@@ -188,12 +195,6 @@ impl Cluster {
             let memory_gb = group
                 .memory_gb
                 .unwrap_or(f64::from(group.gpus) * DEFAULT_MEMORY_GB_PER_GPU);
-            if !(memory_gb.is_finite() && memory_gb >= 0.0) {
-                return Err(InputError::whole(
-                    source,
-                    format!("nodes[{i}]: memory_gb = {memory_gb} must be a finite number >= 0"),
-                ));
-            }
             builder
                 .add_nodes(
                     &group.gpu_type,
@@ -334,6 +335,19 @@ impl ClusterBuilder {
                 "{count} nodes of {gpus} GPUs bring the cluster to {total} GPUs; at most {MAX_GPUS} are supported"
             ));
         }
+        // After the GPUs: a count past their limit makes the default CPUs past this one.
+        if cpus > MAX_NODE_CPUS {
+            return Err(format!(
+                "cpus = {cpus} is out of range: a node has at most {MAX_NODE_CPUS}"
+            ));
+        }
+        if !(memory_gb.is_finite() && (0.0..=MAX_NODE_MEMORY_GB).contains(&memory_gb)) {
+            return Err(format!(
+                "memory_gb = {} is out of range: {}",
+                crate::limits::number(memory_gb),
+                crate::limits::Range::new(0.0, MAX_NODE_MEMORY_GB, crate::limits::Unit::NONE)
+            ));
+        }
         let name = name.trim().to_ascii_lowercase();
         let t = match self.gpu_types.iter().position(|n| *n == name) {
             Some(i) => i,
@@ -462,6 +476,29 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("memory_gb = NaN"), "{err}");
+        // Memory and CPUs past any server: a unit mistake, not a cluster.
+        for (line, says) in [
+            (
+                "memory_gb = 1e300",
+                "nodes[0]: memory_gb = 1e300 is out of range: must be at least 0 and at most 1e9",
+            ),
+            (
+                "cpus = 4294967295",
+                "nodes[0]: cpus = 4294967295 is out of range: a node has at most 16777216",
+            ),
+        ] {
+            let err = Cluster::parse_toml(
+                &Source("c.toml".into()),
+                &format!("[[nodes]]\ngpu_type = \"v100\"\ngpus = 1\n{line}\n"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains(says), "{line}: {err}");
+        }
+        let err = Cluster::try_from_nodes([("v100", 1, 1, f64::INFINITY)])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("memory_gb = inf is out of range"), "{err}");
         // 65,537 types once wrapped the 16-bit type id around to type 0.
         let many: Vec<String> = (0..=MAX_GPU_TYPES).map(|t| format!("t{t}=1")).collect();
         let err = Cluster::parse_spec(&many.join(","), 1)

@@ -1,14 +1,16 @@
 //! Errors for input data: every message names the source, and, for rows, the line and field.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 /// Where a piece of input came from: a file path or a named embedded/synthetic source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Source(pub String);
 
 impl Source {
-    pub fn path(path: &std::path::Path) -> Self {
+    pub fn path(path: &Path) -> Self {
         Source(path.display().to_string())
     }
 }
@@ -47,6 +49,17 @@ pub enum InputError {
         path: PathBuf,
         error: std::io::Error,
     },
+    /// The path is not a regular file (a FIFO, a device, a socket): reading it could block for ever
+    /// or never end, so it is refused before any byte is read.
+    #[error("{}: is {kind}, not a regular file", .path.display())]
+    NotAFile { path: PathBuf, kind: &'static str },
+    /// The file is larger than any input gangway reads ([`MAX_INPUT_BYTES`]).
+    #[error(
+        "{}: is {bytes} bytes or more; an input may be at most {MAX_INPUT_BYTES} bytes ({} MiB)",
+        .path.display(),
+        MAX_INPUT_BYTES >> 20
+    )]
+    TooLarge { path: PathBuf, bytes: u64 },
 }
 
 impl InputError {
@@ -87,11 +100,102 @@ impl InputError {
     }
 }
 
-/// Reads a text file (a trace, a table, a cluster file). Text that is not UTF-8 is reported at its line:
-/// `file:line: not valid UTF-8 ...`.
-pub fn read_text(path: &std::path::Path) -> Result<String, InputError> {
-    let bytes = std::fs::read(path).map_err(|e| InputError::io(path, e))?;
-    text_of(&Source::path(path), bytes)
+/// The largest input file gangway reads (a trace, a table, a cluster or topology file, a profile):
+/// 256 MiB, about 75 times the largest public trace (Philly's, 3.4 MB). A larger one is a mistake
+/// (a disk image, a log) that would only fill memory.
+pub const MAX_INPUT_BYTES: u64 = 256 << 20;
+
+/// Opens an input file for reading, refusing anything but a regular file.
+///
+/// The open does not block (`O_NONBLOCK`: a FIFO with no writer would hang a plain open for ever), and
+/// the kind is checked on the opened descriptor (`fstat`), not on the path, so that nothing can be
+/// swapped in between. A directory is the operating system's own error (`Is a directory`); a FIFO, a
+/// device or a socket is [`InputError::NotAFile`]; a file over [`MAX_INPUT_BYTES`] is
+/// [`InputError::TooLarge`]. Every reader of input files opens them here.
+pub fn open_input(path: &Path) -> Result<File, InputError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|e| InputError::io(path, e))?;
+    let metadata = file.metadata().map_err(|e| InputError::io(path, e))?;
+    let file_type = metadata.file_type();
+    if file_type.is_dir() {
+        return Err(InputError::io(path, is_a_directory()));
+    }
+    if !file_type.is_file() {
+        return Err(InputError::NotAFile {
+            path: path.to_path_buf(),
+            kind: kind_of(&file_type),
+        });
+    }
+    if metadata.len() > MAX_INPUT_BYTES {
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            bytes: metadata.len(),
+        });
+    }
+    Ok(file)
+}
+
+/// Reads a whole input file, opened by [`open_input`]; no more than [`MAX_INPUT_BYTES`] are read even
+/// when the file grows while it is read.
+pub fn read_input(path: &Path) -> Result<Vec<u8>, InputError> {
+    let file = open_input(path)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_INPUT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| InputError::io(path, e))?;
+    if bytes.len() as u64 > MAX_INPUT_BYTES {
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            bytes: bytes.len() as u64,
+        });
+    }
+    Ok(bytes)
+}
+
+/// Reads a text file (a trace, a table, a cluster file) through [`read_input`]. Text that is not UTF-8
+/// is reported at its line: `file:line: not valid UTF-8 ...`.
+pub fn read_text(path: &Path) -> Result<String, InputError> {
+    text_of(&Source::path(path), read_input(path)?)
+}
+
+/// The error reading a directory gives, said before reading it.
+fn is_a_directory() -> std::io::Error {
+    #[cfg(unix)]
+    {
+        std::io::Error::from_raw_os_error(libc::EISDIR)
+    }
+    #[cfg(not(unix))]
+    {
+        std::io::Error::new(std::io::ErrorKind::IsADirectory, "Is a directory")
+    }
+}
+
+/// What a path that is neither a regular file nor a directory is, for messages.
+fn kind_of(file_type: &std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if file_type.is_char_device() {
+            return "a character device";
+        }
+        if file_type.is_block_device() {
+            return "a block device";
+        }
+        if file_type.is_socket() {
+            return "a socket";
+        }
+    }
+    let _ = file_type;
+    "an unknown kind of file"
 }
 
 /// `bytes` as text, or an error naming the line (and the byte within it) where UTF-8 breaks.
@@ -127,8 +231,38 @@ pub enum SimError {
     Config(String),
 }
 
+/// What tests of input readers share: FIFOs, and a bound on how long a read may block.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+    use std::time::Duration;
+
+    /// Makes a FIFO at `path`, as `mkfifo` does.
+    pub fn fifo(path: &Path) {
+        let made = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success(), "mkfifo {}", path.display());
+    }
+
+    /// `read()`'s result, or a panic when it has not returned within 30 s: a reader that blocks
+    /// (on a FIFO) fails its test instead of hanging the suite. The blocked thread ends with the
+    /// test's process.
+    pub fn at_once<T: Send + 'static>(read: impl FnOnce() -> T + Send + 'static) -> T {
+        let (done, result) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done.send(read());
+        });
+        result
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the read blocked (a FIFO opened without O_NONBLOCK?)")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::testing::{at_once, fifo};
     use super::*;
 
     #[test]
@@ -140,6 +274,55 @@ mod tests {
         assert_eq!(
             text_of(&Source("t".into()), b"ok\n".to_vec()).unwrap(),
             "ok\n"
+        );
+    }
+
+    /// A FIFO once hung every reader (a plain open waits for a writer); a device such as /dev/zero
+    /// was read until memory ran out, and /dev/null read as an empty input.
+    #[test]
+    fn only_regular_files_are_read_and_never_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let pipe = dir.path().join("placements.csv");
+        fifo(&pipe);
+        // No writer ever opens it: a blocking open would hang.
+        let path = pipe.clone();
+        let err = at_once(move || read_text(&path).unwrap_err().to_string());
+        assert_eq!(
+            err,
+            format!(
+                "{}: is a FIFO (named pipe), not a regular file",
+                pipe.display()
+            )
+        );
+        // /dev/null, not /dev/zero: were the check lost, this test must fail, not fill memory.
+        let err = at_once(|| read_text(Path::new("/dev/null")).unwrap_err().to_string());
+        assert_eq!(err, "/dev/null: is a character device, not a regular file");
+        let err = read_text(dir.path()).unwrap_err().to_string();
+        assert!(err.ends_with("Is a directory (os error 21)"), "{err}");
+        let file = dir.path().join("ok.csv");
+        std::fs::write(&file, "a,b\n").unwrap();
+        assert_eq!(read_text(&file).unwrap(), "a,b\n");
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("huge.csv");
+        // Sparse: no disk is spent, and nothing is read.
+        File::create(&path)
+            .unwrap()
+            .set_len(MAX_INPUT_BYTES + 1)
+            .unwrap();
+        // Never `unwrap_err`: were the limit lost, its message would print 256 MiB.
+        let err = match read_input(&path) {
+            Ok(bytes) => panic!("{} bytes read past the limit", bytes.len()),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains(
+                "is 268435457 bytes or more; an input may be at most 268435456 bytes (256 MiB)"
+            ),
+            "{err}"
         );
     }
 

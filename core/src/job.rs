@@ -182,6 +182,10 @@ pub struct Trace {
     /// Synergy's traces (in [`WorkUnit::Seconds`]), its CPU and memory sensitivity profiles.
     #[serde(skip)]
     pub profiles: Option<std::path::PathBuf>,
+    /// Where each job was read, when the trace came from a file: for errors found once the cluster
+    /// is known (a job that can never run there), which name its line.
+    #[serde(skip)]
+    pub rows: Option<crate::trace::Rows>,
 }
 
 impl Trace {

@@ -1,7 +1,8 @@
 //! gangway-core: the scheduling model that both the simulator and the live control plane use.
 //!
 //! - [`cluster`]: servers with GPUs of one type, CPUs and memory.
-//! - [`job`] and [`trace`]: jobs and the trace formats they come from.
+//! - [`job`] and [`trace`]: jobs and the trace formats they come from; [`limits`]: the ranges every
+//!   number read from input must fall in.
 //! - [`throughput`]: how fast a job runs on an allocation.
 //! - [`resources`]: CPUs and memory beside GPUs (Synergy).
 //! - [`policy`]: the [`policy::Policy`] trait, its single input struct, and the policies.
@@ -16,6 +17,7 @@ pub mod cluster;
 pub mod engine;
 pub mod error;
 pub mod job;
+pub mod limits;
 pub mod metrics;
 pub mod placement;
 pub mod policy;

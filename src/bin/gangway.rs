@@ -12,6 +12,7 @@ use gangway::compare;
 #[cfg(feature = "serve")]
 use gangway::control;
 use gangway::core::engine::EngineConfig;
+use gangway::core::limits;
 use gangway::core::metrics::Window;
 use gangway::core::policy;
 use gangway::core::sim::{SimConfig, Simulation};
@@ -272,6 +273,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     for name in &args.policy {
         policy::find(name)?;
     }
+    // Numbers first, each against its range, before any input is read.
+    if let Some(rate) = args.rate {
+        limits::RATE
+            .check_option("--rate", rate)
+            .map_err(anyhow::Error::msg)?;
+    }
+    limits::LOAD_FACTOR
+        .check_option("--load-factor", args.load_factor)
+        .map_err(anyhow::Error::msg)?;
     let embedded = args.trace.is_none();
     let options = TraceOptions {
         format: args.trace_format.map(|f| f.0),
@@ -335,9 +345,6 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         .as_ref()
         .expect("simulate always has a table");
     let mut trace = scenario::load_trace(args.trace.as_deref(), &options, table)?;
-    if !(args.load_factor.is_finite() && args.load_factor > 0.0) {
-        bail!("--load-factor must be positive");
-    }
     trace.scale_load(args.load_factor);
     if let Some(last) = trace.jobs.iter().map(|j| j.arrival).reduce(f64::max)
         && last > gangway::core::job::MAX_ARRIVAL_SECONDS
@@ -350,6 +357,9 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     }
     let cluster = &*scenario.cluster;
     let model = scenario.model_for(&trace)?;
+    // A job that could never run here is the trace's error, at its line: a run would leave it
+    // waiting for ever.
+    gangway::core::trace::check_runnable(&trace, &scenario.cluster, model.as_ref())?;
     let window = args.window.clone().unwrap_or_else(|| {
         if embedded {
             Window(Some(4000..5000))
@@ -418,14 +428,16 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         &factory,
     )?;
     let mut stalled = Vec::new();
+    let mut refused = Vec::new();
     for (result, summary) in &results {
-        if !result.unschedulable.is_empty() {
+        // Checked before the runs; a run that still refused a job is incomplete all the same.
+        if let Some(first) = result.unschedulable.first() {
             eprintln!(
-                "gangway: warning: {}: {} jobs need more GPUs of one type than the cluster has and never ran (first: job {})",
+                "gangway: {}: {} jobs could never run on this cluster (first: job {first}); its figures cover the others only",
                 summary.policy,
                 result.unschedulable.len(),
-                result.unschedulable[0]
             );
+            refused.push(summary.policy.clone());
         }
         let unfinished = compare::unfinished(result);
         if let Some(first) = unfinished.first() {
@@ -465,6 +477,12 @@ fn simulate(args: SimulateArgs) -> Result<()> {
                 ""
             },
             dir.display()
+        );
+    }
+    if !refused.is_empty() {
+        bail!(
+            "{} left jobs that could never run (see above); the results are incomplete",
+            refused.join(", ")
         );
     }
     if !stalled.is_empty() {

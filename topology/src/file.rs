@@ -54,6 +54,27 @@ struct Servers {
     count: usize,
 }
 
+/// Most servers under one top-of-rack switch: no more than a cluster may have GPUs.
+pub const MAX_HOSTS_PER_RACK: usize = crate::topology::MAX_CLUSTER_GPUS;
+
+/// The most a rack's uplink may be, in multiples of one server's NIC bandwidth.
+pub const MAX_UPLINK_FACTOR: f64 = 1024.0;
+
+/// The fastest NIC a declared design may have, in GB/s (today's fastest are 50 to 100 GB/s): beyond
+/// it bandwidths are a unit mistake, and sums of them overflow.
+pub const MAX_NIC_GBPS: f64 = 10_000.0;
+
+/// A number as people read it, for messages: plainly when it is short (`86400`, `0.5`), in exponent
+/// form when it is not (`1e300`, `1e-9`), never 300 digits.
+pub fn number(value: f64) -> String {
+    let magnitude = value.abs();
+    if value == 0.0 || (1e-3..1e8).contains(&magnitude) || !value.is_finite() {
+        format!("{value}")
+    } else {
+        format!("{value:e}")
+    }
+}
+
 fn default_hosts_per_rack() -> usize {
     16
 }
@@ -88,6 +109,12 @@ pub fn parse(name: &str, text: &str) -> Result<ClusterSpec, FileError> {
     for (i, d) in file.designs.iter().enumerate() {
         d.validate()
             .map_err(|m| err(format!("designs[{i}]: {m}")))?;
+        if d.nic_gbps > MAX_NIC_GBPS {
+            return Err(err(format!(
+                "designs[{i}]: nic_gbps = {} is out of range (more than 0 to {MAX_NIC_GBPS} GB/s)",
+                number(d.nic_gbps)
+            )));
+        }
         if Preset::parse(&d.name).is_some() || file.designs[..i].iter().any(|o| o.name == d.name) {
             return Err(err(format!(
                 "designs[{i}]: the name `{}` is already taken",
@@ -127,10 +154,20 @@ pub fn parse(name: &str, text: &str) -> Result<ClusterSpec, FileError> {
         }
         groups.push((design, s.count));
     }
-    if file.hosts_per_rack == 0 || !file.uplink_factor.is_finite() || file.uplink_factor <= 0.0 {
-        return Err(err(
-            "hosts_per_rack and uplink_factor must be positive".into()
-        ));
+    if !(1..=MAX_HOSTS_PER_RACK).contains(&file.hosts_per_rack) {
+        return Err(err(format!(
+            "hosts_per_rack = {} is out of range (1 to {MAX_HOSTS_PER_RACK})",
+            file.hosts_per_rack
+        )));
+    }
+    if !(file.uplink_factor.is_finite()
+        && file.uplink_factor > 0.0
+        && file.uplink_factor <= MAX_UPLINK_FACTOR)
+    {
+        return Err(err(format!(
+            "uplink_factor = {} is out of range (more than 0 to {MAX_UPLINK_FACTOR})",
+            number(file.uplink_factor)
+        )));
     }
     let spec = ClusterSpec {
         groups,
@@ -255,5 +292,35 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("overflows; at most 1048576"), "{e}");
+    }
+
+    /// Numbers past any real network were accepted: an uplink of 1e300 NICs, a NIC of 1e300 GB/s.
+    #[test]
+    fn network_numbers_name_their_range() {
+        let one = "[[servers]]\npreset = \"dgx1-v100\"\n";
+        for (head, says) in [
+            (
+                "uplink_factor = 1e300\n",
+                "uplink_factor = 1e300 is out of range (more than 0 to 1024)",
+            ),
+            (
+                "hosts_per_rack = 0\n",
+                "hosts_per_rack = 0 is out of range (1 to 1048576)",
+            ),
+        ] {
+            let e = parse("c.toml", &format!("{head}{one}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{head}: {e}");
+        }
+        let design = "[[designs]]\nname = \"fast\"\ngpu_model = \"X\"\ngpu_memory_gb = 8\nsockets = 1\n\
+                      switches_per_socket = 1\ngpus_per_switch = 2\npcie_generation = 4\nnics = 1\n\
+                      nic_gbps = 1e300\nnetwork = \"ethernet\"\n[[servers]]\ndesign = \"fast\"\n";
+        let e = parse("d.toml", design).unwrap_err().to_string();
+        assert!(
+            e.contains("designs[0]: nic_gbps = 1e300 is out of range"),
+            "{e}"
+        );
+        assert!(parse("d.toml", &design.replace("1e300", "25.0")).is_ok());
     }
 }

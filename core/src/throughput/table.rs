@@ -11,6 +11,7 @@ use super::ThroughputModel;
 use crate::cluster::{Cluster, GpuTypeId};
 use crate::error::{InputError, Source};
 use crate::job::{Job, JobId, JobTypeId, Names, Trace, WorkUnit};
+use crate::limits;
 
 /// A job type at a scale factor, as the table keys it.
 pub type TableKey = (String, u32);
@@ -74,7 +75,11 @@ impl ThroughputTable {
                         entry.alone = positive(value).ok_or_else(|| {
                             InputError::whole(
                                 source,
-                                format!("{}: `null` must be a rate >= 0", where_()),
+                                format!(
+                                    "{}: `null`: `{value}` is not a rate ({})",
+                                    where_(),
+                                    limits::STEPS_PER_SECOND
+                                ),
                             )
                         })?;
                         continue;
@@ -87,8 +92,9 @@ impl ThroughputTable {
                             InputError::whole(
                                 source,
                                 format!(
-                                    "{} / `{other}`: expected [rate_self, rate_other]",
-                                    where_()
+                                    "{} / `{other}`: expected [rate_self, rate_other], each a rate that {}",
+                                    where_(),
+                                    limits::STEPS_PER_SECOND
                                 ),
                             )
                         })?;
@@ -149,8 +155,9 @@ impl ThroughputTable {
     }
 }
 
+/// A rate in [`limits::STEPS_PER_SECOND`].
 fn positive(v: &Value) -> Option<f64> {
-    v.as_f64().filter(|x| x.is_finite() && *x >= 0.0)
+    v.as_f64().filter(|x| limits::STEPS_PER_SECOND.contains(*x))
 }
 
 /// [`ThroughputTable`] resolved against one trace and one cluster, for O(1) look-ups.
@@ -184,15 +191,34 @@ impl TableModel {
                 }
             }
             if !runs_somewhere {
-                return Err(InputError::whole(
-                    &Source(table.source.clone()),
-                    format!(
-                        "no throughput for job type `{name}` at scale factor {} (job {}) on any GPU type of the cluster ({})",
-                        job.gpus,
-                        job.id,
-                        cluster.gpu_types().join(", ")
+                let message = format!(
+                    "no throughput for job type `{name}` at scale factor {} (job {}) on any GPU type of the cluster ({})",
+                    job.gpus,
+                    job.id,
+                    cluster.gpu_types().join(", ")
+                );
+                // At the job's row when the trace came from a file: that is what to fix, or the
+                // table named beside it.
+                let other_sizes = cluster
+                    .gpu_types()
+                    .iter()
+                    .any(|gpu_type| table.sizes(gpu_type, name).next().is_some());
+                let at = trace.rows.as_ref().and_then(|rows| {
+                    let field = match other_sizes {
+                        true => rows.columns.gpus,
+                        false => rows.columns.job_type,
+                    };
+                    Some((rows.line_of(job.id)?, field))
+                });
+                return Err(match at {
+                    Some((line, field)) => InputError::field(
+                        &Source(trace.source.clone()),
+                        line,
+                        field,
+                        format!("{message} in {}", table.source),
                     ),
-                ));
+                    None => InputError::whole(&Source(table.source.clone()), message),
+                });
             }
         }
         // Rates at every other gang size the table knows, for policies that resize jobs (grow-shrink).
@@ -325,6 +351,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.starts_with("t.json:2: invalid JSON"), "{err}");
+        // A rate past any real job made it finish in no time.
+        let err = ThroughputTable::parse(
+            &Source("t.json".into()),
+            r#"{"v100": {"('LM', 1)": {"null": 1e300}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("`null`: `1e+300` is not a rate (must be at least 0 steps per second and at most 1000000 steps per second)"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! Gavel's trace formats: the generated "continuous" CSV and the tab-separated 10- and 7-column traces.
 
-use super::rows::{JobIds, Row, for_each_row};
+use super::JobColumns;
+use super::rows::{JobIds, Row, finish, for_each_row};
 use crate::error::{InputError, Source};
 use crate::job::{Job, JobId, Trace, WorkUnit};
+use crate::limits;
 
 /// Gavel's continuous CSV: arrivals are in units of the mean interarrival time, scaled by `rate` (jobs/hour).
 pub(crate) fn parse_continuous(
@@ -16,16 +18,14 @@ pub(crate) fn parse_continuous(
             "Gavel's continuous traces give arrivals in units: pass --rate JOBS_PER_HOUR (Gavel used 0.4 .. 6.0)",
         )
     })?;
-    if !(rate.is_finite() && rate > 0.0) {
-        return Err(InputError::whole(
-            source,
-            format!("--rate must be positive, got {rate}"),
-        ));
-    }
+    let rate = limits::RATE
+        .check_option("--rate", rate)
+        .map_err(|why| InputError::whole(source, why))?;
     let seconds_per_unit = 3600.0 / rate;
     let mut trace = Trace::new(source.to_string(), WorkUnit::Steps);
     let default_tenant = trace.intern_tenant("default");
     let mut ids = JobIds::default();
+    let mut lines = Vec::new();
     for_each_row(source, text, b',', None, |row| {
         let id = ids.take(row, "job_id")?;
         let job_type = trace.intern_job_type(row.text("job_type")?);
@@ -34,7 +34,7 @@ pub(crate) fn parse_continuous(
             arrival: row.arrival("arrival_unit", seconds_per_unit)?,
             job_type,
             gpus: row.gpu_count("scale_factor")?,
-            total_steps: row.number_at_least("total_steps", 0.0)?,
+            total_steps: row.number_in("total_steps", &limits::STEPS)?,
             weight: 1.0,
             tenant: default_tenant,
             batch: None,
@@ -42,11 +42,19 @@ pub(crate) fn parse_continuous(
             min_batch: None,
             group_by_type: Vec::new(),
         });
+        lines.push(row.line);
         Ok(())
     })?;
-    trace.sort_by_arrival();
+    finish(&mut trace, lines, COLUMNS, false);
     Ok(trace)
 }
+
+/// Where Gavel's traces keep what can keep a job from running.
+const COLUMNS: JobColumns = JobColumns {
+    gpus: "scale_factor",
+    work: "total_steps",
+    job_type: "job_type",
+};
 
 /// Column names of the tab-separated traces, in file order.
 pub(crate) struct Columns(&'static [&'static str]);
@@ -84,19 +92,11 @@ pub(crate) fn parse_tabbed(
     let mut trace = Trace::new(source.to_string(), WorkUnit::Steps);
     let default_tenant = trace.intern_tenant("default");
     let has_weight = columns.0.contains(&"priority_weight");
+    let mut lines = Vec::new();
     for_each_row(source, text, b'\t', Some(columns.0), |row: &Row<'_>| {
         let job_type = trace.intern_job_type(row.text("job_type")?);
         let weight = if has_weight {
-            let w = row.number_at_least("priority_weight", 0.0)?;
-            if w == 0.0 {
-                return Err(InputError::field(
-                    source,
-                    row.line,
-                    "priority_weight",
-                    "must be positive",
-                ));
-            }
-            w
+            row.number_in("priority_weight", &limits::WEIGHT)?
         } else {
             1.0
         };
@@ -105,7 +105,7 @@ pub(crate) fn parse_tabbed(
             arrival: row.arrival("arrival_time", 1.0)?,
             job_type,
             gpus: row.gpu_count("scale_factor")?,
-            total_steps: row.number_at_least("total_steps", 0.0)?,
+            total_steps: row.number_in("total_steps", &limits::STEPS)?,
             weight,
             tenant: default_tenant,
             batch: None,
@@ -113,9 +113,10 @@ pub(crate) fn parse_tabbed(
             min_batch: None,
             group_by_type: Vec::new(),
         });
+        lines.push(row.line);
         Ok(())
     })?;
-    trace.sort_by_arrival();
+    finish(&mut trace, lines, COLUMNS, false);
     Ok(trace)
 }
 
@@ -212,6 +213,56 @@ mod tests {
         assert_eq!(
             err,
             "m.trace:1: field `total_steps`: `many` is not a valid number"
+        );
+    }
+
+    /// Steps of 1e300 (or 1e23) were accepted: the job never ran, reported as needing more GPUs than
+    /// the cluster has, and the run exited 0.
+    #[test]
+    fn steps_and_weights_past_any_real_job_name_their_range() {
+        for steps in ["1e300", "1e23", "inf"] {
+            let text = CONTINUOUS.replace("343170.469", steps);
+            let err = parse_continuous(&Source("c.csv".into()), &text, Some(1.0))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.starts_with("c.csv:3: field `total_steps`: ")
+                    && err.ends_with(
+                        "is out of range: must be at least 0 steps and at most 1e12 steps"
+                    ),
+                "{steps}: {err}"
+            );
+        }
+        let ten = "LM\tpython main.py\tlm\t--steps\t1\t1e300\t1\t1\t-1\t0\n";
+        let err = parse_tabbed(&Source("p.trace".into()), ten, Columns::TEN)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("p.trace:1: field `total_steps`: 1e300"),
+            "{err}"
+        );
+        let heavy = ten.replace("\t1e300\t1\t1\t", "\t100\t1\t1e300\t");
+        let err = parse_tabbed(&Source("p.trace".into()), &heavy, Columns::TEN)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("p.trace:1: field `priority_weight`: 1e300 is out of range"),
+            "{err}"
+        );
+        let seven = "LM\tcmd\t--steps\t1\t1e23\t0\t1\n";
+        let err = parse_tabbed(&Source("m.trace".into()), seven, Columns::SEVEN)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("m.trace:1: field `total_steps`: 1e23"),
+            "{err}"
+        );
+        let err = parse_continuous(&Source("c.csv".into()), CONTINUOUS, Some(1e300))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "c.csv: --rate must be more than 0 jobs per hour and at most 1000000 jobs per hour (got 1e300)"
         );
     }
 }

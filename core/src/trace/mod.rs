@@ -20,11 +20,16 @@ pub mod synergy;
 pub mod synthetic;
 mod tiresias;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::Arc;
 
+use crate::cluster::Cluster;
+use crate::engine::{Engine, EngineConfig, Unrunnable};
 use crate::error::{InputError, Source};
-use crate::job::Trace;
+use crate::job::{JobId, Trace};
+use crate::throughput::ThroughputModel;
 
 pub use synthetic::SyntheticSpec;
 
@@ -110,6 +115,30 @@ impl FromStr for TraceFormat {
     }
 }
 
+/// Where a trace file's jobs were read: each job's line, and the columns that hold what can make a
+/// job unable to run (its GPUs, its work, its type), for errors found after reading.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rows {
+    /// The line of each job's row, by job id.
+    pub lines: HashMap<JobId, u64>,
+    pub columns: JobColumns,
+}
+
+/// The columns of a trace format that hold a job's GPUs, its work and its type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct JobColumns {
+    pub gpus: &'static str,
+    pub work: &'static str,
+    pub job_type: &'static str,
+}
+
+impl Rows {
+    /// `job`'s line, as `file:line`-style errors name it.
+    pub fn line_of(&self, job: JobId) -> Option<u64> {
+        self.lines.get(&job).copied()
+    }
+}
+
 /// Options that some formats need.
 #[derive(Clone, Debug, Default)]
 pub struct TraceOptions {
@@ -156,7 +185,8 @@ pub struct NativeSetup {
 pub fn native_setup(path: &Path, options: &TraceOptions) -> Option<NativeSetup> {
     use std::io::BufRead;
     let mut first = String::new();
-    std::io::BufReader::new(std::fs::File::open(path).ok()?)
+    // Opened as every input is: a FIFO must not hang this look before the trace is read.
+    std::io::BufReader::new(crate::error::open_input(path).ok()?)
         .read_line(&mut first)
         .ok()?;
     let format = options.format.or_else(|| TraceFormat::detect(&first))?;
@@ -197,6 +227,52 @@ pub fn native_setup(path: &Path, options: &TraceOptions) -> Option<NativeSetup> 
 pub fn load_profiles(dir: &Path) -> Result<crate::throughput::goodput::Profiles, InputError> {
     let validation = pollux::find_validation(dir);
     crate::throughput::goodput::Profiles::load(dir, validation.as_deref())
+}
+
+/// Checks that every job of `trace` could run on `cluster` under `model`, as the engine admits jobs:
+/// its gang fits some GPU type, the model has a rate for it there, and its work ends within
+/// [`crate::limits::MAX_JOB_SECONDS`]. A job that never could is an error naming the file, the line
+/// and the field that keeps it out (its GPUs, its type, its work), whichever cluster was chosen and
+/// whenever: a run would only leave it waiting for ever.
+pub fn check_runnable(
+    trace: &Trace,
+    cluster: &Arc<Cluster>,
+    model: &dyn ThroughputModel,
+) -> Result<(), InputError> {
+    let engine = Engine::new(
+        Arc::clone(cluster),
+        Arc::new(model),
+        EngineConfig::default(),
+        trace.names.clone(),
+        0.0,
+    );
+    let source = Source(trace.source.clone());
+    for job in &trace.jobs {
+        let Err(why) = engine.check(job) else {
+            continue;
+        };
+        let message = format!(
+            "job {} can never run on this cluster ({}): {why}",
+            job.id,
+            cluster.describe()
+        );
+        let at = trace
+            .rows
+            .as_ref()
+            .and_then(|rows| Some((rows.line_of(job.id)?, rows.columns)));
+        return Err(match at {
+            Some((line, columns)) => {
+                let field = match why {
+                    Unrunnable::GangTooLarge { .. } => columns.gpus,
+                    Unrunnable::NoRate { .. } => columns.job_type,
+                    Unrunnable::TooLong { .. } => columns.work,
+                };
+                InputError::field(&source, line, field, message)
+            }
+            None => InputError::whole(&source, message),
+        });
+    }
+    Ok(())
 }
 
 /// Parses trace text from `source` (used in messages).
@@ -243,7 +319,8 @@ pub fn parse(source: &Source, text: &str, options: &TraceOptions) -> Result<Trac
             // A folder stands for the profiles file in it.
             let file = if path.is_dir() {
                 let file = path.join(synergy::PROFILES_FILE);
-                if !file.is_file() {
+                // Whatever is there is read as inputs are: a FIFO is refused, naming what it is.
+                if !file.exists() {
                     return Err(InputError::whole(
                         source,
                         format!(
@@ -329,5 +406,69 @@ mod tests {
         .to_string();
         assert!(err.starts_with("t.csv: cannot tell"), "{err}");
         assert!(err.contains("--trace-format"), "{err}");
+    }
+
+    /// A job that could never run was a warning ("needs more GPUs than the cluster has", whatever
+    /// the cause) and an exit code of 0; now it is the trace's error at the job's line, on whichever
+    /// cluster is chosen after the trace is read.
+    #[test]
+    fn a_job_that_can_never_run_is_an_error_at_its_line() {
+        use crate::throughput::{DurationModel, TableModel, ThroughputTable};
+        let philly = "timestamp,duration,num_gpus,gpu_time,cluster\n\
+            2017-10-09 07:01:55,66.0,64,66.0,a\n\
+            2017-10-09 06:13:03,2951.0,4,11804.0,b\n";
+        let trace = parse(&Source("p.csv".into()), philly, &TraceOptions::default()).unwrap();
+        let small = Arc::new(Cluster::parse_spec("v100=2x8", 1).unwrap());
+        let err = check_runnable(&trace, &small, &DurationModel::uniform(1))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "p.csv:2: field `num_gpus`: job 1 can never run on this cluster (16 v100 (2x8)): no GPU type has 64 GPUs (the largest has 16)"
+        );
+        let large = Arc::new(Cluster::parse_spec("v100=8x8", 1).unwrap());
+        check_runnable(&trace, &large, &DurationModel::uniform(1)).unwrap();
+
+        // Steps that would take past the longest job at the table's rate.
+        let gavel = "job_id,arrival_unit,job_type,scale_factor,duration_s_on_v100,total_steps\n\
+            0,0,A,1,1,100\n1,0,A,1,1,1e11\n";
+        let options = TraceOptions {
+            rate: Some(1.0),
+            ..TraceOptions::default()
+        };
+        let trace = parse(&Source("g.csv".into()), gavel, &options).unwrap();
+        let table = ThroughputTable::parse(
+            &Source("t.json".into()),
+            r#"{"v100": {"('A', 1)": {"null": 10.0}}}"#,
+        )
+        .unwrap();
+        let model = TableModel::new(&table, &trace, &large).unwrap();
+        let err = check_runnable(&trace, &large, &model)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("g.csv:3: field `total_steps`: job 1 can never run on this cluster")
+                && err.ends_with("longer than the 1e9 s (about 30 years) a job may take"),
+            "{err}"
+        );
+        // A trace built without rows (synthetic) names the job.
+        let mut bare = trace.clone();
+        bare.rows = None;
+        let err = check_runnable(&bare, &large, &model)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("g.csv: job 1 can never run"), "{err}");
+        // A scale factor the table lacks is the trace's error too, at its row.
+        let eight = gavel.replace("1,0,A,1,1,1e11", "1,0,A,8,1,10");
+        let trace = parse(&Source("g.csv".into()), &eight, &options).unwrap();
+        let err = TableModel::new(&table, &trace, &large)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "g.csv:3: field `scale_factor`: no throughput for job type `A` at scale factor 8"
+            ) && err.ends_with("in t.json"),
+            "{err}"
+        );
     }
 }

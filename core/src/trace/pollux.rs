@@ -8,7 +8,8 @@
 
 use std::path::Path;
 
-use super::rows::for_each_row;
+use super::JobColumns;
+use super::rows::{finish, for_each_row};
 use crate::error::{InputError, Source};
 use crate::job::{Job, JobId, Trace, WorkUnit};
 use crate::throughput::goodput::Profiles;
@@ -22,6 +23,7 @@ pub(crate) fn parse(
     let mut trace = Trace::new(source.to_string(), WorkUnit::Progress);
     trace.profiles = Some(profiles_dir.to_path_buf());
     let tenant = trace.intern_tenant("default");
+    let mut lines = Vec::new();
     for_each_row(source, text, b',', None, |row| {
         let name = row.text("application")?;
         let Some(app) = profiles.apps.get(name) else {
@@ -37,15 +39,7 @@ pub(crate) fn parse(
                 ),
             ));
         };
-        let batch: u32 = row.parse("batch_size")?;
-        if batch == 0 {
-            return Err(InputError::field(
-                source,
-                row.line,
-                "batch_size",
-                "a batch holds at least one sample",
-            ));
-        }
+        let batch = row.batch("batch_size")?;
         let job_type = trace.intern_job_type(name);
         trace.jobs.push(Job {
             id: JobId(0),
@@ -60,10 +54,19 @@ pub(crate) fn parse(
             min_batch: None,
             group_by_type: Vec::new(),
         });
+        lines.push(row.line);
         Ok(())
     })?;
-    trace.sort_by_arrival();
-    trace.renumber();
+    finish(
+        &mut trace,
+        lines,
+        JobColumns {
+            gpus: "num_replicas",
+            work: "application",
+            job_type: "application",
+        },
+        true,
+    );
     Ok(trace)
 }
 

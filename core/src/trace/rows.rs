@@ -6,7 +6,8 @@ use std::str::FromStr;
 use csv::StringRecord;
 
 use crate::error::{InputError, Source};
-use crate::job::{JobId, MAX_ARRIVAL_SECONDS};
+use crate::job::{JobId, MAX_ARRIVAL_SECONDS, Trace};
+use crate::limits::{self, Range};
 
 /// One row of a trace, remembering where it came from.
 pub(crate) struct Row<'a> {
@@ -45,24 +46,29 @@ impl Row<'_> {
         })
     }
 
-    /// A finite number that is at least `min`.
-    pub fn number_at_least(&self, name: &str, min: f64) -> Result<f64, InputError> {
+    /// The field `name` as a number in `range`.
+    pub fn number_in(&self, name: &str, range: &Range) -> Result<f64, InputError> {
         let value: f64 = self.parse(name)?;
-        if !value.is_finite() || value < min {
-            return Err(InputError::field(
-                self.source,
-                self.line,
-                name,
-                format!("{value} is out of range (must be a finite number >= {min})"),
-            ));
-        }
-        Ok(value)
+        range
+            .check(value)
+            .map_err(|why| InputError::field(self.source, self.line, name, why))
     }
 
     /// An arrival time: the field `name` (at least 0) times `seconds_per_unit`, no later than
     /// [`MAX_ARRIVAL_SECONDS`].
     pub fn arrival(&self, name: &str, seconds_per_unit: f64) -> Result<f64, InputError> {
-        let value = self.number_at_least(name, 0.0)?;
+        let value: f64 = self.parse(name)?;
+        if !(value.is_finite() && value >= 0.0) {
+            return Err(InputError::field(
+                self.source,
+                self.line,
+                name,
+                format!(
+                    "{} is out of range: an arrival is at least 0",
+                    limits::number(value)
+                ),
+            ));
+        }
         let seconds = value * seconds_per_unit;
         check_arrival(self.source, self.line, name, seconds).map_err(|e| {
             if seconds_per_unit == 1.0 {
@@ -81,7 +87,7 @@ impl Row<'_> {
         Ok(seconds)
     }
 
-    /// A whole number of GPUs, at least one.
+    /// A whole number of GPUs, at least one and no more than a cluster may have ([`limits::JOB_GPUS`]).
     pub fn gpu_count(&self, name: &str) -> Result<u32, InputError> {
         let value: u32 = self.parse(name)?;
         if value == 0 {
@@ -92,7 +98,37 @@ impl Row<'_> {
                 "a job needs at least one GPU",
             ));
         }
-        Ok(value)
+        self.whole_in(name, value, &limits::JOB_GPUS)
+    }
+
+    /// A batch size in samples, a whole number in [`limits::BATCH`].
+    pub fn batch(&self, name: &str) -> Result<u32, InputError> {
+        let value: u32 = self.parse(name).map_err(|_| {
+            let text = self.text(name).unwrap_or_default();
+            InputError::field(
+                self.source,
+                self.line,
+                name,
+                format!(
+                    "`{text}` is not a whole number of samples ({})",
+                    limits::BATCH
+                ),
+            )
+        })?;
+        self.whole_in(name, value, &limits::BATCH)
+    }
+
+    fn whole_in(&self, name: &str, value: u32, range: &Range) -> Result<u32, InputError> {
+        if range.contains(f64::from(value)) {
+            return Ok(value);
+        }
+        // Said as written: a whole number in full, never in exponent form.
+        Err(InputError::field(
+            self.source,
+            self.line,
+            name,
+            format!("{value} is out of range: {range}"),
+        ))
     }
 }
 
@@ -204,4 +240,35 @@ pub(crate) fn for_each_row(
             }
         }
     }
+}
+
+/// Ends reading a trace: sorts its jobs by arrival (stable: equal arrivals keep file order), numbers
+/// them in that order when `renumber` (formats whose rows carry no id), and keeps each job's line,
+/// `lines` being the lines of `trace.jobs` as read.
+pub(crate) fn finish(
+    trace: &mut Trace,
+    lines: Vec<u64>,
+    columns: super::JobColumns,
+    renumber: bool,
+) {
+    debug_assert_eq!(lines.len(), trace.jobs.len());
+    if renumber {
+        // File order first, so that each line can follow its job through the sort.
+        trace.renumber();
+    }
+    let mut by_id: HashMap<JobId, u64> = trace.jobs.iter().map(|j| j.id).zip(lines).collect();
+    trace.sort_by_arrival();
+    if renumber {
+        let read_as: Vec<JobId> = trace.jobs.iter().map(|j| j.id).collect();
+        trace.renumber();
+        by_id = read_as
+            .iter()
+            .zip(&trace.jobs)
+            .filter_map(|(old, job)| Some((job.id, *by_id.get(old)?)))
+            .collect();
+    }
+    trace.rows = Some(super::Rows {
+        lines: by_id,
+        columns,
+    });
 }

@@ -8,9 +8,11 @@
 
 use std::path::{Path, PathBuf};
 
-use super::rows::{JobIds, check_arrival, for_each_row};
+use super::JobColumns;
+use super::rows::{JobIds, finish, for_each_row};
 use crate::error::{InputError, Source};
 use crate::job::{Job, Trace, WorkUnit};
+use crate::limits;
 use crate::throughput::resources::ResourceProfiles;
 
 /// The profiles file's name in Synergy's data.
@@ -54,6 +56,7 @@ pub(crate) fn parse(
     trace.profiles = Some(profiles_path.to_path_buf());
     let tenant = trace.intern_tenant("default");
     let mut ids = JobIds::default();
+    let mut lines = Vec::new();
     for_each_row(source, text, b',', Some(&COLUMNS), |row| {
         let id = ids.take(row, "job_id")?;
         let model = row.text("model")?.trim();
@@ -70,16 +73,32 @@ pub(crate) fn parse(
                 ),
             ));
         };
-        let arrival = row.number_at_least("arrival", 0.0)?;
-        check_arrival(source, row.line, "arrival", arrival)?;
-        let iterations = row.number_at_least("iterations", 0.0)?;
+        let arrival = row.arrival("arrival", 1.0)?;
+        let iterations = row.number_in("iterations", &limits::STEPS)?;
+        // The work is in seconds at the share: the iterations must fit in the longest job.
+        let seconds = iterations * profile.iter_time;
+        if !limits::WORK_SECONDS.contains(seconds) {
+            return Err(InputError::field(
+                source,
+                row.line,
+                "iterations",
+                format!(
+                    "{} iterations of `{}` at {} s each are {} s of work, which {}",
+                    limits::number(iterations),
+                    profile.name,
+                    profile.iter_time,
+                    limits::number(seconds),
+                    limits::WORK_SECONDS
+                ),
+            ));
+        }
         let job_type = trace.intern_job_type(&profile.name);
         trace.jobs.push(Job {
             id,
             arrival,
             job_type,
             gpus: row.gpu_count("gpus")?,
-            total_steps: iterations * profile.iter_time,
+            total_steps: seconds,
             weight: 1.0,
             tenant,
             batch: None,
@@ -87,9 +106,19 @@ pub(crate) fn parse(
             min_batch: None,
             group_by_type: Vec::new(),
         });
+        lines.push(row.line);
         Ok(())
     })?;
-    trace.sort_by_arrival();
+    finish(
+        &mut trace,
+        lines,
+        JobColumns {
+            gpus: "gpus",
+            work: "iterations",
+            job_type: "model",
+        },
+        false,
+    );
     Ok(trace)
 }
 
@@ -142,6 +171,33 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(err.contains(says), "{text:?}: {err}");
+        }
+    }
+
+    /// Iterations of 1e300 (or 1e23) were accepted, and the job never ran.
+    #[test]
+    fn iterations_past_any_real_job_name_their_range() {
+        let (profiles, path) = profiles();
+        let source = Source("t.csv".into());
+        for (text, says) in [
+            (
+                "0,alexnet,0,10,1\n1,gnmt,0,1e300,1\n",
+                "t.csv:2: field `iterations`: 1e300 is out of range: must be at least 0 steps and at most 1e12 steps",
+            ),
+            // Within the steps, but 1e11 iterations of 0.6 s are past the longest job.
+            (
+                "0,alexnet,0,1e11,1\n",
+                "t.csv:1: field `iterations`: 1e11 iterations of `alexnet` at 0.6 s each are 6e10 s of work, which must be at least 0 seconds and at most 1e9 seconds",
+            ),
+            (
+                "0,alexnet,0,1e23,1\n",
+                "t.csv:1: field `iterations`: 1e23 is out of range",
+            ),
+        ] {
+            let err = parse(&source, text, &profiles, &path)
+                .unwrap_err()
+                .to_string();
+            assert!(err.starts_with(says), "{text:?}: {err}");
         }
     }
 }

@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::{InputError, Source};
+use crate::limits;
 use crate::trace::rows::for_each_row;
 
 /// One measured step: per-replica batch, seconds per step, of which seconds of synchronization.
@@ -273,6 +274,13 @@ fn load_app(
             .and_then(|s| s.strip_suffix(".csv"))
             .and_then(|s| s.parse::<u32>().ok())
         {
+            // Progress is counted at the smallest validated batch, so a batch of 0 would divide by 0.
+            limits::BATCH.check(f64::from(batch)).map_err(|why| {
+                InputError::whole(
+                    &Source::path(path),
+                    format!("the batch size its name gives, {why}"),
+                )
+            })?;
             app.validation.insert(batch, read_validation(path)?);
         } else if file == "placements.csv" {
             let table = read_placements(path)?;
@@ -373,9 +381,9 @@ fn read_validation(path: &Path) -> Result<Vec<GradStats>, InputError> {
     let mut rows = Vec::new();
     for_each_row(&Source::path(path), &read(path)?, b',', None, |row| {
         rows.push(GradStats {
-            sqr: row.number_at_least("grad_sqr", 0.0)?,
-            var: row.number_at_least("grad_var", 0.0)?,
-            iteration: row.number_at_least("iteration", 0.0)?,
+            sqr: row.number_in("grad_sqr", &limits::GRAD_STAT)?,
+            var: row.number_in("grad_var", &limits::GRAD_STAT)?,
+            iteration: row.number_in("iteration", &limits::PROGRESS)?,
         });
         Ok(())
     })?;
@@ -385,7 +393,7 @@ fn read_validation(path: &Path) -> Result<Vec<GradStats>, InputError> {
 fn read_progress(path: &Path) -> Result<Vec<f64>, InputError> {
     let mut rows = Vec::new();
     for_each_row(&Source::path(path), &read(path)?, b',', None, |row| {
-        rows.push(row.number_at_least("progress", 0.0)?);
+        rows.push(row.number_in("progress", &limits::PROGRESS)?);
         Ok(())
     })?;
     at_least_one_epoch(path, rows)
@@ -438,11 +446,13 @@ fn read_scalability(path: &Path) -> Result<BTreeMap<(u32, u32), Vec<Step>>, Inpu
     Ok(shapes)
 }
 
+/// One measured step. A step of 0 s would make every rate infinite (and every submission of the
+/// application a 422), and a batch past [`limits::MAX_BATCH`] one no job ever reaches.
 fn step(row: &crate::trace::rows::Row<'_>) -> Result<Step, InputError> {
     Ok(Step {
-        local_bsz: row.number_at_least("local_bsz", 1.0)?,
-        step_time: row.number_at_least("step_time", 0.0)?,
-        sync_time: row.number_at_least("sync_time", 0.0)?,
+        local_bsz: row.number_in("local_bsz", &limits::BATCH)?,
+        step_time: row.number_in("step_time", &limits::STEP_SECONDS)?,
+        sync_time: row.number_in("sync_time", &limits::SYNC_SECONDS)?,
     })
 }
 
@@ -561,5 +571,82 @@ mod tests {
         let g2 = gain(2.0, 3.0, 2.0);
         let g4 = gain(2.0, 3.0, 4.0);
         assert!(1.0 < g2 && g2 < g4 && g4 < 4.0, "{g2} {g4}");
+    }
+
+    /// One application's profiles in Pollux's layout, with `placements` as its placements file.
+    fn app_dir(placements: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let app = dir.path().join("cifar10");
+        std::fs::create_dir(&app).unwrap();
+        std::fs::write(
+            app.join("validation-64.csv"),
+            "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.5,1.0,2.0\n",
+        )
+        .unwrap();
+        std::fs::write(app.join("placements.csv"), placements).unwrap();
+        dir
+    }
+
+    /// A step time of 0 loaded, and every submission of the application was then refused (a 422
+    /// about rates); a per-replica batch of 1e20 left an elastic job waiting for ever.
+    #[test]
+    fn step_times_and_batches_past_any_real_step_name_their_range() {
+        let good = "placement,local_bsz,step_time,sync_time\n1,64,0.1,0.0\n";
+        assert!(Profiles::load(app_dir(good).path(), None).is_ok());
+        for (row, says) in [
+            (
+                "1,64,0,0.0",
+                "placements.csv:2: field `step_time`: 0 is out of range: must be more than 0 seconds and at most 86400 seconds",
+            ),
+            (
+                "1,64,1e300,0.0",
+                "placements.csv:2: field `step_time`: 1e300 is out of range",
+            ),
+            (
+                "1,1e20,0.1,0.0",
+                "placements.csv:2: field `local_bsz`: 1e20 is out of range: must be at least 1 sample and at most 16777216 samples",
+            ),
+            (
+                "1,64,0.1,inf",
+                "placements.csv:2: field `sync_time`: inf is out of range",
+            ),
+        ] {
+            let dir = app_dir(&good.replace("1,64,0.1,0.0", row));
+            let err = Profiles::load(dir.path(), None).unwrap_err().to_string();
+            assert!(err.contains(says), "{row}: {err}");
+        }
+        // A validation file named for a batch of 0 would divide progress by 0.
+        let dir = app_dir(good);
+        std::fs::copy(
+            dir.path().join("cifar10/validation-64.csv"),
+            dir.path().join("cifar10/validation-0.csv"),
+        )
+        .unwrap();
+        let err = Profiles::load(dir.path(), None).unwrap_err().to_string();
+        assert!(
+            err.contains("validation-0.csv: the batch size its name gives, 0 is out of range"),
+            "{err}"
+        );
+    }
+
+    /// A FIFO in place of a profile CSV hung `simulate --profiles` and `serve --goodput-profiles`.
+    #[test]
+    fn a_fifo_among_the_profiles_is_refused_without_blocking() {
+        let dir = app_dir("placement,local_bsz,step_time,sync_time\n1,64,0.1,0.0\n");
+        let placements = dir.path().join("cifar10/placements.csv");
+        std::fs::remove_file(&placements).unwrap();
+        crate::error::testing::fifo(&placements);
+        // A blocking open would hang: the read is bounded in time.
+        let root = dir.path().to_path_buf();
+        let err = crate::error::testing::at_once(move || {
+            Profiles::load(&root, None).unwrap_err().to_string()
+        });
+        assert_eq!(
+            err,
+            format!(
+                "{}: is a FIFO (named pipe), not a regular file",
+                placements.display()
+            )
+        );
     }
 }

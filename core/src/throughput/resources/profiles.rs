@@ -149,10 +149,9 @@ impl ResourceProfiles {
                     speed.push(v);
                 }
             }
-            let iter_time = number("iter_time")?;
-            if iter_time <= 0.0 {
-                return Err(bad("iter_time", "must be positive".into()));
-            }
+            let iter_time = crate::limits::STEP_SECONDS
+                .check(number("iter_time")?)
+                .map_err(|why| bad("iter_time", why))?;
             let best = Allotment::new(number("cpus")?, number("mem")?);
             if best.cpus <= 0.0 || best.memory_gb <= 0.0 {
                 return Err(bad("cpus", "the best case needs CPUs and memory".into()));
@@ -243,6 +242,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("no object `models-4`"), "{err}");
+        // An iteration of 1e300 s made a job's work past any real one.
+        let text = TEXT.replace("\"iter_time\": 0.12", "\"iter_time\": 1e300");
+        let err = ResourceProfiles::parse(&source, &text, "models")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("models.gnmt_1: field `iter_time`: 1e300 is out of range: must be more than 0 seconds and at most 86400 seconds"),
+            "{err}"
+        );
         let err = ResourceProfiles::parse(&source, "{", "models")
             .unwrap_err()
             .to_string();
