@@ -344,6 +344,7 @@ fn a_job_that_swaps_its_files_for_fifos_or_dev_zero_never_freezes_or_bloats_the_
         assert_answers_promptly(&daemon);
     }
     let after = daemon.rss_kb();
+    eprintln!("the daemon's resident memory: {before} kB before the attacks, {after} kB after");
     assert!(
         after < before + 200_000,
         "the daemon grew from {before} kB to {after} kB"
@@ -522,5 +523,74 @@ fn nothing_a_job_started_outlives_its_end_or_its_cancel() {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// A stand-in `elastic-run` that runs until it is stopped.
+const WAITING_ELASTIC_RUN: &str = r#"#!/bin/bash
+trap 'echo "{\"code\":75,\"why\":\"stopped\"}" >&"$GANGWAY_EXIT_FD"; exit 75' TERM
+while true; do sleep 0.1; done
+"#;
+
+/// `gangway ARGS` against the daemon's socket, as `uid`: whether it succeeded, and what it said.
+fn gangway_as(daemon: &Daemon, uid: u32, args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_gangway"))
+        .args(args)
+        .args(["--daemon", &daemon.listen])
+        .current_dir("/")
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), said)
+}
+
+/// A user who may reach the socket submits jobs that run as them: they may cancel those, and only
+/// those; taking GPUs out of service is the operator's (the daemon's user, or root).
+#[test]
+fn another_user_may_cancel_only_their_own_jobs_and_never_cordon() {
+    if !as_root() {
+        return;
+    }
+    let daemon = Daemon::on_socket(WAITING_ELASTIC_RUN);
+    let mut theirs = submit_as_nobody(&daemon, "theirs", &[]);
+    let their_job = newest_job(&daemon, None);
+    // Root's own job, submitted over the same socket.
+    let mut mine = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args([
+            "--daemon",
+            &daemon.listen,
+            "--python",
+            "/bin/sh",
+            "--job-id",
+            "mine",
+        ])
+        .args(["--expected-runtime", "60", "train.py"])
+        .current_dir(daemon.dir.path())
+        .env_remove("LD_LIBRARY_PATH")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let my_job = newest_job(&daemon, Some(their_job));
+    let (ok, said) = gangway_as(&daemon, NOBODY, &["cancel", &my_job.to_string()]);
+    assert!(!ok && said.contains("is not yours"), "{said}\n{}", daemon.log());
+    let (ok, said) = gangway_as(&daemon, NOBODY, &["cordon", "0"]);
+    assert!(
+        !ok && said.contains("may not take GPUs in or out of service"),
+        "{said}"
+    );
+    assert!(daemon.job(my_job)["phase"] != "cancelled");
+    let (ok, said) = gangway_as(&daemon, NOBODY, &["cancel", &their_job.to_string()]);
+    assert!(ok, "{said}");
+    daemon.wait_for_phase(their_job, &["cancelled"]);
+    let (ok, said) = gangway_as(&daemon, 0, &["cancel", &my_job.to_string()]);
+    assert!(ok, "{said}");
+    daemon.wait_for_phase(my_job, &["cancelled"]);
+    for follower in [&mut theirs, &mut mine] {
+        let _ = follower.kill();
+        let _ = follower.wait();
     }
 }

@@ -5,16 +5,16 @@
 //! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 411, 413, 415 or 422 with `{"error": ...}` |
 //! | `GET /jobs` | lists every job | 200 `[JobInfo]` |
 //! | `GET /jobs/{id}` | shows one | 200 `JobInfo`; 404 |
-//! | `DELETE /jobs/{id}` | cancels it | 200 `{"cancelled": N}`; 404; 409 when it already ended |
-//! | `POST /gpus/cordon` | takes `{"gpus": [..]}` out of service: their jobs checkpoint and move | 200; 422 for an unknown GPU |
-//! | `POST /gpus/uncordon` | puts them back | 200; 422 |
+//! | `DELETE /jobs/{id}` | cancels it (its submitter, the daemon's user or root) | 200 `{"cancelled": N}`; 403; 404; 409 when it already ended |
+//! | `POST /gpus/cordon` | takes `{"gpus": [..]}` out of service: their jobs checkpoint and move (the daemon's user or root) | 200; 403; 422 for an unknown GPU |
+//! | `POST /gpus/uncordon` | puts them back | 200; 403; 422 |
 //! | `GET /events` | job transitions as server-sent events | `data: {"job":..,"from":..,"to":..,"at":..}` |
 //! | `GET /metrics` | Prometheus text format | queue length, running jobs, GPUs, round latency, preemptions |
 //! | `GET /healthz` | liveness (the only path that needs no token) | 200 `ok` |
 //!
 //! Every error has a JSON body `{"error": "..."}` that names the field or header at fault: 400 (bad
 //! JSON, unknown fields, a bad header, a request hyper could not parse), 401 (no token over TCP), 403
-//! (a command this submitter may not run), 404, 405, 408 (a body too slow), 409, 411 (a body without
+//! (a command this submitter may not run, another user's job to cancel, GPUs to cordon), 404, 405, 408 (a body too slow), 409, 411 (a body without
 //! `Content-Length`), 413 (a body over 1 MiB), 415 (not JSON), 422 (a value out of range, a key given
 //! twice), 431 (too many header fields). Malformed request heads are answered by the listener's
 //! [`Gate`](crate::listener::Gate). A refused request changes nothing.
@@ -43,8 +43,8 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::auth::{HostCheck, Token};
 use crate::cluster::{
-    Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, ListNodes, Refusal, ShowJob,
-    Submit, Subscribe,
+    Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, ListNodes, Refusal, RunsAs,
+    ShowJob, Submit, Subscribe,
 };
 use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
@@ -156,6 +156,14 @@ impl From<BodyError> for ApiError {
 struct ApiState {
     cluster: Addr<ClusterActor>,
     runs: Arc<RunPolicy>,
+}
+
+impl ApiState {
+    /// Whether `who` operates the daemon (its own user, or root): they may cancel any job and cordon
+    /// GPUs; everyone else may cancel only the jobs that run as them.
+    fn operates(&self, who: &Submitter) -> bool {
+        who.uid == 0 || who.uid == self.runs.daemon.uid
+    }
 }
 
 /// Who may reach the handlers (TCP).
@@ -458,9 +466,23 @@ async fn show(State(state): State<ApiState>, Path(id): Path<String>) -> Result<R
 
 async fn cancel(
     State(state): State<ApiState>,
+    Extension(submitter): Extension<Submitter>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
+    if !state.operates(&submitter) {
+        let runs_as = state.cluster.send(RunsAs(id)).await??;
+        if runs_as != Some(submitter.uid) {
+            return Err(ApiError(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "job {id} is not yours (uid {}): only its submitter, the daemon's user and root \
+                     may cancel it",
+                    submitter.uid
+                ),
+            ));
+        }
+    }
     state.cluster.send(Cancel(id)).await??;
     Ok(Json(json!({ "cancelled": id })).into_response())
 }
@@ -474,27 +496,41 @@ struct GpuList {
 
 async fn cordon(
     State(state): State<ApiState>,
+    Extension(submitter): Extension<Submitter>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    set_cordon(state, headers, body, true).await
+    set_cordon(state, &submitter, headers, body, true).await
 }
 
 async fn uncordon(
     State(state): State<ApiState>,
+    Extension(submitter): Extension<Submitter>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    set_cordon(state, headers, body, false).await
+    set_cordon(state, &submitter, headers, body, false).await
 }
 
 async fn set_cordon(
     state: ApiState,
+    submitter: &Submitter,
     headers: HeaderMap,
     body: Body,
     cordoned: bool,
 ) -> Result<Response, ApiError> {
+    // The body is read first: a client still writing it when the answer comes would see its
+    // connection closed instead.
     let bytes = json_body(&headers, body).await?;
+    if !state.operates(submitter) {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!(
+                "uid {} may not take GPUs in or out of service: only the daemon's user and root may",
+                submitter.uid
+            ),
+        ));
+    }
     let GpuList { gpus } = serde_json::from_slice(&bytes).map_err(|e| {
         let status = if e.is_data() && !e.to_string().starts_with("unknown field") {
             StatusCode::UNPROCESSABLE_ENTITY

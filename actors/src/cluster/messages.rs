@@ -130,6 +130,12 @@ pub struct Submit {
 #[rtype(result = "Result<(), Refusal>")]
 pub struct Cancel(pub JobId);
 
+/// The user a job's command runs as, when not the control plane's own (`None`: its own, or a job
+/// with no command): whom, beside the daemon's user and root, the API lets cancel it.
+#[derive(Message)]
+#[rtype(result = "Result<Option<u32>, Refusal>")]
+pub struct RunsAs(pub JobId);
+
 /// Runs a scheduling round now (after the changes already being carried out).
 #[derive(Message)]
 #[rtype(result = "RoundReport")]

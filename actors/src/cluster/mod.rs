@@ -49,7 +49,7 @@ use store::Store;
 pub use messages::{
     Cancel, Cordon, GetStats, JobInfo, JobRequest, JobSizes, LearnedSteps, ListJobs, ListNodes,
     NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize, RestartPhases, Round, RoundReport,
-    Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
+    RunsAs, Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
 };
 
 /// Distinct job types, and distinct tenants, a control plane keeps: names are never forgotten (ids
@@ -1372,6 +1372,20 @@ impl Handler<ListNodes> for ClusterActor {
 
     fn handle(&mut self, _: ListNodes, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.nodes())
+    }
+}
+
+impl Handler<RunsAs> for ClusterActor {
+    type Result = Result<Option<u32>, Refusal>;
+
+    fn handle(&mut self, RunsAs(job): RunsAs, _: &mut Context<Self>) -> Self::Result {
+        let entry = self
+            .store
+            .ledger
+            .jobs
+            .get(&job)
+            .ok_or(Refusal::NoSuchJob(job))?;
+        Ok(entry.spec.run.as_ref().and_then(|r| r.user).map(|u| u.uid))
     }
 }
 
