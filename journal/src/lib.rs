@@ -245,12 +245,14 @@ pub enum JournalError {
         offset: u64,
         reason: String,
     },
-    #[error("{}: expected sequence number {expected} at byte {offset}, found {found}", .path.display())]
+    #[error("{}: expected sequence number {expected} at byte {offset}, found {found}{context}", .path.display())]
     Sequence {
         path: PathBuf,
         offset: u64,
         expected: u64,
         found: u64,
+        /// What the gap means, where it is between two files: empty, or starts with "; ".
+        context: String,
     },
     #[error("cannot encode a record or snapshot: {0}")]
     Encode(#[from] postcard::Error),
@@ -372,7 +374,20 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         for (i, &first) in live.iter().enumerate() {
             let path = dir.join(segment_name(first));
             if first != next {
-                return Err(sequence_error(path, 0, next, first));
+                // The gap is between two files (the first one starts at `next`): either may be
+                // where the records went.
+                let before = segment_name(live[i.saturating_sub(1)]);
+                return Err(JournalError::Sequence {
+                    path,
+                    offset: 0,
+                    expected: next,
+                    found: first,
+                    context: format!(
+                        "; records {next}..={} are missing: {before}, before it, was cut short after record {}, or a segment between them was deleted",
+                        first - 1,
+                        next - 1
+                    ),
+                });
             }
             let is_tail = i + 1 == live.len();
             let replayed = replay(&path, is_tail, &mut next, &mut records)?;
@@ -686,6 +701,7 @@ fn sequence_error(path: PathBuf, offset: usize, expected: u64, found: u64) -> Jo
         offset,
         expected,
         found,
+        context: String::new(),
     }
 }
 

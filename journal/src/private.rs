@@ -67,8 +67,13 @@ pub(crate) fn prepare_dir(dir: &Path, mode: u32) -> Result<()> {
                 format!("{name} ({mode:o})")
             })
             .collect();
+        let directory = if was == mode {
+            String::new()
+        } else {
+            format!(", the directory {mode:o} (was {was:o})")
+        };
         warn!(
-            "{}: the journal was open to other users, who could read what jobs were submitted with; made it private: {} now {FILE_MODE:o}, the directory {mode:o} (was {was:o})",
+            "{}: the journal was open to other users, who could read what jobs were submitted with; made it private: {} now {FILE_MODE:o}{directory}",
             dir.display(),
             files.join(", "),
         );

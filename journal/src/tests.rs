@@ -235,6 +235,14 @@ fn damage_in_a_sealed_segment_or_a_missing_segment_is_a_hard_error() {
         matches!(&err, JournalError::Sequence { path, expected: 2, found: 3, .. } if *path == segs[2]),
         "{err}"
     );
+    // The segment before the gap may be where the records went (cut between two frames).
+    assert!(
+        err.to_string().contains(&format!(
+            "records 2..=2 are missing: {}, before it, was cut short after record 1",
+            segment_name(1)
+        )),
+        "{err}"
+    );
 }
 
 /// A segment deleted after a snapshot once recovered as an empty history after the snapshot (a
