@@ -249,7 +249,7 @@ fn a_cut_between_two_frames_stops_the_daemon_naming_the_segment_and_byte() {
     assert!(
         stderr.contains(&format!("{name}: the file ends at byte {cut}"))
             && stderr.contains(&format!(
-                "{} bytes (records up to 8) were committed",
+                "{} bytes were committed to it: records 8..=8 would be lost",
                 bytes.len()
             )),
         "{stderr}"

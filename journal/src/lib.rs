@@ -217,10 +217,10 @@ pub enum JournalError {
     /// Committed records that recovery cannot find: the segment was cut short or damaged where
     /// the manifest says records were committed.
     #[error(
-        "{}: {reason} at byte {offset}, but {} says {committed} bytes{} were committed to it; they would be lost, so recovery stops (restore the file, or move the journal aside to start afresh)",
+        "{}: {reason} at byte {offset}, but {} says {committed} bytes were committed to it: {} would be lost, so recovery stops (restore the file, or move the journal aside to start afresh)",
         .path.display(),
         .manifest.file_name().unwrap_or_default().to_string_lossy(),
-        .last.map_or(String::new(), |last| format!(" (records up to {last})"))
+        .last.map_or("the records from there on".to_owned(), |last| format!("records {from}..={last}"))
     )]
     Lost {
         path: PathBuf,
@@ -228,6 +228,8 @@ pub enum JournalError {
         reason: String,
         /// Bytes of the segment the manifest says were committed.
         committed: u64,
+        /// The first sequence number not recovered.
+        from: u64,
         /// The last sequence number it says was committed, where it counted them.
         last: Option<u64>,
         /// The copy of the manifest that said so.
@@ -414,6 +416,7 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
                     offset: replayed.valid,
                     reason: replayed.stop.unwrap_or("the file ends").to_owned(),
                     committed,
+                    from: next,
                     last: claim.manifest.last,
                     manifest: claim.from.clone(),
                 });
