@@ -7,6 +7,19 @@
 //! The I/O is synchronous `std::fs`; async callers should run the journal on a blocking
 //! thread.
 //!
+//! ```
+//! use gangway_journal::Journal;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let (mut journal, recovered) = Journal::<String>::open::<Vec<String>>(dir.path())?;
+//! assert!(recovered.records.is_empty());
+//! journal.append(&"job 1 submitted".to_owned())?;
+//! drop(journal); // a crash, say
+//! let (_, recovered) = Journal::<String>::open::<Vec<String>>(dir.path())?;
+//! assert_eq!(recovered.records, [(1, "job 1 submitted".to_owned())]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # On-disk format
 //!
 //! A journal is a directory:
