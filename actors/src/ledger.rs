@@ -11,7 +11,7 @@ use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::job::{JobId, Sizes};
 use gangway_core::throughput::BatchPlan;
 use gangway_core::throughput::goodput::perf::Observation;
-use gangway_journal::{Journal, JournalError, Recovered};
+use gangway_journal::{Journal, JournalError, Options, Recovered};
 use serde::{Deserialize, Serialize};
 
 use crate::executor::RunCommand;
@@ -285,21 +285,21 @@ impl Record {
 /// was fixed goes here, not into the ledger.
 pub type Snapshot = (Ledger, Vec<Record>);
 
+/// The journal and what its recovery returned.
+pub type Opened = (Journal<Record>, Recovered<Snapshot, Record>);
+
+/// Opens the journal in `dir` with the default options (see [`open_journal_with`]).
+pub fn open_journal(dir: &std::path::Path) -> Result<Opened, JournalError> {
+    open_journal_with(dir, Options::default())
+}
+
 /// Opens the journal in `dir`. A snapshot written before snapshots kept records beside the ledger is
 /// the ledger alone: one that does not decode as [`Snapshot`] is read as that. (Postcard refuses
 /// trailing bytes and a missing field alike, so neither form reads as the other.)
-pub fn open_journal(
-    dir: &std::path::Path,
-) -> Result<
-    (
-        Journal<Record>,
-        gangway_journal::Recovered<Snapshot, Record>,
-    ),
-    JournalError,
-> {
-    match Journal::<Record>::open::<Snapshot>(dir) {
+pub fn open_journal_with(dir: &std::path::Path, options: Options) -> Result<Opened, JournalError> {
+    match Journal::<Record>::open_with::<Snapshot>(dir, options) {
         Err(JournalError::Decode { path, .. }) if path.extension().is_some_and(|e| e == "snap") => {
-            let (journal, recovered) = Journal::<Record>::open::<Ledger>(dir)?;
+            let (journal, recovered) = Journal::<Record>::open_with::<Ledger>(dir, options)?;
             let recovered = Recovered {
                 snapshot: recovered.snapshot.map(|ledger| (ledger, Vec::new())),
                 snapshot_seq: recovered.snapshot_seq,

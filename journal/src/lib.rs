@@ -7,12 +7,26 @@
 //! The I/O is synchronous `std::fs`; async callers should run the journal on a blocking
 //! thread.
 //!
+//! ```
+//! use gangway_journal::Journal;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let (mut journal, recovered) = Journal::<String>::open::<Vec<String>>(dir.path())?;
+//! assert!(recovered.records.is_empty());
+//! journal.append(&"job 1 submitted".to_owned())?;
+//! drop(journal); // a crash, say
+//! let (_, recovered) = Journal::<String>::open::<Vec<String>>(dir.path())?;
+//! assert_eq!(recovered.records, [(1, "job 1 submitted".to_owned())]);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # On-disk format
 //!
 //! A journal is a directory:
 //!
 //! ```text
-//! LOCK                       advisory lock: one writer per directory; names the newest segment
+//! LOCK                       advisory lock: one writer per directory; a copy of the manifest
+//! MANIFEST                   the manifest: the newest segment, and how much of it was committed
 //! segment-<FIRST>.log        frames, append-only; FIRST = sequence number of its first record
 //! snapshot-<SEQ>.snap        one frame: the caller's state after applying records 1..=SEQ
 //! snapshot-<SEQ>.tmp         a snapshot being written; never trusted, deleted on open
@@ -31,40 +45,64 @@
 //! They are stored in the frames and checked on replay, so they survive restarts and
 //! compaction. `last_seq() == 0` means nothing has been appended yet.
 //!
+//! The manifest is one line, kept in both `LOCK` and `MANIFEST` so that deleting either (a
+//! "stale" lock file, say) takes no check away:
+//!
+//! ```text
+//! gangway-journal 2 tail <FIRST> len <BYTES> last <SEQ> crc <CRC-32 of the rest, hex>
+//! ```
+//!
+//! It is rewritten in place (always the same length) after every frame is committed: fsynced
+//! when a segment is started and when its first frame is committed, and otherwise written
+//! without an fsync of its own. The segment is fsynced first, so a copy that a power cut left
+//! behind says less than was committed, never more. Journals written before it said
+//! `gangway-journal tail <FIRST> empty|written` in `LOCK` alone, which is still read.
+//!
+//! Every file is created 0600 and the directory is 0700 (0711 with
+//! [`Options::traversable`]), whatever the umask: records hold what jobs were submitted
+//! with. `open` makes an older journal's files and directory so, and says so once.
+//!
 //! # Recovery rules
+//!
+//! Recovery is exact or loud: it returns every committed record, or it fails with an error
+//! that names the file (and byte offset) where committed records would be lost. Only a write
+//! that was never acknowledged is dropped, with a warning.
 //!
 //! 1. The newest `.snap` is loaded. It was fsynced before it was renamed into place, so
 //!    any damage to it is real corruption and a hard error. `.tmp` files are deleted:
 //!    the rename that would have committed them never happened.
 //! 2. Segments are replayed in order. Each frame's sequence number must continue the
 //!    previous one, including across files. A gap means a file went missing and is a
-//!    hard error.
+//!    hard error. Records before the oldest segment must be in a snapshot: without it, the
+//!    error names the snapshot that must exist.
 //! 3. A *bad* frame (short, zero length, or failing its CRC) stops the replay. If it is
-//!    in the last segment and no valid frame follows it, it is what is left of the one
-//!    write that never completed. That write was never acknowledged, so it is truncated
-//!    away with a warning. Anywhere else it is damage to committed records, and `open`
-//!    fails with the file and byte offset instead of dropping them. One write is one
-//!    frame, so a torn write leaves exactly one bad frame at the very end.
+//!    in the last segment, beyond what the manifest says was committed, and no valid frame
+//!    follows it, it is what is left of the one write that never completed. That write was
+//!    never acknowledged, so it is truncated away with a warning. Anywhere else it is damage
+//!    to committed records, and `open` fails with the file and byte offset instead of
+//!    dropping them. So does a segment that ends, even between two frames, before the bytes
+//!    the manifest says were committed: a cut that leaves only whole frames is no torn write.
+//!    One write is one frame, so a torn write leaves exactly one bad frame at the very end.
 //! 4. A frame that passes its CRC but does not decode was written in full. It is never
 //!    treated as torn, because that would silently drop a committed record. It signals a
 //!    schema mismatch and is a hard error.
 //! 5. Segments whose records the snapshot fully covers are deleted, along with older
 //!    snapshots. This finishes any compaction that a crash interrupted.
 //! 6. A segment that must exist but is missing or empty is a hard error naming it, never an
-//!    empty history. `LOCK` holds one line, rewritten in place and fsynced when a segment is
-//!    started and when its first frame is committed: `gangway-journal tail <FIRST> empty` or
-//!    `... written`. The segment it names, or a newer one, must exist; if it is the newest and
-//!    was `written`, it must still hold a complete frame. A snapshot at `SEQ` must be followed
-//!    by a segment (one starts at `SEQ + 1` before older ones are deleted). An empty `LOCK`
-//!    (a journal from before this rule) checks only the snapshot's rule.
+//!    empty history. The segment the manifest names, or a newer one, must exist, so a
+//!    directory whose segments are gone but whose `LOCK` or `MANIFEST` remains is an error,
+//!    not a new journal. A snapshot at `SEQ` must be followed by a segment (one starts at
+//!    `SEQ + 1` before older ones are deleted). A copy of the manifest that is not one (its
+//!    CRC fails) is a hard error naming it; an empty or missing one leaves the other to stand.
+//!    Without either (a journal from before the manifest), only the snapshot's rule is checked.
 //! 7. A torn tail that was truncated is returned in [`Recovered::torn`]: where it was, how many
 //!    records its frame held (when its header survived), and the records that can still be
 //!    read from it, so that the caller can say which of its objects they touched.
 //!
-//! Apart from creating the directory and its `LOCK` file, `open` changes nothing on disk
-//! unless recovery succeeds, so a failed open can be inspected and retried. Directory
-//! entries are made durable by `fsync`ing the directory, so this crate expects a Unix
-//! filesystem.
+//! Apart from creating the directory and its `LOCK` file and making the journal private,
+//! `open` changes nothing on disk unless recovery succeeds, so a failed open can be inspected
+//! and retried. Directory entries are made durable by `fsync`ing the directory, so this crate
+//! expects a Unix filesystem.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Write};
@@ -75,8 +113,12 @@ use std::path::{Path, PathBuf};
 use serde::{Serialize, de::DeserializeOwned};
 use tracing::{debug, warn};
 
+mod manifest;
+mod private;
 #[cfg(test)]
 mod tests;
+
+use manifest::{Claim, Manifest};
 
 /// Bytes in a frame header: `len` then `crc`, both u32 LE.
 const HEADER: usize = 8;
@@ -90,12 +132,24 @@ pub struct Options {
     /// A new segment is started before a frame would push the active one past this size.
     /// A single larger frame still gets a segment to itself.
     pub segment_bytes: u64,
+    /// Lets other users pass through the journal's directory (mode 0711 instead of 0700) to reach a
+    /// directory of theirs kept inside it, as the exit files of a root daemon's jobs that run as
+    /// their submitters are. They still cannot list it, and every journal file is 0600.
+    pub traversable: bool,
+}
+
+impl Options {
+    /// The directory's mode.
+    fn dir_mode(self) -> u32 {
+        if self.traversable { 0o711 } else { 0o700 }
+    }
 }
 
 impl Default for Options {
     fn default() -> Self {
         Self {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
+            traversable: false,
         }
     }
 }
@@ -173,6 +227,27 @@ pub enum JournalError {
         .path.display()
     )]
     Missing { path: PathBuf, why: String },
+    /// Committed records that recovery cannot find: the segment was cut short or damaged where
+    /// the manifest says records were committed.
+    #[error(
+        "{}: {reason} at byte {offset}, but {} says {committed} bytes were committed to it: {} would be lost, so recovery stops (restore the file, or move the journal aside to start afresh)",
+        .path.display(),
+        .manifest.file_name().unwrap_or_default().to_string_lossy(),
+        .last.map_or("the records from there on".to_owned(), |last| format!("records {from}..={last}"))
+    )]
+    Lost {
+        path: PathBuf,
+        offset: u64,
+        reason: String,
+        /// Bytes of the segment the manifest says were committed.
+        committed: u64,
+        /// The first sequence number not recovered.
+        from: u64,
+        /// The last sequence number it says was committed, where it counted them.
+        last: Option<u64>,
+        /// The copy of the manifest that said so.
+        manifest: PathBuf,
+    },
     #[error("{}: corrupt frame at byte {offset}: {reason}", .path.display())]
     Corrupt {
         path: PathBuf,
@@ -185,12 +260,14 @@ pub enum JournalError {
         offset: u64,
         reason: String,
     },
-    #[error("{}: expected sequence number {expected} at byte {offset}, found {found}", .path.display())]
+    #[error("{}: expected sequence number {expected} at byte {offset}, found {found}{context}", .path.display())]
     Sequence {
         path: PathBuf,
         offset: u64,
         expected: u64,
         found: u64,
+        /// What the gap means, where it is between two files: empty, or starts with "; ".
+        context: String,
     },
     #[error("cannot encode a record or snapshot: {0}")]
     Encode(#[from] postcard::Error),
@@ -226,15 +303,19 @@ pub struct Journal<R> {
     opts: Options,
     tail: File,
     tail_path: PathBuf,
+    /// The first sequence number of the tail segment.
+    tail_first: u64,
     tail_len: u64,
     next_seq: u64,
     /// Set while a write is in flight. If it is still set, the tail may hold a partial
     /// frame, and appending after that would turn a torn tail into mid-file corruption.
     poisoned: bool,
-    /// The locked `LOCK` file, which also names the tail segment.
+    /// The locked `LOCK` file, which also holds a copy of the manifest.
     lock: File,
-    /// What `LOCK` says now.
-    manifest: Option<Manifest>,
+    /// `MANIFEST`, the other copy.
+    manifest_file: File,
+    /// What the manifest says now.
+    manifest: Manifest,
     _records: PhantomData<fn(&R)>,
 }
 
@@ -250,22 +331,27 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         opts: Options,
     ) -> Result<(Self, Recovered<S, R>)> {
         let dir = dir.as_ref().to_path_buf();
-        fs::create_dir_all(&dir).at(&dir)?;
+        private::prepare_dir(&dir, opts.dir_mode())?;
         let lock = lock_dir(&dir)?;
-        let manifest = Manifest::read(&lock, &dir.join("LOCK"))?;
+        let claim = read_claim(&dir, &lock)?;
         let (segments, snapshots) = list(&dir)?;
 
         let (snapshot, snap) = match snapshots.last() {
             Some(&seq) => (Some(read_snapshot(&dir, seq)?), seq),
             None => (None, 0),
         };
-        // Rule 6: a segment that LOCK or the snapshot says exists must exist.
-        if let Some(m) = manifest
-            && segments.last().is_none_or(|&newest| newest < m.tail)
+        // Rule 6: a segment that the manifest or the snapshot says exists must exist.
+        if let Some(claim) = &claim
+            && segments
+                .last()
+                .is_none_or(|&newest| newest < claim.manifest.tail)
         {
             return Err(JournalError::Missing {
-                path: dir.join(segment_name(m.tail)),
-                why: "missing, but LOCK names it as the newest segment".into(),
+                path: dir.join(segment_name(claim.manifest.tail)),
+                why: format!(
+                    "missing, but {} names it as the newest segment",
+                    claim.name()
+                ),
             });
         }
         if snapshots.last().is_some() && segments.is_empty() {
@@ -281,9 +367,21 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
             .saturating_sub(1)..];
 
         let mut next = live.first().copied().unwrap_or(snap + 1);
-        if next == 0 || next > snap + 1 {
-            let path = dir.join(segment_name(next));
-            return Err(sequence_error(path, 0, snap + 1, next));
+        if next == 0 {
+            return Err(sequence_error(dir.join(segment_name(0)), 0, snap + 1, 0));
+        }
+        if next > snap + 1 {
+            // The records before the oldest segment can only be in a snapshot: name the one that
+            // must exist.
+            return Err(JournalError::Missing {
+                path: dir.join(snapshot_name(next - 1)),
+                why: format!(
+                    "missing, but the oldest segment, {}, starts at record {next}: records {}..={} are in no segment, so a snapshot of them must exist",
+                    segment_name(next),
+                    snap + 1,
+                    next - 1
+                ),
+            });
         }
         let mut records = Vec::new();
         let mut tail_len = 0;
@@ -291,26 +389,54 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         for (i, &first) in live.iter().enumerate() {
             let path = dir.join(segment_name(first));
             if first != next {
-                return Err(sequence_error(path, 0, next, first));
+                // The gap is between two files (the first one starts at `next`): either may be
+                // where the records went.
+                let before = segment_name(live[i.saturating_sub(1)]);
+                return Err(JournalError::Sequence {
+                    path,
+                    offset: 0,
+                    expected: next,
+                    found: first,
+                    context: format!(
+                        "; records {next}..={} are missing: {before}, before it, was cut short after record {}, or a segment between them was deleted",
+                        first - 1,
+                        next - 1
+                    ),
+                });
             }
             let is_tail = i + 1 == live.len();
-            let (valid_len, file_len) = replay(&path, is_tail, &mut next, &mut records)?;
-            // Every segment but the newest had a frame committed before the next one started; the
-            // newest did too if LOCK says so.
-            let written = !is_tail || manifest.is_some_and(|m| m.tail == first && m.written);
-            if written && valid_len == 0 {
-                let why = if file_len == 0 {
+            let replayed = replay(&path, is_tail, &mut next, &mut records)?;
+            // What must be there: every segment but the newest had a frame committed before the
+            // next one started, and the one the manifest names holds all it says was committed.
+            let named = claim.as_ref().filter(|c| c.manifest.tail == first);
+            let committed = named.map_or(0, |c| c.manifest.len);
+            if (!is_tail || committed > 0) && replayed.valid == 0 {
+                let why = if replayed.len == 0 {
                     "empty, but records were committed to it".to_owned()
                 } else {
                     format!(
-                        "holds no complete frame in its {file_len} bytes, but records were committed to it"
+                        "holds no complete frame in its {} bytes, but records were committed to it",
+                        replayed.len
                     )
                 };
                 return Err(JournalError::Missing { path, why });
             }
-            tail_len = valid_len;
-            if valid_len < file_len {
-                torn = Some(torn_tail(path, valid_len, file_len, next));
+            if let Some(claim) = named
+                && replayed.valid < committed
+            {
+                return Err(JournalError::Lost {
+                    path,
+                    offset: replayed.valid,
+                    reason: replayed.stop.unwrap_or("the file ends").to_owned(),
+                    committed,
+                    from: next,
+                    last: claim.manifest.last,
+                    manifest: claim.from.clone(),
+                });
+            }
+            tail_len = replayed.valid;
+            if replayed.valid < replayed.len {
+                torn = Some(torn_tail(path, replayed.valid, replayed.len, next));
             }
         }
         records.retain(|(seq, _)| *seq > snap);
@@ -351,23 +477,33 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
             let file = OpenOptions::new().append(true).open(&path).at(&path)?;
             (file, path, first, live[0])
         };
+        let manifest_path = dir.join(manifest::MANIFEST);
+        let manifest_file = private::open(
+            &manifest_path,
+            OpenOptions::new().read(true).write(true).create(true),
+        )?;
+        let manifest = Manifest {
+            tail: tail_first,
+            len: tail_len,
+            last: Some(next_seq - 1),
+        };
         let mut journal = Self {
             dir,
             opts,
             tail,
             tail_path,
+            tail_first,
             tail_len,
             next_seq,
             poisoned: false,
             lock,
+            manifest_file,
             manifest,
             _records: PhantomData,
         };
-        // LOCK names the tail before anything older is deleted.
-        journal.set_manifest(Manifest {
-            tail: tail_first,
-            written: tail_len > 0,
-        })?;
+        // The manifest names the tail before anything older is deleted. Both copies are written
+        // afresh: one may be missing, or in an older form.
+        journal.write_manifest(manifest, true)?;
         compact(&journal.dir, keep_from, snap)?;
 
         let snapshot_seq = snap;
@@ -408,13 +544,19 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         self.poisoned = false;
         self.tail_len += frame.len() as u64;
         self.next_seq += records.len() as u64;
-        // Once per segment: LOCK records that the tail holds committed records, so that losing
-        // them all (a truncation to nothing) is an error rather than an empty history.
-        if let Some(m) = self.manifest
-            && !m.written
-        {
-            self.set_manifest(Manifest { written: true, ..m })?;
-        }
+        // The manifest counts what is committed, so that recovery can tell a cut or damaged
+        // segment from a write that never completed. The first frame of a segment is said durably
+        // (losing them all, a truncation to nothing, is then always an error); the others without
+        // an fsync of their own, which a power cut can only leave saying less.
+        let first_frame = self.manifest.len == 0;
+        self.write_manifest(
+            Manifest {
+                tail: self.tail_first,
+                len: self.tail_len,
+                last: Some(self.next_seq - 1),
+            },
+            first_frame,
+        )?;
         Ok(first..self.next_seq)
     }
 
@@ -450,89 +592,48 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         let (file, path) = create_segment(&self.dir, self.next_seq)?;
         debug!("{}: starting new segment", path.display());
         (self.tail, self.tail_path, self.tail_len) = (file, path, 0);
-        self.set_manifest(Manifest {
-            tail: self.next_seq,
-            written: false,
-        })
+        self.tail_first = self.next_seq;
+        self.write_manifest(
+            Manifest {
+                tail: self.next_seq,
+                len: 0,
+                last: Some(self.next_seq - 1),
+            },
+            true,
+        )
     }
 
-    /// Rewrites `LOCK` to say `manifest`, durably, unless it says so already.
-    fn set_manifest(&mut self, manifest: Manifest) -> Result<()> {
-        if self.manifest == Some(manifest) {
-            return Ok(());
+    /// Writes `manifest` to both copies; `durable` fsyncs them (see [`Manifest::write`]).
+    fn write_manifest(&mut self, manifest: Manifest, durable: bool) -> Result<()> {
+        for (file, name) in [
+            (&self.manifest_file, manifest::MANIFEST),
+            (&self.lock, manifest::LOCK),
+        ] {
+            manifest.write(file, durable).at(&self.dir.join(name))?;
         }
-        let path = self.dir.join("LOCK");
-        manifest.write(&self.lock).at(&path)?;
-        self.manifest = Some(manifest);
+        self.manifest = manifest;
         Ok(())
     }
 }
 
-/// What `LOCK` says: the newest segment, and whether a frame was committed to it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Manifest {
-    tail: u64,
-    written: bool,
-}
-
-impl Manifest {
-    /// `LOCK`'s line; always the same length, so that rewriting it in place never leaves a tail.
-    fn line(self) -> String {
-        let state = if self.written { "written" } else { "empty  " };
-        format!("gangway-journal tail {:020} {state}\n", self.tail)
-    }
-
-    fn write(self, lock: &File) -> io::Result<()> {
-        use std::os::unix::fs::FileExt;
-        let line = self.line();
-        lock.write_all_at(line.as_bytes(), 0)?;
-        lock.set_len(line.len() as u64)?;
-        lock.sync_data()
-    }
-
-    /// The manifest in `LOCK`, or `None` for an empty one (a new journal, or one written before
-    /// `LOCK` named its tail).
-    fn read(lock: &File, path: &Path) -> Result<Option<Manifest>> {
-        use std::io::Read;
-        let mut text = String::new();
-        lock.take(256)
-            .read_to_string(&mut text)
-            .map_err(|e| JournalError::Corrupt {
-                path: path.to_owned(),
-                offset: 0,
-                reason: format!("not a journal manifest ({e})"),
-            })?;
-        if text.is_empty() {
-            return Ok(None);
-        }
-        let words: Vec<&str> = text.split_whitespace().collect();
-        match words.as_slice() {
-            [
-                "gangway-journal",
-                "tail",
-                first,
-                state @ ("empty" | "written"),
-            ] => match first.parse() {
-                Ok(tail) if tail > 0 => Ok(Some(Manifest {
-                    tail,
-                    written: *state == "written",
-                })),
-                _ => Err(Self::bad(path, &text)),
-            },
-            _ => Err(Self::bad(path, &text)),
-        }
-    }
-
-    fn bad(path: &Path, text: &str) -> JournalError {
-        JournalError::Corrupt {
-            path: path.to_owned(),
-            offset: 0,
-            reason: format!(
-                "not a journal manifest: `{}` (an empty LOCK skips its checks)",
-                text.trim().chars().take(80).collect::<String>()
-            ),
-        }
-    }
+/// What the two copies of the manifest say: the newer, and which copy said it. `None` for a new
+/// journal, or one written before there was a manifest.
+fn read_claim(dir: &Path, lock: &File) -> Result<Option<Claim>> {
+    let lock_path = dir.join(manifest::LOCK);
+    let in_lock = Manifest::read(lock, &lock_path)?.map(|manifest| Claim {
+        manifest,
+        from: lock_path,
+    });
+    let path = dir.join(manifest::MANIFEST);
+    let in_manifest = match File::open(&path) {
+        Ok(file) => Manifest::read(&file, &path)?.map(|manifest| Claim {
+            manifest,
+            from: path,
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(error) => return Err(JournalError::Io { path, error }),
+    };
+    Ok(Manifest::newer(in_lock, in_manifest))
 }
 
 /// Describes the torn frame at `offset` of the segment at `path` (`file_len` bytes), which should
@@ -616,6 +717,7 @@ fn sequence_error(path: PathBuf, offset: usize, expected: u64, found: u64) -> Jo
         offset,
         expected,
         found,
+        context: String::new(),
     }
 }
 
@@ -667,7 +769,7 @@ pub mod fuzzing {
         let path = Path::new("segment");
         let mut next = first;
         let mut records = Vec::new();
-        let (valid, len) = replay_bytes(bytes, path, true, &mut next, &mut records)?;
+        let Replayed { valid, len, .. } = replay_bytes(bytes, path, true, &mut next, &mut records)?;
         let torn = (valid < len).then(|| {
             let (seqs, readable, cut) = read_torn(&bytes[valid as usize..], next);
             TornTail {
@@ -713,14 +815,25 @@ fn decode<T: DeserializeOwned>(body: &[u8], path: &Path, offset: usize) -> Resul
     }
 }
 
-/// Replays one segment into `records`, advancing `next`. Returns the length of its valid
-/// prefix and of the file. Only the tail segment may be longer than its valid prefix.
+/// What replaying a segment found.
+#[derive(Debug, Clone, Copy)]
+struct Replayed {
+    /// Bytes of whole, valid frames from the start.
+    valid: u64,
+    /// Bytes in the file.
+    len: u64,
+    /// Why the valid frames stop before the end of the file (a bad frame that no valid one follows).
+    stop: Option<&'static str>,
+}
+
+/// Replays one segment into `records`, advancing `next`. Only the tail segment may be longer than
+/// its valid prefix.
 fn replay<R: DeserializeOwned>(
     path: &Path,
     is_tail: bool,
     next: &mut u64,
     records: &mut Vec<(u64, R)>,
-) -> Result<(u64, u64)> {
+) -> Result<Replayed> {
     let buf = fs::read(path).at(path)?;
     replay_bytes(&buf, path, is_tail, next, records)
 }
@@ -732,8 +845,9 @@ fn replay_bytes<R: DeserializeOwned>(
     is_tail: bool,
     next: &mut u64,
     records: &mut Vec<(u64, R)>,
-) -> Result<(u64, u64)> {
+) -> Result<Replayed> {
     let mut off = 0;
+    let mut stop = None;
     while off < buf.len() {
         let (seq, body, end) = match frame_at(buf, off) {
             Ok(frame) => frame,
@@ -761,6 +875,7 @@ fn replay_bytes<R: DeserializeOwned>(
                         "{reason}, followed by a valid frame at byte {at}"
                     )));
                 }
+                stop = Some(reason);
                 break;
             }
         };
@@ -773,7 +888,11 @@ fn replay_bytes<R: DeserializeOwned>(
         }
         off = end;
     }
-    Ok((off as u64, buf.len() as u64))
+    Ok(Replayed {
+        valid: off as u64,
+        len: buf.len() as u64,
+        stop,
+    })
 }
 
 fn read_snapshot<S: DeserializeOwned>(dir: &Path, seq: u64) -> Result<S> {
@@ -800,7 +919,9 @@ fn snapshot_bytes<S: DeserializeOwned>(buf: &[u8], path: PathBuf, seq: u64) -> R
 fn write_snapshot<S: Serialize + ?Sized>(dir: &Path, seq: u64, state: &S) -> Result<()> {
     let frame = encode_frame(seq, state)?;
     let tmp = dir.join(format!("snapshot-{seq:020}.tmp"));
-    let mut file = File::create(&tmp).at(&tmp)?;
+    // Afresh: a `.tmp` left by a crash is never trusted, and is deleted on open anyway.
+    let _ = fs::remove_file(&tmp);
+    let mut file = private::open(&tmp, OpenOptions::new().write(true).create_new(true))?;
     file.write_all(&frame).at(&tmp)?;
     // The contents must be durable before a name that recovery trusts points at them.
     file.sync_all().at(&tmp)?;
@@ -811,11 +932,7 @@ fn write_snapshot<S: Serialize + ?Sized>(dir: &Path, seq: u64, state: &S) -> Res
 
 fn create_segment(dir: &Path, first: u64) -> Result<(File, PathBuf)> {
     let path = dir.join(segment_name(first));
-    let file = OpenOptions::new()
-        .append(true)
-        .create_new(true)
-        .open(&path)
-        .at(&path)?;
+    let file = private::open(&path, OpenOptions::new().append(true).create_new(true))?;
     sync_dir(dir)?;
     Ok((file, path))
 }
@@ -871,14 +988,15 @@ fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Takes an advisory lock so that two writers can never interleave frames.
 fn lock_dir(dir: &Path) -> Result<File> {
-    let path = dir.join("LOCK");
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(&path);
-    let file = file.at(&path)?;
+    let path = dir.join(manifest::LOCK);
+    let file = private::open(
+        &path,
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true),
+    )?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(TryLockError::WouldBlock) => Err(JournalError::Locked { path }),

@@ -29,7 +29,14 @@ type State = Vec<Decision>;
 type J = Journal<Decision>;
 
 fn open_small(dir: &Path, segment_bytes: u64) -> (J, Recovered<State, Decision>) {
-    J::open_with(dir, Options { segment_bytes }).unwrap()
+    J::open_with(
+        dir,
+        Options {
+            segment_bytes,
+            ..Options::default()
+        },
+    )
+    .unwrap()
 }
 
 fn open(dir: &Path) -> (J, Recovered<State, Decision>) {
@@ -58,6 +65,26 @@ fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
 fn append_all(j: &mut J, seqs: RangeInclusive<u64>) {
     for i in seqs {
         assert_eq!(j.append(&d(i)).unwrap(), i);
+    }
+}
+
+/// Empties both copies of the manifest, as in a journal written before there was one; returns what
+/// they held, for [`restore`].
+fn empty_manifests(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    ["LOCK", "MANIFEST"]
+        .iter()
+        .map(|name| {
+            let path = dir.join(name);
+            let bytes = fs::read(&path).unwrap();
+            fs::write(&path, b"").unwrap();
+            (path, bytes)
+        })
+        .collect()
+}
+
+fn restore(files: &[(PathBuf, Vec<u8>)]) {
+    for (path, bytes) in files {
+        fs::write(path, bytes).unwrap();
     }
 }
 
@@ -143,8 +170,23 @@ fn corruption_before_valid_frames_is_a_hard_error() {
         bad[byte] ^= 0x40;
         fs::write(&seg, &bad).unwrap();
         if byte >= last {
-            // Damage to the final frame looks exactly like a torn write.
+            // The final frame was committed too, and the manifest says so: damage to it is not a
+            // torn write, and dropping it would lose an acknowledged record.
+            let err = open_err(p);
+            assert!(
+                matches!(&err, JournalError::Lost { path, offset, .. } if *path == seg && *offset == last as u64),
+                "flip at {byte}: {err}"
+            );
+            assert_eq!(
+                fs::read(&seg).unwrap(),
+                bad,
+                "a failed open must not touch the file"
+            );
+            // Without a manifest (a journal from before it counted the committed bytes) it looks
+            // exactly like a torn write.
+            let manifests = empty_manifests(p);
             assert_eq!(open(p).1.records, ds(1..=3), "flip at {byte}");
+            restore(&manifests);
             continue;
         }
         let start = *offsets.iter().rfind(|&&o| o <= byte).unwrap();
@@ -193,6 +235,14 @@ fn damage_in_a_sealed_segment_or_a_missing_segment_is_a_hard_error() {
         matches!(&err, JournalError::Sequence { path, expected: 2, found: 3, .. } if *path == segs[2]),
         "{err}"
     );
+    // The segment before the gap may be where the records went (cut between two frames).
+    assert!(
+        err.to_string().contains(&format!(
+            "records 2..=2 are missing: {}, before it, was cut short after record 1",
+            segment_name(1)
+        )),
+        "{err}"
+    );
 }
 
 /// A segment deleted after a snapshot once recovered as an empty history after the snapshot (a
@@ -209,10 +259,13 @@ fn a_segment_that_must_exist_but_is_missing_or_empty_is_a_hard_error() {
     let seg = p.join(segment_name(4));
     let saved = fs::read(&seg).unwrap();
     let lock = fs::read(p.join("LOCK")).unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&lock),
-        "gangway-journal tail 00000000000000000004 written\n"
-    );
+    let said = Manifest {
+        tail: 4,
+        len: saved.len() as u64,
+        last: Some(5),
+    };
+    assert_eq!(String::from_utf8_lossy(&lock), said.line());
+    assert_eq!(fs::read(p.join("MANIFEST")).unwrap(), lock, "two copies");
 
     fs::remove_file(&seg).unwrap();
     let err = open_err(p);
@@ -221,8 +274,9 @@ fn a_segment_that_must_exist_but_is_missing_or_empty_is_a_hard_error() {
         "{err}"
     );
     assert!(err.to_string().contains("LOCK names it"), "{err}");
-    // Without LOCK's line (a journal from before it), the snapshot still says so.
+    // Without a manifest (a journal from before LOCK named its tail), the snapshot still says so.
     fs::write(p.join("LOCK"), b"").unwrap();
+    fs::remove_file(p.join("MANIFEST")).unwrap();
     let err = open_err(p);
     assert!(
         matches!(&err, JournalError::Missing { path, .. } if *path == seg),
@@ -277,13 +331,13 @@ fn new_and_freshly_rotated_segments_may_be_empty() {
 fn a_torn_tail_reports_the_records_it_dropped() {
     let tmp = TempDir::new().unwrap();
     let p = tmp.path();
-    let (mut j, _) = open(p);
-    append_all(&mut j, 1..=2);
-    j.append_batch(&(3..=6).map(d).collect::<Vec<_>>()).unwrap();
-    drop(j);
+    append_all(&mut open(p).0, 1..=2);
     let seg = files(p, ".log")[0].clone();
-    let full = fs::read(&seg).unwrap();
-    let start = *frame_offsets(&full).last().unwrap();
+    let committed = fs::read(&seg).unwrap();
+    // The crash came while a batch of four was being written: its frame never completed.
+    let batch: Vec<_> = (3..=6).map(d).collect();
+    let full = [&committed[..], &encode_frame(3, &batch[..]).unwrap()].concat();
+    let start = committed.len();
     // Cut inside the last record of the last frame (a batch of four).
     let one = postcard::to_allocvec(&d(3)).unwrap().len();
     let cut = full.len() - one / 2;
@@ -532,4 +586,310 @@ proptest! {
             }
         }
     }
+}
+
+/// The permission bits of `path`.
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// Runs `f` with the process's umask set to `mask` (each test is a process of its own under
+/// nextest; under `cargo test` this can only loosen the modes other tests create meanwhile).
+fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
+    // SAFETY: umask(2) cannot fail.
+    let old = unsafe { libc::umask(mask as libc::mode_t) };
+    let out = f();
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    out
+}
+
+/// What `f` logs, at every level.
+fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8_lossy(&buffer.0.lock().unwrap()).into_owned();
+    (out, text)
+}
+
+/// Journal files hold what jobs were submitted with (environment included): they were 0644 in a
+/// 0755 directory under the usual umask, readable by every local user.
+#[test]
+fn every_journal_file_is_private_whatever_the_umask() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path().join("journal");
+    with_umask(0, || {
+        let (mut j, _) = open_small(&p, 64);
+        append_all(&mut j, 1..=10);
+        j.snapshot(&(1..=10).map(d).collect::<State>()).unwrap();
+        append_all(&mut j, 11..=12);
+    });
+    assert_eq!(mode(&p), 0o700, "the directory");
+    let names: Vec<String> = fs::read_dir(&p)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for kind in ["LOCK", "MANIFEST", ".log", ".snap"] {
+        assert!(
+            names.iter().any(|n| n.ends_with(kind)),
+            "{kind} in {names:?}"
+        );
+    }
+    for name in &names {
+        assert_eq!(mode(&p.join(name)), 0o600, "{name}");
+    }
+    // A snapshot's temporary file, while it is being written.
+    let tmp_snap = p.join("snapshot-00000000000000000012.tmp");
+    with_umask(0, || {
+        write_snapshot(&p, 12, &(1..=12).map(d).collect::<State>()).unwrap()
+    });
+    assert!(!tmp_snap.exists());
+    assert_eq!(mode(&p.join(snapshot_name(12))), 0o600);
+    // A directory others must pass through (to a directory of theirs inside it) lets them do
+    // only that.
+    let shared = tmp.path().join("shared");
+    let opts = Options {
+        traversable: true,
+        ..Options::default()
+    };
+    with_umask(0o077, || {
+        drop(J::open_with::<State>(&shared, opts).unwrap())
+    });
+    assert_eq!(mode(&shared), 0o711);
+    assert_eq!(mode(&shared.join("LOCK")), 0o600);
+}
+
+/// A journal written before files were private is made private when it is opened, and that is
+/// said once.
+#[test]
+fn an_older_journal_is_made_private_when_opened() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path().join("journal");
+    let (mut j, _) = open(&p);
+    append_all(&mut j, 1..=3);
+    j.snapshot(&(1..=3).map(d).collect::<State>()).unwrap();
+    append_all(&mut j, 4..=4);
+    drop(j);
+    let ours: Vec<PathBuf> = fs::read_dir(&p)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    for path in &ours {
+        chmod(path, 0o644);
+    }
+    chmod(&p, 0o755);
+    // Not the journal's: left as it is.
+    let token = p.join("api-token");
+    fs::write(&token, "secret").unwrap();
+    chmod(&token, 0o640);
+
+    let ((_, rec), log) = logged(|| open(&p));
+    assert_eq!(rec.records, ds(4..=4));
+    assert_eq!(mode(&p), 0o700);
+    for path in &ours {
+        assert_eq!(mode(path), 0o600, "{}", path.display());
+    }
+    assert_eq!(mode(&token), 0o640);
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains("made it private")
+            && warnings[0].contains("segment-00000000000000000004.log (644)"),
+        "{log}"
+    );
+    // Said once: the next open finds nothing to change.
+    let (_, log) = logged(|| open(&p));
+    assert!(!log.contains("WARN"), "{log}");
+}
+
+/// Deleting `LOCK` and the segments once started an empty journal (every job gone, silently):
+/// `MANIFEST` still says there were records. Either copy of the manifest is enough; a directory
+/// that never held a journal still starts empty.
+#[test]
+fn a_directory_whose_segments_are_gone_is_not_a_new_journal() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    append_all(&mut open(p).0, 1..=3);
+    let seg = p.join(segment_name(1));
+    let saved = fs::read(&seg).unwrap();
+    for (deleted, left) in [("LOCK", "MANIFEST"), ("MANIFEST", "LOCK")] {
+        fs::remove_file(p.join(deleted)).unwrap();
+        fs::remove_file(&seg).unwrap();
+        let err = open_err(p);
+        assert!(
+            matches!(&err, JournalError::Missing { path, .. } if *path == seg),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&format!("{left} names it")),
+            "{err}"
+        );
+        assert!(files(p, ".log").is_empty(), "a failed open creates nothing");
+        // Put back, it opens, and both copies are written again.
+        fs::write(&seg, &saved).unwrap();
+        assert_eq!(open(p).1.records, ds(1..=3));
+        assert_eq!(
+            fs::read(p.join("LOCK")).unwrap(),
+            fs::read(p.join("MANIFEST")).unwrap()
+        );
+    }
+    // Deleting LOCK alone loses nothing.
+    fs::remove_file(p.join("LOCK")).unwrap();
+    assert_eq!(open(p).1.records, ds(1..=3));
+
+    // A directory that holds other things but never held a journal.
+    let fresh = tmp.path().join("fresh");
+    fs::create_dir(&fresh).unwrap();
+    fs::write(fresh.join("api-token"), "secret").unwrap();
+    let (j, rec) = open(&fresh);
+    assert_eq!((j.last_seq(), rec.records.len()), (0, 0));
+}
+
+/// A copy of the manifest that is not one is never believed: its CRC catches a changed digit.
+#[test]
+fn a_damaged_manifest_is_a_hard_error_naming_it() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    append_all(&mut open(p).0, 1..=3);
+    let path = p.join("MANIFEST");
+    let good = fs::read(&path).unwrap();
+    // The `len` field, one digit up: it would claim bytes that were never written.
+    let at = String::from_utf8_lossy(&good).find(" len ").unwrap() + 5 + 18;
+    let mut bad = good.clone();
+    bad[at] += 1;
+    fs::write(&path, &bad).unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Corrupt { path: at, offset: 0, .. } if *at == path),
+        "{err}"
+    );
+    assert!(err.to_string().contains("not a journal manifest"), "{err}");
+    // Emptied, the other copy stands.
+    fs::write(&path, b"").unwrap();
+    assert_eq!(open(p).1.records, ds(1..=3));
+}
+
+/// Deleting the snapshot was refused with "expected sequence number 1 ... found 4", which named
+/// neither the snapshot nor what it should have held.
+#[test]
+fn a_missing_snapshot_is_named() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open(p);
+    append_all(&mut j, 1..=3);
+    j.snapshot(&(1..=3).map(d).collect::<State>()).unwrap();
+    append_all(&mut j, 4..=5);
+    drop(j);
+    let snap = p.join(snapshot_name(3));
+    fs::remove_file(&snap).unwrap();
+    let err = open_err(p);
+    assert!(
+        matches!(&err, JournalError::Missing { path, .. } if *path == snap),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&snapshot_name(3))
+            && msg.contains("records 1..=3")
+            && msg.contains(&segment_name(4)),
+        "{msg}"
+    );
+}
+
+/// A segment cut between two frames leaves only whole frames: it once replayed as a shorter
+/// journal, silently (a cut two bytes later was reported, as a torn write of one frame, though it
+/// dropped every frame after it too). At every offset, recovery returns exactly the committed
+/// records, or fails naming the segment and where it ends; only a write that never completed
+/// (beyond what the manifest says was committed) is dropped, and reported.
+#[test]
+fn a_segment_cut_anywhere_is_recovered_exactly_or_refused() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open(p);
+    append_all(&mut j, 1..=4);
+    j.append_batch(&(5..=7).map(d).collect::<Vec<_>>()).unwrap();
+    append_all(&mut j, 8..=9);
+    drop(j);
+    let seg = p.join(segment_name(1));
+    let committed = fs::read(&seg).unwrap();
+    let offsets = frame_offsets(&committed);
+    // A write of two more records that never completed.
+    let torn = encode_frame(10, &[d(10), d(11)][..]).unwrap();
+    let full = [&committed[..], &torn[..torn.len() - 1]].concat();
+    let manifests: Vec<_> = ["LOCK", "MANIFEST"]
+        .iter()
+        .map(|n| (p.join(n), fs::read(p.join(n)).unwrap()))
+        .collect();
+    let (mut exact, mut refused) = (0, 0);
+    for cut in 0..=full.len() {
+        restore(&manifests);
+        fs::write(&seg, &full[..cut]).unwrap();
+        match J::open::<State>(p) {
+            Ok((_, rec)) => {
+                assert!(cut >= committed.len(), "cut at {cut} recovered");
+                assert_eq!(rec.records, ds(1..=9), "cut at {cut}");
+                // Its sequence numbers are known once the header and both varints survive.
+                let torn = (cut > committed.len()).then(|| {
+                    let seqs = (cut >= committed.len() + HEADER + 2).then_some(10..12);
+                    (committed.len() as u64, seqs)
+                });
+                assert_eq!(rec.torn.map(|t| (t.offset, t.seqs)), torn, "cut at {cut}");
+                exact += 1;
+            }
+            Err(err) => {
+                assert!(cut < committed.len(), "cut at {cut}: {err}");
+                // Where the last whole frame before the cut ends.
+                let end = *offsets.iter().rfind(|&&o| o <= cut).unwrap();
+                // The first record of each frame: 1 to 4 alone, 5..=7 in a batch, then 8 and 9.
+                let first = [1, 2, 3, 4, 5, 8, 9][offsets.iter().position(|&o| o == end).unwrap()];
+                let named = match &err {
+                    JournalError::Lost {
+                        path,
+                        offset,
+                        committed: c,
+                        from,
+                        last,
+                        ..
+                    } => {
+                        *path == seg
+                            && *offset == end as u64
+                            && *c == committed.len() as u64
+                            && (*from, *last) == (first, Some(9))
+                    }
+                    // Nothing whole is left.
+                    JournalError::Missing { path, .. } => *path == seg && end == 0,
+                    _ => false,
+                };
+                assert!(named, "cut at {cut}: {err}");
+                assert!(err.to_string().contains(&segment_name(1)), "{err}");
+                assert_eq!(fs::read(&seg).unwrap(), &full[..cut], "left as it was");
+                refused += 1;
+            }
+        }
+    }
+    assert_eq!((exact, refused), (torn.len(), committed.len()));
 }

@@ -105,13 +105,20 @@ impl ExitReport {
 /// old file or the new one, never a part. The temporary file is created afresh, never opened
 /// through a link someone left at its name (some of these files are in a submitter's directory).
 pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomically_as(path, bytes, 0o666)
+}
+
+/// [`write_atomically`], the file created with `mode` (less the umask) from the start.
+fn write_atomically_as(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
     use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let mut temp = path.as_os_str().to_owned();
     temp.push(".tmp");
     let _ = std::fs::remove_file(&temp);
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
+        .mode(mode)
         .open(&temp)?;
     file.write_all(bytes)?;
     drop(file);
@@ -293,11 +300,12 @@ struct RunRecord {
 }
 
 /// Writes an attempt's record, which a restarted daemon re-adopts it by (a daemon that cannot write
-/// it still runs the attempt, but a restart will not find it).
+/// it still runs the attempt, but a restart will not find it). It holds the job's command and
+/// environment (tokens, keys), so it is the daemon's alone (0600), as the journal is.
 fn write_run_file(path: &Path, record: &RunRecord) {
     if let Err(e) = serde_json::to_vec(record)
         .map_err(std::io::Error::other)
-        .and_then(|bytes| write_atomically(path, &bytes))
+        .and_then(|bytes| write_atomically_as(path, &bytes, 0o600))
     {
         tracing::warn!(error = %e, "writing {}: a restarted daemon cannot re-adopt it", path.display());
     }

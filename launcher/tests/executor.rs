@@ -291,6 +291,30 @@ fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
     );
 }
 
+/// An attempt's run file holds the job's environment (tokens, keys): it was 0644 under the journal's
+/// directory, which other users may pass through to their own exit files.
+#[test]
+fn an_attempts_run_file_is_the_daemons_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    let mut job = launch(1, 1, &[0], Some("run"), dir.path());
+    if let Some(run) = job.run.as_mut() {
+        run.env.insert("API_KEY".into(), "hunter2".into());
+    }
+    exec.launch(&job, 0.0).unwrap();
+    let run_file = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "run"))
+        .expect("a run file");
+    let text = std::fs::read_to_string(&run_file).unwrap();
+    assert!(text.contains("hunter2"), "it holds the environment");
+    let mode = std::fs::metadata(&run_file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "{}", run_file.display());
+    exec.stop(JobId(1), 1.0).unwrap();
+}
+
 /// The cores a process may run on (`0-1`, `3`).
 fn allowed_cores(pid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -44,6 +44,9 @@ pub struct Settings {
     pub time: TimeSource,
     /// Journal directory; `None` keeps no journal (nothing survives a restart).
     pub journal: Option<PathBuf>,
+    /// How the journal is kept: its segments' size, and whether other users may pass through its
+    /// directory (to a directory of theirs inside it).
+    pub journal_options: gangway_journal::Options,
     /// Records between snapshots (each snapshot compacts the journal).
     pub snapshot_every: u64,
     /// Worker crashes retried per job before it fails.
@@ -64,6 +67,7 @@ impl Settings {
             engine,
             time,
             journal: None,
+            journal_options: gangway_journal::Options::default(),
             snapshot_every: 100_000,
             max_restarts: 3,
             poll_every: Duration::from_millis(20),

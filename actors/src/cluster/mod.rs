@@ -151,6 +151,7 @@ impl ClusterActor {
         let recovery = Instant::now();
         let (mut store, replayed) = Store::open(
             settings.journal.as_deref(),
+            settings.journal_options,
             settings.snapshot_every,
             settings.reports.clone(),
         )?;

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use gangway_core::job::JobId;
 use gangway_core::throughput::goodput::{Learned, Reports};
-use gangway_journal::{Journal, JournalError};
+use gangway_journal::{Journal, JournalError, Options};
 
-use crate::ledger::{Ledger, Record, Shape, Violation, open_journal};
+use crate::ledger::{Ledger, Record, Shape, Violation, open_journal_with};
 
 /// The durable state and where it is written.
 pub(super) struct Store {
@@ -31,12 +31,13 @@ impl Store {
     /// memory only. Returns the store and how many records were replayed.
     pub fn open(
         dir: Option<&Path>,
+        options: Options,
         snapshot_every: u64,
         reports: Reports,
     ) -> Result<(Store, u64), JournalError> {
         let (journal, ledger, beside, records, replayed) = match dir {
             Some(dir) => {
-                let (journal, recovered) = open_journal(dir)?;
+                let (journal, recovered) = open_journal_with(dir, options)?;
                 if let Some(torn) = &recovered.torn {
                     tracing::warn!("{}", crate::ledger::torn_tail_report(torn));
                 }
@@ -220,6 +221,17 @@ mod tests {
         }
     }
 
+    /// The store on the journal in `dir`, with a snapshot every `snapshot_every` records.
+    fn open(dir: &Path, snapshot_every: u64) -> (Store, u64) {
+        Store::open(
+            Some(dir),
+            Options::default(),
+            snapshot_every,
+            Reports::default(),
+        )
+        .unwrap()
+    }
+
     fn learned(job: u32) -> Record {
         Record::Learned {
             job: JobId(job),
@@ -239,7 +251,7 @@ mod tests {
     fn sizes_and_models_survive_snapshots_and_go_when_their_job_ends() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut store, _) = Store::open(Some(dir.path()), 3, Reports::default()).unwrap();
+            let (mut store, _) = open(dir.path(), 3);
             let shaped = |job| Record::Shaped {
                 job: JobId(job),
                 shape: pipelines(),
@@ -252,7 +264,7 @@ mod tests {
                 at: 1.0,
             }]);
         }
-        let (store, replayed) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
+        let (store, replayed) = open(dir.path(), 1000);
         assert_eq!(replayed, 2, "two records after the snapshot");
         assert_eq!(store.shapes, [(JobId(1), pipelines())].into());
         assert_eq!(store.learned[&JobId(1)].measured(), 1);
@@ -263,7 +275,7 @@ mod tests {
     fn shapes_journaled_in_their_earlier_forms_still_read() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let (mut store, _) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
+            let (mut store, _) = open(dir.path(), 1000);
             store.persist(&[
                 spec(1),
                 // Before jobs adapted their batch.
@@ -286,7 +298,7 @@ mod tests {
                 },
             ]);
         }
-        let (store, _) = Store::open(Some(dir.path()), 1000, Reports::default()).unwrap();
+        let (store, _) = open(dir.path(), 1000);
         let first = Shape {
             sizes: PAIRS,
             batch: Some(64),
@@ -344,14 +356,14 @@ mod tests {
             journal.snapshot(&ledger).unwrap();
             journal.append(&learned(1)).unwrap();
         }
-        let (mut store, replayed) = Store::open(Some(dir.path()), 2, Reports::default()).unwrap();
+        let (mut store, replayed) = open(dir.path(), 2);
         assert_eq!(replayed, 1);
         assert!(store.ledger.jobs.contains_key(&JobId(1)));
         assert_eq!(store.learned[&JobId(1)].measured(), 1);
         // It goes on in the new form: the next snapshot keeps what was learned.
         store.persist(&[spec(2)]);
         drop(store);
-        let (store, replayed) = Store::open(Some(dir.path()), 2, Reports::default()).unwrap();
+        let (store, replayed) = open(dir.path(), 2);
         assert_eq!(replayed, 0, "all in the new snapshot");
         assert_eq!(store.ledger.jobs.len(), 2);
         assert_eq!(store.learned[&JobId(1)].measured(), 1);
