@@ -500,9 +500,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         },
     );
     settings.journal = Some(args.journal.clone());
-    // Jobs that run as their submitters write their exit files in a directory of theirs under
-    // JOURNAL/runs: they must pass through the journal's directory (never list or read it).
-    settings.journal_options.traversable = workers == Workers::Processes;
     settings.snapshot_every = args.snapshot_every;
     settings.max_restarts = args.max_restarts;
     settings.node_names = node_names;

@@ -58,9 +58,8 @@
 //! behind says less than was committed, never more. Journals written before it said
 //! `gangway-journal tail <FIRST> empty|written` in `LOCK` alone, which is still read.
 //!
-//! Every file is created 0600 and the directory is 0700 (0711 with
-//! [`Options::traversable`]), whatever the umask: records hold what jobs were submitted
-//! with. `open` makes an older journal's files and directory so, and says so once.
+//! Every file is created 0600 and the directory is 0700, whatever the umask: records hold what
+//! jobs were submitted with. `open` makes an older journal's files and directory so, and says so once.
 //!
 //! # Recovery rules
 //!
@@ -132,24 +131,12 @@ pub struct Options {
     /// A new segment is started before a frame would push the active one past this size.
     /// A single larger frame still gets a segment to itself.
     pub segment_bytes: u64,
-    /// Lets other users pass through the journal's directory (mode 0711 instead of 0700) to reach a
-    /// directory of theirs kept inside it, as the exit files of a root daemon's jobs that run as
-    /// their submitters are. They still cannot list it, and every journal file is 0600.
-    pub traversable: bool,
-}
-
-impl Options {
-    /// The directory's mode.
-    fn dir_mode(self) -> u32 {
-        if self.traversable { 0o711 } else { 0o700 }
-    }
 }
 
 impl Default for Options {
     fn default() -> Self {
         Self {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
-            traversable: false,
         }
     }
 }
@@ -331,7 +318,7 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
         opts: Options,
     ) -> Result<(Self, Recovered<S, R>)> {
         let dir = dir.as_ref().to_path_buf();
-        private::prepare_dir(&dir, opts.dir_mode())?;
+        private::prepare_dir(&dir)?;
         let lock = lock_dir(&dir)?;
         let claim = read_claim(&dir, &lock)?;
         let (segments, snapshots) = list(&dir)?;

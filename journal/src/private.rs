@@ -1,7 +1,7 @@
 //! The journal's files are private to the user that writes them: records hold what jobs were
 //! submitted with, environment included (tokens, keys). Every file is created 0600, whatever the
-//! umask, and the directory is 0700 (0711 when [`Options::traversable`](crate::Options)); a journal
-//! written before this rule is made private when it is opened.
+//! umask, and the directory is 0700 ([`DIR_MODE`]); a journal written before this rule is made
+//! private when it is opened.
 
 use std::fs::{self, DirBuilder, File, OpenOptions, Permissions};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -13,6 +13,8 @@ use crate::{At, Result, parse};
 
 /// The mode of every journal file.
 pub(crate) const FILE_MODE: u32 = 0o600;
+/// The mode of the journal's directory.
+pub(crate) const DIR_MODE: u32 = 0o700;
 
 /// The permission bits of `mode` (no file type).
 fn bits(mode: u32) -> u32 {
@@ -28,10 +30,11 @@ fn is_journal_file(name: &str) -> bool {
         || parse(name, "snapshot-", ".tmp").is_some()
 }
 
-/// Creates `dir` (and missing parents) with `mode`, and makes the journal in it private: the
-/// directory gets exactly `mode`, and each journal file exactly [`FILE_MODE`]. Says so once, at
+/// Creates `dir` (and missing parents), and makes the journal in it private: the directory gets
+/// exactly [`DIR_MODE`], and each journal file exactly [`FILE_MODE`]. Says so once, at
 /// warn, when a journal that was there was open to other users.
-pub(crate) fn prepare_dir(dir: &Path, mode: u32) -> Result<()> {
+pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
+    let mode = DIR_MODE;
     DirBuilder::new()
         .recursive(true)
         .mode(mode)

@@ -29,14 +29,7 @@ type State = Vec<Decision>;
 type J = Journal<Decision>;
 
 fn open_small(dir: &Path, segment_bytes: u64) -> (J, Recovered<State, Decision>) {
-    J::open_with(
-        dir,
-        Options {
-            segment_bytes,
-            ..Options::default()
-        },
-    )
-    .unwrap()
+    J::open_with(dir, Options { segment_bytes }).unwrap()
 }
 
 fn open(dir: &Path) -> (J, Recovered<State, Decision>) {
@@ -669,18 +662,6 @@ fn every_journal_file_is_private_whatever_the_umask() {
     });
     assert!(!tmp_snap.exists());
     assert_eq!(mode(&p.join(snapshot_name(12))), 0o600);
-    // A directory others must pass through (to a directory of theirs inside it) lets them do
-    // only that.
-    let shared = tmp.path().join("shared");
-    let opts = Options {
-        traversable: true,
-        ..Options::default()
-    };
-    with_umask(0o077, || {
-        drop(J::open_with::<State>(&shared, opts).unwrap())
-    });
-    assert_eq!(mode(&shared), 0o711);
-    assert_eq!(mode(&shared.join("LOCK")), 0o600);
 }
 
 /// A journal written before files were private is made private when it is opened, and that is
