@@ -344,6 +344,12 @@ fn a_job_that_swaps_its_files_for_fifos_or_dev_zero_never_freezes_or_bloats_the_
         return;
     }
     let mut daemon = Daemon::on_socket(HOSTILE_ELASTIC_RUN);
+    // Nothing of the daemon's is theirs to reach: the journal, and the attempts' files beside it.
+    let journal = daemon.journal();
+    for dir in [journal.clone(), journal.join("runs")] {
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", dir.display());
+    }
     let before = daemon.rss_kb();
     let mut last = None;
     for attack in ["fifo", "zero"] {
