@@ -1,6 +1,8 @@
 //! Accounting: what each job has received (service, GPU time by type, progress), how busy the cluster
 //! was, and the usage slices a policy sees.
 
+use std::sync::Arc;
+
 use super::Engine;
 use crate::job::Job;
 use crate::metrics::JobRecord;
@@ -74,15 +76,15 @@ pub struct EngineTotals {
 }
 
 /// The record of a job that has not run yet.
-pub fn new_record(job: &Job, job_type: &str, gpu_types: usize) -> JobRecord {
+pub fn new_record(job: &Job, job_type: Arc<str>, gpu_types: usize) -> JobRecord {
     JobRecord {
         id: job.id,
-        job_type: job_type.to_owned(),
+        job_type,
         gpus: job.gpus,
         arrival: job.arrival,
         first_start: None,
         finish: None,
-        gpu_seconds: vec![0.0; gpu_types],
+        gpu_seconds: smallvec::smallvec![0.0; gpu_types],
         preemptions: 0,
         migrations: 0,
     }

@@ -1,6 +1,8 @@
 //! Admission: taking jobs in, interning their names, caching their rates per GPU type, and the order in
 //! which GPU types are offered (fastest first for the jobs admitted so far).
 
+use std::sync::Arc;
+
 use super::{Engine, JobState};
 use crate::cluster::{GpuSet, GpuTypeId};
 use crate::job::{Job, JobId, JobTypeId, Names, TenantId};
@@ -19,8 +21,14 @@ impl Engine<'_> {
         let id = self.names.intern_job_type(name);
         if self.sensitivity.len() < self.names.job_types.len() {
             self.sensitivity.push(default_sensitivity(name));
+            self.type_names.push(Arc::from(name));
         }
         id
+    }
+
+    /// A job type's name, shared by its jobs' records.
+    fn type_name(&self, t: JobTypeId) -> Arc<str> {
+        Arc::clone(&self.type_names[t.0 as usize])
     }
 
     /// The job a submission would become, without interning its names: its job type's id, or the id
@@ -153,10 +161,12 @@ impl Engine<'_> {
             last_run_seconds: 0.0,
             finish_at: f64::INFINITY,
             completion: None,
-            grant: None,
             displaced: false,
             waiting: None,
-            record: new_record(&job, self.names.job_type(job.job_type), self.types()),
+            order: 0,
+            active: false,
+            touched: false,
+            record: new_record(&job, self.type_name(job.job_type), self.types()),
         };
         let i = match self.vacant.pop() {
             Some(i) => {
@@ -180,8 +190,15 @@ impl Engine<'_> {
     fn admit(&mut self, i: usize, now: f64) {
         let t = self.types();
         self.type_order.observe(&self.rates[i * t..(i + 1) * t]);
-        self.states[i].queued_since = now;
-        self.active.push(i);
+        let order = self.admissions;
+        self.admissions += 1;
+        let state = &mut self.states[i];
+        state.queued_since = now;
+        state.order = order;
+        state.active = true;
+        self.active.insert((order, i));
+        self.unexplained.push(i);
+        self.touch(i);
         self.jobs_changed = true;
     }
 

@@ -246,7 +246,7 @@ impl<'a> Simulation<'a> {
         records.extend(
             trace_jobs[next_arrival..]
                 .iter()
-                .map(|job| new_record(job, self.trace.job_type_name(job.job_type), types)),
+                .map(|job| new_record(job, self.trace.job_type_name(job.job_type).into(), types)),
         );
         SimResult {
             records,
