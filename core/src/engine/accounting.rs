@@ -109,10 +109,10 @@ impl Engine<'_> {
         run.settled_to = now;
         if run.mixed {
             for &g in &run.gpus {
-                state.record.gpu_seconds[cluster.gpu_type_of(g).0 as usize] += held / sharers;
+                self.records[i].gpu_seconds[cluster.gpu_type_of(g).0 as usize] += held / sharers;
             }
         } else {
-            state.record.gpu_seconds[run.gpu_type.0 as usize] += held * gpus;
+            self.records[i].gpu_seconds[run.gpu_type.0 as usize] += held * gpus;
         }
         // Progress, segment by segment: a model whose rate changes with progress (epochs) is asked again
         // where a segment ends.
@@ -168,7 +168,7 @@ impl Engine<'_> {
     pub fn into_totals(mut self, now: f64) -> EngineTotals {
         self.busy.accrue(now);
         EngineTotals {
-            records: self.states.into_iter().map(|j| j.record).collect(),
+            records: self.records,
             utilization: self.busy.utilization,
             busy_gpu_seconds: self.busy.gpu_seconds,
             allotted_seconds: self.busy.allotted_seconds,

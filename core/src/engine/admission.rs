@@ -166,19 +166,21 @@ impl Engine<'_> {
             order: 0,
             active: false,
             touched: false,
-            record: new_record(&job, self.type_name(job.job_type), self.types()),
         };
+        let record = new_record(&job, self.type_name(job.job_type), self.types());
         let i = match self.vacant.pop() {
             Some(i) => {
                 let t = self.types();
                 self.rates[i * t..(i + 1) * t].copy_from_slice(&rates);
                 self.states[i] = state;
+                self.records[i] = record;
                 self.jobs[i] = job;
                 i
             }
             None => {
                 self.rates.extend(rates);
                 self.states.push(state);
+                self.records.push(record);
                 self.jobs.push(job);
                 self.jobs.len() - 1
             }

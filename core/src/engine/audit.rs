@@ -31,7 +31,7 @@ impl Engine<'_> {
                 run.gpus.len()
             );
             assert!(
-                self.states[i].record.finish.is_none(),
+                self.records[i].finish.is_none(),
                 "finished job {} still runs",
                 job.id
             );

@@ -55,7 +55,7 @@ impl Engine<'_> {
             }),
             queued_since: state.queued_since,
             last_run_seconds: state.last_run_seconds,
-            preemptions: state.record.preemptions,
+            preemptions: self.records[i].preemptions,
         }
     }
 

@@ -129,7 +129,7 @@ impl Engine<'_> {
                     .held(&self.cluster, &r.gpus, r.allotment.as_ref(), weight)
             }),
             waiting: state.waiting.clone(),
-            record: state.record.clone(),
+            record: self.records[i].clone(),
         })
     }
 
@@ -165,7 +165,7 @@ impl Engine<'_> {
             let state = &mut self.states[i];
             state.steps_done = steps_done.clamp(0.0, self.jobs[i].total_steps);
             state.progressed = steps_done > 0.0;
-            state.record.preemptions = preemptions;
+            self.records[i].preemptions = preemptions;
             if state.active {
                 self.touch(i);
             }
@@ -211,7 +211,7 @@ impl Engine<'_> {
             return false;
         }
         self.index_of.remove(&id);
-        self.states[i].record = new_record(&self.jobs[i], std::sync::Arc::from(""), 0);
+        self.records[i] = new_record(&self.jobs[i], std::sync::Arc::from(""), 0);
         self.states[i].last_gpus = GpuSet::new();
         self.vacant.push(i);
         true
@@ -265,7 +265,7 @@ impl Engine<'_> {
     /// The index of an active job (submitted and not ended).
     fn active_index(&self, id: JobId) -> Result<usize, Rejected> {
         let &i = self.index_of.get(&id).ok_or(Rejected::Unknown(id))?;
-        if self.states[i].record.finish.is_some() || !self.states[i].active {
+        if self.records[i].finish.is_some() || !self.states[i].active {
             return Err(Rejected::Finished(id));
         }
         Ok(i)
@@ -324,7 +324,7 @@ impl Engine<'_> {
             if self.states[i].run.is_some() {
                 self.stop(i, now);
                 let state = &mut self.states[i];
-                state.record.preemptions += 1;
+                self.records[i].preemptions += 1;
                 state.queued_since = now;
             }
         }

@@ -105,7 +105,6 @@ struct JobState {
     active: bool,
     /// It is listed in [`Engine::touched`].
     touched: bool,
-    record: JobRecord,
 }
 
 /// The scheduling state of a cluster: the jobs, who runs where, and the costs owed.
@@ -118,6 +117,9 @@ pub struct Engine<'m> {
     /// Every job submitted so far, in submission order: a job's index is its position here.
     jobs: Vec<Job>,
     states: Vec<JobState>,
+    /// Each job's record, beside its state: the records are what a run returns, handed over whole
+    /// instead of copied out of every state at the end.
+    records: Vec<JobRecord>,
     index_of: FxHashMap<JobId, usize>,
     /// Slots of forgotten jobs, reused by the next submissions (a live control plane forgets the jobs
     /// that ended, so that its memory follows its active jobs, not its history).
@@ -194,6 +196,7 @@ impl<'m> Engine<'m> {
             names,
             jobs: Vec::new(),
             states: Vec::new(),
+            records: Vec::new(),
             index_of: FxHashMap::default(),
             vacant: Vec::new(),
             rates: Vec::new(),

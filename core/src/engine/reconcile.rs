@@ -84,7 +84,7 @@ impl Engine<'_> {
             }
             if self.grants.remove(&i).is_none()
                 || self.states[i].run.is_some()
-                || self.states[i].record.finish.is_some()
+                || self.records[i].finish.is_some()
                 || self.rate_at(i, g.gpu_type, g.gpus) <= 0.0
             {
                 continue;
@@ -118,7 +118,7 @@ impl Engine<'_> {
         for i in displaced {
             let state = &mut self.states[i];
             if std::mem::take(&mut state.displaced) {
-                state.record.preemptions += 1;
+                self.records[i].preemptions += 1;
                 if state.progressed {
                     state.overhead_due += preempt_costs;
                 }
@@ -282,7 +282,7 @@ impl Engine<'_> {
             g,
             self.grants.get(&p),
         );
-        if !runs || state.run.is_some() || state.record.finish.is_some() {
+        if !runs || state.run.is_some() || self.records[p].finish.is_some() {
             return None;
         }
         self.grants.remove(&p);

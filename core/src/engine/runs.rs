@@ -173,7 +173,7 @@ impl Engine<'_> {
         let state = &mut self.states[i];
         state.overhead_due = 0.0;
         state.waiting = None;
-        state.record.first_start.get_or_insert(now);
+        self.records[i].first_start.get_or_insert(now);
         self.running.insert((state.order, i));
         state.run = Some(Box::new(Run {
             gpu_type,
@@ -253,7 +253,7 @@ impl Engine<'_> {
         let previous = std::mem::take(&mut state.last_gpus);
         let mut overhead = state.overhead_due.max(restart);
         if was_running && *gpus != previous {
-            state.record.migrations += 1;
+            self.records[i].migrations += 1;
             if state.progressed {
                 overhead += migrate_cost;
             }
@@ -417,7 +417,7 @@ impl Engine<'_> {
         }
         let state = &mut self.states[i];
         state.steps_done = self.jobs[i].total_steps;
-        state.record.finish = Some(now);
+        self.records[i].finish = Some(now);
         self.retire(i);
         self.finished += 1;
         self.note_utilization(now);
