@@ -75,7 +75,9 @@ impl Engine<'_> {
             let state = &self.states[i];
             (state.active && state.run.is_none()).then_some((state.order, i))
         }));
+        // A slot forgotten and reused since the last call may be listed twice.
         shown.sort_unstable();
+        shown.dedup();
         shown.iter().map(|&(_, i)| self.view(i, now)).collect()
     }
 
