@@ -6,7 +6,9 @@
 //! the cluster's capacity per GPU type, every active job as a [`JobView`] (its attained service, steps done
 //! and remaining, throughput on each GPU type, where it runs now, its queueing history), and what ran
 //! since the last pass ([`Usage`]). Nothing else reaches a policy, and no code branches on a policy's
-//! name: the simulator and the live control plane only ever see the trait.
+//! name: the simulator and the live control plane only ever see the trait. A policy that keeps its own
+//! queue between rounds ([`Policy::keeps_queue`]) is shown only the running jobs and those that changed,
+//! and asks the [`Backlog`] for the rest, so that a round under a long backlog costs what it can start.
 //!
 //! A policy answers with [`Grant`]s, in priority order: "job j gets n GPUs of type t next round", each
 //! with an [`Intent`] that names the placement step it needs (anywhere, one server, packed with a
