@@ -3,7 +3,7 @@
 //! - the bundled Gavel trace (6,000 jobs, 2 jobs/hour, 36 V100 + 36 P100 + 36 K80) under fifo and LAS;
 //! - the whole Philly-derived trace (82,247 jobs) on a 2,490-GPU cluster, when ../shared/data is present;
 //! - growth with jobs (1,500 / 3,000 / 6,000 synthetic jobs) and with GPUs (54 / 108 / 216, load kept equal);
-//! - overload: 200,000 one-GPU jobs of 1-5 s at 10 jobs/s on the same 108 GPUs (a round starts 108 of
+//! - overload: 800,000 one-GPU jobs of 1-5 s at 10 jobs/s on the same 108 GPUs (a round starts 108 of
 //!   the 3,600 that arrive), as `scripts/overload_trace.py` writes them (issue 28, item 10).
 
 use std::hint::black_box;
@@ -139,9 +139,9 @@ fn overloaded(jobs: u32) -> Trace {
 }
 
 fn overload(c: &mut Criterion) {
-    let trace = overloaded(200_000);
+    let trace = overloaded(800_000);
     let cluster = Cluster::parse_spec("v100=36,p100=36,k80=36", 1).unwrap();
-    let mut group = c.benchmark_group("overload_200000_jobs");
+    let mut group = c.benchmark_group("overload_800000_jobs");
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(15));
