@@ -165,6 +165,7 @@ fn sia_solves(c: &mut Criterion) {
             cluster: &cluster,
             capacity: cluster.capacity(),
             jobs: &views,
+            backlog: None,
             jobs_changed: true,
             type_order: &type_order,
             model: model.as_ref(),

@@ -2,7 +2,9 @@
 //!
 //! - the bundled Gavel trace (6,000 jobs, 2 jobs/hour, 36 V100 + 36 P100 + 36 K80) under fifo and LAS;
 //! - the whole Philly-derived trace (82,247 jobs) on a 2,490-GPU cluster, when ../shared/data is present;
-//! - growth with jobs (1,500 / 3,000 / 6,000 synthetic jobs) and with GPUs (54 / 108 / 216, load kept equal).
+//! - growth with jobs (1,500 / 3,000 / 6,000 synthetic jobs) and with GPUs (54 / 108 / 216, load kept equal);
+//! - overload: 800,000 one-GPU jobs of 1-5 s at 10 jobs/s on the same 108 GPUs (a round starts 108 of
+//!   the 3,600 that arrive), as `scripts/overload_trace.py` writes them (issue 28, item 10).
 
 use std::hint::black_box;
 use std::path::Path;
@@ -11,7 +13,7 @@ use std::time::Duration;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 use gangway::core::cluster::Cluster;
-use gangway::core::job::Trace;
+use gangway::core::job::{Job, JobId, Trace, WorkUnit};
 use gangway::core::placement::PackingPlacer;
 use gangway::core::policy::{self, PolicyConfig};
 use gangway::core::sim::Simulation;
@@ -113,5 +115,41 @@ fn scaling(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, gavel, philly, scaling);
+/// `jobs` one-GPU jobs arriving at 10 jobs/s, each lasting 1 to 5 s (by a fixed stride, not drawn).
+fn overloaded(jobs: u32) -> Trace {
+    let mut trace = Trace::new("overload", WorkUnit::Seconds);
+    let job_type = trace.intern_job_type("resnet50");
+    let tenant = trace.intern_tenant("default");
+    for k in 0..jobs {
+        trace.jobs.push(Job {
+            id: JobId(k),
+            arrival: f64::from(k) / 10.0,
+            job_type,
+            gpus: 1,
+            total_steps: f64::from(1 + (k * 7) % 5),
+            weight: 1.0,
+            tenant,
+            batch: None,
+            sizes: None,
+            min_batch: None,
+            group_by_type: Vec::new(),
+        });
+    }
+    trace
+}
+
+fn overload(c: &mut Criterion) {
+    let trace = overloaded(800_000);
+    let cluster = Cluster::parse_spec("v100=36,p100=36,k80=36", 1).unwrap();
+    let mut group = c.benchmark_group("overload_800000_jobs");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(15));
+    bench_policies(&mut group, &trace, &cluster, &["tiresias", "fifo"], |n| {
+        BenchmarkId::from_parameter(n)
+    });
+    group.finish();
+}
+
+criterion_group!(benches, gavel, philly, scaling, overload);
 criterion_main!(benches);

@@ -57,6 +57,7 @@ fn bench_solves(c: &mut Criterion) {
             cluster: &cluster,
             capacity: cluster.capacity(),
             jobs: &views,
+            backlog: None,
             jobs_changed: true,
             type_order: &type_order,
             model: model.as_ref(),

@@ -63,6 +63,7 @@ fn bench_round(c: &mut Criterion) {
         cluster: &cluster,
         capacity: cluster.capacity(),
         jobs: &views,
+        backlog: None,
         jobs_changed: true,
         type_order: &[GpuTypeId(0)],
         model: model.as_ref(),

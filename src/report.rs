@@ -248,7 +248,7 @@ fn write_records(path: &Path, records: &[JobRecord], gpu_types: &[String]) -> Re
     for r in records {
         let mut row = vec![
             r.id.to_string(),
-            r.job_type.clone(),
+            r.job_type.to_string(),
             r.gpus.to_string(),
             format!("{:.3}", r.arrival),
             opt(r.first_start),

@@ -1,22 +1,29 @@
 //! Metrics over a job-id window: JCT, queueing delay, makespan, finish-time fairness, utilization.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 
 use crate::job::JobId;
+
+/// GPU-seconds per GPU type, inline for clusters of up to four types (a record per job of a long
+/// trace: no allocation each).
+pub type PerGpuType = SmallVec<[f64; 4]>;
 
 /// What the simulator records for each job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     pub id: JobId,
-    pub job_type: String,
+    /// Its job type's name, shared by the records of that type.
+    pub job_type: Arc<str>,
     pub gpus: u32,
     pub arrival: f64,
     pub first_start: Option<f64>,
     pub finish: Option<f64>,
     /// GPU-seconds held, per GPU type of the cluster (same order as the cluster's types).
-    pub gpu_seconds: Vec<f64>,
+    pub gpu_seconds: PerGpuType,
     pub preemptions: u32,
     pub migrations: u32,
 }
@@ -256,7 +263,7 @@ mod tests {
             arrival,
             first_start: Some(start),
             finish,
-            gpu_seconds: vec![finish.map_or(0.0, |f| f - start)],
+            gpu_seconds: smallvec::smallvec![finish.map_or(0.0, |f| f - start)],
             preemptions: id,
             migrations: 0,
         }

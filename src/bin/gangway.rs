@@ -211,6 +211,7 @@ fn main() {
         Some(Command::Jobs(args)) => control::jobs(args),
         #[cfg(feature = "serve")]
         Some(Command::Cancel(args)) => control::cancel(args),
+        #[cfg(feature = "serve")]
         Some(Command::Nodes(args)) => control::nodes(args),
         #[cfg(feature = "serve")]
         Some(Command::Cordon(args)) => control::cordon(args, true),

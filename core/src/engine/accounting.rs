@@ -1,6 +1,8 @@
 //! Accounting: what each job has received (service, GPU time by type, progress), how busy the cluster
 //! was, and the usage slices a policy sees.
 
+use std::sync::Arc;
+
 use super::Engine;
 use crate::job::Job;
 use crate::metrics::JobRecord;
@@ -74,15 +76,15 @@ pub struct EngineTotals {
 }
 
 /// The record of a job that has not run yet.
-pub fn new_record(job: &Job, job_type: &str, gpu_types: usize) -> JobRecord {
+pub fn new_record(job: &Job, job_type: Arc<str>, gpu_types: usize) -> JobRecord {
     JobRecord {
         id: job.id,
-        job_type: job_type.to_owned(),
+        job_type,
         gpus: job.gpus,
         arrival: job.arrival,
         first_start: None,
         finish: None,
-        gpu_seconds: vec![0.0; gpu_types],
+        gpu_seconds: smallvec::smallvec![0.0; gpu_types],
         preemptions: 0,
         migrations: 0,
     }
@@ -107,10 +109,10 @@ impl Engine<'_> {
         run.settled_to = now;
         if run.mixed {
             for &g in &run.gpus {
-                state.record.gpu_seconds[cluster.gpu_type_of(g).0 as usize] += held / sharers;
+                self.records[i].gpu_seconds[cluster.gpu_type_of(g).0 as usize] += held / sharers;
             }
         } else {
-            state.record.gpu_seconds[run.gpu_type.0 as usize] += held * gpus;
+            self.records[i].gpu_seconds[run.gpu_type.0 as usize] += held * gpus;
         }
         // Progress, segment by segment: a model whose rate changes with progress (epochs) is asked again
         // where a segment ends.
@@ -166,7 +168,7 @@ impl Engine<'_> {
     pub fn into_totals(mut self, now: f64) -> EngineTotals {
         self.busy.accrue(now);
         EngineTotals {
-            records: self.states.into_iter().map(|j| j.record).collect(),
+            records: self.records,
             utilization: self.busy.utilization,
             busy_gpu_seconds: self.busy.gpu_seconds,
             allotted_seconds: self.busy.allotted_seconds,

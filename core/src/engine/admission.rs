@@ -1,6 +1,8 @@
 //! Admission: taking jobs in, interning their names, caching their rates per GPU type, and the order in
 //! which GPU types are offered (fastest first for the jobs admitted so far).
 
+use std::sync::Arc;
+
 use super::{Engine, JobState};
 use crate::cluster::{GpuSet, GpuTypeId};
 use crate::job::{Job, JobId, JobTypeId, Names, TenantId};
@@ -19,8 +21,14 @@ impl Engine<'_> {
         let id = self.names.intern_job_type(name);
         if self.sensitivity.len() < self.names.job_types.len() {
             self.sensitivity.push(default_sensitivity(name));
+            self.type_names.push(Arc::from(name));
         }
         id
+    }
+
+    /// A job type's name, shared by its jobs' records.
+    fn type_name(&self, t: JobTypeId) -> Arc<str> {
+        Arc::clone(&self.type_names[t.0 as usize])
     }
 
     /// The job a submission would become, without interning its names: its job type's id, or the id
@@ -153,22 +161,26 @@ impl Engine<'_> {
             last_run_seconds: 0.0,
             finish_at: f64::INFINITY,
             completion: None,
-            grant: None,
             displaced: false,
             waiting: None,
-            record: new_record(&job, self.names.job_type(job.job_type), self.types()),
+            order: 0,
+            active: false,
+            touched: false,
         };
+        let record = new_record(&job, self.type_name(job.job_type), self.types());
         let i = match self.vacant.pop() {
             Some(i) => {
                 let t = self.types();
                 self.rates[i * t..(i + 1) * t].copy_from_slice(&rates);
                 self.states[i] = state;
+                self.records[i] = record;
                 self.jobs[i] = job;
                 i
             }
             None => {
                 self.rates.extend(rates);
                 self.states.push(state);
+                self.records.push(record);
                 self.jobs.push(job);
                 self.jobs.len() - 1
             }
@@ -180,8 +192,15 @@ impl Engine<'_> {
     fn admit(&mut self, i: usize, now: f64) {
         let t = self.types();
         self.type_order.observe(&self.rates[i * t..(i + 1) * t]);
-        self.states[i].queued_since = now;
-        self.active.push(i);
+        let order = self.admissions;
+        self.admissions += 1;
+        let state = &mut self.states[i];
+        state.queued_since = now;
+        state.order = order;
+        state.active = true;
+        self.active.insert((order, i));
+        self.unexplained.push(i);
+        self.touch(i);
         self.jobs_changed = true;
     }
 

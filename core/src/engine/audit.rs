@@ -11,7 +11,13 @@ impl Engine<'_> {
         let cluster = &self.cluster;
         let mut holder: Vec<Option<usize>> = vec![None; cluster.num_gpus() as usize];
         let mut held_per_type = vec![0u32; self.types()];
-        for &i in &self.active {
+        for &(order, i) in &self.active {
+            assert_eq!(
+                self.states[i].run.is_some(),
+                self.running.contains(&(order, i)),
+                "job {}: the running set disagrees with its run",
+                self.jobs[i].id
+            );
             let Some(run) = &self.states[i].run else {
                 continue;
             };
@@ -25,7 +31,7 @@ impl Engine<'_> {
                 run.gpus.len()
             );
             assert!(
-                self.states[i].record.finish.is_none(),
+                self.records[i].finish.is_none(),
                 "finished job {} still runs",
                 job.id
             );
@@ -68,7 +74,11 @@ impl Engine<'_> {
         }
         // The ledger matches the runs' allotments.
         let mut expected = crate::placement::Ledger::new(cluster);
-        for &i in &self.active {
+        assert!(
+            self.running.iter().all(|r| self.active.contains(r)),
+            "a job runs that is not active"
+        );
+        for &(_, i) in &self.active {
             if let Some(run) = &self.states[i].run {
                 let weight = super::runs::pair_weight(run.partner.is_some());
                 expected.charge(cluster, &run.gpus, run.allotment.as_ref(), weight, 1.0);

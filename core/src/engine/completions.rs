@@ -56,8 +56,7 @@ impl Engine<'_> {
     /// Moves the horizon to the next round boundary, adding the completions that now fall within it.
     pub fn advance_horizon(&mut self, horizon: f64) {
         self.completions.horizon = horizon;
-        for k in 0..self.active.len() {
-            let i = self.active[k];
+        for i in self.running_now() {
             let state = &self.states[i];
             let Some(run) = &state.run else {
                 continue;
@@ -80,9 +79,9 @@ impl Engine<'_> {
 
     /// When the earliest run finishes if nothing changes, indexed or not (infinite when none runs).
     pub fn next_finish(&self) -> f64 {
-        self.active
+        self.running
             .iter()
-            .filter_map(|&i| {
+            .filter_map(|&(_, i)| {
                 let state = &self.states[i];
                 let run = state.run.as_ref()?;
                 Some(if state.finish_at.is_finite() {

@@ -1,55 +1,127 @@
 //! The one input every policy gets: the active jobs as views, the capacity, the type order, and what
-//! ran since the last pass.
+//! ran since the last pass. A policy that keeps its own queue gets the running jobs and those that
+//! changed, and asks the [`Backlog`] for the rest, so that a round costs what it can start.
 
 use super::Engine;
-use crate::policy::{Grant, JobView, Policy, RoundInput, Running};
+use crate::job::JobId;
+use crate::policy::{Backlog, Grant, JobView, Policy, RoundInput, Running};
+
+/// The active jobs a queue-keeping policy was not shown this round, answered from the engine.
+struct Waiting<'e, 'm> {
+    engine: &'e Engine<'m>,
+    now: f64,
+    left: &'e [JobId],
+}
+
+impl Backlog for Waiting<'_, '_> {
+    fn len(&self) -> usize {
+        self.engine.active.len()
+    }
+
+    fn left(&self) -> &[JobId] {
+        self.left
+    }
+
+    fn view(&self, id: JobId) -> Option<JobView<'_>> {
+        let &i = self.engine.index_of.get(&id)?;
+        self.engine.states[i]
+            .active
+            .then(|| self.engine.view(i, self.now))
+    }
+
+    fn views(&self) -> Vec<JobView<'_>> {
+        self.engine.active_views(self.now)
+    }
+}
 
 impl Engine<'_> {
+    /// Job `i` as policies see it at `now`.
+    fn view(&self, i: usize, now: f64) -> JobView<'_> {
+        let types = self.types();
+        let job = &self.jobs[i];
+        let state = &self.states[i];
+        JobView {
+            job,
+            rates: &self.rates[i * types..(i + 1) * types],
+            steps_done: state.steps_done,
+            remaining_steps: (job.total_steps - state.steps_done).max(0.0),
+            attained_gpu_seconds: state.attained_gpu_seconds,
+            attained_seconds: state.attained_seconds,
+            running: state.run.as_ref().map(|r| Running {
+                gpu_type: r.gpu_type,
+                gpus: &r.gpus,
+                batch: r.batch,
+                restarting: r.progress_from > now,
+            }),
+            queued_since: state.queued_since,
+            last_run_seconds: state.last_run_seconds,
+            preemptions: self.records[i].preemptions,
+        }
+    }
+
+    /// Every active job's view, in arrival order.
+    fn active_views(&self, now: f64) -> Vec<JobView<'_>> {
+        self.active
+            .iter()
+            .map(|&(_, i)| self.view(i, now))
+            .collect()
+    }
+
+    /// The running jobs' views and those of waiting jobs touched since the policy's last call, in
+    /// arrival order.
+    fn changed_views(&self, touched: &[usize], now: f64) -> Vec<JobView<'_>> {
+        let mut shown: Vec<(u64, usize)> = self.running.iter().copied().collect();
+        shown.extend(touched.iter().filter_map(|&i| {
+            let state = &self.states[i];
+            (state.active && state.run.is_none()).then_some((state.order, i))
+        }));
+        // A slot forgotten and reused since the last call may be listed twice.
+        shown.sort_unstable();
+        shown.dedup();
+        shown.iter().map(|&(_, i)| self.view(i, now)).collect()
+    }
+
     /// Asks the policy for this pass's grants.
     pub(super) fn decide(&mut self, policy: &mut dyn Policy, now: f64) -> Vec<Grant> {
-        let types = self.types();
         let usage = std::mem::take(&mut self.usage);
-        let views: Vec<JobView<'_>> = self
-            .active
-            .iter()
-            .map(|&i| {
-                let job = &self.jobs[i];
-                let state = &self.states[i];
-                JobView {
-                    job,
-                    rates: &self.rates[i * types..(i + 1) * types],
-                    steps_done: state.steps_done,
-                    remaining_steps: (job.total_steps - state.steps_done).max(0.0),
-                    attained_gpu_seconds: state.attained_gpu_seconds,
-                    attained_seconds: state.attained_seconds,
-                    running: state.run.as_ref().map(|r| Running {
-                        gpu_type: r.gpu_type,
-                        gpus: &r.gpus,
-                        batch: r.batch,
-                        restarting: r.progress_from > now,
-                    }),
-                    queued_since: state.queued_since,
-                    last_run_seconds: state.last_run_seconds,
-                    preemptions: state.record.preemptions,
-                }
-            })
-            .collect();
+        let mut touched = std::mem::take(&mut self.touched);
+        for &i in &touched {
+            self.states[i].touched = false;
+        }
+        let mut left = std::mem::take(&mut self.left);
+        let jobs_changed = std::mem::take(&mut self.jobs_changed);
+        let queued = policy.keeps_queue();
+        let views = if queued {
+            self.changed_views(&touched, now)
+        } else {
+            self.active_views(now)
+        };
+        let backlog = Waiting {
+            engine: self,
+            now,
+            left: &left,
+        };
         let input = RoundInput {
             now,
             round_length: self.config.round_length,
             cluster: &self.cluster,
             capacity: &self.capacity,
             jobs: &views,
-            jobs_changed: std::mem::take(&mut self.jobs_changed),
+            backlog: queued.then_some(&backlog as &dyn Backlog),
+            jobs_changed,
             type_order: self.type_order.order(),
             model: &*self.model,
             usage: &usage,
         };
         let grants = policy.allocate(&input);
         drop(views);
-        // Reuse the buffer.
+        // Reuse the buffers.
         self.usage = usage;
         self.usage.clear();
+        touched.clear();
+        self.touched = touched;
+        left.clear();
+        self.left = left;
         grants
     }
 }

@@ -129,7 +129,7 @@ impl Engine<'_> {
                     .held(&self.cluster, &r.gpus, r.allotment.as_ref(), weight)
             }),
             waiting: state.waiting.clone(),
-            record: state.record.clone(),
+            record: self.records[i].clone(),
         })
     }
 
@@ -139,7 +139,7 @@ impl Engine<'_> {
     pub fn waiting_reason(&self, id: JobId) -> Option<String> {
         let &i = self.index_of.get(&id)?;
         let state = &self.states[i];
-        if state.run.is_some() || !self.active.contains(&i) {
+        if state.run.is_some() || !state.active {
             return None;
         }
         let why = state.waiting.as_ref()?;
@@ -165,7 +165,10 @@ impl Engine<'_> {
             let state = &mut self.states[i];
             state.steps_done = steps_done.clamp(0.0, self.jobs[i].total_steps);
             state.progressed = steps_done > 0.0;
-            state.record.preemptions = preemptions;
+            self.records[i].preemptions = preemptions;
+            if state.active {
+                self.touch(i);
+            }
         }
     }
 
@@ -179,6 +182,7 @@ impl Engine<'_> {
         if self.states[i].run.is_some() {
             self.settle(i, now);
         }
+        self.touch(i);
         let total = self.jobs[i].total_steps;
         let state = &mut self.states[i];
         let stepped = steps_done.clamp(0.0, total) > state.steps_done;
@@ -203,11 +207,11 @@ impl Engine<'_> {
         let Some(&i) = self.index_of.get(&id) else {
             return false;
         };
-        if self.active.contains(&i) {
+        if self.states[i].active {
             return false;
         }
         self.index_of.remove(&id);
-        self.states[i].record = new_record(&self.jobs[i], "", 0);
+        self.records[i] = new_record(&self.jobs[i], std::sync::Arc::from(""), 0);
         self.states[i].last_gpus = GpuSet::new();
         self.vacant.push(i);
         true
@@ -254,13 +258,14 @@ impl Engine<'_> {
             state.steps_done = steps.clamp(0.0, total).min(state.steps_done);
         }
         state.queued_since = now;
+        self.touch(i);
         Ok(())
     }
 
     /// The index of an active job (submitted and not ended).
     fn active_index(&self, id: JobId) -> Result<usize, Rejected> {
         let &i = self.index_of.get(&id).ok_or(Rejected::Unknown(id))?;
-        if self.states[i].record.finish.is_some() || !self.active.contains(&i) {
+        if self.records[i].finish.is_some() || !self.states[i].active {
             return Err(Rejected::Finished(id));
         }
         Ok(i)
@@ -305,9 +310,9 @@ impl Engine<'_> {
             return;
         }
         let holders: Vec<usize> = self
-            .active
+            .running
             .iter()
-            .copied()
+            .map(|&(_, i)| i)
             .filter(|&i| {
                 self.states[i]
                     .run
@@ -319,7 +324,7 @@ impl Engine<'_> {
             if self.states[i].run.is_some() {
                 self.stop(i, now);
                 let state = &mut self.states[i];
-                state.record.preemptions += 1;
+                self.records[i].preemptions += 1;
                 state.queued_since = now;
             }
         }

@@ -26,6 +26,7 @@ mod live;
 mod reconcile;
 mod runs;
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -81,7 +82,8 @@ struct JobState {
     steps_done: f64,
     attained_gpu_seconds: f64,
     attained_seconds: f64,
-    run: Option<Run>,
+    /// Boxed: most jobs of a long backlog wait, and a run is three times the rest of the state.
+    run: Option<Box<Run>>,
     last_gpus: GpuSet,
     /// Seconds of no progress owed at the next start (restore costs not yet paid).
     overhead_due: f64,
@@ -89,8 +91,6 @@ struct JobState {
     progressed: bool,
     queued_since: f64,
     last_run_seconds: f64,
-    /// This pass's grant, while a pass runs.
-    grant: Option<Grant>,
     /// Lost its GPUs in this pass and has not (yet) been placed again.
     displaced: bool,
     /// Why it waits, after the last pass that left it without GPUs.
@@ -99,7 +99,12 @@ struct JobState {
     finish_at: f64,
     /// Key of its completion in the completion index, once that falls within the current round.
     completion: Option<(u64, usize)>,
-    record: JobRecord,
+    /// Its place in admission order: the key of its entries in the active and running sets.
+    order: u64,
+    /// It is active (admitted, not ended).
+    active: bool,
+    /// It is listed in [`Engine::touched`].
+    touched: bool,
 }
 
 /// The scheduling state of a cluster: the jobs, who runs where, and the costs owed.
@@ -112,6 +117,9 @@ pub struct Engine<'m> {
     /// Every job submitted so far, in submission order: a job's index is its position here.
     jobs: Vec<Job>,
     states: Vec<JobState>,
+    /// Each job's record, beside its state: the records are what a run returns, handed over whole
+    /// instead of copied out of every state at the end.
+    records: Vec<JobRecord>,
     index_of: FxHashMap<JobId, usize>,
     /// Slots of forgotten jobs, reused by the next submissions (a live control plane forgets the jobs
     /// that ended, so that its memory follows its active jobs, not its history).
@@ -122,8 +130,25 @@ pub struct Engine<'m> {
     type_order: FastestFirst,
     /// Per job type: how much a poorly placed gang slows down (see `throughput::locality`).
     sensitivity: Vec<f64>,
-    /// Indices of active jobs, in arrival order.
-    active: Vec<usize>,
+    /// Per job type: its name, shared by its jobs' records.
+    type_names: Vec<Arc<str>>,
+    /// Active jobs as (admission order, index): in arrival order, each removed in O(log n), so that
+    /// a job's end costs nothing that grows with the backlog.
+    active: BTreeSet<(u64, usize)>,
+    /// Running jobs as (admission order, index): what the per-round work visits, rather than every
+    /// active job (a backlog far beyond the cluster must not make every round pay for it).
+    running: BTreeSet<(u64, usize)>,
+    /// Admissions so far, the next job's `order`.
+    admissions: u64,
+    /// Active jobs whose view may have changed since the policy's last call, apart from running ones:
+    /// admitted, stopped or put back in the queue (for a policy that keeps its own queue).
+    touched: Vec<usize>,
+    /// Jobs that ended since the policy's last call.
+    left: Vec<JobId>,
+    /// Waiting jobs whose `waiting` may say something other than [`Unplaced::NotGranted`]: admitted,
+    /// stopped, or given a reason by the last pass. The next pass resets them, instead of every
+    /// waiting job.
+    unexplained: Vec<usize>,
     free: FreeGpus,
     /// CPUs and memory in use per server.
     ledger: Ledger,
@@ -137,6 +162,9 @@ pub struct Engine<'m> {
     last_progress: f64,
     /// What ran since the last pass, for the policy.
     usage: Vec<Usage>,
+    /// This pass's grants by job index, while a pass runs (kept here rather than in every job's
+    /// state: a pass grants a few jobs of many).
+    grants: FxHashMap<usize, Grant>,
     finished: usize,
     jobs_changed: bool,
     /// Starts and stops since the last [`Engine::take_changes`], when recording.
@@ -160,14 +188,25 @@ impl<'m> Engine<'m> {
                 .iter()
                 .map(|t| default_sensitivity(t))
                 .collect(),
+            type_names: names
+                .job_types
+                .iter()
+                .map(|t| Arc::from(t.as_str()))
+                .collect(),
             names,
             jobs: Vec::new(),
             states: Vec::new(),
+            records: Vec::new(),
             index_of: FxHashMap::default(),
             vacant: Vec::new(),
             rates: Vec::new(),
             type_order: FastestFirst::new(types),
-            active: Vec::new(),
+            active: BTreeSet::new(),
+            running: BTreeSet::new(),
+            admissions: 0,
+            touched: Vec::new(),
+            left: Vec::new(),
+            unexplained: Vec::new(),
             free: FreeGpus::new(&cluster),
             ledger: Ledger::new(&cluster),
             disabled: vec![false; cluster.num_gpus() as usize],
@@ -176,6 +215,7 @@ impl<'m> Engine<'m> {
             busy: BusyTime::new(start),
             last_progress: f64::NEG_INFINITY,
             usage: Vec::new(),
+            grants: FxHashMap::default(),
             finished: 0,
             jobs_changed: false,
             changes: None,
@@ -215,7 +255,7 @@ impl<'m> Engine<'m> {
     /// Whether some job is making progress at `now`: it runs, past its restart or restore delay, at a
     /// positive rate. GPUs can be busy with none progressing, when jobs restart faster than they run.
     pub fn progressing(&self, now: f64) -> bool {
-        self.active.iter().any(|&i| {
+        self.running.iter().any(|&(_, i)| {
             self.states[i]
                 .run
                 .as_ref()
@@ -238,5 +278,19 @@ impl<'m> Engine<'m> {
 
     fn sensitivity_of(&self, i: usize) -> f64 {
         self.sensitivity[self.jobs[i].job_type.0 as usize]
+    }
+
+    /// The running jobs' indices, in arrival order (a copy: the caller may start and stop runs).
+    fn running_now(&self) -> Vec<usize> {
+        self.running.iter().map(|&(_, i)| i).collect()
+    }
+
+    /// Job `i`'s view may have changed while it waits: the policy's next call hears of it.
+    fn touch(&mut self, i: usize) {
+        let state = &mut self.states[i];
+        if !state.touched {
+            state.touched = true;
+            self.touched.push(i);
+        }
     }
 }

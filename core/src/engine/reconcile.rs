@@ -12,44 +12,49 @@ use crate::resources::Allotment;
 impl Engine<'_> {
     /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place.
     pub fn schedule(&mut self, policy: &mut dyn Policy, placer: &mut dyn Placer, now: f64) {
-        for k in 0..self.active.len() {
-            self.settle(self.active[k], now);
+        // Only running jobs have anything to settle.
+        let running = self.running_now();
+        for &i in &running {
+            self.settle(i, now);
         }
         let grants = self.decide(policy, now);
         let preempt_costs = self.config.preempt_cost + self.config.restore_cost;
 
         // Which running jobs keep their GPUs, and which are displaced.
+        self.grants.clear();
         for g in &grants {
             if let Some(&i) = self.index_of.get(&g.job) {
-                self.states[i].grant.get_or_insert(*g);
+                self.grants.entry(i).or_insert(*g);
             }
         }
-        let mut displaced = Vec::with_capacity(self.active.len());
+        // Every waiting job is not granted until a placement below says otherwise; only those that
+        // may say something else now are visited (the rest already say so).
+        for i in std::mem::take(&mut self.unexplained) {
+            let state = &mut self.states[i];
+            if state.active && state.run.is_none() {
+                state.waiting = Some(Unplaced::NotGranted);
+            }
+        }
+        let mut displaced = Vec::with_capacity(running.len());
         let mut spread = Vec::new();
-        for k in 0..self.active.len() {
-            let i = self.active[k];
+        for i in running {
             let state = &self.states[i];
             let Some(run) = &state.run else {
-                self.states[i].waiting = Some(Unplaced::NotGranted);
                 continue;
             };
             let partner = run.partner.map(|p| self.jobs[p].id);
-            let keep = state.grant.is_some_and(|g| {
+            let grant = self.grants.get(&i).copied();
+            let keep = grant.is_some_and(|g| {
                 g.gpu_type == run.gpu_type
                     && g.gpus as usize == run.gpus.len()
                     && g.partner() == partner
                     && (g.intent == Intent::MixedTypes) == run.mixed
             });
-            if keep
-                && state
-                    .grant
-                    .is_some_and(|g| g.intent == Intent::Defragmented)
-            {
+            if keep && grant.is_some_and(|g| g.intent == Intent::Defragmented) {
                 spread.push(i);
             }
             // A new batch plan for a run that keeps its GPUs changes its pace, not its place.
-            let new_batch = self.states[i]
-                .grant
+            let new_batch = grant
                 .and_then(|g| g.batch)
                 .filter(|b| keep && Some(*b) != self.states[i].run.as_ref().and_then(|r| r.batch));
             if let Some(batch) = new_batch {
@@ -74,12 +79,12 @@ impl Engine<'_> {
             };
             // A run that keeps its GPUs takes its new CPUs and memory in grant order, as new runs
             // are placed: the mechanism that chose them packed them in that order.
-            if self.states[i].run.is_some() && self.states[i].grant.is_some() {
+            if self.states[i].run.is_some() && self.grants.contains_key(&i) {
                 self.reallot(i, g.allotment, now);
             }
-            if self.states[i].grant.take().is_none()
+            if self.grants.remove(&i).is_none()
                 || self.states[i].run.is_some()
-                || self.states[i].record.finish.is_some()
+                || self.records[i].finish.is_some()
                 || self.rate_at(i, g.gpu_type, g.gpus) <= 0.0
             {
                 continue;
@@ -89,7 +94,7 @@ impl Engine<'_> {
                 Some(p) => match self.claim_partner(i, p, g) {
                     Some(p) => Some(p),
                     None => {
-                        self.states[i].waiting = Some(Unplaced::PartnerUnavailable);
+                        self.explain_wait(i, Unplaced::PartnerUnavailable);
                         continue;
                     }
                 },
@@ -100,7 +105,10 @@ impl Engine<'_> {
                     self.start(i, placed, g.gpu_type, partner, g.batch, g.allotment, now)
                 }
                 Ok(_) => {}
-                Err(why) => self.states[i].waiting = Some(self.explain(why)),
+                Err(why) => {
+                    let why = self.explain(why);
+                    self.explain_wait(i, why);
+                }
             }
         }
         for i in spread {
@@ -110,7 +118,7 @@ impl Engine<'_> {
         for i in displaced {
             let state = &mut self.states[i];
             if std::mem::take(&mut state.displaced) {
-                state.record.preemptions += 1;
+                self.records[i].preemptions += 1;
                 if state.progressed {
                     state.overhead_due += preempt_costs;
                 }
@@ -179,7 +187,7 @@ impl Engine<'_> {
             return;
         };
         let share = Allotment::share(self.cluster.node(self.cluster.node_of(first)));
-        let wanted = self.states[i].grant.and_then(|g| g.allotment);
+        let wanted = self.grants.get(&i).and_then(|g| g.allotment);
         let smaller = match (run.allotment, wanted) {
             (None, None) => return,
             (Some(held), None) => held.min(&share),
@@ -198,6 +206,12 @@ impl Engine<'_> {
             .collect();
         types.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         types.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// Job `i` waits because of `why` (until the next pass looks at it again).
+    fn explain_wait(&mut self, i: usize, why: Unplaced) {
+        self.states[i].waiting = Some(why);
+        self.unexplained.push(i);
     }
 
     /// Turns "not enough free" into "out of service" when GPUs out of service are what is missing.
@@ -266,12 +280,12 @@ impl Engine<'_> {
             &self.jobs[i],
             &self.jobs[p],
             g,
-            state.grant.as_ref(),
+            self.grants.get(&p),
         );
-        if !runs || state.run.is_some() || state.record.finish.is_some() {
+        if !runs || state.run.is_some() || self.records[p].finish.is_some() {
             return None;
         }
-        self.states[p].grant = None;
+        self.grants.remove(&p);
         Some(p)
     }
 }

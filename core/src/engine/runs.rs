@@ -173,8 +173,9 @@ impl Engine<'_> {
         let state = &mut self.states[i];
         state.overhead_due = 0.0;
         state.waiting = None;
-        state.record.first_start.get_or_insert(now);
-        state.run = Some(Run {
+        self.records[i].first_start.get_or_insert(now);
+        self.running.insert((state.order, i));
+        state.run = Some(Box::new(Run {
             gpu_type,
             mixed,
             gpus: placed.gpus.clone(),
@@ -187,7 +188,7 @@ impl Engine<'_> {
             settled_to: now,
             progress_from: now + overhead,
             started: now,
-        });
+        }));
         if self.changes.is_some() {
             let change = Change::Started {
                 job: self.jobs[i].id,
@@ -252,7 +253,7 @@ impl Engine<'_> {
         let previous = std::mem::take(&mut state.last_gpus);
         let mut overhead = state.overhead_due.max(restart);
         if was_running && *gpus != previous {
-            state.record.migrations += 1;
+            self.records[i].migrations += 1;
             if state.progressed {
                 overhead += migrate_cost;
             }
@@ -269,6 +270,7 @@ impl Engine<'_> {
             .run
             .take()
             .expect("stop() on a job that is not running");
+        self.running.remove(&(state.order, i));
         state.last_run_seconds = now - run.started;
         // Costs not yet paid carry over, so that a job preempted again before it progresses is not
         // charged twice (which could otherwise starve it forever when costs exceed a round).
@@ -276,6 +278,9 @@ impl Engine<'_> {
         state.progressed = now > run.progress_from;
         state.last_gpus.clone_from(&run.gpus);
         let (id, steps_done) = (self.jobs[i].id, state.steps_done);
+        // It waits now (or ends): its view changed, and it may say why it waits.
+        self.unexplained.push(i);
+        self.touch(i);
         self.ledger.charge(
             &self.cluster,
             &run.gpus,
@@ -296,7 +301,7 @@ impl Engine<'_> {
                 self.release_gpus(&run.gpus);
             }
         }
-        run
+        *run
     }
 
     /// Job `i`'s partner left: from `now` on it runs alone on the GPUs, at its rate alone there.
@@ -412,7 +417,7 @@ impl Engine<'_> {
         }
         let state = &mut self.states[i];
         state.steps_done = self.jobs[i].total_steps;
-        state.record.finish = Some(now);
+        self.records[i].finish = Some(now);
         self.retire(i);
         self.finished += 1;
         self.note_utilization(now);
@@ -420,8 +425,11 @@ impl Engine<'_> {
 
     /// Job `i` leaves the active set.
     pub(super) fn retire(&mut self, i: usize) {
-        self.active.retain(|&a| a != i);
-        self.states[i].waiting = None;
+        let state = &mut self.states[i];
+        self.active.remove(&(state.order, i));
+        state.active = false;
+        state.waiting = None;
+        self.left.push(self.jobs[i].id);
         self.jobs_changed = true;
     }
 }

@@ -128,6 +128,7 @@ mod tests {
             cluster,
             capacity: cluster.capacity(),
             jobs: views,
+            backlog: None,
             jobs_changed: true,
             type_order: &[GpuTypeId(0)],
             model: &model,

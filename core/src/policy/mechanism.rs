@@ -393,9 +393,9 @@ impl Mechanism {
                 });
             }
             // Highest priority first, then deficit, then share; equal keys keep ascending unit order.
-            // Sorted even when every candidate fits by count: a placer may still refuse a grant (strict
-            // consolidation), and then the order decides who runs.
-            candidates.sort_unstable_by(|a, b| {
+            // Ordered even when every candidate fits by count: a placer may still refuse a grant
+            // (strict consolidation), and then the order decides who runs.
+            let order = |a: &Candidate, b: &Candidate| {
                 (a.priority, a.deficit)
                     .cmp(&(b.priority, b.deficit))
                     .then_with(|| {
@@ -404,11 +404,25 @@ impl Mechanism {
                             .total_cmp(&share_of(ra))
                             .then(ra.unit.cmp(&rb.unit))
                     })
-            });
-            for candidate in &candidates {
+            };
+            // Only the head of a long queue is walked before the type's GPUs are gone: order that
+            // head, and the rest only if the walk gets there (the order is total, so the result is
+            // the full sort's).
+            let mut sorted = 0;
+            for k in 0..candidates.len() {
                 if left[ti] == 0 {
                     break;
                 }
+                if k == sorted {
+                    let rest = &mut candidates[k..];
+                    let head = rest.len().min(2 * left[ti] as usize + 16);
+                    if head < rest.len() {
+                        rest.select_nth_unstable_by(head, order);
+                    }
+                    rest[..head].sort_unstable_by(order);
+                    sorted = k + head;
+                }
+                let candidate = &candidates[k];
                 let row = &rows[candidate.row as usize];
                 let members = row.members.iter().flatten();
                 if row.gpus > left[ti] || members.clone().any(|&m| placed[m]) {

@@ -6,7 +6,9 @@
 //! the cluster's capacity per GPU type, every active job as a [`JobView`] (its attained service, steps done
 //! and remaining, throughput on each GPU type, where it runs now, its queueing history), and what ran
 //! since the last pass ([`Usage`]). Nothing else reaches a policy, and no code branches on a policy's
-//! name: the simulator and the live control plane only ever see the trait.
+//! name: the simulator and the live control plane only ever see the trait. A policy that keeps its own
+//! queue between rounds ([`Policy::keeps_queue`]) is shown only the running jobs and those that changed,
+//! and asks the [`Backlog`] for the rest, so that a round under a long backlog costs what it can start.
 //!
 //! A policy answers with [`Grant`]s, in priority order: "job j gets n GPUs of type t next round", each
 //! with an [`Intent`] that names the placement step it needs (anywhere, one server, packed with a
@@ -65,6 +67,38 @@ pub trait Policy: Send {
     fn changes_with_time(&self) -> bool {
         true
     }
+
+    /// Whether it keeps its own queue of the jobs it has seen, and so needs to hear each round only of
+    /// what changed. When it answers `true`, the engine fills [`RoundInput::jobs`] with the running
+    /// jobs and those whose view changed since its last call (arrived, stopped, put back in the queue),
+    /// and [`RoundInput::backlog`] answers for the rest: a round then costs what it can start and what
+    /// runs, not the whole backlog. A wrapper around a policy answers `false` unless it passes every
+    /// input through unchanged. The default, `false`: every active job in `jobs`, every round.
+    fn keeps_queue(&self) -> bool {
+        false
+    }
+}
+
+/// The active jobs a policy that keeps its own queue ([`Policy::keeps_queue`]) was not given in
+/// [`RoundInput::jobs`] this round: waiting jobs whose view has not changed since its last call.
+pub trait Backlog {
+    /// Active jobs in all, those in [`RoundInput::jobs`] included: a policy whose queue holds another
+    /// number has lost track, and rebuilds it from [`Backlog::views`].
+    fn len(&self) -> usize;
+
+    /// Whether no job is active.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Jobs that ended since the policy's last call.
+    fn left(&self) -> &[JobId];
+
+    /// The view of an active job; `None` for a job that is not active.
+    fn view(&self, id: JobId) -> Option<JobView<'_>>;
+
+    /// Every active job, in arrival order (the whole backlog, for a queue rebuilt from scratch).
+    fn views(&self) -> Vec<JobView<'_>>;
 }
 
 /// Everything a policy sees, every round.
@@ -76,8 +110,12 @@ pub struct RoundInput<'a> {
     pub cluster: &'a Cluster,
     /// GPUs of each type that can be allocated (healthy capacity), indexed by `GpuTypeId`.
     pub capacity: &'a [u32],
-    /// Active jobs (arrived, not finished), in arrival order.
+    /// Active jobs (arrived, not finished), in arrival order: all of them, or, with a
+    /// [`RoundInput::backlog`], the running ones and those that changed since the policy's last call.
     pub jobs: &'a [JobView<'a>],
+    /// The other active jobs, for a policy that keeps its own queue ([`Policy::keeps_queue`]); `None`
+    /// when `jobs` holds every active job.
+    pub backlog: Option<&'a dyn Backlog>,
     /// Whether a job arrived or finished (or capacity changed) since the previous call.
     pub jobs_changed: bool,
     /// The GPU types, fastest first for the jobs seen so far (see [`effective::FastestFirst`]): the order

@@ -4,13 +4,20 @@
 //! types, that has room for its whole gang. A job that runs keeps its type where it can, so that it is
 //! not migrated needlessly.
 
+use std::collections::BTreeSet;
+
+use rustc_hash::FxHashMap;
+
 use super::effective::best_rate;
 use super::{Grant, Intent, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput};
 use crate::cluster::GpuTypeId;
+use crate::job::JobId;
 
 /// Orders jobs by `key` (lowest first) and grants in that order.
 pub struct Ordered {
     key: fn(&JobView<'_>) -> f64,
+    /// Every active job in key order, kept between rounds.
+    queue: Queue,
     /// Running jobs may lose their GPUs to jobs with a lower key.
     preemptive: bool,
     /// A job that does not fit blocks every job behind it (strict FIFO), instead of being skipped.
@@ -36,6 +43,7 @@ impl Ordered {
     pub fn fifo() -> Self {
         Ordered {
             key: |v| v.job.arrival,
+            queue: Queue::default(),
             preemptive: false,
             head_of_line_blocking: true,
             consolidate: false,
@@ -67,6 +75,7 @@ impl Ordered {
     pub fn sjf() -> Self {
         Ordered {
             key: |v| seconds_at_best(v, v.job.total_steps),
+            queue: Queue::default(),
             preemptive: false,
             head_of_line_blocking: false,
             consolidate: false,
@@ -78,6 +87,7 @@ impl Ordered {
     pub fn srtf() -> Self {
         Ordered {
             key: |v| seconds_at_best(v, v.remaining_steps),
+            queue: Queue::default(),
             preemptive: true,
             head_of_line_blocking: false,
             consolidate: false,
@@ -89,7 +99,8 @@ impl Ordered {
 impl Policy for Ordered {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let key = self.key;
-        grant_in_order(
+        self.queue.update(input, |v| (key(v), 0.0));
+        self.queue.grant(
             input,
             &GrantRules {
                 preemptive: self.preemptive,
@@ -97,7 +108,6 @@ impl Policy for Ordered {
                 consolidate: self.consolidate,
                 fastest: self.fastest,
             },
-            |v| (key(v), 0.0),
         )
     }
 
@@ -105,6 +115,135 @@ impl Policy for Ordered {
     /// can only move them up: between events, every round decides as the last one did.
     fn changes_with_time(&self) -> bool {
         false
+    }
+
+    /// A waiting job's key (arrival, work, remaining work) stays as it is until it runs.
+    fn keeps_queue(&self) -> bool {
+        true
+    }
+}
+
+/// `x` as an unsigned key that orders as `f64::total_cmp` orders.
+fn ascending_key(x: f64) -> u64 {
+    let bits = x.to_bits() as i64;
+    // What `total_cmp` compares, as a signed integer; flipping the sign bit keeps its order unsigned.
+    let ordered = bits ^ (((bits >> 63) as u64) >> 1) as i64;
+    (ordered as u64) ^ (1 << 63)
+}
+
+/// A place in a [`Queue`]: the key's two parts, then the order the job was first seen in.
+type Place = (u64, u64, u64);
+
+/// Every active job a policy has seen, ordered by the policy's key (lowest first; equal keys in arrival
+/// order), kept between rounds for a policy that keeps its own queue ([`Policy::keeps_queue`]). Each
+/// round it re-keys only the jobs its input shows (running or changed), and [`Queue::grant`] walks it
+/// only until the GPUs are gone: a round costs what it can start and what runs, not the backlog. A
+/// waiting job's key must stay as it is until the job shows up in the input again, or the policy
+/// [`Queue::rekey`]s it.
+#[derive(Default)]
+pub(super) struct Queue {
+    order: BTreeSet<(Place, JobId)>,
+    places: FxHashMap<JobId, Place>,
+    /// The next job's place in arrival order.
+    seen: u64,
+    /// Where each job of this round's `RoundInput::jobs` is there.
+    shown: FxHashMap<JobId, usize>,
+}
+
+impl Queue {
+    /// Brings the queue up to this round's input: drops the jobs that left and (re)keys the jobs shown
+    /// with `key`. Without a backlog (every active job shown), or when it lost track of the backlog, it
+    /// is rebuilt from every job, and returns the jobs it held that are no longer active (with a
+    /// backlog, those are [`Backlog::left`](super::Backlog::left)).
+    pub fn update(
+        &mut self,
+        input: &RoundInput<'_>,
+        mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
+    ) -> Vec<JobId> {
+        self.shown.clear();
+        self.shown
+            .extend(input.jobs.iter().enumerate().map(|(k, v)| (v.id(), k)));
+        let Some(backlog) = input.backlog else {
+            return self.rebuild(input.jobs, key);
+        };
+        for id in backlog.left() {
+            if let Some(place) = self.places.remove(id) {
+                self.order.remove(&(place, *id));
+            }
+        }
+        for view in input.jobs {
+            let k = key(view);
+            self.rekey(view.id(), k);
+        }
+        if self.places.len() != backlog.len() {
+            // A queue that lost track (a policy moved to another engine) starts again from scratch.
+            return self.rebuild(&backlog.views(), key);
+        }
+        Vec::new()
+    }
+
+    /// Rebuilds the queue from `jobs` (every active job, in arrival order); returns the jobs it held
+    /// that are no longer there.
+    fn rebuild(
+        &mut self,
+        jobs: &[JobView<'_>],
+        mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
+    ) -> Vec<JobId> {
+        let old = std::mem::take(&mut self.places);
+        self.order.clear();
+        self.seen = 0;
+        for view in jobs {
+            let k = key(view);
+            self.rekey(view.id(), k);
+        }
+        old.into_keys()
+            .filter(|id| !self.places.contains_key(id))
+            .collect()
+    }
+
+    /// Gives job `id` a new key, adding it if new (last among equal keys).
+    pub fn rekey(&mut self, id: JobId, (a, b): (f64, f64)) {
+        let seen = match self.places.get(&id) {
+            Some(&old) => {
+                self.order.remove(&(old, id));
+                old.2
+            }
+            None => {
+                self.seen += 1;
+                self.seen
+            }
+        };
+        let place = (ascending_key(a), ascending_key(b), seen);
+        self.places.insert(id, place);
+        self.order.insert((place, id));
+    }
+
+    /// Grants GPUs in queue order, as [`grant_in_order`] does; walks the queue only as long as some
+    /// GPU is left.
+    pub fn grant(&self, input: &RoundInput<'_>, rules: &GrantRules) -> Vec<Grant> {
+        let mut granter = Granter::new(input, rules);
+        for &(_, id) in &self.order {
+            let view = match self.shown.get(&id) {
+                Some(&k) => input.jobs[k].clone(),
+                None => match input.backlog.and_then(|b| b.view(id)) {
+                    Some(view) => view,
+                    None => continue,
+                },
+            };
+            if granter.kept(&view) {
+                continue;
+            }
+            if !granter.offer(&view) {
+                break;
+            }
+        }
+        granter.grants
+    }
+
+    /// How many jobs it holds.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.places.len()
     }
 }
 
@@ -151,32 +290,73 @@ pub(super) fn grant_in_order(
     rules: &GrantRules,
     mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
 ) -> Vec<Grant> {
-    let mut free: Vec<u32> = input.capacity.to_vec();
-    let mut grants = Vec::new();
+    let mut granter = Granter::new(input, rules);
     let mut queue: Vec<((f64, f64), &JobView<'_>)> = Vec::with_capacity(input.jobs.len());
     for view in input.jobs {
-        match view.running {
-            Some(run) if !rules.preemptive => {
-                let gpus = run.gpus.len() as u32;
-                let t = run.gpu_type.0 as usize;
-                free[t] = free[t].saturating_sub(gpus);
-                grants.push(Grant::new(view.id(), run.gpu_type, gpus).with(rules.intent()));
-            }
-            _ => queue.push((key(view), view)),
+        if !granter.kept(view) {
+            queue.push((key(view), view));
         }
     }
     // Stable sort: equal keys keep arrival order.
     queue.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
     for (_, view) in queue {
+        if !granter.offer(view) {
+            break;
+        }
+    }
+    granter.grants
+}
+
+/// One round's grants in order, as jobs are offered GPUs one by one.
+struct Granter<'r> {
+    rules: &'r GrantRules,
+    /// GPUs of each type not yet granted.
+    free: Vec<u32>,
+    grants: Vec<Grant>,
+}
+
+impl<'r> Granter<'r> {
+    /// Starts from the capacity; without preemption, running jobs keep their GPUs first, in input
+    /// order (every running job is in `input.jobs`, with or without a backlog).
+    fn new(input: &RoundInput<'_>, rules: &'r GrantRules) -> Self {
+        let mut granter = Granter {
+            rules,
+            free: input.capacity.to_vec(),
+            grants: Vec::new(),
+        };
+        if !rules.preemptive {
+            for view in input.jobs {
+                if let Some(run) = view.running {
+                    let gpus = run.gpus.len() as u32;
+                    let t = run.gpu_type.0 as usize;
+                    granter.free[t] = granter.free[t].saturating_sub(gpus);
+                    let grant = Grant::new(view.id(), run.gpu_type, gpus).with(rules.intent());
+                    granter.grants.push(grant);
+                }
+            }
+        }
+        granter
+    }
+
+    /// Whether `view` is a running job that keeps its GPUs whatever the order (no preemption).
+    fn kept(&self, view: &JobView<'_>) -> bool {
+        view.running.is_some() && !self.rules.preemptive
+    }
+
+    /// Offers `view` the GPUs left; returns whether later jobs may still get some: not when a job that
+    /// does not fit blocks the rest, nor when no GPU is left (a grant takes at least one).
+    fn offer(&mut self, view: &JobView<'_>) -> bool {
+        let rules = self.rules;
+        let free = &mut self.free;
         let gpus = view.job.gpus;
-        let fits = |t: usize| free[t] >= gpus && view.rates[t] > 0.0;
+        let fits = |free: &[u32], t: usize| free[t] >= gpus && view.rates[t] > 0.0;
         // A running job keeps its type where it can, unless the fastest free type is the rule.
         let current = view
             .running
             .map(|r| r.gpu_type.0 as usize)
-            .filter(|&t| fits(t) && !rules.fastest);
+            .filter(|&t| fits(free, t) && !rules.fastest);
         let fresh = || {
-            let mut candidates = (0..free.len()).filter(|&t| fits(t));
+            let mut candidates = (0..free.len()).filter(|&t| fits(free, t));
             if rules.fastest {
                 candidates.max_by(|&a, &b| view.rates[a].total_cmp(&view.rates[b]).then(b.cmp(&a)))
             } else {
@@ -186,13 +366,14 @@ pub(super) fn grant_in_order(
         match current.or_else(fresh) {
             Some(t) => {
                 free[t] -= gpus;
-                grants.push(Grant::new(view.id(), GpuTypeId(t as u16), gpus).with(rules.intent()));
+                self.grants
+                    .push(Grant::new(view.id(), GpuTypeId(t as u16), gpus).with(rules.intent()));
             }
-            None if rules.head_of_line_blocking => break,
+            None if rules.head_of_line_blocking => return false,
             None => {}
         }
+        free.iter().any(|&f| f > 0)
     }
-    grants
 }
 
 pub(super) static POLICIES: &[PolicyInfo] = &[
@@ -232,3 +413,110 @@ pub(super) static POLICIES: &[PolicyInfo] = &[
         build: |_: &PolicyConfig| Box::new(Ordered::srtf()),
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::Cluster;
+    use crate::job::{Job, JobTypeId, TenantId};
+    use crate::policy::Backlog;
+    use crate::throughput::DurationModel;
+
+    fn job(id: u32, arrival: f64) -> Job {
+        Job {
+            id: JobId(id),
+            arrival,
+            job_type: JobTypeId(0),
+            gpus: 1,
+            total_steps: 10.0,
+            weight: 1.0,
+            tenant: TenantId(0),
+            batch: None,
+            sizes: None,
+            min_batch: None,
+            group_by_type: Vec::new(),
+        }
+    }
+
+    /// A backlog that says it holds `len` jobs, of which it can show `jobs`.
+    struct Fake<'a> {
+        len: usize,
+        jobs: &'a [JobView<'a>],
+        left: Vec<JobId>,
+    }
+
+    impl Backlog for Fake<'_> {
+        fn len(&self) -> usize {
+            self.len
+        }
+        fn left(&self) -> &[JobId] {
+            &self.left
+        }
+        fn view(&self, id: JobId) -> Option<JobView<'_>> {
+            self.jobs.iter().find(|v| v.id() == id).cloned()
+        }
+        fn views(&self) -> Vec<JobView<'_>> {
+            self.jobs.to_vec()
+        }
+    }
+
+    fn granted(queue: &Queue, input: &RoundInput<'_>) -> Vec<u32> {
+        let rules = GrantRules {
+            preemptive: true,
+            head_of_line_blocking: false,
+            consolidate: false,
+            fastest: false,
+        };
+        queue.grant(input, &rules).iter().map(|g| g.job.0).collect()
+    }
+
+    #[test]
+    fn a_queue_follows_what_changed_and_rebuilds_when_it_lost_track() {
+        let cluster = Cluster::parse_spec("v100=2", 1).unwrap();
+        let model = DurationModel::uniform(1);
+        // Jobs 0..4 arrive at 4, 3, 2, 1 and 0 s; jobs 5 and 6 at the same time as job 4.
+        let jobs: Vec<Job> = [4.0, 3.0, 2.0, 1.0, 0.0, 0.0, 0.0]
+            .iter()
+            .enumerate()
+            .map(|(k, &a)| job(k as u32, a))
+            .collect();
+        let rates = [1.0];
+        let views: Vec<JobView<'_>> = jobs.iter().map(|j| JobView::arrived(j, &rates)).collect();
+        let input = |jobs, backlog| RoundInput {
+            now: 0.0,
+            round_length: 360.0,
+            cluster: &cluster,
+            capacity: cluster.capacity(),
+            jobs,
+            backlog,
+            jobs_changed: true,
+            type_order: &[GpuTypeId(0)],
+            model: &model,
+            usage: &[],
+        };
+        let by_arrival = |v: &JobView<'_>| (v.job.arrival, 0.0);
+        let mut queue = Queue::default();
+        // Shown every job: the earliest arrivals, equal ones in input order, until the GPUs are gone.
+        let all = input(&views[..5], None);
+        assert!(queue.update(&all, by_arrival).is_empty());
+        assert_eq!((queue.len(), granted(&queue, &all)), (5, vec![4, 3]));
+        // Shown only what changed: job 4 left, jobs 5 and 6 arrived (last among equal keys).
+        let fake = Fake {
+            len: 6,
+            jobs: &views[..],
+            left: vec![JobId(4)],
+        };
+        let changed = input(&views[5..], Some(&fake));
+        assert!(queue.update(&changed, by_arrival).is_empty());
+        assert_eq!((queue.len(), granted(&queue, &changed)), (6, vec![5, 6]));
+        // A backlog that holds more than the queue knows: rebuilt from every job, in input order.
+        let fake = Fake {
+            len: 7,
+            jobs: &views[..],
+            left: Vec::new(),
+        };
+        let lost = input(&views[..0], Some(&fake));
+        assert!(queue.update(&lost, by_arrival).is_empty());
+        assert_eq!((queue.len(), granted(&queue, &lost)), (7, vec![4, 5]));
+    }
+}

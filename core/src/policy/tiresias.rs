@@ -21,9 +21,11 @@
 //! Placement is the placer's job: Tiresias consolidates only placement-sensitive models, which is
 //! `--placement sensitive`. Preemption costs are the simulator's checkpoint and restore costs.
 
+use std::collections::BTreeSet;
+
 use rustc_hash::FxHashMap;
 
-use super::ordered::{GrantRules, grant_in_order};
+use super::ordered::{GrantRules, Queue};
 use super::{Grant, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput};
 use crate::job::JobId;
 
@@ -63,6 +65,23 @@ pub struct Tiresias {
     by_queue_entry: bool,
     /// Each job's queue, and when it entered it.
     entered: FxHashMap<JobId, (usize, f64)>,
+    /// Every active job in the order it goes in, kept between rounds.
+    queue: Queue,
+    /// Waiting jobs that ran before, by when they become starved (see [`Starving`]), and each one's
+    /// entry there: only those due are looked at, not the whole backlog.
+    starving: BTreeSet<(u64, JobId)>,
+    waits: FxHashMap<JobId, Starving>,
+}
+
+/// A waiting job that ran before, as its last view showed it: it is promoted once it has waited longer
+/// than the promotion knob times its last run.
+#[derive(Clone, Copy, Debug)]
+struct Starving {
+    queued_since: f64,
+    last_run_seconds: f64,
+    service: f64,
+    /// Its place in `Tiresias::starving`: about when it becomes starved.
+    due: u64,
 }
 
 /// Finished jobs whose service the learned Gittins distribution remembers: the most recent ones, so
@@ -84,7 +103,16 @@ impl Tiresias {
             fixed: false,
             by_queue_entry: false,
             entered: FxHashMap::default(),
+            queue: Queue::default(),
+            starving: BTreeSet::new(),
+            waits: FxHashMap::default(),
         }
+    }
+
+    /// Whether the Gittins distribution is learned from finished jobs (and so changes every waiting
+    /// job's place whenever one finishes).
+    fn learns(&self) -> bool {
+        self.gittins && !self.fixed
     }
 
     /// Prices jobs with a given service distribution (GPU-seconds) instead of learning one.
@@ -140,8 +168,6 @@ impl Tiresias {
                 self.learned.push_back(s);
                 added = true;
             }
-            self.promoted_at.remove(&job);
-            self.entered.remove(&job);
         }
         if added {
             self.samples.clear();
@@ -182,17 +208,21 @@ impl Tiresias {
 
 impl Policy for Tiresias {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
-        self.learn(input);
-        // Starvation promotion.
-        for v in input.jobs {
-            let waited = input.now - v.queued_since;
-            if v.running.is_none()
-                && v.last_run_seconds > 0.0
-                && waited > self.promote_knob * v.last_run_seconds
-            {
-                self.promoted_at.insert(v.id(), self.service_of(v));
+        // Only a learned Gittins distribution needs the services of jobs that left.
+        if self.learns() {
+            self.learn(input);
+        }
+        let now = input.now;
+        if let Some(backlog) = input.backlog {
+            for &id in backlog.left() {
+                self.forget(id);
             }
         }
+        // Starvation promotion: of every job shown, and of the waiting jobs due by now.
+        for v in input.jobs {
+            self.watch(v, now);
+        }
+        let promoted = self.promote_due(now);
         let use_gittins = self.gittins && (self.fixed || self.samples.len() >= MIN_SAMPLES);
         let rules = GrantRules {
             preemptive: true,
@@ -200,16 +230,103 @@ impl Policy for Tiresias {
             consolidate: false,
             fastest: false,
         };
-        let keys: FxHashMap<JobId, (f64, f64)> = input
-            .jobs
-            .iter()
-            .map(|v| (v.id(), self.key(v, use_gittins, input.now)))
-            .collect();
-        grant_in_order(input, &rules, |v| keys[&v.id()])
+        let mut queue = std::mem::take(&mut self.queue);
+        let gone = queue.update(input, |v| self.key(v, use_gittins, now));
+        for id in gone {
+            self.forget(id);
+        }
+        // A promoted job's queue changed while it waits.
+        if let Some(backlog) = input.backlog {
+            for id in promoted {
+                if let Some(v) = backlog.view(id) {
+                    queue.rekey(id, self.key(&v, use_gittins, now));
+                }
+            }
+        }
+        let grants = queue.grant(input, &rules);
+        self.queue = queue;
+        grants
+    }
+
+    /// Jobs wait in key order, which only a run, a promotion or a learned distribution changes: with a
+    /// given (or no) Gittins distribution, a round needs to hear only of running and changed jobs.
+    fn keeps_queue(&self) -> bool {
+        !self.learns()
     }
 }
 
 impl Tiresias {
+    /// Promotes `v` if it has starved, and otherwise, when it waits after a run, watches for when it
+    /// will have (for a policy shown only what changed, so that waiting jobs need not be looked at
+    /// every round).
+    fn watch(&mut self, v: &JobView<'_>, now: f64) {
+        self.unwatch(v.id());
+        if v.running.is_some() || v.last_run_seconds <= 0.0 {
+            return;
+        }
+        let starving = Starving {
+            queued_since: v.queued_since,
+            last_run_seconds: v.last_run_seconds,
+            service: self.service_of(v),
+            due: 0,
+        };
+        if self.starved(&starving, now) {
+            self.promoted_at.insert(v.id(), starving.service);
+        } else {
+            let due = v.queued_since + self.promote_knob * v.last_run_seconds;
+            // A job that never starves (no promotion) needs no watching.
+            if due.is_finite() {
+                let starving = Starving {
+                    due: due.max(0.0).to_bits(),
+                    ..starving
+                };
+                self.starving.insert((starving.due, v.id()));
+                self.waits.insert(v.id(), starving);
+            }
+        }
+    }
+
+    /// Stops watching job `id`.
+    fn unwatch(&mut self, id: JobId) {
+        if let Some(w) = self.waits.remove(&id) {
+            self.starving.remove(&(w.due, id));
+        }
+    }
+
+    /// Whether a waiting job has waited longer than the knob times its last run at `now`.
+    fn starved(&self, w: &Starving, now: f64) -> bool {
+        now - w.queued_since > self.promote_knob * w.last_run_seconds
+    }
+
+    /// Promotes the watched jobs that have starved by `now`; returns them.
+    fn promote_due(&mut self, now: f64) -> Vec<JobId> {
+        // `due` is the sum the starvation test compares, rounded: look a little past `now`, and let
+        // the exact test decide.
+        let horizon = (now + now.abs() * 1e-12 + 1e-9).max(0.0).to_bits();
+        let due: Vec<(u64, JobId)> = self
+            .starving
+            .range(..=(horizon, JobId(u32::MAX)))
+            .copied()
+            .collect();
+        let mut promoted = Vec::new();
+        for (_, id) in due {
+            let w = self.waits[&id];
+            if self.starved(&w, now) {
+                self.unwatch(id);
+                self.promoted_at.insert(id, w.service);
+                promoted.push(id);
+            }
+        }
+        promoted
+    }
+
+    /// Drops what it keeps about job `id`, which left.
+    fn forget(&mut self, id: JobId) {
+        self.unwatch(id);
+        self.promoted_at.remove(&id);
+        self.entered.remove(&id);
+    }
+
     /// A job's place in line: its queue, then its order inside the queue.
     fn key(&mut self, v: &JobView<'_>, use_gittins: bool, now: f64) -> (f64, f64) {
         let service = self.service_of(v) - self.promoted_at.get(&v.id()).copied().unwrap_or(0.0);

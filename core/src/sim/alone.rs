@@ -249,7 +249,7 @@ mod tests {
             arrival,
             first_start: Some(arrival),
             finish: Some(finish),
-            gpu_seconds: vec![],
+            gpu_seconds: Default::default(),
             preemptions: 0,
             migrations: 0,
         };

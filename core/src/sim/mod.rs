@@ -3,8 +3,9 @@
 //! Virtual time advances from event to event: arrivals (read in order from the trace), completions (a
 //! priority queue), and round boundaries every `round_length` seconds. At a round boundary the policy
 //! decides, the simulator preempts, migrates and places, and each running job's completion time is
-//! pushed as an event. Nothing scans the whole trace per event: only active jobs are visited, once per
-//! scheduling pass.
+//! pushed as an event. Nothing scans the whole trace per event: a scheduling pass visits the running
+//! jobs, and the waiting ones only as far as its policy needs (all of them, or, for a policy that keeps
+//! its own queue, the head it can start).
 //!
 //! Semantics (those of Gavel's simulator, where they matter for its published numbers):
 //! - a job that arrives mid-round waits for the next boundary (unless `schedule_on_arrival`);
@@ -246,7 +247,7 @@ impl<'a> Simulation<'a> {
         records.extend(
             trace_jobs[next_arrival..]
                 .iter()
-                .map(|job| new_record(job, self.trace.job_type_name(job.job_type), types)),
+                .map(|job| new_record(job, self.trace.job_type_name(job.job_type).into(), types)),
         );
         SimResult {
             records,

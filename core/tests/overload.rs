@@ -1,0 +1,215 @@
+//! Overload (issue 28, item 10): with a backlog far beyond what the cluster can run, a round costs
+//! what it can start and what runs, not the backlog; and a policy that keeps its own queue decides
+//! exactly as it does when shown every job.
+
+use std::cell::Cell;
+
+use gangway_core::cluster::Cluster;
+use gangway_core::job::{Job, JobId, Trace, WorkUnit};
+use gangway_core::placement::PackingPlacer;
+use gangway_core::policy::{self, Backlog, Grant, JobView, Policy, PolicyConfig, RoundInput};
+use gangway_core::sim::{SimConfig, SimResult, Simulation};
+use gangway_core::throughput::DurationModel;
+
+/// What one call to the policy was given and looked at.
+#[derive(Clone, Copy, Debug)]
+struct Work {
+    /// Active jobs in all.
+    active: usize,
+    /// Jobs in `RoundInput::jobs`, and how many of them run.
+    shown: usize,
+    running: usize,
+    /// Views the policy asked the backlog for.
+    looked_up: usize,
+}
+
+/// Counts the views a backlog hands out.
+struct CountingBacklog<'a> {
+    inner: &'a dyn Backlog,
+    looked_up: &'a Cell<usize>,
+}
+
+impl Backlog for CountingBacklog<'_> {
+    fn len(&self) -> usize {
+        self.inner.len()
+    }
+
+    fn left(&self) -> &[JobId] {
+        self.inner.left()
+    }
+
+    fn view(&self, id: JobId) -> Option<JobView<'_>> {
+        self.looked_up.set(self.looked_up.get() + 1);
+        self.inner.view(id)
+    }
+
+    fn views(&self) -> Vec<JobView<'_>> {
+        let views = self.inner.views();
+        self.looked_up.set(self.looked_up.get() + views.len());
+        views
+    }
+}
+
+/// Wraps a policy, recording each call's [`Work`]. With `queue` off it does not pass on the policy's
+/// own queue, so that the engine shows the policy every job, every round (the way it ran before).
+struct Counting {
+    inner: Box<dyn Policy>,
+    queue: bool,
+    calls: Vec<Work>,
+}
+
+impl Policy for Counting {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let looked_up = Cell::new(0);
+        let counting = input.backlog.map(|inner| CountingBacklog {
+            inner,
+            looked_up: &looked_up,
+        });
+        let counted = RoundInput {
+            now: input.now,
+            round_length: input.round_length,
+            cluster: input.cluster,
+            capacity: input.capacity,
+            jobs: input.jobs,
+            backlog: counting.as_ref().map(|b| b as &dyn Backlog),
+            jobs_changed: input.jobs_changed,
+            type_order: input.type_order,
+            model: input.model,
+            usage: input.usage,
+        };
+        let grants = self.inner.allocate(&counted);
+        self.calls.push(Work {
+            active: input.backlog.map_or(input.jobs.len(), |b| b.len()),
+            shown: input.jobs.len(),
+            running: input.jobs.iter().filter(|v| v.running.is_some()).count(),
+            looked_up: looked_up.get(),
+        });
+        grants
+    }
+
+    fn changes_with_time(&self) -> bool {
+        self.inner.changes_with_time()
+    }
+
+    fn keeps_queue(&self) -> bool {
+        self.queue && self.inner.keeps_queue()
+    }
+}
+
+/// `jobs` one-GPU jobs of `seconds(k)` seconds each, arriving every `every` seconds.
+fn trace(jobs: u32, every: f64, gpus: impl Fn(u32) -> u32, seconds: impl Fn(u32) -> f64) -> Trace {
+    let mut trace = Trace::new("overload", WorkUnit::Seconds);
+    let job_type = trace.intern_job_type("toy");
+    let tenant = trace.intern_tenant("default");
+    for k in 0..jobs {
+        trace.jobs.push(Job {
+            id: JobId(k),
+            arrival: f64::from(k) * every,
+            job_type,
+            gpus: gpus(k),
+            total_steps: seconds(k),
+            weight: 1.0,
+            tenant,
+            batch: None,
+            sizes: None,
+            min_batch: None,
+            group_by_type: Vec::new(),
+        });
+    }
+    trace
+}
+
+/// Runs `spec` on `cluster`, with the policy's own queue or without; returns the run and each call's
+/// work.
+fn run(spec: &str, cluster: &str, trace: &Trace, queue: bool) -> (SimResult, Vec<Work>) {
+    let cluster = Cluster::parse_spec(cluster, 1).unwrap();
+    let model = DurationModel::uniform(cluster.num_gpu_types());
+    let mut sim = Simulation::new(trace, &cluster, &model);
+    sim.config = SimConfig {
+        log_changes: true,
+        ..SimConfig::default()
+    };
+    sim.config.engine.audit = true;
+    let mut policy = Counting {
+        inner: policy::build(spec, &PolicyConfig::default()).unwrap(),
+        queue,
+        calls: Vec::new(),
+    };
+    let result = sim.run(&mut policy, &mut PackingPlacer, &mut |_, _| {});
+    (result, policy.calls)
+}
+
+#[test]
+fn a_round_under_a_growing_backlog_costs_what_it_can_start_not_the_backlog() {
+    // 6 GPUs and 360 s rounds start at most 6 one-GPU jobs of 1-5 s a round; 60 arrive each round,
+    // so the backlog grows by about 54 a round for 50 rounds, then drains for hundreds.
+    let trace = trace(3000, 6.0, |_| 1, |k| f64::from(1 + k % 5));
+    for spec in ["tiresias", "fifo", "srtf", "tiresias_pollux"] {
+        let (result, calls) = run(spec, "v100=2,p100=2,k80=2", &trace, true);
+        assert!(
+            result.records.iter().all(|r| r.finish.is_some()),
+            "{spec}: every job finishes"
+        );
+        let deepest = calls.iter().map(|w| w.active).max().unwrap();
+        assert!(deepest > 2000, "{spec}: the backlog reached only {deepest}");
+        let mut previous_running = 0;
+        for (round, w) in calls.iter().enumerate() {
+            // Shown: what runs, and what arrived or stopped since the last call (about 60 arrivals
+            // a round, and the 6 jobs that ran and finished or were preempted).
+            assert!(
+                w.shown <= w.running + 60 + previous_running + 1,
+                "{spec}: call {round} was shown {} jobs of {} ({w:?})",
+                w.shown,
+                w.active
+            );
+            // Looked up: no more than the waiting jobs that can start on 6 GPUs.
+            assert!(
+                w.looked_up <= 6,
+                "{spec}: call {round} looked up {} of {} jobs ({w:?})",
+                w.looked_up,
+                w.active
+            );
+            previous_running = w.running;
+        }
+    }
+}
+
+#[test]
+fn a_policy_that_keeps_its_queue_decides_as_when_shown_every_job() {
+    // Gangs of 1 to 8 GPUs, runs longer than a round (preemptions between queues, and starved jobs
+    // promoted back to the top), arrivals faster than the cluster runs them.
+    let gpus = |k: u32| [1, 2, 1, 4, 1, 8, 2, 1][k as usize % 8];
+    let seconds = |k: u32| f64::from(200 + (k * 7919) % 9000);
+    let trace = trace(400, 90.0, gpus, seconds);
+    for spec in [
+        "tiresias",
+        "tiresias:promote=2",
+        "dlas",
+        "tiresias_pollux",
+        "fifo",
+        "fifo_perf",
+        "yarn_cs",
+        "sjf",
+        "srtf",
+    ] {
+        let (queued, calls) = run(spec, "v100=8,p100=4,k80=4", &trace, true);
+        let (shown_all, _) = run(spec, "v100=8,p100=4,k80=4", &trace, false);
+        assert!(
+            calls.iter().any(|w| w.shown < w.active),
+            "{spec}: the policy kept its own queue"
+        );
+        same(spec, "start or stop", &queued.changes, &shown_all.changes);
+        same(spec, "record", &queued.records, &shown_all.records);
+    }
+}
+
+/// Asserts that two lists agree, naming the first place they differ.
+fn same<T: PartialEq + std::fmt::Debug>(spec: &str, what: &str, got: &[T], expected: &[T]) {
+    if let Some(k) = (0..got.len().max(expected.len())).find(|&k| got.get(k) != expected.get(k)) {
+        panic!(
+            "{spec}: {what} {k} differs: {:?} with its own queue, {:?} shown every job",
+            got.get(k),
+            expected.get(k)
+        );
+    }
+}
