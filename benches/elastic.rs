@@ -105,7 +105,13 @@ fn rounds(c: &mut Criterion) {
                 let mut per_round = Duration::ZERO;
                 for _ in 0..iters {
                     let mut timed = Timed {
-                        inner: policy::build(policy_name, &PolicyConfig::seeded(0)).unwrap(),
+                        inner: policy::builtin()
+                            .build(
+                                policy_name,
+                                &PolicyConfig::seeded(0),
+                                &policy::Capabilities::ALL,
+                            )
+                            .unwrap(),
                         spent: Duration::ZERO,
                         rounds: 0,
                     };
@@ -171,7 +177,9 @@ fn sia_solves(c: &mut Criterion) {
             model: model.as_ref(),
             usage: &[],
         };
-        let mut sia = policy::build("sia", &PolicyConfig::seeded(0)).unwrap();
+        let mut sia = policy::builtin()
+            .build("sia", &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+            .unwrap();
         // Each round lets a job double the most GPUs it has held: six reach whole servers.
         for _ in 0..6 {
             sia.allocate(&input);
@@ -197,7 +205,13 @@ fn whole(c: &mut Criterion) {
         simulation.config.engine.round_length = 60.0;
         group.bench_function(BenchmarkId::new(policy_name, "160_jobs"), |b| {
             b.iter(|| {
-                let mut policy = policy::build(policy_name, &PolicyConfig::seeded(0)).unwrap();
+                let mut policy = policy::builtin()
+                    .build(
+                        policy_name,
+                        &PolicyConfig::seeded(0),
+                        &policy::Capabilities::ALL,
+                    )
+                    .unwrap();
                 black_box(run(&simulation, policy.as_mut()))
             })
         });

@@ -22,7 +22,9 @@ use gangway::scenario;
 
 /// One whole simulation; the throughput model is resolved once, outside the measurement.
 fn run(simulation: &Simulation<'_>, name: &str) -> usize {
-    let mut policy = policy::build(name, &PolicyConfig::seeded(0)).unwrap();
+    let mut policy = policy::builtin()
+        .build(name, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+        .unwrap();
     let result = simulation.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     result.records.iter().filter(|r| r.finish.is_some()).count()
 }

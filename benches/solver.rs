@@ -66,7 +66,9 @@ fn bench_solves(c: &mut Criterion) {
         for name in ["max_min_fairness_perf", "max_min_fairness_packed"] {
             group.bench_with_input(BenchmarkId::new(name, jobs), &input, |b, input| {
                 b.iter(|| {
-                    let mut p = policy::build(name, &PolicyConfig::seeded(0)).unwrap();
+                    let mut p = policy::builtin()
+                        .build(name, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+                        .unwrap();
                     // The solve, then the round mechanism's (cheap) grants.
                     black_box(p.allocate(input).len())
                 })

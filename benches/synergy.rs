@@ -75,7 +75,9 @@ fn bench_round(c: &mut Criterion) {
     for name in ["fifo", "fifo+tune", "fifo+opt", "srtf+tune", "srtf+opt"] {
         group.bench_with_input(BenchmarkId::new(name, 500), &input, |b, input| {
             b.iter(|| {
-                let mut p = policy::build(name, &PolicyConfig::seeded(0)).unwrap();
+                let mut p = policy::builtin()
+                    .build(name, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+                    .unwrap();
                 black_box(p.allocate(input).len())
             })
         });

@@ -69,7 +69,9 @@ fn main() {
                 cluster: Arc::new(cluster),
                 model: Arc::new(DurationModel::uniform(types)),
                 names: Names::default(),
-                policy: policy::build(&name, &PolicyConfig::seeded(0)).unwrap(),
+                policy: policy::builtin()
+                    .build(&name, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+                    .unwrap(),
                 placer: Box::new(PackingPlacer),
                 executor: Box::new(SimExecutor::default()),
                 probes: Vec::new(),

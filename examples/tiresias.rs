@@ -33,7 +33,8 @@ fn main() -> Result<()> {
         ..SimConfig::default()
     };
     for name in ["yarn_cs", "fifo", "tiresias", "tiresias_gittins"] {
-        let mut policy = policy::build(name, &PolicyConfig::seeded(0))?;
+        let mut policy =
+            policy::builtin().build(name, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)?;
         let summary = simulation
             .run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
             .summary(name, None);

@@ -55,8 +55,10 @@ pub fn run_policies(
     // Check every spec before spending time on any run.
     let mut to_run: Vec<&str> = Vec::new();
     let mut reference_at = None;
+    let has = policy::Capabilities::of(simulation.model);
     for name in names {
-        if policy::parse(name)?.0.name == REFERENCE_POLICY {
+        policy::builtin().check(name, &has)?;
+        if policy::builtin().resolve(name)?.entry.name() == REFERENCE_POLICY {
             reference_at = Some(to_run.len());
         }
         to_run.push(name);
@@ -97,7 +99,7 @@ pub fn run_policies(
                             .expect("progress lock")
                             .take()
                             .expect("each run once");
-                        let mut policy = policy::build(name, &config)?;
+                        let mut policy = policy::build(name, &config, simulation.model)?;
                         let result =
                             simulation
                                 .run(policy.as_mut(), placer().as_mut(), &mut |d, t| report(d, t));

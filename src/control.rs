@@ -16,7 +16,6 @@ use gangway_actors::listener::{Bound, Limits};
 use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
-use gangway_core::policy::resourced::Mechanism;
 use gangway_core::throughput::goodput::Reports;
 use gangway_launcher::client::{Client, new_idempotency_key};
 use gangway_launcher::confine::Cgroups;
@@ -352,6 +351,8 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         );
     }
     args.check_listen()?;
+    // A spec with a typo fails before anything is looked at.
+    gangway_core::policy::builtin().resolve(&args.policy)?;
     gangway_core::limits::TIME_SCALE
         .check_option("--time-scale", args.time_scale)
         .map_err(anyhow::Error::msg)?;
@@ -388,6 +389,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
     } else {
         Workers::Simulated
     });
+    // The model and the policy before anything is made: a policy that needs what the model lacks is
+    // refused first.
+    let reports = Reports::default();
+    let (model, names) = match &args.goodput_profiles {
+        Some(dir) => {
+            let real = matches!(workers, Workers::Processes).then(|| reports.clone());
+            scenario::live_goodput(dir, &scenario.cluster, real)?
+        }
+        None => scenario.live_model(args.profiles.as_deref())?,
+    };
+    let policy = scenario.policy(&args.policy, model.as_ref())?;
     let node_of = match &hosts {
         Some(Hosts::Slurm(node_of)) => Some(node_of.clone()),
         _ => None,
@@ -437,15 +449,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
             Box::new(executor)
         }
     };
-    let policy = scenario.policy(&args.policy)?;
-    let (_, mechanism) = gangway_core::policy::resourced::split(&args.policy)?;
-    if mechanism.is_some_and(|m| m != Mechanism::Proportional) && args.profiles.is_none() {
-        bail!(
-            "--policy {}: its mechanism sizes CPUs and memory from how each job responds to them: \
-             pass --profiles with Synergy's synergy_model_profiles.json",
-            args.policy
-        );
-    }
     std::fs::create_dir_all(&args.journal)
         .with_context(|| format!("creating {}", args.journal.display()))?;
     let probes: Vec<Box<dyn HealthProbe>> = match (slurm_nodes, &node_of) {
@@ -475,14 +478,6 @@ pub fn serve(args: ServeArgs) -> Result<()> {
         args.journal.display(),
         args.listen_text()
     );
-    let reports = Reports::default();
-    let (model, names) = match &args.goodput_profiles {
-        Some(dir) => {
-            let real = matches!(workers, Workers::Processes).then(|| reports.clone());
-            scenario::live_goodput(dir, &scenario.cluster, real)?
-        }
-        None => scenario.live_model(args.profiles.as_deref())?,
-    };
     let parts = Parts {
         cluster: Arc::clone(&scenario.cluster),
         model,

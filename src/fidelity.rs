@@ -101,7 +101,7 @@ pub fn run_gavel_setup(trace_text: &str, rate: f64, policies: &[String]) -> Resu
     simulation.window = Window(Some(4000..5000));
     let mut names: Vec<String> = policies.to_vec();
     let reference = |spec: &str| -> Result<String> {
-        let (_, knobs) = policy::parse(spec)?;
+        let knobs = policy::builtin().resolve(spec)?.knobs;
         Ok(match knobs.iter().find(|(k, _)| *k == "realloc") {
             Some((_, seconds)) => format!("isolated:realloc={seconds}"),
             None => "isolated".to_owned(),

@@ -217,11 +217,13 @@ fn control_plane() -> ControlPlane {
     let system = actix::System::new();
     let cluster = system.block_on(async {
         let clock = Arc::new(gangway_actors::clock::VirtualClock::new(0.0));
+        let model = Arc::new(gangway_core::throughput::DurationModel::uniform(1));
         let parts = Parts {
             cluster: Arc::new(Cluster::parse_spec("v100=4", 4).expect("a cluster")),
-            model: Arc::new(gangway_core::throughput::DurationModel::uniform(1)),
+            policy: gangway_core::policy::build("fifo", &Default::default(), model.as_ref())
+                .expect("fifo"),
+            model,
             names: gangway_core::job::Names::default(),
-            policy: gangway_core::policy::build("fifo", &Default::default()).expect("fifo"),
             placer: Box::new(gangway_core::placement::PackingPlacer),
             executor: Box::new(gangway_actors::executor::SimExecutor::default()),
             probes: Vec::new(),

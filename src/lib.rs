@@ -15,7 +15,7 @@
 //! let cluster = Cluster::parse_spec("v100=12", 1).unwrap();
 //! let model = scenario::model_for(&trace, &cluster, &table).unwrap();
 //! let simulation = sim::Simulation::new(&trace, &cluster, model.as_ref());
-//! let mut las = policy::build("las", &policy::PolicyConfig::seeded(0)).unwrap();
+//! let mut las = policy::builtin().build("las", &policy::PolicyConfig::seeded(0), &policy::Capabilities::ALL).unwrap();
 //! let result = simulation.run(las.as_mut(), &mut placement::PackingPlacer, &mut |_, _| {});
 //! let summary = result.summary("las", None);
 //! assert_eq!(summary.measured_jobs, 200);

@@ -166,9 +166,9 @@ impl Scenario {
         }
     }
 
-    /// The policy a spec names, with this scenario's configuration.
-    pub fn policy(&self, spec: &str) -> Result<Box<dyn Policy>> {
-        Ok(policy::build(spec, &self.policy_config)?)
+    /// The policy a spec names, with this scenario's configuration, for a run with `model`.
+    pub fn policy(&self, spec: &str, model: &dyn ThroughputModel) -> Result<Box<dyn Policy>> {
+        Ok(policy::build(spec, &self.policy_config, model)?)
     }
 
     /// The model for a trace: the table for step-counted traces, durations otherwise.

@@ -260,7 +260,9 @@ fn the_default_run_compares_the_seed_policies_with_fifo() {
         assert!(names.contains(&seed), "{seed} is not in {names:?}");
     }
     for name in names {
-        gangway::core::policy::find(name).expect("a known policy");
+        gangway::core::policy::builtin()
+            .resolve(name)
+            .expect("a known policy");
     }
 }
 
@@ -1173,6 +1175,26 @@ fn policy_knobs_are_range_checked() {
     simulate(&["--policy", "help"])
         .success()
         .stdout_has("(0 to 1)");
+}
+
+/// `sia`, `pollux` and `optimus` on a trace without a goodput model once ran first come first served,
+/// reported as themselves; `+tune` without resource profiles left CPUs at their shares. Each is refused
+/// before any run, naming the policy and what it needs.
+#[test]
+fn a_policy_run_without_what_it_needs_is_refused_naming_both() {
+    for (spec, says) in [
+        ("sia", "policy `sia` needs a goodput model"),
+        ("fifo,optimus", "policy `optimus` needs a goodput model"),
+        ("srtf+tune", "policy `srtf+tune` needs resource profiles"),
+    ] {
+        simulate(&["--trace", "synthetic:jobs=10,seed=1", "--policy", spec])
+            .failure()
+            .stderr_has(says);
+    }
+    simulate(&["--policy", "help"])
+        .success()
+        .stdout_has("[needs a goodput model")
+        .stdout_has("+opt");
 }
 
 /// A run whose jobs never finished once exited 0, its stall warning hidden below the default log level.

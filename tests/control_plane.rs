@@ -81,7 +81,13 @@ fn live_with(
         cluster: Arc::new(cluster.clone()),
         model,
         names: trace.names.clone(),
-        policy: policy::build(policy_spec, &PolicyConfig::default()).unwrap(),
+        policy: policy::builtin()
+            .build(
+                policy_spec,
+                &PolicyConfig::default(),
+                &policy::Capabilities::ALL,
+            )
+            .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SimExecutor::new(f64::INFINITY)),
         probes: Vec::new(),
@@ -134,7 +140,9 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
     ] {
         let mut sim = Simulation::new(&trace, &cluster, model.as_ref());
         sim.config = config();
-        let mut policy = policy::build(spec, &PolicyConfig::default()).unwrap();
+        let mut policy = policy::builtin()
+            .build(spec, &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap();
         let expected = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
         let sim_starts: Starts = expected
             .changes
@@ -218,7 +226,9 @@ fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
         log_changes: true,
         ..SimConfig::default()
     };
-    let mut policy = policy::build("sia", &PolicyConfig::default()).unwrap();
+    let mut policy = policy::builtin()
+        .build("sia", &PolicyConfig::default(), &policy::Capabilities::ALL)
+        .unwrap();
     let expected = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     let sim_starts = simulated_starts(&expected.changes);
 

@@ -372,7 +372,9 @@ fn control_plane_journal(dir: &Path, jobs: u32, tune: impl FnOnce(&mut Settings)
         cluster: Arc::new(cluster),
         model: Arc::from(model),
         names: trace.names.clone(),
-        policy: policy::build(POLICY, &PolicyConfig::default()).unwrap(),
+        policy: policy::builtin()
+            .build(POLICY, &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SimExecutor::new(f64::INFINITY)),
         probes: Vec::new(),

@@ -1421,7 +1421,7 @@ fn serve_refuses_cpus_it_cannot_pin_and_memory_that_is_not_a_size() {
         ),
         (
             &["--fake-gpus", "2", "--policy", "fifo+tune"],
-            "pass --profiles",
+            "policy `fifo+tune` needs resource profiles (Synergy's synergy_model_profiles.json, --profiles)",
         ),
     ];
     for (args, says) in cases {

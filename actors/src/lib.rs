@@ -27,7 +27,7 @@
 //!         cluster: Arc::new(Cluster::parse_spec("v100=4", 4).unwrap()),
 //!         model: Arc::new(DurationModel::uniform(1)),
 //!         names: Names::default(),
-//!         policy: policy::build("fifo", &Default::default()).unwrap(),
+//!         policy: policy::builtin().build("fifo", &Default::default(), &policy::Capabilities::ALL).unwrap(),
 //!         placer: Box::new(placement::PackingPlacer),
 //!         executor: Box::new(SimExecutor::default()),
 //!         probes: Vec::new(),

@@ -25,7 +25,9 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
         names: Names::default(),
-        policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
+        policy: policy::builtin()
+            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SimExecutor::default()),
         probes: switches

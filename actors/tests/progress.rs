@@ -88,7 +88,9 @@ fn start(
         cluster: Arc::new(Cluster::parse_spec("v100=1x2", 2).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
         names: Names::default(),
-        policy: policy::build("srtf", &PolicyConfig::default()).unwrap(),
+        policy: policy::builtin()
+            .build("srtf", &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(workers.clone()),
         probes: Vec::new(),

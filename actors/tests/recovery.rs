@@ -57,7 +57,9 @@ fn start(
         cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
         names: Names::default(),
-        policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
+        policy: policy::builtin()
+            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(workers.clone()),
         probes: Vec::new(),
@@ -195,7 +197,9 @@ fn start_with(
         cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
         names: Names::default(),
-        policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
+        policy: policy::builtin()
+            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
         placer: Box::new(PackingPlacer),
         executor,
         probes: Vec::new(),

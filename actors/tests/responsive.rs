@@ -102,7 +102,9 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
         cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
         model: Arc::new(DurationModel::uniform(1)),
         names: Names::default(),
-        policy: policy::build("fifo", &PolicyConfig::default()).unwrap(),
+        policy: policy::builtin()
+            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SlowToStop {
             inner: SimExecutor::default(),

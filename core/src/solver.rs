@@ -194,6 +194,11 @@ impl Program {
     }
 }
 
+/// The LP solver built in, by name (`None`: none is, and the policies that need one cannot be built).
+pub fn available() -> Option<&'static str> {
+    Some("HiGHS")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

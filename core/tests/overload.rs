@@ -131,7 +131,9 @@ fn run(spec: &str, cluster: &str, trace: &Trace, queue: bool) -> (SimResult, Vec
     };
     sim.config.engine.audit = true;
     let mut policy = Counting {
-        inner: policy::build(spec, &PolicyConfig::default()).unwrap(),
+        inner: policy::builtin()
+            .build(spec, &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
         queue,
         calls: Vec::new(),
     };

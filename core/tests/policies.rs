@@ -63,8 +63,25 @@ fn run(name: &str, trace: &Trace, cluster: &Cluster) -> SimResult {
         },
         ..SimConfig::default()
     };
-    let mut policy = policy::build(name, &PolicyConfig::seeded(1)).unwrap();
+    let mut policy = policy::build(name, &PolicyConfig::seeded(1), &Unit).unwrap();
     sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
+}
+
+/// A policy that needs a goodput model is refused on a model without one, naming both: it never runs
+/// as another policy under its name.
+fn refused_without_goodput(name: &str) {
+    let err = policy::build(name, &PolicyConfig::seeded(1), &Unit)
+        .err()
+        .unwrap_or_else(|| panic!("{name} was built without a goodput model"));
+    assert!(
+        matches!(err, policy::BuildError::Unmet { missing, .. } if missing.goodput),
+        "{name}: {err}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("policy `{name}` needs a goodput model")),
+        "{err}"
+    );
 }
 
 /// Many gangs of 1-8 GPUs compete for a fragmented cluster of 2- and 4-GPU servers: nothing deadlocks,
@@ -111,7 +128,7 @@ fn long_job_amid_short_ones(name: &str, fair: bool) {
 }
 
 macro_rules! every_policy {
-    ($($name:ident: fair = $fair:expr;)+) => {
+    (needs goodput: $($elastic:ident),+; $($name:ident: fair = $fair:expr;)+) => {
         $(
             mod $name {
                 #[test]
@@ -126,10 +143,20 @@ macro_rules! every_policy {
             }
         )+
 
+        $(
+            mod $elastic {
+                #[test]
+                fn refused_without_goodput() {
+                    super::refused_without_goodput(stringify!($elastic));
+                }
+            }
+        )+
+
         #[test]
         fn the_list_covers_the_registry() {
-            let mut listed = vec![$(stringify!($name)),+];
-            let mut registered: Vec<&str> = gangway_core::policy::registry().map(|p| p.name).collect();
+            let mut listed = vec![$(stringify!($name)),+ , $(stringify!($elastic)),+];
+            let mut registered: Vec<&str> =
+                gangway_core::policy::builtin().entries().map(|p| p.name()).collect();
             listed.sort_unstable();
             registered.sort_unstable();
             assert_eq!(listed, registered);
@@ -138,6 +165,8 @@ macro_rules! every_policy {
 }
 
 every_policy! {
+    // Run on goodput workloads in their own tests (core/src/policy/*, tests/elastic_fidelity.rs).
+    needs goodput: optimus, sia, pollux;
     fifo: fair = false;
     fifo_perf: fair = false;
     yarn_cs: fair = false;
@@ -150,10 +179,6 @@ every_policy! {
     tiresias_gittins: fair = false;
     // No starvation promotion, as Pollux runs it: a long job can wait behind short ones.
     tiresias_pollux: fair = false;
-    // Without a goodput model, first come first served.
-    optimus: fair = false;
-    sia: fair = false;
-    pollux: fair = false;
     dlas: fair = true;
     gandiva: fair = true;
     // Themis bounds rho, not waiting: a long job's ideal finish time grows with the queue, so its rho
@@ -206,7 +231,13 @@ fn gandiva_packs_only_pairs_that_do_not_interfere() {
         let model = Packing { kept };
         let mut sim = Simulation::new(&trace, &cluster, &model);
         sim.config.engine.audit = true;
-        let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0)).unwrap();
+        let mut policy = policy::builtin()
+            .build(
+                "gandiva",
+                &PolicyConfig::seeded(0),
+                &policy::Capabilities::ALL,
+            )
+            .unwrap();
         let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
         let mut f: Vec<f64> = result.records.iter().map(|r| r.finish.unwrap()).collect();
         f.sort_by(f64::total_cmp);
@@ -237,7 +268,13 @@ fn a_packed_job_runs_alone_when_its_partner_finishes() {
     let model = Packing { kept: 0.6 };
     let mut sim = Simulation::new(&trace, &cluster, &model);
     sim.config.engine.audit = true;
-    let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0)).unwrap();
+    let mut policy = policy::builtin()
+        .build(
+            "gandiva",
+            &PolicyConfig::seeded(0),
+            &policy::Capabilities::ALL,
+        )
+        .unwrap();
     let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     let finish = |i: usize| result.records[i].finish.unwrap();
     assert!((finish(0) - 600.0).abs() < 1e-6, "{}", finish(0));
@@ -304,7 +341,9 @@ fn gandiva_grows_into_idle_gpus_and_shrinks_for_newcomers() {
         let trace = trace(jobs);
         let mut sim = Simulation::new(&trace, &cluster, &Scaling);
         sim.config.engine.audit = true;
-        let mut policy = policy::build(spec, &PolicyConfig::seeded(0)).unwrap();
+        let mut policy = policy::builtin()
+            .build(spec, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+            .unwrap();
         sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
     };
     let alone = |spec: &str| {
@@ -355,7 +394,9 @@ fn hadar_runs_a_gang_across_gpu_types() {
     let run_with = |spec: &str| {
         let mut sim = Simulation::new(&trace, &cluster, &TwoSpeeds);
         sim.config.engine.audit = true;
-        let mut policy = policy::build(spec, &PolicyConfig::seeded(0)).unwrap();
+        let mut policy = policy::builtin()
+            .build(spec, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+            .unwrap();
         sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
     };
     let mixed = run_with("hadar");

@@ -239,30 +239,33 @@ fn list_policies() {
     println!(
         "Policies (use their names, comma-separated, with --policy; set knobs as name:knob=value):"
     );
-    for p in policy::registry() {
-        let aliases = if p.aliases.is_empty() {
+    let needs = |needs: policy::Needs| {
+        if needs.is_empty() {
             String::new()
         } else {
-            format!(" (alias: {})", p.aliases.join(", "))
+            format!(" [needs {needs}]")
+        }
+    };
+    for p in policy::builtin().entries() {
+        let aliases = if p.aliases().is_empty() {
+            String::new()
+        } else {
+            format!(" (alias: {})", p.aliases().join(", "))
         };
-        println!("  {:<20} {}{}", p.name, p.summary, aliases);
-        for k in p.knobs {
+        let needs = needs(p.requirements());
+        println!("  {:<20} {}{aliases}{needs}", p.name(), p.summary_line());
+        for k in p.knobs() {
             println!(
                 "  {:<20}   :{}={} {} ({})",
                 "", k.name, k.default, k.help, k.range
             );
         }
     }
-    println!(
-        "Any policy may end in +MECHANISM to size CPUs and memory beside GPUs (Synergy; needs a trace with Synergy's profiles):"
-    );
-    println!("  +proportional        in proportion to GPUs (what every policy does alone)");
-    println!(
-        "  +tune                Synergy's greedy: each job's best case where a server can feed it, else its share"
-    );
-    println!(
-        "  +opt                 Synergy's two-phase program on HiGHS (points per job, then servers)"
-    );
+    println!("Any policy may end in +MECHANISM to size CPUs and memory beside GPUs (Synergy):");
+    for m in policy::resourced::Mechanism::ALL {
+        let name = format!("+{}", m.name());
+        println!("  {name:<20} {}{}", m.summary(), needs(m.needs()));
+    }
 }
 
 fn simulate(args: SimulateArgs) -> Result<()> {
@@ -272,7 +275,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
     }
     // Check policy names before loading anything, so that a typo fails fast.
     for name in &args.policy {
-        policy::find(name)?;
+        policy::builtin().resolve(name)?;
     }
     // Numbers first, each against its range, before any input is read.
     if let Some(rate) = args.rate {

@@ -1470,7 +1470,13 @@ mod tests {
             cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
             model: Arc::new(DurationModel::uniform(1)),
             names: Names::default(),
-            policy: gangway_core::policy::build("fifo", &Default::default()).unwrap(),
+            policy: gangway_core::policy::builtin()
+                .build(
+                    "fifo",
+                    &Default::default(),
+                    &gangway_core::policy::Capabilities::ALL,
+                )
+                .unwrap(),
             placer: Box::new(PackingPlacer),
             executor: Box::new(SimExecutor::default()),
             probes: Vec::new(),
@@ -1522,7 +1528,13 @@ mod tests {
             cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
             model: Arc::new(DurationModel::uniform(1)),
             names: Names::default(),
-            policy: gangway_core::policy::build("fifo", &Default::default()).unwrap(),
+            policy: gangway_core::policy::builtin()
+                .build(
+                    "fifo",
+                    &Default::default(),
+                    &gangway_core::policy::Capabilities::ALL,
+                )
+                .unwrap(),
             placer: Box::new(PackingPlacer),
             executor: Box::new(SimExecutor::default()),
             probes: Vec::new(),

@@ -19,26 +19,31 @@ use pathfinding::matrix::Matrix;
 use rustc_hash::FxHashMap;
 
 use super::{
-    Cadenced, JobView, Knob, PolicyInfo, Realize, RoundInput, TimeSharePolicy, TimeShares,
-    TypePreference,
+    Cadenced, JobView, Knob, PolicyEntry, Realize, Registry, RegistryError, RoundInput,
+    TimeSharePolicy, TimeShares, TypePreference,
 };
 use crate::job::JobId;
 
-pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "allox",
-    aliases: &[],
-    summary: "AlloX: non-preemptive; waiting jobs matched to free GPUs to minimize total completion time (Gavel's `allox`)",
-    knobs: &[Knob {
-        name: "realloc",
-        default: 1920.0,
-        range: super::KnobRange::SECONDS,
-        help: "seconds between re-matchings, at least (Gavel: 1,920)",
-    }],
-    build: |config| {
-        let matching = Cadenced::new(Matching::default(), config.knob("realloc"));
-        Box::new(Realize::new(matching, config.seed))
-    },
-}];
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("allox", |config| {
+            let matching = Cadenced::new(Matching::default(), config.knob("realloc"));
+            Box::new(Realize::new(matching, config.seed))
+        })
+        .summary(
+            "AlloX: non-preemptive; waiting jobs matched to free GPUs to minimize total \
+             completion time (Gavel's `allox`)",
+        )
+        .knob(Knob {
+            name: "realloc",
+            default: 1920.0,
+            range: super::KnobRange::SECONDS,
+            help: "seconds between re-matchings, at least (Gavel: 1,920)",
+        }),
+    )?;
+    Ok(())
+}
 
 /// AlloX's state: the jobs matched so far. Re-matched on Gavel's cadence ([`Cadenced`]).
 #[derive(Default)]

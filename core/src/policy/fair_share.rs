@@ -10,8 +10,8 @@
 //! can do, and what Gavel's solver returns on a cluster with equal counts per type.
 
 use super::{
-    Cadenced, JobView, Knob, PolicyConfig, PolicyInfo, Realize, RoundInput, TimeSharePolicy,
-    TimeShares, TypePreference,
+    Cadenced, JobView, Knob, PolicyConfig, PolicyEntry, Realize, Registry, RegistryError,
+    RoundInput, TimeSharePolicy, TimeShares, TypePreference,
 };
 
 /// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
@@ -129,33 +129,37 @@ fn isolated_shares(input: &RoundInput<'_>) -> TimeShares {
     out
 }
 
-pub(super) static POLICIES: &[PolicyInfo] = &[
-    PolicyInfo {
-        name: "max_min_fairness",
-        aliases: &["las"],
-        summary: "least attained service: max-min fair time shares, GPU types treated as equal (Gavel's LAS)",
-        knobs: &[],
-        build: |config: &PolicyConfig| Box::new(Realize::new(MaxMinFairness, config.seed)),
-    },
-    PolicyInfo {
-        name: "isolated",
-        aliases: &[],
-        summary: "each job on 1/N of every GPU type: the reference for finish-time fairness (rho)",
-        knobs: &[Knob {
-            name: "realloc",
-            default: 0.0,
-            range: super::KnobRange::SECONDS,
-            help: "seconds between reallocations, at least (0: every round; Gavel's simulator: 1,920)",
-        }],
-        build: |config| match config.knob("realloc") {
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("max_min_fairness", |config: &PolicyConfig| {
+            Box::new(Realize::new(MaxMinFairness, config.seed))
+        })
+        .alias("las")
+        .summary(
+            "least attained service: max-min fair time shares, GPU types treated as equal \
+             (Gavel's LAS)",
+        ),
+    )?;
+    registry.register(
+        PolicyEntry::new("isolated", |config| match config.knob("realloc") {
             // Gavel's simulator reallocates on its cadence; without one, every round.
             interval if interval > 0.0 => {
                 Box::new(Realize::new(Cadenced::new(Isolated, interval), config.seed))
             }
             _ => Box::new(Realize::new(Isolated, config.seed)),
-        },
-    },
-];
+        })
+            .summary("each job on 1/N of every GPU type: the reference for finish-time fairness \
+                      (rho)")
+            .knob(Knob {
+            name: "realloc",
+            default: 0.0,
+            range: super::KnobRange::SECONDS,
+            help: "seconds between reallocations, at least (0: every round; Gavel's simulator: 1,920)",
+        }),
+    )?;
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {

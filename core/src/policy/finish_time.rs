@@ -14,7 +14,8 @@ use rustc_hash::FxHashMap;
 use super::effective::{best_rate, effective_throughput, proportional_row};
 use super::fair_share::split;
 use super::{
-    PolicyConfig, PolicyInfo, Realize, RoundInput, TimeSharePolicy, TimeShares, TypePreference,
+    PolicyConfig, PolicyEntry, Realize, Registry, RegistryError, RoundInput, TimeSharePolicy,
+    TimeShares, TypePreference,
 };
 use crate::job::JobId;
 
@@ -208,15 +209,20 @@ impl TimeSharePolicy for FinishTimeFairness {
     }
 }
 
-pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "finish_time_fairness",
-    aliases: &["ftf"],
-    summary: "minimize the largest finish-time fairness rho, GPU types treated as equal (Gavel's, after Themis)",
-    knobs: &[],
-    build: |config: &PolicyConfig| {
-        Box::new(Realize::new(FinishTimeFairness::default(), config.seed))
-    },
-}];
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("finish_time_fairness", |config: &PolicyConfig| {
+            Box::new(Realize::new(FinishTimeFairness::default(), config.seed))
+        })
+        .alias("ftf")
+        .summary(
+            "minimize the largest finish-time fairness rho, GPU types treated as equal \
+             (Gavel's, after Themis)",
+        ),
+    )?;
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {

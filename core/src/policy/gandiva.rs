@@ -38,24 +38,33 @@ use rand_core::{Rng, SeedableRng};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{
-    Cadenced, Grant, Intent, JobView, Knob, Policy, PolicyInfo, Realize, RoundInput,
-    TimeSharePolicy, TimeShares, TypePreference,
+    Cadenced, Grant, Intent, JobView, Knob, Policy, PolicyEntry, Realize, Registry, RegistryError,
+    RoundInput, TimeSharePolicy, TimeShares, TypePreference,
 };
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
 
-pub const POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "gandiva",
-    aliases: &[],
-    summary: "Gandiva: time-slicing, random packing of pairs that do not interfere, defragmenting migration (as Gavel evaluates it)",
-    knobs: &[Knob {
-        name: "grow",
-        default: 0.0,
-        range: super::KnobRange::Flag,
-        help: "1: grow jobs into idle GPUs where the throughput model says they speed up (off in Gavel's version)",
-    }],
-    build: |config| Box::new(Gandiva::new(config.seed, config.knob("grow") != 0.0)),
-}];
+const GROW: Knob = Knob {
+    name: "grow",
+    default: 0.0,
+    range: super::KnobRange::Flag,
+    help: "1: grow jobs into idle GPUs where the throughput model says they speed up (off in Gavel's version)",
+};
+
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("gandiva", |config| {
+            Box::new(Gandiva::new(config.seed, config.knob("grow") != 0.0))
+        })
+        .summary(
+            "Gandiva: time-slicing, random packing of pairs that do not interfere, \
+             defragmenting migration (as Gavel evaluates it)",
+        )
+        .knob(GROW),
+    )?;
+    Ok(())
+}
 
 /// Gandiva: its pairing's shares through the round mechanism, then defragmenting and growing grants.
 pub struct Gandiva {

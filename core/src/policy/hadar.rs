@@ -17,25 +17,30 @@
 //!
 //! Knobs: `mixed` (1: allow gangs across GPU types).
 
-use super::{Grant, Intent, JobView, Knob, Policy, PolicyInfo, RoundInput};
+use super::{
+    Grant, Intent, JobView, Knob, Policy, PolicyEntry, Registry, RegistryError, RoundInput,
+};
 use crate::cluster::GpuTypeId;
 
-pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "hadar",
-    aliases: &[],
-    summary: "Hadar: online primal-dual over per-type throughputs, exponential GPU prices, gangs may span GPU types",
-    knobs: &[Knob {
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("hadar", |config| {
+        Box::new(Hadar {
+            mixed: config.knob("mixed") != 0.0,
+        })
+    })
+            .summary("Hadar: online primal-dual over per-type throughputs, exponential GPU prices, \
+                      gangs may span GPU types")
+            .knob(Knob {
         name: "mixed",
         default: 1.0,
         range: super::KnobRange::Flag,
         help: "1: a gang may span GPU types (task-level heterogeneity), at the pace of its slowest",
-    }],
-    build: |config| {
-        Box::new(Hadar {
-            mixed: config.knob("mixed") != 0.0,
-        })
-    },
-}];
+    }),
+    )?;
+    Ok(())
+}
 
 pub struct Hadar {
     mixed: bool,

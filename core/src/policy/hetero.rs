@@ -28,8 +28,8 @@ use super::effective::{
 };
 use super::finish_time::{IsolatedClock, IsolatedShare};
 use super::{
-    Cadenced, Knob, Policy, PolicyConfig, PolicyInfo, Realize, RoundInput, TimeSharePolicy,
-    TimeShares,
+    Cadenced, Knob, Needs, Policy, PolicyConfig, PolicyEntry, Realize, Registry, RegistryError,
+    RoundInput, TimeSharePolicy, TimeShares,
 };
 use crate::solver::{Program, Relation, Var};
 
@@ -40,92 +40,133 @@ const REALLOC: Knob = Knob {
     help: "seconds between re-solves, at least (Gavel: 1,920)",
 };
 
-pub(super) static POLICIES: &[PolicyInfo] = &[
-    PolicyInfo {
-        name: "max_min_fairness_perf",
-        aliases: &["las_perf"],
-        summary: "Gavel's heterogeneity-aware LAS: max-min of effective throughput over the proportional share (LP)",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::MaxMinFairness, false),
-    },
-    PolicyInfo {
-        name: "finish_time_fairness_perf",
-        aliases: &["ftf_perf"],
-        summary: "Gavel's heterogeneity-aware finish-time fairness: minimize the largest rho (bisected LPs)",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::FinishTimeFairness, false),
-    },
-    PolicyInfo {
-        name: "min_total_duration",
-        aliases: &["makespan"],
-        summary: "Gavel's makespan policy: the allocation that finishes every active job soonest (LP)",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::MinTotalDuration, false),
-    },
-    PolicyInfo {
-        name: "max_min_fairness_water_filling",
-        aliases: &["water_filling"],
-        summary: "Gavel's hierarchical max-min fairness by water-filling: tenants share equally, jobs by weight within a tenant (LPs and MILPs)",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::WaterFilling, false),
-    },
-    PolicyInfo {
-        name: "max_sum_throughput_perf",
-        aliases: &[],
-        summary: "Gavel's throughput policy: maximize the sum of normalized effective throughputs (LP)",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::SumThroughput, false),
-    },
-    PolicyInfo {
-        name: "max_sum_throughput_normalized_by_cost_perf",
-        aliases: &["cost_perf"],
-        summary: "Gavel's cost policy: maximize effective throughput per dollar, given per-type prices (LP)",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::ThroughputPerDollar, false),
-    },
-    PolicyInfo {
-        name: "max_min_fairness_packed",
-        aliases: &["las_packed"],
-        summary: "max_min_fairness_perf over jobs and packed pairs (space sharing, the table's pair rates)",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::MaxMinFairness, true),
-    },
-    PolicyInfo {
-        name: "max_min_fairness_water_filling_packed",
-        aliases: &[],
-        summary: "max_min_fairness_water_filling over jobs and packed pairs",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::WaterFilling, true),
-    },
-    PolicyInfo {
-        name: "finish_time_fairness_packed",
-        aliases: &["ftf_packed"],
-        summary: "finish_time_fairness_perf over jobs and packed pairs",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::FinishTimeFairness, true),
-    },
-    PolicyInfo {
-        name: "min_total_duration_packed",
-        aliases: &[],
-        summary: "min_total_duration over jobs and packed pairs",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::MinTotalDuration, true),
-    },
-    PolicyInfo {
-        name: "max_sum_throughput_packed",
-        aliases: &[],
-        summary: "max_sum_throughput_perf over jobs and packed pairs",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::SumThroughput, true),
-    },
-    PolicyInfo {
-        name: "max_sum_throughput_normalized_by_cost_packed",
-        aliases: &["cost_packed"],
-        summary: "max_sum_throughput_normalized_by_cost_perf over jobs and packed pairs",
-        knobs: &[REALLOC],
-        build: |c| Formulation::boxed(c, Objective::ThroughputPerDollar, true),
-    },
-];
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("max_min_fairness_perf", |c| {
+            Formulation::boxed(c, Objective::MaxMinFairness, false)
+        })
+        .alias("las_perf")
+        .summary(
+            "Gavel's heterogeneity-aware LAS: max-min of effective throughput over the \
+             proportional share (LP)",
+        )
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("finish_time_fairness_perf", |c| {
+            Formulation::boxed(c, Objective::FinishTimeFairness, false)
+        })
+        .alias("ftf_perf")
+        .summary(
+            "Gavel's heterogeneity-aware finish-time fairness: minimize the largest rho \
+             (bisected LPs)",
+        )
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("min_total_duration", |c| {
+            Formulation::boxed(c, Objective::MinTotalDuration, false)
+        })
+        .alias("makespan")
+        .summary(
+            "Gavel's makespan policy: the allocation that finishes every active job soonest (LP)",
+        )
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("max_min_fairness_water_filling", |c| {
+            Formulation::boxed(c, Objective::WaterFilling, false)
+        })
+        .alias("water_filling")
+        .summary(
+            "Gavel's hierarchical max-min fairness by water-filling: tenants share \
+             equally, jobs by weight within a tenant (LPs and MILPs)",
+        )
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("max_sum_throughput_perf", |c| {
+            Formulation::boxed(c, Objective::SumThroughput, false)
+        })
+        .summary(
+            "Gavel's throughput policy: maximize the sum of normalized effective throughputs (LP)",
+        )
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("max_sum_throughput_normalized_by_cost_perf", |c| {
+            Formulation::boxed(c, Objective::ThroughputPerDollar, false)
+        })
+        .alias("cost_perf")
+        .summary(
+            "Gavel's cost policy: maximize effective throughput per dollar, given \
+             per-type prices (LP)",
+        )
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("max_min_fairness_packed", |c| {
+            Formulation::boxed(c, Objective::MaxMinFairness, true)
+        })
+        .alias("las_packed")
+        .summary(
+            "max_min_fairness_perf over jobs and packed pairs (space sharing, the table's \
+             pair rates)",
+        )
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("max_min_fairness_water_filling_packed", |c| {
+            Formulation::boxed(c, Objective::WaterFilling, true)
+        })
+        .summary("max_min_fairness_water_filling over jobs and packed pairs")
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("finish_time_fairness_packed", |c| {
+            Formulation::boxed(c, Objective::FinishTimeFairness, true)
+        })
+        .alias("ftf_packed")
+        .summary("finish_time_fairness_perf over jobs and packed pairs")
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("min_total_duration_packed", |c| {
+            Formulation::boxed(c, Objective::MinTotalDuration, true)
+        })
+        .summary("min_total_duration over jobs and packed pairs")
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("max_sum_throughput_packed", |c| {
+            Formulation::boxed(c, Objective::SumThroughput, true)
+        })
+        .summary("max_sum_throughput_perf over jobs and packed pairs")
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    registry.register(
+        PolicyEntry::new("max_sum_throughput_normalized_by_cost_packed", |c| {
+            Formulation::boxed(c, Objective::ThroughputPerDollar, true)
+        })
+        .alias("cost_packed")
+        .summary("max_sum_throughput_normalized_by_cost_perf over jobs and packed pairs")
+        .knob(REALLOC)
+        .needs(Needs::LP_SOLVER),
+    )?;
+    Ok(())
+}
 
 /// Pairs considered per job by the packed variants: its best partners by packing benefit. Gavel's
 /// formulation ranges over every pair (quadratic in the jobs); a few partners per job keep the program

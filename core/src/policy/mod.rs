@@ -39,6 +39,7 @@ pub mod optimus;
 pub mod ordered;
 pub mod pick;
 pub mod pollux;
+pub mod registry;
 pub mod resourced;
 pub mod sia;
 pub mod themis;
@@ -47,13 +48,16 @@ pub mod tiresias;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
-use crate::error::SimError;
 use crate::job::{Job, JobId};
 use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
 pub use cadence::{Cadence, Cadenced};
 pub use mechanism::{Realize, TimeSharePolicy, TimeShares, TypePreference, Unit};
+pub use registry::{
+    BuildError, Capabilities, Factory, Needs, PolicyEntry, PolicySpec, Registry, RegistryError,
+    Resolved, builtin,
+};
 
 /// A scheduling policy. Implementations keep whatever state they need between rounds.
 pub trait Policy: Send {
@@ -336,6 +340,7 @@ impl PolicyConfig {
 pub type KnobValues = Vec<(&'static str, f64)>;
 
 /// A number a policy can be tuned by, from its spec: `name:knob=value:knob=value`.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Knob {
     pub name: &'static str,
     pub default: f64,
@@ -378,30 +383,40 @@ impl std::fmt::Display for KnobRange {
     }
 }
 
-/// A policy the registry knows.
-pub struct PolicyInfo {
-    pub name: &'static str,
-    pub aliases: &'static [&'static str],
-    pub summary: &'static str,
-    pub knobs: &'static [Knob],
-    pub build: fn(&PolicyConfig) -> Box<dyn Policy>,
+/// Enters every built-in policy, in the order listings show them, through [`Registry::register`]:
+/// the same call a user's policy is entered by.
+pub(crate) fn register_builtins(registry: &mut Registry) -> Result<(), RegistryError> {
+    ordered::register(registry)?;
+    fair_share::register(registry)?;
+    finish_time::register(registry)?;
+    tiresias::register(registry)?;
+    gandiva::register(registry)?;
+    themis::register(registry)?;
+    hetero::register(registry)?;
+    allox::register(registry)?;
+    hadar::register(registry)?;
+    optimus::register(registry)?;
+    sia::register(registry)?;
+    pollux::register(registry)?;
+    Ok(())
 }
 
-/// Every policy, by name.
-pub fn registry() -> impl Iterator<Item = &'static PolicyInfo> {
-    ordered::POLICIES
-        .iter()
-        .chain(fair_share::POLICIES)
-        .chain(finish_time::POLICIES)
-        .chain(tiresias::POLICIES)
-        .chain(gandiva::POLICIES)
-        .chain(themis::POLICIES)
-        .chain(hetero::POLICIES)
-        .chain(allox::POLICIES)
-        .chain(hadar::POLICIES)
-        .chain(optimus::POLICIES)
-        .chain(sia::POLICIES)
-        .chain(pollux::POLICIES)
+/// What a policy answers when the throughput model lacks what it needs: a registry refuses to build
+/// it so ([`Needs`]); one built by hand gets here, says so (once, through `said`) and starts nothing,
+/// keeping running jobs where they are, rather than act as another policy under its name.
+pub(crate) fn unmet(
+    policy: &'static str,
+    needs: Needs,
+    said: &mut bool,
+    input: &RoundInput<'_>,
+) -> Vec<Grant> {
+    if !std::mem::replace(said, true) {
+        tracing::error!(
+            policy,
+            "the policy needs {needs}, which the throughput model lacks: it starts no job"
+        );
+    }
+    keep_running(input)
 }
 
 /// Every running job keeps the GPUs and batch it has: what a policy answers when its own decision
@@ -421,101 +436,40 @@ pub(crate) fn keep_running(input: &RoundInput<'_>) -> Vec<Grant> {
         .collect()
 }
 
-/// Builds the policy a spec names: `name` (or an alias), optionally with knobs, `themis:f=0.5:lease=600`.
-/// A spec may end in `+MECHANISM` (`srtf+tune`): its grants then carry CPUs and memory sized by one of
-/// Synergy's mechanisms ([`resourced`]).
-pub fn build(spec: &str, config: &PolicyConfig) -> Result<Box<dyn Policy>, SimError> {
-    let (_, mechanism) = resourced::split(spec)?;
-    let (info, knobs) = parse(spec)?;
-    let config = PolicyConfig {
-        knobs,
-        ..config.clone()
-    };
-    let policy = (info.build)(&config);
-    Ok(match mechanism {
-        Some(mechanism) => Box::new(resourced::Resourced::new(policy, mechanism)),
-        None => policy,
-    })
-}
-
-/// The registry entry a spec names.
-pub fn find(spec: &str) -> Result<&'static PolicyInfo, SimError> {
-    parse(spec).map(|(info, _)| info)
-}
-
-/// Resolves a spec to its registry entry and every declared knob's value (given, or the default).
-pub fn parse(spec: &str) -> Result<(&'static PolicyInfo, KnobValues), SimError> {
-    let (spec, _) = resourced::split(spec)?;
-    let mut parts = spec.split(':');
-    let name = parts.next().unwrap_or_default();
-    let info = registry()
-        .find(|p| p.name == name || p.aliases.contains(&name))
-        .ok_or_else(|| SimError::UnknownPolicy {
-            name: name.to_owned(),
-            known: registry()
-                .map(|p| match p.aliases {
-                    [] => p.name.to_owned(),
-                    aliases => format!("{} (alias {})", p.name, aliases.join(", ")),
-                })
-                .collect::<Vec<_>>()
-                .join(", "),
-        })?;
-    let mut knobs: Vec<(&'static str, f64)> =
-        info.knobs.iter().map(|k| (k.name, k.default)).collect();
-    let mut given: Vec<&str> = Vec::new();
-    for part in parts {
-        let bad = |why: String| SimError::Config(format!("policy `{spec}`: knob `{part}`: {why}"));
-        let (key, value) = part
-            .split_once('=')
-            .ok_or_else(|| bad("expected knob=value".into()))?;
-        let slot = knobs.iter_mut().find(|(k, _)| *k == key).ok_or_else(|| {
-            let known: Vec<&str> = info.knobs.iter().map(|k| k.name).collect();
-            bad(match known.as_slice() {
-                [] => format!("{} has no knobs", info.name),
-                known => format!("unknown knob; {} has {}", info.name, known.join(", ")),
-            })
-        })?;
-        if given.contains(&key) {
-            return Err(bad(format!("`{key}` is given twice")));
-        }
-        given.push(key);
-        let number = value
-            .parse::<f64>()
-            .ok()
-            .filter(|v| v.is_finite())
-            .ok_or_else(|| bad(format!("`{value}` is not a number")))?;
-        let declared = info
-            .knobs
-            .iter()
-            .find(|k| k.name == key)
-            .expect("found above");
-        if !declared.range.contains(number) {
-            return Err(bad(format!("{value} is out of range ({})", declared.range)));
-        }
-        slot.1 = number;
-    }
-    Ok((info, knobs))
+/// Builds the built-in policy a spec names (`name`, or an alias, with knobs: `themis:f=0.5:lease=600`,
+/// and optionally `+MECHANISM`, one of Synergy's, `srtf+tune`) for a run with `model`: an error if it
+/// needs what `model` (or this build) lacks. See [`Registry`] for a user's own policies.
+pub fn build(
+    spec: &str,
+    config: &PolicyConfig,
+    model: &dyn ThroughputModel,
+) -> Result<Box<dyn Policy>, BuildError> {
+    builtin().build(spec, config, &Capabilities::of(model))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::throughput::DurationModel;
 
     #[test]
-    fn registry_names_are_unique() {
-        let mut names: Vec<&str> = registry()
-            .flat_map(|p| std::iter::once(p.name).chain(p.aliases.iter().copied()))
-            .collect();
-        let total = names.len();
-        names.sort_unstable();
-        names.dedup();
-        assert_eq!(names.len(), total, "duplicate policy name or alias");
+    fn every_built_in_policy_is_registered_once_with_its_knobs_in_range() {
+        // `with_builtins` registers through the public call, which refuses a name twice and a
+        // default outside its range: building it is the check.
+        let registry = Registry::with_builtins();
+        assert_eq!(registry.entries().count(), 31);
+        assert!(
+            registry
+                .get("las")
+                .is_some_and(|p| p.name() == "max_min_fairness")
+        );
     }
 
     #[test]
     fn knobs_take_defaults_and_reject_typos() {
-        let (info, knobs) = parse("themis:f=0.5").unwrap();
-        assert_eq!(info.name, "themis");
+        let resolved = builtin().resolve("themis:f=0.5").unwrap();
+        assert_eq!(resolved.entry.name(), "themis");
+        let knobs = &resolved.knobs;
         assert!(
             knobs.contains(&("f", 0.5)) && knobs.contains(&("lease", 300.0)),
             "{knobs:?}"
@@ -525,26 +479,18 @@ mod tests {
             ("themis:f=x", "`x` is not a number"),
             ("themis:f", "expected knob=value"),
             ("fifo:f=1", "fifo has no knobs"),
+            (
+                "srtf+tuned",
+                "unknown resource mechanism `tuned`; known: proportional, tune, opt",
+            ),
         ] {
-            let err = parse(spec).err().unwrap().to_string();
+            let err = builtin().resolve(spec).err().unwrap().to_string();
             assert!(err.contains(says), "{spec}: {err}");
         }
     }
 
     #[test]
     fn knobs_are_range_checked_and_given_once() {
-        for info in registry() {
-            for k in info.knobs {
-                assert!(
-                    k.range.contains(k.default),
-                    "{}:{} default {} is outside {}",
-                    info.name,
-                    k.name,
-                    k.default,
-                    k.range
-                );
-            }
-        }
         for (spec, says) in [
             ("themis:f=2", "2 is out of range (0 to 1)"),
             ("themis:f=-1", "-1 is out of range (0 to 1)"),
@@ -562,17 +508,21 @@ mod tests {
             ),
             ("themis:f=0.5:f=0.7", "knob `f=0.7`: `f` is given twice"),
         ] {
-            let err = parse(spec).err().expect(spec).to_string();
+            let err = builtin().resolve(spec).expect_err(spec).to_string();
             assert!(err.contains(says), "{spec}: {err}");
         }
-        let (_, knobs) = parse("themis:f=1:lease=0").unwrap();
+        let knobs = builtin().resolve("themis:f=1:lease=0").unwrap().knobs;
         assert!(knobs.contains(&("f", 1.0)) && knobs.contains(&("lease", 0.0)));
-        assert!(parse("gandiva:grow=1").is_ok());
+        assert!(builtin().resolve("gandiva:grow=1").is_ok());
+        // A spec made in code is the same spec.
+        let spec = PolicySpec::new("themis").knob("f", 0.5).mechanism("tune");
+        assert_eq!(spec.to_string(), "themis:f=0.5+tune");
+        assert!(builtin().resolve(&spec.to_string()).is_ok());
     }
 
     #[test]
     fn unknown_policy_lists_the_known_ones() {
-        let err = build("nope", &PolicyConfig::seeded(0))
+        let err = build("nope", &PolicyConfig::seeded(0), &DurationModel::uniform(1))
             .err()
             .unwrap()
             .to_string();
@@ -580,5 +530,106 @@ mod tests {
             err.contains("unknown policy `nope`") && err.contains("fifo"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_policy_built_where_what_it_needs_is_missing_is_an_error_naming_both() {
+        let config = PolicyConfig::seeded(0);
+        for (spec, says) in [
+            ("sia", "policy `sia` needs a goodput model"),
+            ("pollux", "policy `pollux` needs a goodput model"),
+            ("optimus", "policy `optimus` needs a goodput model"),
+            ("srtf+tune", "policy `srtf+tune` needs resource profiles"),
+            ("las+opt", "needs resource profiles"),
+        ] {
+            let err = build(spec, &config, &DurationModel::uniform(1))
+                .err()
+                .expect(spec);
+            assert!(matches!(err, BuildError::Unmet { .. }), "{spec}: {err}");
+            assert!(err.to_string().contains(says), "{spec}: {err}");
+        }
+        let no_lp = Capabilities {
+            lp_solver: false,
+            ..Capabilities::ALL
+        };
+        let err = builtin().build("las_perf", &config, &no_lp).err().unwrap();
+        assert!(err.to_string().contains("needs an LP solver"), "{err}");
+        assert!(
+            builtin()
+                .build(
+                    "srtf+proportional",
+                    &config,
+                    &Capabilities::of(&DurationModel::uniform(1))
+                )
+                .is_ok()
+        );
+        assert!(build("tiresias", &config, &DurationModel::uniform(1)).is_ok());
+    }
+
+    #[test]
+    fn a_users_policy_joins_as_the_built_ins_do_and_names_are_registered_once() {
+        let mut registry = Registry::with_builtins();
+        let fifo = |c: &PolicyConfig| builtin().build("fifo", c, &Capabilities::ALL).unwrap();
+        registry
+            .register(
+                PolicyEntry::new("mine", fifo)
+                    .alias("my_fifo")
+                    .summary("fifo, by another name")
+                    .knob(Knob {
+                        name: "k",
+                        default: 1.0,
+                        range: KnobRange::Between(0.0, 2.0),
+                        help: "unused",
+                    })
+                    .needs(Needs::GOODPUT),
+            )
+            .unwrap();
+        assert_eq!(registry.entries().last().unwrap().name(), "mine");
+        assert_eq!(
+            registry.resolve("my_fifo:k=2").unwrap().knobs,
+            vec![("k", 2.0)]
+        );
+        let err = registry
+            .build(
+                "mine",
+                &PolicyConfig::default(),
+                &Capabilities::of(&DurationModel::uniform(1)),
+            )
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("policy `mine` needs a goodput model"),
+            "{err}"
+        );
+        for (entry, says) in [
+            (
+                PolicyEntry::new("fifo", fifo),
+                "`fifo` is already registered (as fifo)",
+            ),
+            (
+                PolicyEntry::new("x", fifo).alias("las"),
+                "`las` is already registered (as max_min_fairness)",
+            ),
+            (
+                PolicyEntry::new("y", fifo).alias("y"),
+                "`y` is already registered (as y)",
+            ),
+            (PolicyEntry::new("a:b", fifo), "cannot be a policy's name"),
+            (
+                PolicyEntry::new("z", fifo).knob(Knob {
+                    name: "k",
+                    default: 5.0,
+                    range: KnobRange::Flag,
+                    help: "",
+                }),
+                "knob `k`: the default 5 is outside its range (0 or 1)",
+            ),
+        ] {
+            let err = registry.register(entry).err().unwrap().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        // A refused entry left nothing behind.
+        assert!(registry.get("x").is_none() && registry.get("z").is_none());
     }
 }

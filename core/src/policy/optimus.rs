@@ -13,14 +13,17 @@
 //! trains it fastest among those with GPUs left; Pollux's comparison has one type. With any other model
 //! there is nothing to size jobs by: they get the GPUs they asked for, first come first served.
 
-use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
+use super::{Grant, Intent, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::Job;
 use crate::throughput::goodput::{BatchPlan, Elastic, packed_placement};
 
 /// Greedy marginal-gain GPU counts over oracle step times.
 #[derive(Debug, Default)]
-pub struct Optimus;
+pub struct Optimus {
+    /// Whether it said that the model has no goodput to allocate by.
+    unmet_said: bool,
+}
 
 /// One job's standing in the greedy search.
 struct Candidate<'a> {
@@ -64,7 +67,7 @@ impl Candidate<'_> {
 impl Policy for Optimus {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let Some(elastic) = input.model.elastic() else {
-            return super::ordered::requested_in_arrival_order(input);
+            return super::unmet("optimus", Needs::GOODPUT, &mut self.unmet_said, input);
         };
         let mut free = input.capacity.to_vec();
         let mut candidates: Vec<Candidate<'_>> = Vec::new();
@@ -133,10 +136,15 @@ impl Policy for Optimus {
     }
 }
 
-pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "optimus",
-    aliases: &[],
-    summary: "Optimus as Pollux compares with it: the workload's batch size, GPUs by greedy marginal gain over oracle step times (goodput workloads)",
-    knobs: &[],
-    build: |_| Box::new(Optimus),
-}];
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("optimus", |_| Box::new(Optimus::default()))
+            .summary(
+                "Optimus as Pollux compares with it: the workload's batch size, GPUs by \
+                 greedy marginal gain over oracle step times (goodput workloads)",
+            )
+            .needs(Needs::GOODPUT),
+    )?;
+    Ok(())
+}

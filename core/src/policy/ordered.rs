@@ -9,7 +9,9 @@ use std::collections::BTreeSet;
 use rustc_hash::FxHashMap;
 
 use super::effective::best_rate;
-use super::{Grant, Intent, JobView, Policy, PolicyConfig, PolicyInfo, RoundInput};
+use super::{
+    Grant, Intent, JobView, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError, RoundInput,
+};
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
 
@@ -218,8 +220,10 @@ impl Queue {
         self.order.insert((place, id));
     }
 
-    /// Grants GPUs in queue order, as [`grant_in_order`] does; walks the queue only as long as some
-    /// GPU is left.
+    /// Grants GPUs in queue order: a running job keeps its GPUs unless `rules` make it compete, and
+    /// each other job gets the type it runs on when that still has room, else the first type in cluster
+    /// order (or the fastest, by its rates, with `rules.fastest`) with room for its whole gang. Walks
+    /// the queue only as long as some GPU is left.
     pub fn grant(&self, input: &RoundInput<'_>, rules: &GrantRules) -> Vec<Grant> {
         let mut granter = Granter::new(input, rules);
         for &(_, id) in &self.order {
@@ -247,7 +251,7 @@ impl Queue {
     }
 }
 
-/// How [`grant_in_order`] treats running jobs, blocked jobs and placement.
+/// How [`Queue::grant`] treats running jobs, blocked jobs and placement.
 pub(super) struct GrantRules {
     /// Running jobs compete with waiting ones; otherwise they keep their GPUs.
     pub preemptive: bool,
@@ -268,43 +272,6 @@ impl GrantRules {
             Intent::Anywhere
         }
     }
-}
-
-/// Every job the GPUs it asked for, first come first served, never preempting and skipping a job that
-/// does not fit: what goodput policies fall back to when the model has no goodput to size jobs by.
-pub(super) fn requested_in_arrival_order(input: &RoundInput<'_>) -> Vec<Grant> {
-    let rules = GrantRules {
-        preemptive: false,
-        head_of_line_blocking: false,
-        consolidate: false,
-        fastest: false,
-    };
-    grant_in_order(input, &rules, |v| (v.job.arrival, 0.0))
-}
-
-/// Grants GPUs to jobs in ascending `key` order (ties keep arrival order). A job gets the type it runs
-/// on when that still has room, else the first type, in cluster order (or the fastest, by its rates, when
-/// `rules.fastest`), with room for its whole gang.
-pub(super) fn grant_in_order(
-    input: &RoundInput<'_>,
-    rules: &GrantRules,
-    mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
-) -> Vec<Grant> {
-    let mut granter = Granter::new(input, rules);
-    let mut queue: Vec<((f64, f64), &JobView<'_>)> = Vec::with_capacity(input.jobs.len());
-    for view in input.jobs {
-        if !granter.kept(view) {
-            queue.push((key(view), view));
-        }
-    }
-    // Stable sort: equal keys keep arrival order.
-    queue.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
-    for (_, view) in queue {
-        if !granter.offer(view) {
-            break;
-        }
-    }
-    granter.grants
 }
 
 /// One round's grants in order, as jobs are offered GPUs one by one.
@@ -376,43 +343,40 @@ impl<'r> Granter<'r> {
     }
 }
 
-pub(super) static POLICIES: &[PolicyInfo] = &[
-    PolicyInfo {
-        name: "fifo_perf",
-        aliases: &[],
-        summary: "FIFO over the fastest GPU types: each round, jobs in arrival order take the fastest type with room (Gavel's `fifo_perf`)",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Ordered::fifo_perf()),
-    },
-    PolicyInfo {
-        name: "fifo",
-        aliases: &[],
-        summary: "first come, first served; no preemption; the head of the queue blocks (Gavel's `fifo`)",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Ordered::fifo()),
-    },
-    PolicyInfo {
-        name: "yarn_cs",
-        aliases: &[],
-        summary: "FIFO with strict consolidation: a gang waits until one server can hold it (Tiresias' baseline)",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Ordered::yarn_cs()),
-    },
-    PolicyInfo {
-        name: "sjf",
-        aliases: &[],
-        summary: "shortest job first by total work (oracle); no preemption; small jobs backfill",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Ordered::sjf()),
-    },
-    PolicyInfo {
-        name: "srtf",
-        aliases: &[],
-        summary: "shortest remaining time first (oracle); preempts at round boundaries",
-        knobs: &[],
-        build: |_: &PolicyConfig| Box::new(Ordered::srtf()),
-    },
-];
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("fifo_perf", |_: &PolicyConfig| {
+            Box::new(Ordered::fifo_perf())
+        })
+        .summary(
+            "FIFO over the fastest GPU types: each round, jobs in arrival order take the \
+             fastest type with room (Gavel's `fifo_perf`)",
+        ),
+    )?;
+    registry.register(
+        PolicyEntry::new("fifo", |_: &PolicyConfig| Box::new(Ordered::fifo())).summary(
+            "first come, first served; no preemption; the head of the queue blocks \
+             (Gavel's `fifo`)",
+        ),
+    )?;
+    registry.register(
+        PolicyEntry::new("yarn_cs", |_: &PolicyConfig| Box::new(Ordered::yarn_cs())).summary(
+            "FIFO with strict consolidation: a gang waits until one server can hold it \
+             (Tiresias' baseline)",
+        ),
+    )?;
+    registry.register(
+        PolicyEntry::new("sjf", |_: &PolicyConfig| Box::new(Ordered::sjf())).summary(
+            "shortest job first by total work (oracle); no preemption; small jobs backfill",
+        ),
+    )?;
+    registry.register(
+        PolicyEntry::new("srtf", |_: &PolicyConfig| Box::new(Ordered::srtf()))
+            .summary("shortest remaining time first (oracle); preempts at round boundaries"),
+    )?;
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {

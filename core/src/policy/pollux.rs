@@ -29,7 +29,7 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::pick::{Candidate, Choices, pick};
-use super::{Grant, Intent, Policy, PolicyInfo, RoundInput};
+use super::{Grant, Intent, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
 use crate::throughput::goodput::{
@@ -58,6 +58,8 @@ pub struct Pollux {
     restarts: FxHashMap<JobId, u32>,
     /// Each job's best goodputs, kept while its model and gradient statistics stay the same.
     best: FxHashMap<JobId, Memo>,
+    /// Whether it said that the model has no goodput to allocate by.
+    unmet_said: bool,
 }
 
 /// Per-replica batch limits, nodes and replicas: what a job's best goodput depends on in a round.
@@ -189,7 +191,7 @@ impl Pollux {
 impl Policy for Pollux {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let Some(elastic) = input.model.elastic() else {
-            return super::ordered::requested_in_arrival_order(input);
+            return super::unmet("pollux", Needs::GOODPUT, &mut self.unmet_said, input);
         };
         let active: FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
         self.learned.retain(|job, _| active.contains(job));
@@ -329,13 +331,19 @@ impl Policy for Pollux {
     }
 }
 
-pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "pollux",
-    aliases: &[],
-    summary: "Pollux: GPUs by the harmonic mean of goodput speedups over the fair share, with restart factors; each job's batch from its own learned model (goodput workloads)",
-    knobs: &[],
-    build: |_| Box::new(Pollux::default()),
-}];
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("pollux", |_| Box::new(Pollux::default()))
+            .summary(
+                "Pollux: GPUs by the harmonic mean of goodput speedups over the fair share, \
+                 with restart factors; each job's batch from its own learned model (goodput \
+                 workloads)",
+            )
+            .needs(Needs::GOODPUT.and(Needs::LP_SOLVER)),
+    )?;
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {

@@ -25,7 +25,9 @@
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::pick::{Candidate, Choices, pick};
-use super::{Grant, Intent, Knob, KnobRange, Policy, PolicyInfo, RoundInput};
+use super::{
+    Grant, Intent, Knob, KnobRange, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput,
+};
 use crate::cluster::GpuTypeId;
 use crate::job::{Job, JobId};
 use crate::throughput::goodput::{
@@ -64,6 +66,8 @@ pub struct Sia {
     /// Goodput from what each job measured as it ran (Sia proper), rather than from the profiles.
     learns: bool,
     learned: FxHashMap<JobId, Learned>,
+    /// Whether it said that the model has no goodput to allocate by.
+    unmet_said: bool,
 }
 
 /// The configurations of a cluster with `capacity` GPUs per type.
@@ -227,7 +231,7 @@ fn learned_plan(
 impl Policy for Sia {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let Some(elastic) = input.model.elastic() else {
-            return super::ordered::requested_in_arrival_order(input);
+            return super::unmet("sia", Needs::GOODPUT, &mut self.unmet_said, input);
         };
         // Forget the jobs that have ended.
         let active: FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
@@ -370,23 +374,31 @@ impl Policy for Sia {
     }
 }
 
-pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "sia",
-    aliases: &[],
-    summary: "Sia: one MILP per round picks each job's GPU type, count and batch by normalized goodput (p = -0.5), with restart factors (goodput workloads)",
-    knobs: &[Knob {
-        name: "learned",
-        default: 0.0,
-        range: KnobRange::Flag,
-        help: "1: learn each job's throughputs from its runs and bootstrap the GPU types it has not run on, as Sia does; 0: read them from the profiles (an oracle)",
-    }],
-    build: |config| {
-        Box::new(Sia {
-            learns: config.knob("learned") == 1.0,
-            ..Sia::default()
+const LEARNED: Knob = Knob {
+    name: "learned",
+    default: 0.0,
+    range: KnobRange::Flag,
+    help: "1: learn each job's throughputs from its runs and bootstrap the GPU types it has not run on, as Sia does; 0: read them from the profiles (an oracle)",
+};
+
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("sia", |config| {
+            Box::new(Sia {
+                learns: config.knob("learned") == 1.0,
+                ..Sia::default()
+            })
         })
-    },
-}];
+        .summary(
+            "Sia: one MILP per round picks each job's GPU type, count and batch by \
+             normalized goodput (p = -0.5), with restart factors (goodput workloads)",
+        )
+        .knob(LEARNED)
+        .needs(Needs::GOODPUT.and(Needs::LP_SOLVER)),
+    )?;
+    Ok(())
+}
 
 #[cfg(test)]
 mod tests {

@@ -26,30 +26,35 @@ use rustc_hash::FxHashMap;
 
 use super::effective::best_rate;
 use super::finish_time::{FtfRow, IsolatedClock};
-use super::{Grant, JobView, Knob, Policy, PolicyInfo, RoundInput};
+use super::{Grant, JobView, Knob, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
 
-pub(super) static POLICIES: &[PolicyInfo] = &[PolicyInfo {
-    name: "themis",
-    aliases: &[],
-    summary: "Themis: leases, worst-rho filter (fairness knob f = 0.8), partial-allocation auction, leftover to the rest",
-    knobs: &[
-        Knob {
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("themis", |config| {
+            Box::new(Themis::new(config.knob("f"), config.knob("lease")))
+        })
+        .summary(
+            "Themis: leases, worst-rho filter (fairness knob f = 0.8), partial-allocation \
+             auction, leftover to the rest",
+        )
+        .knob(Knob {
             name: "f",
             default: 0.8,
             range: super::KnobRange::Between(0.0, 1.0),
             help: "fairness knob: the share of jobs, best rho first, kept out of the auction",
-        },
-        Knob {
+        })
+        .knob(Knob {
             name: "lease",
             default: 300.0,
             range: super::KnobRange::SECONDS,
             help: "seconds a won allocation lasts before its GPUs are offered again",
-        },
-    ],
-    build: |config| Box::new(Themis::new(config.knob("f"), config.knob("lease"))),
-}];
+        }),
+    )?;
+    Ok(())
+}
 
 #[derive(Clone, Copy, Debug)]
 struct Lease {

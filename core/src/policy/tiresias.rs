@@ -26,7 +26,9 @@ use std::collections::BTreeSet;
 use rustc_hash::FxHashMap;
 
 use super::ordered::{GrantRules, Queue};
-use super::{Grant, JobView, Knob, Policy, PolicyConfig, PolicyInfo, RoundInput};
+use super::{
+    Grant, JobView, Knob, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError, RoundInput,
+};
 use crate::job::JobId;
 
 /// What counts as attained service.
@@ -353,42 +355,51 @@ impl Tiresias {
     }
 }
 
-pub(super) static POLICIES: &[PolicyInfo] = &[
-    PolicyInfo {
-        name: "tiresias",
-        aliases: &["tiresias_las", "2das"],
-        summary: "Tiresias' discretized 2D-LAS: queues by GPU-seconds attained, FIFO inside, starvation promotion",
-        knobs: &[PROMOTE, QUEUE_SCALE],
-        build: |config| build(config, Service::GpuTime, false),
-    },
-    PolicyInfo {
-        name: "tiresias_gittins",
-        aliases: &[],
-        summary: "Tiresias' discretized 2D-Gittins index over a GPU-time distribution learned from finished jobs",
-        knobs: &[PROMOTE, QUEUE_SCALE],
-        build: |config| build(config, Service::GpuTime, true),
-    },
-    PolicyInfo {
-        name: "tiresias_pollux",
-        aliases: &[],
-        summary: "Tiresias as Pollux's simulator runs it: 2 queues split at 16 GPU-hours, no promotion, the workload's tuned size and batch",
-        knobs: &[],
-        build: |_| {
+/// Enters this module's policies (the same call a user's policy is entered by).
+pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
+    registry.register(
+        PolicyEntry::new("tiresias", |config| build(config, Service::GpuTime, false))
+            .alias("tiresias_las")
+            .alias("2das")
+            .summary(
+                "Tiresias' discretized 2D-LAS: queues by GPU-seconds attained, FIFO inside, \
+                 starvation promotion",
+            )
+            .knob(PROMOTE)
+            .knob(QUEUE_SCALE),
+    )?;
+    registry.register(
+        PolicyEntry::new("tiresias_gittins", |config| {
+            build(config, Service::GpuTime, true)
+        })
+        .summary(
+            "Tiresias' discretized 2D-Gittins index over a GPU-time distribution learned \
+             from finished jobs",
+        )
+        .knob(PROMOTE)
+        .knob(QUEUE_SCALE),
+    )?;
+    registry.register(
+        PolicyEntry::new("tiresias_pollux", |_| {
             let mut policy = Tiresias::new(Service::GpuTime, false);
             policy.thresholds = vec![POLLUX_THRESHOLD];
             policy.promote_knob = f64::INFINITY;
             policy.by_queue_entry = true;
             Box::new(policy)
-        },
-    },
-    PolicyInfo {
-        name: "dlas",
-        aliases: &[],
-        summary: "discretized 1-D LAS over time only (Tiresias' comparison point)",
-        knobs: &[PROMOTE, QUEUE_SCALE],
-        build: |config| build(config, Service::Time, false),
-    },
-];
+        })
+        .summary(
+            "Tiresias as Pollux's simulator runs it: 2 queues split at 16 GPU-hours, no \
+             promotion, the workload's tuned size and batch",
+        ),
+    )?;
+    registry.register(
+        PolicyEntry::new("dlas", |config| build(config, Service::Time, false))
+            .summary("discretized 1-D LAS over time only (Tiresias' comparison point)")
+            .knob(PROMOTE)
+            .knob(QUEUE_SCALE),
+    )?;
+    Ok(())
+}
 
 const PROMOTE: Knob = Knob {
     name: "promote",
@@ -436,7 +447,10 @@ mod tests {
 
     #[test]
     fn queue_scale_multiplies_the_thresholds() {
-        let (_, knobs) = super::super::parse("tiresias:queue_scale=0.01").unwrap();
+        let knobs = super::super::builtin()
+            .resolve("tiresias:queue_scale=0.01")
+            .unwrap()
+            .knobs;
         let config = PolicyConfig {
             knobs,
             ..PolicyConfig::default()
@@ -446,7 +460,11 @@ mod tests {
         assert_eq!(t.queue_of(32.5), 1);
         assert_eq!(t.queue_of(100.0), 2);
         assert_eq!(t.queue_of(180.0), 3);
-        assert!(super::super::parse("tiresias:queue_scale=0").is_err());
+        assert!(
+            super::super::builtin()
+                .resolve("tiresias:queue_scale=0")
+                .is_err()
+        );
     }
 
     #[test]

@@ -231,7 +231,7 @@ fn run_alone(
         log_changes: false,
         ..sim.clone()
     };
-    let mut policy = policy::build(spec, config).ok()?;
+    let mut policy = policy::build(spec, config, &model).ok()?;
     let result = simulation.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     result.records.first()?.jct()
 }

@@ -25,9 +25,8 @@ use std::str::FromStr;
 
 use smallvec::SmallVec;
 
-use super::{Grant, Intent, Policy, RoundInput};
+use super::{Grant, Intent, Needs, Policy, RoundInput};
 use crate::cluster::{Cluster, GpuTypeId};
-use crate::error::SimError;
 use crate::resources::Allotment;
 use crate::throughput::resources::ResourceAware;
 
@@ -52,6 +51,27 @@ impl Mechanism {
             Mechanism::Opt => "opt",
         }
     }
+
+    /// One line on what it does, for listings.
+    pub fn summary(self) -> &'static str {
+        match self {
+            Mechanism::Proportional => "in proportion to GPUs (what every policy does alone)",
+            Mechanism::Tune => {
+                "Synergy's greedy: each job's best case where a server can feed it, else its share"
+            }
+            Mechanism::Opt => "Synergy's two-phase program (points per job, then servers)",
+        }
+    }
+
+    /// What it needs to size anything: `tune` and `opt` read the resource model, and `opt` solves an
+    /// LP.
+    pub fn needs(self) -> Needs {
+        match self {
+            Mechanism::Proportional => Needs::NOTHING,
+            Mechanism::Tune => Needs::RESOURCES,
+            Mechanism::Opt => Needs::RESOURCES | Needs::LP_SOLVER,
+        }
+    }
 }
 
 impl FromStr for Mechanism {
@@ -70,14 +90,12 @@ impl FromStr for Mechanism {
     }
 }
 
-/// Splits `srtf:knob=1+tune` into the policy's spec and its mechanism.
-pub fn split(spec: &str) -> Result<(&str, Option<Mechanism>), SimError> {
+/// Splits `srtf:knob=1+tune` into the policy's spec and its mechanism; an unknown mechanism is refused
+/// with the known ones.
+pub fn split(spec: &str) -> Result<(&str, Option<Mechanism>), String> {
     match spec.rsplit_once('+') {
         None => Ok((spec, None)),
-        Some((policy, mechanism)) => mechanism
-            .parse()
-            .map(|m| (policy, Some(m)))
-            .map_err(|why| SimError::Config(format!("policy `{spec}`: {why}"))),
+        Some((policy, mechanism)) => mechanism.parse().map(|m| (policy, Some(m))),
     }
 }
 
@@ -87,6 +105,8 @@ pub struct Resourced {
     mechanism: Mechanism,
     /// The latest `opt` solve's figures.
     pub opt_stats: OptStats,
+    /// Whether it said that the model has no resources to size by.
+    unmet_said: bool,
 }
 
 impl Resourced {
@@ -95,6 +115,7 @@ impl Resourced {
             inner,
             mechanism,
             opt_stats: OptStats::default(),
+            unmet_said: false,
         }
     }
 }
@@ -103,6 +124,15 @@ impl Policy for Resourced {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let mut grants = self.inner.allocate(input);
         let Some(model) = input.model.resources() else {
+            // A registry refuses to build it so (`Needs::RESOURCES`); built by hand, it says so.
+            if self.mechanism != Mechanism::Proportional && !self.unmet_said {
+                self.unmet_said = true;
+                tracing::error!(
+                    mechanism = self.mechanism.name(),
+                    "this mechanism needs resource profiles, and the model has none: CPUs and memory \
+                     stay at their GPU-proportional shares"
+                );
+            }
             return grants;
         };
         match self.mechanism {
