@@ -225,8 +225,9 @@ pub fn text_of(source: &Source, bytes: Vec<u8>) -> Result<String, InputError> {
 pub enum SimError {
     #[error(transparent)]
     Input(#[from] InputError),
-    #[error("unknown policy `{name}`; known policies: {known}")]
-    UnknownPolicy { name: String, known: String },
+    /// A policy that cannot be built (unknown, bad knobs, or what it needs is missing).
+    #[error(transparent)]
+    Policy(#[from] crate::policy::BuildError),
     #[error("invalid configuration: {0}")]
     Config(String),
 }
