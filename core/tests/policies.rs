@@ -414,3 +414,66 @@ fn hadar_runs_a_gang_across_gpu_types() {
     let whole = run_with("hadar:mixed=0");
     assert!(whole.records[2].first_start.unwrap() > 360.0);
 }
+
+/// A user's placement step, named by a user's grants, is what places them: the engine calls it
+/// through the same trait as Gandiva's, Hadar's and Optimus' steps.
+#[test]
+fn a_users_placement_step_places_the_grants_that_name_it() {
+    use gangway_core::placement::{PlaceRequest, Placed, PlacementStep, StepContext, Unplaced};
+    use gangway_core::policy::{Grant, Policy, RoundInput};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Places gangs on one server only, and counts its calls.
+    #[derive(Debug)]
+    struct OneServer(AtomicUsize);
+    impl PlacementStep for OneServer {
+        fn name(&self) -> &'static str {
+            "one_server"
+        }
+        fn place(
+            &self,
+            cx: &mut StepContext<'_>,
+            request: &PlaceRequest<'_>,
+        ) -> Result<Placed, Unplaced> {
+            self.0.fetch_add(1, Ordering::Relaxed);
+            cx.place(&PlaceRequest {
+                consolidate: true,
+                ..*request
+            })
+        }
+    }
+    static ONE_SERVER: OneServer = OneServer(AtomicUsize::new(0));
+
+    /// FIFO's grants, each placed by the step.
+    struct Stepped(Box<dyn Policy>);
+    impl Policy for Stepped {
+        fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+            let grants = self.0.allocate(input);
+            grants
+                .into_iter()
+                .map(|g| g.placed_by(&ONE_SERVER))
+                .collect()
+        }
+    }
+
+    let cluster = Cluster::from_nodes([("v100", 4, 12, 1.0), ("v100", 4, 12, 1.0)]);
+    let jobs: Vec<(f64, u32, f64)> = (0..12u32)
+        .map(|i| (f64::from(i) * 50.0, [1, 2, 3, 4][i as usize % 4], 400.0))
+        .collect();
+    let trace = trace(&jobs);
+    let mut sim = Simulation::new(&trace, &cluster, &Unit);
+    sim.config.log_changes = true;
+    let mut policy = Stepped(policy::build("fifo", &PolicyConfig::seeded(1), &Unit).unwrap());
+    let result = sim.run(&mut policy, &mut PackingPlacer, &mut |_, _| {});
+    assert!(result.records.iter().all(|r| r.finish.is_some()));
+    assert!(ONE_SERVER.0.load(Ordering::Relaxed) >= jobs.len());
+    for (_, change) in &result.changes {
+        if let gangway_core::engine::Change::Started { gpus, .. } = change {
+            let node = cluster.node_of(gpus[0]);
+            assert!(
+                gpus.iter().all(|&g| cluster.node_of(g) == node),
+                "{change:?}"
+            );
+        }
+    }
+}

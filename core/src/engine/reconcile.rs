@@ -1,11 +1,12 @@
 //! One scheduling pass: ask the policy, keep the runs its grants leave unchanged, preempt the others,
-//! and place the new grants in priority order, each through the placement step its intent names.
+//! place the new grants in priority order (through the placer, or the placement step a grant names),
+//! then let the steps that revisit their runs move them.
 
 use std::sync::Arc;
 
 use super::Engine;
 use crate::cluster::GpuTypeId;
-use crate::placement::{self, PlaceRequest, Placed, Placer, Unplaced};
+use crate::placement::{self, PlaceRequest, Placed, Placer, Step, StepContext, Unplaced};
 use crate::policy::{Grant, Intent, Policy};
 use crate::resources::Allotment;
 
@@ -36,7 +37,8 @@ impl Engine<'_> {
             }
         }
         let mut displaced = Vec::with_capacity(running.len());
-        let mut spread = Vec::new();
+        // Runs that keep their GPUs under a step that revisits them, after the new grants are placed.
+        let mut revisit = Vec::new();
         for i in running {
             let state = &self.states[i];
             let Some(run) = &state.run else {
@@ -48,10 +50,10 @@ impl Engine<'_> {
                 g.gpu_type == run.gpu_type
                     && g.gpus as usize == run.gpus.len()
                     && g.partner() == partner
-                    && (g.intent == Intent::MixedTypes) == run.mixed
+                    && g.spans_types() == run.mixed
             });
-            if keep && grant.is_some_and(|g| g.intent == Intent::Defragmented) {
-                spread.push(i);
+            if keep && let Some(step) = grant.and_then(|g| g.step).filter(|s| s.revisits()) {
+                revisit.push((i, step));
             }
             // A new batch plan for a run that keeps its GPUs changes its pace, not its place.
             let new_batch = grant
@@ -111,8 +113,8 @@ impl Engine<'_> {
                 }
             }
         }
-        for i in spread {
-            self.defragment(i, placer, now);
+        for (i, step) in revisit {
+            self.revisit(i, step, placer, now);
         }
         // Displaced jobs that did not get GPUs back are preempted.
         for i in displaced {
@@ -128,8 +130,8 @@ impl Engine<'_> {
         self.note_utilization(now);
     }
 
-    /// Places job `i`'s grant through the step its intent names: across GPU types, or the placer alone
-    /// (on one server when consolidated; a packed pair is placed as one gang).
+    /// Places job `i`'s grant through the placement step it names, or the placer (on one server when
+    /// consolidated; a packed pair is placed as one gang, by the placer).
     fn place(
         &self,
         i: usize,
@@ -153,12 +155,12 @@ impl Engine<'_> {
             .ledger
             .usable(&self.cluster, &self.free, allotment.as_ref());
         let free = usable.as_ref().unwrap_or(&self.free);
-        let placed = match g.intent {
-            Intent::MixedTypes if !packed => {
-                let types = self.types_at_least_as_fast(i, g.gpu_type, g.gpus);
-                placement::mixed::place(placer, &self.cluster, free, &request, &types)
+        let placed = match g.step {
+            Some(step) if !packed => {
+                let rate = |t: GpuTypeId, gpus: u32| self.rate_at(i, t, gpus);
+                let mut cx = StepContext::new(&self.cluster, free, placer, &rate);
+                step.place(&mut cx, &request)
             }
-            Intent::MostFree => placement::most_free::place(&self.cluster, free, &request),
             _ => placer.place(&self.cluster, free, &request),
         };
         match placed {
@@ -197,17 +199,6 @@ impl Engine<'_> {
         self.reallot(i, Some(smaller), now);
     }
 
-    /// The GPU types on which job `i` runs `gpus` GPUs at least as fast as on `pace`, fastest first.
-    fn types_at_least_as_fast(&self, i: usize, pace: GpuTypeId, gpus: u32) -> Vec<GpuTypeId> {
-        let floor = self.rate_at(i, pace, gpus);
-        let mut types: Vec<(f64, GpuTypeId)> = (0..self.types() as u16)
-            .map(|t| (self.rate_at(i, GpuTypeId(t), gpus), GpuTypeId(t)))
-            .filter(|&(rate, _)| rate >= floor && rate > 0.0)
-            .collect();
-        types.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        types.into_iter().map(|(_, t)| t).collect()
-    }
-
     /// Job `i` waits because of `why` (until the next pass looks at it again).
     fn explain_wait(&mut self, i: usize, why: Unplaced) {
         self.states[i].waiting = Some(why);
@@ -239,9 +230,9 @@ impl Engine<'_> {
         }
     }
 
-    /// Moves job `i`, which keeps its GPUs but should sit on one server, onto one server when its gang
-    /// runs spread over several and a server now has room (Gandiva's defragmenting migration).
-    fn defragment(&mut self, i: usize, placer: &mut dyn Placer, now: f64) {
+    /// Asks `step` where job `i`, which kept its GPUs under a grant naming it, should move now (a run
+    /// alone, on one GPU type: packed pairs and gangs across types stay), and moves it there.
+    fn revisit(&mut self, i: usize, step: Step, placer: &mut dyn Placer, now: f64) {
         let cluster = Arc::clone(&self.cluster);
         let Some(run) = &self.states[i].run else {
             return;
@@ -257,11 +248,13 @@ impl Engine<'_> {
             previous: &run.gpus,
             waited: 0.0,
             sensitivity: self.sensitivity_of(i),
-            consolidate: true,
+            consolidate: false,
         };
         let usable = self.ledger.usable(&cluster, &self.free, allotment.as_ref());
         let free = usable.as_ref().unwrap_or(&self.free);
-        let target = placement::defragment::target(placer, &cluster, free, &request, &run.gpus);
+        let rate = |t: GpuTypeId, gpus: u32| self.rate_at(i, t, gpus);
+        let mut cx = StepContext::new(&cluster, free, placer, &rate);
+        let target = step.revisit(&mut cx, &request, &run.gpus);
         if let Some(placed) = target {
             // The new GPUs were free before the old ones are released, so the two sets never overlap.
             self.stop(i, now);

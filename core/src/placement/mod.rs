@@ -3,23 +3,21 @@
 //! - [`FreeGpus`]: which GPUs are free, indexed by node and free count.
 //! - [`Placer`]: chooses GPUs for one gang; [`PackingPlacer`] (best fit, no topology) and
 //!   [`TopologyPlacer`] (scores sets on the hardware graph). Any policy runs with any placer.
-//! - The placement steps a grant's [`crate::policy::Intent`] names, beyond "ask the placer": gangs
-//!   across GPU types ([`mixed`], Hadar), packed pairs ([`packed`], Gandiva and Gavel's `*_packed`),
-//!   moving spread gangs onto one server ([`defragment`], Gandiva), and the most free servers first
-//!   ([`most_free`], Pollux's baselines).
+//! - What a grant asks beyond "ask the placer": its [`crate::policy::Intent`] (one server, packed
+//!   pairs: [`packed`], for Gandiva and Gavel's `*_packed`), and a [`PlacementStep`] of its policy's
+//!   own ([`step`]): Hadar's gangs across GPU types, Gandiva's defragmenting migration and Optimus'
+//!   most-free order live in those policies' rooms and reach the engine through that trait alone.
 //! - [`resources`]: CPUs and memory per server; gangs are placed only where their servers can feed them.
 //!
 //! A placer that cannot place answers with [`Unplaced`], which the engine keeps as the reason a job
 //! waits, as `kubectl describe` shows why a pod is pending.
 
-pub mod defragment;
 pub mod even;
 pub mod free;
-pub mod mixed;
-pub mod most_free;
 pub mod packed;
 mod packing;
 pub mod resources;
+pub mod step;
 mod topology;
 
 use serde::{Deserialize, Serialize};
@@ -30,6 +28,7 @@ use crate::job::Job;
 pub use free::FreeGpus;
 pub use packing::PackingPlacer;
 pub use resources::Ledger;
+pub use step::{PlacementStep, Step, StepContext};
 pub use topology::{PlacementMode, TopologyPlacer};
 
 /// How well a set of GPUs sits together, 0..=100: 100 is as good as the best set of its size on the
@@ -223,8 +222,9 @@ impl<P: Placer + ?Sized> Placer for Box<P> {
     }
 }
 
-/// The answer when fewer GPUs of the type are free than wanted.
-pub(crate) fn no_capacity(free: &FreeGpus, request: &PlaceRequest<'_>) -> Option<Unplaced> {
+/// The answer when fewer GPUs of the type are free than wanted (`None` when enough are): what a placer
+/// or a step says first.
+pub fn no_capacity(free: &FreeGpus, request: &PlaceRequest<'_>) -> Option<Unplaced> {
     let available = free.free_of_type(request.gpu_type);
     (available < request.gpus).then_some(Unplaced::NoCapacity {
         gpu_type: request.gpu_type,

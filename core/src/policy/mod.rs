@@ -11,18 +11,22 @@
 //! and asks the [`Backlog`] for the rest, so that a round under a long backlog costs what it can start.
 //!
 //! A policy answers with [`Grant`]s, in priority order: "job j gets n GPUs of type t next round", each
-//! with an [`Intent`] that names the placement step it needs (anywhere, one server, packed with a
-//! partner, across GPU types, defragmented). The engine keeps running jobs on their GPUs where the grant
-//! is unchanged, preempts the rest, and places new grants in order, skipping any that no longer fit.
+//! with an [`Intent`] every placer understands (anywhere, one server, packed with a partner) and,
+//! optionally, a [`crate::placement::PlacementStep`] of the policy's own (across GPU types,
+//! defragmenting, most free first). The engine keeps running jobs on their GPUs where the grant is
+//! unchanged, preempts the rest, and places new grants in order, skipping any that no longer fit.
+//!
+//! Policies are built by name from a [`Registry`], which every built-in policy enters through the
+//! same public call as a user's ([`Registry::register`]); see [`registry`].
 //!
 //! Policies that think in Gavel's time shares (a fraction of time X\[j\]\[t\] per job and GPU type)
 //! implement [`TimeSharePolicy`] instead, and are wrapped in [`Realize`], Gavel's round mechanism, which
 //! turns shares into each round's grants. [`Cadenced`] re-solves such a policy only on Gavel's cadence.
 //!
-//! Where each policy's logic lives: in its module here, plus the placement step its grants name
-//! (`crate::placement`). Gandiva is `gandiva.rs` (pairing, grow-shrink, defragmenting grants) and
-//! `placement/defragment.rs`; Hadar is `hadar.rs` and `placement/mixed.rs`; Gavel's mechanism is
-//! `mechanism.rs` and `cadence.rs`.
+//! Where each policy's logic lives: in its module here, its placement step included. Gandiva is
+//! `gandiva/` (pairing, grow-shrink, and its defragmenting step); Hadar is `hadar/` (prices, and its
+//! step across GPU types); Optimus is `optimus/` (greedy gains, and its most-free step); Gavel's
+//! mechanism is `mechanism.rs` and `cadence.rs`.
 
 pub mod allox;
 pub mod cadence;
@@ -49,6 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
 use crate::job::{Job, JobId};
+use crate::placement::{PlacementStep, Step};
 use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
@@ -197,7 +202,8 @@ impl<'a> JobView<'a> {
     }
 }
 
-/// A concrete decision: `job` runs on `gpus` GPUs of `gpu_type` next round, placed as `intent` says.
+/// A concrete decision: `job` runs on `gpus` GPUs of `gpu_type` next round, placed as `intent` says
+/// and, when it names one, through its policy's own placement `step`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Grant {
     pub job: JobId,
@@ -205,6 +211,10 @@ pub struct Grant {
     pub gpus: u32,
     #[serde(default)]
     pub intent: Intent,
+    /// A placement rule of its policy's own (Gandiva's defragmentation, Hadar's gangs across types,
+    /// Optimus' most-free order): see [`crate::placement::PlacementStep`]. Not serialized.
+    #[serde(skip)]
+    pub step: Option<Step>,
     /// The batch plan the job should run with (goodput-aware policies); `None`: its own. A grant that
     /// only changes a running job's batch keeps it where it runs, without a restart.
     #[serde(default)]
@@ -215,7 +225,8 @@ pub struct Grant {
     pub allotment: Option<Allotment>,
 }
 
-/// How a grant wants its GPUs placed; each names one placement step (see `crate::placement`).
+/// What a grant asks of every placer (see `crate::placement`); a policy's own rules go in a
+/// [`crate::placement::PlacementStep`] instead.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Intent {
@@ -224,19 +235,9 @@ pub enum Intent {
     Anywhere,
     /// On one server when one could hold the gang: the placer waits rather than spread it (YARN-CS).
     Consolidated,
-    /// Anywhere now; while it runs spread over servers, moved onto one as soon as a server has room
-    /// (Gandiva's defragmenting migration, `placement::defragment`).
-    Defragmented,
     /// On the same GPUs as this job (space sharing); the partner's grant names this job
     /// (`placement::packed`).
     PackedWith(JobId),
-    /// Across GPU types: the types at least as fast for the job as `gpu_type`, fastest first, with
-    /// `gpu_type`, the slowest it may use, setting its pace (Hadar's task-level heterogeneity,
-    /// `placement::mixed`).
-    MixedTypes,
-    /// On the servers with the most free GPUs first, spreading the gang where one server could hold it
-    /// (Pollux's simulator places its baselines so: `placement::most_free`).
-    MostFree,
 }
 
 impl Grant {
@@ -247,9 +248,23 @@ impl Grant {
             gpu_type,
             gpus,
             intent: Intent::Anywhere,
+            step: None,
             batch: None,
             allotment: None,
         }
+    }
+
+    /// The same grant placed through its policy's own `step` (a `static` the policy keeps).
+    pub fn placed_by(self, step: &'static dyn PlacementStep) -> Self {
+        Grant {
+            step: Some(Step(step)),
+            ..self
+        }
+    }
+
+    /// Whether its gang may span GPU types (its step's say).
+    pub fn spans_types(&self) -> bool {
+        self.step.is_some_and(|s| s.spans_types())
     }
 
     /// The same grant with CPUs and memory per GPU.

@@ -25,7 +25,7 @@ use std::str::FromStr;
 
 use smallvec::SmallVec;
 
-use super::{Grant, Intent, Needs, Policy, RoundInput};
+use super::{Grant, Needs, Policy, RoundInput};
 use crate::cluster::{Cluster, GpuTypeId};
 use crate::resources::Allotment;
 use crate::throughput::resources::ResourceAware;
@@ -167,7 +167,7 @@ fn kept(input: &RoundInput<'_>, grants: &[Grant]) -> Vec<Option<Spread>> {
             let keeps = running.gpu_type == g.gpu_type
                 && running.gpus.len() == g.gpus as usize
                 && g.partner().is_none()
-                && g.intent != Intent::MixedTypes;
+                && !g.spans_types();
             keeps.then(|| {
                 let mut spread = Spread::new();
                 let mut nodes: SmallVec<[u32; 8]> = running
@@ -205,7 +205,7 @@ fn pack(
         shadow.hold_gpus(nodes);
     }
     // Packed pairs and gangs across types run on their shares.
-    let sized = |g: &Grant| g.partner().is_none() && g.intent != Intent::MixedTypes;
+    let sized = |g: &Grant| g.partner().is_none() && !g.spans_types();
     let mut sized_grants = vec![false; grants.len()];
     for (k, g) in grants.iter().enumerate() {
         let share = share_of(cluster, g.gpu_type);

@@ -1,10 +1,34 @@
-//! Most free first (`Intent::MostFree`): the gang takes the free GPUs of the server with the most free,
+//! Most free first, Optimus' placement step: the gang takes the free GPUs of the server with the most free,
 //! then of the next, until it has them all, as Pollux's simulator places its Optimus and Tiresias
 //! baselines. It spreads gangs that best fit would keep on one server, and a spread gang runs slower: a
 //! rule to reproduce those baselines with, not to schedule by.
 
-use super::{FreeGpus, Locality, PlaceRequest, Placed, Unplaced, no_capacity};
 use crate::cluster::{Cluster, GpuSet, NodeId};
+use crate::placement::{
+    FreeGpus, Locality, PlaceRequest, Placed, PlacementStep, StepContext, Unplaced, no_capacity,
+};
+
+/// The step Optimus' grants name.
+#[derive(Debug)]
+pub struct MostFree;
+
+/// Its one value, which grants name.
+pub static MOST_FREE: MostFree = MostFree;
+
+impl PlacementStep for MostFree {
+    fn name(&self) -> &'static str {
+        "most_free"
+    }
+
+    /// The servers with the most free GPUs first, whatever the placer would choose.
+    fn place(
+        &self,
+        cx: &mut StepContext<'_>,
+        request: &PlaceRequest<'_>,
+    ) -> Result<Placed, Unplaced> {
+        place(cx.cluster(), cx.free(), request)
+    }
+}
 
 /// Places `request` on the servers of its type with the most free GPUs first (the lower id first on
 /// ties), each server's free GPUs lowest index first.

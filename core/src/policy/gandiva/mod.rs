@@ -14,9 +14,8 @@
 //!   jobs' packed rates, each normalized by its rate alone, must add up to at least 1 (packing must
 //!   beat time-slicing the two). A pair that falls below is split again.
 //! - **Migration to defragment.** A gang starts wherever it fits, spread over servers if it must; its
-//!   grants say [`Intent::Defragmented`], so that when a job leaves and a server can now hold a gang
-//!   that runs spread, the engine moves the gang there (paying `migrate_cost`; the placement step is
-//!   `crate::placement::defragment`).
+//!   grants name the [`defragment`] placement step, so that when a job leaves and a server can now hold
+//!   a gang that runs spread, the engine moves the gang there (paying `migrate_cost`).
 //! - **Heterogeneity.** Gandiva does not model GPU types. Like Gavel's version, the mechanism offers the
 //!   types in a fixed order, fastest first (see `effective::FastestFirst`).
 //!
@@ -32,6 +31,8 @@
 //! Structure: [`Pairing`] answers with time shares, re-solved whenever the jobs change ([`Cadenced`]),
 //! realized by Gavel's round mechanism ([`Realize`]); [`Gandiva`] then marks multi-GPU grants for
 //! defragmentation and grows grants into idle GPUs.
+
+pub mod defragment;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -87,8 +88,8 @@ impl Policy for Gandiva {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let mut grants = self.realize.allocate(input);
         for grant in &mut grants {
-            if grant.gpus > 1 && grant.intent == Intent::Anywhere {
-                grant.intent = Intent::Defragmented;
+            if grant.gpus > 1 && grant.intent == Intent::Anywhere && grant.step.is_none() {
+                *grant = grant.placed_by(&defragment::DEFRAGMENT);
             }
         }
         if self.grow {

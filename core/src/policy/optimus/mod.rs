@@ -6,14 +6,16 @@
 //! servers (an oracle: the profiles' own step times) and the job's batch split over them. A job stops
 //! growing when its step time stops improving or its batch cannot be split further. Grants are placed as
 //! Pollux places them, fewest GPUs first, each on the servers with the most free GPUs
-//! (`Intent::MostFree`): with best fit and arrival order instead, runs at load 0.5 were 7-12% slower than
+//! (its [`most_free`] placement step): with best fit and arrival order instead, runs at load 0.5 were 7-12% slower than
 //! Pollux's (wide grants placed first split smaller gangs over servers).
 //!
 //! The oracle is a goodput model's (a Pollux or Sia workload). Each job runs on the GPU type where one GPU
 //! trains it fastest among those with GPUs left; Pollux's comparison has one type. With any other model
 //! there is nothing to size jobs by: they get the GPUs they asked for, first come first served.
 
-use super::{Grant, Intent, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
+pub mod most_free;
+
+use super::{Grant, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::Job;
 use crate::throughput::goodput::{BatchPlan, Elastic, packed_placement};
@@ -129,7 +131,7 @@ impl Policy for Optimus {
         // with the most free GPUs.
         let mut grants: Vec<Grant> = candidates
             .iter()
-            .map(|c| Grant::new(c.job.id, c.gpu_type, c.gpus).with(Intent::MostFree))
+            .map(|c| Grant::new(c.job.id, c.gpu_type, c.gpus).placed_by(&most_free::MOST_FREE))
             .collect();
         grants.sort_by_key(|g| g.gpus);
         grants

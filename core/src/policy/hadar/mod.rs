@@ -13,31 +13,33 @@
 //! Hadar's task-level heterogeneity (a gang whose tasks run on different GPU types, at the pace of the
 //! slowest) is considered when no single type has room for a gang: the gang then takes the fastest mix
 //! of types that covers it, priced type by type, and runs at its rate on the slowest type it uses.
-//! (`mixed = 0` turns that off.)
+//! (`mixed = 0` turns that off.) Such a gang's grant names the [`mixed`] placement step.
 //!
 //! Knobs: `mixed` (1: allow gangs across GPU types).
 
-use super::{
-    Grant, Intent, JobView, Knob, Policy, PolicyEntry, Registry, RegistryError, RoundInput,
-};
+pub mod mixed;
+
+use super::{Grant, JobView, Knob, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
 
 /// Enters this module's policies (the same call a user's policy is entered by).
 pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register(
         PolicyEntry::new("hadar", |config| {
-        Box::new(Hadar {
-            mixed: config.knob("mixed") != 0.0,
+            Box::new(Hadar {
+                mixed: config.knob("mixed") != 0.0,
+            })
         })
-    })
-            .summary("Hadar: online primal-dual over per-type throughputs, exponential GPU prices, \
-                      gangs may span GPU types")
-            .knob(Knob {
-        name: "mixed",
-        default: 1.0,
-        range: super::KnobRange::Flag,
-        help: "1: a gang may span GPU types (task-level heterogeneity), at the pace of its slowest",
-    }),
+        .summary(
+            "Hadar: online primal-dual over per-type throughputs, exponential GPU prices, gangs \
+             may span GPU types",
+        )
+        .knob(Knob {
+            name: "mixed",
+            default: 1.0,
+            range: super::KnobRange::Flag,
+            help: "1: a gang may span GPU types (task-level heterogeneity), at the pace of its slowest",
+        }),
     )?;
     Ok(())
 }
@@ -178,7 +180,7 @@ fn grant(view: &JobView<'_>, take: &[u32]) -> Grant {
         .expect("an allocation uses some GPUs");
     let grant = Grant::new(view.id(), GpuTypeId(slowest as u16), view.job.gpus);
     if used.len() > 1 {
-        grant.with(Intent::MixedTypes)
+        grant.placed_by(&mixed::MIXED_TYPES)
     } else {
         grant
     }
