@@ -172,6 +172,7 @@ fn sia_solves(c: &mut Criterion) {
             capacity: cluster.capacity(),
             jobs: &views,
             backlog: None,
+            placement: &gangway::core::placement::PackingProbe::new(&cluster),
             jobs_changed: true,
             type_order: &type_order,
             model: model.as_ref(),

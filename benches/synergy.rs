@@ -64,6 +64,7 @@ fn bench_round(c: &mut Criterion) {
         capacity: cluster.capacity(),
         jobs: &views,
         backlog: None,
+        placement: &gangway::core::placement::PackingProbe::new(&cluster),
         jobs_changed: true,
         type_order: &[GpuTypeId(0)],
         model: model.as_ref(),

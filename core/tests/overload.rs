@@ -72,6 +72,7 @@ impl Policy for Counting {
             capacity: input.capacity,
             jobs: input.jobs,
             backlog: counting.as_ref().map(|b| b as &dyn Backlog),
+            placement: input.placement,
             jobs_changed: input.jobs_changed,
             type_order: input.type_order,
             model: input.model,

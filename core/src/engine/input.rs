@@ -4,6 +4,7 @@
 
 use super::Engine;
 use crate::job::JobId;
+use crate::placement::{EngineProbe, Placer};
 use crate::policy::{Backlog, Grant, JobView, Policy, RoundInput, Running};
 
 /// The active jobs a queue-keeping policy was not shown this round, answered from the engine.
@@ -81,8 +82,14 @@ impl Engine<'_> {
         shown.iter().map(|&(_, i)| self.view(i, now)).collect()
     }
 
-    /// Asks the policy for this pass's grants.
-    pub(super) fn decide(&mut self, policy: &mut dyn Policy, now: f64) -> Vec<Grant> {
+    /// Asks the policy for this pass's grants; its what-if placements go through `placer` (a fork of
+    /// it).
+    pub(super) fn decide(
+        &mut self,
+        policy: &mut dyn Policy,
+        placer: &mut dyn Placer,
+        now: f64,
+    ) -> Vec<Grant> {
         let usage = std::mem::take(&mut self.usage);
         let mut touched = std::mem::take(&mut self.touched);
         for &i in &touched {
@@ -101,6 +108,7 @@ impl Engine<'_> {
             now,
             left: &left,
         };
+        let probe = EngineProbe::new(&self.cluster, &self.disabled, placer);
         let input = RoundInput {
             now,
             round_length: self.config.round_length,
@@ -108,6 +116,7 @@ impl Engine<'_> {
             capacity: &self.capacity,
             jobs: &views,
             backlog: queued.then_some(&backlog as &dyn Backlog),
+            placement: &probe,
             jobs_changed,
             type_order: self.type_order.order(),
             model: &*self.model,

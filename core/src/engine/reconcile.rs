@@ -18,7 +18,7 @@ impl Engine<'_> {
         for &i in &running {
             self.settle(i, now);
         }
-        let grants = self.decide(policy, now);
+        let grants = self.decide(policy, placer, now);
         let preempt_costs = self.config.preempt_cost + self.config.restore_cost;
 
         // Which running jobs keep their GPUs, and which are displaced.

@@ -83,6 +83,10 @@ impl<P: Placer> Placer for Even<P> {
     fn changes_with_time(&self) -> bool {
         self.inner.changes_with_time()
     }
+
+    fn fork(&self) -> Option<Box<dyn Placer>> {
+        Some(Box::new(Even::new(self.inner.fork()?)))
+    }
 }
 
 #[cfg(test)]

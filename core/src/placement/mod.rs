@@ -16,6 +16,7 @@ pub mod even;
 pub mod free;
 pub mod packed;
 mod packing;
+pub mod probe;
 pub mod resources;
 pub mod step;
 mod topology;
@@ -27,6 +28,7 @@ use crate::job::Job;
 
 pub use free::FreeGpus;
 pub use packing::PackingPlacer;
+pub use probe::{EngineProbe, PackingProbe, PlacementProbe, Scratch};
 pub use resources::Ledger;
 pub use step::{PlacementStep, Step, StepContext};
 pub use topology::{PlacementMode, TopologyPlacer};
@@ -201,6 +203,13 @@ pub trait Placer: Send {
     fn changes_with_time(&self) -> bool {
         false
     }
+
+    /// A copy of it, for the what-if placements policies make through the round's
+    /// [`PlacementProbe`] without moving its state (a random stream, a cache). `None`, the default:
+    /// what-ifs go through the placer itself.
+    fn fork(&self) -> Option<Box<dyn Placer>> {
+        None
+    }
 }
 
 impl<P: Placer + ?Sized> Placer for Box<P> {
@@ -219,6 +228,10 @@ impl<P: Placer + ?Sized> Placer for Box<P> {
 
     fn changes_with_time(&self) -> bool {
         (**self).changes_with_time()
+    }
+
+    fn fork(&self) -> Option<Box<dyn Placer>> {
+        (**self).fork()
     }
 }
 

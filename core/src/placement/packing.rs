@@ -70,6 +70,10 @@ impl Placer for PackingPlacer {
             free: free.free_of_type(gpu_type),
         })
     }
+
+    fn fork(&self) -> Option<Box<dyn Placer>> {
+        Some(Box::new(PackingPlacer))
+    }
 }
 
 #[cfg(test)]

@@ -191,6 +191,18 @@ impl Placer for TopologyPlacer {
         matches!(self.mode, PlacementMode::RelaxAfter(_))
     }
 
+    /// The same placer on a copy of its random stream, its search's cache started afresh (it is
+    /// memoization only).
+    fn fork(&self) -> Option<Box<dyn Placer>> {
+        Some(Box::new(TopologyPlacer {
+            search: PlacementSearch::new(Arc::clone(&self.topology)),
+            topology: Arc::clone(&self.topology),
+            mode: self.mode,
+            rng: self.rng.clone(),
+            masks: Vec::new(),
+        }))
+    }
+
     fn locality(&mut self, cluster: &Cluster, gpus: &[GpuId]) -> Locality {
         let on_graph: Vec<usize> = gpus
             .iter()

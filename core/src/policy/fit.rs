@@ -1,12 +1,10 @@
 //! Picks that fit on servers. The goodput programs ([`super::pick`]) count GPUs per type, not per
 //! server, so a pick can hold a gang on part of a server that no server has room for once the runs it
 //! keeps stay where they are: granted as it is, that job would get nothing for a round. Before granting,
-//! the pick is placed the way the engine will place it (runs that keep their configuration stay put,
-//! the rest in grant order, largest first, by best fit), and a gang that finds no room takes its
-//! cheapest option that does, or is left out.
-//!
-//! GPUs out of service are not visible to policies, so a grant on one can still wait; the engine then
-//! says why, as for any grant it cannot place.
+//! the pick is placed the way the engine will place it, through the round's placement probe (the
+//! engine's placer, over the GPUs in service): runs that keep their configuration stay put, the rest
+//! in grant order, largest first; a gang that finds no room takes its cheapest option that does, or
+//! is left out.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -17,7 +15,7 @@ use super::pick::{Candidate, Choices};
 use super::{JobView, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
-use crate::placement::{FreeGpus, PackingPlacer, PlaceRequest, Placer};
+use crate::placement::PlaceRequest;
 
 /// Changes `picked` (an option per job of `program`, `jobs[k]` being job `k`'s id) so that every
 /// granted gang has room: a gang of at most `node_size(type)` GPUs on one server, a larger one on
@@ -53,7 +51,7 @@ fn place_in_order(
             .and_then(|v| v.running)
             .filter(|r| r.gpu_type == option.gpu_type && r.gpus.len() == option.gpus as usize)
     };
-    let mut free = FreeGpus::new(input.cluster);
+    let mut scratch = input.placement.scratch();
     // Runs that keep their type and size keep their GPUs; every other run is stopped before placing.
     let mut queue = BinaryHeap::new();
     for (k, choice) in picked.iter().enumerate() {
@@ -61,11 +59,10 @@ fn place_in_order(
             continue;
         };
         match keeps(k, option) {
-            Some(running) => free.take(input.cluster, running.gpus),
+            Some(running) => scratch.hold(running.gpus),
             None => queue.push((option.gpus, Reverse(k))),
         }
     }
-    let mut placer = PackingPlacer;
     // In the engine's order: most GPUs first, then program order (the grants' stable sort).
     while let Some((gpus, Reverse(k))) = queue.pop() {
         let (Some(o), Some(view)) = (picked[k], views.get(&jobs[k])) else {
@@ -81,8 +78,7 @@ fn place_in_order(
             sensitivity: 0.0,
             consolidate: gpus <= node_size(option.gpu_type),
         };
-        if let Ok(placed) = placer.place(input.cluster, &free, &request) {
-            free.take(input.cluster, &placed.gpus);
+        if scratch.place(&request).is_ok() {
             continue;
         }
         // No room: the cheapest untried option no larger (so that it still comes at or after this
@@ -121,6 +117,23 @@ mod tests {
         program: &[Choices],
         picked: &mut [Option<usize>],
     ) {
+        fit_with(
+            cluster,
+            &crate::placement::PackingProbe::new(cluster),
+            views,
+            program,
+            picked,
+        );
+    }
+
+    /// [`fit`], with what-if placements through `probe`.
+    fn fit_with(
+        cluster: &Cluster,
+        probe: &dyn crate::placement::PlacementProbe,
+        views: &[JobView<'_>],
+        program: &[Choices],
+        picked: &mut [Option<usize>],
+    ) {
         let model = DurationModel::uniform(1);
         let input = RoundInput {
             now: 0.0,
@@ -129,6 +142,7 @@ mod tests {
             capacity: cluster.capacity(),
             jobs: views,
             backlog: None,
+            placement: probe,
             jobs_changed: true,
             type_order: &[GpuTypeId(0)],
             model: &model,
@@ -208,6 +222,92 @@ mod tests {
         let mut picked = vec![Some(0), Some(0), Some(2)];
         fit(&cluster, &views, &program, &mut picked);
         assert_eq!(picked, [Some(0), Some(0), None]);
+    }
+
+    /// A pick is placed as the engine places it: with one GPU of the only server out of service, a
+    /// 4-GPU gang has no room (it once did, on a copy of every GPU, and then waited a round); and with
+    /// a placer that spreads no gang, a 6-GPU gang that only two servers could hold takes 4.
+    #[test]
+    fn picks_are_placed_by_the_engines_placer_over_the_gpus_in_service() {
+        use crate::placement::{EngineProbe, PackingPlacer, PlaceRequest, Placed, Placer};
+        let one = Cluster::from_nodes([("t4", 4, 16, 64.0)]);
+        let jobs: Vec<Job> = (0..1).map(job).collect();
+        let rates = [1.0];
+        let views: Vec<JobView> = jobs.iter().map(|j| JobView::arrived(j, &rates)).collect();
+        let program = vec![Choices {
+            options: vec![option(2, 2.0), option(4, 1.0)],
+            left_out: Some(10.0),
+        }];
+        let mut placer = PackingPlacer;
+        let in_service = [false; 4];
+        let mut picked = vec![Some(1)];
+        fit_with(
+            &one,
+            &EngineProbe::new(&one, &in_service, &mut placer),
+            &views,
+            &program,
+            &mut picked,
+        );
+        assert_eq!(picked, [Some(1)], "all 4 in service: the gang fits");
+        let cordoned = [true, false, false, false];
+        let mut picked = vec![Some(1)];
+        fit_with(
+            &one,
+            &EngineProbe::new(&one, &cordoned, &mut placer),
+            &views,
+            &program,
+            &mut picked,
+        );
+        assert_eq!(
+            picked,
+            [Some(0)],
+            "one out of service: 2 GPUs, not a gang that waits"
+        );
+
+        // A placer of the user's that never spreads a gang over servers (and cannot fork).
+        struct OneServer;
+        impl Placer for OneServer {
+            fn place(
+                &mut self,
+                cluster: &Cluster,
+                free: &crate::placement::FreeGpus,
+                request: &PlaceRequest<'_>,
+            ) -> Result<Placed, crate::placement::Unplaced> {
+                if free.widest(request.gpu_type) < request.gpus {
+                    return Err(crate::placement::Unplaced::Consolidation {
+                        gpu_type: request.gpu_type,
+                        wanted: request.gpus,
+                        free: free.free_of_type(request.gpu_type),
+                    });
+                }
+                PackingPlacer.place(cluster, free, request)
+            }
+        }
+        let two = Cluster::from_nodes([("t4", 4, 16, 64.0), ("t4", 4, 16, 64.0)]);
+        let program = vec![Choices {
+            options: vec![option(4, 2.0), option(6, 1.0)],
+            left_out: Some(10.0),
+        }];
+        let in_service = [false; 8];
+        let mut picked = vec![Some(1)];
+        fit_with(
+            &two,
+            &EngineProbe::new(&two, &in_service, &mut PackingPlacer),
+            &views,
+            &program,
+            &mut picked,
+        );
+        assert_eq!(picked, [Some(1)], "best fit spreads 6 over the two servers");
+        let mut strict = OneServer;
+        let mut picked = vec![Some(1)];
+        fit_with(
+            &two,
+            &EngineProbe::new(&two, &in_service, &mut strict),
+            &views,
+            &program,
+            &mut picked,
+        );
+        assert_eq!(picked, [Some(0)], "a placer that keeps gangs whole: 4 GPUs");
     }
 
     /// A run that changes size gives its GPUs back first, and the largest gangs are placed first.

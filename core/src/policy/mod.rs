@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
 use crate::job::{Job, JobId};
-use crate::placement::{PlacementStep, Step};
+use crate::placement::{PlacementProbe, PlacementStep, Step};
 use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
@@ -125,6 +125,9 @@ pub struct RoundInput<'a> {
     /// The other active jobs, for a policy that keeps its own queue ([`Policy::keeps_queue`]); `None`
     /// when `jobs` holds every active job.
     pub backlog: Option<&'a dyn Backlog>,
+    /// What-if placements with the engine's placer over the GPUs in service, for a policy that must
+    /// know whether its picks fit before it grants them (see [`crate::placement::probe`]).
+    pub placement: &'a dyn PlacementProbe,
     /// Whether a job arrived or finished (or capacity changed) since the previous call.
     pub jobs_changed: bool,
     /// The GPU types, fastest first for the jobs seen so far (see [`effective::FastestFirst`]): the order

@@ -446,6 +446,7 @@ mod tests {
             .collect();
         let rates = [1.0];
         let views: Vec<JobView<'_>> = jobs.iter().map(|j| JobView::arrived(j, &rates)).collect();
+        let probe = crate::placement::PackingProbe::new(&cluster);
         let input = |jobs, backlog| RoundInput {
             now: 0.0,
             round_length: 360.0,
@@ -453,6 +454,7 @@ mod tests {
             capacity: cluster.capacity(),
             jobs,
             backlog,
+            placement: &probe,
             jobs_changed: true,
             type_order: &[GpuTypeId(0)],
             model: &model,
