@@ -4,22 +4,24 @@
 //! examples and tests: assembling a scenario from user input, running several policies, and reports.
 //!
 //! ```
-//! use gangway::core::{cluster::Cluster, metrics::Window, placement, policy, sim};
+//! use gangway::core::{cluster::Cluster, sim::Simulation, trace::TraceOptions};
 //! use gangway::scenario;
 //!
-//! // Gavel's bundled trace at 2 jobs/hour on 12 V100s, under LAS.
-//! let table = scenario::load_throughputs(None).unwrap();
-//! let options = gangway::core::trace::TraceOptions { rate: Some(2.0), ..Default::default() };
-//! let mut trace = scenario::load_trace(None, &options, &table).unwrap();
+//! // Gavel's bundled trace at 2 jobs/hour on 12 V100s: LAS against FIFO.
+//! let table = scenario::load_throughputs(None)?;
+//! let options = TraceOptions { rate: Some(2.0), ..Default::default() };
+//! let mut trace = scenario::load_trace(None, &options, &table)?;
 //! trace.jobs.truncate(200);
-//! let cluster = Cluster::parse_spec("v100=12", 1).unwrap();
-//! let model = scenario::model_for(&trace, &cluster, &table).unwrap();
-//! let simulation = sim::Simulation::new(&trace, &cluster, model.as_ref());
-//! let mut las = policy::build("las", &policy::PolicyConfig::seeded(0)).unwrap();
-//! let result = simulation.run(las.as_mut(), &mut placement::PackingPlacer, &mut |_, _| {});
-//! let summary = result.summary("las", None);
-//! assert_eq!(summary.measured_jobs, 200);
-//! assert!(summary.avg_jct_h > 0.0);
+//! let report = Simulation::builder()
+//!     .trace(trace)
+//!     .table(table)
+//!     .cluster(Cluster::parse_spec("v100=12", 1)?)
+//!     .policies(["las", "fifo"])
+//!     .run()?;
+//! let las = &report.get("las").unwrap().summary;
+//! assert_eq!(las.measured_jobs, 200);
+//! assert!(las.avg_jct_h > 0.0 && las.avg_ftf.is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 //!
@@ -40,8 +42,6 @@ pub use gangway_protocol as protocol;
 pub use gangway_topology as topology;
 
 pub mod cli;
-#[cfg(feature = "simulate")]
-pub mod compare;
 #[cfg(feature = "serve")]
 pub mod control;
 #[cfg(feature = "simulate")]
