@@ -166,7 +166,7 @@ impl<M: Elastic> Elastic for Reported<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    
+
     use crate::throughput::goodput::Observation;
 
     /// A model whose runs measure one fixed step and gradient statistics `(1, 2)`.
