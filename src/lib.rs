@@ -41,6 +41,9 @@ pub use gangway_launcher as launcher;
 pub use gangway_protocol as protocol;
 pub use gangway_topology as topology;
 
+#[cfg(feature = "serve")]
+pub use plane::ControlPlaneBuilder;
+
 pub mod cli;
 #[cfg(feature = "serve")]
 pub mod control;
@@ -49,6 +52,8 @@ pub mod fidelity;
 #[cfg(feature = "serve")]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "serve")]
+pub mod plane;
 #[cfg(all(feature = "simulate", feature = "plots"))]
 pub mod plots;
 #[cfg(feature = "simulate")]

@@ -71,6 +71,23 @@ pub struct ScenarioArgs {
     pub gittins_distribution: Option<PathBuf>,
 }
 
+impl Default for ScenarioArgs {
+    /// What the command line gives when no option is passed: no table, best-fit packing, no costs,
+    /// gangs spread any way, seed 0, Gittins' distribution learned.
+    fn default() -> Self {
+        ScenarioArgs {
+            throughputs: None,
+            placement: "packing".into(),
+            preempt_cost: 0.0,
+            restore_cost: 0.0,
+            migrate_cost: 0.0,
+            even_gangs: false,
+            seed: 0,
+            gittins_distribution: None,
+        }
+    }
+}
+
 /// A cluster with everything needed to run policies on it, simulated or live.
 pub struct Scenario {
     pub cluster: Arc<Cluster>,

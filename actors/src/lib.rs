@@ -46,7 +46,6 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-
 pub mod api;
 pub mod auth;
 pub mod clock;
