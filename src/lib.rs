@@ -1,7 +1,9 @@
 //! gangway schedules deep-learning training jobs onto shared GPU clusters.
 //!
 //! This facade re-exports the workspace's crates and adds what the `gangway` binary shares with
-//! examples and tests: assembling a scenario from user input, running several policies, and reports.
+//! examples and tests: assembling a scenario from user input, reports, and (feature `serve`) the
+//! `ControlPlaneBuilder`, which starts the live control plane in-process (`plane`'s docs show one).
+//! The simulator's entry point is `core::sim::Simulation::builder`:
 //!
 //! ```
 //! use gangway::core::{cluster::Cluster, sim::Simulation, trace::TraceOptions};
