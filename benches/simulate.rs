@@ -123,19 +123,11 @@ fn overloaded(jobs: u32) -> Trace {
     let job_type = trace.intern_job_type("resnet50");
     let tenant = trace.intern_tenant("default");
     for k in 0..jobs {
-        trace.jobs.push(Job {
-            id: JobId(k),
-            arrival: f64::from(k) / 10.0,
-            job_type,
-            gpus: 1,
-            total_steps: f64::from(1 + (k * 7) % 5),
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(JobId(k), f64::from(k) / 10.0, 1, f64::from(1 + (k * 7) % 5))
+                .with_type(job_type)
+                .with_tenant(tenant),
+        );
     }
     trace
 }

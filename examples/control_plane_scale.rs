@@ -6,20 +6,12 @@
 //! round latency (p50/p99 over every round), and the memory per job (resident set growth / jobs).
 //! Optional arguments: POLICY (default tiresias) and JOBS.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gangway::actors::api::{self, ApiConfig, Listen};
+use gangway::actors::api::Listen;
 use gangway::actors::auth::Token;
-use gangway::actors::cluster::{ClusterActor, GetStats, Parts, Settings, TimeSource};
-use gangway::actors::executor::SimExecutor;
-use gangway::actors::listener::Bound;
 use gangway::core::cluster::Cluster;
-use gangway::core::engine::EngineConfig;
-use gangway::core::job::Names;
-use gangway::core::placement::PackingPlacer;
-use gangway::core::policy::{self, PolicyConfig};
-use gangway::core::throughput::DurationModel;
+use gangway::plane::{ApiOptions, ControlPlaneBuilder};
 
 const CLIENTS: u32 = 16;
 
@@ -49,48 +41,20 @@ fn main() {
         .local_addr()
         .unwrap()
         .port();
-    let journal = tempfile::tempdir().unwrap();
-    let journal_dir = journal.path().join("journal");
-    let (tx, rx) = std::sync::mpsc::channel();
-    let name = policy_name.clone();
-    let token = Token::generate().unwrap();
-    let config = ApiConfig::new(Some(token.clone()));
-    std::thread::spawn(move || {
-        let system = actix::System::with_tokio_rt(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .unwrap()
-        });
-        system.block_on(async move {
-            let cluster = Cluster::parse_spec("v100=171x8,p100=171x8,k80=170x8", 8).unwrap();
-            let types = cluster.num_gpu_types();
-            let parts = Parts {
-                cluster: Arc::new(cluster),
-                model: Arc::new(DurationModel::uniform(types)),
-                names: Names::default(),
-                policy: policy::builtin()
-                    .build(&name, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
-                    .unwrap(),
-                placer: Box::new(PackingPlacer),
-                executor: Box::new(SimExecutor::default()),
-                probes: Vec::new(),
-                health_every: Duration::from_secs(60),
-            };
-            let engine = EngineConfig {
-                round_length: 60.0,
-                ..EngineConfig::default()
-            };
-            let mut settings = Settings::new(engine, TimeSource::Wall { time_scale: 600.0 });
-            settings.journal = Some(journal_dir);
-            let cluster = ClusterActor::start(parts, settings).unwrap();
-            tx.send(cluster.clone()).unwrap();
-            let listen = Listen::Tcp(format!("127.0.0.1:{port}").parse().unwrap());
-            let bound = Bound::bind(&listen, 0o600).unwrap();
-            api::serve(bound, cluster, config).await.unwrap();
-        });
-    });
-    let cluster = rx.recv().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut api = ApiOptions::new(Listen::Tcp(format!("127.0.0.1:{port}").parse().unwrap()));
+    api.token_file = Some(dir.path().join("api-token"));
+    let plane = ControlPlaneBuilder::new()
+        .cluster(Cluster::parse_spec("v100=171x8,p100=171x8,k80=170x8", 8).unwrap())
+        .policy(&policy_name)
+        .simulated_workers()
+        .round(60.0)
+        .time_scale(600.0)
+        .journal(dir.path().join("journal"))
+        .listen(api)
+        .start()
+        .unwrap();
+    let token = Token::read(&dir.path().join("api-token")).unwrap();
     let url = format!("http://127.0.0.1:{port}/jobs");
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
@@ -135,9 +99,7 @@ fn main() {
     let memory_after = resident_bytes();
     // Let rounds run on the full queue for a while (10 s wall = 100 rounds).
     std::thread::sleep(Duration::from_secs(10));
-    let stats = actix::System::new()
-        .block_on(async { cluster.send(GetStats).await })
-        .unwrap();
+    let stats = plane.stats().unwrap();
     println!("policy {policy_name}, {jobs} jobs via HTTP on 4,096 simulated GPUs");
     println!(
         "API: {:.0} submissions/s ({CLIENTS} clients, {:.2} s)",
@@ -160,4 +122,5 @@ fn main() {
         memory_before as f64 / (1 << 20) as f64,
         memory_after as f64 / (1 << 20) as f64
     );
+    plane.shutdown().unwrap();
 }

@@ -4,7 +4,6 @@
 //! rho is a job's JCT divided by its JCT alone on 1/N of the cluster; FTF minimizes the worst rho.
 
 use anyhow::Result;
-use gangway::compare;
 use gangway::core::cluster::Cluster;
 use gangway::core::sim::Simulation;
 use gangway::core::trace::TraceOptions;
@@ -18,20 +17,13 @@ fn main() -> Result<()> {
         &table,
     )?;
     let cluster = Cluster::parse_spec("v100=12,p100=12,k80=12", 1)?;
-    let model = scenario::model_for(&trace, &cluster, &table)?;
-    let simulation = Simulation::new(&trace, &cluster, model.as_ref());
-    let names: Vec<String> = ["fifo", "max_min_fairness", "finish_time_fairness"]
-        .map(String::from)
-        .to_vec();
-    let results = compare::run_policies(
-        &simulation,
-        &Default::default(),
-        &names,
-        true,
-        &compare::packing,
-        &|_| Box::new(|_, _| {}),
-    )?;
-    for (_, s) in results {
+    let report = Simulation::builder()
+        .trace(trace)
+        .cluster(cluster)
+        .table(table)
+        .policies(["fifo", "max_min_fairness", "finish_time_fairness"])
+        .run()?;
+    for s in report.summaries() {
         println!(
             "{:>21}: average JCT {:6.2} h, average rho {:.2}, worst rho {:.2}, rho > 1 for {:.0}% of jobs",
             s.policy,

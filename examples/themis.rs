@@ -7,7 +7,6 @@
 //! minutes, so that the auction's hidden payments (shorter leases) matter.
 
 use anyhow::Result;
-use gangway::compare;
 use gangway::core::cluster::Cluster;
 use gangway::core::error::Source;
 use gangway::core::sim::Simulation;
@@ -37,30 +36,23 @@ fn main() -> Result<()> {
         ),
     };
     trace.scale_load(load);
-    let model = scenario::model_for(&trace, &cluster, &table)?;
-    let simulation = Simulation::new(&trace, &cluster, model.as_ref());
-    let names: Vec<String> = [
-        "fifo",
-        "max_min_fairness",
-        "tiresias",
-        "themis:f=0:lease=1800",
-        "themis:f=0.5:lease=1800",
-        "themis:f=0.8:lease=1800",
-        "themis:f=1:lease=1800",
-    ]
-    .map(String::from)
-    .to_vec();
-    let results = compare::run_policies(
-        &simulation,
-        &Default::default(),
-        &names,
-        true,
-        &compare::packing,
-        &|_| Box::new(|_, _| {}),
-    )?;
+    let report = Simulation::builder()
+        .trace(trace)
+        .cluster(cluster)
+        .table(table)
+        .policies([
+            "fifo",
+            "max_min_fairness",
+            "tiresias",
+            "themis:f=0:lease=1800",
+            "themis:f=0.5:lease=1800",
+            "themis:f=0.8:lease=1800",
+            "themis:f=1:lease=1800",
+        ])
+        .run()?;
     println!("| policy | avg JCT h | avg rho | worst rho | rho > 1 |");
     println!("|---|---|---|---|---|");
-    for (_, s) in results {
+    for s in report.summaries() {
         println!(
             "| {} | {:.2} | {:.2} | {:.2} | {:.1}% |",
             s.policy,

@@ -1,29 +1,15 @@
 //! `gangway serve` and its clients: `gangway submit`, `gangway jobs`, `gangway cancel`.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
-use gangway_actors::api::{self, ApiConfig, Listen};
-use gangway_actors::auth::{HostCheck, Token};
-use gangway_actors::cluster::{
-    ClusterActor, JobInfo, JobRequest, NodeInfo, Parts, Settings, TimeSource,
-};
-use gangway_actors::executor::{Executor, SimExecutor};
-use gangway_actors::health::{HealthProbe, NvmlProbe};
-use gangway_actors::listener::{Bound, Limits};
-use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
-use gangway_core::cluster::Cluster;
-use gangway_core::engine::EngineConfig;
-use gangway_core::throughput::goodput::Reports;
+use gangway_actors::api::Listen;
+use gangway_actors::cluster::{JobInfo, JobRequest, NodeInfo};
+use gangway_actors::request::escape;
 use gangway_launcher::client::{Client, new_idempotency_key};
-use gangway_launcher::confine::Cgroups;
-use gangway_launcher::confine::CorePool;
-use gangway_launcher::executor::{Hosts, ProcessExecutor, check_command};
-use gangway_topology::topology::ClusterSpec;
 
-use crate::scenario::{self, Scenario};
+use crate::plane::{ApiOptions, ControlPlaneBuilder, Gpus};
+use crate::scenario;
 
 /// Where clients find the daemon unless told.
 pub const DEFAULT_DAEMON: &str = "127.0.0.1:7878";
@@ -156,28 +142,6 @@ pub struct ServeArgs {
     pub scenario: scenario::ScenarioArgs,
 }
 
-impl ServeArgs {
-    fn listen_text(&self) -> String {
-        self.listen.to_string()
-    }
-
-    /// Refuses what would expose the daemon: a non-loopback address without --allow-remote.
-    fn check_listen(&self) -> Result<()> {
-        match &self.listen {
-            Listen::Tcp(addr) if !addr.ip().is_loopback() && !self.allow_remote => bail!(
-                "--listen {addr} is not a loopback address: anyone who can reach it could use the API \
-                 (with process workers, run commands). Pass --allow-remote to serve other machines \
-                 (they need the token, and --allow-host for the names they use), or listen on \
-                 127.0.0.1 or unix:PATH"
-            ),
-            Listen::Unix(_) if self.allow_remote || !self.allow_host.is_empty() => {
-                bail!("--allow-remote and --allow-host are for TCP; a Unix socket is local")
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
 /// An octal file mode, as `chmod` takes it.
 fn parse_mode(text: &str) -> Result<u32, String> {
     u32::from_str_radix(text, 8)
@@ -192,44 +156,18 @@ pub enum Workers {
     Simulated,
 }
 
-/// The cluster to serve, with its hardware graph when it came from one, where its GPUs are when
-/// processes can run on them (this machine's devices, or Slurm's nodes), the cores jobs may be pinned
-/// to on this machine, and whether the GPUs are real (NVML or Slurm) ones.
-struct Served {
-    cluster: Cluster,
-    topology: Option<ClusterSpec>,
-    hosts: Option<Hosts>,
-    cores: Vec<usize>,
-    real: bool,
-    /// With --slurm: its nodes, for their watcher.
-    slurm_nodes: Option<Vec<gangway_launcher::slurm::SlurmNode>>,
+/// Runs the control plane until interrupted.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    let plane = builder(args)?.start()?;
+    plane.serve_until(async {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("gangway serve: interrupted; the journal has everything");
+    })?;
+    Ok(())
 }
 
-/// This machine as one server of `gpus` GPUs of `model`: with the cores and memory jobs may be
-/// allotted (--cpus, --memory-gb, or what this process may use).
-fn this_machine(args: &ServeArgs, model: &str, gpus: u32) -> Result<(Cluster, Vec<usize>)> {
-    use gangway_launcher::confine::{machine_memory_gb, usable_cores};
-    let mut cores = usable_cores();
-    if let Some(n) = args.cpus {
-        if n == 0 || n as usize > cores.len() {
-            bail!(
-                "--cpus {n}: this process may use {} cores ({})",
-                cores.len(),
-                gangway_launcher::confine::core_list(&cores)
-            );
-        }
-        cores.truncate(n as usize);
-    }
-    let memory_gb = match args.memory_gb {
-        Some(gb) if gb.is_finite() && gb > 0.0 => gb,
-        Some(gb) => bail!("--memory-gb {gb}: must be a positive number of GB"),
-        None => machine_memory_gb().context("reading this machine's memory from /proc/meminfo")?,
-    };
-    let cluster = Cluster::try_from_nodes([(model, gpus, cores.len() as u32, memory_gb)])?;
-    Ok((cluster, cores))
-}
-
-fn serve_cluster(args: &ServeArgs) -> Result<Served> {
+/// The control plane `gangway serve`'s options describe.
+fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
     if (args.cpus.is_some() || args.memory_gb.is_some())
         && (args.preset.is_some()
             || args.topology.is_some()
@@ -241,329 +179,60 @@ fn serve_cluster(args: &ServeArgs) -> Result<Served> {
              --topology, --cluster or --slurm gives its servers' own"
         );
     }
-    let elsewhere = |spec: ClusterSpec| -> Result<Served> {
-        Ok(Served {
-            cluster: Cluster::from_topology(&spec.build())?,
-            topology: Some(spec),
-            hosts: None,
-            cores: Vec::new(),
-            real: false,
-            slurm_nodes: None,
+    let mut plane = ControlPlaneBuilder::new();
+    plane = if args.slurm {
+        plane.slurm(args.partition, args.topology)
+    } else if let Some(count) = args.fake_gpus {
+        plane.this_machine(Gpus::Fake {
+            count,
+            gpu_type: args.fake_gpu_type,
         })
-    };
-    if args.slurm {
-        let (cluster, nodes, node_of) = crate::slurm_nodes::cluster(args.partition.as_deref())?;
-        let topology = match &args.topology {
-            Some(path) => Some(crate::slurm_nodes::matching_topology(path, &nodes)?),
-            None => None,
-        };
-        return Ok(Served {
-            cluster,
-            topology,
-            hosts: Some(Hosts::Slurm(node_of)),
-            cores: Vec::new(),
-            real: true,
-            slurm_nodes: Some(nodes),
-        });
-    }
-    if let Some(n) = args.fake_gpus {
-        if n == 0 {
-            bail!("--fake-gpus must be at least 1");
-        }
-        // The cluster first: it refuses a count beyond its limit before any per-GPU list is made.
-        let (cluster, cores) = this_machine(args, &args.fake_gpu_type, n)?;
-        return Ok(Served {
-            cluster,
-            topology: None,
-            hosts: Some(Hosts::Local((0..n).collect())),
-            cores,
-            real: false,
-            slurm_nodes: None,
-        });
-    }
-    if let Some(name) = &args.preset {
-        return elsewhere(scenario::preset_cluster(name, args.servers, 16)?);
-    }
-    if let Some(path) = &args.topology {
-        return elsewhere(scenario::topology_file(path)?);
-    }
-    if let Some(spec) = &args.cluster {
-        return Ok(Served {
-            cluster: scenario::load_cluster(spec, None, 1)?,
-            topology: None,
-            hosts: None,
-            cores: Vec::new(),
-            real: false,
-            slurm_nodes: None,
-        });
-    }
-    match gangway_topology::discover::discover() {
-        Ok(found) => {
-            let count = found.gpus.len() as u32;
-            if count == 0 {
-                bail!(
-                    "NVML found no GPUs here; pass --fake-gpus N, --preset NAME or --topology FILE"
-                );
-            }
-            let model = found.gpus[0].name.to_ascii_lowercase().replace(' ', "-");
-            let (cluster, cores) = this_machine(args, &model, count)?;
-            Ok(Served {
-                cluster,
-                topology: None,
-                hosts: Some(Hosts::Local(found.gpus.iter().map(|g| g.index).collect())),
-                cores,
-                real: true,
-                slurm_nodes: None,
-            })
-        }
-        Err(e) => bail!(
-            "no GPUs discovered ({e}); pass --fake-gpus N, --preset NAME, --topology FILE or --cluster SPEC"
-        ),
-    }
-}
-
-/// Runs the control plane until interrupted.
-pub fn serve(args: ServeArgs) -> Result<()> {
-    for (flag, seconds) in [
-        ("--header-timeout", args.header_timeout),
-        ("--body-timeout", args.body_timeout),
-    ] {
-        if !(seconds.is_finite() && (0.1..=3600.0).contains(&seconds)) {
-            bail!("{flag} must be from 0.1 to 3600 seconds");
-        }
-    }
-    if args.max_connections == Some(0) || args.max_connections_per_peer == Some(0) {
-        bail!("--max-connections and --max-connections-per-peer must be at least 1");
-    }
-    if let Some(name) = args.allow_env.iter().find(|n| {
-        let n = n.strip_suffix('*').unwrap_or(n);
-        n.is_empty() || n.contains(['=', '\0'])
-    }) {
-        bail!("--allow-env `{}` is not a variable name", escape(name));
-    }
-    for name in args
-        .allow_env
-        .iter()
-        .filter(|n| !n.ends_with('*') && !startup_variable(n))
-    {
-        eprintln!(
-            "gangway serve: note: --allow-env {name} changes nothing: jobs may set it anyway"
-        );
-    }
-    args.check_listen()?;
-    // A spec with a typo fails before anything is looked at.
-    gangway_core::policy::builtin().resolve(&args.policy)?;
-    gangway_core::limits::TIME_SCALE
-        .check_option("--time-scale", args.time_scale)
-        .map_err(anyhow::Error::msg)?;
-    let Served {
-        cluster,
-        topology,
-        hosts,
-        cores,
-        real: real_gpus,
-        slurm_nodes,
-    } = serve_cluster(&args)?;
-    let node_names: Vec<String> = match (&slurm_nodes, &hosts) {
-        (Some(nodes), _) => nodes.iter().map(|n| n.name.clone()).collect(),
-        (None, Some(Hosts::Local(_))) => {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            vec![host.trim().to_owned()]
-        }
-        _ => Vec::new(),
-    };
-    // What runs live is what `gangway simulate` runs: the same model, placer, knobs and costs; live,
-    // arrivals and completions also trigger a round.
-    let engine = EngineConfig {
-        round_length: args.round,
-        schedule_on_arrival: true,
-        schedule_on_completion: true,
-        ..EngineConfig::default()
-    };
-    // One torchrun agent per Slurm node starts as many workers on each.
-    let mut scenario_args = args.scenario.clone();
-    scenario_args.even_gangs |= args.slurm;
-    let scenario = Scenario::assemble(&scenario_args, cluster, topology, engine, false)?;
-    let workers = args.workers.unwrap_or(if real_gpus {
-        Workers::Processes
+    } else if let Some(name) = args.preset {
+        plane.preset(name, args.servers)
+    } else if let Some(path) = args.topology {
+        plane.topology_file(path)
+    } else if let Some(spec) = args.cluster {
+        plane.cluster_spec(spec)
     } else {
-        Workers::Simulated
-    });
-    // The model and the policy before anything is made: a policy that needs what the model lacks is
-    // refused first.
-    let reports = Reports::default();
-    let (model, names) = match &args.goodput_profiles {
-        Some(dir) => {
-            let real = matches!(workers, Workers::Processes).then(|| reports.clone());
-            scenario::live_goodput(dir, &scenario.cluster, real)?
-        }
-        None => scenario.live_model(args.profiles.as_deref())?,
+        plane.this_machine(Gpus::Nvml)
     };
-    let policy = scenario.policy(&args.policy, model.as_ref())?;
-    let node_of = match &hosts {
-        Some(Hosts::Slurm(node_of)) => Some(node_of.clone()),
-        _ => None,
+    plane = match args.workers {
+        Some(Workers::Processes) => plane.process_workers(),
+        Some(Workers::Simulated) => plane.simulated_workers(),
+        None => plane,
     };
-    let executor: Box<dyn Executor> = match (workers, hosts) {
-        (Workers::Simulated, _) => Box::new(SimExecutor::default()),
-        (Workers::Processes, None) => bail!(
-            "process workers run on this machine's GPUs (NVML discovery or --fake-gpus N) or, \
-             through Slurm, on its nodes' (--slurm); these GPUs are on servers no process can reach"
-        ),
-        (Workers::Processes, Some(hosts)) => {
-            if args.time_scale != 1.0 {
-                bail!("--time-scale must be 1 with process workers: real jobs run in real time");
-            }
-            let elastic_run = match &args.elastic_run {
-                Some(path) => path.clone(),
-                None => std::env::current_exe()
-                    .context("locating gangway")?
-                    .with_file_name("elastic-run"),
-            };
-            if !elastic_run.is_file() {
-                bail!(
-                    "{} not found: build it (cargo build --bin elastic-run) or pass --elastic-run PATH",
-                    elastic_run.display()
-                );
-            }
-            let runs = args.journal.join("runs");
-            let local = matches!(hosts, Hosts::Local(_));
-            let executor = ProcessExecutor::on(elastic_run, hosts, runs.clone())
-                .with_context(|| format!("creating {}", runs.display()))?
-                .with_cores(CorePool::new(cores.clone()));
-            if local {
-                eprintln!(
-                    "gangway serve: jobs pinned to their share of cores {}; {}",
-                    gangway_launcher::confine::core_list(&cores),
-                    executor.cgroups().describe()
-                );
-                if let Cgroups::Unavailable(why) = executor.cgroups() {
-                    tracing::warn!(
-                        %why,
-                        "no cgroup can be made for jobs: a process of a job that clears its \
-                         environment can outlive the job; run the daemon as root or in a delegated \
-                         cgroup"
-                    );
-                }
-            }
-            Box::new(executor)
-        }
-    };
-    std::fs::create_dir_all(&args.journal)
-        .with_context(|| format!("creating {}", args.journal.display()))?;
-    let probes: Vec<Box<dyn HealthProbe>> = match (slurm_nodes, &node_of) {
-        (Some(nodes), Some(node_of)) => {
-            let states =
-                crate::slurm_nodes::watch(&nodes, args.partition.clone(), Duration::from_secs(2));
-            crate::slurm_nodes::SlurmProbe::for_all_gpus(&states, node_of)
-                .into_iter()
-                .map(|p| Box::new(p) as _)
-                .collect()
-        }
-        _ => match NvmlProbe::for_all_gpus() {
-            Some(probes) if real_gpus => probes.into_iter().map(|p| Box::new(p) as _).collect(),
-            _ => Vec::new(),
-        },
-    };
-    let cluster = &scenario.cluster;
-    eprintln!(
-        "gangway serve: {} GPUs ({}), {} workers, policy {}, journal {}, listening on {}",
-        cluster.num_gpus(),
-        cluster.describe(),
-        match workers {
-            Workers::Processes => "process",
-            Workers::Simulated => "simulated",
-        },
-        args.policy,
-        args.journal.display(),
-        args.listen_text()
-    );
-    let parts = Parts {
-        cluster: Arc::clone(&scenario.cluster),
-        model,
-        names,
-        policy,
-        placer: scenario.placer(),
-        executor,
-        probes,
-        health_every: Duration::from_secs(5),
-    };
-    let mut settings = Settings::new(
-        scenario.engine.clone(),
-        TimeSource::Wall {
-            time_scale: args.time_scale,
-        },
-    );
-    settings.journal = Some(args.journal.clone());
-    settings.snapshot_every = args.snapshot_every;
-    settings.max_restarts = args.max_restarts;
-    settings.node_names = node_names;
-    settings.reports = reports;
-    let mut config = api_config(&args, workers)?;
-    let system = actix::System::with_tokio_rt(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("a tokio runtime")
-    });
-    system.block_on(async move {
-        // Before anything starts: a port in use fails here, with nothing to undo.
-        let bound = Bound::bind(&args.listen, args.socket_mode)
-            .with_context(|| format!("listening on {}", args.listen_text()))?;
-        if let Bound::Tcp(_) = &bound {
-            let hosts = HostCheck::new(bound.port().unwrap_or(0), args.allow_host.clone());
-            config.hosts = Some(hosts);
-        }
-        let cluster = ClusterActor::start(parts, settings)?;
-        tokio::select! {
-            served = api::serve(bound, cluster, config) => served.context("serving the API")?,
-            _ = tokio::signal::ctrl_c() => eprintln!("gangway serve: interrupted; the journal has everything"),
-        }
-        Ok(())
-    })
-}
-
-/// Who may use the API and what jobs may run: on TCP a new token, written where clients find it.
-fn api_config(args: &ServeArgs, workers: Workers) -> Result<ApiConfig> {
-    let token = match &args.listen {
-        Listen::Tcp(_) => {
-            let token = Token::generate()?;
-            let file = args
-                .token_file
-                .clone()
-                .unwrap_or_else(|| args.journal.join("api-token"));
-            token.write(&file)?;
-            eprintln!(
-                "gangway serve: API token in {} (readable by this user only; gangway's clients read it \
-                 from there or from $GANGWAY_TOKEN_FILE; curl -H \"Authorization: Bearer $(cat FILE)\")",
-                file.display()
-            );
-            Some((token, file))
-        }
-        Listen::Unix(_) => None,
-    };
-    let mut run_policy = RunPolicy::new(Submitter::this_process());
-    run_policy.allowed_env = args.allow_env.clone();
-    if workers == Workers::Processes {
-        run_policy.args = Some(Arc::new(check_command));
+    if let Some(path) = args.elastic_run {
+        plane = plane.elastic_run(path);
     }
-    let open_files = gangway_actors::listener::raise_open_files_limit();
-    let limits = Limits {
-        // Room for the journal, the workers' logs and NVML beside the connections.
-        max_connections: args.max_connections.unwrap_or_else(|| {
-            usize::try_from(open_files.saturating_sub(128).clamp(16, 1024)).unwrap_or(1024)
-        }),
-        max_per_peer: args.max_connections_per_peer,
-        header_timeout: Duration::from_secs_f64(args.header_timeout),
-        body_timeout: Duration::from_secs_f64(args.body_timeout),
+    if let Some(path) = args.profiles {
+        plane = plane.resource_profiles(path);
+    }
+    if let Some(dir) = args.goodput_profiles {
+        plane = plane.goodput_profiles(dir);
+    }
+    let api = ApiOptions {
+        listen: args.listen,
+        allow_remote: args.allow_remote,
+        allow_hosts: args.allow_host,
+        token_file: args.token_file,
+        socket_mode: args.socket_mode,
+        allow_env: args.allow_env,
+        max_connections: args.max_connections,
+        max_connections_per_peer: args.max_connections_per_peer,
+        header_timeout: args.header_timeout,
+        body_timeout: args.body_timeout,
     };
-    Ok(ApiConfig {
-        token_file: token.as_ref().map(|(_, file)| file.clone()),
-        token: token.map(|(token, _)| token),
-        hosts: None,
-        run_policy,
-        limits,
-    })
+    Ok(plane
+        .machine_resources(args.cpus, args.memory_gb)
+        .policy(args.policy)
+        .scenario(args.scenario)
+        .round(args.round)
+        .journal(args.journal)
+        .snapshot_every(args.snapshot_every)
+        .max_restarts(args.max_restarts)
+        .time_scale(args.time_scale)
+        .listen(api)
+        .notes(|note| eprintln!("gangway serve: {note}")))
 }
 
 #[derive(clap::Args)]

@@ -10,10 +10,10 @@ use anyhow::{Context, Result, bail};
 
 use gangway_core::metrics::{Summary, Window};
 use gangway_core::policy;
-use gangway_core::sim::{SimConfig, Simulation};
+use gangway_core::sim::Simulation;
 use gangway_core::trace::TraceOptions;
 
-use crate::{compare, scenario};
+use crate::scenario;
 
 /// Gavel's numbers, keyed by (policy, rate x 100 rounded).
 #[derive(Debug, Default)]
@@ -95,10 +95,6 @@ pub fn run_gavel_setup(trace_text: &str, rate: f64, policies: &[String]) -> Resu
         &options,
     )?;
     let cluster = gangway_core::cluster::Cluster::parse_spec("v100=36,p100=36,k80=36", 1)?;
-    let model = scenario::model_for(&trace, &cluster, &table)?;
-    let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
-    simulation.config = SimConfig::default();
-    simulation.window = Window(Some(4000..5000));
     let mut names: Vec<String> = policies.to_vec();
     let reference = |spec: &str| -> Result<String> {
         let knobs = policy::builtin().resolve(spec)?.knobs;
@@ -116,15 +112,16 @@ pub fn run_gavel_setup(trace_text: &str, rate: f64, policies: &[String]) -> Resu
             names.push(r.clone());
         }
     }
-    let results = compare::run_policies(
-        &simulation,
-        &Default::default(),
-        &names,
-        false,
-        &compare::packing,
-        &|_| Box::new(|_, _| {}),
-    )?;
-    let by_name = |name: &str| &results[names.iter().position(|n| n == name).expect("ran")].0;
+    // Each policy's rho is against its own reference, so none is measured by the runs themselves.
+    let report = Simulation::builder()
+        .trace(trace)
+        .cluster(cluster)
+        .table(table)
+        .window(Window(Some(4000..5000)))
+        .policies(&names)
+        .fairness(false)
+        .run()?;
+    let by_name = |name: &str| &report.get(name).expect("ran").result;
     Ok(policies
         .iter()
         .zip(&references)

@@ -1,25 +1,29 @@
 //! gangway schedules deep-learning training jobs onto shared GPU clusters.
 //!
 //! This facade re-exports the workspace's crates and adds what the `gangway` binary shares with
-//! examples and tests: assembling a scenario from user input, running several policies, and reports.
+//! examples and tests: assembling a scenario from user input, reports, and (feature `serve`) the
+//! `ControlPlaneBuilder`, which starts the live control plane in-process (`plane`'s docs show one).
+//! The simulator's entry point is `core::sim::Simulation::builder`:
 //!
 //! ```
-//! use gangway::core::{cluster::Cluster, metrics::Window, placement, policy, sim};
+//! use gangway::core::{cluster::Cluster, sim::Simulation, trace::TraceOptions};
 //! use gangway::scenario;
 //!
-//! // Gavel's bundled trace at 2 jobs/hour on 12 V100s, under LAS.
-//! let table = scenario::load_throughputs(None).unwrap();
-//! let options = gangway::core::trace::TraceOptions { rate: Some(2.0), ..Default::default() };
-//! let mut trace = scenario::load_trace(None, &options, &table).unwrap();
+//! // Gavel's bundled trace at 2 jobs/hour on 12 V100s: LAS against FIFO.
+//! let table = scenario::load_throughputs(None)?;
+//! let options = TraceOptions { rate: Some(2.0), ..Default::default() };
+//! let mut trace = scenario::load_trace(None, &options, &table)?;
 //! trace.jobs.truncate(200);
-//! let cluster = Cluster::parse_spec("v100=12", 1).unwrap();
-//! let model = scenario::model_for(&trace, &cluster, &table).unwrap();
-//! let simulation = sim::Simulation::new(&trace, &cluster, model.as_ref());
-//! let mut las = policy::builtin().build("las", &policy::PolicyConfig::seeded(0), &policy::Capabilities::ALL).unwrap();
-//! let result = simulation.run(las.as_mut(), &mut placement::PackingPlacer, &mut |_, _| {});
-//! let summary = result.summary("las", None);
-//! assert_eq!(summary.measured_jobs, 200);
-//! assert!(summary.avg_jct_h > 0.0);
+//! let report = Simulation::builder()
+//!     .trace(trace)
+//!     .table(table)
+//!     .cluster(Cluster::parse_spec("v100=12", 1)?)
+//!     .policies(["las", "fifo"])
+//!     .run()?;
+//! let las = &report.get("las").unwrap().summary;
+//! assert_eq!(las.measured_jobs, 200);
+//! assert!(las.avg_jct_h > 0.0 && las.avg_ftf.is_some());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 //!
@@ -39,9 +43,10 @@ pub use gangway_launcher as launcher;
 pub use gangway_protocol as protocol;
 pub use gangway_topology as topology;
 
+#[cfg(feature = "serve")]
+pub use plane::ControlPlaneBuilder;
+
 pub mod cli;
-#[cfg(feature = "simulate")]
-pub mod compare;
 #[cfg(feature = "serve")]
 pub mod control;
 #[cfg(feature = "simulate")]
@@ -49,6 +54,8 @@ pub mod fidelity;
 #[cfg(feature = "serve")]
 #[doc(hidden)]
 pub mod fuzzing;
+#[cfg(feature = "serve")]
+pub mod plane;
 #[cfg(all(feature = "simulate", feature = "plots"))]
 pub mod plots;
 #[cfg(feature = "simulate")]

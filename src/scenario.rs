@@ -10,11 +10,12 @@ use anyhow::{Context, Result, bail};
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_core::error::{Source, read_text};
-use gangway_core::job::{Names, Trace, WorkUnit};
+use gangway_core::job::{Names, Trace};
 use gangway_core::limits;
 use gangway_core::placement::even::Even;
 use gangway_core::placement::{PackingPlacer, PlacementMode, Placer, TopologyPlacer};
 use gangway_core::policy::{self, Policy, PolicyConfig};
+use gangway_core::sim::{self, SimulationError};
 use gangway_core::throughput::goodput::{ProfiledWorkload, Reported, Reports};
 use gangway_core::throughput::resources::{ResourceModel, ResourceProfiles};
 use gangway_core::throughput::{DurationModel, TableModel, ThroughputModel, ThroughputTable};
@@ -68,6 +69,23 @@ pub struct ScenarioArgs {
     /// `yarn-gput*.csv`, for `tiresias_gittins`; without it the distribution is learned from finished jobs.
     #[arg(long, value_name = "PATH")]
     pub gittins_distribution: Option<PathBuf>,
+}
+
+impl Default for ScenarioArgs {
+    /// What the command line gives when no option is passed: no table, best-fit packing, no costs,
+    /// gangs spread any way, seed 0, Gittins' distribution learned.
+    fn default() -> Self {
+        ScenarioArgs {
+            throughputs: None,
+            placement: "packing".into(),
+            preempt_cost: 0.0,
+            restore_cost: 0.0,
+            migrate_cost: 0.0,
+            even_gangs: false,
+            seed: 0,
+            gittins_distribution: None,
+        }
+    }
 }
 
 /// A cluster with everything needed to run policies on it, simulated or live.
@@ -166,25 +184,24 @@ impl Scenario {
         }
     }
 
-    /// The policy a spec names, with this scenario's configuration, for a run with `model`.
-    pub fn policy(&self, spec: &str, model: &dyn ThroughputModel) -> Result<Box<dyn Policy>> {
-        Ok(policy::build(spec, &self.policy_config, model)?)
+    /// The policy a spec names in `registry`, with this scenario's configuration, for a run with
+    /// `model` (an error if it needs what `model` lacks).
+    pub fn policy(
+        &self,
+        registry: &policy::Registry,
+        spec: &str,
+        model: &dyn ThroughputModel,
+    ) -> Result<Box<dyn Policy>, policy::BuildError> {
+        registry.build(spec, &self.policy_config, &policy::Capabilities::of(model))
     }
 
     /// The model for a trace: the table for step-counted traces, durations otherwise.
     pub fn model_for(&self, trace: &Trace) -> Result<Box<dyn ThroughputModel>> {
-        match (trace.work_unit(), &self.table) {
-            (WorkUnit::Progress, _) => {
-                Ok(Box::new(ProfiledWorkload::for_trace(trace, &self.cluster)?))
-            }
-            (WorkUnit::Steps, Some(table)) => {
-                Ok(Box::new(TableModel::new(table, trace, &self.cluster)?))
-            }
-            (WorkUnit::Steps, None) => bail!(
-                "{} counts work in steps: pass --throughputs with a table of steps per second",
-                trace.source
+        match sim::builder::model_for(trace, &self.cluster, self.table.as_ref()) {
+            Err(SimulationError::NoTable { trace }) => bail!(
+                "{trace} counts work in steps: pass --throughputs with a table of steps per second"
             ),
-            (WorkUnit::Seconds, _) => seconds_model(trace, &self.cluster),
+            model => Ok(model?),
         }
     }
 
@@ -310,28 +327,7 @@ pub fn model_for(
     cluster: &Cluster,
     table: &ThroughputTable,
 ) -> Result<Box<dyn ThroughputModel>> {
-    Ok(match trace.work_unit() {
-        WorkUnit::Steps => Box::new(TableModel::new(table, trace, cluster)?),
-        WorkUnit::Seconds => seconds_model(trace, cluster)?,
-        WorkUnit::Progress => Box::new(ProfiledWorkload::for_trace(trace, cluster)?),
-    })
-}
-
-/// Durations, scaled by the CPUs and memory a run gets when the trace comes with Synergy's profiles.
-fn seconds_model(trace: &Trace, cluster: &Cluster) -> Result<Box<dyn ThroughputModel>> {
-    let durations = DurationModel::uniform(cluster.num_gpu_types());
-    Ok(match &trace.profiles {
-        Some(path) => {
-            let profiles = ResourceProfiles::load(path, "models")?;
-            Box::new(ResourceModel::new(
-                durations,
-                Arc::new(profiles),
-                &trace.names,
-                cluster,
-            ))
-        }
-        None => Box::new(durations),
-    })
+    Ok(sim::builder::model_for(trace, cluster, Some(table))?)
 }
 
 /// Reads `--cluster-file` or parses `--cluster`.

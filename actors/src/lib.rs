@@ -13,32 +13,37 @@
 //! the token and the `Host` check, [`listener`] bounds connections and timeouts. [`driver`] replays a
 //! trace in virtual time.
 //!
+//! [`plane::ControlPlane`] runs them in-process, on a thread of their own, behind typed blocking
+//! methods (the facade's `ControlPlaneBuilder` assembles one from a cluster, a policy spec and an
+//! executor):
+//!
 //! ```
 //! use std::sync::Arc;
-//! use gangway_actors::clock::VirtualClock;
-//! use gangway_actors::cluster::{ClusterActor, JobRequest, Parts, Settings, Submit, TimeSource};
+//! use gangway_actors::cluster::{JobRequest, Parts, Settings, TimeSource};
 //! use gangway_actors::executor::SimExecutor;
+//! use gangway_actors::plane::ControlPlane;
 //! use gangway_core::{cluster::Cluster, engine::EngineConfig, job::Names, placement, policy};
 //! use gangway_core::throughput::DurationModel;
 //!
-//! actix::System::new().block_on(async {
-//!     let clock = Arc::new(VirtualClock::new(0.0));
-//!     let parts = Parts {
-//!         cluster: Arc::new(Cluster::parse_spec("v100=4", 4).unwrap()),
-//!         model: Arc::new(DurationModel::uniform(1)),
-//!         names: Names::default(),
-//!         policy: policy::builtin().build("fifo", &Default::default(), &policy::Capabilities::ALL).unwrap(),
-//!         placer: Box::new(placement::PackingPlacer),
-//!         executor: Box::new(SimExecutor::default()),
-//!         probes: Vec::new(),
-//!         health_every: std::time::Duration::from_secs(10),
-//!     };
-//!     let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
-//!     let cluster = ClusterActor::start(parts, settings).unwrap();
-//!     let request = JobRequest { tenant: "a".into(), ..JobRequest::new("toy", 2, 60.0) };
-//!     let id = cluster.send(Submit { request, at: None, key: None }).await.unwrap().unwrap();
-//!     assert_eq!(id.0, 0);
-//! });
+//! let parts = Parts {
+//!     cluster: Arc::new(Cluster::parse_spec("v100=4", 4)?),
+//!     model: Arc::new(DurationModel::uniform(1)),
+//!     names: Names::default(),
+//!     policy: policy::build("fifo", &Default::default(), &DurationModel::uniform(1))?,
+//!     placer: Box::new(placement::PackingPlacer),
+//!     executor: Box::new(SimExecutor::default()),
+//!     probes: Vec::new(),
+//!     health_every: std::time::Duration::from_secs(10),
+//! };
+//! // Simulated workers, an hour of work a wall second.
+//! let settings = Settings::new(EngineConfig::default(), TimeSource::Wall { time_scale: 3600.0 });
+//! let plane = ControlPlane::spawn(parts, settings, None)?;
+//! let request = JobRequest { tenant: "a".into(), ..JobRequest::new("toy", 2, 60.0) };
+//! let id = plane.submit(request)?;
+//! assert_eq!(id.0, 0);
+//! assert_eq!(plane.list()?[0].tenant, "a");
+//! plane.shutdown()?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 pub mod api;
@@ -53,6 +58,7 @@ pub mod health;
 pub mod job;
 pub mod ledger;
 pub mod listener;
+pub mod plane;
 pub mod request;
 pub mod stats;
 

@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::GpuTypeId;
+use crate::error::{InputError, Source};
+use crate::limits;
 
 pub use gangway_protocol::ids::JobId;
 
@@ -89,6 +91,73 @@ impl Sizes {
 }
 
 impl Job {
+    /// A job of type 0 and tenant 0 ([`Names`]' first), weight 1, keeping its GPUs and batch: `gpus`
+    /// GPUs at once from `arrival` (seconds), `work` in its trace's [`WorkUnit`]. The `with_*` methods
+    /// set the rest.
+    pub fn new(id: JobId, arrival: f64, gpus: u32, work: f64) -> Job {
+        Job {
+            id,
+            arrival,
+            job_type: JobTypeId(0),
+            gpus,
+            total_steps: work,
+            weight: 1.0,
+            tenant: TenantId(0),
+            batch: None,
+            min_batch: None,
+            sizes: None,
+            group_by_type: Vec::new(),
+        }
+    }
+
+    /// The same job, of type `job_type`.
+    pub fn with_type(self, job_type: JobTypeId) -> Job {
+        Job { job_type, ..self }
+    }
+
+    /// The same job, with priority weight `weight`.
+    pub fn with_weight(self, weight: f64) -> Job {
+        Job { weight, ..self }
+    }
+
+    /// The same job, of tenant `tenant`.
+    pub fn with_tenant(self, tenant: TenantId) -> Job {
+        Job { tenant, ..self }
+    }
+
+    /// The same job, tuned for the global batch `batch` (see [`Job::batch`]).
+    pub fn with_batch(self, batch: u32) -> Job {
+        Job {
+            batch: Some(batch),
+            ..self
+        }
+    }
+
+    /// The same job, adapting its batch down to `min_batch` (see [`Job::min_batch`]).
+    pub fn with_min_batch(self, min_batch: u32) -> Job {
+        Job {
+            min_batch: Some(min_batch),
+            ..self
+        }
+    }
+
+    /// The same job, on the sizes `sizes` when a policy resizes it (see [`Job::sizes`]).
+    pub fn with_sizes(self, sizes: Sizes) -> Job {
+        Job {
+            sizes: Some(sizes),
+            ..self
+        }
+    }
+
+    /// The same job, with a replica of `group_by_type[t]` GPUs on GPU type `t` (see
+    /// [`Job::group_by_type`]).
+    pub fn with_groups(self, group_by_type: Vec<u32>) -> Job {
+        Job {
+            group_by_type,
+            ..self
+        }
+    }
+
     /// The GPUs of one of its data-parallel replicas on `gpu_type`: its `tp x pp` group there (1 for
     /// a data-parallel job).
     pub fn group_on(&self, gpu_type: GpuTypeId) -> u32 {
@@ -240,6 +309,137 @@ impl Trace {
     }
 }
 
+impl Trace {
+    /// Starts a trace of jobs made in code, their work counted in `work_unit`.
+    pub fn builder(work_unit: WorkUnit) -> TraceBuilder {
+        TraceBuilder::new(work_unit)
+    }
+}
+
+/// Builds a [`Trace`] from jobs made in code. Names are interned as jobs name them; [`build`] sorts
+/// the jobs by arrival (stably), numbers them 0.. in that order, and checks every number against
+/// [`crate::limits`] as a trace file's are checked.
+///
+/// [`build`]: TraceBuilder::build
+///
+/// ```
+/// use gangway_core::job::{Trace, WorkUnit};
+///
+/// let trace = Trace::builder(WorkUnit::Seconds)
+///     .job("resnet50", 60.0, 4, 3600.0)
+///     .tenant("team-b")
+///     .job_with("bert", 0.0, 2, 1800.0, |job| job.with_weight(2.0))
+///     .build()
+///     .unwrap();
+/// // Numbered in arrival order.
+/// assert_eq!(trace.job_type_name(trace.jobs[0].job_type), "bert");
+/// assert_eq!(trace.tenant_name(trace.jobs[0].tenant), "team-b");
+/// assert_eq!((trace.jobs[0].id.0, trace.jobs[1].id.0), (0, 1));
+/// ```
+#[derive(Clone, Debug)]
+pub struct TraceBuilder {
+    trace: Trace,
+    /// The tenant of the jobs added next.
+    tenant: TenantId,
+}
+
+/// The source a trace made in code names in its errors, unless [`TraceBuilder::source`] says another.
+pub const CODE_SOURCE: &str = "code";
+
+impl TraceBuilder {
+    /// An empty trace counting work in `work_unit`; its jobs are tenant `default`'s until
+    /// [`TraceBuilder::tenant`] names another.
+    pub fn new(work_unit: WorkUnit) -> Self {
+        let mut trace = Trace::new(CODE_SOURCE, work_unit);
+        let tenant = trace.intern_tenant("default");
+        TraceBuilder { trace, tenant }
+    }
+
+    /// Names where the jobs came from, for messages (default [`CODE_SOURCE`]).
+    pub fn source(mut self, source: impl Into<String>) -> Self {
+        self.trace.source = source.into();
+        self
+    }
+
+    /// The tenant of the jobs added after this call.
+    pub fn tenant(mut self, name: &str) -> Self {
+        self.tenant = self.trace.intern_tenant(name);
+        self
+    }
+
+    /// Adds a job of type `job_type` that arrives at `arrival` seconds and needs `gpus` GPUs at once
+    /// for `work` (in the trace's [`WorkUnit`]).
+    pub fn job(self, job_type: &str, arrival: f64, gpus: u32, work: f64) -> Self {
+        self.job_with(job_type, arrival, gpus, work, |job| job)
+    }
+
+    /// [`TraceBuilder::job`], with the job passed through `edit` (to set its weight, sizes or batch
+    /// with [`Job`]'s `with_*` methods).
+    pub fn job_with(
+        mut self,
+        job_type: &str,
+        arrival: f64,
+        gpus: u32,
+        work: f64,
+        edit: impl FnOnce(Job) -> Job,
+    ) -> Self {
+        let job_type = self.trace.intern_job_type(job_type);
+        let id = JobId(self.trace.jobs.len() as u32);
+        let job = Job::new(id, arrival, gpus, work)
+            .with_type(job_type)
+            .with_tenant(self.tenant);
+        self.trace.jobs.push(edit(job));
+        self
+    }
+
+    /// The trace, its jobs in arrival order and numbered so. A number out of its range is an error
+    /// at `SOURCE:N: field `...``, `N` being the job's place in the order it was added, from 1.
+    pub fn build(self) -> Result<Trace, InputError> {
+        let mut trace = self.trace;
+        let source = Source(trace.source.clone());
+        let work = match trace.work_unit() {
+            WorkUnit::Steps => limits::STEPS,
+            WorkUnit::Seconds => limits::WORK_SECONDS,
+            WorkUnit::Progress => limits::PROGRESS,
+        };
+        for (k, job) in trace.jobs.iter().enumerate() {
+            let place = k as u64 + 1;
+            let field = |name: &str, range: &limits::Range, value: f64| {
+                range
+                    .check(value)
+                    .map(drop)
+                    .map_err(|why| InputError::field(&source, place, name, why))
+            };
+            field("arrival", &limits::ARRIVAL_SECONDS, job.arrival)?;
+            field("gpus", &limits::JOB_GPUS, f64::from(job.gpus))?;
+            field("work", &work, job.total_steps)?;
+            field("weight", &limits::WEIGHT, job.weight)?;
+            for batch in [job.batch, job.min_batch].into_iter().flatten() {
+                field("batch", &limits::BATCH, f64::from(batch))?;
+            }
+        }
+        // Where each job was added, by the id it gets: errors found once the cluster is known
+        // (`trace::check_runnable`) name its place.
+        let mut added: Vec<(u64, Job)> = (1..).zip(trace.jobs.drain(..)).collect();
+        added.sort_by(|a, b| a.1.arrival.total_cmp(&b.1.arrival));
+        let mut lines = std::collections::HashMap::with_capacity(added.len());
+        for (id, (place, mut job)) in added.into_iter().enumerate() {
+            job.id = JobId(id as u32);
+            lines.insert(job.id, place);
+            trace.jobs.push(job);
+        }
+        trace.rows = Some(crate::trace::Rows {
+            lines,
+            columns: crate::trace::JobColumns {
+                gpus: "gpus",
+                work: "work",
+                job_type: "job_type",
+            },
+        });
+        Ok(trace)
+    }
+}
+
 fn intern(names: &mut Vec<String>, name: &str) -> u32 {
     // Traces have tens of job types and at most a few hundred tenants, so a linear scan is cheapest.
     match names.iter().position(|n| n == name) {
@@ -259,18 +459,74 @@ mod tests {
 
     fn job(sizes: Option<Sizes>) -> Job {
         Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: JobTypeId(0),
-            gpus: 4,
-            total_steps: 1.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            min_batch: None,
             sizes,
-            group_by_type: Vec::new(),
+            ..Job::new(JobId(0), 0.0, 4, 1.0)
         }
+    }
+
+    #[test]
+    fn a_trace_made_in_code_is_numbered_in_arrival_order_and_its_numbers_are_checked() {
+        let trace = Trace::builder(WorkUnit::Steps)
+            .job("a", 30.0, 2, 100.0)
+            .tenant("b-team")
+            .job_with("b", 10.0, 1, 50.0, |j| {
+                j.with_weight(2.0).with_sizes(Sizes::rigid(1))
+            })
+            .job("a", 30.0, 4, 10.0)
+            .build()
+            .unwrap();
+        let seen: Vec<(u32, f64, &str, &str, u32)> = trace
+            .jobs
+            .iter()
+            .map(|j| {
+                (
+                    j.id.0,
+                    j.arrival,
+                    trace.job_type_name(j.job_type),
+                    trace.tenant_name(j.tenant),
+                    j.gpus,
+                )
+            })
+            .collect();
+        // Equal arrivals keep the order they were added in.
+        assert_eq!(
+            seen,
+            [
+                (0, 10.0, "b", "b-team", 1),
+                (1, 30.0, "a", "default", 2),
+                (2, 30.0, "a", "b-team", 4)
+            ]
+        );
+        assert_eq!(trace.jobs[0].weight, 2.0);
+        assert_eq!(trace.jobs[0].sizes, Some(Sizes::rigid(1)));
+        // Later errors name the place a job was added at.
+        let rows = trace.rows.as_ref().unwrap();
+        assert_eq!(rows.line_of(JobId(0)), Some(2));
+        assert_eq!(rows.line_of(JobId(2)), Some(3));
+
+        let err = Trace::builder(WorkUnit::Seconds)
+            .source("mine")
+            .job("a", 0.0, 1, 60.0)
+            .job("a", 0.0, 0, 60.0)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("mine:2: field `gpus`: 0 is out of range"),
+            "{err}"
+        );
+        let err = Trace::builder(WorkUnit::Seconds)
+            .job("a", f64::NAN, 1, 60.0)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("code:1: field `arrival`:"), "{err}");
+        let err = Trace::builder(WorkUnit::Seconds)
+            .job_with("a", 0.0, 1, 60.0, |j| j.with_weight(0.0))
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("code:1: field `weight`:"), "{err}");
     }
 
     #[test]

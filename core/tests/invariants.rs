@@ -71,19 +71,12 @@ fn trace() -> impl Strategy<Value = Trace> {
         let mut arrival = 0.0;
         for (i, (gap, jt, gpus, steps)) in rows.into_iter().enumerate() {
             arrival += gap;
-            trace.jobs.push(Job {
-                id: JobId(i as u32),
-                arrival,
-                job_type: gangway_core::job::JobTypeId(jt),
-                gpus,
-                total_steps: steps,
-                weight: 1.0 + (i % 3) as f64,
-                tenant,
-                batch: None,
-                sizes: None,
-                min_batch: None,
-                group_by_type: Vec::new(),
-            });
+            trace.jobs.push(
+                Job::new(JobId(i as u32), arrival, gpus, steps)
+                    .with_type(gangway_core::job::JobTypeId(jt))
+                    .with_weight(1.0 + (i % 3) as f64)
+                    .with_tenant(tenant),
+            );
         }
         trace
     })
@@ -265,19 +258,11 @@ fn tune_gives_sensitive_jobs_more_than_their_share_and_stays_within_capacity() {
         .to_vec();
     let tenant = trace.intern_tenant("default");
     for i in 0..8u32 {
-        trace.jobs.push(Job {
-            id: JobId(i),
-            arrival: 0.0,
-            job_type: gangway_core::job::JobTypeId(i % 2),
-            gpus: 1,
-            total_steps: 36_000.0,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(JobId(i), 0.0, 1, 36_000.0)
+                .with_type(gangway_core::job::JobTypeId(i % 2))
+                .with_tenant(tenant),
+        );
     }
     let model = resource_model(&trace, &cluster);
     let config = SimConfig {
@@ -315,19 +300,11 @@ fn an_oversized_gang_is_reported_not_lost() {
     let jt = trace.intern_job_type("a");
     let tenant = trace.intern_tenant("default");
     for (i, gpus) in [1u32, 8, 2].into_iter().enumerate() {
-        trace.jobs.push(Job {
-            id: JobId(i as u32),
-            arrival: i as f64,
-            job_type: jt,
-            gpus,
-            total_steps: 100.0,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(JobId(i as u32), i as f64, gpus, 100.0)
+                .with_type(jt)
+                .with_tenant(tenant),
+        );
     }
     let result = run(
         &trace,
@@ -355,19 +332,11 @@ fn preemption_costs_delay_the_preempted_job() {
     let jt = trace.intern_job_type("a");
     let tenant = trace.intern_tenant("default");
     for i in 0..2 {
-        trace.jobs.push(Job {
-            id: JobId(i),
-            arrival: 0.0,
-            job_type: jt,
-            gpus: 1,
-            total_steps: 3600.0,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(JobId(i), 0.0, 1, 3600.0)
+                .with_type(jt)
+                .with_tenant(tenant),
+        );
     }
     let free = run(
         &trace,
@@ -475,19 +444,9 @@ mod topology_placement {
         let mut trace = Trace::new("t", WorkUnit::Steps);
         trace.intern_job_type("VGG19");
         let tenant = trace.intern_tenant("default");
-        trace.jobs.push(Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: gangway_core::job::JobTypeId(0),
-            gpus: 8,
-            total_steps: 10_000.0,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace
+            .jobs
+            .push(Job::new(JobId(0), 0.0, 8, 10_000.0).with_tenant(tenant));
         // Two DGX-1s: the best 8 GPUs are one server (NVLink rings at 25 GB/s); a random 8 of the 16
         // almost surely spans both, and its ring crosses the 12.5 GB/s network.
         let dgx = topology(vec![(Preset::Dgx1V100, 2)]);
@@ -522,19 +481,11 @@ fn yarn_cs_waits_for_one_server_where_fifo_spreads() {
         .into_iter()
         .enumerate()
     {
-        trace.jobs.push(Job {
-            id: JobId(i as u32),
-            arrival: i as f64,
-            job_type: jt,
-            gpus,
-            total_steps: steps,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(JobId(i as u32), i as f64, gpus, steps)
+                .with_type(jt)
+                .with_tenant(tenant),
+        );
     }
     let config = SimConfig {
         engine: EngineConfig {
@@ -633,19 +584,17 @@ mod elastic {
                 arrival += gap;
                 let app = if scales { "scales" } else { "stalls" };
                 let job_type = trace.intern_job_type(app);
-                trace.jobs.push(Job {
-                    id: JobId(i as u32),
-                    arrival,
-                    job_type,
-                    gpus,
-                    total_steps: profiles.apps[app].total_progress(),
-                    weight: 1.0,
-                    tenant,
-                    batch: Some(batch),
-                    sizes: None,
-                    min_batch: None,
-                    group_by_type: Vec::new(),
-                });
+                trace.jobs.push(
+                    Job::new(
+                        JobId(i as u32),
+                        arrival,
+                        gpus,
+                        profiles.apps[app].total_progress(),
+                    )
+                    .with_type(job_type)
+                    .with_tenant(tenant)
+                    .with_batch(batch),
+                );
             }
             let cluster = Cluster::from_nodes((0..nodes).map(|_| ("t4", 4, 12, 64.0)));
             (trace, cluster)

@@ -103,19 +103,11 @@ fn trace(jobs: u32, every: f64, gpus: impl Fn(u32) -> u32, seconds: impl Fn(u32)
     let job_type = trace.intern_job_type("toy");
     let tenant = trace.intern_tenant("default");
     for k in 0..jobs {
-        trace.jobs.push(Job {
-            id: JobId(k),
-            arrival: f64::from(k) * every,
-            job_type,
-            gpus: gpus(k),
-            total_steps: seconds(k),
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(JobId(k), f64::from(k) * every, gpus(k), seconds(k))
+                .with_type(job_type)
+                .with_tenant(tenant),
+        );
     }
     trace
 }

@@ -35,19 +35,8 @@ fn trace(jobs: &[(f64, u32, f64)]) -> Trace {
     t.intern_job_type("a");
     let tenant = t.intern_tenant("default");
     for (i, &(arrival, gpus, steps)) in jobs.iter().enumerate() {
-        t.jobs.push(Job {
-            id: JobId(i as u32),
-            arrival,
-            job_type: JobTypeId(0),
-            gpus,
-            total_steps: steps,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        t.jobs
+            .push(Job::new(JobId(i as u32), arrival, gpus, steps).with_tenant(tenant));
     }
     t
 }

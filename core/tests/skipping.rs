@@ -30,19 +30,11 @@ fn trace(work: &[(f64, f64)]) -> Trace {
     let job_type = trace.intern_job_type("toy");
     let tenant = trace.intern_tenant("default");
     for (k, &(arrival, seconds)) in work.iter().enumerate() {
-        trace.jobs.push(Job {
-            id: JobId(k as u32),
-            arrival,
-            job_type,
-            gpus: 1,
-            total_steps: seconds,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(JobId(k as u32), arrival, 1, seconds)
+                .with_type(job_type)
+                .with_tenant(tenant),
+        );
     }
     trace
 }

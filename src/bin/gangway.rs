@@ -1,21 +1,22 @@
 //! The `gangway` command line.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use gangway::compare;
 #[cfg(feature = "serve")]
 use gangway::control;
 use gangway::core::engine::EngineConfig;
 use gangway::core::limits;
+use gangway::core::metrics::Summary;
 use gangway::core::metrics::Window;
 use gangway::core::policy;
-use gangway::core::sim::{SimConfig, Simulation};
+use gangway::core::sim::builder::RunProgress;
+use gangway::core::sim::{SimConfig, SimResult, Simulation};
 use gangway::core::trace::{TraceFormat, TraceOptions};
 use gangway::report::{self, OutputFormat as Format};
 use gangway::scenario;
@@ -385,17 +386,15 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         cluster.num_gpus(),
         cluster.describe()
     );
-    let mut simulation = Simulation::new(&trace, cluster, model.as_ref());
-    simulation.config = SimConfig {
+    let config = SimConfig {
         engine: scenario.engine.clone(),
         seed: scenario.seed,
         // The allocations over time are written with the other outputs.
         log_changes: args.out.is_some(),
     };
-    simulation.window = window;
 
     let bars = Mutex::new(MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
-    let factory = |name: &str| -> Box<dyn FnMut(usize, usize) + Send> {
+    let factory = |name: &str| -> RunProgress<'_> {
         let bar = bars
             .lock()
             .expect("progress lock")
@@ -423,14 +422,23 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             }
         })
     };
-    let results = compare::run_policies(
-        &simulation,
-        &scenario.policy_config,
-        &args.policy,
-        !args.no_ftf,
-        &|| scenario.placer(),
-        &factory,
-    )?;
+    let report = Simulation::builder()
+        .trace(trace)
+        .cluster(cluster.clone())
+        .model(Arc::from(model))
+        .policies(&args.policy)
+        .policy_config(scenario.policy_config.clone())
+        .placer(|| scenario.placer())
+        .config(config)
+        .window(window.clone())
+        .fairness(!args.no_ftf)
+        .progress_per_run(factory)
+        .run()?;
+    let results: Vec<(SimResult, Summary)> = report
+        .runs
+        .into_iter()
+        .map(|run| (run.result, run.summary))
+        .collect();
     let mut stalled = Vec::new();
     let mut refused = Vec::new();
     for (result, summary) in &results {
@@ -443,7 +451,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
             );
             refused.push(summary.policy.clone());
         }
-        let unfinished = compare::unfinished(result);
+        let unfinished = result.unfinished();
         if let Some(first) = unfinished.first() {
             eprintln!(
                 "gangway: {}: {} jobs never finished: the policy stalled: no job progressed for 1,000 scheduling passes, because GPUs idled while jobs waited or jobs restarted faster than they ran (first: job {first}); its figures cover finished jobs only",
@@ -459,8 +467,7 @@ fn simulate(args: SimulateArgs) -> Result<()> {
         .all(|s| s.measured_jobs + s.unfinished_jobs == 0)
     {
         eprintln!(
-            "gangway: warning: no job of the trace falls in --window {}: every figure below is empty",
-            simulation.window
+            "gangway: warning: no job of the trace falls in --window {window}: every figure below is empty"
         );
     }
     match args.format {

@@ -41,19 +41,7 @@ impl Engine<'_> {
             .iter()
             .position(|n| n == job_type)
             .unwrap_or(self.names.job_types.len());
-        Job {
-            id,
-            arrival: 0.0,
-            job_type: JobTypeId(job_type as u32),
-            gpus,
-            total_steps,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(id, 0.0, gpus, total_steps).with_type(JobTypeId(job_type as u32))
     }
 
     /// The names job-type and tenant ids refer to.
@@ -230,7 +218,7 @@ mod tests {
 
     use crate::cluster::{Cluster, GpuTypeId};
     use crate::engine::{Engine, EngineConfig};
-    use crate::job::{Job, JobId, JobTypeId, Names, TenantId};
+    use crate::job::{Job, JobId, JobTypeId, Names};
     use crate::throughput::ThroughputModel;
 
     /// Job type 0 runs 3x faster on GPU type 1; job type 1 twice as fast on GPU type 0.
@@ -259,19 +247,7 @@ mod tests {
     }
 
     fn job(id: u32, job_type: u32) -> Job {
-        Job {
-            id: JobId(id),
-            arrival: 0.0,
-            job_type: JobTypeId(job_type),
-            gpus: 1,
-            total_steps: 100.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(JobId(id), 0.0, 1, 100.0).with_type(JobTypeId(job_type))
     }
 
     #[test]

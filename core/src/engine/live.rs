@@ -353,7 +353,7 @@ mod tests {
     use super::*;
     use crate::cluster::Cluster;
     use crate::engine::{Engine, EngineConfig};
-    use crate::job::{Job, Names, TenantId};
+    use crate::job::{Job, Names};
     use crate::placement::PackingPlacer;
     use crate::throughput::DurationModel;
 
@@ -370,19 +370,7 @@ mod tests {
         engine.record_changes();
         // A VGG gang is placement-sensitive (0.6): a poor score would cost it 60% of its pace.
         let job_type = engine.intern_job_type("VGG16");
-        let job = Job {
-            id: JobId(7),
-            arrival: 0.0,
-            job_type,
-            gpus: 2,
-            total_steps: 100.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        };
+        let job = Job::new(JobId(7), 0.0, 2, 100.0).with_type(job_type);
         engine.submit(job, 0.0).unwrap();
         let gpus: GpuSet = [GpuId(0), GpuId(1)].into_iter().collect();
         engine
@@ -442,19 +430,7 @@ mod tests {
             Names::default(),
             0.0,
         );
-        let job = Job {
-            id: JobId(1),
-            arrival: 0.0,
-            job_type: engine.intern_job_type("toy"),
-            gpus: 2,
-            total_steps: 1000.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        };
+        let job = Job::new(JobId(1), 0.0, 2, 1000.0).with_type(engine.intern_job_type("toy"));
         engine.submit(job, 0.0).unwrap();
         let mut policy = Watching::default();
         engine.schedule(&mut policy, &mut PackingPlacer, 0.0);

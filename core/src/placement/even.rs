@@ -93,23 +93,11 @@ impl<P: Placer> Placer for Even<P> {
 mod tests {
     use super::*;
     use crate::cluster::GpuTypeId;
-    use crate::job::{Job, JobId, JobTypeId, TenantId};
+    use crate::job::{Job, JobId};
     use crate::placement::PackingPlacer;
 
     fn job() -> Job {
-        Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: JobTypeId(0),
-            gpus: 4,
-            total_steps: 1.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(JobId(0), 0.0, 4, 1.0)
     }
 
     fn place(free: &FreeGpus, cluster: &Cluster, gpus: u32) -> Result<Placed, Unplaced> {

@@ -81,22 +81,10 @@ mod tests {
     use super::*;
     use crate::cluster::{GpuId, GpuTypeId, NodeId};
     use crate::job::Job;
-    use crate::job::{JobId, JobTypeId, TenantId};
+    use crate::job::JobId;
 
     fn job(gpus: u32) -> Job {
-        Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: JobTypeId(0),
-            gpus,
-            total_steps: 1.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(JobId(0), 0.0, gpus, 1.0)
     }
 
     fn place(

@@ -164,22 +164,10 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{Job, JobId, JobTypeId, TenantId};
+    use crate::job::{Job, JobId};
 
     fn job(id: u32, gpus: u32, weight: f64) -> Job {
-        Job {
-            id: JobId(id),
-            arrival: 0.0,
-            job_type: JobTypeId(0),
-            gpus,
-            total_steps: 100.0,
-            weight,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(JobId(id), 0.0, gpus, 100.0).with_weight(weight)
     }
 
     #[test]

@@ -106,7 +106,7 @@ fn place_in_order(
 mod tests {
     use super::*;
     use crate::cluster::{Cluster, GpuId, NodeId};
-    use crate::job::{Job, JobTypeId, TenantId};
+    use crate::job::Job;
     use crate::policy::{JobView, Running};
     use crate::throughput::DurationModel;
 
@@ -153,19 +153,7 @@ mod tests {
     }
 
     fn job(id: u32) -> Job {
-        Job {
-            id: JobId(id),
-            arrival: 0.0,
-            job_type: JobTypeId(0),
-            gpus: 1,
-            total_steps: 1.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(JobId(id), 0.0, 1, 1.0)
     }
 
     /// A run on `gpus` of type 0, past its restart.

@@ -382,24 +382,12 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
 mod tests {
     use super::*;
     use crate::cluster::Cluster;
-    use crate::job::{Job, JobTypeId, TenantId};
+    use crate::job::Job;
     use crate::policy::Backlog;
     use crate::throughput::DurationModel;
 
     fn job(id: u32, arrival: f64) -> Job {
-        Job {
-            id: JobId(id),
-            arrival,
-            job_type: JobTypeId(0),
-            gpus: 1,
-            total_steps: 10.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(JobId(id), arrival, 1, 10.0)
     }
 
     /// A backlog that says it holds `len` jobs, of which it can show `jobs`.

@@ -591,19 +591,7 @@ mod tests {
 
     /// A one-GPU trace job of the test application.
     fn one_job() -> Job {
-        Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: crate::job::JobTypeId(0),
-            gpus: 1,
-            total_steps: 1000.0,
-            weight: 1.0,
-            tenant: crate::job::TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        }
+        Job::new(JobId(0), 0.0, 1, 1000.0)
     }
 
     #[test]
@@ -615,18 +603,10 @@ mod tests {
             gpus: 2,
             nodes: 1,
         };
-        let job = |min_batch: u32, batch: u32| Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: crate::job::JobTypeId(0),
-            gpus: 2,
-            total_steps: 1000.0,
-            weight: 1.0,
-            tenant: crate::job::TenantId(0),
-            batch: Some(batch),
-            min_batch: Some(min_batch),
-            sizes: None,
-            group_by_type: Vec::new(),
+        let job = |min_batch: u32, batch: u32| {
+            Job::new(JobId(0), 0.0, 2, 1000.0)
+                .with_batch(batch)
+                .with_min_batch(min_batch)
         };
         // The application's range is 32..=256; each of these is narrower.
         for (min, max) in [(34, 40), (100, 120), (200, 256)] {
@@ -654,17 +634,8 @@ mod tests {
     fn a_job_with_sizes_is_configured_only_on_them() {
         let configs = configurations(&Servers, &[24, 16]);
         let job = |sizes| Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: crate::job::JobTypeId(0),
-            gpus: 3,
-            total_steps: 1000.0,
-            weight: 1.0,
-            tenant: crate::job::TenantId(0),
-            batch: None,
-            min_batch: None,
             sizes,
-            group_by_type: Vec::new(),
+            ..Job::new(JobId(0), 0.0, 3, 1000.0)
         };
         let shown = |job: &Job, limit| -> Vec<(u16, u32, u32)> {
             job_configurations(&Servers, job, &configs, &[24, 16], limit)

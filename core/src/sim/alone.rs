@@ -16,11 +16,11 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use crate::cluster::{Cluster, GpuTypeId};
-use crate::error::InputError;
+use crate::error::{InputError, SimError};
 use crate::job::{Job, JobId, JobTypeId, Trace};
 use crate::metrics::JobRecord;
 use crate::placement::PackingPlacer;
-use crate::policy::{self, PolicyConfig};
+use crate::policy::Policy;
 use crate::throughput::ThroughputModel;
 use crate::throughput::goodput::ProfiledWorkload;
 
@@ -29,15 +29,17 @@ use super::{SimConfig, SimResult, Simulation};
 /// What a run alone depends on: the job's application, request, batch and work, the GPU type and count.
 type Key = (JobTypeId, u32, Option<u32>, u64, GpuTypeId, u32);
 
+/// Makes the policy of each run alone (the policy whose rho is measured, freshly built).
+pub type PolicyFactory<'a> = &'a (dyn Fn() -> Result<Box<dyn Policy>, SimError> + Sync);
+
 /// Each record's JCT alone on its share (in `result.records` order; `None` for a job that did not
-/// finish, or that runs on no GPU type), running `policy` (a spec) built with `config` for each.
+/// finish, or that runs on no GPU type), running a policy from `policy` for each.
 pub fn jcts_alone(
     result: &SimResult,
     trace: &Trace,
     cluster: &Cluster,
     sim: &SimConfig,
-    policy: &str,
-    config: &PolicyConfig,
+    policy: PolicyFactory<'_>,
 ) -> Result<Vec<Option<f64>>, InputError> {
     let workload = ProfiledWorkload::for_trace(trace, cluster)?;
     let jobs: HashMap<JobId, &Job> = trace.jobs.iter().map(|j| (j.id, j)).collect();
@@ -57,7 +59,7 @@ pub fn jcts_alone(
     keys.sort_unstable();
     keys.dedup();
     let alone: HashMap<Key, Option<f64>> = run_all(&keys, |k| {
-        run_alone(trace, cluster, &workload, sim, policy, config, k)
+        run_alone(trace, cluster, &workload, sim, policy, k)
     });
     let weights = cluster.capacity();
     Ok(result
@@ -186,8 +188,7 @@ fn run_alone(
     cluster: &Cluster,
     workload: &ProfiledWorkload,
     sim: &SimConfig,
-    spec: &str,
-    config: &PolicyConfig,
+    policy: PolicyFactory<'_>,
     &(job_type, request, batch, work, gpu_type, gpus): &Key,
 ) -> Option<f64> {
     let name = &cluster.gpu_types()[gpu_type.0 as usize];
@@ -211,17 +212,10 @@ fn run_alone(
     let alone = Cluster::try_from_nodes(nodes).ok()?;
     let mut one = trace.clone();
     one.jobs = vec![Job {
-        id: JobId(0),
-        arrival: 0.0,
-        job_type,
-        gpus: request,
-        total_steps: f64::from_bits(work),
-        weight: 1.0,
-        tenant: trace.jobs.first()?.tenant,
         batch,
-        sizes: None,
-        min_batch: None,
-        group_by_type: Vec::new(),
+        ..Job::new(JobId(0), 0.0, request, f64::from_bits(work))
+            .with_type(job_type)
+            .with_tenant(trace.jobs.first()?.tenant)
     }];
     let model = workload.on(&one.names, &alone);
     // A type the application was never profiled on runs it not at all.
@@ -231,7 +225,7 @@ fn run_alone(
         log_changes: false,
         ..sim.clone()
     };
-    let mut policy = policy::build(spec, config, &model).ok()?;
+    let mut policy = policy().ok()?;
     let result = simulation.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     result.records.first()?.jct()
 }

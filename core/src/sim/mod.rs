@@ -18,6 +18,9 @@
 //! other GPUs between two consecutive rounds pays `migrate_cost`.
 
 pub mod alone;
+pub mod builder;
+
+pub use builder::{PolicyRun, Report, SimulationBuilder, SimulationError};
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -69,6 +72,17 @@ pub struct SimResult {
 }
 
 impl SimResult {
+    /// The jobs that never finished, leaving out those too large for the cluster (reported apart in
+    /// [`SimResult::unschedulable`]). The simulator runs until every job finishes, so any other
+    /// unfinished job means the policy stalled.
+    pub fn unfinished(&self) -> Vec<JobId> {
+        self.records
+            .iter()
+            .filter(|r| r.finish.is_none() && !self.unschedulable.contains(&r.id))
+            .map(|r| r.id)
+            .collect()
+    }
+
     /// Summarizes the run over its window, with rho against `isolated` where given.
     pub fn summary(&self, policy: &str, isolated: Option<&SimResult>) -> Summary {
         let iso_jct: Option<Vec<Option<f64>>> = isolated.map(|iso| {

@@ -267,19 +267,11 @@ impl TableModel {
         let tenant = trace.intern_tenant("default");
         for (name, scale_factor) in keys {
             let job_type = trace.intern_job_type(name);
-            trace.jobs.push(Job {
-                id: JobId(trace.jobs.len() as u32),
-                arrival: 0.0,
-                job_type,
-                gpus: *scale_factor,
-                total_steps: 1.0,
-                weight: 1.0,
-                tenant,
-                batch: None,
-                sizes: None,
-                min_batch: None,
-                group_by_type: Vec::new(),
-            });
+            trace.jobs.push(
+                Job::new(JobId(trace.jobs.len() as u32), 0.0, *scale_factor, 1.0)
+                    .with_type(job_type)
+                    .with_tenant(tenant),
+            );
         }
         // Keys that run on none of the cluster's types are simply absent from the model.
         trace.jobs.retain(|job| {
@@ -371,19 +363,9 @@ mod tests {
         let mut trace = Trace::new("x", crate::job::WorkUnit::Steps);
         let lm = trace.intern_job_type("LM (batch size 5)");
         let tenant = trace.intern_tenant("default");
-        let job = Job {
-            id: crate::job::JobId(0),
-            arrival: 0.0,
-            job_type: lm,
-            gpus: 1,
-            total_steps: 1.0,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        };
+        let job = Job::new(crate::job::JobId(0), 0.0, 1, 1.0)
+            .with_type(lm)
+            .with_tenant(tenant);
         trace.jobs.push(job.clone());
         let model = TableModel::new(&table, &trace, &cluster).unwrap();
         assert_eq!(model.steps_per_second(&job, GpuTypeId(1), 1), Some(2.5));

@@ -29,19 +29,16 @@ pub(crate) fn parse_continuous(
     for_each_row(source, text, b',', None, |row| {
         let id = ids.take(row, "job_id")?;
         let job_type = trace.intern_job_type(row.text("job_type")?);
-        trace.jobs.push(Job {
-            id,
-            arrival: row.arrival("arrival_unit", seconds_per_unit)?,
-            job_type,
-            gpus: row.gpu_count("scale_factor")?,
-            total_steps: row.number_in("total_steps", &limits::STEPS)?,
-            weight: 1.0,
-            tenant: default_tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(
+                id,
+                row.arrival("arrival_unit", seconds_per_unit)?,
+                row.gpu_count("scale_factor")?,
+                row.number_in("total_steps", &limits::STEPS)?,
+            )
+            .with_type(job_type)
+            .with_tenant(default_tenant),
+        );
         lines.push(row.line);
         Ok(())
     })?;
@@ -100,19 +97,17 @@ pub(crate) fn parse_tabbed(
         } else {
             1.0
         };
-        trace.jobs.push(Job {
-            id: JobId(trace.jobs.len() as u32),
-            arrival: row.arrival("arrival_time", 1.0)?,
-            job_type,
-            gpus: row.gpu_count("scale_factor")?,
-            total_steps: row.number_in("total_steps", &limits::STEPS)?,
-            weight,
-            tenant: default_tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(
+                JobId(trace.jobs.len() as u32),
+                row.arrival("arrival_time", 1.0)?,
+                row.gpu_count("scale_factor")?,
+                row.number_in("total_steps", &limits::STEPS)?,
+            )
+            .with_type(job_type)
+            .with_weight(weight)
+            .with_tenant(default_tenant),
+        );
         lines.push(row.line);
         Ok(())
     })?;

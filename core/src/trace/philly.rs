@@ -31,19 +31,16 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
             true => trace.intern_tenant(row.text("cluster")?),
             false => trace.intern_tenant("default"),
         };
-        trace.jobs.push(Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type,
-            gpus: row.gpu_count("num_gpus")?,
-            total_steps: row.number_in("duration", &limits::WORK_SECONDS)?,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(
+                JobId(0),
+                0.0,
+                row.gpu_count("num_gpus")?,
+                row.number_in("duration", &limits::WORK_SECONDS)?,
+            )
+            .with_type(job_type)
+            .with_tenant(tenant),
+        );
         lines.push(row.line);
         Ok(())
     })?;

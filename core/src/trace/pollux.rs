@@ -41,19 +41,17 @@ pub(crate) fn parse(
         };
         let batch = row.batch("batch_size")?;
         let job_type = trace.intern_job_type(name);
-        trace.jobs.push(Job {
-            id: JobId(0),
-            arrival: row.arrival("time", 1.0)?,
-            job_type,
-            gpus: row.gpu_count("num_replicas")?,
-            total_steps: app.total_progress(),
-            weight: 1.0,
-            tenant,
-            batch: Some(batch),
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(
+                JobId(0),
+                row.arrival("time", 1.0)?,
+                row.gpu_count("num_replicas")?,
+                app.total_progress(),
+            )
+            .with_type(job_type)
+            .with_tenant(tenant)
+            .with_batch(batch),
+        );
         lines.push(row.line);
         Ok(())
     })?;

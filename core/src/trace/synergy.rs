@@ -93,19 +93,11 @@ pub(crate) fn parse(
             ));
         }
         let job_type = trace.intern_job_type(&profile.name);
-        trace.jobs.push(Job {
-            id,
-            arrival,
-            job_type,
-            gpus: row.gpu_count("gpus")?,
-            total_steps: seconds,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(id, arrival, row.gpu_count("gpus")?, seconds)
+                .with_type(job_type)
+                .with_tenant(tenant),
+        );
         lines.push(row.line);
         Ok(())
     })?;

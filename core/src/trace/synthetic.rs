@@ -124,19 +124,11 @@ impl SyntheticSpec {
                 )
             })?;
             let job_type = trace.intern_job_type(name);
-            trace.jobs.push(Job {
-                id: JobId(i),
-                arrival,
-                job_type,
-                gpus,
-                total_steps: duration * rate,
-                weight: 1.0,
-                tenant,
-                batch: None,
-                sizes: None,
-                min_batch: None,
-                group_by_type: Vec::new(),
-            });
+            trace.jobs.push(
+                Job::new(JobId(i), arrival, gpus, duration * rate)
+                    .with_type(job_type)
+                    .with_tenant(tenant),
+            );
             arrival += -(1.0 - uniform(&mut rng)).ln() * 3600.0 / self.rate;
             if i + 1 < self.jobs && arrival > MAX_ARRIVAL_SECONDS {
                 return Err(InputError::whole(

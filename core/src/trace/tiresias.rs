@@ -17,19 +17,16 @@ pub(crate) fn parse(source: &Source, text: &str) -> Result<Trace, InputError> {
             true => trace.intern_job_type(row.text("model_name")?),
             false => trace.intern_job_type("unknown"),
         };
-        trace.jobs.push(Job {
-            id,
-            arrival: row.arrival("submit_time", 1.0)?,
-            job_type,
-            gpus: row.gpu_count("num_gpu")?,
-            total_steps: row.number_in("duration", &limits::WORK_SECONDS)?,
-            weight: 1.0,
-            tenant,
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        });
+        trace.jobs.push(
+            Job::new(
+                id,
+                row.arrival("submit_time", 1.0)?,
+                row.gpu_count("num_gpu")?,
+                row.number_in("duration", &limits::WORK_SECONDS)?,
+            )
+            .with_type(job_type)
+            .with_tenant(tenant),
+        );
         lines.push(row.line);
         Ok(())
     })?;

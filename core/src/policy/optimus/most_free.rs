@@ -63,7 +63,7 @@ pub fn place(
 mod tests {
     use super::*;
     use crate::cluster::{GpuId, GpuTypeId};
-    use crate::job::{Job, JobId, JobTypeId, TenantId};
+    use crate::job::{Job, JobId};
 
     #[test]
     fn the_most_free_servers_go_first_and_spread_the_gang() {
@@ -71,19 +71,7 @@ mod tests {
         let cluster = Cluster::from_nodes([("t4", 4, 8, 32.0); 3]);
         let mut free = FreeGpus::new(&cluster);
         free.take(&cluster, &[GpuId(0), GpuId(8), GpuId(9)]);
-        let job = Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: JobTypeId(0),
-            gpus: 6,
-            total_steps: 1.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        };
+        let job = Job::new(JobId(0), 0.0, 6, 1.0);
         let request = PlaceRequest {
             job: &job,
             gpu_type: GpuTypeId(0),

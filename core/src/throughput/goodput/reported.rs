@@ -166,7 +166,7 @@ impl<M: Elastic> Elastic for Reported<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{JobTypeId, TenantId};
+
     use crate::throughput::goodput::Observation;
 
     /// A model whose runs measure one fixed step and gradient statistics `(1, 2)`.
@@ -214,19 +214,7 @@ mod tests {
     fn what_workers_reported_replaces_the_models_measurements() {
         let reports = Reports::default();
         let model = Reported::new(Predicts, reports.clone());
-        let job = Job {
-            id: JobId(3),
-            arrival: 0.0,
-            job_type: JobTypeId(0),
-            gpus: 2,
-            total_steps: 1.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        };
+        let job = Job::new(JobId(3), 0.0, 2, 1.0);
         let run = RunShape {
             gpu_type: GpuTypeId(1),
             placement: &[2],

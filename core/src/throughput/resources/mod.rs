@@ -154,7 +154,7 @@ impl<M: ThroughputModel> ThroughputModel for ResourceModel<M> {
 mod tests {
     use super::*;
     use crate::error::Source;
-    use crate::job::{JobId, JobTypeId, TenantId};
+    use crate::job::{JobId, JobTypeId};
     use crate::throughput::DurationModel;
 
     pub(crate) fn profiles() -> Arc<ResourceProfiles> {
@@ -174,19 +174,7 @@ mod tests {
             tenants: vec!["t".into()],
         };
         let model = ResourceModel::new(DurationModel::uniform(1), profiles(), &names, &cluster);
-        let job = |t| Job {
-            id: JobId(0),
-            arrival: 0.0,
-            job_type: JobTypeId(t),
-            gpus: 1,
-            total_steps: 100.0,
-            weight: 1.0,
-            tenant: TenantId(0),
-            batch: None,
-            sizes: None,
-            min_batch: None,
-            group_by_type: Vec::new(),
-        };
+        let job = |t| Job::new(JobId(0), 0.0, 1, 100.0).with_type(JobTypeId(t));
         let t = GpuTypeId(0);
         assert_eq!(model.steps_per_second(&job(0), t, 1), Some(1.0));
         let shape = |allotment| RunShape {

@@ -1,0 +1,91 @@
+//! The control plane embedded through `ControlPlaneBuilder`: what it refuses before starting, and a
+//! journal that outlives the handle.
+
+use std::time::Duration;
+
+use gangway::ControlPlaneBuilder;
+use gangway::actors::cluster::JobRequest;
+use gangway::actors::lifecycle::Phase;
+use gangway::actors::plane::{ControlError, ControlPlane};
+use gangway::core::cluster::Cluster;
+use gangway::core::policy::BuildError;
+use gangway::plane::PlaneError;
+
+/// A handle is shared between threads.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<ControlPlane>();
+};
+
+fn builder() -> ControlPlaneBuilder {
+    ControlPlaneBuilder::new()
+        .cluster(Cluster::parse_spec("v100=2x4", 4).unwrap())
+        .policy("fifo")
+        .simulated_workers()
+        .time_scale(3600.0)
+}
+
+#[test]
+fn a_journaled_control_plane_started_again_has_its_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let plane = builder().journal(&journal).start().unwrap();
+    let short = plane.submit(JobRequest::new("toy", 4, 600.0)).unwrap();
+    // Far longer than the test: it is still running when the plane stops.
+    let long = plane.submit(JobRequest::new("toy", 4, 1e9)).unwrap();
+    plane
+        .wait_for(&[short], Some(Duration::from_secs(60)))
+        .unwrap();
+    plane.shutdown().unwrap();
+
+    let again = builder().journal(&journal).start().unwrap();
+    let jobs = again.list().unwrap();
+    let phase = |id| jobs.iter().find(|j| j.id == id).map(|j| j.phase);
+    assert_eq!(phase(short), Some(Phase::Finished), "{jobs:?}");
+    assert!(phase(long).is_some_and(|p| !p.is_terminal()), "{jobs:?}");
+    again.cancel(long).unwrap();
+    again.shutdown().unwrap();
+}
+
+#[test]
+fn what_cannot_run_is_refused_before_anything_starts() {
+    let said = |b: ControlPlaneBuilder| match b.start() {
+        Ok(_) => panic!("started"),
+        Err(e) => e,
+    };
+    let err = said(builder().policy("fifoo"));
+    assert!(
+        matches!(&err, PlaneError::Policy(BuildError::UnknownPolicy { name, .. }) if name == "fifoo"),
+        "{err}"
+    );
+    assert!(
+        err.to_string().starts_with("unknown policy `fifoo`"),
+        "{err}"
+    );
+    // A policy that needs what this control plane lacks: a goodput model.
+    let err = said(builder().policy("sia"));
+    assert!(
+        matches!(&err, PlaneError::Policy(BuildError::Unmet { missing, .. }) if missing.goodput),
+        "{err}"
+    );
+    let err = said(builder().time_scale(0.0));
+    assert!(err.to_string().starts_with("--time-scale"), "{err}");
+    // Process workers need somewhere to run: these GPUs are on no machine a process can reach.
+    let err = said(builder().process_workers());
+    assert!(
+        err.to_string().starts_with("process workers run on"),
+        "{err}"
+    );
+    // A journal that is a file cannot be opened: the actors never start.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("journal");
+    std::fs::write(&file, "not a directory").unwrap();
+    let err = said(builder().journal(&file));
+    assert!(
+        matches!(
+            err,
+            PlaneError::Io { .. } | PlaneError::Control(ControlError::Start(_))
+        ),
+        "{err:?}"
+    );
+}
