@@ -10,8 +10,8 @@
 //! can do, and what Gavel's solver returns on a cluster with equal counts per type.
 
 use super::{
-    Cadenced, JobView, Knob, PolicyConfig, PolicyInfo, Realize, RoundInput, TimeSharePolicy,
-    TimeShares, TypePreference,
+    Cadenced, ClassCount, ClassSharePolicy, ClassShares, JobView, Knob, PolicyConfig, PolicyInfo,
+    Realize, RoundInput, TimeSharePolicy, TimeShares, TypePreference, shares_per_job,
 };
 
 /// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
@@ -93,40 +93,41 @@ impl TimeSharePolicy for MaxMinFairness {
 }
 
 /// Each job alone on 1/N of the cluster (Gavel's `isolated`): the reference for finish-time fairness.
+/// It answers by class (a job's row depends only on its gang size, the types it runs on and N), so
+/// that under a long backlog a round costs what it can start, not the backlog.
 #[derive(Default)]
 pub struct Isolated;
 
 impl TimeSharePolicy for Isolated {
     fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
-        isolated_shares(input)
+        shares_per_job(self, input)
+    }
+
+    fn by_class(&mut self) -> Option<&mut dyn ClassSharePolicy> {
+        Some(self)
     }
 }
 
-/// 1/N of every type per job (N = active jobs), capped at one full gang.
-fn isolated_shares(input: &RoundInput<'_>) -> TimeShares {
-    let m = input.jobs.len().max(1) as f64;
-    let mut out = TimeShares::new(input.capacity.len(), TypePreference::Interchangeable);
-    out.reserve(input.jobs.len());
-    for view in input.jobs {
-        let share = |(&n, &r): (&u32, &f64)| {
-            if r > 0.0 {
-                f64::from(n) / m / f64::from(view.job.gpus)
-            } else {
-                0.0
-            }
-        };
-        let sum: f64 = input.capacity.iter().zip(view.rates).map(share).sum();
-        let scale = if sum > 1.0 { 1.0 / sum } else { 1.0 };
-        out.push(
-            view.id(),
-            input
-                .capacity
-                .iter()
-                .zip(view.rates)
-                .map(|p| share(p) * scale),
-        );
+impl ClassSharePolicy for Isolated {
+    /// 1/N of every type per job (N = active jobs), capped at one full gang.
+    fn class_shares(&mut self, input: &RoundInput<'_>, classes: &[ClassCount]) -> ClassShares {
+        let jobs: usize = classes.iter().map(|c| c.jobs).sum();
+        let m = jobs.max(1) as f64;
+        let mut out = ClassShares::new(input.capacity.len(), TypePreference::Interchangeable);
+        for ClassCount { class, .. } in classes {
+            let share = |(t, &n): (usize, &u32)| {
+                if class.runs_on(t) {
+                    f64::from(n) / m / f64::from(class.gpus)
+                } else {
+                    0.0
+                }
+            };
+            let sum: f64 = input.capacity.iter().enumerate().map(share).sum();
+            let scale = if sum > 1.0 { 1.0 / sum } else { 1.0 };
+            out.push(input.capacity.iter().enumerate().map(|p| share(p) * scale));
+        }
+        out
     }
-    out
 }
 
 pub(super) static POLICIES: &[PolicyInfo] = &[

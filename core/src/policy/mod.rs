@@ -53,7 +53,10 @@ use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
 pub use cadence::{Cadence, Cadenced};
-pub use mechanism::{Realize, TimeSharePolicy, TimeShares, TypePreference, Unit};
+pub use mechanism::{
+    ClassCount, ClassSharePolicy, ClassShares, JobClass, Realize, TimeSharePolicy, TimeShares,
+    TypePreference, Unit, shares_per_job,
+};
 
 /// A scheduling policy. Implementations keep whatever state they need between rounds.
 pub trait Policy: Send {
