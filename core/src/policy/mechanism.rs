@@ -1028,7 +1028,7 @@ mod tests {
     use crate::engine::EngineConfig;
     use crate::job::{Job, Trace, WorkUnit};
     use crate::placement::PackingPlacer;
-    use crate::policy::fair_share::Isolated;
+    use crate::policy::fair_share::{Isolated, MaxMinFairness};
     use crate::sim::{SimConfig, SimResult, Simulation};
     use crate::throughput::ThroughputModel;
 
@@ -1112,23 +1112,30 @@ mod tests {
             ..EngineConfig::default()
         };
         for engine in [EngineConfig::default(), between_rounds] {
-            let by_class = run(&mut Realize::new(Isolated, 7), &trace, engine.clone());
-            let per_unit = run(
-                &mut Realize::new(PerJob(Isolated), 7),
-                &trace,
-                engine.clone(),
-            );
-            assert!(
-                by_class.records.iter().all(|r| r.finish.is_some()),
-                "every job finishes"
-            );
-            assert!(
-                by_class.records.iter().any(|r| r.preemptions > 0),
-                "some job was preempted"
-            );
-            same("start or stop", &by_class.changes, &per_unit.changes);
-            same("record", &by_class.records, &per_unit.records);
+            compare(Isolated, PerJob(Isolated), &trace, &engine);
+            compare(MaxMinFairness, PerJob(MaxMinFairness), &trace, &engine);
         }
+    }
+
+    /// Runs a policy that answers by class both ways, and asserts that they decide alike.
+    fn compare(
+        by_class: impl TimeSharePolicy,
+        per_unit: impl TimeSharePolicy,
+        trace: &Trace,
+        engine: &EngineConfig,
+    ) {
+        let by_class = run(&mut Realize::new(by_class, 7), trace, engine.clone());
+        let per_unit = run(&mut Realize::new(per_unit, 7), trace, engine.clone());
+        assert!(
+            by_class.records.iter().all(|r| r.finish.is_some()),
+            "every job finishes"
+        );
+        assert!(
+            by_class.records.iter().any(|r| r.preemptions > 0),
+            "some job was preempted"
+        );
+        same("start or stop", &by_class.changes, &per_unit.changes);
+        same("record", &by_class.records, &per_unit.records);
     }
 
     /// Asserts that two lists agree, naming the first place they differ.
@@ -1231,6 +1238,11 @@ mod tests {
     #[test]
     fn isolated_under_a_growing_backlog_visits_what_runs_starts_and_changed() {
         a_growing_backlog_costs_what_a_round_starts(Isolated);
+    }
+
+    #[test]
+    fn max_min_fairness_under_a_growing_backlog_visits_what_runs_starts_and_changed() {
+        a_growing_backlog_costs_what_a_round_starts(MaxMinFairness);
     }
 
     #[test]
