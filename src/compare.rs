@@ -111,22 +111,20 @@ pub fn run_policies(
         }
         Ok(())
     })?;
-    let results: Vec<Option<SimResult>> = slots
+    let mut results: Vec<SimResult> = slots
         .into_iter()
-        .map(|slot| slot.into_inner().expect("result lock"))
+        .map(|slot| {
+            slot.into_inner()
+                .expect("result lock")
+                .expect("every run finished")
+        })
         .collect();
-    let results: Vec<SimResult> = results
-        .into_iter()
-        .map(|r| r.expect("every run finished"))
-        .collect();
-    let reference = reference_at
-        .filter(|_| with_ftf && !by_share)
-        .map(|k| results[k].clone());
-    names
+    let reference_at = reference_at.filter(|_| with_ftf && !by_share);
+    let summaries = names
         .iter()
         .enumerate()
         .map(|(k, shown)| {
-            let summary = if by_share {
+            if by_share {
                 let alone = jcts_alone(
                     &results[k],
                     simulation.trace,
@@ -135,11 +133,14 @@ pub fn run_policies(
                     &names[k],
                     &config,
                 )?;
-                results[k].summary_against(shown, Some(&alone))
+                Ok(results[k].summary_against(shown, Some(&alone)))
             } else {
-                results[k].summary(shown, reference.as_ref())
-            };
-            Ok((results[k].clone(), summary))
+                Ok(results[k].summary(shown, reference_at.map(|r| &results[r])))
+            }
         })
-        .collect()
+        .collect::<Result<Vec<Summary>>>()?;
+    // The runs are handed over, not copied: under a long trace each holds a record per job. The
+    // reference, when it was not asked for, goes.
+    results.truncate(names.len());
+    Ok(results.into_iter().zip(summaries).collect())
 }
