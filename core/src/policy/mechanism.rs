@@ -34,6 +34,15 @@
 //!   shared account, share from the shared row), so the group's jobs come in unit order; across groups,
 //!   a merge of the groups' heads on the same four keys visits the jobs in exactly the per-job order.
 //!   Groups are never assumed to stay apart or in some order: every comparison is made on exact values.
+//!   Where the per-job walk skips a job whose gang no longer fits, the group's walk drops the group:
+//!   its jobs all have that gang, and what is left of a type only shrinks during its walk.
+//! - A new period begins exactly when the per-job form's would: when its rows would differ, that is
+//!   when a job joined or left, or a class with jobs got another row.
+//!
+//! So a round visits each group once per type and at a period's start. Waiting jobs that never ran
+//! form at most one group per class and period in which they joined (with rounds of 360 s, a trace
+//! that arrives over 278 rounds has at most 278 per class, however many jobs each holds); a job that
+//! ran and waits again keeps a group of its own, as its account is its own.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap};
