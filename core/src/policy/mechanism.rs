@@ -979,8 +979,11 @@ impl ClassBook {
             let ti = t.0 as usize;
             heads.clear();
             clock.work += self.groups.len() as u64;
+            // A job placed on an earlier type is passed over, as the per-unit walk skips it: here
+            // before it is queued, so that the queue holds only jobs it may grant.
+            let placed = &mut self.placed;
             for (g, group) in self.groups.iter().enumerate() {
-                let Some(&job) = group.members.first() else {
+                let Some(&job) = group.members.iter().find(|j| !placed.contains(j)) else {
                     continue;
                 };
                 let class = &self.counts[group.class as usize].class;
@@ -1014,12 +1017,12 @@ impl ClassBook {
                 if gpus > left[ti] {
                     continue;
                 }
-                if self.placed.insert(head.job) {
-                    left[ti] -= gpus;
-                    grants.push(Grant::new(head.job, t, gpus));
-                }
+                placed.insert(head.job);
+                left[ti] -= gpus;
+                grants.push(Grant::new(head.job, t, gpus));
                 let after = (Excluded(head.job), Unbounded);
-                if let Some(&job) = group.members.range(after).next() {
+                let next = group.members.range(after).find(|j| !placed.contains(j));
+                if let Some(&job) = next {
                     queue.push(Reverse(Head { job, ..head }));
                 }
             }
