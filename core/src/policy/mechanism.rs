@@ -120,6 +120,7 @@ impl JobClass {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassCount {
     pub class: JobClass,
+    /// Its active jobs (0 once they have all left: classes are kept, so that their order holds).
     pub jobs: usize,
 }
 
@@ -127,15 +128,18 @@ pub struct ClassCount {
 /// GPU type t. As [`TimeShares`], with one row per class instead of per unit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassShares {
+    /// Columns per row: the cluster's GPU types.
     pub num_types: usize,
     /// `x[c * num_types + t]`: class c's share of type t.
     pub x: Vec<f64>,
+    /// The order the mechanism offers the types in, as [`TimeShares::type_preference`].
     pub type_preference: TypePreference,
     /// As [`TimeShares::fill_idle`].
     pub fill_idle: bool,
 }
 
 impl ClassShares {
+    /// No rows yet, over `num_types` GPU types.
     pub fn new(num_types: usize, type_preference: TypePreference) -> Self {
         ClassShares {
             num_types,
