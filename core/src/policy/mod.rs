@@ -58,7 +58,10 @@ use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
 
 pub use cadence::{Cadence, Cadenced};
-pub use mechanism::{Realize, TimeSharePolicy, TimeShares, TypePreference, Unit};
+pub use mechanism::{
+    ClassCount, ClassSharePolicy, ClassShares, JobClass, Realize, TimeSharePolicy, TimeShares,
+    TypePreference, Unit, shares_per_job,
+};
 pub use registry::{
     BuildError, Capabilities, Factory, Needs, PolicyEntry, PolicySpec, Registry, RegistryError,
     Resolved, builtin,
