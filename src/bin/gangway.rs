@@ -193,6 +193,20 @@ impl std::str::FromStr for TraceFormatArg {
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_purge_delay` (its place in `mi_option_t`, the same in mimalloc 2 and 3):
+/// how long freed pages stay resident before they go back to the system.
+const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// A simulation frees its trace's parsing buffers and one run's engine before the next run grows
+/// its own: returned at once, they are not counted twice in the process's peak memory (a million
+/// jobs under the default command: 1.05 GB with the default 10 ms delay, 0.83 GB without). The
+/// control plane keeps the default, which suits its many small messages.
+fn return_freed_memory_at_once() {
+    // SAFETY: mi_option_set only stores an integer option, read by later purges; the option
+    // exists in every mimalloc the sys crate builds.
+    unsafe { libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, 0) };
+}
+
 fn main() {
     gangway::cli::init_logging();
     let cli = Cli::parse();
@@ -200,6 +214,9 @@ fn main() {
     // (`gangway topology --list | head -5`).
     if !is_daemon(&cli.command) {
         gangway::cli::exit_quietly_on_closed_output();
+    }
+    if matches!(cli.command, Some(Command::Simulate(_)) | None) {
+        return_freed_memory_at_once();
     }
     let outcome = match cli.command {
         Some(Command::Simulate(args)) => simulate(*args),
