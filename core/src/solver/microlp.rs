@@ -5,6 +5,8 @@
 //! than HiGHS: results are microlp's, not the fidelity figures. The node limit is microlp's own, which
 //! is deterministic, as HiGHS's is.
 
+use std::sync::Once;
+
 use microlp::{ComparisonOp, OptimizationDirection, Problem, SolveOptions};
 
 use super::{Goal, Program, Relation, SolveError, Var, VarDef};
@@ -14,6 +16,13 @@ pub(super) const NAME: Option<&str> = Some("microlp");
 /// Solves `program` for `goal`: the value of every variable, in order.
 pub(super) fn solve(program: &Program, goal: &Goal) -> Result<Vec<f64>, SolveError> {
     if goal.central {
+        static SAID: Once = Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "the LP solver is microlp, which has no interior-point method: where a policy asks \
+                 for a central point it takes a vertex instead, and its results differ from HiGHS's"
+            );
+        });
         return Err(SolveError::Unsupported(
             "microlp has no interior-point method to find a central point",
         ));
