@@ -4,6 +4,10 @@
 //! 32, 256 and 2,048 active jobs from Gavel's job model (single-GPU, 26 job types), on 3 GPU types with
 //! N/4 GPUs each (oversubscribed, so the program is not trivial), for `max_min_fairness_perf` and
 //! `max_min_fairness_packed` (pairs from Gavel's throughput table). Every solve starts from scratch.
+//!
+//! It measures the LP backend the build has: HiGHS by default, microlp with `--no-default-features
+//! --features simulate,lp-pure`; the two share benchmark names, so that `--save-baseline` on one and
+//! `--baseline` on the other compares them. A build without a backend has nothing to measure.
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -16,6 +20,13 @@ use gangway::core::trace::TraceOptions;
 use gangway::scenario;
 
 fn bench_solves(c: &mut Criterion) {
+    let Some(backend) = gangway::core::solver::available() else {
+        eprintln!(
+            "bench solver: this build has no LP solver (features lp or lp-pure); nothing to measure"
+        );
+        return;
+    };
+    eprintln!("bench solver: LP backend {backend}");
     let table = scenario::load_throughputs(None).unwrap();
     let mut group = c.benchmark_group("allocation_solve");
     group.sample_size(10);

@@ -27,9 +27,20 @@
 //! ```
 
 //!
-//! Features: `simulate` (the simulator and its reports), `plots` (SVG pictures), `serve` (the live
-//! control plane, its HTTP API and clients), `launcher` (`elastic-run`); all on by default.
-//! `cargo build --no-default-features --features simulate` builds the simulator alone.
+//! Features, all but `lp-pure` on by default:
+//!
+//! - `simulate`: the simulator and its reports; `plots`: SVG pictures;
+//! - `serve`: the live control plane, its HTTP API and clients (actix, tokio; implies `simulate` and
+//!   `launcher`); `launcher`: `elastic-run`;
+//! - `lp`: HiGHS (C++, built by cmake), the LP/MILP solver of the policies that optimize (Gavel's LP
+//!   policies, `sia`, `pollux`, `+opt`); `lp-pure`: the same policies on microlp, a pure-Rust solver
+//!   whose results differ from HiGHS's where many allocations are optimal. Without either,
+//!   [`core::solver::available`] is `None` and those policies cannot solve;
+//! - `nvml`: GPU discovery and health through NVML.
+//!
+//! `cargo build --no-default-features --features simulate` builds the simulator alone: no actix, tokio,
+//! HTTP, NVML or C++ toolchain; add `lp-pure` for the LP policies. `scripts/features` checks every
+//! combination named here.
 
 #[cfg(feature = "serve")]
 pub use gangway_actors as actors;

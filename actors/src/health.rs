@@ -1,15 +1,25 @@
 //! GPU health: NVML when a driver is present (utilization, memory, uncorrected ECC errors, critical
 //! XID events), and a switch for fake GPUs and fault-injection tests.
+//!
+//! NVML is behind this crate's `nvml` feature (on by default). Built without it, [`NvmlProbe`] still
+//! names the type, but [`NvmlProbe::for_all_gpus`] finds no GPUs, as on a machine without a driver.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+#[cfg(feature = "nvml")]
+use std::sync::OnceLock;
+#[cfg(feature = "nvml")]
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use gangway_core::cluster::GpuId;
-use nvml_wrapper::Nvml;
-use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
-use nvml_wrapper::enums::event::XidError;
-use nvml_wrapper::error::NvmlError;
+#[cfg(feature = "nvml")]
+use nvml_wrapper::{
+    Nvml,
+    bitmasks::event::EventTypes,
+    enum_wrappers::device::{EccCounter, MemoryError},
+    enums::event::XidError,
+    error::NvmlError,
+};
 use serde::Serialize;
 
 /// What a probe saw.
@@ -48,6 +58,7 @@ pub trait HealthProbe: Send {
 
 /// NVML, initialized once per process; `None` where there is no driver (`Nvml::init` fails within a
 /// millisecond there).
+#[cfg(feature = "nvml")]
 pub fn nvml() -> Option<&'static Nvml> {
     static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
     NVML.get_or_init(|| match Nvml::init() {
@@ -62,12 +73,14 @@ pub fn nvml() -> Option<&'static Nvml> {
 
 /// Health from NVML. A GPU is unhealthy once it shows uncorrected ECC errors, has had a critical XID
 /// error, or cannot be queried (fallen off the bus).
+#[cfg(feature = "nvml")]
 pub struct NvmlProbe {
     nvml: &'static Nvml,
     /// The last critical XID per device (0: none), written by the watcher thread.
     xid: Arc<[AtomicU64]>,
 }
 
+#[cfg(feature = "nvml")]
 impl NvmlProbe {
     /// One probe per GPU shares a watcher thread for XID events; `None` without NVML.
     pub fn for_all_gpus() -> Option<Vec<NvmlProbe>> {
@@ -110,6 +123,7 @@ impl NvmlProbe {
     }
 }
 
+#[cfg(feature = "nvml")]
 impl HealthProbe for NvmlProbe {
     fn check(&mut self, gpu: GpuId) -> Health {
         self.query(gpu.0)
@@ -118,6 +132,7 @@ impl HealthProbe for NvmlProbe {
 }
 
 /// Waits for critical XID events on every device, on a thread of its own (the wait blocks).
+#[cfg(feature = "nvml")]
 fn spawn_xid_watcher(nvml: &'static Nvml, xid: Arc<[AtomicU64]>) {
     let spawned = std::thread::Builder::new()
         .name("gangway-xid".into())
@@ -153,6 +168,29 @@ fn spawn_xid_watcher(nvml: &'static Nvml, xid: Arc<[AtomicU64]>) {
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "could not start the XID watcher");
+    }
+}
+
+/// Health from NVML, in a build without it: there is never one ([`NvmlProbe::for_all_gpus`] is `None`),
+/// as on a machine without a driver.
+#[cfg(not(feature = "nvml"))]
+pub struct NvmlProbe {
+    never: std::convert::Infallible,
+}
+
+#[cfg(not(feature = "nvml"))]
+impl NvmlProbe {
+    /// `None`: this build has no NVML (gangway-actors without its `nvml` feature).
+    pub fn for_all_gpus() -> Option<Vec<NvmlProbe>> {
+        tracing::info!("built without the nvml feature: no NVML health probes");
+        None
+    }
+}
+
+#[cfg(not(feature = "nvml"))]
+impl HealthProbe for NvmlProbe {
+    fn check(&mut self, _: GpuId) -> Health {
+        match self.never {}
     }
 }
 

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::net::TcpListener;
+#[cfg(feature = "launcher")]
 use std::time::{Duration, Instant};
 
 /// A port nobody listens on now.
@@ -16,7 +17,9 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// An HTTP client that returns 4xx and 5xx answers instead of errors.
+/// An HTTP client that returns 4xx and 5xx answers instead of errors. (ureq, like everything HTTP here,
+/// comes with the `launcher` feature, which `serve` implies; the simulator's tests do without.)
+#[cfg(feature = "launcher")]
 pub fn agent(timeout: Duration) -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -26,6 +29,7 @@ pub fn agent(timeout: Duration) -> ureq::Agent {
 }
 
 /// Waits until the daemon at `base` (`http://HOST:PORT`) answers `/healthz` with 200; panics after 30 s.
+#[cfg(feature = "launcher")]
 pub fn wait_until_answering(base: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !agent(Duration::from_secs(5))
@@ -81,6 +85,7 @@ pub fn shared_data(rel: &str, inside: &str) -> Option<std::path::PathBuf> {
 
 /// The daemon's API at `base` (`http://HOST:PORT`), with the token `gangway serve` wrote beside its
 /// journal (`JOURNAL/api-token`).
+#[cfg(feature = "launcher")]
 pub struct Api {
     pub base: String,
     pub authorization: String,
@@ -89,6 +94,7 @@ pub struct Api {
 
 // Each test file uses some of these.
 #[allow(dead_code)]
+#[cfg(feature = "launcher")]
 impl Api {
     pub fn new(base: &str, journal: &std::path::Path, timeout: Duration) -> Api {
         let token = std::fs::read_to_string(journal.join("api-token"))

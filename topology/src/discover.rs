@@ -3,18 +3,25 @@
 //! prints), and NUMA/CPU affinity.
 //!
 //! Without an NVIDIA driver, [`discover`] returns [`DiscoveryError::NoDriver`] within a millisecond and
-//! never panics; callers then fall back to a preset or a topology file.
+//! never panics; callers then fall back to a preset or a topology file. NVML is behind this crate's
+//! `nvml` feature (on by default): built without it, [`discover`] returns
+//! [`DiscoveryError::Unavailable`], and the rest of this module (a [`Discovery`] made by hand, its
+//! [`Discovery::design`]) works as before.
 
 use std::fmt::Write as _;
 
+#[cfg(feature = "nvml")]
 use nvml_wrapper::Nvml;
+#[cfg(feature = "nvml")]
 use nvml_wrapper::enum_wrappers::device::TopologyLevel;
+#[cfg(feature = "nvml")]
 use nvml_wrapper::error::NvmlError;
 use serde::Serialize;
 
 use crate::presets::{Design, Network};
 
 /// NVML's limit on NVLinks per GPU (`NVML_NVLINK_MAX_LINKS`).
+#[cfg(feature = "nvml")]
 const MAX_NVLINKS: u32 = 18;
 
 /// One discovered GPU.
@@ -47,20 +54,39 @@ pub struct Discovery {
     pub pcie: Vec<Vec<String>>,
 }
 
+/// Why this machine's GPUs could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscoveryError {
+    /// NVML could not be loaded: no NVIDIA driver here.
     #[error("no NVIDIA driver on this machine ({0}); use --preset or --file instead")]
     NoDriver(String),
+    /// NVML is there but a query failed.
     #[error("NVML failed: {0}")]
     Nvml(String),
+    /// This build has no NVML at all (gangway-topology without its `nvml` feature).
+    #[error(
+        "GPU discovery is not in this build (built without the nvml feature); describe the GPUs \
+         instead: fake GPUs, a preset, a topology file or a cluster spec"
+    )]
+    Unavailable,
 }
 
+#[cfg(feature = "nvml")]
 fn nvml_err(e: NvmlError) -> DiscoveryError {
     DiscoveryError::Nvml(e.to_string())
 }
 
-/// Reads this machine's GPUs.
+/// Reads this machine's GPUs through NVML; [`DiscoveryError::Unavailable`] in a build without the `nvml`
+/// feature.
 pub fn discover() -> Result<Discovery, DiscoveryError> {
+    #[cfg(feature = "nvml")]
+    return with_nvml();
+    #[cfg(not(feature = "nvml"))]
+    Err(DiscoveryError::Unavailable)
+}
+
+#[cfg(feature = "nvml")]
+fn with_nvml() -> Result<Discovery, DiscoveryError> {
     let nvml = Nvml::init().map_err(|e| match e {
         NvmlError::LibloadingError(_) | NvmlError::DriverNotLoaded | NvmlError::LibraryNotFound => {
             DiscoveryError::NoDriver(e.to_string())
@@ -353,8 +379,18 @@ mod tests {
         );
     }
 
+    /// A build without NVML says so instead of failing as if a driver were missing.
+    #[cfg(not(feature = "nvml"))]
+    #[test]
+    fn discovery_without_the_nvml_feature_says_it_was_left_out() {
+        let e = discover().unwrap_err();
+        assert!(matches!(e, DiscoveryError::Unavailable), "{e:?}");
+        assert!(e.to_string().contains("without the nvml feature"), "{e}");
+    }
+
     /// Runs everywhere: without a driver discovery says so, quickly and without panicking; with one, the
     /// report is consistent.
+    #[cfg(feature = "nvml")]
     #[test]
     fn discovery_reports_no_driver_or_consistent_gpus() {
         let started = std::time::Instant::now();

@@ -31,7 +31,7 @@ use super::{
     Cadenced, Knob, Needs, Policy, PolicyConfig, PolicyEntry, Realize, Registry, RegistryError,
     RoundInput, TimeSharePolicy, TimeShares,
 };
-use crate::solver::{Program, Relation, Var};
+use crate::solver::{Program, Relation, SolveError, Var};
 
 const REALLOC: Knob = Knob {
     name: "realloc",
@@ -328,7 +328,12 @@ impl Formulation {
         let solution = program.central_point().or_else(|e| {
             // Still an allocation that reaches rho*: the vertex that spends the slack on throughput. The
             // program is built as before, so its variables are the ones `x` names.
-            tracing::warn!(error = %e, "no central point; using a vertex");
+            if matches!(e, SolveError::Unsupported(_)) {
+                // A backend without an interior-point method (microlp) says so once, not every solve.
+                tracing::debug!(error = %e, "no central point; using a vertex");
+            } else {
+                tracing::warn!(error = %e, "no central point; using a vertex");
+            }
             let (program, x) = program_at(hi).expect("hi is reachable");
             program.maximize(normalized_throughput(&x, jobs))
         });
