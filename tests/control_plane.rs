@@ -14,7 +14,9 @@ use gangway_core::engine::Change;
 use gangway_core::engine::EngineConfig;
 use gangway_core::job::{JobId, Trace};
 use gangway_core::placement::PackingPlacer;
-use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::policy::{
+    self, Capabilities, Grant, Policy, PolicyConfig, PolicyEntry, Registry, RoundInput,
+};
 use gangway_core::sim::{SimConfig, Simulation};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::trace::TraceOptions;
@@ -70,6 +72,25 @@ fn live_with(
     model: Arc<dyn ThroughputModel>,
     engine: &EngineConfig,
 ) -> (Timeline, Starts, u64) {
+    live_from(
+        policy::builtin(),
+        policy_spec,
+        trace,
+        cluster,
+        model,
+        engine,
+    )
+}
+
+/// [`live_with`] with the policy built from `registry`.
+fn live_from(
+    registry: &Registry,
+    policy_spec: &str,
+    trace: &Trace,
+    cluster: &Cluster,
+    model: Arc<dyn ThroughputModel>,
+    engine: &EngineConfig,
+) -> (Timeline, Starts, u64) {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
@@ -81,7 +102,7 @@ fn live_with(
         cluster: Arc::new(cluster.clone()),
         model,
         names: trace.names.clone(),
-        policy: policy::builtin()
+        policy: registry
             .build(
                 policy_spec,
                 &PolicyConfig::default(),
@@ -188,6 +209,79 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
         restarts > 100,
         "the scenario should make the preemptive policies preempt and move jobs ({restarts} restarts)"
     );
+}
+
+/// A user's policy that hands every call to the built-in `tiresias`, which it builds through the
+/// public registry: whatever the built-in does, it may do only through doors a user's policy has.
+struct Delegating(Box<dyn Policy>);
+
+impl Policy for Delegating {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        self.0.allocate(input)
+    }
+
+    fn changes_with_time(&self) -> bool {
+        self.0.changes_with_time()
+    }
+
+    fn keeps_queue(&self) -> bool {
+        self.0.keeps_queue()
+    }
+}
+
+#[test]
+fn a_user_policy_that_delegates_to_tiresias_runs_as_tiresias_does_simulated_and_live() {
+    let mut registry = Registry::with_builtins();
+    registry
+        .register(PolicyEntry::new("my_tiresias", |config| {
+            let inner = policy::builtin()
+                .build("tiresias", config, &Capabilities::ALL)
+                .expect("tiresias is built in");
+            Box::new(Delegating(inner))
+        }))
+        .unwrap();
+    let (trace, cluster, model) = scenario_of(200);
+
+    // Simulated, side by side in one comparison.
+    let report = Simulation::builder()
+        .registry(&registry)
+        .trace(trace.clone())
+        .cluster(cluster.clone())
+        .model(Arc::clone(&model))
+        .config(config())
+        .policies(["tiresias", "my_tiresias"])
+        .run()
+        .unwrap();
+    let (builtin, user) = (&report.runs[0], &report.runs[1]);
+    assert!(
+        builtin.result.records.iter().any(|r| r.preemptions > 0),
+        "the trace should make tiresias preempt"
+    );
+    assert_eq!(builtin.jobs(), user.jobs(), "per-job records");
+    assert_eq!(
+        builtin.result.changes, user.result.changes,
+        "every start and stop"
+    );
+    let mut summary = user.summary.clone();
+    summary.policy = builtin.summary.policy.clone();
+    summary.wall_s = builtin.summary.wall_s;
+    assert_eq!(builtin.summary, summary);
+
+    // Live, each through the actors in virtual time.
+    let engine = config().engine;
+    let tiresias = live_from(
+        &registry,
+        "tiresias",
+        &trace,
+        &cluster,
+        Arc::clone(&model),
+        &engine,
+    );
+    let mine = live_from(&registry, "my_tiresias", &trace, &cluster, model, &engine);
+    assert_eq!(tiresias.2 + mine.2, 0, "invariant violations");
+    assert_eq!(tiresias.1, mine.1, "every start: time, job, GPUs");
+    assert_eq!(tiresias.0, mine.0, "every job's first start and finish");
+    assert!(tiresias.0.iter().all(|(_, _, finish)| finish.is_some()));
 }
 
 /// The start of every run the simulator made, as (time, job, GPU ids).
