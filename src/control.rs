@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use gangway_actors::api::Listen;
 use gangway_actors::cluster::{JobInfo, JobRequest, NodeInfo};
 use gangway_actors::request::escape;
+use gangway_core::policy::Registry;
 use gangway_launcher::client::{Client, new_idempotency_key};
 
 use crate::plane::{ApiOptions, ControlPlaneBuilder, Gpus};
@@ -156,9 +157,9 @@ pub enum Workers {
     Simulated,
 }
 
-/// Runs the control plane until interrupted.
-pub fn serve(args: ServeArgs) -> Result<()> {
-    let plane = builder(args)?.start()?;
+/// Runs the control plane until interrupted, with the policies of `registry`.
+pub fn serve(args: ServeArgs, registry: Registry) -> Result<()> {
+    let plane = builder(args)?.registry(registry).start()?;
     plane.serve_until(async {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("gangway serve: interrupted; the journal has everything");

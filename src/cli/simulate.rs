@@ -1,0 +1,392 @@
+//! `gangway simulate`: replays a trace under one or more policies of a registry and compares them.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::core::engine::EngineConfig;
+use crate::core::limits;
+use crate::core::metrics::Summary;
+use crate::core::metrics::Window;
+use crate::core::policy::{self, Registry};
+use crate::core::sim::builder::RunProgress;
+use crate::core::sim::{SimConfig, SimResult, Simulation};
+use crate::core::trace::{TraceFormat, TraceOptions};
+use crate::report::{self, OutputFormat as Format};
+use crate::scenario;
+
+/// Gavel's simulated cluster and round, the default setup.
+const GAVEL_CLUSTER: &str = "v100=36,p100=36,k80=36";
+const GAVEL_ROUND_SECONDS: f64 = 360.0;
+
+#[derive(clap::Parser)]
+pub(super) struct SimulateArgs {
+    /// Trace file, or `synthetic:jobs=N,seed=S[,rate=R][,multi=true]`. Default: the bundled Gavel trace.
+    #[arg(long, value_name = "PATH")]
+    trace: Option<String>,
+    /// Trace format, when it cannot be told from the first line.
+    #[arg(long, value_name = "FORMAT", value_parser = clap::value_parser!(TraceFormatArg))]
+    trace_format: Option<TraceFormatArg>,
+    /// Input job rate in jobs/hour, for Gavel's continuous traces and synthetic ones. Default with the
+    /// bundled trace: 2.0.
+    #[arg(long, value_name = "JOBS_PER_HOUR", allow_negative_numbers = true)]
+    rate: Option<f64>,
+    /// Cluster as `TYPE=N` (N GPUs, --gpus-per-node each node) or `TYPE=NxG` (N nodes of G GPUs), comma-separated.
+    /// Default: Gavel's 36 V100 + 36 P100 + 36 K80; for Pollux's workloads, its 16 servers of 4 T4
+    /// (`t4=16x4`); for Sia's, its 6x4 T4 + 3x8 RTX 2080Ti + 2x8 A100 (`aws=6x4,rtx=3x8,dgx-ext=2x8`).
+    #[arg(long, value_name = "SPEC")]
+    cluster: Option<String>,
+    /// Cluster as a TOML file of `[[nodes]]` groups (gpu_type, count, gpus, cpus, memory_gb); overrides --cluster.
+    #[arg(long, value_name = "PATH")]
+    cluster_file: Option<PathBuf>,
+    /// Cluster as a topology file (servers of preset designs under racks; see `gangway topology`);
+    /// overrides --cluster, and scores placements on the hardware graph.
+    #[arg(long, value_name = "PATH")]
+    topology: Option<PathBuf>,
+    /// Make arrivals this many times denser (divides every arrival time), to raise a trace's load.
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        value_name = "X",
+        allow_negative_numbers = true
+    )]
+    load_factor: f64,
+    /// GPUs per node for `TYPE=N` items.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    gpus_per_node: u32,
+    /// Policies to compare, comma-separated, each optionally with knobs (`themis:f=0.5`) and Synergy's
+    /// CPU and memory mechanism (`srtf+tune`, `fifo+opt`, `las+proportional`); `help` lists them.
+    #[arg(
+        long,
+        default_value = scenario::DEFAULT_POLICIES,
+        value_delimiter = ',',
+        value_name = "NAMES"
+    )]
+    policy: Vec<String>,
+    /// Round length in seconds. Default: 360 (Gavel's); 60 for Pollux's and Sia's workloads.
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+    round: Option<f64>,
+    /// Job ids to measure, as START..END (END excluded). Default: all jobs; 4000..5000 with the bundled trace.
+    #[arg(long, value_name = "A..B", value_parser = Window::parse)]
+    window: Option<Window>,
+    /// Also schedule when a job arrives, not only at round boundaries.
+    #[arg(long)]
+    schedule_on_arrival: bool,
+    /// Also schedule when a job finishes, not only at round boundaries.
+    #[arg(long)]
+    schedule_on_completion: bool,
+    /// Skip finish-time fairness (rho): the `isolated` reference run, or on goodput workloads (Pollux's,
+    /// Sia's) each job's runs alone on its share of the cluster, under the same policy, as Sia measures it.
+    #[arg(long)]
+    no_ftf: bool,
+    /// Output format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Table)]
+    format: Format,
+    /// Write per-job CSVs, every job's allocations over time (`allocations_POLICY.csv`: starts with GPU
+    /// type, GPUs and batch, stops, changes of pace), summary.json and SVG plots (JCT CDF, utilization) here.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// The application profiles of a Pollux or Sia workload (default: the `profiles/` folder beside its
+    /// folder of workloads, or beside the one above), or Synergy's `synergy_model_profiles.json` for its
+    /// traces (default: beside the trace or up to two folders above).
+    #[arg(long, value_name = "DIR")]
+    profiles: Option<PathBuf>,
+    #[command(flatten)]
+    scenario: scenario::ScenarioArgs,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TraceFormatArg(TraceFormat);
+
+impl std::str::FromStr for TraceFormatArg {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        s.parse().map(TraceFormatArg)
+    }
+}
+
+/// The policies of `registry` as `gangway simulate --policy help` lists them: each with its summary,
+/// aliases, needs and knobs (default, meaning, range), then the mechanisms any may add.
+pub fn policy_listing(registry: &Registry) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "Policies (use their names, comma-separated, with --policy; set knobs as name:knob=value):\n",
+    );
+    let needs = |needs: policy::Needs| {
+        if needs.is_empty() {
+            String::new()
+        } else {
+            format!(" [needs {needs}]")
+        }
+    };
+    for p in registry.entries() {
+        let aliases = if p.aliases().is_empty() {
+            String::new()
+        } else {
+            format!(" (alias: {})", p.aliases().join(", "))
+        };
+        let needs = needs(p.requirements());
+        let _ = writeln!(
+            out,
+            "  {:<20} {}{aliases}{needs}",
+            p.name(),
+            p.summary_line()
+        );
+        for k in p.knobs() {
+            let _ = writeln!(
+                out,
+                "  {:<20}   :{}={} {} ({})",
+                "", k.name, k.default, k.help, k.range
+            );
+        }
+    }
+    out.push_str(
+        "Any policy may end in +MECHANISM to size CPUs and memory beside GPUs (Synergy):\n",
+    );
+    for m in policy::resourced::Mechanism::ALL {
+        let name = format!("+{}", m.name());
+        let _ = writeln!(out, "  {name:<20} {}{}", m.summary(), needs(m.needs()));
+    }
+    out
+}
+
+/// Runs `gangway simulate` with the policies of `registry`.
+pub(super) fn simulate(args: SimulateArgs, registry: &Registry) -> Result<()> {
+    if args.policy.iter().any(|p| p == "help") {
+        print!("{}", policy_listing(registry));
+        return Ok(());
+    }
+    // Check policy names before loading anything, so that a typo fails fast.
+    for name in &args.policy {
+        registry.resolve(name)?;
+    }
+    // Numbers first, each against its range, before any input is read.
+    if let Some(rate) = args.rate {
+        limits::RATE
+            .check_option("--rate", rate)
+            .map_err(anyhow::Error::msg)?;
+    }
+    limits::LOAD_FACTOR
+        .check_option("--load-factor", args.load_factor)
+        .map_err(anyhow::Error::msg)?;
+    let embedded = args.trace.is_none();
+    let options = TraceOptions {
+        format: args.trace_format.map(|f| f.0),
+        rate: args.rate.or(embedded.then_some(2.0)),
+        profiles: args.profiles.clone(),
+    };
+    let topology_spec = match &args.topology {
+        Some(path) => Some(scenario::topology_file(path)?),
+        None => None,
+    };
+    // A Pollux or Sia workload runs, unless told otherwise, in the setup it was made for.
+    let native = args
+        .trace
+        .as_deref()
+        .and_then(|path| crate::core::trace::native_setup(std::path::Path::new(path), &options));
+    let own_cluster =
+        args.cluster.is_some() || args.cluster_file.is_some() || topology_spec.is_some();
+    if let Some(setup) = native {
+        match (own_cluster, args.round.is_some()) {
+            (false, false) => eprintln!(
+                "gangway: on {} ({}) with {} s rounds, as the workload was made for (--cluster and --round choose others)",
+                setup.origin, setup.cluster, setup.round_seconds
+            ),
+            (false, true) => eprintln!(
+                "gangway: on {} ({}), as the workload was made for (--cluster chooses another)",
+                setup.origin, setup.cluster
+            ),
+            (true, false) => eprintln!(
+                "gangway: with {} s rounds, as the workload was made for (--round chooses another)",
+                setup.round_seconds
+            ),
+            (true, true) => {}
+        }
+    }
+    let cluster_spec = match (&args.cluster, native) {
+        (Some(spec), _) => spec.clone(),
+        (None, Some(setup)) if !own_cluster => setup.cluster.to_owned(),
+        (None, _) => GAVEL_CLUSTER.to_owned(),
+    };
+    let cluster = match &topology_spec {
+        Some(spec) => crate::core::cluster::Cluster::from_topology(&spec.build())?,
+        None => scenario::load_cluster(
+            &cluster_spec,
+            args.cluster_file.as_deref(),
+            args.gpus_per_node,
+        )?,
+    };
+    let round = args
+        .round
+        .unwrap_or_else(|| native.map_or(GAVEL_ROUND_SECONDS, |setup| setup.round_seconds));
+    let engine = EngineConfig {
+        round_length: round,
+        schedule_on_arrival: args.schedule_on_arrival,
+        schedule_on_completion: args.schedule_on_completion,
+        ..EngineConfig::default()
+    };
+    let scenario =
+        scenario::Scenario::assemble(&args.scenario, cluster, topology_spec, engine, true)?;
+    let table = scenario
+        .table
+        .as_ref()
+        .expect("simulate always has a table");
+    let mut trace = scenario::load_trace(args.trace.as_deref(), &options, table)?;
+    trace.scale_load(args.load_factor);
+    if let Some(last) = trace.jobs.iter().map(|j| j.arrival).reduce(f64::max)
+        && last > crate::core::job::MAX_ARRIVAL_SECONDS
+    {
+        bail!(
+            "--load-factor {}: the last job would arrive at {last:e} s, after the latest gangway simulates ({:e} s)",
+            args.load_factor,
+            crate::core::job::MAX_ARRIVAL_SECONDS
+        );
+    }
+    let cluster = &*scenario.cluster;
+    let model = scenario.model_for(&trace)?;
+    // A job that could never run here is the trace's error, at its line: a run would leave it
+    // waiting for ever.
+    crate::core::trace::check_runnable(&trace, &scenario.cluster, model.as_ref())?;
+    let window = args.window.clone().unwrap_or_else(|| {
+        if embedded {
+            Window(Some(4000..5000))
+        } else {
+            Window::default()
+        }
+    });
+    if embedded {
+        eprintln!(
+            "gangway: no --trace given: replaying the bundled Gavel trace (continuous-single, seed 0, {} jobs) at {} jobs/hour, measuring jobs {window}",
+            trace.jobs.len(),
+            options.rate.unwrap_or_default()
+        );
+    }
+    eprintln!(
+        "gangway: {} jobs from {} on {} GPUs: {}",
+        trace.jobs.len(),
+        trace.source,
+        cluster.num_gpus(),
+        cluster.describe()
+    );
+    let config = SimConfig {
+        engine: scenario.engine.clone(),
+        seed: scenario.seed,
+        // The allocations over time are written with the other outputs.
+        log_changes: args.out.is_some(),
+    };
+
+    let bars = Mutex::new(MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
+    let factory = |name: &str| -> RunProgress<'_> {
+        let bar = bars
+            .lock()
+            .expect("progress lock")
+            .add(ProgressBar::hidden());
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>20} [{bar:30}] {pos}/{len} jobs {elapsed}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(name.to_owned());
+        let started = std::time::Instant::now();
+        let mut shown = false;
+        Box::new(move |done, total| {
+            // Only runs longer than a second get a bar.
+            if !shown && started.elapsed() > Duration::from_secs(1) {
+                bar.set_length(total as u64);
+                bar.enable_steady_tick(Duration::from_millis(200));
+                shown = true;
+            }
+            if shown && (done % 64 == 0 || done == total) {
+                bar.set_position(done as u64);
+            }
+            if done == total {
+                bar.finish_and_clear();
+            }
+        })
+    };
+    let report = Simulation::builder()
+        .registry(registry)
+        .trace(trace)
+        .cluster(cluster.clone())
+        .model(Arc::from(model))
+        .policies(&args.policy)
+        .policy_config(scenario.policy_config.clone())
+        .placer(|| scenario.placer())
+        .config(config)
+        .window(window.clone())
+        .fairness(!args.no_ftf)
+        .progress_per_run(factory)
+        .run()?;
+    let results: Vec<(SimResult, Summary)> = report
+        .runs
+        .into_iter()
+        .map(|run| (run.result, run.summary))
+        .collect();
+    let mut stalled = Vec::new();
+    let mut refused = Vec::new();
+    for (result, summary) in &results {
+        // Checked before the runs; a run that still refused a job is incomplete all the same.
+        if let Some(first) = result.unschedulable.first() {
+            eprintln!(
+                "gangway: {}: {} jobs could never run on this cluster (first: job {first}); its figures cover the others only",
+                summary.policy,
+                result.unschedulable.len(),
+            );
+            refused.push(summary.policy.clone());
+        }
+        let unfinished = result.unfinished();
+        if let Some(first) = unfinished.first() {
+            eprintln!(
+                "gangway: {}: {} jobs never finished: the policy stalled: no job progressed for 1,000 scheduling passes, because GPUs idled while jobs waited or jobs restarted faster than they ran (first: job {first}); its figures cover finished jobs only",
+                summary.policy,
+                unfinished.len(),
+            );
+            stalled.push(summary.policy.clone());
+        }
+    }
+    let summaries: Vec<_> = results.iter().map(|(_, s)| s.clone()).collect();
+    if summaries
+        .iter()
+        .all(|s| s.measured_jobs + s.unfinished_jobs == 0)
+    {
+        eprintln!(
+            "gangway: warning: no job of the trace falls in --window {window}: every figure below is empty"
+        );
+    }
+    match args.format {
+        Format::Table => print!("{}", report::table(&summaries)),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&summaries).context("encoding JSON")?
+        ),
+    }
+    if let Some(dir) = &args.out {
+        report::write_outputs(dir, &results)?;
+        let resized = results.iter().any(|(r, _)| !r.changes.is_empty());
+        eprintln!(
+            "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg{} to {}",
+            if resized {
+                ", and allocations_POLICY.csv and gpus_POLICY.svg"
+            } else {
+                ""
+            },
+            dir.display()
+        );
+    }
+    if !refused.is_empty() {
+        bail!(
+            "{} left jobs that could never run (see above); the results are incomplete",
+            refused.join(", ")
+        );
+    }
+    if !stalled.is_empty() {
+        bail!(
+            "{} stalled with jobs unfinished (see above); the results are incomplete",
+            stalled.join(", ")
+        );
+    }
+    Ok(())
+}
