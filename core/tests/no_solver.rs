@@ -5,7 +5,7 @@
 #![cfg(not(any(feature = "highs", feature = "microlp")))]
 
 use gangway_core::cluster::{Cluster, GpuTypeId};
-use gangway_core::job::{Job, JobId, JobTypeId, Trace, WorkUnit};
+use gangway_core::job::{Job, JobId, Trace, WorkUnit};
 use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::pick::{Candidate, Choices, pick};
 use gangway_core::policy::{self, BuildError, Capabilities, PolicyConfig};
@@ -59,15 +59,26 @@ const LP_POLICIES: [&str; 12] = [
 #[test]
 fn lp_policies_are_refused_naming_the_solver_they_need() {
     for name in LP_POLICIES {
-        let e = policy::build(name, &PolicyConfig::seeded(0), &Unit).unwrap_err();
+        let Err(e) = policy::build(name, &PolicyConfig::seeded(0), &Unit) else {
+            panic!("{name} was built without a solver");
+        };
         assert!(
             matches!(&e, BuildError::Unmet { policy, missing } if policy == name && missing.lp_solver),
             "{name}: {e:?}"
         );
         assert!(e.to_string().contains("an LP solver"), "{e}");
     }
-    for name in ["fifo", "tiresias", "max_min_fairness", "isolated", "gandiva"] {
-        assert!(policy::build(name, &PolicyConfig::seeded(0), &Unit).is_ok(), "{name}");
+    for name in [
+        "fifo",
+        "tiresias",
+        "max_min_fairness",
+        "isolated",
+        "gandiva",
+    ] {
+        assert!(
+            policy::build(name, &PolicyConfig::seeded(0), &Unit).is_ok(),
+            "{name}"
+        );
     }
 }
 
