@@ -15,6 +15,7 @@ use crate::scenario;
 /// Where clients find the daemon unless told.
 pub const DEFAULT_DAEMON: &str = "127.0.0.1:7878";
 
+/// `gangway serve`'s options: the cluster, the policy, the workers, the journal and the API.
 #[derive(clap::Args)]
 #[command(group(clap::ArgGroup::new("gpus").args(["fake_gpus", "preset", "topology", "cluster"])))]
 pub struct ServeArgs {
@@ -25,7 +26,7 @@ pub struct ServeArgs {
     /// token anyway; add the names clients use with --allow-host.
     #[arg(long)]
     pub allow_remote: bool,
-    /// A name the `Host` header may give besides localhost, 127.0.0.1 and [::1] (repeatable; `*`
+    /// A name the `Host` header may give besides localhost, 127.0.0.1 and `[::1]` (repeatable; `*`
     /// allows any). The check keeps web pages out through DNS rebinding.
     #[arg(long, value_name = "NAME")]
     pub allow_host: Vec<String>,
@@ -139,6 +140,7 @@ pub struct ServeArgs {
     /// The `elastic-run` that process workers run (default: the one beside this `gangway`).
     #[arg(long, value_name = "PATH")]
     pub elastic_run: Option<PathBuf>,
+    /// The policy, round and costs, as `gangway simulate` takes them.
     #[command(flatten)]
     pub scenario: scenario::ScenarioArgs,
 }
@@ -151,9 +153,12 @@ fn parse_mode(text: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("`{text}` is not a file mode in octal (600, 660, 666)"))
 }
 
+/// What runs a job's workers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Workers {
+    /// Real processes (`elastic-run` and the job's command), as the job's user.
     Processes,
+    /// No processes: each job's work runs down at its model's rate, in scaled time.
     Simulated,
 }
 
@@ -236,6 +241,7 @@ fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
         .notes(|note| eprintln!("gangway serve: {note}")))
 }
 
+/// Where a client finds the daemon and its token.
 #[derive(clap::Args)]
 pub struct DaemonArg {
     /// The daemon's `HOST:PORT` or `unix:PATH` (default: $GANGWAY_DAEMON, else 127.0.0.1:7878).
@@ -267,6 +273,7 @@ fn positive(text: &str) -> Result<f64, String> {
     }
 }
 
+/// `gangway submit`'s options: the job's shape, its work and the daemon.
 #[derive(clap::Args)]
 pub struct SubmitArgs {
     /// GPUs the job needs, all at once: `N`, or `MIN:MAX` for an elastic job, which policies that
@@ -291,10 +298,13 @@ pub struct SubmitArgs {
     /// Work: seconds of running time at that many GPUs.
     #[arg(long, value_name = "SECONDS", value_parser = positive, allow_negative_numbers = true)]
     pub work: f64,
+    /// The job's type (its application, for throughput and goodput profiles).
     #[arg(long, default_value = "default", value_name = "NAME")]
     pub job_type: String,
+    /// The team or user it counts against, for fairness.
     #[arg(long, default_value = "default", value_name = "NAME")]
     pub tenant: String,
+    /// Its priority weight: a fair share this many times a weight-1 job's.
     #[arg(
         long,
         default_value_t = 1.0,
@@ -303,35 +313,44 @@ pub struct SubmitArgs {
         allow_negative_numbers = true
     )]
     pub weight: f64,
+    /// The daemon to submit to.
     #[command(flatten)]
     pub daemon: DaemonArg,
 }
 
+/// `gangway jobs` and `gangway nodes`: how to print, and the daemon.
 #[derive(clap::Args)]
 pub struct JobsArgs {
+    /// A table for people, or JSON for programs.
     #[arg(long, value_enum, default_value = "table")]
     pub format: crate::report::OutputFormat,
+    /// The daemon to ask.
     #[command(flatten)]
     pub daemon: DaemonArg,
 }
 
+/// `gangway cancel`: the job and the daemon.
 #[derive(clap::Args)]
 pub struct CancelArgs {
     /// The job's id.
     pub id: u32,
+    /// The daemon that runs it.
     #[command(flatten)]
     pub daemon: DaemonArg,
 }
 
+/// `gangway cordon` and `gangway uncordon`: the GPUs and the daemon.
 #[derive(clap::Args)]
 pub struct CordonArgs {
     /// GPU ids (as `gangway jobs` shows them).
     #[arg(required = true, value_name = "GPU")]
     pub gpus: Vec<u32>,
+    /// The daemon they belong to.
     #[command(flatten)]
     pub daemon: DaemonArg,
 }
 
+/// `gangway submit`: submits a job and prints its id.
 pub fn submit(args: SubmitArgs) -> Result<()> {
     let client = args.daemon.client()?;
     let request = JobRequest {
@@ -356,6 +375,7 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
     Ok(())
 }
 
+/// `gangway jobs`: prints the daemon's jobs.
 pub fn jobs(args: JobsArgs) -> Result<()> {
     let body = args
         .daemon
@@ -445,6 +465,7 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
     Ok(())
 }
 
+/// `gangway nodes`: prints the daemon's servers, their GPUs out of service and their jobs.
 pub fn nodes(args: JobsArgs) -> Result<()> {
     let body = args
         .daemon
@@ -494,6 +515,7 @@ pub fn nodes(args: JobsArgs) -> Result<()> {
     Ok(())
 }
 
+/// `gangway cancel`: cancels a job.
 pub fn cancel(args: CancelArgs) -> Result<()> {
     args.daemon
         .client()?
@@ -503,6 +525,7 @@ pub fn cancel(args: CancelArgs) -> Result<()> {
     Ok(())
 }
 
+/// `gangway cordon` (`cordoned`) or `gangway uncordon`: takes GPUs out of service or puts them back.
 pub fn cordon(args: CordonArgs, cordoned: bool) -> Result<()> {
     let path = if cordoned {
         "/gpus/cordon"

@@ -18,7 +18,9 @@ use crate::scenario;
 /// Gavel's numbers, keyed by (policy, rate x 100 rounded).
 #[derive(Debug, Default)]
 pub struct GavelExpected {
+    /// Average JCT in hours, by (policy, rate key).
     pub jct_h: BTreeMap<(String, u32), f64>,
+    /// Average finish-time fairness (rho), by (policy, rate key).
     pub ftf: BTreeMap<(String, u32), f64>,
 }
 
@@ -28,6 +30,8 @@ pub fn rate_key(rate: f64) -> u32 {
 }
 
 impl GavelExpected {
+    /// Reads Gavel's published figures from `testdata`'s text, blocks of rows per rate; a row that
+    /// cannot be read is an error naming its line.
     pub fn parse(text: &str) -> Result<Self> {
         let mut blocks: Vec<Vec<(String, u32, f64)>> = Vec::new();
         let mut rate = None;

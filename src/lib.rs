@@ -25,7 +25,12 @@
 //! assert!(las.avg_jct_h > 0.0 && las.avg_ftf.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-
+//!
+//! A policy of one's own joins through `core::policy::Registry` (the call every built-in policy is
+//! entered by) and runs wherever a built-in one does: in the simulator's builder
+//! (`SimulationBuilder::registry`), in the live control plane (`ControlPlaneBuilder::registry`), and
+//! on the command line of a binary of one's own (`cli::main`). `examples/custom_policy.rs` does all
+//! three, and `docs/EMBEDDING.md` walks through it.
 //!
 //! Features, all but `lp-pure` on by default:
 //!
@@ -41,6 +46,8 @@
 //! `cargo build --no-default-features --features simulate` builds the simulator alone: no actix, tokio,
 //! HTTP, NVML or C++ toolchain; add `lp-pure` for the LP policies. `scripts/features` checks every
 //! combination named here.
+
+#![deny(missing_docs)]
 
 #[cfg(feature = "serve")]
 pub use gangway_actors as actors;

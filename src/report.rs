@@ -13,7 +13,9 @@ use gangway_core::throughput::goodput::BatchPlan;
 /// How results are printed: a table for people, or JSON for programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
+    /// Fixed-width columns for a terminal.
     Table,
+    /// JSON, for programs.
     Json,
 }
 

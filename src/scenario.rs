@@ -90,13 +90,17 @@ impl Default for ScenarioArgs {
 
 /// A cluster with everything needed to run policies on it, simulated or live.
 pub struct Scenario {
+    /// The GPUs, their servers and types.
     pub cluster: Arc<Cluster>,
     /// The throughput table, when work is counted in steps.
     pub table: Option<ThroughputTable>,
     /// Where and how the topology-aware placer scores sets; `None`: best-fit packing.
     placement: Option<(Arc<Topology>, PlacementMode)>,
+    /// Round length and the costs of preempting, restoring and migrating.
     pub engine: EngineConfig,
+    /// What every policy is built with: its seed, service distribution and GPU prices.
     pub policy_config: PolicyConfig,
+    /// The seed of every random choice: policies', placers' and synthetic traces'.
     pub seed: u64,
     /// Gangs spread over servers only evenly.
     pub even_gangs: bool,
@@ -283,7 +287,9 @@ pub fn load_resource_profiles(path: &Path) -> Result<ResourceProfiles> {
 pub const EMBEDDED_TRACE: &str = include_str!("../data/gavel/continuous_single_seed0.csv");
 /// Gavel's simulation throughput table (k80, p100, v100), bundled in the binary.
 pub const EMBEDDED_THROUGHPUTS: &str = include_str!("../data/gavel/simulation_throughputs.json");
+/// The bundled trace's name in messages and reports (it has no path).
 pub const EMBEDDED_TRACE_NAME: &str = "embedded:gavel/continuous_single_seed0.csv";
+/// The bundled throughput table's name in messages and reports.
 pub const EMBEDDED_THROUGHPUTS_NAME: &str = "embedded:gavel/simulation_throughputs.json";
 /// The policies `gangway simulate` compares when `--policy` is not given: FIFO and LAS as baselines
 /// beside the systems gangway exists for: Tiresias, Gandiva, Themis, and Gavel's heterogeneity-aware LAS

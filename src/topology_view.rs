@@ -8,6 +8,7 @@ use plotters::prelude::*;
 
 use gangway_topology::topology::Topology;
 
+/// Draws server `host`'s GPUs and the links between them as an SVG picture at `path`.
 pub fn write_svg(path: &Path, topology: &Topology, host: usize) -> Result<()> {
     let h = &topology.hosts[host];
     let n = h.num_gpus;
