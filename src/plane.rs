@@ -41,7 +41,10 @@ use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
 use gangway_core::error::{InputError, SimError};
+use gangway_core::job::Names;
+use gangway_core::placement::Placer;
 use gangway_core::policy::{self, BuildError, Registry};
+use gangway_core::throughput::ThroughputModel;
 use gangway_core::throughput::goodput::Reports;
 use gangway_launcher::confine::{Cgroups, CorePool};
 use gangway_launcher::executor::{Hosts, ProcessExecutor, check_command};
@@ -240,6 +243,8 @@ pub struct ControlPlaneBuilder {
     memory_gb: Option<f64>,
     policy: String,
     registry: Option<Registry>,
+    placer: Option<Box<dyn Placer>>,
+    model: Option<(Arc<dyn ThroughputModel>, Names)>,
     scenario: ScenarioArgs,
     round: f64,
     profiles: Option<PathBuf>,
@@ -262,6 +267,8 @@ impl Default for ControlPlaneBuilder {
             memory_gb: None,
             policy: "tiresias".into(),
             registry: None,
+            placer: None,
+            model: None,
             scenario: ScenarioArgs::default(),
             round: 60.0,
             profiles: None,
@@ -351,6 +358,21 @@ impl ControlPlaneBuilder {
     /// `Registry::register`).
     pub fn registry(mut self, registry: Registry) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// A placer of the caller's own, instead of the one `scenario`'s placement names: the same
+    /// [`Placer`] the simulator's builder takes.
+    pub fn placer(mut self, placer: impl Placer + 'static) -> Self {
+        self.placer = Some(Box::new(placer));
+        self
+    }
+
+    /// A throughput model of the caller's own, with the job types and tenants its ids name (a
+    /// request's job type not among them is entered as a new one), instead of the one the scenario
+    /// and profiles make: the same [`ThroughputModel`] the simulator's builder takes.
+    pub fn model(mut self, model: Arc<dyn ThroughputModel>, names: Names) -> Self {
+        self.model = Some((model, names));
         self
     }
 
@@ -496,13 +518,14 @@ impl ControlPlaneBuilder {
         // The model and the policy before anything is made: a policy that needs what the model lacks
         // is refused first.
         let reports = Reports::default();
-        let (model, names) = match &self.goodput_profiles {
-            Some(dir) => {
+        let (model, names) = match (self.model, &self.goodput_profiles) {
+            (Some(own), _) => own,
+            (None, Some(dir)) => {
                 let real = (!simulated).then(|| reports.clone());
                 scenario::live_goodput(dir, &scenario.cluster, real)
                     .map_err(PlaneError::scenario)?
             }
-            None => scenario
+            (None, None) => scenario
                 .live_model(self.profiles.as_deref())
                 .map_err(PlaneError::scenario)?,
         };
@@ -566,7 +589,7 @@ impl ControlPlaneBuilder {
             model,
             names,
             policy,
-            placer: scenario.placer(),
+            placer: self.placer.unwrap_or_else(|| scenario.placer()),
             executor,
             probes,
             health_every: Duration::from_secs(5),

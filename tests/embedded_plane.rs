@@ -1,14 +1,19 @@
 //! The control plane embedded through `ControlPlaneBuilder`: what it refuses before starting, and a
 //! journal that outlives the handle.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gangway::ControlPlaneBuilder;
 use gangway::actors::cluster::JobRequest;
 use gangway::actors::lifecycle::Phase;
 use gangway::actors::plane::{ControlError, ControlPlane};
-use gangway::core::cluster::Cluster;
+use gangway::core::cluster::{Cluster, GpuTypeId};
+use gangway::core::job::{Job, Names};
+use gangway::core::placement::{FreeGpus, PackingPlacer, PlaceRequest, Placed, Placer, Unplaced};
 use gangway::core::policy::BuildError;
+use gangway::core::throughput::ThroughputModel;
 use gangway::plane::PlaneError;
 
 /// A handle is shared between threads.
@@ -88,4 +93,57 @@ fn what_cannot_run_is_refused_before_anything_starts() {
         ),
         "{err:?}"
     );
+}
+
+/// Best-fit packing that counts the gangs it placed.
+struct CountingPlacer(Arc<AtomicUsize>);
+
+impl Placer for CountingPlacer {
+    fn place(
+        &mut self,
+        cluster: &Cluster,
+        free: &FreeGpus,
+        request: &PlaceRequest<'_>,
+    ) -> Result<Placed, Unplaced> {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        PackingPlacer.place(cluster, free, request)
+    }
+}
+
+/// Every job runs at half a step a second, on any GPUs.
+struct HalfSpeed;
+
+impl ThroughputModel for HalfSpeed {
+    fn steps_per_second(&self, _job: &Job, _t: GpuTypeId, _gpus: u32) -> Option<f64> {
+        Some(0.5)
+    }
+}
+
+#[test]
+fn a_users_placer_and_throughput_model_run_the_live_control_plane() {
+    let placed = Arc::new(AtomicUsize::new(0));
+    let plane = builder()
+        .placer(CountingPlacer(Arc::clone(&placed)))
+        .model(Arc::new(HalfSpeed), Names::default())
+        .start()
+        .unwrap();
+    let ids: Vec<_> = (0..3)
+        .map(|_| plane.submit(JobRequest::new("toy", 2, 600.0)).unwrap())
+        .collect();
+    let jobs = plane.wait_for(&ids, Some(Duration::from_secs(60))).unwrap();
+    plane.shutdown().unwrap();
+    assert_eq!(
+        placed.load(Ordering::Relaxed),
+        3,
+        "each gang placed once, by the user's placer"
+    );
+    for job in jobs {
+        let ran = job.finished.unwrap() - job.started.unwrap();
+        // 600 steps at half a step a second; the default model would take 600 s.
+        assert!(
+            (1150.0..1300.0).contains(&ran),
+            "job {} ran {ran} s",
+            job.id
+        );
+    }
 }
