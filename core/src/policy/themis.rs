@@ -63,6 +63,7 @@ struct Lease {
     until: f64,
 }
 
+/// Themis: leases, a worst-rho filter and a partial-allocation auction (see the module docs).
 pub struct Themis {
     /// The fairness knob f in [0, 1]: the share of jobs (best rho first) kept out of the auction.
     pub fairness: f64,
@@ -101,6 +102,7 @@ impl Bid<'_> {
 }
 
 impl Themis {
+    /// Themis with fairness knob `fairness` (clamped to 0..=1) and leases of `lease_seconds`.
     pub fn new(fairness: f64, lease_seconds: f64) -> Self {
         Themis {
             fairness: fairness.clamp(0.0, 1.0),
