@@ -82,8 +82,8 @@ pub enum InputError {
     TooLarge {
         /// The file given.
         path: PathBuf,
-        /// Its size in bytes when it was opened, or `MAX_INPUT_BYTES + 1` for one that grew past the
-        /// limit while it was read (hence the message's "or more").
+        /// Its size in bytes when it was opened, or `MAX_INPUT_BYTES + 1` for one that grew past
+        /// the limit while it was read (hence the message's "or more").
         bytes: u64,
     },
 }
@@ -260,8 +260,8 @@ pub enum SimError {
     /// A policy that cannot be built (unknown, bad knobs, or what it needs is missing).
     #[error(transparent)]
     Policy(#[from] crate::policy::BuildError),
-    /// A simulation setting (the round length, a preemption, restore or migration cost) is out of its
-    /// range; the message names the setting, its range and the value given.
+    /// A simulation setting (the round length, a preemption, restore or migration cost) is out of
+    /// its range; the message names the setting, its range and the value given.
     #[error("invalid configuration: {0}")]
     Config(String),
 }

@@ -16,7 +16,7 @@ pub use crate::job::MAX_ARRIVAL_SECONDS;
 /// Most steps (iterations) a job may take: a thousand a second for about 30 years. Gavel's longest
 /// trace job has 3.9e8.
 pub const MAX_STEPS: f64 = 1e12;
-/// The smallest and largest priority weight (the API's bounds).
+/// The smallest priority weight (the API's bound).
 pub const MIN_WEIGHT: f64 = 1e-6;
 /// The largest priority weight: a million times the default 1 (the API's bound).
 pub const MAX_WEIGHT: f64 = 1e6;
@@ -51,27 +51,27 @@ pub struct Unit {
 }
 
 impl Unit {
-    /// Seconds: durations, rounds, costs, arrivals.
+    /// Seconds: arrivals, work, step times, rounds and costs.
     pub const SECONDS: Unit = Unit {
         one: "second",
         many: "seconds",
     };
-    /// Training steps (iterations): a job's work.
+    /// Steps (iterations): a job's work, or its training progress.
     pub const STEPS: Unit = Unit {
         one: "step",
         many: "steps",
     };
-    /// Samples: batch sizes.
+    /// Samples: batch sizes, global or per replica.
     pub const SAMPLES: Unit = Unit {
         one: "sample",
         many: "samples",
     };
-    /// GPUs: gang sizes.
+    /// GPUs: how many a job asks for.
     pub const GPUS: Unit = Unit {
         one: "GPU",
         many: "GPUs",
     };
-    /// Jobs per hour: a synthetic trace's arrival rate.
+    /// Jobs per hour: an input job rate (`--rate`).
     pub const JOBS_PER_HOUR: Unit = Unit {
         one: "job per hour",
         many: "jobs per hour",
@@ -88,7 +88,7 @@ impl Unit {
 /// A range of values and its unit: `at least 0 steps and at most 1e12 steps`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Range {
-    /// The least value in range (or, with `above_min`, the bound just below it).
+    /// The least value in range or, with `above_min`, the bound values must exceed.
     pub min: f64,
     /// The largest value in range, always included.
     pub max: f64,

@@ -30,8 +30,8 @@ pub enum Change {
         gpus: GpuSet,
         /// The job it shares these GPUs with (packed), if any.
         partner: Option<JobId>,
-        /// Its rate once started, in its trace's work units per second (steps, or seconds of work, or
-        /// progress), locality and packing included.
+        /// Its rate once started, in its trace's work units per second (steps, or seconds of work,
+        /// or progress), locality and packing included.
         steps_per_second: f64,
         /// Its pace to the end where it changes as the job progresses (its epochs): segments from
         /// the current one on (empty: `steps_per_second` holds).
@@ -75,7 +75,8 @@ pub enum Change {
 /// Why a job can never run on this cluster.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Unrunnable {
-    /// Its gang (at its fewest GPUs, for a job with sizes) is larger than every GPU type's capacity.
+    /// Its gang (at its fewest GPUs, for a job with sizes) is larger than every GPU type's
+    /// capacity.
     #[error("no GPU type has {gpus} GPUs (the largest has {largest})")]
     GangTooLarge {
         /// The fewest GPUs it could run on; 0 when its sizes allow none on any type.

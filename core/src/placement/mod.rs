@@ -63,8 +63,8 @@ impl Locality {
 pub struct PlaceRequest<'a> {
     /// The job to place.
     pub job: &'a Job,
-    /// The GPU type its grant names: a placer picks GPUs of this type (a step whose gangs span types
-    /// may add others).
+    /// The GPU type its grant names: a placer picks GPUs of this type (a step whose gangs span
+    /// types may add others).
     pub gpu_type: GpuTypeId,
     /// How many GPUs, all at once (a gang).
     pub gpus: u32,
@@ -99,7 +99,7 @@ pub enum Unplaced {
         gpu_type: GpuTypeId,
         /// GPUs the gang needs.
         wanted: u32,
-        /// GPUs of that type free when it was placed.
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// As many are free, but GPUs out of service (failed or cordoned) are among those it would need.
@@ -108,7 +108,7 @@ pub enum Unplaced {
         gpu_type: GpuTypeId,
         /// GPUs the gang needs.
         wanted: u32,
-        /// GPUs of that type free when it was placed.
+        /// GPUs of that type free when the placer looked.
         free: u32,
         /// GPUs of that type out of service (failed or cordoned): with them, the gang would fit.
         out_of_service: u32,
@@ -120,7 +120,7 @@ pub enum Unplaced {
         gpu_type: GpuTypeId,
         /// GPUs the gang needs.
         wanted: u32,
-        /// GPUs of that type free when it was placed.
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// Enough GPUs are free, but no set the placer accepts (locality, topology).
@@ -129,7 +129,7 @@ pub enum Unplaced {
         gpu_type: GpuTypeId,
         /// GPUs the gang needs.
         wanted: u32,
-        /// GPUs of that type free when it was placed.
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// Enough GPUs are free, but not on servers with the CPUs and memory its allotment asks for.
@@ -138,7 +138,7 @@ pub enum Unplaced {
         gpu_type: GpuTypeId,
         /// GPUs the gang needs.
         wanted: u32,
-        /// GPUs of that type free when it was placed.
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// Its packing partner could not run with it this round.

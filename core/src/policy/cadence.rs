@@ -16,7 +16,8 @@ pub struct Cadence {
 }
 
 impl Cadence {
-    /// A cadence of at most one solve per `interval` seconds, its first solve due at the first round.
+    /// A cadence of at most one solve per `interval` seconds, its first solve due at the first
+    /// round.
     pub fn new(interval: f64) -> Self {
         Cadence {
             interval,

@@ -183,8 +183,8 @@ pub struct AllocationVars {
 }
 
 impl AllocationVars {
-    /// Declares in `program` one share variable in 0..=1 per unit and GPU type where every member of
-    /// the unit runs, with Gavel's base constraints over `num_jobs` jobs (indexed as in
+    /// Declares in `program` one share variable in 0..=1 per unit and GPU type where every member
+    /// of the unit runs, with Gavel's base constraints over `num_jobs` jobs (indexed as in
     /// [`UnitSpec::members`]) and `capacity` GPUs per type.
     pub fn over(
         program: &mut Program,

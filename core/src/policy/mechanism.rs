@@ -225,7 +225,7 @@ impl Unit {
 /// row-major matrix, one row per unit, one column per GPU type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimeShares {
-    /// The rows' units, in row order; a job appears alone at most once, and in any number of pairs.
+    /// The rows' units, in row order: jobs alone, and packed pairs.
     pub units: Vec<Unit>,
     /// Columns per row: the cluster's GPU types.
     pub num_types: usize,
@@ -240,7 +240,8 @@ pub struct TimeShares {
 }
 
 impl TimeShares {
-    /// No rows yet, over `num_types` GPU types, offered in `type_preference`'s order; `fill_idle` off.
+    /// No rows yet, over `num_types` GPU types, offered in `type_preference`'s order; `fill_idle`
+    /// off.
     pub fn new(num_types: usize, type_preference: TypePreference) -> Self {
         TimeShares {
             units: Vec::new(),

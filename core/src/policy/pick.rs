@@ -25,7 +25,7 @@ pub struct Candidate {
     /// How many GPUs of that type it takes from the type's capacity.
     pub gpus: u32,
     /// What it costs, lower being better, in whatever unit the policy prices in (the same for every
-    /// option and `left_out` of one program); may be negative.
+    /// option and `left_out` of one program).
     pub cost: f64,
 }
 

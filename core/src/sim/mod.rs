@@ -52,7 +52,8 @@ pub struct SimConfig {
 /// Everything a run produces.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimResult {
-    /// Every job's record, in arrival order: those that never arrived (a stalled run) unfinished.
+    /// Every job's record, in the trace's order: those that never arrived (a stalled run)
+    /// unfinished.
     pub records: Vec<JobRecord>,
     /// (time, busy GPUs) whenever the number of busy GPUs changes.
     pub utilization: Vec<(f64, u32)>,

@@ -36,8 +36,8 @@ pub use synthetic::SyntheticSpec;
 /// The trace formats gangway reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TraceFormat {
-    /// Gavel's continuous traces (`gavel-continuous`): arrivals in units of the job rate, work in
-    /// steps.
+    /// Gavel's continuous traces (`gavel-continuous`): arrivals in mean interarrival times, scaled
+    /// by the job rate (`--rate`); work in steps.
     GavelContinuous,
     /// Gavel's physical-cluster traces (`gavel-10`): 10 tab-separated columns, work in steps.
     Gavel10,
@@ -47,8 +47,8 @@ pub enum TraceFormat {
     Philly,
     /// Tiresias' traces (`tiresias`): durations in seconds.
     Tiresias,
-    /// Pollux's and Sia's workloads (`pollux`): elastic jobs of profiled applications, their work in
-    /// training progress.
+    /// Pollux's and Sia's workloads (`pollux`): elastic jobs of profiled applications, their work
+    /// in training progress.
     Pollux,
     /// Synergy's deploy traces (`synergy`): iterations, as seconds at the proportional share from
     /// Synergy's profiles.

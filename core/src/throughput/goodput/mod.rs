@@ -38,8 +38,8 @@ pub use workload::{Calibration, ProfiledWorkload};
 pub struct BatchPlan {
     /// Samples per replica per micro-step.
     pub local: u32,
-    /// Extra micro-steps per optimizer step, accumulating gradients before they are synchronized (0:
-    /// none).
+    /// Extra micro-steps per optimizer step, accumulating gradients before they are synchronized
+    /// (0: none).
     pub accum: u32,
 }
 

@@ -38,9 +38,9 @@ pub struct TypeProfile {
     pub placements: BTreeMap<u64, Vec<Step>>,
     /// (nodes, replicas) -> steps by batch, from the scalability file and the placements averaged.
     pub shapes: BTreeMap<(u32, u32), Vec<Step>>,
-    /// Smallest and largest per-replica batch profiled.
+    /// Smallest per-replica batch profiled, in samples.
     pub min_local: u32,
-    /// Largest per-replica batch profiled, in samples: what fits in one GPU's memory.
+    /// Largest per-replica batch profiled, in samples.
     pub max_local: u32,
 }
 

@@ -85,7 +85,8 @@ impl ResourceProfiles {
         Self::parse(&Source::path(path), &read_text(path)?, set)
     }
 
-    /// Reads the `set` of profiles from Synergy's JSON `text`, read from `source` (named in errors).
+    /// Reads the `set` of profiles from Synergy's JSON `text`, read from `source` (named in
+    /// errors).
     pub fn parse(source: &Source, text: &str, set: &str) -> Result<Self, InputError> {
         let root: Value = serde_json::from_str(text)
             .map_err(|e| InputError::row(source, e.line() as u64, e.to_string()))?;
