@@ -66,8 +66,17 @@ fn lp_policies_are_refused_naming_the_solver_they_need() {
         );
         assert!(e.to_string().contains("an LP solver"), "{e}");
     }
-    for name in ["fifo", "tiresias", "max_min_fairness", "isolated", "gandiva"] {
-        assert!(policy::build(name, &PolicyConfig::seeded(0), &Unit).is_ok(), "{name}");
+    for name in [
+        "fifo",
+        "tiresias",
+        "max_min_fairness",
+        "isolated",
+        "gandiva",
+    ] {
+        assert!(
+            policy::build(name, &PolicyConfig::seeded(0), &Unit).is_ok(),
+            "{name}"
+        );
     }
 }
 
