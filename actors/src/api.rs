@@ -56,7 +56,9 @@ pub const MAX_BODY_BYTES: usize = 1 << 20;
 /// Where the API listens.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Listen {
+    /// A TCP address (`HOST:PORT`); needs the bearer token and the `Host` check.
     Tcp(std::net::SocketAddr),
+    /// A Unix socket's path (`unix:PATH`); its file's permissions decide who connects.
     Unix(PathBuf),
 }
 
@@ -94,7 +96,9 @@ pub struct ApiConfig {
     pub token_file: Option<PathBuf>,
     /// The `Host` check (TCP; `None` on a Unix socket).
     pub hosts: Option<HostCheck>,
+    /// What a submitted command may do, and whom it runs as.
     pub run_policy: RunPolicy,
+    /// Bounds on connections and the time a request may take.
     pub limits: Limits,
 }
 

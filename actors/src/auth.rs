@@ -23,6 +23,7 @@ pub struct HostCheck {
 }
 
 impl HostCheck {
+    /// A check for a daemon on `port` that also admits the names in `allowed` (any case; `*`: any name).
     pub fn new(port: u16, allowed: Vec<String>) -> Self {
         HostCheck {
             port,

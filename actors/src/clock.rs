@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where the control plane reads the time.
 pub trait Clock: Send + Sync {
+    /// Control-plane seconds now.
     fn now(&self) -> f64;
 }
 
@@ -14,10 +15,12 @@ pub trait Clock: Send + Sync {
 pub struct VirtualClock(AtomicU64);
 
 impl VirtualClock {
+    /// A clock stopped at `start` seconds.
     pub fn new(start: f64) -> Self {
         VirtualClock(AtomicU64::new(start.to_bits()))
     }
 
+    /// Moves the time to `t` seconds.
     pub fn set(&self, t: f64) {
         self.0.store(t.to_bits(), Ordering::SeqCst);
     }
@@ -33,11 +36,14 @@ impl Clock for VirtualClock {
 /// faster than real time (1 for real workers; more to run simulated workers faster).
 #[derive(Clone, Copy, Debug)]
 pub struct WallClock {
+    /// The epoch, in Unix seconds: control-plane time 0.
     pub unix_epoch: f64,
+    /// Control-plane seconds per real second (1 for real workers).
     pub time_scale: f64,
 }
 
 impl WallClock {
+    /// The wall clock, in Unix seconds (0 if the system clock is before 1970).
     pub fn unix_now() -> f64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)

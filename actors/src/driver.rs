@@ -17,11 +17,14 @@ const STALL_ROUNDS: u32 = 1000;
 /// How a replay ended.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Replay {
+    /// Round boundaries the replay passed (scheduling passes on arrivals or completions not counted).
     pub rounds: u64,
     /// Virtual time of the last event.
     pub end: f64,
     /// The control plane refused these jobs (they cannot run on its cluster).
     pub refused: Vec<gangway_core::job::JobId>,
+    /// Whether it gave up: jobs were left waiting with every GPU idle and no arrivals left, pass after
+    /// pass.
     pub stalled: bool,
 }
 

@@ -83,6 +83,7 @@ pub struct SimExecutor {
 }
 
 impl SimExecutor {
+    /// No jobs yet; running jobs report a checkpoint every `checkpoint_every` virtual seconds.
     pub fn new(checkpoint_every: f64) -> Self {
         SimExecutor {
             runs: FxHashMap::default(),

@@ -18,10 +18,20 @@ use crate::gpu::{Commit, Discard, GpuActor, Holder, LeaseError, Release, Reserve
 /// A gang that could not be leased (its reservations are already given back).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum GangError {
+    /// A GPU refused its reservation or commit.
     #[error("job {job}: {cause}")]
-    Lease { job: JobId, cause: LeaseError },
+    Lease {
+        /// The gang's job.
+        job: JobId,
+        /// Why the GPU refused.
+        cause: LeaseError,
+    },
+    /// A GPU actor stopped before it answered.
     #[error("job {job}: a GPU actor is gone")]
-    Mailbox { job: JobId },
+    Mailbox {
+        /// The gang's job.
+        job: JobId,
+    },
 }
 
 /// Leases the gang: reserve all, then commit all or discard all.
@@ -34,6 +44,7 @@ pub struct Acquire;
 #[rtype(result = "()")]
 pub struct Disband;
 
+/// One gang's lease over its GPUs, all or nothing (see the module's doc).
 pub struct GangActor {
     holder: Holder,
     partner: Option<JobId>,

@@ -23,7 +23,9 @@ use crate::health::{Health, HealthProbe};
 /// Who holds a lease: one start (attempt) of one job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub struct Holder {
+    /// The job.
     pub job: JobId,
+    /// Its start: each launch of the job holds its GPUs afresh.
     pub attempt: u64,
 }
 
@@ -31,7 +33,9 @@ pub struct Holder {
 /// partner.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Lease {
+    /// Reservations not yet committed (phase one), each with the partner its holder may share with.
     pub reserved: SmallVec<[(Holder, Option<JobId>); 2]>,
+    /// Leases committed (phase two), each with its holder's partner.
     pub committed: SmallVec<[(Holder, Option<JobId>); 2]>,
 }
 
@@ -40,6 +44,7 @@ impl Lease {
         self.reserved.iter().chain(&self.committed)
     }
 
+    /// Whether nobody holds or reserves the GPU.
     pub fn is_free(&self) -> bool {
         self.reserved.is_empty() && self.committed.is_empty()
     }
@@ -48,19 +53,38 @@ impl Lease {
 /// Why a GPU refused a reservation or a commit.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum LeaseError {
+    /// Another job leases the GPU (or, for a [`Take`], reserves or awaits it) and may not share it with
+    /// the holder.
     #[error("GPU {gpu} is held by job {by}")]
-    Busy { gpu: u32, by: JobId },
+    Busy {
+        /// The GPU's id.
+        gpu: u32,
+        /// The job that holds it, as far as the GPU can tell (the asker's own where it cannot).
+        by: JobId,
+    },
+    /// Its probe says it is unhealthy.
     #[error("GPU {gpu} is unhealthy")]
-    Unhealthy { gpu: u32 },
+    Unhealthy {
+        /// The GPU's id.
+        gpu: u32,
+    },
+    /// A commit for a holder that reserved nothing here (its reservation was refused or discarded).
     #[error("GPU {gpu}: job {job} has no reservation to commit")]
-    NotReserved { gpu: u32, job: JobId },
+    NotReserved {
+        /// The GPU's id.
+        gpu: u32,
+        /// The holder's job.
+        job: JobId,
+    },
 }
 
 /// Phase one: hold the GPU for `holder`, which may share it with `partner` only.
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
 pub struct Reserve {
+    /// Who reserves it.
     pub holder: Holder,
+    /// The only job it may share the GPU with (its packing partner), if any.
     pub partner: Option<JobId>,
 }
 
@@ -70,7 +94,9 @@ pub struct Reserve {
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
 pub struct Take {
+    /// Who takes it.
     pub holder: Holder,
+    /// The only job it may share the GPU with (its packing partner), if any.
     pub partner: Option<JobId>,
 }
 
@@ -94,10 +120,14 @@ pub struct Release(pub Holder);
 #[rtype(result = "GpuInfo")]
 pub struct Inspect;
 
+/// A GPU's state, as [`Inspect`] answers it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct GpuInfo {
+    /// The GPU's id.
     pub gpu: u32,
+    /// Who holds or reserves it.
     pub lease: Lease,
+    /// What its probe last saw.
     pub health: Health,
 }
 
@@ -105,7 +135,9 @@ pub struct GpuInfo {
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct HealthChanged {
+    /// The GPU.
     pub gpu: GpuId,
+    /// Its new health.
     pub health: Health,
 }
 
@@ -116,6 +148,7 @@ struct Waiter {
     answer: oneshot::Sender<Result<(), LeaseError>>,
 }
 
+/// One GPU: its lease, the reservations waiting for it, and its health.
 pub struct GpuActor {
     gpu: GpuId,
     lease: Lease,
@@ -126,6 +159,7 @@ pub struct GpuActor {
 }
 
 impl GpuActor {
+    /// GPU `gpu`, free and healthy, with no probe (see [`GpuActor::with_probe`]).
     pub fn new(gpu: GpuId) -> Self {
         GpuActor {
             gpu,

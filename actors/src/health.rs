@@ -25,14 +25,18 @@ use serde::Serialize;
 /// What a probe saw.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Health {
+    /// Whether the GPU may be leased.
     pub healthy: bool,
     /// Why it is unhealthy.
     pub reason: Option<String>,
+    /// GPU utilization over NVML's last sample period, in percent (NVML only).
     pub utilization_pct: Option<u32>,
+    /// Device memory in use, in bytes (NVML only).
     pub memory_used_bytes: Option<u64>,
 }
 
 impl Health {
+    /// Healthy, with nothing measured.
     pub fn healthy() -> Self {
         Health {
             healthy: true,
@@ -42,6 +46,7 @@ impl Health {
         }
     }
 
+    /// Unhealthy, for `reason`.
     pub fn unhealthy(reason: impl Into<String>) -> Self {
         Health {
             healthy: false,
@@ -53,6 +58,7 @@ impl Health {
 
 /// Looks at one GPU. Called from the GPU's actor on a timer.
 pub trait HealthProbe: Send {
+    /// The health of GPU `gpu` now; must return quickly (it runs on the actor's thread).
     fn check(&mut self, gpu: GpuId) -> Health;
 }
 

@@ -11,9 +11,13 @@ use crate::lifecycle::{IllegalTransition, Phase};
 /// A job moved, at this (control-plane) time.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct JobEvent {
+    /// The job.
     pub job: JobId,
+    /// The phase it left.
     pub from: Phase,
+    /// The phase it entered.
     pub to: Phase,
+    /// When, in control-plane seconds.
     pub at: f64,
 }
 
@@ -21,7 +25,9 @@ pub struct JobEvent {
 #[derive(Message)]
 #[rtype(result = "Result<Phase, IllegalTransition>")]
 pub struct Advance {
+    /// The phase to move to.
     pub to: Phase,
+    /// When, in control-plane seconds (for the event).
     pub at: f64,
 }
 
@@ -30,10 +36,13 @@ pub struct Advance {
 #[derive(Message)]
 #[rtype(result = "Result<Phase, IllegalTransition>")]
 pub struct AdvanceThrough {
+    /// The phases, in order.
     pub path: &'static [Phase],
+    /// When, in control-plane seconds (for the events).
     pub at: f64,
 }
 
+/// One job's phase: every move is checked against the state machine and published.
 pub struct JobActor {
     job: JobId,
     phase: Phase,
@@ -41,6 +50,7 @@ pub struct JobActor {
 }
 
 impl JobActor {
+    /// Job `job` in `phase`, publishing its moves on `events`.
     pub fn new(job: JobId, phase: Phase, events: broadcast::Sender<JobEvent>) -> Self {
         JobActor { job, phase, events }
     }

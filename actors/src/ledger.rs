@@ -20,13 +20,18 @@ use crate::lifecycle::Phase;
 /// A job as it was submitted.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobSpec {
+    /// Its id, given by the control plane or by the submission (trace replays).
     pub id: JobId,
+    /// Its model, by name (the throughput model's row).
     pub job_type: String,
+    /// The user or team it belongs to, by name.
     pub tenant: String,
+    /// GPUs it asked for (the most, for an elastic job; its [`Shape`] says the rest).
     pub gpus: u32,
     /// Work, in the units of the control plane's throughput model (seconds at the requested GPU count
     /// for the default duration model).
     pub total_steps: f64,
+    /// Its priority weight, for the policies that weigh jobs.
     pub weight: f64,
     /// Control-plane seconds.
     pub arrival: f64,
@@ -43,76 +48,113 @@ pub enum Record {
     /// The control plane's clock: control-plane second 0 is this Unix time, and control-plane time
     /// runs `time_scale` times faster than the wall clock. The first record of a journal.
     Epoch {
+        /// The Unix time of control-plane second 0.
         unix_seconds: f64,
+        /// Control-plane seconds per real second.
         time_scale: f64,
     },
+    /// A job was accepted (it is queued).
     Submitted(JobSpec),
     /// A start: the job's gang is `gpus`; `attempt` names this start everywhere (GPU leases, workers).
     Started {
+        /// The job.
         job: JobId,
+        /// The start's number, unique across the journal.
         attempt: u64,
+        /// The type of its GPUs.
         gpu_type: GpuTypeId,
+        /// Its GPUs.
         gpus: GpuSet,
+        /// The job it shares these GPUs with (its packing partner), if any.
         partner: Option<JobId>,
+        /// When, in control-plane seconds.
         at: f64,
     },
     /// The job stops running (preempted, moved, or its start failed); it keeps its last checkpoint.
     Stopped {
+        /// The job.
         job: JobId,
+        /// When, in control-plane seconds.
         at: f64,
     },
     /// The workers saved this much work.
     Checkpointed {
+        /// The job.
         job: JobId,
+        /// Work done at the checkpoint, in the units of [`JobSpec::total_steps`].
         steps_done: f64,
     },
+    /// The job's workers completed its work.
     Finished {
+        /// The job.
         job: JobId,
+        /// When, in control-plane seconds.
         at: f64,
     },
+    /// The job was cancelled.
     Cancelled {
+        /// The job.
         job: JobId,
+        /// When, in control-plane seconds.
         at: f64,
     },
+    /// The job failed: a user error, or crashes beyond its restart budget.
     Failed {
+        /// The job.
         job: JobId,
+        /// When, in control-plane seconds.
         at: f64,
+        /// What went wrong, as the executor reported it.
         error: String,
     },
     /// The job's workers crashed; it was requeued. Counts toward its restart budget.
     Crashed {
+        /// The job.
         job: JobId,
+        /// When, in control-plane seconds.
         at: f64,
     },
     /// An operator took these GPUs out of service (`cordoned`), or put them back.
     Cordoned {
+        /// The GPUs' ids.
         gpus: Vec<u32>,
+        /// `true`: out of service; `false`: back in.
         cordoned: bool,
     },
     /// What a job's workers measured on a configuration not measured before (on GPU type
     /// `gpu_type`), and its gradient statistics `(sqr, var)` then: what its goodput model is fitted
     /// to. New variants go last: the encoding numbers them, and old journals must still read.
     Learned {
+        /// The job.
         job: JobId,
+        /// The GPU type's index in the cluster's types.
         gpu_type: u16,
+        /// The configuration and what one step took on it.
         observation: Observation,
+        /// The gradient's squared norm and variance `(sqr, var)`, when the workers estimated them.
         grad: Option<(f64, f64)>,
     },
     /// A [`Record::Shaped`] as written before jobs could adapt their batch: read, no longer written.
     ShapedV1 {
+        /// The job.
         job: JobId,
+        /// What it asked.
         shape: ShapeV1,
     },
     /// A [`Record::Shaped`] as written before a job's pipeline stages could differ by GPU type:
     /// read, no longer written.
     ShapedV2 {
+        /// The job.
         job: JobId,
+        /// What it asked.
         shape: ShapeV2,
     },
     /// What a job asked of policies that resize jobs, when it asked more than its GPUs (an elastic
     /// or hybrid-parallel job, or a batch): written with its `Submitted`, in one batch.
     Shaped {
+        /// The job.
         job: JobId,
+        /// What it asked.
         shape: Shape,
     },
 }
@@ -125,11 +167,15 @@ pub enum Record {
 /// the journal outlives a cluster's numbering), where they differ from the `pp` in `sizes.multiple`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Shape {
+    /// The GPU counts it runs on: `min..=max`, multiples of `multiple` (its `tp x pp`).
     pub sizes: Sizes,
+    /// The global batch it is tuned for, if it gave one; with `min_batch`, the largest it adapts to.
     pub batch: Option<u32>,
+    /// The least global batch, for a job that adapts its batch (`None`: it keeps its batch).
     pub min_batch: Option<u32>,
     /// Its tensor-parallel degree (`sizes.multiple` is `tp x pp`).
     pub tp: u32,
+    /// Pipeline stages on each GPU type (by name) where they differ from its own `pp`.
     pub pp_by_type: BTreeMap<String, u32>,
 }
 
@@ -188,7 +234,9 @@ impl Shape {
 /// [`Shape`] as journaled before jobs could adapt their batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShapeV1 {
+    /// See [`Shape::sizes`].
     pub sizes: Sizes,
+    /// See [`Shape::batch`].
     pub batch: Option<u32>,
 }
 
@@ -205,8 +253,11 @@ impl From<ShapeV1> for Shape {
 /// [`Shape`] as journaled before a job's pipeline stages could differ by GPU type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShapeV2 {
+    /// See [`Shape::sizes`].
     pub sizes: Sizes,
+    /// See [`Shape::batch`].
     pub batch: Option<u32>,
+    /// See [`Shape::min_batch`].
     pub min_batch: Option<u32>,
 }
 
@@ -361,26 +412,40 @@ pub fn torn_tail_report(torn: &gangway_journal::TornTail<Record>) -> String {
 /// Where a job stands in the ledger.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Standing {
+    /// Waiting for GPUs: never started, or stopped with its checkpoint.
     Queued,
+    /// Holding GPUs, as its last [`Record::Started`] said.
     Running {
+        /// The start's number.
         attempt: u64,
+        /// The type of its GPUs.
         gpu_type: GpuTypeId,
+        /// Its GPUs.
         gpus: GpuSet,
+        /// The job it shares them with, if any.
         partner: Option<JobId>,
     },
+    /// Its work is done.
     Finished {
+        /// When, in control-plane seconds.
         at: f64,
     },
+    /// It was cancelled.
     Cancelled {
+        /// When, in control-plane seconds.
         at: f64,
     },
+    /// It failed.
     Failed {
+        /// When, in control-plane seconds.
         at: f64,
+        /// What went wrong.
         error: String,
     },
 }
 
 impl Standing {
+    /// Whether the job has ended (finished, cancelled or failed): it never changes again.
     pub fn is_terminal(&self) -> bool {
         self.ended_phase().is_some()
     }
@@ -396,13 +461,18 @@ impl Standing {
     }
 }
 
+/// One job in the ledger: as submitted, where it stands, and what it has done.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// The job as it was submitted.
     pub spec: JobSpec,
+    /// Where it stands.
     pub standing: Standing,
     /// Work saved by the last checkpoint.
     pub checkpoint: f64,
+    /// Times it started.
     pub starts: u32,
+    /// Times it stopped (and went back to the queue).
     pub stops: u32,
     /// Worker crashes so far (the restart budget spent).
     pub crashes: u32,
@@ -417,31 +487,64 @@ pub const HISTORY: usize = 10_000;
 /// A record that breaks an invariant.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Violation {
+    /// A record about a job never submitted (or already forgotten).
     #[error("record {seq}: job {job} is not known")]
-    UnknownJob { seq: u64, job: JobId },
+    UnknownJob {
+        /// The record's sequence number.
+        seq: u64,
+        /// The job.
+        job: JobId,
+    },
+    /// A second submission of a job id.
     #[error("record {seq}: job {job} submitted twice")]
-    Resubmitted { seq: u64, job: JobId },
+    Resubmitted {
+        /// The record's sequence number.
+        seq: u64,
+        /// The job.
+        job: JobId,
+    },
+    /// A start of a job that is running.
     #[error("record {seq}: job {job} started while it runs")]
-    StartedTwice { seq: u64, job: JobId },
+    StartedTwice {
+        /// The record's sequence number.
+        seq: u64,
+        /// The job.
+        job: JobId,
+    },
+    /// A start on a GPU that another job holds, and not as its packing partner.
     #[error("record {seq}: job {job} takes GPU {gpu}, held by job {holder}")]
     GpuHeldTwice {
+        /// The record's sequence number.
         seq: u64,
+        /// The job that starts.
         job: JobId,
+        /// The GPU's id.
         gpu: u32,
+        /// The job that holds it.
         holder: JobId,
     },
+    /// A record about a job that has ended.
     #[error("record {seq}: job {job} changes after it ended")]
-    AfterEnd { seq: u64, job: JobId },
+    AfterEnd {
+        /// The record's sequence number.
+        seq: u64,
+        /// The job.
+        job: JobId,
+    },
 }
 
 /// The durable state: every job, who holds which GPU, and the clock.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ledger {
+    /// The clock, from [`Record::Epoch`]: (Unix time of control-plane second 0, time scale).
     pub epoch: Option<(f64, f64)>,
+    /// Every job it remembers: the live ones, and the last [`HISTORY`] that ended.
     pub jobs: BTreeMap<JobId, Entry>,
     /// GPU id -> the jobs holding it (two only for packing partners).
     pub holders: BTreeMap<u32, Vec<JobId>>,
+    /// The attempt number the next start gets: one more than any journaled.
     pub next_attempt: u64,
+    /// The id the next submission gets unless it brings one: one more than any journaled.
     pub next_job_id: u32,
     /// Idempotency keys of submissions, and their jobs.
     pub keys: BTreeMap<String, JobId>,

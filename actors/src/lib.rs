@@ -45,6 +45,7 @@
 //! plane.shutdown()?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(missing_docs)]
 
 pub mod api;
 pub mod auth;

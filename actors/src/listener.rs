@@ -110,7 +110,9 @@ pub fn raise_open_files_limit() -> u64 {
 
 /// A listener, bound before anything else starts (so that a port in use fails at once).
 pub enum Bound {
+    /// A TCP listener.
     Tcp(TcpListener),
+    /// A Unix socket's listener, and the socket file's path.
     Unix(UnixListener, PathBuf),
 }
 
@@ -145,6 +147,7 @@ impl Bound {
         }
     }
 
+    /// Where it listens, for logs: the TCP address, or `unix:PATH`.
     pub fn describe(&self) -> String {
         match self {
             Bound::Tcp(l) => l
@@ -154,6 +157,7 @@ impl Bound {
         }
     }
 
+    /// The socket file's path, if on a Unix socket.
     pub fn unix_path(&self) -> Option<&Path> {
         match self {
             Bound::Unix(_, path) => Some(path),

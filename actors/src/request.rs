@@ -32,18 +32,21 @@ pub mod limits {
     pub const MAX_BATCH: u32 = 1 << 24;
     /// Work, in the model's units: 10^9 seconds (about 31 years) for the duration model.
     pub const MAX_WORK: f64 = 1e9;
-    /// Smallest and largest weight.
+    /// Smallest weight.
     pub const MIN_WEIGHT: f64 = 1e-6;
+    /// Largest weight.
     pub const MAX_WEIGHT: f64 = 1e6;
     /// Characters in a job type or tenant name.
     pub const MAX_NAME_CHARS: usize = 200;
     /// GPU types one job may name (its pipeline stages on each).
     pub const MAX_GPU_TYPES: usize = 64;
-    /// Arguments of a command, and bytes in one.
+    /// Arguments of a command.
     pub const MAX_ARGS: usize = 4_096;
+    /// Bytes in one argument.
     pub const MAX_ARG_BYTES: usize = 128 * 1024;
-    /// Variables in a command's environment, and bytes in one name or value.
+    /// Variables in a command's environment.
     pub const MAX_ENV_VARS: usize = 4_096;
+    /// Bytes in one variable's name or value.
     pub const MAX_ENV_BYTES: usize = 128 * 1024;
     /// Bytes in a path.
     pub const MAX_PATH_BYTES: usize = 4_096;
@@ -574,6 +577,7 @@ pub struct RunPolicy {
     pub daemon: Submitter,
     /// Start-up variables ([`startup_variable`]) the operator allows: exact names, or `PREFIX*`.
     pub allowed_env: Vec<String>,
+    /// The executor's own check of a command's arguments, if it has one.
     pub args: Option<ArgsCheck>,
 }
 
@@ -588,6 +592,7 @@ impl fmt::Debug for RunPolicy {
 }
 
 impl RunPolicy {
+    /// A policy for a daemon running as `daemon`: no start-up variable allowed, no argument check.
     pub fn new(daemon: Submitter) -> Self {
         RunPolicy {
             daemon,

@@ -13,21 +13,33 @@ const LATENCY_WINDOW: usize = 4096;
 /// Upper bounds (seconds) of the round-latency histogram's buckets.
 pub const LATENCY_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0];
 
+/// The control plane's counters since it started (they are not journaled; after a restart, the ended
+/// jobs the ledger remembers are counted again), and its recent round latencies.
 #[derive(Debug, Default)]
 pub struct Stats {
+    /// Jobs submitted.
     pub submitted: u64,
+    /// Jobs that finished.
     pub finished: u64,
+    /// Jobs cancelled.
     pub cancelled: u64,
+    /// Jobs that failed.
     pub failed: u64,
+    /// Starts: jobs placed and launched, first times and restarts alike.
     pub starts: u64,
+    /// Jobs stopped to wait for GPUs again.
     pub preemptions: u64,
+    /// Jobs stopped to move to other GPUs.
     pub migrations: u64,
+    /// Jobs stopped to run at another size.
     pub resizes: u64,
     /// Seconds restarts (resizes and moves) took, from the decision to the first step after.
     pub restart_seconds: f64,
+    /// Scheduling rounds run (a round with no job to schedule is not counted).
     pub rounds: u64,
     /// Decisions that broke a ledger invariant (always 0 unless there is a bug).
     pub violations: u64,
+    /// Wall seconds the last start took to recover the journal and rebuild its state.
     pub recovery_seconds: f64,
     latency_sum: f64,
     latency_counts: [u64; LATENCY_BUCKETS.len()],
@@ -37,31 +49,52 @@ pub struct Stats {
 /// A copy of the counters and gauges at one moment.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct StatsSnapshot {
+    /// Jobs not ended and not running (waiting, starting or stopping).
     pub queued_jobs: usize,
+    /// Jobs whose workers run.
     pub running_jobs: usize,
+    /// GPUs held by runs (a packed pair's GPUs count once).
     pub busy_gpus: u32,
+    /// GPUs in the cluster, in service or not.
     pub gpus: u32,
+    /// See [`Stats::submitted`].
     pub submitted: u64,
+    /// See [`Stats::finished`].
     pub finished: u64,
+    /// See [`Stats::cancelled`].
     pub cancelled: u64,
+    /// See [`Stats::failed`].
     pub failed: u64,
+    /// See [`Stats::starts`].
     pub starts: u64,
+    /// See [`Stats::preemptions`].
     pub preemptions: u64,
+    /// See [`Stats::migrations`].
     pub migrations: u64,
+    /// See [`Stats::resizes`].
     pub resizes: u64,
+    /// See [`Stats::restart_seconds`].
     pub restart_seconds: f64,
+    /// See [`Stats::rounds`].
     pub rounds: u64,
+    /// See [`Stats::violations`].
     pub violations: u64,
+    /// See [`Stats::recovery_seconds`].
     pub recovery_seconds: f64,
+    /// Wall seconds of every round, summed: each from the start of its solve until its changes
+    /// were carried out.
     pub round_latency_sum: f64,
     /// Cumulative counts per bucket of [`LATENCY_BUCKETS`].
     pub round_latency_buckets: Vec<u64>,
-    /// Over the last rounds (up to 4,096).
+    /// The median round latency, in seconds, over the last rounds (up to 4,096).
     pub round_latency_p50: f64,
+    /// The 99th percentile round latency, in seconds, over the same rounds.
     pub round_latency_p99: f64,
 }
 
 impl Stats {
+    /// Counts a round that took `took`, from the start of its solve until its changes were carried
+    /// out.
     pub fn note_round(&mut self, took: Duration) {
         let seconds = took.as_secs_f64();
         self.rounds += 1;
@@ -75,6 +108,7 @@ impl Stats {
         self.recent.push_back(seconds);
     }
 
+    /// Counts a round's changes: jobs preempted, moved, resized and started.
     pub fn note_changes(&mut self, preempted: usize, moved: usize, resized: usize, started: usize) {
         self.preemptions += preempted as u64;
         self.migrations += moved as u64;
@@ -82,10 +116,12 @@ impl Stats {
         self.starts += started as u64;
     }
 
+    /// Adds a restart (a resize or a move) that took `seconds`, from the decision to its first step.
     pub fn note_restart(&mut self, seconds: f64) {
         self.restart_seconds += seconds;
     }
 
+    /// Counts a job that ended in `phase` (finished, cancelled or failed; other phases are ignored).
     pub fn note_end(&mut self, phase: Phase) {
         match phase {
             Phase::Finished => self.finished += 1,
@@ -95,6 +131,8 @@ impl Stats {
         }
     }
 
+    /// The counters, with the gauges the caller knows: `active` jobs (not ended), `running` ones,
+    /// `busy_gpus` held of `gpus`.
     pub fn snapshot(
         &self,
         active: usize,

@@ -17,9 +17,13 @@ pub struct NodeId(pub u32);
 /// One server.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Node {
+    /// The type of all its GPUs: a node holds GPUs of one type.
     pub gpu_type: GpuTypeId,
+    /// How many GPUs it has, numbered consecutively from its first [`GpuId`].
     pub gpus: u32,
+    /// CPU cores, shared among the jobs placed on it (Synergy's mechanisms allot them per GPU).
     pub cpus: u32,
+    /// Memory in GB, shared as its CPUs are.
     pub memory_gb: f64,
 }
 
@@ -39,6 +43,7 @@ pub const MAX_NODE_MEMORY_GB: f64 = 1e9;
 
 /// CPUs and memory per GPU when a spec does not say: Synergy's default server (8 GPUs, 24 CPUs, 500 GB).
 pub const DEFAULT_CPUS_PER_GPU: u32 = 3;
+/// Memory per GPU in GB when a spec does not say: Synergy's default server's 500 GB over 8 GPUs.
 pub const DEFAULT_MEMORY_GB_PER_GPU: f64 = 62.5;
 
 /// A set of nodes. Immutable once built; the simulator keeps what is free.
@@ -213,22 +218,27 @@ impl Cluster {
         Ok(builder.build())
     }
 
+    /// The GPU type names, lower-cased, in first-seen order: a [`GpuTypeId`] indexes this slice.
     pub fn gpu_types(&self) -> &[String] {
         &self.gpu_types
     }
 
+    /// How many GPU types the cluster has (at most [`MAX_GPU_TYPES`]).
     pub fn num_gpu_types(&self) -> usize {
         self.gpu_types.len()
     }
 
+    /// Every node, indexed by [`NodeId`]; a node's GPUs follow the previous node's.
     pub fn nodes(&self) -> &[Node] {
         &self.nodes
     }
 
+    /// The node `id` names. Panics on an id outside the cluster.
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.0 as usize]
     }
 
+    /// GPUs in all, of every type (at most [`MAX_GPUS`]); [`GpuId`]s run from 0 to one less.
     pub fn num_gpus(&self) -> u32 {
         self.gpu_node.len() as u32
     }
@@ -238,10 +248,12 @@ impl Cluster {
         &self.capacity
     }
 
+    /// The node that holds `gpu`. Panics on a GPU outside the cluster.
     pub fn node_of(&self, gpu: GpuId) -> NodeId {
         self.gpu_node[gpu.0 as usize]
     }
 
+    /// The type of `gpu`, its node's type.
     pub fn gpu_type_of(&self, gpu: GpuId) -> GpuTypeId {
         self.node(self.node_of(gpu)).gpu_type
     }

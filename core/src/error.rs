@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 pub struct Source(pub String);
 
 impl Source {
+    /// The source a file path names, as the path displays.
     pub fn path(path: &Path) -> Self {
         Source(path.display().to_string())
     }
@@ -27,42 +28,69 @@ pub enum InputError {
     /// A value in one row is wrong: `file:line: field `name`: what`.
     #[error("{input}:{line}: field `{field}`: {message}")]
     Field {
+        /// The file or named source the row is in.
         input: Source,
+        /// The row's line in it, from 1.
         line: u64,
+        /// The field's name, as its column header or key spells it.
         field: String,
+        /// What is wrong with the value, often with the range or form expected.
         message: String,
     },
     /// A row as a whole is wrong (wrong number of columns, unreadable CSV).
     #[error("{input}:{line}: {message}")]
     Row {
+        /// The file or named source the row is in.
         input: Source,
+        /// The row's line in it, from 1.
         line: u64,
+        /// What is wrong with the row.
         message: String,
     },
     /// The input as a whole is wrong (unknown format, empty, missing option).
     #[error("{input}: {message}")]
-    Whole { input: Source, message: String },
+    Whole {
+        /// The file or named source that is wrong.
+        input: Source,
+        /// What is wrong with it.
+        message: String,
+    },
     /// The file cannot be read. The I/O error is part of the message, not a separate cause, so that a
     /// report of the whole chain says it once.
     #[error("{}: {error}", .path.display())]
     Io {
+        /// The file that could not be opened or read.
         path: PathBuf,
+        /// The operating system's error.
         error: std::io::Error,
     },
     /// The path is not a regular file (a FIFO, a device, a socket): reading it could block for ever
     /// or never end, so it is refused before any byte is read.
     #[error("{}: is {kind}, not a regular file", .path.display())]
-    NotAFile { path: PathBuf, kind: &'static str },
+    NotAFile {
+        /// The path given.
+        path: PathBuf,
+        /// What it is instead, for the message: `a FIFO (named pipe)`, `a character device`, ...
+        kind: &'static str,
+    },
     /// The file is larger than any input gangway reads ([`MAX_INPUT_BYTES`]).
     #[error(
         "{}: is {bytes} bytes or more; an input may be at most {MAX_INPUT_BYTES} bytes ({} MiB)",
         .path.display(),
         MAX_INPUT_BYTES >> 20
     )]
-    TooLarge { path: PathBuf, bytes: u64 },
+    TooLarge {
+        /// The file given.
+        path: PathBuf,
+        /// Its size in bytes when it was opened, or `MAX_INPUT_BYTES + 1` for one that grew past
+        /// the limit while it was read (hence the message's "or more").
+        bytes: u64,
+    },
 }
 
 impl InputError {
+    /// An [`InputError::Field`]: `field` on line `line` (from 1) of `source` is wrong, as `message`
+    /// says.
     pub fn field(
         source: &Source,
         line: u64,
@@ -77,6 +105,7 @@ impl InputError {
         }
     }
 
+    /// An [`InputError::Row`]: line `line` (from 1) of `source` is wrong as a whole.
     pub fn row(source: &Source, line: u64, message: impl Into<String>) -> Self {
         InputError::Row {
             input: source.clone(),
@@ -85,6 +114,7 @@ impl InputError {
         }
     }
 
+    /// An [`InputError::Whole`]: `source` as a whole is wrong.
     pub fn whole(source: &Source, message: impl Into<String>) -> Self {
         InputError::Whole {
             input: source.clone(),
@@ -92,6 +122,7 @@ impl InputError {
         }
     }
 
+    /// An [`InputError::Io`]: `path` could not be opened or read.
     pub fn io(path: impl Into<PathBuf>, error: std::io::Error) -> Self {
         InputError::Io {
             path: path.into(),
@@ -223,11 +254,14 @@ pub fn text_of(source: &Source, bytes: Vec<u8>) -> Result<String, InputError> {
 /// Errors from configuring or running a simulation.
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
+    /// An input (trace, throughput table, cluster spec or file) is wrong or cannot be read.
     #[error(transparent)]
     Input(#[from] InputError),
     /// A policy that cannot be built (unknown, bad knobs, or what it needs is missing).
     #[error(transparent)]
     Policy(#[from] crate::policy::BuildError),
+    /// A simulation setting (the round length, a preemption, restore or migration cost) is out of
+    /// its range; the message names the setting, its range and the value given.
     #[error("invalid configuration: {0}")]
     Config(String),
 }

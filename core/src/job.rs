@@ -37,9 +37,11 @@ pub const MAX_ARRIVAL_SECONDS: f64 = 1e12;
 /// One training job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Job {
+    /// Its id, unique within its trace: the engine, the journal and reports know the job by it.
     pub id: JobId,
     /// Seconds since the start of the trace.
     pub arrival: f64,
+    /// Its model and batch size, by which a throughput table gives its rates.
     pub job_type: JobTypeId,
     /// GPUs the job needs, all at once (a gang; Gavel's "scale factor").
     pub gpus: u32,
@@ -47,6 +49,8 @@ pub struct Job {
     pub total_steps: f64,
     /// Priority weight (1 by default).
     pub weight: f64,
+    /// The user or tenant it belongs to: hierarchical policies share the cluster between tenants
+    /// first, then among each tenant's jobs.
     pub tenant: TenantId,
     /// The global batch size the job was tuned for, when its trace gives one (Pollux's and Sia's
     /// workloads): what policies that keep a job's size run it with, and the bound a goodput model
@@ -74,8 +78,12 @@ pub struct Job {
 /// job's tensor x pipeline group). A rigid job has `min == max`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sizes {
+    /// Fewest GPUs, at least 1 in effect (rounded up to a multiple of the job's group).
     pub min: u32,
+    /// Most GPUs.
     pub max: u32,
+    /// GPU counts are multiples of it: 1 for a data-parallel job, the `tp x pp` group of a
+    /// hybrid-parallel one (0 reads as 1). [`Job::group_by_type`] overrides it per GPU type.
     pub multiple: u32,
 }
 
@@ -215,15 +223,19 @@ impl Job {
 /// The names that job-type and tenant ids refer to.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Names {
+    /// Job type names (model and batch size), indexed by [`JobTypeId`].
     pub job_types: Vec<String>,
+    /// Tenant names, indexed by [`TenantId`].
     pub tenants: Vec<String>,
 }
 
 impl Names {
+    /// The name of job type `t`. Panics on an id that was never interned.
     pub fn job_type(&self, t: JobTypeId) -> &str {
         &self.job_types[t.0 as usize]
     }
 
+    /// The name of tenant `t`. Panics on an id that was never interned.
     pub fn tenant(&self, t: TenantId) -> &str {
         &self.tenants[t.0 as usize]
     }
@@ -244,8 +256,12 @@ impl Names {
 pub struct Trace {
     /// Where it came from (a path, `embedded:...` or `synthetic:...`).
     pub source: String,
+    /// What its jobs' `total_steps` count; `None` (a default trace, or one serialized without it)
+    /// reads as [`WorkUnit::Steps`].
     pub work_unit: Option<WorkUnit>,
+    /// Its jobs, in arrival order once read or built (see [`Trace::sort_by_arrival`]).
     pub jobs: Vec<Job>,
+    /// The job type and tenant names its jobs' ids refer to.
     pub names: Names,
     /// Where the profiles of its applications are, for traces counted in [`WorkUnit::Progress`]; for
     /// Synergy's traces (in [`WorkUnit::Seconds`]), its CPU and memory sensitivity profiles.
@@ -266,6 +282,8 @@ impl Trace {
         }
     }
 
+    /// An empty trace from `source` (a path, `embedded:...` or `synthetic:...`), its work counted
+    /// in `work_unit`.
     pub fn new(source: impl Into<String>, work_unit: WorkUnit) -> Self {
         Trace {
             source: source.into(),
@@ -274,14 +292,17 @@ impl Trace {
         }
     }
 
+    /// What its jobs' `total_steps` count: [`WorkUnit::Steps`] when the trace does not say.
     pub fn work_unit(&self) -> WorkUnit {
         self.work_unit.unwrap_or(WorkUnit::Steps)
     }
 
+    /// The name of job type `t`, such as `ResNet-18 (batch size 64)`.
     pub fn job_type_name(&self, t: JobTypeId) -> &str {
         self.names.job_type(t)
     }
 
+    /// The name of tenant `t`.
     pub fn tenant_name(&self, t: TenantId) -> &str {
         self.names.tenant(t)
     }

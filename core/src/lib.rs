@@ -13,6 +13,8 @@
 //! Dependencies point one way: `sim -> engine -> placement`, and both use `policy` and `throughput`.
 //! - [`metrics`]: JCT, fairness and utilization over a job-id window.
 
+#![deny(missing_docs)]
+
 pub mod cluster;
 pub mod engine;
 pub mod error;

@@ -16,8 +16,9 @@ pub use crate::job::MAX_ARRIVAL_SECONDS;
 /// Most steps (iterations) a job may take: a thousand a second for about 30 years. Gavel's longest
 /// trace job has 3.9e8.
 pub const MAX_STEPS: f64 = 1e12;
-/// The smallest and largest priority weight (the API's bounds).
+/// The smallest priority weight (the API's bound).
 pub const MIN_WEIGHT: f64 = 1e-6;
+/// The largest priority weight: a million times the default 1 (the API's bound).
 pub const MAX_WEIGHT: f64 = 1e6;
 /// The largest batch, global or per replica, in samples (the API's bound); the peers' largest is
 /// 32,768.
@@ -43,31 +44,39 @@ pub const MAX_TIME_SCALE: f64 = 1e6;
 /// What a range counts, singular and plural, as messages say it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Unit {
+    /// The unit after 1, as in `1 second`.
     pub one: &'static str,
+    /// The unit after any other number, as in `0.5 seconds`.
     pub many: &'static str,
 }
 
 impl Unit {
+    /// Seconds: arrivals, work, step times, rounds and costs.
     pub const SECONDS: Unit = Unit {
         one: "second",
         many: "seconds",
     };
+    /// Steps (iterations): a job's work, or its training progress.
     pub const STEPS: Unit = Unit {
         one: "step",
         many: "steps",
     };
+    /// Samples: batch sizes, global or per replica.
     pub const SAMPLES: Unit = Unit {
         one: "sample",
         many: "samples",
     };
+    /// GPUs: how many a job asks for.
     pub const GPUS: Unit = Unit {
         one: "GPU",
         many: "GPUs",
     };
+    /// Jobs per hour: an input job rate (`--rate`).
     pub const JOBS_PER_HOUR: Unit = Unit {
         one: "job per hour",
         many: "jobs per hour",
     };
+    /// Steps per second: a throughput table's rates.
     pub const STEPS_PER_SECOND: Unit = Unit {
         one: "step per second",
         many: "steps per second",
@@ -79,10 +88,13 @@ impl Unit {
 /// A range of values and its unit: `at least 0 steps and at most 1e12 steps`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Range {
+    /// The least value in range or, with `above_min`, the bound values must exceed.
     pub min: f64,
+    /// The largest value in range, always included.
     pub max: f64,
     /// `min` itself is out of range (a step time must be above 0).
     pub above_min: bool,
+    /// What the values count, for messages.
     pub unit: Unit,
 }
 

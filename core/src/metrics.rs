@@ -15,24 +15,34 @@ pub type PerGpuType = SmallVec<[f64; 4]>;
 /// What the simulator records for each job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
+    /// The job's id in its trace.
     pub id: JobId,
     /// Its job type's name, shared by the records of that type.
     pub job_type: Arc<str>,
+    /// GPUs it asked for (its gang size in the trace; a resizing policy may have run it on others).
     pub gpus: u32,
+    /// When it arrived, in seconds since the start of the trace.
     pub arrival: f64,
+    /// When it first started running, in seconds; `None` if it never ran.
     pub first_start: Option<f64>,
+    /// When it finished, in seconds; `None` if it had not when the run ended.
     pub finish: Option<f64>,
     /// GPU-seconds held, per GPU type of the cluster (same order as the cluster's types).
     pub gpu_seconds: PerGpuType,
+    /// Times it lost its GPUs while unfinished: not granted again at a round, or a GPU it held
+    /// failed.
     pub preemptions: u32,
+    /// Times it started on GPUs other than those it held the round before.
     pub migrations: u32,
 }
 
 impl JobRecord {
+    /// Its job completion time in seconds, from arrival to finish; `None` while unfinished.
     pub fn jct(&self) -> Option<f64> {
         self.finish.map(|f| f - self.arrival)
     }
 
+    /// Seconds from arrival to first start; `None` if it never ran.
     pub fn queueing_delay(&self) -> Option<f64> {
         self.first_start.map(|s| s - self.arrival)
     }
@@ -43,10 +53,12 @@ impl JobRecord {
 pub struct Window(pub Option<Range<u32>>);
 
 impl Window {
+    /// Whether the window measures job `id` (every job, for the whole-trace window).
     pub fn contains(&self, id: JobId) -> bool {
         self.0.as_ref().is_none_or(|r| r.contains(&id.0))
     }
 
+    /// Reads `START..END` (job ids, `START` below `END`), as `--window` gives it.
     pub fn parse(text: &str) -> Result<Window, String> {
         let (a, b) = text
             .split_once("..")
@@ -78,6 +90,7 @@ impl std::fmt::Display for Window {
 /// The summary of one simulation. Times are in hours.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// The policy the run used, as its spec names it.
     pub policy: String,
     /// Jobs in the trace.
     pub jobs: usize,
@@ -85,15 +98,21 @@ pub struct Summary {
     pub measured_jobs: usize,
     /// Jobs in the window that had not finished when the simulation stopped.
     pub unfinished_jobs: usize,
+    /// Mean job completion time of the measured jobs, in hours.
     pub avg_jct_h: f64,
+    /// Median job completion time, in hours (interpolated between ranks, as numpy's).
     pub p50_jct_h: f64,
+    /// 95th percentile job completion time, in hours.
     pub p95_jct_h: f64,
+    /// 99th percentile job completion time, in hours.
     pub p99_jct_h: f64,
     /// From the first arrival to the last finish among the measured jobs.
     pub makespan_h: f64,
+    /// Mean time from arrival to first start of the measured jobs, in hours.
     pub avg_queue_h: f64,
     /// Finish-time fairness rho = JCT / JCT under the `isolated` reference; `null` when not computed.
     pub avg_ftf: Option<f64>,
+    /// The worst finish-time fairness rho among the measured jobs; `null` when not computed.
     pub max_ftf: Option<f64>,
     /// Share of measured jobs with rho > 1.
     pub ftf_over_1: Option<f64>,
@@ -101,14 +120,17 @@ pub struct Summary {
     pub jain_ftf: Option<f64>,
     /// Busy GPU-time over capacity x simulated span, for the whole run.
     pub utilization: f64,
-    /// CPU-time and memory-time allotted to no run, over capacity x simulated span (whole run).
+    /// CPU-time allotted to no run, over capacity x simulated span (whole run); 0 to 1.
     #[serde(default)]
     pub idle_cpus: f64,
+    /// GB-time of memory allotted to no run, over capacity x simulated span (whole run); 0 to 1.
     #[serde(default)]
     pub idle_memory: f64,
     /// GPU-hours held by the measured jobs.
     pub gpu_hours: f64,
+    /// Preemptions of the jobs in the window, finished or not.
     pub preemptions: u64,
+    /// Migrations of the jobs in the window, finished or not.
     pub migrations: u64,
     /// Wall-clock seconds the simulation took.
     pub wall_s: f64,
@@ -116,12 +138,18 @@ pub struct Summary {
 
 /// Inputs to [`summarize`] that come from the run as a whole rather than from job records.
 pub struct RunTotals {
+    /// GPU-seconds for which GPUs were held by runs, over the whole run (a packed pair's GPUs count
+    /// once).
     pub busy_gpu_seconds: f64,
-    /// CPU-seconds and GB-seconds allotted, and the cluster's CPUs and GB.
+    /// CPU-seconds and GB-seconds of memory allotted to runs.
     pub allotted_seconds: (f64, f64),
+    /// The cluster's CPUs and GB of memory, all nodes together.
     pub capacity_resources: (f64, f64),
+    /// The cluster's GPUs, of every type.
     pub capacity_gpus: u32,
+    /// Simulated seconds from the first arrival to the last event: the span utilization is over.
     pub span_seconds: f64,
+    /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
 }
 

@@ -27,6 +27,7 @@ pub struct Allotment {
 }
 
 impl Allotment {
+    /// `cpus` CPUs and `memory_gb` GB of memory per GPU, on whichever servers the gang is placed.
     pub fn new(cpus: f64, memory_gb: f64) -> Self {
         Allotment {
             cpus,

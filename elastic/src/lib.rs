@@ -38,7 +38,7 @@
 //! assert_eq!((p.parallel.dp, p.batch.micro_batch, p.batch.accum_steps), (1, 4, 16));
 //! assert_eq!(p.cuda_visible_devices(), [("node1".to_string(), "0,1,2,3".to_string())]);
 //! ```
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod batch;
 mod placement;

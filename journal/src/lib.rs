@@ -102,6 +102,7 @@
 //! `open` changes nothing on disk unless recovery succeeds, so a failed open can be inspected
 //! and retried. Directory entries are made durable by `fsync`ing the directory, so this crate
 //! expects a Unix filesystem.
+#![deny(missing_docs)]
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Write};
@@ -159,6 +160,7 @@ pub struct Recovered<S, R> {
 /// caller should say what they were.
 #[derive(Debug)]
 pub struct TornTail<R> {
+    /// The segment it was truncated from.
     pub path: PathBuf,
     /// Where the valid prefix ends, and the torn frame began.
     pub offset: u64,
@@ -206,14 +208,27 @@ impl<R> TornTail<R> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum JournalError {
-    /// The I/O error is part of the message, not a separate cause, so that it is said once.
+    /// A file or the directory could not be created, opened, read, written, synced, renamed or
+    /// deleted. The I/O error is part of the message, not a separate cause, so that it is said once.
     #[error("{}: {error}", .path.display())]
-    Io { path: PathBuf, error: io::Error },
+    Io {
+        /// The file or directory.
+        path: PathBuf,
+        /// What the system said.
+        error: io::Error,
+    },
+    /// A segment or snapshot that must exist is missing, or holds no complete frame though records
+    /// were committed to it.
     #[error(
         "{}: {why}; its records would be lost, so recovery stops (restore the file, or move the journal aside to start afresh)",
         .path.display()
     )]
-    Missing { path: PathBuf, why: String },
+    Missing {
+        /// The file that must exist.
+        path: PathBuf,
+        /// Why it must, and what was found instead.
+        why: String,
+    },
     /// Committed records that recovery cannot find: the segment was cut short or damaged where
     /// the manifest says records were committed.
     #[error(
@@ -223,8 +238,11 @@ pub enum JournalError {
         .last.map_or("the records from there on".to_owned(), |last| format!("records {from}..={last}"))
     )]
     Lost {
+        /// The segment.
         path: PathBuf,
+        /// Where its valid frames end, in bytes from the start of the file.
         offset: u64,
+        /// What stopped the replay there (a bad frame, or the end of the file).
         reason: String,
         /// Bytes of the segment the manifest says were committed.
         committed: u64,
@@ -235,39 +253,65 @@ pub enum JournalError {
         /// The copy of the manifest that said so.
         manifest: PathBuf,
     },
+    /// Damage to committed data: a bad frame in a sealed segment or followed by a valid one, a
+    /// snapshot that fails its check or its name, or a copy of the manifest that is not one.
     #[error("{}: corrupt frame at byte {offset}: {reason}", .path.display())]
     Corrupt {
+        /// The damaged file.
         path: PathBuf,
+        /// Where the bad frame starts, in bytes from the start of the file (0 for a snapshot or
+        /// manifest).
         offset: u64,
+        /// What is wrong with it.
         reason: String,
     },
+    /// A frame that passed its CRC, so was written in full, does not decode as the records or state
+    /// asked for: most likely a schema mismatch, never treated as a torn write.
     #[error("{}: frame at byte {offset} passed its CRC but does not decode (schema mismatch?): {reason}", .path.display())]
     Decode {
+        /// The segment or snapshot.
         path: PathBuf,
+        /// Where the frame starts, in bytes.
         offset: u64,
+        /// What the decoder said.
         reason: String,
     },
+    /// A frame's sequence number does not continue the previous one: records between are missing.
     #[error("{}: expected sequence number {expected} at byte {offset}, found {found}{context}", .path.display())]
     Sequence {
+        /// The segment.
         path: PathBuf,
+        /// Where the frame starts, in bytes.
         offset: u64,
+        /// The sequence number that would continue the journal.
         expected: u64,
+        /// The one the frame holds.
         found: u64,
         /// What the gap means, where it is between two files: empty, or starts with "; ".
         context: String,
     },
+    /// A record or snapshot could not be serialized; nothing was written.
     #[error("cannot encode a record or snapshot: {0}")]
     Encode(#[from] postcard::Error),
+    /// A frame's payload, in bytes, is 4 GiB or more and does not fit the frame header's length;
+    /// nothing was written.
     #[error("a frame payload of {0} bytes does not fit the u32 length field")]
     TooLarge(usize),
+    /// Another writer (in this process or another) holds the directory's lock.
     #[error("{}: the journal is already open in another writer", .path.display())]
-    Locked { path: PathBuf },
+    Locked {
+        /// The `LOCK` file.
+        path: PathBuf,
+    },
+    /// An earlier write or fsync failed, so the segment may end in a partial frame: this handle
+    /// refuses to append or snapshot, and reopening the journal recovers.
     #[error(
         "an earlier write or fsync failed, so the file state is unknown; reopen the journal to recover"
     )]
     Poisoned,
 }
 
+/// A result whose error is a [`JournalError`] unless said otherwise.
 pub type Result<T, E = JournalError> = std::result::Result<T, E>;
 
 /// Attaches the path to an `io::Error`.

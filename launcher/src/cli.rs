@@ -173,14 +173,18 @@ fn parse_job_id(text: &str) -> Result<String, String> {
 /// Where the workers run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Backend {
+    /// This machine's GPUs.
     Local,
+    /// Across Slurm nodes: one torchrun agent per node, started by `srun`.
     Slurm,
 }
 
 /// What starts the workers on a machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Spawn {
+    /// torchrun's agent starts them (it imports torch before they do).
     Torchrun,
+    /// elastic-run starts them itself, with torchrun's environment (no torchrun options; local only).
     Direct,
 }
 
@@ -217,6 +221,7 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
 }
 
 impl Options {
+    /// `--grace` as a duration.
     pub fn grace(&self) -> Duration {
         Duration::from_secs_f64(self.grace.max(0.0))
     }
@@ -225,20 +230,27 @@ impl Options {
 /// A whole command line, split.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Invocation {
+    /// gangway's options, parsed.
     pub options: Options,
     /// torchrun's options, as given.
     pub torchrun: Vec<String>,
+    /// The training script: the first argument that is no option's.
     pub script: String,
+    /// Everything after the script, passed to it unchanged.
     pub script_args: Vec<String>,
 }
 
 /// Why a command line was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    /// clap refused gangway's options, or is answering `--help` or `--version`
+    /// ([`clap::Error::exit`] prints either).
     #[error(transparent)]
     Clap(#[from] clap::Error),
+    /// No training script was given.
     #[error("no training script given: elastic-run [OPTIONS] SCRIPT [ARGS...]")]
     NoScript,
+    /// A torchrun option that elastic-run sets itself, and what sets it.
     #[error("`{0}` is set by elastic-run ({1}); leave it out")]
     Reserved(String, &'static str),
 }

@@ -28,11 +28,14 @@ pub const DEFAULT_TOKEN_FILE: &str = ".gangway/journal/api-token";
 /// Where the daemon listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Address {
+    /// `HOST:PORT`, as given.
     Tcp(String),
+    /// A Unix socket's path (`unix:PATH`).
     Unix(PathBuf),
 }
 
 impl Address {
+    /// Reads `unix:PATH` or `HOST:PORT` (no `/` or space), or says why it is neither.
     pub fn parse(text: &str) -> Result<Address, String> {
         match text.strip_prefix("unix:") {
             Some("") => Err("`unix:` needs a socket path".into()),
@@ -83,6 +86,7 @@ impl Client {
         })
     }
 
+    /// Where the daemon listens.
     pub fn address(&self) -> &Address {
         &self.address
     }

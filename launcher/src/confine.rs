@@ -58,6 +58,7 @@ pub struct CorePool {
 }
 
 impl CorePool {
+    /// A pool of `cores` (CPU numbers), none held.
     pub fn new(cores: Vec<usize>) -> Self {
         let holders = vec![0; cores.len()];
         CorePool { cores, holders }
@@ -68,10 +69,12 @@ impl CorePool {
         CorePool::new(usable_cores())
     }
 
+    /// How many cores the pool has, held or not.
     pub fn len(&self) -> usize {
         self.cores.len()
     }
 
+    /// Whether the pool has no cores at all.
     pub fn is_empty(&self) -> bool {
         self.cores.is_empty()
     }
@@ -186,7 +189,9 @@ impl Version {
 pub enum Cgroups {
     /// Each attempt gets a cgroup under `root`.
     Made {
+        /// The directory under which each attempt's cgroup is made.
         root: PathBuf,
+        /// The hierarchy's cgroup version.
         version: Version,
         /// Whether memory limits are enforced there (the hierarchy has the memory controller).
         memory: bool,

@@ -88,6 +88,7 @@ pub fn reported(progress: &[u8]) -> Option<(f64, Option<Measured>)> {
 pub struct ExitReport {
     /// Its exit code: 0 completed, 2 user error, 75 preempted, 1 crashed beyond its budget.
     pub code: i32,
+    /// How it ended, in words (the failure's reason, for a job that failed).
     pub why: String,
 }
 

@@ -7,8 +7,10 @@
 
 use std::process::ExitStatus;
 
+/// What a launch's end means, for the restart loop.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// It exited 0 (and Slurm did not abort the step): the work is done.
     Completed,
     /// Retrying cannot help.
     UserError(String),

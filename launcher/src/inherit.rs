@@ -48,24 +48,41 @@ pub const REPORT_LIMIT: u64 = 64 * 1024;
 /// Why a private file could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum PrivateFileError {
+    /// It could not be opened, inspected or read.
     #[error("{path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
+    /// It is not a regular file (a directory, a FIFO, a device).
     #[error("{path} is not a regular file (mode {mode:o})")]
-    NotRegular { path: PathBuf, mode: u32 },
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// Its mode, type bits included.
+        mode: u32,
+    },
+    /// Another user owns it.
     #[error("{path} belongs to uid {found}, not {expected}")]
     Owner {
+        /// The file.
         path: PathBuf,
+        /// Its owner's uid.
         found: u32,
+        /// The uid that should own it.
         expected: u32,
     },
+    /// It holds more than the limit allows.
     #[error("{path} holds {size} bytes, more than the {limit} allowed")]
     TooLarge {
+        /// The file.
         path: PathBuf,
+        /// Its size, in bytes.
         size: u64,
+        /// The most allowed, in bytes.
         limit: u64,
     },
 }
@@ -143,8 +160,11 @@ fn rewrite(file: &File, bytes: &[u8]) -> std::io::Result<()> {
 /// One attempt's files in the daemon's state directory (see the module's doc).
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AttemptFiles {
+    /// The exit file, where `elastic-run` writes its [`ExitReport`].
     pub exit: PathBuf,
+    /// The progress file, where `elastic-run` copies its workers' progress reports.
     pub progress: PathBuf,
+    /// The batch file, where the daemon writes its policy's choice of global batch.
     pub batch: PathBuf,
     /// Whose files they are: this process's user, but for those of attempts launched before the
     /// daemon kept them itself.
@@ -308,7 +328,9 @@ pub struct Inherited {
 /// it gets as its name.
 #[derive(Debug)]
 pub struct Program {
+    /// The open program, as checked.
     pub fd: OwnedFd,
+    /// Where it was found, given to it as its name (`argv[0]`).
     pub path: PathBuf,
 }
 

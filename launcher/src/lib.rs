@@ -24,6 +24,7 @@
 //! assert_eq!((inv.options.gpus, inv.script.as_str()), ((2, 2), "train.py"));
 //! assert_eq!(inv.torchrun, ["--standalone"]);
 //! ```
+#![deny(missing_docs)]
 
 pub mod cli;
 pub mod client;

@@ -45,12 +45,16 @@ impl Target {
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Ending {
+    /// The workers finished the job.
     Completed,
     /// Stopped on request after the workers saved a checkpoint; running the same command resumes.
     Preempted,
     /// A user error (not retried) or crashes beyond the restart budget.
     Failed {
+        /// The launcher's exit code: 2 for a user error, 1 otherwise (crashes beyond the budget, or
+        /// a job the daemon reports failed or cancelled).
         code: i32,
+        /// Why, in words.
         why: String,
     },
 }
@@ -79,19 +83,33 @@ impl std::fmt::Display for Ending {
 /// Why a run could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
+    /// The machine has no GPUs to run on, and no `--fake-gpus` stands in for them.
     #[error("no GPUs: pass --fake-gpus N on a machine without any")]
     NoGpus,
+    /// The job's parallel layout does not fit the GPUs it was given.
     #[error("cannot plan the job on {gpus} GPUs: {cause}")]
     Plan {
+        /// GPUs offered.
         gpus: usize,
+        /// Why the planner refused them.
         cause: gangway_elastic::PlanError,
     },
+    /// A file or process the launch needs could not be made or started.
     #[error("{what}: {cause}")]
-    Io { what: String, cause: std::io::Error },
+    Io {
+        /// What was being done (`creating DIR`, `starting the workers`).
+        what: String,
+        /// What the system said.
+        cause: std::io::Error,
+    },
+    /// The daemon could not be reached or refused the job, or what it passed a launch (its choice of
+    /// batch or pipeline stages) is not one the job allows.
     #[error("{0}")]
     Daemon(String),
+    /// Slurm could not be queried or could not give the job its nodes.
     #[error("slurm: {0}")]
     Slurm(#[from] slurm::SlurmError),
+    /// Another `elastic-run` holds the job's checkpoint directory (the path).
     #[error("another elastic-run is running this job (its checkpoint directory {0} is locked)")]
     Busy(PathBuf),
 }

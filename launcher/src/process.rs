@@ -149,10 +149,12 @@ impl Launch {
         })
     }
 
+    /// The launched process, leader of its own process group.
     pub fn child(&mut self) -> &mut Child {
         &mut self.child
     }
 
+    /// Its exit status if it has exited, without waiting.
     pub fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
         self.child.try_wait()
     }

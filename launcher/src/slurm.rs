@@ -12,8 +12,15 @@ use gangway_elastic::{HostOffer, Plan};
 /// Why Slurm could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
+    /// A Slurm command could not be run, or failed.
     #[error("running `{command}`: {cause}")]
-    Command { command: String, cause: String },
+    Command {
+        /// The command line.
+        command: String,
+        /// Why: the error starting it, or what it wrote to stderr.
+        cause: String,
+    },
+    /// Slurm has no nodes that fit the job (too few, too small, or not the ones named).
     #[error("{0}")]
     Placement(String),
 }
@@ -21,12 +28,15 @@ pub enum SlurmError {
 /// A node, as `scontrol show node` describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlurmNode {
+    /// Its `NodeName`.
     pub name: String,
     /// Where its services listen (the c10d store on the first node binds here).
     pub addr: String,
+    /// GPUs its GRES declares.
     pub gpus: u32,
     /// The GPUs' type from its GRES (`gpu:a100:8` is `a100`), or `gpu` where the GRES names none.
     pub gpu_type: String,
+    /// Its `CPUTot`: CPUs Slurm counts on it.
     pub cpus: u32,
     /// Its `RealMemory`, in MB.
     pub memory_mb: u64,
@@ -187,7 +197,9 @@ pub fn expand(list: &str) -> Result<Vec<String>, SlurmError> {
 /// of workers on every node).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Allocation {
+    /// The nodes, in order: the first hosts the c10d rendezvous.
     pub nodes: Vec<SlurmNode>,
+    /// GPUs the job uses on each node.
     pub gpus_per_node: u32,
 }
 

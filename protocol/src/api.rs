@@ -16,8 +16,11 @@ pub struct JobRequest {
     /// Set by trace replays; the control plane numbers jobs itself otherwise.
     #[serde(default)]
     pub id: Option<JobId>,
+    /// Its model, by name: the throughput model's row it runs at (`default` when not given).
     #[serde(default = "default_name")]
     pub job_type: String,
+    /// The user or team it belongs to, for policies that share the cluster between tenants and for
+    /// per-tenant figures (`default` when not given).
     #[serde(default = "default_name")]
     pub tenant: String,
     /// GPUs it asks for: what it runs on under policies that do not resize jobs, and the most it
@@ -31,6 +34,7 @@ pub struct JobRequest {
     /// `tp x pp` GPUs.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub tp: u32,
+    /// The pipeline-parallel degree (1 when not given); see `tp`.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub pp: u32,
     /// Pipeline stages on each GPU type (by name) where they differ from `pp`: a large model's
@@ -49,6 +53,8 @@ pub struct JobRequest {
     pub min_batch: Option<u32>,
     /// Work, in the model's units (seconds at the requested GPU count for the duration model).
     pub work: f64,
+    /// Its priority weight, for the policies that weigh jobs (1 when not given; the control plane
+    /// accepts 1e-6 to 1e6).
     #[serde(default = "default_weight")]
     pub weight: f64,
     /// What to run, when the control plane runs real processes (`elastic-run --daemon` fills it).
@@ -97,6 +103,7 @@ fn default_weight() -> f64 {
 /// What a job's goodput model learned on one GPU type.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LearnedSteps {
+    /// The GPU type's name.
     pub gpu_type: String,
     /// Configurations (nodes, replicas, per-replica batch) measured there.
     pub configurations: u32,
@@ -106,9 +113,13 @@ pub struct LearnedSteps {
 /// (of `multiple_by_type[type]` on the GPU types named there).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobSizes {
+    /// Fewest GPUs.
     pub min: u32,
+    /// Most GPUs (the `gpus` it was submitted with).
     pub max: u32,
+    /// GPU counts are multiples of it: the `tp x pp` group (1 for a data-parallel job).
     pub multiple: u32,
+    /// The multiple on GPU types where it differs, by type name (`tp x pp_by_type[type]`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub multiple_by_type: BTreeMap<String, u32>,
 }
@@ -131,9 +142,14 @@ pub struct RestartPhases {
 /// A job's resize: from `from` GPUs to `to`, at control-plane second `at`, and why.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Resize {
+    /// GPUs before.
     pub from: u32,
+    /// GPUs after.
     pub to: u32,
+    /// When, in control-plane seconds.
     pub at: f64,
+    /// Why, in words: which arrivals it made room for, which ended jobs freed the GPUs it grew on, or
+    /// that its goodput gains from them.
     pub why: String,
 }
 
@@ -143,6 +159,7 @@ pub struct Resize {
 pub struct NodeInfo {
     /// Its name (a Slurm node's, or `server-N`).
     pub name: String,
+    /// The type of its GPUs (a server's GPUs are all of one type).
     pub gpu_type: String,
     /// Its GPU ids.
     pub gpus: Vec<u32>,
@@ -159,13 +176,22 @@ pub struct NodeInfo {
 /// A job as the API shows it (`GET /jobs`, `GET /jobs/{id}`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobInfo {
+    /// Its id, as the control plane (or the submitted trace) numbered it.
     pub id: JobId,
+    /// Its model, by name, as submitted.
     pub job_type: String,
+    /// Its tenant, as submitted.
     pub tenant: String,
+    /// GPUs it asked for (the most, for an elastic job; `placement` is what it holds now).
     pub gpus: u32,
+    /// Where it is in its lifecycle.
     pub phase: Phase,
+    /// When it was submitted, in control-plane seconds.
     pub submitted: f64,
+    /// When it first started running, in control-plane seconds (`None`: not yet).
     pub started: Option<f64>,
+    /// When it finished, in control-plane seconds (`None`: not yet, or never, for a job that failed or
+    /// was cancelled).
     pub finished: Option<f64>,
     /// Work done, between 0 and 1: what its workers last reported, or the scheduler's estimate.
     pub progress: f64,
@@ -174,7 +200,9 @@ pub struct JobInfo {
     /// The CPUs and memory it holds beside them, while it runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<crate::worker::Resources>,
+    /// Times it was stopped and left waiting for GPUs (a round gave it none, or a GPU it held went out of service).
     pub preemptions: u32,
+    /// Times it was stopped and restarted at once on other GPUs (moves and resizes).
     pub migrations: u32,
     /// What its workers last measured of their training (step time, batch, gradient noise), when
     /// they measure it.
@@ -191,6 +219,7 @@ pub struct JobInfo {
     /// Times it was resized (since the control plane last started), and the last time.
     #[serde(default)]
     pub resizes: u32,
+    /// Its most recent resize.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_resize: Option<Resize>,
     /// Seconds its last restart (a resize or a move) took, from the decision to its first step after.

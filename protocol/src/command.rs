@@ -13,7 +13,9 @@ use crate::worker::RunCommand;
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
 pub struct Invalid {
+    /// The field, as the request names it (`run.cwd`, `gpus`).
     pub field: &'static str,
+    /// What is wrong with it, for the client to read.
     pub problem: String,
 }
 
@@ -29,7 +31,9 @@ pub fn invalid<T>(field: &'static str, problem: impl Into<String>) -> Result<T, 
 /// only the daemon's user can read, so the daemon's user).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Submitter {
+    /// The submitter's user id.
     pub uid: u32,
+    /// The submitter's (primary) group id.
     pub gid: u32,
 }
 

@@ -18,6 +18,7 @@
 //! let request: JobRequest = serde_json::from_str(r#"{"gpus": 2, "work": 600}"#).unwrap();
 //! assert_eq!((request.gpus, request.job_type.as_str()), (2, "default"));
 //! ```
+#![deny(missing_docs)]
 
 pub mod api;
 pub mod command;

@@ -13,6 +13,7 @@ pub enum Phase {
     Placing,
     /// Its GPUs are leased; its workers are being launched.
     Starting,
+    /// Its workers run.
     Running,
     /// Its workers were asked to save a checkpoint and exit.
     Checkpointing,
@@ -22,8 +23,12 @@ pub enum Phase {
     Resizing,
     /// Stopped with a checkpoint, to be relaunched on other GPUs.
     Migrating,
+    /// Its workers completed its work (terminal).
     Finished,
+    /// Its workers failed with a user error, could not be launched, or crashed more often than the
+    /// restart budget allows (terminal).
     Failed,
+    /// Cancelled before it ended (`DELETE /jobs/{id}`, or the embedded plane's `cancel`; terminal).
     Cancelled,
 }
 
@@ -84,7 +89,9 @@ impl std::fmt::Display for Phase {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("illegal job transition {from} -> {to}")]
 pub struct IllegalTransition {
+    /// The phase the job was in.
     pub from: Phase,
+    /// The phase it was asked to move to.
     pub to: Phase,
 }
 

@@ -20,20 +20,31 @@ impl std::fmt::Debug for Token {
 /// Why a token could not be made, written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
+    /// The operating system gave no randomness to make a token from.
     #[error("no randomness for the API token: {0}")]
     Random(String),
+    /// The token file could not be created or written.
     #[error("writing the API token to {path}: {source}")]
     Write {
+        /// The token file.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// The token file could not be read.
     #[error("reading the API token from {path}: {source}")]
     Read {
+        /// The token file.
         path: PathBuf,
+        /// What the system said.
         source: std::io::Error,
     },
+    /// The file does not hold a token (64 hex digits, surrounding whitespace aside).
     #[error("{path} holds no API token (expected 64 hex digits)")]
-    Malformed { path: PathBuf },
+    Malformed {
+        /// The token file.
+        path: PathBuf,
+    },
 }
 
 impl Token {

@@ -33,7 +33,9 @@ pub struct RunCommand {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RunAs {
+    /// The user id.
     pub uid: u32,
+    /// The group id.
     pub gid: u32,
 }
 
@@ -42,18 +44,23 @@ pub struct RunAs {
 /// worker follows them.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Segment {
+    /// Work per second (the job's work units, such as steps) until `until`.
     pub rate: f64,
+    /// The work done, in the same units as the job's `total_steps`, at which the rate stops holding.
     pub until: f64,
 }
 
 /// What a job's workers are launched with.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Launch {
+    /// The job the workers run.
     pub job: JobId,
     /// Unique per start (a counter the journal keeps): launching the same attempt twice is a no-op,
     /// which makes replays idempotent.
     pub attempt: u64,
+    /// The type of its GPUs.
     pub gpu_type: GpuTypeId,
+    /// The GPUs the workers run on.
     pub gpus: GpuSet,
     /// The pace the scheduler expects at first (the simulated executor runs at exactly this pace).
     pub steps_per_second: f64,
@@ -63,7 +70,9 @@ pub struct Launch {
     pub pace: Vec<Segment>,
     /// Seconds of restore or migration before the first step.
     pub startup_seconds: f64,
+    /// Work left at launch: where its last checkpoint leaves it, in the units of `total_steps`.
     pub remaining_steps: f64,
+    /// The job's whole work, in its model's units (steps, or seconds for the duration model).
     pub total_steps: f64,
     /// The CPUs and memory the workers are allotted, all their GPUs together (`None` in a run file
     /// written before allotments were carried: the executor then gives what it gave before, no pin).
@@ -86,7 +95,9 @@ pub struct Launch {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Resources {
+    /// CPUs (cores, possibly fractional).
     pub cpus: f64,
+    /// Memory, in gigabytes (10^9 bytes).
     pub memory_gb: f64,
 }
 
@@ -115,18 +126,23 @@ impl Resources {
 pub struct Measured {
     /// Optimizer steps measured.
     pub steps: u64,
-    /// Wall seconds per optimizer step, and the part of it with an all-reduce in flight.
+    /// Wall seconds per optimizer step.
     pub step_seconds: f64,
+    /// The part of `step_seconds` with an all-reduce in flight (at most `step_seconds`).
     pub sync_seconds: f64,
-    /// Samples one replica processes per step (micro-batch x accumulation), and the replicas.
+    /// Samples one replica processes per step (micro-batch x accumulation).
     pub replica_batch: u32,
+    /// Data-parallel replicas.
     pub replicas: u32,
+    /// Micro-batches each replica accumulates per optimizer step.
     pub accum_steps: u32,
-    /// The gradient noise scale (samples) and its two estimates, where there are several replicas.
+    /// The gradient noise scale, in samples, where there are several replicas to estimate it from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub noise_scale: Option<f64>,
+    /// The estimate of `|G|^2`, the true gradient's squared norm (`noise_scale = grad_var / grad_sqr`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_sqr: Option<f64>,
+    /// The estimate of `tr(Sigma)`, the per-sample gradient variance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grad_var: Option<f64>,
 }
@@ -162,30 +178,45 @@ impl Measured {
 /// Something the workers did, reported by [`Executor::poll`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum WorkerEvent {
+    /// The workers completed the job's work and exited.
     Finished {
+        /// The job.
         job: JobId,
+        /// The attempt (see [`Launch::attempt`]) whose workers finished.
         attempt: u64,
+        /// When, in control-plane seconds.
         at: f64,
     },
+    /// The workers exited without completing the job's work, or could not be launched.
     Failed {
+        /// The job.
         job: JobId,
+        /// The attempt whose workers failed.
         attempt: u64,
+        /// When, in control-plane seconds.
         at: f64,
+        /// What went wrong, in words (the launcher's exit and its reason).
         error: String,
         /// A crash worth retrying, or a user error (bad script, bad arguments) that never is.
         retryable: bool,
     },
     /// The workers saved a checkpoint with this much work done.
     Checkpointed {
+        /// The job.
         job: JobId,
+        /// The attempt whose workers saved it.
         attempt: u64,
+        /// Work done at the checkpoint, in the units of [`Launch::total_steps`].
         steps_done: f64,
     },
     /// The workers report this much work done (not yet checkpointed): what the scheduler counts as the
     /// job's progress, in place of its model's estimate.
     Progressed {
+        /// The job.
         job: JobId,
+        /// The attempt whose workers report.
         attempt: u64,
+        /// Work done, in the units of [`Launch::total_steps`].
         steps_done: f64,
         /// What they measured of their training, when they measure it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,10 +249,17 @@ impl WorkerEvent {
 /// Why the executor could not do what it was asked.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ExecutorError {
+    /// The job has no workers running here to stop.
     #[error("job {0} has no running workers")]
     NotRunning(JobId),
+    /// The workers could not be started.
     #[error("job {job}: launch failed: {reason}")]
-    Launch { job: JobId, reason: String },
+    Launch {
+        /// The job.
+        job: JobId,
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// Runs and stops a job's workers.

@@ -27,10 +27,15 @@ const MAX_NVLINKS: u32 = 18;
 /// One discovered GPU.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct DiscoveredGpu {
+    /// NVML's index of the GPU, as `nvidia-smi` numbers it.
     pub index: u32,
+    /// The GPU's UUID (`GPU-...`), stable across reboots.
     pub uuid: String,
+    /// Its product name, as NVML gives it (`NVIDIA A100-SXM4-80GB`).
     pub name: String,
+    /// Its total memory, in MiB.
     pub memory_mib: u64,
+    /// Its PCI bus id, lower-case (`00000000:07:00.0`).
     pub pci_bus_id: String,
     /// (peer GPU index, active NVLinks to it).
     pub nvlink_peers: Vec<(u32, u32)>,
@@ -38,6 +43,7 @@ pub struct DiscoveredGpu {
     pub nvswitch_links: u32,
     /// The GPU's PCIe generation, where NVML tells.
     pub pcie_generation: Option<u32>,
+    /// The NUMA node it is attached to, where NVML tells.
     pub numa_node: Option<u32>,
     /// CPUs this GPU is closest to, as CPU numbers.
     pub cpu_affinity: Vec<u32>,
@@ -46,7 +52,9 @@ pub struct DiscoveredGpu {
 /// What NVML reported.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Discovery {
+    /// The NVIDIA driver's version.
     pub driver_version: String,
+    /// Every GPU NVML sees, by index.
     pub gpus: Vec<DiscoveredGpu>,
     /// `nvidia-smi topo -m` codes between GPU i and j: X, NV#, PIX, PXB, PHB, NODE, SYS.
     pub paths: Vec<Vec<String>>,

@@ -91,7 +91,9 @@ fn one() -> usize {
 #[derive(Debug, thiserror::Error)]
 #[error("{source_name}: {message}")]
 pub struct FileError {
+    /// The file's name, as given to [`parse`].
     pub source_name: String,
+    /// What is wrong, with the line where the parser tells.
     pub message: String,
 }
 

@@ -8,35 +8,55 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Vertex {
+    /// A server; its other vertices refer to it by its index among the hosts.
     Host {
+        /// Its name (`<design>-<index>`).
         name: String,
     },
     /// A CPU socket (one NUMA node).
     Socket {
+        /// Its server's index.
         host: usize,
+        /// Its number in its server, from 0.
         index: u32,
     },
+    /// A PCIe switch, under a socket.
     PcieSwitch {
+        /// Its server's index.
         host: usize,
+        /// Its number in its server, from 0.
         index: u32,
     },
+    /// A GPU, under a PCIe switch.
     Gpu {
+        /// Its server's index.
         host: usize,
+        /// Its number in its server, from 0 (its local index).
         index: u32,
+        /// Its model (`V100`, `A100`).
         model: String,
+        /// Its memory, in GB.
         memory_gb: u32,
     },
+    /// An NVSwitch fabric: one per server, standing for all its NVSwitches together.
     NvSwitch {
+        /// Its server's index.
         host: usize,
+        /// Its number in its server (0).
         index: u32,
     },
+    /// A network card, under a PCIe switch, linked to its rack's switch.
     Nic {
+        /// Its server's index.
         host: usize,
+        /// Its number in its server, from 0.
         index: u32,
     },
     /// A network switch: a rack (top-of-rack) switch or a spine.
     NetworkSwitch {
+        /// `spine`, or `rack<N>` for rack N's switch.
         name: String,
+        /// 0 for a rack switch, 1 for the spine.
         level: u32,
     },
 }
@@ -47,16 +67,23 @@ pub enum Vertex {
 pub enum LinkKind {
     /// NVLink of a generation (1 = P100, 2 = V100, 3 = A100, 4 = H100) and a number of bonded links.
     NvLink {
+        /// NVLink generation.
         generation: u8,
+        /// Bonded links (each 20 or 25 GB/s per direction).
         links: u8,
     },
+    /// PCIe, of a generation and a lane count.
     Pcie {
+        /// PCIe generation (below 3 at gen 2's rate, above 5 at gen 5's).
         generation: u8,
+        /// Lanes (16 for every link a design builds).
         lanes: u8,
     },
     /// The link between CPU sockets (QPI, UPI, Infinity Fabric).
     InterSocket,
+    /// InfiniBand, between a NIC and a network switch (12.5 GB/s nominal; designs set their own).
     InfiniBand,
+    /// Ethernet, between a NIC and a network switch (3.125 GB/s nominal; designs set their own).
     Ethernet,
     /// A host's attachment to its own vertices (no data crosses it).
     Membership,
@@ -106,8 +133,11 @@ impl LinkKind {
 /// A link: its kind, bandwidth (GB/s per direction) and latency (microseconds).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Link {
+    /// What the link is.
     pub kind: LinkKind,
+    /// GB/s per direction.
     pub bandwidth_gbps: f64,
+    /// Latency, in microseconds.
     pub latency_us: f64,
 }
 
@@ -144,12 +174,16 @@ pub type Graph = UnGraph<Vertex, Link>;
 /// Adds vertices and links, remembering the GPUs in order.
 #[derive(Default)]
 pub struct GraphBuilder {
+    /// The graph built so far.
     pub graph: Graph,
+    /// The GPU vertices, in the order they were added (a cluster's GPU numbering).
     pub gpus: Vec<NodeIndex>,
+    /// The host vertices, in the order they were added.
     pub hosts: Vec<NodeIndex>,
 }
 
 impl GraphBuilder {
+    /// Adds `v`, noting it in `gpus` or `hosts` if it is a GPU or a host, and returns its index.
     pub fn vertex(&mut self, v: Vertex) -> NodeIndex {
         let is_gpu = matches!(v, Vertex::Gpu { .. });
         let is_host = matches!(v, Vertex::Host { .. });
@@ -163,6 +197,7 @@ impl GraphBuilder {
         index
     }
 
+    /// Joins `a` and `b` with `link` (the graph is undirected).
     pub fn link(&mut self, a: NodeIndex, b: NodeIndex, link: Link) {
         self.graph.add_edge(a, b, link);
     }

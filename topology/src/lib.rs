@@ -17,6 +17,7 @@
 //! let best = search.find(&search.all_free(), 4, Strategy::Consolidate, 0.0).unwrap();
 //! assert_eq!(best.score, 100.0);
 //! ```
+#![deny(missing_docs)]
 
 pub mod discover;
 pub mod file;

@@ -40,6 +40,7 @@ impl Strategy {
 /// A chosen set of GPUs and how good it is.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Placement {
+    /// The GPUs, as indices into [`Topology::gpus`].
     pub gpus: Vec<usize>,
     /// Effective all-reduce bandwidth of the set, GB/s (infinite for one GPU).
     pub bandwidth_gbps: f64,
@@ -90,6 +91,7 @@ pub struct PlacementSearch {
 }
 
 impl PlacementSearch {
+    /// A search over `topology`, with empty caches.
     pub fn new(topology: impl Into<Arc<Topology>>) -> Self {
         PlacementSearch {
             topology: topology.into(),

@@ -17,20 +17,28 @@ use crate::graph::{GraphBuilder, Link, LinkKind, Vertex};
 /// A named server design from the table above.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Preset {
+    /// NVIDIA DGX-1 with 8 V100s in a hybrid cube-mesh (`dgx1-v100`).
     #[serde(rename = "dgx1-v100")]
     Dgx1V100,
+    /// NVIDIA DGX A100: 8 A100s on NVSwitches (`dgx-a100`).
     #[serde(rename = "dgx-a100")]
     DgxA100,
+    /// NVIDIA DGX H100: 8 H100s on NVSwitches (`dgx-h100`).
     #[serde(rename = "dgx-h100")]
     DgxH100,
+    /// A dual-socket server of 8 PCIe GPUs, no NVLink (`pcie-8gpu`).
     #[serde(rename = "pcie-8gpu")]
     Pcie8Gpu,
+    /// AWS g4dn.12xlarge: 4 T4s on PCIe (`g4dn.12xlarge`, Pollux's testbed).
     #[serde(rename = "g4dn.12xlarge")]
     G4dn12xlarge,
+    /// A 2-GPU server of Microsoft's Philly cluster (`philly-2gpu`).
     #[serde(rename = "philly-2gpu")]
     Philly2Gpu,
+    /// A 4-GPU server of Philly, over 2 sockets (`philly-4gpu`).
     #[serde(rename = "philly-4gpu")]
     Philly4Gpu,
+    /// An 8-GPU server of Philly, over 2 sockets (`philly-8gpu`).
     #[serde(rename = "philly-8gpu")]
     Philly8Gpu,
 }
@@ -39,7 +47,9 @@ pub enum Preset {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
+    /// InfiniBand.
     Infiniband,
+    /// Ethernet.
     Ethernet,
 }
 
@@ -51,22 +61,35 @@ pub enum Network {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Design {
+    /// Its name: the preset's, or the one a topology file's servers refer to it by; its hosts are named
+    /// `<name>-<index>`.
     pub name: String,
+    /// The GPUs' model (`V100`, `A100`): every GPU of a server is the same.
     pub gpu_model: String,
+    /// Each GPU's memory, in GB.
     pub gpu_memory_gb: u32,
+    /// CPU sockets (1 to 16).
     pub sockets: u32,
+    /// PCIe switches under each socket (1 to 16).
     pub switches_per_socket: u32,
+    /// GPUs under each PCIe switch (1 to 16; the server's GPUs, the product of the three, at most 16).
     pub gpus_per_switch: u32,
+    /// The PCIe generation of every PCIe link (x16 each).
     pub pcie_generation: u8,
+    /// The NVLink generation (1 = P100 to 4 = H100); 0, the default, without NVLink.
     #[serde(default)]
     pub nvlink_generation: u8,
+    /// Direct NVLinks as `[gpu a, gpu b, bonded links]`, local GPU indices (empty by default).
     #[serde(default)]
     pub nvlinks: Vec<[u32; 3]>,
+    /// NVLinks from each GPU into the server's NVSwitch fabric (0, the default: no NVSwitch).
     #[serde(default)]
     pub nvswitch_links: u8,
+    /// Network cards (1 to 64), spread over the PCIe switches.
     pub nics: u32,
     /// GB/s per NIC.
     pub nic_gbps: f64,
+    /// The network the NICs speak.
     pub network: Network,
 }
 
@@ -78,12 +101,16 @@ pub const MAX_DESIGN_NICS: u32 = 64;
 
 /// The vertices of one server that the rest of the graph connects to.
 pub struct HostParts {
+    /// The server's host vertex.
     pub host: NodeIndex,
+    /// Its GPU vertices, in local order.
     pub gpus: Vec<NodeIndex>,
+    /// Its NIC vertices, in order.
     pub nics: Vec<NodeIndex>,
 }
 
 impl Preset {
+    /// Every preset, in the order of the table above.
     pub const ALL: [Preset; 8] = [
         Preset::Dgx1V100,
         Preset::DgxA100,
@@ -95,6 +122,7 @@ impl Preset {
         Preset::Philly8Gpu,
     ];
 
+    /// The preset's name (`dgx1-v100`), as `--preset`, topology files and serde spell it.
     pub fn name(self) -> &'static str {
         match self {
             Preset::Dgx1V100 => "dgx1-v100",
@@ -108,10 +136,12 @@ impl Preset {
         }
     }
 
+    /// The preset named `name` (as [`Preset::name`] spells it), if there is one.
     pub fn parse(name: &str) -> Option<Preset> {
         Preset::ALL.into_iter().find(|p| p.name() == name)
     }
 
+    /// GPUs per server of this preset.
     pub fn gpus(self) -> u32 {
         self.design().gpus()
     }
@@ -187,6 +217,7 @@ impl Design {
             .saturating_mul(self.gpus_per_switch)
     }
 
+    /// The kind of link its NICs make to the network.
     pub fn nic_kind(&self) -> LinkKind {
         match self.network {
             Network::Infiniband => LinkKind::InfiniBand,

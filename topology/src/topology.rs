@@ -17,12 +17,15 @@ use crate::presets::{Design, Preset};
 /// One server, with its bandwidths precomputed.
 #[derive(Clone, Debug, Serialize)]
 pub struct Host {
+    /// Its name (`<design>-<index>`).
     pub name: String,
     /// Index of its design in [`Topology::designs`].
     pub design: usize,
     /// Index of its first GPU in [`Topology::gpus`]; its GPUs are consecutive.
     pub first_gpu: usize,
+    /// How many GPUs it has.
     pub num_gpus: usize,
+    /// Index of its rack (racks hold [`ClusterSpec::hosts_per_rack`] hosts each, in order).
     pub rack: usize,
     /// GB/s between local GPUs i and j: `intra[i * num_gpus + j]`.
     pub intra: Vec<f64>,
@@ -35,10 +38,15 @@ pub struct Host {
 /// One GPU.
 #[derive(Clone, Debug, Serialize)]
 pub struct Gpu {
+    /// Index of its server in [`Topology::hosts`].
     pub host: usize,
+    /// Its index within its server, from 0.
     pub local: usize,
+    /// Its model (`V100`, `A100`).
     pub model: String,
+    /// Its memory, in GB.
     pub memory_gb: u32,
+    /// Its vertex in [`Topology::graph`].
     #[serde(skip)]
     pub vertex: NodeIndex,
 }
@@ -46,10 +54,13 @@ pub struct Gpu {
 /// The whole cluster.
 #[derive(Clone, Debug)]
 pub struct Topology {
+    /// The hardware graph, with one spine switch over every rack's switch.
     pub graph: Graph,
     /// The server designs in use; hosts refer to them by index.
     pub designs: Vec<Design>,
+    /// Every server, numbered from 0 in the spec's order.
     pub hosts: Vec<Host>,
+    /// Every GPU, numbered densely server by server (the cluster's GPU ids).
     pub gpus: Vec<Gpu>,
     /// GB/s of each rack's uplink to the spine.
     pub rack_uplink: Vec<f64>,
@@ -64,12 +75,14 @@ pub const MAX_CLUSTER_GPUS: usize = 1 << 20;
 pub struct ClusterSpec {
     /// (server design, number of servers), in order.
     pub groups: Vec<(Design, usize)>,
+    /// Servers under each top-of-rack switch (a new rack starts every this many servers).
     pub hosts_per_rack: usize,
     /// Rack uplink bandwidth as a multiple of one server's NIC bandwidth (oversubscription shows here).
     pub uplink_factor: f64,
 }
 
 impl ClusterSpec {
+    /// One server of `preset`, alone in its rack.
     pub fn single(preset: Preset) -> Self {
         ClusterSpec {
             groups: vec![(preset.design(), 1)],
@@ -78,6 +91,8 @@ impl ClusterSpec {
         }
     }
 
+    /// `hosts` servers of `preset`, `hosts_per_rack` to a rack (at least 1), with rack uplinks 4 times
+    /// a server's NIC bandwidth.
     pub fn of(preset: Preset, hosts: usize, hosts_per_rack: usize) -> Self {
         ClusterSpec {
             groups: vec![(preset.design(), hosts)],
@@ -290,6 +305,7 @@ impl Topology {
         &self.designs[self.hosts[h].design]
     }
 
+    /// GPUs in the cluster.
     pub fn num_gpus(&self) -> usize {
         self.gpus.len()
     }

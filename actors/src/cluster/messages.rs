@@ -33,7 +33,10 @@ pub enum TimeSource {
     Virtual(Arc<VirtualClock>),
     /// The wall clock from the journal's epoch, `time_scale` times faster than real time. Rounds and
     /// executor polls run on timers.
-    Wall { time_scale: f64 },
+    Wall {
+        /// Control-plane seconds per real second (1 for real workers).
+        time_scale: f64,
+    },
 }
 
 /// How the control plane behaves.
@@ -41,6 +44,7 @@ pub enum TimeSource {
 pub struct Settings {
     /// Round length, preemption costs, and whether arrivals and completions trigger a round.
     pub engine: EngineConfig,
+    /// Where control-plane time comes from.
     pub time: TimeSource,
     /// Journal directory; `None` keeps no journal (nothing survives a restart).
     pub journal: Option<PathBuf>,
@@ -62,6 +66,8 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// `engine` and `time`, with the defaults for the rest: no journal, a snapshot every 100,000
+    /// records, 3 restarts per job, the executor polled every 20 ms, no server names, empty reports.
     pub fn new(engine: EngineConfig, time: TimeSource) -> Self {
         Settings {
             engine,
@@ -79,21 +85,28 @@ impl Settings {
 
 /// What a control plane runs on.
 pub struct Parts {
+    /// The servers and their GPUs.
     pub cluster: Arc<Cluster>,
+    /// How fast each job runs on each GPU type and count (the simulator's models).
     pub model: Arc<dyn ThroughputModel>,
     /// Names of the job types and tenants the model knows (their ids must match the model's).
     pub names: Names,
+    /// Decides, every round, how many GPUs of each type each job gets.
     pub policy: Box<dyn Policy>,
+    /// Picks the GPUs for each allocation.
     pub placer: Box<dyn Placer>,
+    /// Runs and stops the jobs' workers.
     pub executor: Box<dyn Executor>,
     /// One health probe per GPU (by GPU id), polled every `health_every`; empty for none.
     pub probes: Vec<Box<dyn HealthProbe>>,
+    /// How often each GPU's probe is polled, in wall time.
     pub health_every: Duration,
 }
 
 /// Why the control plane could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The journal could not be opened or recovered (the error names the file).
     #[error("journal: {0}")]
     Journal(#[from] JournalError),
 }
@@ -101,26 +114,38 @@ pub enum StartError {
 /// A request the control plane refuses; nothing changed.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Refusal {
+    /// A field of the request is wrong (a 422 over the API).
     #[error("{field}: {problem}")]
     Invalid {
+        /// The field, as the request names it.
         field: &'static str,
+        /// What is wrong with it.
         problem: String,
     },
+    /// No job has this id.
     #[error("job {0} does not exist")]
     NoSuchJob(JobId),
+    /// The job has already ended, so it cannot be cancelled.
     #[error("job {0} has already ended")]
     Ended(JobId),
+    /// A submission names an id that a job already has.
     #[error("job {0} already exists")]
     Exists(JobId),
     /// An idempotency key names a job submitted with a different request.
     #[error("Idempotency-Key `{key}` was used for job {job} with a different request")]
-    KeyReused { key: String, job: JobId },
+    KeyReused {
+        /// The key.
+        key: String,
+        /// The job it was first used for.
+        job: JobId,
+    },
 }
 
 /// Submits a job.
 #[derive(Message)]
 #[rtype(result = "Result<JobId, Refusal>")]
 pub struct Submit {
+    /// The job, as the API received it.
     pub request: JobRequest,
     /// Its arrival time; now when `None`.
     pub at: Option<f64>,
@@ -145,9 +170,12 @@ pub struct RunsAs(pub JobId);
 #[rtype(result = "RoundReport")]
 pub struct Round;
 
+/// What a round did ([`Round`]'s answer).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct RoundReport {
+    /// Jobs it started (placed and launched, or relaunched after a move or resize).
     pub starts: usize,
+    /// Jobs it stopped (to preempt, move or resize them).
     pub stops: usize,
     /// Starts that could not lease their gang or launch, and went back to the queue.
     pub failed_starts: usize,
@@ -165,15 +193,18 @@ pub struct Poll;
 #[rtype(result = "Outlook")]
 pub struct Peek;
 
+/// [`Peek`]'s answer.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Outlook {
     /// When the executor's next event is due.
     pub next_event: Option<f64>,
     /// No job waits or runs.
     pub idle: bool,
+    /// GPUs held by runs now (a packed pair's GPUs count once).
     pub busy_gpus: u32,
 }
 
+/// Every job the control plane remembers, in id order.
 #[derive(Message)]
 #[rtype(result = "Vec<JobInfo>")]
 pub struct ListJobs;
@@ -183,10 +214,12 @@ pub struct ListJobs;
 #[rtype(result = "Vec<NodeInfo>")]
 pub struct ListNodes;
 
+/// One job, if the control plane remembers it.
 #[derive(Message)]
 #[rtype(result = "Option<JobInfo>")]
 pub struct ShowJob(pub JobId);
 
+/// The control plane's counters and latencies (what `GET /metrics` shows).
 #[derive(Message)]
 #[rtype(result = "StatsSnapshot")]
 pub struct GetStats;
@@ -202,7 +235,9 @@ pub struct Subscribe;
 #[derive(Message, Clone, Debug, Serialize, Deserialize)]
 #[rtype(result = "Result<(), Refusal>")]
 pub struct Cordon {
+    /// The GPUs' ids.
     pub gpus: Vec<u32>,
+    /// `true` to take them out of service, `false` to put them back.
     pub cordoned: bool,
 }
 

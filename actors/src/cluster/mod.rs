@@ -3,13 +3,14 @@
 //!
 //! A round runs the same [`Engine`] the simulator runs, with the same policy and placer, on a blocking
 //! thread (the actor takes no other message meanwhile: solving is short). Its changes are planned
-//! ([`plan`]: pure), journaled and fsynced ([`store`]), and only then carried out ([`carry`]): stops
+//! (`plan`: pure), journaled and fsynced (`store`), and only then carried out (`carry`): stops
 //! first (checkpoint, release the gang), then starts (lease the gang in two phases, launch). Carrying
 //! out runs outside the actor's state, one batch at a time and in order, so that the API keeps
 //! answering while workers checkpoint; the next round waits until the batch before it has settled. A
 //! start whose gang cannot be leased or whose workers cannot launch goes back to the queue.
 //!
-//! Rooms: [`messages`] (what the actor answers), [`plan`], [`store`], [`carry`], [`recover`].
+//! Rooms, all private: `messages` (what the actor answers, re-exported here), `plan`, `store`,
+//! `carry`, `recover`.
 
 mod carry;
 mod messages;
@@ -107,6 +108,8 @@ impl Carrier {
     }
 }
 
+/// The control plane's scheduler: the engine with its policy and placer, the journal, the job and
+/// GPU actors, and the executor it drives through them (see the module's doc).
 pub struct ClusterActor {
     /// Home between rounds; on a blocking thread while a round solves.
     sched: Option<Scheduler>,

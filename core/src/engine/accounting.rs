@@ -68,8 +68,11 @@ impl BusyTime {
 
 /// What an engine leaves at the end of a run.
 pub struct EngineTotals {
+    /// Every job's record, in submission order.
     pub records: Vec<JobRecord>,
+    /// (time, busy GPUs) whenever the number of busy GPUs changed.
     pub utilization: Vec<(f64, u32)>,
+    /// GPU-seconds for which GPUs were held by runs (a packed pair's GPUs count once).
     pub busy_gpu_seconds: f64,
     /// CPU-seconds and GB-seconds of memory allotted to runs.
     pub allotted_seconds: (f64, f64),

@@ -21,16 +21,26 @@ pub enum Change {
     /// The job starts on `gpus`, progressing at `steps_per_second` after `startup_seconds` of restore
     /// or migration costs, with `remaining_steps` to go.
     Started {
+        /// The job that starts.
         job: JobId,
+        /// The GPU type its grant named: for a gang that spans types (placed by its policy's own
+        /// step), the one that sets its pace.
         gpu_type: GpuTypeId,
+        /// The GPUs it runs on, the whole gang.
         gpus: GpuSet,
+        /// The job it shares these GPUs with (packed), if any.
         partner: Option<JobId>,
+        /// Its rate once started, in its trace's work units per second (steps, or seconds of work,
+        /// or progress), locality and packing included.
         steps_per_second: f64,
         /// Its pace to the end where it changes as the job progresses (its epochs): segments from
         /// the current one on (empty: `steps_per_second` holds).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pace: Vec<Segment>,
+        /// Seconds of no progress before its first step: restore, checkpoint and migration costs it
+        /// owes, at least its model's restart delay.
         startup_seconds: f64,
+        /// Work left to do, in its work units (never below 0).
         remaining_steps: f64,
         /// The batch plan it runs with, when its policy chose one.
         batch: Option<BatchPlan>,
@@ -38,15 +48,26 @@ pub enum Change {
         resources: Resources,
     },
     /// The job stopped running (it was preempted, is about to move, or finished) with `steps_done`.
-    Stopped { job: JobId, steps_done: f64 },
+    Stopped {
+        /// The job that stopped.
+        job: JobId,
+        /// Its work done in all, over every run so far, in its work units.
+        steps_done: f64,
+    },
     /// A running job's pace changed in place (its packing partner left, its batch plan or its CPUs
     /// and memory changed).
     Retuned {
+        /// The job, which keeps its GPUs.
         job: JobId,
+        /// Its new rate, in work units per second.
         steps_per_second: f64,
+        /// Its new pace to the end where it changes as it progresses; empty: `steps_per_second`
+        /// holds.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         pace: Vec<Segment>,
+        /// The batch plan it runs with now, when its policy chose one.
         batch: Option<BatchPlan>,
+        /// The CPUs and memory it holds now, all its GPUs together.
         resources: Resources,
     },
 }
@@ -54,27 +75,49 @@ pub enum Change {
 /// Why a job can never run on this cluster.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Unrunnable {
+    /// Its gang (at its fewest GPUs, for a job with sizes) is larger than every GPU type's
+    /// capacity.
     #[error("no GPU type has {gpus} GPUs (the largest has {largest})")]
-    GangTooLarge { gpus: u32, largest: u32 },
+    GangTooLarge {
+        /// The fewest GPUs it could run on; 0 when its sizes allow none on any type.
+        gpus: u32,
+        /// The most GPUs any one type has.
+        largest: u32,
+    },
+    /// The throughput model gives it no positive, finite rate on any GPU type it fits.
     #[error("the throughput model has no rate for it at {gpus} GPUs on any GPU type with room")]
-    NoRate { gpus: u32 },
+    NoRate {
+        /// The fewest GPUs it fits on, on the types it fits.
+        gpus: u32,
+    },
+    /// Even at its fastest it would run past [`MAX_JOB_SECONDS`](super::MAX_JOB_SECONDS).
     #[error(
         "it would run {seconds:.3e} s at its fastest, longer than the {limit:.0e} s (about 30 years) a job may take"
     )]
-    TooLong { seconds: f64, limit: f64 },
+    TooLong {
+        /// Its work over its fastest rate, in seconds (NaN for no work at no rate).
+        seconds: f64,
+        /// The most seconds a job may run, [`MAX_JOB_SECONDS`](super::MAX_JOB_SECONDS).
+        limit: f64,
+    },
 }
 
 /// Why a job cannot be taken.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Rejected {
+    /// The job can never run on this cluster, and why; it is kept, unfinished, but never scheduled.
     #[error("job {0}: {1}")]
     Unrunnable(JobId, Unrunnable),
+    /// A job of this id was submitted before.
     #[error("job {0} is already known")]
     Duplicate(JobId),
+    /// No job of this id was submitted, or the engine has forgotten it ([`Engine::forget`]).
     #[error("job {0} is not known")]
     Unknown(JobId),
+    /// The job is not active: it finished, was cancelled, or could never run (not admitted).
     #[error("job {0} has finished")]
     Finished(JobId),
+    /// The job cannot be adopted: it runs already, or one of the GPUs it names is not free.
     #[error("job {0}: its GPUs are taken, or it already runs")]
     GpusTaken(JobId),
 }
@@ -82,8 +125,11 @@ pub enum Rejected {
 /// Where a job stands, for the live driver and its API.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct JobStatus {
+    /// The job.
     pub id: JobId,
+    /// Work done so far, in its work units (as settled at the last event or report).
     pub steps_done: f64,
+    /// Its work in all, in its work units.
     pub total_steps: f64,
     /// Its GPUs, when running.
     pub gpus: Option<GpuSet>,
@@ -91,6 +137,7 @@ pub struct JobStatus {
     pub resources: Option<Resources>,
     /// Why it waits, when it does and a pass has looked at it.
     pub waiting: Option<Unplaced>,
+    /// Its record: arrival, first start, finish, GPU-seconds, preemptions and migrations.
     pub record: JobRecord,
 }
 

@@ -7,14 +7,14 @@
 //! driver to carry out.
 //!
 //! The engine's rooms, one responsibility each:
-//! - [`admission`]: submitting jobs, their names, the rate cache and the GPU type order;
-//! - [`input`]: the [`RoundInput`](crate::policy::RoundInput) a policy sees;
-//! - [`reconcile`]: turning grants into runs, through the placement steps the grants' intents name;
-//! - [`runs`]: starting and stopping runs, and what they cost;
-//! - [`accounting`]: attained service, GPU time, busy time and utilization, usage for policies;
-//! - [`completions`]: when runs finish, indexed by time;
-//! - [`live`]: what only a live driver needs (adoption, requeues, failed GPUs, the change log);
-//! - [`audit`]: the invariants, checked on demand.
+//! - `admission`: submitting jobs, their names, the rate cache and the GPU type order;
+//! - `input`: the [`RoundInput`](crate::policy::RoundInput) a policy sees;
+//! - `reconcile`: turning grants into runs, through the placement steps the grants' intents name;
+//! - `runs`: starting and stopping runs, and what they cost;
+//! - `accounting`: attained service, GPU time, busy time and utilization, usage for policies;
+//! - `completions`: when runs finish, indexed by time;
+//! - `live`: what only a live driver needs (adoption, requeues, failed GPUs, the change log);
+//! - `audit`: the invariants, checked on demand.
 
 mod accounting;
 mod admission;
@@ -225,10 +225,12 @@ impl<'m> Engine<'m> {
         }
     }
 
+    /// The cluster it schedules, every GPU included (those out of service too).
     pub fn cluster(&self) -> &Cluster {
         &self.cluster
     }
 
+    /// Its round length, costs and when it schedules between rounds.
     pub fn config(&self) -> &EngineConfig {
         &self.config
     }
@@ -238,10 +240,12 @@ impl<'m> Engine<'m> {
         self.active.is_empty()
     }
 
+    /// Jobs admitted and not ended: waiting or running.
     pub fn active_jobs(&self) -> usize {
         self.active.len()
     }
 
+    /// GPUs held by runs now (a packed pair's GPUs count once).
     pub fn busy_gpus(&self) -> u32 {
         self.busy.gpus
     }
@@ -263,6 +267,7 @@ impl<'m> Engine<'m> {
         })
     }
 
+    /// Jobs that have finished so far (cancelled ones are not counted).
     pub fn finished_jobs(&self) -> usize {
         self.finished
     }

@@ -20,6 +20,7 @@ pub struct Even<P> {
 }
 
 impl<P: Placer> Even<P> {
+    /// Evens out `inner`'s placements.
     pub fn new(inner: P) -> Self {
         Even { inner }
     }

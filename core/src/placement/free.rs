@@ -25,6 +25,7 @@ pub struct FreeGpus {
 }
 
 impl FreeGpus {
+    /// Every GPU of `cluster` free.
     pub fn new(cluster: &Cluster) -> Self {
         let mut buckets = vec![Vec::new(); cluster.num_gpu_types()];
         for node in cluster.nodes() {
@@ -53,14 +54,17 @@ impl FreeGpus {
         }
     }
 
+    /// Free GPUs of type `t`, on all its nodes together.
     pub fn free_of_type(&self, t: GpuTypeId) -> u32 {
         self.type_free[t.0 as usize]
     }
 
+    /// Free GPUs of each type, indexed by [`GpuTypeId`].
     pub fn free_per_type(&self) -> &[u32] {
         &self.type_free
     }
 
+    /// Free GPUs on `node`.
     pub fn node_free(&self, node: NodeId) -> u32 {
         self.node_free[node.0 as usize]
     }
@@ -70,6 +74,7 @@ impl FreeGpus {
         self.node_mask[node.0 as usize]
     }
 
+    /// Whether `gpu` is free: held by no job (nor, in the engine, out of service).
     pub fn is_free(&self, gpu: GpuId) -> bool {
         self.free[gpu.0 as usize]
     }

@@ -52,6 +52,7 @@ impl Locality {
         })
     }
 
+    /// The score, 0 (worst) to 100 (the best set of its size).
     pub fn score(self) -> f64 {
         self.0
     }
@@ -60,8 +61,12 @@ impl Locality {
 /// What a placer is asked: `gpus` GPUs of type `gpu_type` for `job`.
 #[derive(Clone, Copy, Debug)]
 pub struct PlaceRequest<'a> {
+    /// The job to place.
     pub job: &'a Job,
+    /// The GPU type its grant names: a placer picks GPUs of this type (a step whose gangs span
+    /// types may add others).
     pub gpu_type: GpuTypeId,
+    /// How many GPUs, all at once (a gang).
     pub gpus: u32,
     /// Where the job last ran, for placers that prefer to return it there.
     pub previous: &'a [GpuId],
@@ -76,7 +81,9 @@ pub struct PlaceRequest<'a> {
 /// A placer's answer: the GPUs, and how good they are together.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Placed {
+    /// The GPUs chosen, free until now.
     pub gpus: GpuSet,
+    /// How well they sit together, which sets how much the job slows down on them.
     pub locality: Locality,
 }
 
@@ -88,34 +95,50 @@ pub enum Unplaced {
     NotGranted,
     /// Fewer GPUs of the type are free than the gang needs.
     NoCapacity {
+        /// The GPU type the gang asked for.
         gpu_type: GpuTypeId,
+        /// GPUs the gang needs.
         wanted: u32,
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// As many are free, but GPUs out of service (failed or cordoned) are among those it would need.
     Cordoned {
+        /// The GPU type the gang asked for.
         gpu_type: GpuTypeId,
+        /// GPUs the gang needs.
         wanted: u32,
+        /// GPUs of that type free when the placer looked.
         free: u32,
+        /// GPUs of that type out of service (failed or cordoned): with them, the gang would fit.
         out_of_service: u32,
     },
     /// The gang waits for one server with room (a consolidation rule), though enough GPUs are free
     /// spread over several.
     Consolidation {
+        /// The GPU type the gang asked for.
         gpu_type: GpuTypeId,
+        /// GPUs the gang needs.
         wanted: u32,
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// Enough GPUs are free, but no set the placer accepts (locality, topology).
     Fragmented {
+        /// The GPU type the gang asked for.
         gpu_type: GpuTypeId,
+        /// GPUs the gang needs.
         wanted: u32,
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// Enough GPUs are free, but not on servers with the CPUs and memory its allotment asks for.
     Resources {
+        /// The GPU type the gang asked for.
         gpu_type: GpuTypeId,
+        /// GPUs the gang needs.
         wanted: u32,
+        /// GPUs of that type free when the placer looked.
         free: u32,
     },
     /// Its packing partner could not run with it this round.

@@ -27,6 +27,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
+    /// Nothing in use on any of `cluster`'s servers.
     pub fn new(cluster: &Cluster) -> Self {
         let n = cluster.nodes().len();
         Ledger {

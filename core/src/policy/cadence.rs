@@ -7,6 +7,7 @@ use super::{RoundInput, TimeSharePolicy, TimeShares};
 /// When to re-solve.
 #[derive(Clone, Debug)]
 pub struct Cadence {
+    /// Least seconds between two solves; a solve waits, too, for a job to arrive or leave.
     pub interval: f64,
     /// A job arrived or left since the last solve.
     pending: bool,
@@ -15,6 +16,8 @@ pub struct Cadence {
 }
 
 impl Cadence {
+    /// A cadence of at most one solve per `interval` seconds, its first solve due at the first
+    /// round.
     pub fn new(interval: f64) -> Self {
         Cadence {
             interval,
@@ -45,6 +48,7 @@ pub struct Cadenced<P> {
 }
 
 impl<P: TimeSharePolicy> Cadenced<P> {
+    /// `policy`, re-solved at most once per `interval` seconds, when the jobs have changed.
     pub fn new(policy: P, interval: f64) -> Self {
         Cadenced {
             policy,

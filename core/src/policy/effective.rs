@@ -43,6 +43,7 @@ pub struct FastestFirst {
 }
 
 impl FastestFirst {
+    /// The order for `types` GPU types before any job is seen: the cluster's own type order.
     pub fn new(types: usize) -> Self {
         FastestFirst {
             relative_speed: vec![0.0; types],
@@ -69,6 +70,7 @@ impl FastestFirst {
             .sort_by(|a, b| speed[b.0 as usize].total_cmp(&speed[a.0 as usize]));
     }
 
+    /// Every GPU type, fastest first for the jobs observed so far (ties in the cluster's order).
     pub fn order(&self) -> &[GpuTypeId] {
         &self.order
     }
@@ -77,7 +79,9 @@ impl FastestFirst {
 /// One unit an allocation ranges over: a job alone, or two jobs packed on the same GPUs.
 #[derive(Clone, Debug)]
 pub struct UnitSpec {
+    /// The job, or the pair, as grants and time shares name it.
     pub unit: Unit,
+    /// Its gang size: a pair's two jobs share the same `gpus` GPUs.
     pub gpus: u32,
     /// Each member's index in `RoundInput::jobs` and its rate per GPU type within this unit.
     pub members: Vec<(usize, Vec<f64>)>,
@@ -179,6 +183,9 @@ pub struct AllocationVars {
 }
 
 impl AllocationVars {
+    /// Declares in `program` one share variable in 0..=1 per unit and GPU type where every member
+    /// of the unit runs, with Gavel's base constraints over `num_jobs` jobs (indexed as in
+    /// [`UnitSpec::members`]) and `capacity` GPUs per type.
     pub fn over(
         program: &mut Program,
         units: Vec<UnitSpec>,

@@ -126,6 +126,8 @@ impl IsolatedClock {
     }
 }
 
+/// Gavel's heterogeneity-agnostic finish-time fairness (`finish_time_fairness`): time shares that
+/// minimize the largest rho, handed to the round mechanism.
 #[derive(Default)]
 pub struct FinishTimeFairness {
     clock: IsolatedClock,

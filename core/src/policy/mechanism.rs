@@ -119,6 +119,7 @@ impl JobClass {
 /// A class and how many active jobs it has.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClassCount {
+    /// The class: gang size, weight and the GPU types its jobs run on.
     pub class: JobClass,
     /// Its active jobs (0 once they have all left: classes are kept, so that their order holds).
     pub jobs: usize,
@@ -197,7 +198,9 @@ pub fn shares_per_job(policy: &mut dyn ClassSharePolicy, input: &RoundInput<'_>)
 /// (space sharing, each at its rate from the throughput model's pair entries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Unit {
+    /// One job alone on its GPUs.
     Job(JobId),
+    /// Two jobs of the same gang size packed on the same GPUs, each at its packed rate.
     Pair(JobId, JobId),
 }
 
@@ -211,6 +214,7 @@ impl Unit {
         std::iter::once(a).chain(b)
     }
 
+    /// Whether `job` is one of the jobs it runs.
     pub fn contains(self, job: JobId) -> bool {
         self.members().any(|m| m == job)
     }
@@ -221,10 +225,13 @@ impl Unit {
 /// row-major matrix, one row per unit, one column per GPU type.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimeShares {
+    /// The rows' units, in row order: jobs alone, and packed pairs.
     pub units: Vec<Unit>,
+    /// Columns per row: the cluster's GPU types.
     pub num_types: usize,
     /// `x[k * num_types + t]` is unit `units[k]`'s share of type t.
     pub x: Vec<f64>,
+    /// The order in which the mechanism offers the GPU types to units.
     pub type_preference: TypePreference,
     /// Units with no share of a type may still run on its GPUs that would otherwise idle, after every
     /// unit with a share (Gavel's mechanism does this for every policy but FIFO; an LP's vertex solution
@@ -233,6 +240,8 @@ pub struct TimeShares {
 }
 
 impl TimeShares {
+    /// No rows yet, over `num_types` GPU types, offered in `type_preference`'s order; `fill_idle`
+    /// off.
     pub fn new(num_types: usize, type_preference: TypePreference) -> Self {
         TimeShares {
             units: Vec::new(),

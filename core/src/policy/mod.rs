@@ -119,6 +119,8 @@ pub struct RoundInput<'a> {
     pub now: f64,
     /// Length of a round in seconds.
     pub round_length: f64,
+    /// The cluster: its nodes and GPU types, every GPU included (`capacity` counts those in
+    /// service).
     pub cluster: &'a Cluster,
     /// GPUs of each type that can be allocated (healthy capacity), indexed by `GpuTypeId`.
     pub capacity: &'a [u32],
@@ -146,18 +148,24 @@ pub struct RoundInput<'a> {
 /// One stretch of running: `job` (with `partner`, when packed) held GPUs of `gpu_type` for `seconds`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Usage {
+    /// The job that ran.
     pub job: JobId,
+    /// The job packed with it on the same GPUs, if any (whose own slice names this one).
     pub partner: Option<JobId>,
+    /// The type of the GPUs it held.
     pub gpu_type: GpuTypeId,
+    /// Seconds it held them (simulated, or wall-clock in the live plane): time, not GPU-seconds.
     pub seconds: f64,
 }
 
 /// One active job, as policies see it.
 #[derive(Clone, Debug)]
 pub struct JobView<'a> {
+    /// The job as submitted.
     pub job: &'a Job,
     /// Steps per second alone at the requested gang size, per GPU type; 0 where it cannot run.
     pub rates: &'a [f64],
+    /// Work done so far, in its trace's work unit.
     pub steps_done: f64,
     /// Remaining steps. Only oracle policies (SRTF, SJF) should look at this.
     pub remaining_steps: f64,
@@ -171,13 +179,16 @@ pub struct JobView<'a> {
     pub queued_since: f64,
     /// Length of its most recent uninterrupted run, in seconds.
     pub last_run_seconds: f64,
+    /// Times it has lost its GPUs so far.
     pub preemptions: u32,
 }
 
 /// The GPUs a job holds now.
 #[derive(Clone, Copy, Debug)]
 pub struct Running<'a> {
+    /// The type of its GPUs (for a gang across types, the one that sets its pace).
     pub gpu_type: GpuTypeId,
+    /// The GPUs it holds, the whole gang.
     pub gpus: &'a [GpuId],
     /// The batch plan it runs with, when a policy chose one.
     pub batch: Option<BatchPlan>,
@@ -203,6 +214,7 @@ impl<'a> JobView<'a> {
         }
     }
 
+    /// The job's id.
     pub fn id(&self) -> JobId {
         self.job.id
     }
@@ -212,9 +224,14 @@ impl<'a> JobView<'a> {
 /// and, when it names one, through its policy's own placement `step`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Grant {
+    /// The job granted.
     pub job: JobId,
+    /// The type of the GPUs it gets.
     pub gpu_type: GpuTypeId,
+    /// How many GPUs it gets, all at once; a policy that keeps a job's size grants it
+    /// [`Job::gpus`].
     pub gpus: u32,
+    /// What it asks of the placer: anywhere, on one server, or packed with another job.
     #[serde(default)]
     pub intent: Intent,
     /// A placement rule of its policy's own (Gandiva's defragmentation, Hadar's gangs across types,
@@ -306,6 +323,7 @@ impl Grant {
 /// Knobs a policy may read when it is built.
 #[derive(Clone, Debug, Default)]
 pub struct PolicyConfig {
+    /// Seeds the policy's random choices, so that a run repeats exactly.
     pub seed: u64,
     /// A distribution of job service (GPU-seconds), for policies that price jobs by it (Tiresias'
     /// Gittins index). `None`: such policies learn it from the jobs that finish.
@@ -322,6 +340,8 @@ pub struct PolicyConfig {
 pub const DEFAULT_GPU_PRICES: &[(&str, f64)] = &[("v100", 3.06), ("p100", 1.46), ("k80", 0.90)];
 
 impl PolicyConfig {
+    /// A config with `seed` and nothing else: no service distribution, no knobs (building through a
+    /// [`Registry`] fills in their defaults), and the default GPU prices.
     pub fn seeded(seed: u64) -> Self {
         PolicyConfig {
             seed,
@@ -363,10 +383,13 @@ pub type KnobValues = Vec<(&'static str, f64)>;
 /// A number a policy can be tuned by, from its spec: `name:knob=value:knob=value`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Knob {
+    /// What a spec calls it: `f` in `themis:f=0.5`.
     pub name: &'static str,
+    /// Its value when a spec does not set it; within `range`.
     pub default: f64,
     /// The values that mean something; a spec outside it is refused.
     pub range: KnobRange,
+    /// One line for listings: what it tunes, and its unit.
     pub help: &'static str,
 }
 
@@ -386,6 +409,7 @@ impl KnobRange {
     /// Seconds, from 0 to [`MAX_KNOB_SECONDS`].
     pub const SECONDS: KnobRange = KnobRange::Between(0.0, MAX_KNOB_SECONDS);
 
+    /// Whether the knob accepts `value` (NaN never).
     pub fn contains(self, value: f64) -> bool {
         match self {
             KnobRange::Flag => value == 0.0 || value == 1.0,

@@ -20,15 +20,21 @@ use crate::solver::{Program, Relation, SolveError};
 /// One way to run a job: `gpus` GPUs of `gpu_type`, costing `cost`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Candidate {
+    /// The GPU type it runs on.
     pub gpu_type: GpuTypeId,
+    /// How many GPUs of that type it takes from the type's capacity.
     pub gpus: u32,
+    /// What it costs, lower being better, in whatever unit the policy prices in (the same for every
+    /// option and `left_out` of one program).
     pub cost: f64,
 }
 
 /// A job's options, and what leaving it out costs (`None`: it must get one of them).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Choices {
+    /// The ways it may run; a pick is an index into them.
     pub options: Vec<Candidate>,
+    /// The cost of running it nowhere this round; `None`: it must get one of its options.
     pub left_out: Option<f64>,
 }
 

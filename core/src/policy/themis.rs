@@ -3,7 +3,8 @@
 //!
 //! A job's finish-time fairness is rho = T_shared / T_ideal: its projected finish time (its age plus its
 //! remaining work at the rate it would get) over its finish time alone on 1/N of the cluster (N = active
-//! jobs; [`IsolatedClock`] keeps that reference as N changes). Every round:
+//! jobs; an isolated clock, shared with [`finish_time`](super::finish_time), keeps that reference
+//! as N changes). Every round:
 //! 1. **Leases.** A job keeps the GPUs it won until its lease ends; GPUs whose lease ended are offered.
 //! 2. **Filter.** The jobs without a lease are ranked by rho if they wait one more lease; the worst
 //!    `floor((1 - f) * n)` of them bid, where `f` is the fairness knob. f = 0 lets everyone bid (the
@@ -63,6 +64,7 @@ struct Lease {
     until: f64,
 }
 
+/// Themis: leases, a worst-rho filter and a partial-allocation auction (see the module docs).
 pub struct Themis {
     /// The fairness knob f in [0, 1]: the share of jobs (best rho first) kept out of the auction.
     pub fairness: f64,
@@ -101,6 +103,7 @@ impl Bid<'_> {
 }
 
 impl Themis {
+    /// Themis with fairness knob `fairness` (clamped to 0..=1) and leases of `lease_seconds`.
     pub fn new(fairness: f64, lease_seconds: f64) -> Self {
         Themis {
             fairness: fairness.clamp(0.0, 1.0),

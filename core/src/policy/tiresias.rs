@@ -47,6 +47,8 @@ pub const POLLUX_THRESHOLD: f64 = 16.0 * 3600.0;
 /// Finished jobs needed before the Gittins index replaces 2DAS order.
 const MIN_SAMPLES: usize = 10;
 
+/// Tiresias' discretized LAS: queues by attained service, starvation promotion, and optionally the
+/// Gittins index within a queue (see the module docs).
 pub struct Tiresias {
     service: Service,
     thresholds: Vec<f64>,
@@ -91,6 +93,9 @@ struct Starving {
 const LEARNED_SAMPLES: usize = 10_000;
 
 impl Tiresias {
+    /// Tiresias counting `service`, with its simulator's thresholds ([`DEFAULT_THRESHOLDS`]) and
+    /// promotion knob 10; with `gittins`, ordered by the Gittins index within a queue once 10 jobs
+    /// have finished (or at once, given a distribution by [`Tiresias::with_distribution`]).
     pub fn new(service: Service, gittins: bool) -> Self {
         Tiresias {
             service,

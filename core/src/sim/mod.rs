@@ -39,6 +39,7 @@ use crate::throughput::ThroughputModel;
 /// Simulator settings: the engine's, and what only a simulation has.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct SimConfig {
+    /// The round length, costs and scheduling triggers, as the live plane takes them.
     #[serde(flatten)]
     pub engine: EngineConfig,
     /// Seeds every random choice of the run (policies and placers are built with it).
@@ -51,21 +52,31 @@ pub struct SimConfig {
 /// Everything a run produces.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SimResult {
+    /// Every job's record, in the trace's order: those that never arrived (a stalled run)
+    /// unfinished.
     pub records: Vec<JobRecord>,
     /// (time, busy GPUs) whenever the number of busy GPUs changes.
     pub utilization: Vec<(f64, u32)>,
+    /// The cluster's GPU type names, in the order of [`JobRecord::gpu_seconds`].
     pub gpu_types: Vec<String>,
+    /// The cluster's GPUs, of every type.
     pub capacity_gpus: u32,
+    /// GPU-seconds for which GPUs were held by runs (a packed pair's GPUs count once).
     pub busy_gpu_seconds: f64,
-    /// CPU-seconds and GB-seconds of memory allotted to runs, and the cluster's CPUs and GB.
+    /// CPU-seconds and GB-seconds of memory allotted to runs.
     pub allotted_seconds: (f64, f64),
+    /// The cluster's CPUs and GB of memory, all nodes together.
     pub capacity_resources: (f64, f64),
-    /// First arrival to last event.
+    /// Simulated seconds from the first arrival to the last event.
     pub span_seconds: f64,
+    /// Wall-clock seconds the run took.
     pub wall_seconds: f64,
+    /// The jobs the summary measures.
     pub window: Window,
     /// Jobs whose gang is larger than any GPU type's capacity; they never run.
     pub unschedulable: Vec<JobId>,
+    /// Round boundaries passed, those skipped between events by a policy that time does not move
+    /// included.
     pub rounds: u64,
     /// Every start and stop with its time, when [`SimConfig::log_changes`] is on.
     pub changes: Vec<(f64, Change)>,
@@ -125,14 +136,21 @@ pub type Progress<'a> = &'a mut dyn FnMut(usize, usize);
 
 /// One simulation: a trace on a cluster under a throughput model.
 pub struct Simulation<'a> {
+    /// The jobs, in arrival order.
     pub trace: &'a Trace,
+    /// The cluster they run on.
     pub cluster: &'a Cluster,
+    /// How fast each job runs on an allocation.
     pub model: &'a dyn ThroughputModel,
+    /// The engine's settings, the seed, and whether to log every change.
     pub config: SimConfig,
+    /// The jobs its summary measures (all, by default).
     pub window: Window,
 }
 
 impl<'a> Simulation<'a> {
+    /// `trace` on `cluster` under `model`, with the default settings (Gavel's 360 s rounds, no
+    /// costs, seed 0) and every job measured.
     pub fn new(trace: &'a Trace, cluster: &'a Cluster, model: &'a dyn ThroughputModel) -> Self {
         Simulation {
             trace,

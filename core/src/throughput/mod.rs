@@ -26,6 +26,7 @@ use crate::resources::Allotment;
 /// The shape of a run, for models whose rate depends on more than a GPU count.
 #[derive(Clone, Copy, Debug)]
 pub struct RunShape<'a> {
+    /// The GPU type it runs on.
     pub gpu_type: GpuTypeId,
     /// GPUs per server, in server order.
     pub placement: &'a [u32],

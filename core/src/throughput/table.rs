@@ -26,7 +26,9 @@ pub struct TableEntry {
 /// The whole table, by GPU type name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ThroughputTable {
+    /// Where it was read from, for messages.
     pub source: String,
+    /// By GPU type name, then by job type and scale factor: the rates in steps per second.
     pub gpu_types: BTreeMap<String, BTreeMap<TableKey, TableEntry>>,
 }
 

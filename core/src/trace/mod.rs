@@ -7,7 +7,7 @@
 //! | `gavel-7` | 7 tab-separated columns, no header (Gavel's Philly-derived traces) | steps |
 //! | `philly` | `timestamp,duration,num_gpus,gpu_time,cluster` | seconds |
 //! | `tiresias` | `job_id,num_gpu,submit_time,...,duration,...` | seconds |
-//! | `pollux` | `name,time,application,num_replicas,batch_size` | seconds, from Pollux's profiles |
+//! | `pollux` | `name,time,application,num_replicas,batch_size` | progress, from Pollux's or Sia's profiles |
 //! | `synergy` | `job_id,model,arrival,iterations,gpus`, no header (Synergy's deploy traces) | seconds at the proportional share, from Synergy's profiles |
 //!
 //! Every error names the file, the line and the field.
@@ -36,16 +36,27 @@ pub use synthetic::SyntheticSpec;
 /// The trace formats gangway reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TraceFormat {
+    /// Gavel's continuous traces (`gavel-continuous`): arrivals in mean interarrival times, scaled
+    /// by the job rate (`--rate`); work in steps.
     GavelContinuous,
+    /// Gavel's physical-cluster traces (`gavel-10`): 10 tab-separated columns, work in steps.
     Gavel10,
+    /// Gavel's Philly-derived traces (`gavel-7`): 7 tab-separated columns, work in steps.
     Gavel7,
+    /// Microsoft's Philly trace (`philly`): durations in seconds.
     Philly,
+    /// Tiresias' traces (`tiresias`): durations in seconds.
     Tiresias,
+    /// Pollux's and Sia's workloads (`pollux`): elastic jobs of profiled applications, their work
+    /// in training progress.
     Pollux,
+    /// Synergy's deploy traces (`synergy`): iterations, as seconds at the proportional share from
+    /// Synergy's profiles.
     Synergy,
 }
 
 impl TraceFormat {
+    /// Every format, in the order listings and error messages show them.
     pub const ALL: [TraceFormat; 7] = [
         TraceFormat::GavelContinuous,
         TraceFormat::Gavel10,
@@ -56,6 +67,7 @@ impl TraceFormat {
         TraceFormat::Synergy,
     ];
 
+    /// Its name, as `--trace-format` takes it: `gavel-continuous`, `philly`, ...
     pub fn name(self) -> &'static str {
         match self {
             TraceFormat::GavelContinuous => "gavel-continuous",
@@ -121,14 +133,18 @@ impl FromStr for TraceFormat {
 pub struct Rows {
     /// The line of each job's row, by job id.
     pub lines: HashMap<JobId, u64>,
+    /// The format's column names, for the field an error names.
     pub columns: JobColumns,
 }
 
 /// The columns of a trace format that hold a job's GPUs, its work and its type.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct JobColumns {
+    /// The column of its GPU count (`num_gpus`, `scale_factor`, ...).
     pub gpus: &'static str,
+    /// The column of its work (`total_steps`, `duration`, ...).
     pub work: &'static str,
+    /// The column that decides its rates (its model, or what stands for it).
     pub job_type: &'static str,
 }
 
@@ -175,6 +191,7 @@ pub fn load(path: &Path, options: &TraceOptions) -> Result<Trace, InputError> {
 pub struct NativeSetup {
     /// A `--cluster` spec.
     pub cluster: &'static str,
+    /// Its round length, in seconds.
     pub round_seconds: f64,
     /// Whose setup it is, for messages.
     pub origin: &'static str,

@@ -21,7 +21,9 @@ pub const MAX_SYNTHETIC_JOBS: u32 = 10_000_000;
 /// Parameters of a synthetic trace.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SyntheticSpec {
+    /// How many jobs, at most [`MAX_SYNTHETIC_JOBS`].
     pub jobs: u32,
+    /// Seeds the draws of arrivals, job types and sizes: one seed, one trace.
     pub seed: u64,
     /// Jobs per hour.
     pub rate: f64,

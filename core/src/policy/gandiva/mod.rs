@@ -76,6 +76,8 @@ pub struct Gandiva {
 }
 
 impl Gandiva {
+    /// Gandiva with its random pairing seeded by `seed`; with `grow`, jobs grow into GPUs nobody
+    /// else uses (the `grow` knob).
     pub fn new(seed: u64, grow: bool) -> Self {
         Gandiva {
             realize: Realize::new(Cadenced::new(Pairing::new(seed), 0.0), seed),
@@ -110,6 +112,7 @@ pub struct Pairing {
 }
 
 impl Pairing {
+    /// No job packed yet; `seed` seeds the random choice of partners.
     pub fn new(seed: u64) -> Self {
         Pairing {
             partners: FxHashMap::default(),

@@ -44,6 +44,8 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     Ok(())
 }
 
+/// Hadar: each round, jobs by utility density take the allocation that pays most at the current GPU
+/// prices (see the module docs); built by the registry as `hadar`.
 pub struct Hadar {
     mixed: bool,
 }

@@ -6,13 +6,14 @@
 //! the round's packing server by server. The policy does not know. Spelled `POLICY+MECHANISM`
 //! (`srtf+tune`, `las+opt`, `fifo:...+proportional`):
 //! - `proportional`: CPUs and memory in proportion to GPUs (what every policy does alone);
-//! - `tune` ([`tune`]): Synergy's greedy: in the policy's order each job asks for its best case, on the
-//!   server with the fewest free GPUs that can feed it; else its proportional share; else peers on the
+//! - `tune`: Synergy's greedy: in the policy's order each job asks for its best case, on the server
+//!   with the fewest free GPUs that can feed it; else its proportional share; else peers on the
 //!   server holding more than their share give it back. It never gives up on a job (Synergy's code exits
 //!   the process there): a gang that still does not fit keeps its share and waits for the engine;
-//! - `opt` ([`opt`]): Synergy's two-phase program on HiGHS: a MILP choosing one CPU x memory point per
-//!   job to maximize total speed with every job at least as fast as at its share (cluster-wide
-//!   CPUs and memory), then an integer program assigning the gangs to servers.
+//! - `opt` ([`choose_points`], [`assign_servers`]): Synergy's two-phase program on HiGHS: a MILP
+//!   choosing one CPU x memory point per job to maximize total speed with every job at least as
+//!   fast as at its share (cluster-wide CPUs and memory), then an integer program assigning the
+//!   gangs to servers.
 //!
 //! Allotments need a model that knows how jobs respond to them (`throughput::resources`); without one
 //! every mechanism leaves the grants as they are.
@@ -36,14 +37,20 @@ use shadow::{Shadow, Spread, fair};
 /// How CPUs and memory are sized beside GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mechanism {
+    /// CPUs and memory in proportion to GPUs: grants keep no allotment, and each gang holds its
+    /// servers' GPU-proportional share.
     Proportional,
+    /// Synergy's greedy: each job's best case where a server can feed it, else its share.
     Tune,
+    /// Synergy's two-phase program: a CPU x memory point per job, then the gangs on servers.
     Opt,
 }
 
 impl Mechanism {
+    /// Every mechanism, in the order listings and error messages show them.
     pub const ALL: [Mechanism; 3] = [Mechanism::Proportional, Mechanism::Tune, Mechanism::Opt];
 
+    /// Its name in a spec: `proportional`, `tune` or `opt`, as in `srtf+tune`.
     pub fn name(self) -> &'static str {
         match self {
             Mechanism::Proportional => "proportional",
@@ -110,6 +117,7 @@ pub struct Resourced {
 }
 
 impl Resourced {
+    /// `inner`'s grants, with CPUs and memory sized by `mechanism`.
     pub fn new(inner: Box<dyn Policy>, mechanism: Mechanism) -> Self {
         Resourced {
             inner,

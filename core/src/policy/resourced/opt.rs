@@ -33,8 +33,12 @@ const PHASE2_NODES: u32 = 500;
 /// Figures of the latest solve.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct OptStats {
+    /// Gangs the program chose points for: granted, sketched onto servers, alone, and with more
+    /// than their share to choose from (the others run on their share).
     pub jobs: usize,
+    /// Wall-clock seconds phase 1 (the points) took.
     pub phase1_seconds: f64,
+    /// Wall-clock seconds phase 2 (the servers) took, the greedy packing included.
     pub phase2_seconds: f64,
     /// The greedy packing placed every phase-1 point, so the integer program was not needed.
     pub greedy_packed: bool,

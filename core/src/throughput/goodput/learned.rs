@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use super::perf::{Observation, PerfParams};
 
+/// What a scheduler has learned about one job: its measured steps per GPU type, the step-time model
+/// fitted to them, and its last gradient statistics.
 #[derive(Clone, Debug, Default)]
 pub struct Learned {
     /// By GPU type id: measurements by (nodes, replicas, per-replica batch).

@@ -36,7 +36,10 @@ pub use workload::{Calibration, ProfiledWorkload};
 /// `replicas * local * (accum + 1)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BatchPlan {
+    /// Samples per replica per micro-step.
     pub local: u32,
+    /// Extra micro-steps per optimizer step, accumulating gradients before they are synchronized
+    /// (0: none).
     pub accum: u32,
 }
 
@@ -234,6 +237,8 @@ pub trait Elastic: Send + Sync {
 /// it has run), and its gradient statistics `(sqr, var)` when it knows them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Observed {
+    /// Measured steps, each with the GPU type it ran on.
     pub observations: Vec<(GpuTypeId, Observation)>,
+    /// Gradient statistics `(sqr, var)` at its current batch and epoch, when measured.
     pub grad: Option<(f64, f64)>,
 }

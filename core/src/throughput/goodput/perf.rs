@@ -15,12 +15,20 @@
 /// The model's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PerfParams {
+    /// Fixed compute seconds per micro-step.
     pub alpha_c: f64,
+    /// Compute seconds per sample of the per-replica batch.
     pub beta_c: f64,
+    /// Fixed synchronization seconds across nodes.
     pub alpha_n: f64,
+    /// Synchronization seconds across nodes per replica beyond two.
     pub beta_n: f64,
+    /// Fixed synchronization seconds within one node.
     pub alpha_r: f64,
+    /// Synchronization seconds within one node per replica beyond two.
     pub beta_r: f64,
+    /// How much the last micro-step's compute and the synchronization overlap: 1 adds them (no
+    /// overlap), larger tends to the longer of the two; the fit keeps it in 1..=10.
     pub gamma: f64,
 }
 
@@ -28,10 +36,15 @@ pub struct PerfParams {
 /// accumulation) took `step_time` seconds, `sync_time` of them synchronizing.
 #[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Observation {
+    /// Nodes the replicas spanned.
     pub nodes: u32,
+    /// Data-parallel replicas.
     pub replicas: u32,
+    /// Per-replica batch of one micro-step, in samples.
     pub local: f64,
+    /// Seconds per step without accumulation, synchronization included.
     pub step_time: f64,
+    /// Seconds of the step spent synchronizing gradients.
     pub sync_time: f64,
 }
 

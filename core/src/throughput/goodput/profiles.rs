@@ -23,8 +23,11 @@ use crate::trace::rows::for_each_row;
 /// One measured step: per-replica batch, seconds per step, of which seconds of synchronization.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Step {
+    /// Per-replica batch, in samples.
     pub local_bsz: f64,
+    /// Seconds per step, synchronization included.
     pub step_time: f64,
+    /// Seconds of the step spent synchronizing gradients.
     pub sync_time: f64,
 }
 
@@ -35,8 +38,9 @@ pub struct TypeProfile {
     pub placements: BTreeMap<u64, Vec<Step>>,
     /// (nodes, replicas) -> steps by batch, from the scalability file and the placements averaged.
     pub shapes: BTreeMap<(u32, u32), Vec<Step>>,
-    /// Smallest and largest per-replica batch profiled.
+    /// Smallest per-replica batch profiled, in samples.
     pub min_local: u32,
+    /// Largest per-replica batch profiled, in samples.
     pub max_local: u32,
 }
 
@@ -57,7 +61,10 @@ impl TypeProfile {
 /// Gradient statistics of one epoch at one batch size.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GradStats {
+    /// The gradient's squared norm (Pollux's `grad_sqr`).
     pub sqr: f64,
+    /// The gradient's noise, its variance (Pollux's `grad_var`): the larger against `sqr`, the more
+    /// progress a larger batch makes per step.
     pub var: f64,
     /// Iterations (at that batch size) done by the end of the epoch.
     pub iteration: f64,
@@ -66,6 +73,7 @@ pub struct GradStats {
 /// One application's profiles.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Application {
+    /// Its name, the folder its profiles are in (`cifar10`, `bert`, ...).
     pub name: String,
     /// Its initial (smallest validated) batch size, M0: progress is counted in iterations at M0.
     pub init_batch: u32,
@@ -185,6 +193,7 @@ pub fn placement_id(placement: &[u32]) -> u64 {
 /// Every application's profiles.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Profiles {
+    /// Each application, by name.
     pub apps: BTreeMap<String, Application>,
     /// Where they were read from.
     pub source: String,

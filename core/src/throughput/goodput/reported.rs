@@ -80,6 +80,7 @@ pub struct Reported<M> {
 }
 
 impl<M> Reported<M> {
+    /// `model`, corrected by what workers report into `reports`.
     pub fn new(model: M, reports: Reports) -> Self {
         Reported { model, reports }
     }

@@ -189,6 +189,7 @@ impl ProfiledWorkload {
         ProfiledWorkload::new(Arc::clone(&self.profiles), names, cluster, self.calibration)
     }
 
+    /// Whose simulator's restart delays and slowdowns it follows.
     pub fn calibration(&self) -> Calibration {
         self.calibration
     }

@@ -75,6 +75,7 @@ fn bracket(axis: &[f64], x: f64) -> (usize, usize, f64) {
 /// A set of profiles (`models`: 3 CPUs per GPU; Synergy's `models-4/5/6` sets keep the 3-CPU tables).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ResourceProfiles {
+    /// One per model of the set (its `NAME_1` entries), in name order.
     pub profiles: Vec<ResourceProfile>,
 }
 
@@ -84,6 +85,8 @@ impl ResourceProfiles {
         Self::parse(&Source::path(path), &read_text(path)?, set)
     }
 
+    /// Reads the `set` of profiles from Synergy's JSON `text`, read from `source` (named in
+    /// errors).
     pub fn parse(source: &Source, text: &str, set: &str) -> Result<Self, InputError> {
         let root: Value = serde_json::from_str(text)
             .map_err(|e| InputError::row(source, e.line() as u64, e.to_string()))?;
