@@ -102,6 +102,33 @@ impl FreeGpus {
             .filter(move |g| self.free[g.0 as usize])
     }
 
+    /// A copy in which each node shows at most `keep(node, free there)` of its free GPUs (the lowest;
+    /// the rest are hidden), or `None` when every node keeps all of them: the view a gang is placed on
+    /// when its servers can feed only some of their free GPUs with CPUs and memory.
+    pub fn keeping(
+        &self,
+        cluster: &Cluster,
+        keep: impl Fn(NodeId, u32) -> u32,
+    ) -> Option<FreeGpus> {
+        let mut hidden = Vec::new();
+        for n in 0..cluster.nodes().len() {
+            let node = NodeId(n as u32);
+            let available = self.node_free(node);
+            if available > 0 {
+                hidden.extend(
+                    self.free_gpus_of(cluster, node)
+                        .skip(keep(node, available) as usize),
+                );
+            }
+        }
+        if hidden.is_empty() {
+            return None;
+        }
+        let mut view = self.clone();
+        view.take(cluster, &hidden);
+        Some(view)
+    }
+
     /// Marks `gpus` as held. Panics if one is already held: that is a simulator bug, not bad input.
     pub fn take(&mut self, cluster: &Cluster, gpus: &[GpuId]) {
         for &gpu in gpus {

@@ -7,7 +7,7 @@
 use std::cell::RefCell;
 
 use super::{FreeGpus, PackingPlacer, PlaceRequest, Placed, Placer, Unplaced};
-use crate::cluster::{Cluster, GpuId};
+use crate::cluster::{Cluster, GpuId, NodeId};
 
 /// Hands out scratch copies of the GPUs in service for what-if placements (see the module's doc).
 pub trait PlacementProbe {
@@ -56,6 +56,20 @@ impl<'p> Scratch<'p> {
     /// Places `request` as the engine's placer would on what is free here, and holds what it got.
     pub fn place(&mut self, request: &PlaceRequest<'_>) -> Result<Placed, Unplaced> {
         let placed = (self.place)(self.cluster, &self.free, request)?;
+        self.free.take(self.cluster, &placed.gpus);
+        Ok(placed)
+    }
+
+    /// Places `request` as [`Scratch::place`] does, on the free GPUs each server keeps by
+    /// `keep(server, free there)` (see [`FreeGpus::keeping`]): a gang with CPUs and memory, on what
+    /// its servers can feed, as the engine places it.
+    pub fn place_within(
+        &mut self,
+        request: &PlaceRequest<'_>,
+        keep: impl Fn(NodeId, u32) -> u32,
+    ) -> Result<Placed, Unplaced> {
+        let view = self.free.keeping(self.cluster, keep);
+        let placed = (self.place)(self.cluster, view.as_ref().unwrap_or(&self.free), request)?;
         self.free.take(self.cluster, &placed.gpus);
         Ok(placed)
     }

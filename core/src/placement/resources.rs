@@ -149,25 +149,12 @@ impl Ledger {
         if share_only && self.generous == 0 {
             return None;
         }
-        let mut view = free.clone();
-        let mut hidden = Vec::new();
-        for (n, node) in cluster.nodes().iter().enumerate() {
-            let id = NodeId(n as u32);
-            let available = free.node_free(id);
-            if available == 0 {
-                continue;
-            }
-            let keep = match allotment {
-                Some(a) if a.server.is_some_and(|s| s != id) => 0,
-                Some(a) => self.room(cluster, id, a, available),
-                None => self.room(cluster, id, &Allotment::share(node), available),
-            };
-            // Hide the highest free GPUs beyond what the server can feed.
-            let skip = keep as usize;
-            hidden.extend(free.free_gpus_of(cluster, id).skip(skip));
-        }
-        view.take(cluster, &hidden);
-        Some(view)
+        // Hide the highest free GPUs beyond what each server can feed.
+        free.keeping(cluster, |id, available| match allotment {
+            Some(a) if a.server.is_some_and(|s| s != id) => 0,
+            Some(a) => self.room(cluster, id, a, available),
+            None => self.room(cluster, id, &Allotment::share(cluster.node(id)), available),
+        })
     }
 
     /// Whether `allotment` is within every server's share, so that a ledger with no generous run feeds

@@ -26,13 +26,14 @@ use std::str::FromStr;
 
 use smallvec::SmallVec;
 
-use super::{Grant, Needs, Policy, RoundInput};
-use crate::cluster::{Cluster, GpuTypeId};
+use super::{Grant, Intent, Needs, Policy, RoundInput};
+use crate::cluster::{Cluster, GpuId, GpuTypeId};
+use crate::placement::PlaceRequest;
 use crate::resources::Allotment;
 use crate::throughput::resources::ResourceAware;
 
 pub use opt::{OptStats, assign_servers, choose_points};
-use shadow::{Shadow, Spread, fair};
+use shadow::{Shadow, Spread, fair, spread_of};
 
 /// How CPUs and memory are sized beside GPUs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,8 +166,9 @@ pub(crate) fn share_of(cluster: &Cluster, gpu_type: GpuTypeId) -> Allotment {
         .map_or(Allotment::new(0.0, 0.0), Allotment::share)
 }
 
-/// Where each grant's gang runs now, if the engine will keep it there (same type and size, alone).
-fn kept(input: &RoundInput<'_>, grants: &[Grant]) -> Vec<Option<Spread>> {
+/// The GPUs each grant's gang runs on now, if the engine will keep it there (same type and size,
+/// alone).
+fn kept<'i>(input: &'i RoundInput<'_>, grants: &[Grant]) -> Vec<Option<&'i [GpuId]>> {
     grants
         .iter()
         .map(|g| {
@@ -176,24 +178,41 @@ fn kept(input: &RoundInput<'_>, grants: &[Grant]) -> Vec<Option<Spread>> {
                 && running.gpus.len() == g.gpus as usize
                 && g.partner().is_none()
                 && !g.spans_types();
-            keeps.then(|| {
-                let mut spread = Spread::new();
-                let mut nodes: SmallVec<[u32; 8]> = running
-                    .gpus
-                    .iter()
-                    .map(|&gpu| input.cluster.node_of(gpu).0)
-                    .collect();
-                nodes.sort_unstable();
-                for n in nodes {
-                    match spread.last_mut() {
-                        Some((last, count)) if last.0 == n => *count += 1,
-                        _ => spread.push((crate::cluster::NodeId(n), 1)),
-                    }
-                }
-                spread
-            })
+            keeps.then_some(running.gpus)
         })
         .collect()
+}
+
+/// A sketch of the round's GPUs (those in service, through the engine's placer) with the runs in
+/// `kept` held, and the servers each kept run is on.
+fn sketch<'i>(
+    input: &'i RoundInput<'_>,
+    kept: &[Option<&[GpuId]>],
+) -> (Shadow<'i>, Vec<Option<Spread>>) {
+    let mut shadow = Shadow::new(input.cluster, input.placement.scratch());
+    for gpus in kept.iter().flatten() {
+        shadow.hold(gpus);
+    }
+    let fixed = kept
+        .iter()
+        .map(|gpus| gpus.map(|gpus| spread_of(input.cluster, gpus)))
+        .collect();
+    (shadow, fixed)
+}
+
+/// How the engine will be asked to place grant `g`'s gang, as far as a policy can tell (it does not
+/// see the job's last GPUs if it is not running, nor its placement sensitivity).
+fn request_for<'i>(input: &'i RoundInput<'_>, g: &Grant) -> Option<PlaceRequest<'i>> {
+    let view = input.jobs.iter().find(|v| v.id() == g.job)?;
+    Some(PlaceRequest {
+        job: view.job,
+        gpu_type: g.gpu_type,
+        gpus: g.gpus,
+        previous: view.running.as_ref().map_or(&[], |r| r.gpus),
+        waited: (input.now - view.queued_since).max(0.0),
+        sensitivity: 0.0,
+        consolidate: g.intent == Intent::Consolidated,
+    })
 }
 
 /// Sizes the grants in order, each asking for `wanted(k)` per GPU (`None`: its share, and no allotment
@@ -207,11 +226,7 @@ fn pack(
 ) -> bool {
     let mut everyone = true;
     let cluster = input.cluster;
-    let fixed = kept(input, grants);
-    let mut shadow = Shadow::new(cluster);
-    for nodes in fixed.iter().flatten() {
-        shadow.hold_gpus(nodes);
-    }
+    let (mut shadow, fixed) = sketch(input, &kept(input, grants));
     // Packed pairs and gangs across types run on their shares.
     let sized = |g: &Grant| g.partner().is_none() && !g.spans_types();
     let mut sized_grants = vec![false; grants.len()];
@@ -219,15 +234,16 @@ fn pack(
         let share = share_of(cluster, g.gpu_type);
         let want = if sized(g) { wanted(k) } else { None };
         let ask = want.unwrap_or(share);
-        let reserved = fixed[k].is_some();
         let mut tries: SmallVec<[Allotment; 2]> = SmallVec::from_slice(&[ask]);
         if fair(ask, share) != ask {
             tries.push(fair(ask, share));
         }
+        let request = request_for(input, g);
         let fitted = tries.iter().find_map(|a| {
-            let nodes = match &fixed[k] {
-                Some(nodes) => shadow.feeds_all(nodes, a).then(|| nodes.clone()),
-                None => shadow.find(g.gpu_type, g.gpus, Some(a)),
+            let nodes = match (&fixed[k], &request) {
+                (Some(nodes), _) => shadow.feeds_all(nodes, a).then(|| nodes.clone()),
+                (None, Some(request)) => shadow.find(request, Some(a)),
+                (None, None) => None,
             };
             nodes.map(|n| (n, *a))
         });
@@ -236,10 +252,11 @@ fn pack(
             Some((nodes, a)) => (nodes, Some(a)),
             None => {
                 // Peers give back what they hold beyond their share on the servers it takes.
-                let Some(nodes) = fixed[k]
-                    .clone()
-                    .or_else(|| shadow.find(g.gpu_type, g.gpus, None))
-                else {
+                let Some(nodes) = fixed[k].clone().or_else(|| {
+                    request
+                        .as_ref()
+                        .and_then(|request| shadow.find(request, None))
+                }) else {
                     // No GPUs for it: the engine will not place it either.
                     everyone = false;
                     continue;
@@ -261,7 +278,7 @@ fn pack(
             }
         };
         sized_grants[k] = want.is_some();
-        shadow.commit(k, nodes, allotment, reserved);
+        shadow.commit(k, nodes, allotment);
     }
     for s in &shadow.sketched {
         if !sized_grants[s.grant] {
@@ -301,4 +318,56 @@ fn best(input: &RoundInput<'_>, model: &dyn ResourceAware, g: &Grant) -> Option<
         f64::from(node.cpus) / per_server,
         node.memory_gb / per_server,
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::NodeId;
+    use crate::job::{Job, JobId};
+    use crate::placement::{EngineProbe, PackingPlacer, PlacementProbe};
+    use crate::policy::JobView;
+    use crate::throughput::DurationModel;
+
+    /// Sizes one 4-GPU gang asking for 6 CPUs per GPU on two servers of 4 GPUs, with the GPUs
+    /// `out_of_service`: the server its allotment is pinned to.
+    fn pinned_server(out_of_service: &[bool]) -> Option<NodeId> {
+        let cluster = Cluster::from_nodes([("v100", 4, 24, 250.0), ("v100", 4, 24, 250.0)]);
+        let job = Job::new(JobId(0), 0.0, 4, 3600.0);
+        let rates = [1.0];
+        let views = [JobView::arrived(&job, &rates)];
+        let model = DurationModel::uniform(1);
+        let mut placer = PackingPlacer;
+        let probe = EngineProbe::new(&cluster, out_of_service, &mut placer);
+        let input = RoundInput {
+            now: 0.0,
+            round_length: 300.0,
+            cluster: &cluster,
+            capacity: cluster.capacity(),
+            jobs: &views,
+            backlog: None,
+            placement: &probe as &dyn PlacementProbe,
+            jobs_changed: true,
+            type_order: &[GpuTypeId(0)],
+            model: &model,
+            usage: &[],
+        };
+        let mut grants = [Grant::new(JobId(0), GpuTypeId(0), 4)];
+        assert!(pack(&input, &mut grants, |_| Some(Allotment::new(
+            6.0, 62.5
+        ))));
+        grants[0].allotment.and_then(|a| a.server)
+    }
+
+    /// The sketch places as the engine will: on the server with all its GPUs in service. (A copy of
+    /// best fit over every GPU pinned the gang to server 0, where the engine could not place it, and
+    /// it waited with four GPUs free.)
+    #[test]
+    fn a_gang_is_pinned_to_a_server_the_engine_can_place_it_on() {
+        let all_in_service = [false; 8];
+        assert_eq!(pinned_server(&all_in_service), Some(NodeId(0)));
+        let mut one_out = [false; 8];
+        one_out[1] = true;
+        assert_eq!(pinned_server(&one_out), Some(NodeId(1)));
+    }
 }

@@ -277,12 +277,8 @@ pub(super) fn size(
     grants: &mut [Grant],
 ) -> OptStats {
     let cluster = input.cluster;
-    let fixed = super::kept(input, grants);
     // Which grants the engine can give GPUs to, in order, as a GPU-only sketch sees them.
-    let mut shadow = super::Shadow::new(cluster);
-    for nodes in fixed.iter().flatten() {
-        shadow.hold_gpus(nodes);
-    }
+    let (mut shadow, fixed) = super::sketch(input, &super::kept(input, grants));
     let mut gangs = Vec::new();
     let mut of_gang = Vec::new();
     let (mut cpus, mut memory) = cluster.nodes().iter().fold((0.0, 0.0), |(c, m), n| {
@@ -291,13 +287,13 @@ pub(super) fn size(
     for (k, g) in grants.iter().enumerate() {
         let nodes = match &fixed[k] {
             Some(nodes) => nodes.clone(),
-            None => match shadow.find(g.gpu_type, g.gpus, None) {
+            None => match super::request_for(input, g).and_then(|r| shadow.find(&r, None)) {
                 Some(nodes) => nodes,
                 None => continue,
             },
         };
         let share = share_of(cluster, g.gpu_type);
-        shadow.commit(k, nodes, None, fixed[k].is_some());
+        shadow.commit(k, nodes, None);
         let points = match (job_of(input, g), best(input, model, g)) {
             (Some(job), Some(_)) if g.partner().is_none() => {
                 candidates(model, job, g.gpus, cluster, g.gpu_type)
@@ -329,18 +325,16 @@ pub(super) fn size(
     let chosen = choose_points(&gangs, cpus.max(0.0), memory.max(0.0))
         .unwrap_or_else(|| vec![0; gangs.len()]);
     stats.phase1_seconds = started.elapsed().as_secs_f64();
-    // Servers' free GPUs: all but those the runs kept hold (gangs without a choice are placed by the
-    // engine beside them; the greedy fallback covers a clash).
-    let mut free: Vec<u32> = cluster.nodes().iter().map(|n| n.gpus).collect();
-    for nodes in fixed.iter().flatten() {
-        for &(node, count) in nodes {
-            free[node.0 as usize] = free[node.0 as usize].saturating_sub(count);
-        }
-    }
-    for (k, s) in shadow.sketched.iter().map(|s| (s.grant, s)) {
-        if fixed[k].is_none() && !of_gang.contains(&k) {
+    // Servers' free GPUs: those in service but those the runs kept hold and those the gangs without
+    // a choice were sketched on (the engine places them beside the others; the greedy fallback covers
+    // a clash): what the sketch left free, with the chosen gangs' GPUs given back for phase 2.
+    let mut free: Vec<u32> = (0..cluster.nodes().len())
+        .map(|n| shadow.free_on(NodeId(n as u32)))
+        .collect();
+    for s in &shadow.sketched {
+        if fixed[s.grant].is_none() && of_gang.contains(&s.grant) {
             for &(node, count) in &s.nodes {
-                free[node.0 as usize] = free[node.0 as usize].saturating_sub(count);
+                free[node.0 as usize] += count;
             }
         }
     }

@@ -1,9 +1,13 @@
 //! A sketch of the round's packing: what each server has left as the mechanism walks the grants, so
-//! that it sizes CPUs and memory for the servers the gangs will run on.
+//! that it sizes CPUs and memory for the servers the gangs will run on. Gangs are placed on a scratch
+//! copy of the GPUs in service by the engine's own placer (the round's
+//! [`PlacementProbe`](crate::placement::PlacementProbe)), on the GPUs their servers can feed, as the
+//! engine will place them; the sketch adds only what Synergy adds to placement: CPUs and memory.
 
 use smallvec::SmallVec;
 
-use crate::cluster::{Cluster, GpuTypeId, NodeId};
+use crate::cluster::{Cluster, GpuId, NodeId};
+use crate::placement::{PlaceRequest, Scratch};
 use crate::resources::{Allotment, EPSILON};
 
 /// GPUs of a gang per server.
@@ -22,7 +26,8 @@ pub(super) struct Sketched {
 /// What the servers have left.
 pub(super) struct Shadow<'a> {
     cluster: &'a Cluster,
-    gpus: Vec<u32>,
+    /// The GPUs in service, free or held, placed on by the engine's placer.
+    gpus: Scratch<'a>,
     cpus: Vec<f64>,
     memory: Vec<f64>,
     pub sketched: Vec<Sketched>,
@@ -41,11 +46,13 @@ pub(super) fn fair(wanted: Allotment, share: Allotment) -> Allotment {
 }
 
 impl<'a> Shadow<'a> {
-    pub fn new(cluster: &'a Cluster) -> Self {
+    /// Every server with all its CPUs and memory, and the GPUs of `gpus` (a scratch of the round's
+    /// probe: those in service).
+    pub fn new(cluster: &'a Cluster, gpus: Scratch<'a>) -> Self {
         let nodes = cluster.nodes();
         Shadow {
             cluster,
-            gpus: nodes.iter().map(|n| n.gpus).collect(),
+            gpus,
             cpus: nodes.iter().map(|n| f64::from(n.cpus)).collect(),
             memory: nodes.iter().map(|n| n.memory_gb).collect(),
             sketched: Vec::new(),
@@ -53,27 +60,19 @@ impl<'a> Shadow<'a> {
         }
     }
 
+    /// Free GPUs in service on `node`: not held by a kept run nor sketched for a gang.
+    pub fn free_on(&self, node: NodeId) -> u32 {
+        self.gpus.free().node_free(node)
+    }
+
     /// GPUs a run keeps, before any allotment is sized.
-    pub fn hold_gpus(&mut self, nodes: &Spread) {
-        for &(node, count) in nodes {
-            let left = &mut self.gpus[node.0 as usize];
-            *left = left.saturating_sub(count);
-        }
+    pub fn hold(&mut self, gpus: &[GpuId]) {
+        self.gpus.hold(gpus);
     }
 
     /// How many GPUs of a gang at `allotment` `node` can feed with CPUs and memory.
     fn feeds(&self, node: NodeId, allotment: &Allotment) -> u32 {
-        let n = node.0 as usize;
-        let fit = |left: f64, each: f64| {
-            if each <= EPSILON {
-                u32::MAX
-            } else {
-                ((left + EPSILON) / each)
-                    .floor()
-                    .clamp(0.0, f64::from(u32::MAX)) as u32
-            }
-        };
-        fit(self.cpus[n], allotment.cpus).min(fit(self.memory[n], allotment.memory_gb))
+        feeds(&self.cpus, &self.memory, node, allotment)
     }
 
     /// Whether `nodes` (GPUs already counted as taken) can feed `allotment`.
@@ -83,43 +82,22 @@ impl<'a> Shadow<'a> {
             .all(|&(node, count)| self.feeds(node, allotment) >= count)
     }
 
-    /// Where `gpus` GPUs of `gpu_type` at `allotment` would go, as the engine's best-fit placer puts
-    /// them: the server with the fewest free GPUs that holds the gang, else spread over the emptiest.
-    /// `allotment` `None` counts GPUs only.
+    /// Places `request`'s gang at `allotment` as the engine will, on the free GPUs its servers can
+    /// feed, and holds them; `None` when it would wait. `allotment` `None` counts GPUs only.
     pub fn find(
-        &self,
-        gpu_type: GpuTypeId,
-        gpus: u32,
+        &mut self,
+        request: &PlaceRequest<'_>,
         allotment: Option<&Allotment>,
     ) -> Option<Spread> {
-        let room = |node: NodeId| {
-            let free = self.gpus[node.0 as usize];
-            allotment.map_or(free, |a| free.min(self.feeds(node, a)))
-        };
-        let of_type = || {
-            (0..self.cluster.nodes().len() as u32)
-                .map(NodeId)
-                .filter(|&n| self.cluster.node(n).gpu_type == gpu_type)
-        };
-        let single = of_type()
-            .filter(|&n| room(n) >= gpus)
-            .min_by_key(|&n| (self.gpus[n.0 as usize], n));
-        if let Some(node) = single {
-            return Some(SmallVec::from_slice(&[(node, gpus)]));
-        }
-        let mut nodes: Vec<NodeId> = of_type().filter(|&n| room(n) > 0).collect();
-        nodes.sort_by_key(|&n| (std::cmp::Reverse(room(n)), n));
-        let mut spread = Spread::new();
-        let mut left = gpus;
-        for node in nodes {
-            let take = room(node).min(left);
-            spread.push((node, take));
-            left -= take;
-            if left == 0 {
-                return Some(spread);
+        let placed = match allotment {
+            Some(a) => {
+                let (cpus, memory) = (&self.cpus, &self.memory);
+                self.gpus
+                    .place_within(request, |node, free| free.min(feeds(cpus, memory, node, a)))
             }
-        }
-        None
+            None => self.gpus.place(request),
+        };
+        Some(spread_of(self.cluster, &placed.ok()?.gpus))
     }
 
     /// What a gang at `allotment` takes per GPU on `node`.
@@ -129,21 +107,12 @@ impl<'a> Shadow<'a> {
             .unwrap_or_else(|| Allotment::share(self.cluster.node(node)))
     }
 
-    /// Sketches grant `grant`'s gang on `nodes` at `allotment` (`None`: each server's share);
-    /// `reserved`: its GPUs are already held.
-    pub fn commit(
-        &mut self,
-        grant: usize,
-        nodes: Spread,
-        allotment: Option<Allotment>,
-        reserved: bool,
-    ) {
+    /// Sketches grant `grant`'s gang on `nodes` (whose GPUs are held: kept, or found) at `allotment`
+    /// (`None`: each server's share).
+    pub fn commit(&mut self, grant: usize, nodes: Spread, allotment: Option<Allotment>) {
         let k = self.sketched.len();
         for &(node, count) in &nodes {
             let n = node.0 as usize;
-            if !reserved {
-                self.gpus[n] = self.gpus[n].saturating_sub(count);
-            }
             let each = self.amount(node, allotment.as_ref());
             self.cpus[n] -= f64::from(count) * each.cpus;
             self.memory[n] -= f64::from(count) * each.memory_gb;
@@ -198,4 +167,33 @@ impl<'a> Shadow<'a> {
             self.sketched[k].allotment = None;
         }
     }
+}
+
+/// How many GPUs of a gang at `allotment` `node` can feed with `cpus` and `memory` left per server.
+fn feeds(cpus: &[f64], memory: &[f64], node: NodeId, allotment: &Allotment) -> u32 {
+    let n = node.0 as usize;
+    let fit = |left: f64, each: f64| {
+        if each <= EPSILON {
+            u32::MAX
+        } else {
+            ((left + EPSILON) / each)
+                .floor()
+                .clamp(0.0, f64::from(u32::MAX)) as u32
+        }
+    };
+    fit(cpus[n], allotment.cpus).min(fit(memory[n], allotment.memory_gb))
+}
+
+/// GPUs per server of a gang on `gpus`, servers in id order.
+pub(super) fn spread_of(cluster: &Cluster, gpus: &[GpuId]) -> Spread {
+    let mut nodes: SmallVec<[u32; 8]> = gpus.iter().map(|&g| cluster.node_of(g).0).collect();
+    nodes.sort_unstable();
+    let mut spread = Spread::new();
+    for n in nodes {
+        match spread.last_mut() {
+            Some((last, count)) if last.0 == n => *count += 1,
+            _ => spread.push((NodeId(n), 1)),
+        }
+    }
+    spread
 }
