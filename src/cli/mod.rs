@@ -1,5 +1,18 @@
-//! What the binaries share around their commands: the log filter, output to a reader that goes away,
-//! and how an error is reported.
+//! The command line as a library: what the binaries share around their commands (the log filter,
+//! output to a reader that goes away, how an error is reported) and, with the simulator, the whole
+//! `gangway` command line ([`run`], [`main`]) over any policy [`Registry`](crate::core::policy::Registry).
+
+#[cfg(feature = "simulate")]
+mod app;
+#[cfg(feature = "simulate")]
+mod simulate;
+#[cfg(feature = "simulate")]
+mod topology;
+
+#[cfg(feature = "simulate")]
+pub use app::{Cli, main, run};
+#[cfg(feature = "simulate")]
+pub use simulate::policy_listing;
 
 use std::fmt::Write as _;
 
@@ -86,138 +99,5 @@ mod tests {
         );
         let e = anyhow::anyhow!("inner").context("outer");
         assert_eq!(error_report(&e), "outer: inner");
-    }
-}
-
-#[cfg(feature = "simulate")]
-mod simulate;
-#[cfg(feature = "simulate")]
-mod topology;
-
-#[cfg(feature = "simulate")]
-pub use app::{Cli, main, run};
-#[cfg(feature = "simulate")]
-pub use simulate::policy_listing;
-
-/// The `gangway` command line, for a binary of one's own with one's own policies.
-#[cfg(feature = "simulate")]
-mod app {
-    use std::process::ExitCode;
-
-    use anyhow::Result;
-    use clap::{Parser, Subcommand};
-
-    #[cfg(feature = "serve")]
-    use crate::control;
-    use crate::core::policy::Registry;
-
-    use super::simulate::{self, SimulateArgs};
-    use super::topology::{self, TopologyArgs};
-
-    /// The `gangway` command line, parsed (`Cli::parse()`).
-    #[derive(Parser)]
-    #[command(
-        name = "gangway",
-        version,
-        about = "Schedules deep-learning training jobs onto shared GPU clusters"
-    )]
-    pub struct Cli {
-        /// With no command, `gangway` runs `simulate` on its bundled default.
-        #[command(subcommand)]
-        command: Option<Command>,
-    }
-
-    #[derive(Subcommand)]
-    enum Command {
-        /// Replays a trace under one or more policies and compares them.
-        ///
-        /// With no arguments it replays the bundled Gavel trace (continuous-single, seed 0) at 2 jobs/hour on
-        /// 36 V100 + 36 P100 + 36 K80 GPUs, measuring jobs 4000..5000 as Gavel does.
-        Simulate(Box<SimulateArgs>),
-        /// Shows a cluster's GPU topology: the GPU-to-GPU matrix (as `nvidia-smi topo -m`) and bandwidths.
-        Topology(TopologyArgs),
-        /// Runs the live control plane on this machine, with a local HTTP API.
-        #[cfg(feature = "serve")]
-        Serve(Box<control::ServeArgs>),
-        /// Submits a job to a running `gangway serve`; prints its id.
-        #[cfg(feature = "serve")]
-        Submit(control::SubmitArgs),
-        /// Lists the jobs of a running `gangway serve`.
-        #[cfg(feature = "serve")]
-        Jobs(control::JobsArgs),
-        /// Cancels a job of a running `gangway serve`.
-        #[cfg(feature = "serve")]
-        Cancel(control::CancelArgs),
-        /// Lists the servers of a running `gangway serve`: their GPUs, those out of service and why, and
-        /// the jobs on them.
-        #[cfg(feature = "serve")]
-        Nodes(control::JobsArgs),
-        /// Takes GPUs of a running `gangway serve` out of service: their jobs checkpoint and move.
-        #[cfg(feature = "serve")]
-        Cordon(control::CordonArgs),
-        /// Puts cordoned GPUs back in service.
-        #[cfg(feature = "serve")]
-        Uncordon(control::CordonArgs),
-    }
-
-    impl Cli {
-        /// Whether it runs a simulation (the default command included), which frees large buffers
-        /// between runs: a binary may tune its allocator for that.
-        pub fn simulates(&self) -> bool {
-            matches!(self.command, Some(Command::Simulate(_)) | None)
-        }
-    }
-
-    /// Runs a parsed command line with the policies of `registry`: `gangway simulate` and
-    /// `gangway serve` run and list them exactly as they do the built-in ones.
-    pub fn run(cli: Cli, registry: &Registry) -> Result<()> {
-        // Every command but the daemon only prints: it ends quietly when its reader goes away
-        // (`gangway topology --list | head -5`).
-        if !is_daemon(&cli.command) {
-            super::exit_quietly_on_closed_output();
-        }
-        match cli.command {
-            Some(Command::Simulate(args)) => simulate::simulate(*args, registry),
-            Some(Command::Topology(args)) => topology::topology(args),
-            #[cfg(feature = "serve")]
-            Some(Command::Serve(args)) => control::serve(*args, registry.clone()),
-            #[cfg(feature = "serve")]
-            Some(Command::Submit(args)) => control::submit(args),
-            #[cfg(feature = "serve")]
-            Some(Command::Jobs(args)) => control::jobs(args),
-            #[cfg(feature = "serve")]
-            Some(Command::Cancel(args)) => control::cancel(args),
-            #[cfg(feature = "serve")]
-            Some(Command::Nodes(args)) => control::nodes(args),
-            #[cfg(feature = "serve")]
-            Some(Command::Cordon(args)) => control::cordon(args, true),
-            #[cfg(feature = "serve")]
-            Some(Command::Uncordon(args)) => control::cordon(args, false),
-            None => simulate::simulate(SimulateArgs::parse_from(["simulate"]), registry),
-        }
-    }
-
-    /// The whole `gangway` binary with the policies of `registry`: logs, the command line, and an
-    /// error report with exit status 1. A platform team's own binary is
-    /// `fn main() -> ExitCode { gangway::cli::main(registry_with_our_policies()) }`.
-    pub fn main(registry: Registry) -> ExitCode {
-        super::init_logging();
-        match run(Cli::parse(), &registry) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("error: {}", super::error_report(&e));
-                ExitCode::FAILURE
-            }
-        }
-    }
-
-    /// Whether the command runs the daemon, which must outlive its clients' connections.
-    fn is_daemon(command: &Option<Command>) -> bool {
-        #[cfg(feature = "serve")]
-        if matches!(command, Some(Command::Serve(_))) {
-            return true;
-        }
-        let _ = command;
-        false
     }
 }
