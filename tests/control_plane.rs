@@ -14,9 +14,7 @@ use gangway_core::engine::Change;
 use gangway_core::engine::EngineConfig;
 use gangway_core::job::{JobId, Trace};
 use gangway_core::placement::PackingPlacer;
-use gangway_core::policy::{
-    self, Capabilities, Grant, Policy, PolicyConfig, PolicyEntry, Registry, RoundInput,
-};
+use gangway_core::policy::{self, Capabilities, PolicyConfig, PolicyEntry, Registry};
 use gangway_core::sim::{SimConfig, Simulation};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::trace::TraceOptions;
@@ -211,24 +209,6 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
     );
 }
 
-/// A user's policy that hands every call to the built-in `tiresias`, which it builds through the
-/// public registry: whatever the built-in does, it may do only through doors a user's policy has.
-struct Delegating(Box<dyn Policy>);
-
-impl Policy for Delegating {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
-        self.0.allocate(input)
-    }
-
-    fn changes_with_time(&self) -> bool {
-        self.0.changes_with_time()
-    }
-
-    fn keeps_queue(&self) -> bool {
-        self.0.keeps_queue()
-    }
-}
-
 #[test]
 fn a_user_policy_that_delegates_to_tiresias_runs_as_tiresias_does_simulated_and_live() {
     let mut registry = Registry::with_builtins();
@@ -237,7 +217,7 @@ fn a_user_policy_that_delegates_to_tiresias_runs_as_tiresias_does_simulated_and_
             let inner = policy::builtin()
                 .build("tiresias", config, &Capabilities::ALL)
                 .expect("tiresias is built in");
-            Box::new(Delegating(inner))
+            Box::new(support::Delegating(inner))
         }))
         .unwrap();
     let (trace, cluster, model) = scenario_of(200);

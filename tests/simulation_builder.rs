@@ -8,12 +8,12 @@ use clap::Parser;
 use gangway::cli::Cli;
 use gangway::core::cluster::Cluster;
 use gangway::core::metrics::Window;
-use gangway::core::policy::{
-    self, Capabilities, Grant, Knob, KnobRange, Policy, PolicyEntry, Registry, RoundInput,
-};
+use gangway::core::policy::{self, Capabilities, Knob, KnobRange, PolicyEntry, Registry};
 use gangway::core::sim::Simulation;
 use gangway::core::trace::TraceOptions;
 use gangway::scenario;
+
+mod support;
 
 /// The policies compared: one that keeps its queue, one that preempts, one that migrates.
 const POLICIES: [&str; 3] = ["fifo", "tiresias", "gandiva"];
@@ -92,21 +92,6 @@ fn the_builder_gives_what_gangway_simulate_gives_on_the_bundled_trace() {
     assert_eq!(summaries(&cli), summaries(&built));
 }
 
-/// A user's policy that hands every call to the built-in `fifo`.
-struct MyFifo(Box<dyn Policy>);
-
-impl Policy for MyFifo {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
-        self.0.allocate(input)
-    }
-    fn changes_with_time(&self) -> bool {
-        self.0.changes_with_time()
-    }
-    fn keeps_queue(&self) -> bool {
-        self.0.keeps_queue()
-    }
-}
-
 #[test]
 fn a_user_registry_gives_the_command_line_its_policy_listed_with_its_knob_and_run_beside_the_built_ins()
  {
@@ -119,7 +104,7 @@ fn a_user_registry_gives_the_command_line_its_policy_listed_with_its_knob_and_ru
                     60.0,
                     "the spec's knob reaches the factory"
                 );
-                Box::new(MyFifo(
+                Box::new(support::Delegating(
                     policy::builtin()
                         .build("fifo", config, &Capabilities::ALL)
                         .unwrap(),

@@ -50,6 +50,21 @@ impl Allotment {
         }
     }
 
+    /// How many GPUs at this allotment `cpus` CPUs and `memory_gb` GB left on a server can feed
+    /// (`u32::MAX` where it asks for none of either; none where what is left is negative).
+    pub fn gpus_fed(&self, cpus: f64, memory_gb: f64) -> u32 {
+        let fit = |left: f64, each: f64| {
+            if each <= EPSILON {
+                u32::MAX
+            } else {
+                ((left + EPSILON) / each)
+                    .floor()
+                    .clamp(0.0, f64::from(u32::MAX)) as u32
+            }
+        };
+        fit(cpus, self.cpus).min(fit(memory_gb, self.memory_gb))
+    }
+
     /// Whether it asks for more than `other` of either resource.
     pub fn exceeds(&self, other: &Allotment) -> bool {
         self.cpus > other.cpus + EPSILON || self.memory_gb > other.memory_gb + EPSILON

@@ -149,3 +149,26 @@ impl Api {
         request.send(body)
     }
 }
+
+/// A user's policy that hands every call to another, here a built-in one built through the public
+/// registry: whatever the built-in does, it may do only through doors a user's policy has.
+#[cfg(feature = "simulate")]
+pub struct Delegating(pub Box<dyn gangway::core::policy::Policy>);
+
+#[cfg(feature = "simulate")]
+impl gangway::core::policy::Policy for Delegating {
+    fn allocate(
+        &mut self,
+        input: &gangway::core::policy::RoundInput<'_>,
+    ) -> Vec<gangway::core::policy::Grant> {
+        self.0.allocate(input)
+    }
+
+    fn changes_with_time(&self) -> bool {
+        self.0.changes_with_time()
+    }
+
+    fn keeps_queue(&self) -> bool {
+        self.0.keeps_queue()
+    }
+}

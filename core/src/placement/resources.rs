@@ -121,19 +121,8 @@ impl Ledger {
     ) -> u32 {
         let capacity = cluster.node(node);
         let n = node.0 as usize;
-        let fit = |left: f64, each: f64| {
-            if each <= EPSILON {
-                u32::MAX
-            } else {
-                ((left + EPSILON) / each)
-                    .floor()
-                    .max(0.0)
-                    .min(f64::from(u32::MAX)) as u32
-            }
-        };
-        let cpus = fit(f64::from(capacity.cpus) - self.cpus[n], allotment.cpus);
-        let memory = fit(capacity.memory_gb - self.memory_gb[n], allotment.memory_gb);
-        free_gpus.min(cpus).min(memory)
+        let left_cpus = f64::from(capacity.cpus) - self.cpus[n];
+        free_gpus.min(allotment.gpus_fed(left_cpus, capacity.memory_gb - self.memory_gb[n]))
     }
 
     /// The free GPUs a gang at `allotment` may be placed on: those its servers can feed, and only on

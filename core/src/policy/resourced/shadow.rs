@@ -8,7 +8,7 @@ use smallvec::SmallVec;
 
 use crate::cluster::{Cluster, GpuId, NodeId};
 use crate::placement::{PlaceRequest, Scratch};
-use crate::resources::{Allotment, EPSILON};
+use crate::resources::Allotment;
 
 /// GPUs of a gang per server.
 pub(super) type Spread = SmallVec<[(NodeId, u32); 4]>;
@@ -172,16 +172,7 @@ impl<'a> Shadow<'a> {
 /// How many GPUs of a gang at `allotment` `node` can feed with `cpus` and `memory` left per server.
 fn feeds(cpus: &[f64], memory: &[f64], node: NodeId, allotment: &Allotment) -> u32 {
     let n = node.0 as usize;
-    let fit = |left: f64, each: f64| {
-        if each <= EPSILON {
-            u32::MAX
-        } else {
-            ((left + EPSILON) / each)
-                .floor()
-                .clamp(0.0, f64::from(u32::MAX)) as u32
-        }
-    };
-    fit(cpus[n], allotment.cpus).min(fit(memory[n], allotment.memory_gb))
+    allotment.gpus_fed(cpus[n], memory[n])
 }
 
 /// GPUs per server of a gang on `gpus`, servers in id order.
