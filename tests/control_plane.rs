@@ -96,16 +96,13 @@ fn live_from(
     settings.journal = Some(journal.clone());
     // Keep every record, to compare them all.
     settings.snapshot_every = u64::MAX;
+    let has = Capabilities::of(model.as_ref());
     let parts = Parts {
         cluster: Arc::new(cluster.clone()),
         model,
         names: trace.names.clone(),
         policy: registry
-            .build(
-                policy_spec,
-                &PolicyConfig::default(),
-                &policy::Capabilities::ALL,
-            )
+            .build(policy_spec, &PolicyConfig::default(), &has)
             .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SimExecutor::new(f64::INFINITY)),
@@ -159,9 +156,7 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
     ] {
         let mut sim = Simulation::new(&trace, &cluster, model.as_ref());
         sim.config = config();
-        let mut policy = policy::builtin()
-            .build(spec, &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap();
+        let mut policy = policy::build(spec, &PolicyConfig::default(), model.as_ref()).unwrap();
         let expected = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
         let sim_starts: Starts = expected
             .changes
@@ -300,9 +295,7 @@ fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
         log_changes: true,
         ..SimConfig::default()
     };
-    let mut policy = policy::builtin()
-        .build("sia", &PolicyConfig::default(), &policy::Capabilities::ALL)
-        .unwrap();
+    let mut policy = policy::build("sia", &PolicyConfig::default(), model.as_ref()).unwrap();
     let expected = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     let sim_starts = simulated_starts(&expected.changes);
 

@@ -220,13 +220,7 @@ fn gandiva_packs_only_pairs_that_do_not_interfere() {
         let model = Packing { kept };
         let mut sim = Simulation::new(&trace, &cluster, &model);
         sim.config.engine.audit = true;
-        let mut policy = policy::builtin()
-            .build(
-                "gandiva",
-                &PolicyConfig::seeded(0),
-                &policy::Capabilities::ALL,
-            )
-            .unwrap();
+        let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0), &model).unwrap();
         let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
         let mut f: Vec<f64> = result.records.iter().map(|r| r.finish.unwrap()).collect();
         f.sort_by(f64::total_cmp);
@@ -257,13 +251,7 @@ fn a_packed_job_runs_alone_when_its_partner_finishes() {
     let model = Packing { kept: 0.6 };
     let mut sim = Simulation::new(&trace, &cluster, &model);
     sim.config.engine.audit = true;
-    let mut policy = policy::builtin()
-        .build(
-            "gandiva",
-            &PolicyConfig::seeded(0),
-            &policy::Capabilities::ALL,
-        )
-        .unwrap();
+    let mut policy = policy::build("gandiva", &PolicyConfig::seeded(0), &model).unwrap();
     let result = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     let finish = |i: usize| result.records[i].finish.unwrap();
     assert!((finish(0) - 600.0).abs() < 1e-6, "{}", finish(0));
@@ -330,9 +318,7 @@ fn gandiva_grows_into_idle_gpus_and_shrinks_for_newcomers() {
         let trace = trace(jobs);
         let mut sim = Simulation::new(&trace, &cluster, &Scaling);
         sim.config.engine.audit = true;
-        let mut policy = policy::builtin()
-            .build(spec, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
-            .unwrap();
+        let mut policy = policy::build(spec, &PolicyConfig::seeded(0), &Scaling).unwrap();
         sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
     };
     let alone = |spec: &str| {
@@ -383,9 +369,7 @@ fn hadar_runs_a_gang_across_gpu_types() {
     let run_with = |spec: &str| {
         let mut sim = Simulation::new(&trace, &cluster, &TwoSpeeds);
         sim.config.engine.audit = true;
-        let mut policy = policy::builtin()
-            .build(spec, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
-            .unwrap();
+        let mut policy = policy::build(spec, &PolicyConfig::seeded(0), &TwoSpeeds).unwrap();
         sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {})
     };
     let mixed = run_with("hadar");

@@ -45,9 +45,7 @@ fn run(spec: &str, trace: &Trace) -> (usize, Vec<Option<f64>>) {
     let model = DurationModel::uniform(1);
     let sim = Simulation::new(trace, &cluster, &model);
     let mut policy = Counting {
-        inner: policy::builtin()
-            .build(spec, &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
+        inner: policy::build(spec, &PolicyConfig::default(), &model).unwrap(),
         calls: 0,
     };
     let result = sim.run(&mut policy, &mut PackingPlacer, &mut |_, _| {});
@@ -77,9 +75,7 @@ fn work_longer_than_the_horizon_is_refused_not_simulated() {
     let cluster = Cluster::parse_spec("v100=1", 1).unwrap();
     let model = DurationModel::uniform(1);
     let sim = Simulation::new(&trace, &cluster, &model);
-    let mut las = policy::builtin()
-        .build("las", &PolicyConfig::default(), &policy::Capabilities::ALL)
-        .unwrap();
+    let mut las = policy::build("las", &PolicyConfig::default(), &model).unwrap();
     let result = sim.run(las.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     assert_eq!(result.unschedulable, vec![JobId(0)]);
     assert_eq!(result.records[1].finish, Some(50.0));
@@ -117,9 +113,7 @@ fn a_policy_that_restarts_jobs_faster_than_they_run_stops_as_stalled() {
         restart: 1000.0,
     };
     let sim = Simulation::new(&trace, &cluster, &model);
-    let mut las = policy::builtin()
-        .build("las", &PolicyConfig::default(), &policy::Capabilities::ALL)
-        .unwrap();
+    let mut las = policy::build("las", &PolicyConfig::default(), &model).unwrap();
     let result = sim.run(las.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     assert!(
         result.records.iter().all(|r| r.finish.is_none()),
@@ -134,9 +128,7 @@ fn a_policy_that_restarts_jobs_faster_than_they_run_stops_as_stalled() {
         result.span_seconds
     );
     // Under FIFO the first job pays its restart once and runs to the end; so does the second.
-    let mut fifo = policy::builtin()
-        .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
-        .unwrap();
+    let mut fifo = policy::build("fifo", &PolicyConfig::default(), &model).unwrap();
     let result = sim.run(fifo.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     assert!(result.records.iter().all(|r| r.finish.is_some()));
 }

@@ -1466,30 +1466,28 @@ mod tests {
     use gangway_core::placement::PackingPlacer;
     use gangway_core::throughput::DurationModel;
 
-    #[actix::test]
-    async fn ended_jobs_leave_the_engine_and_stay_listed() {
-        let clock = Arc::new(VirtualClock::new(0.0));
+    /// FIFO on one server of 4 V100s, simulated workers, in `clock`'s virtual time.
+    fn fifo_on_four_gpus(clock: Arc<VirtualClock>) -> Addr<ClusterActor> {
+        let model = DurationModel::uniform(1);
+        let policy = gangway_core::policy::build("fifo", &Default::default(), &model).unwrap();
         let parts = Parts {
             cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-            model: Arc::new(DurationModel::uniform(1)),
+            model: Arc::new(model),
             names: Names::default(),
-            policy: gangway_core::policy::builtin()
-                .build(
-                    "fifo",
-                    &Default::default(),
-                    &gangway_core::policy::Capabilities::ALL,
-                )
-                .unwrap(),
+            policy,
             placer: Box::new(PackingPlacer),
             executor: Box::new(SimExecutor::default()),
             probes: Vec::new(),
             health_every: Duration::from_secs(60),
         };
-        let settings = Settings::new(
-            EngineConfig::default(),
-            TimeSource::Virtual(Arc::clone(&clock)),
-        );
-        let cluster = ClusterActor::start(parts, settings).unwrap();
+        let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
+        ClusterActor::start(parts, settings).unwrap()
+    }
+
+    #[actix::test]
+    async fn ended_jobs_leave_the_engine_and_stay_listed() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let cluster = fifo_on_four_gpus(Arc::clone(&clock));
         let mut ids = Vec::new();
         for work in [100.0, 5000.0, 7000.0] {
             let request = JobRequest {
@@ -1527,25 +1525,7 @@ mod tests {
 
     #[actix::test]
     async fn a_client_inventing_names_is_refused_past_the_limit() {
-        let parts = Parts {
-            cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-            model: Arc::new(DurationModel::uniform(1)),
-            names: Names::default(),
-            policy: gangway_core::policy::builtin()
-                .build(
-                    "fifo",
-                    &Default::default(),
-                    &gangway_core::policy::Capabilities::ALL,
-                )
-                .unwrap(),
-            placer: Box::new(PackingPlacer),
-            executor: Box::new(SimExecutor::default()),
-            probes: Vec::new(),
-            health_every: Duration::from_secs(60),
-        };
-        let clock = Arc::new(VirtualClock::new(0.0));
-        let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock));
-        let cluster = ClusterActor::start(parts, settings).unwrap();
+        let cluster = fifo_on_four_gpus(Arc::new(VirtualClock::new(0.0)));
         let submit = |tenant: String| Submit {
             request: JobRequest {
                 tenant,
