@@ -31,11 +31,5 @@ fn main() -> ExitCode {
     if cli.simulates() {
         return_freed_memory_at_once();
     }
-    match gangway::cli::run(cli, &Registry::with_builtins()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {}", gangway::cli::error_report(&e));
-            ExitCode::FAILURE
-        }
-    }
+    gangway::cli::run_and_report(cli, &Registry::with_builtins())
 }

@@ -96,18 +96,24 @@ pub fn run(cli: Cli, registry: &Registry) -> Result<()> {
     }
 }
 
-/// The whole `gangway` binary with the policies of `registry`: logs, the command line, and an
-/// error report with exit status 1. A platform team's own binary is
-/// `fn main() -> ExitCode { gangway::cli::main(registry_with_our_policies()) }`.
-pub fn main(registry: Registry) -> ExitCode {
-    super::init_logging();
-    match run(Cli::parse(), &registry) {
+/// Runs `cli` with the policies of `registry` as the `gangway` binary does: an error is reported on
+/// stderr, with its causes, and ends the process with status 1.
+pub fn run_and_report(cli: Cli, registry: &Registry) -> ExitCode {
+    match run(cli, registry) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", super::error_report(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The whole `gangway` binary with the policies of `registry`: logs, the command line, and an
+/// error report with exit status 1. A platform team's own binary is
+/// `fn main() -> ExitCode { gangway::cli::main(registry_with_our_policies()) }`.
+pub fn main(registry: Registry) -> ExitCode {
+    super::init_logging();
+    run_and_report(Cli::parse(), &registry)
 }
 
 /// Whether the command runs the daemon, which must outlive its clients' connections.

@@ -10,7 +10,7 @@ mod simulate;
 mod topology;
 
 #[cfg(feature = "simulate")]
-pub use app::{Cli, main, run};
+pub use app::{Cli, main, run, run_and_report};
 #[cfg(feature = "simulate")]
 pub use simulate::policy_listing;
 
