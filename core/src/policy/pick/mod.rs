@@ -1,5 +1,9 @@
 //! One configuration per job, GPUs per type within capacity, at the least total cost: the program that
-//! goodput policies (Sia, Pollux) solve every round, a multiple-choice knapsack on HiGHS.
+//! goodput policies (Sia, Pollux) solve every round, a multiple-choice knapsack.
+//!
+//! Most programs are small (a few jobs to a few dozen, one capacity row per GPU type) and are solved
+//! exactly by a table of the least cost per count of GPUs used of each type ([`table`]); larger ones
+//! go to HiGHS as a MILP.
 //!
 //! A job's options are ways to run it (a GPU type and count) with a cost each; leaving it out costs its
 //! `left_out` cost, or is not allowed. The costs stay in the objective as they are, with an explicit
@@ -13,6 +17,8 @@
 //! a relaxation of placement anyway; HiGHS took over a second on 5,000 jobs. Where jobs that must run
 //! have several options, no greedy repair can promise a pick that fits (deciding it is a partition
 //! problem), so a priced pick that does not fit goes to the solver after all.
+
+mod table;
 
 use crate::cluster::GpuTypeId;
 use crate::solver::{Program, Relation, SolveError};
@@ -135,6 +141,19 @@ fn cheapest(jobs: &[Choices], prices: &[f64]) -> Vec<Option<usize>> {
 /// then give back GPUs where a type is still over (the job that loses least per GPU freed first), and
 /// hand out what is left (the largest saving per GPU first).
 pub fn by_prices(jobs: &[Choices], capacity: &[u32]) -> Vec<Option<usize>> {
+    priced(jobs, capacity, &prices(jobs, capacity, (3, 40)))
+}
+
+/// Each job's cheapest choice at `prices`, repaired to fit `capacity` (see [`by_prices`]).
+fn priced(jobs: &[Choices], capacity: &[u32], prices: &[f64]) -> Vec<Option<usize>> {
+    let mut picked = cheapest(jobs, prices);
+    repair(jobs, capacity, &mut picked);
+    picked
+}
+
+/// A price per GPU of each type at which the jobs' cheapest choices about fit `capacity`: `sweeps`
+/// over the types, bisecting each type's price in `halvings` steps.
+fn prices(jobs: &[Choices], capacity: &[u32], (sweeps, halvings): (usize, usize)) -> Vec<f64> {
     let types = capacity.len();
     // No option saves more than its whole cost range per GPU: above that price nobody takes a GPU.
     let ceiling = jobs
@@ -149,7 +168,7 @@ pub fn by_prices(jobs: &[Choices], capacity: &[u32]) -> Vec<Option<usize>> {
         })
         .fold(1.0f64, f64::max);
     let mut prices = vec![0.0; types];
-    for _sweep in 0..3 {
+    for _sweep in 0..sweeps {
         for t in 0..types {
             let fits = |prices: &[f64]| {
                 demand(jobs, &cheapest(jobs, prices), types)[t] <= u64::from(capacity[t])
@@ -159,7 +178,7 @@ pub fn by_prices(jobs: &[Choices], capacity: &[u32]) -> Vec<Option<usize>> {
                 continue;
             }
             let (mut lo, mut hi) = (0.0, ceiling);
-            for _ in 0..40 {
+            for _ in 0..halvings {
                 let mid = 0.5 * (lo + hi);
                 prices[t] = mid;
                 if fits(&prices) {
@@ -171,9 +190,7 @@ pub fn by_prices(jobs: &[Choices], capacity: &[u32]) -> Vec<Option<usize>> {
             prices[t] = hi;
         }
     }
-    let mut picked = cheapest(jobs, &prices);
-    repair(jobs, capacity, &mut picked);
-    picked
+    prices
 }
 
 /// Makes `picked` fit `capacity` and then spends what is left, greedily, each in one pass over the
@@ -301,8 +318,14 @@ fn repair(jobs: &[Choices], capacity: &[u32], picked: &mut [Option<usize>]) {
     }
 }
 
-/// The exact answer, by HiGHS.
+/// The exact answer: by the table of [`table::solve`] where it is small, else by the LP solver.
 fn exact(jobs: &[Choices], capacity: &[u32]) -> Result<Vec<Option<usize>>, SolveError> {
+    table::solve(jobs, capacity).unwrap_or_else(|| solved(jobs, capacity))
+}
+
+/// The answer of the LP solver (HiGHS by default) to the program as a MILP: optimal within its
+/// relative gap, and among picks of equal cost whichever its search meets.
+fn solved(jobs: &[Choices], capacity: &[u32]) -> Result<Vec<Option<usize>>, SolveError> {
     let mut program = Program::new();
     let mut objective = Vec::new();
     let mut per_type = vec![Vec::new(); capacity.len()];
@@ -413,6 +436,32 @@ mod tests {
         assert_eq!(demand(&jobs, &picked, 2), [16, 6]);
     }
 
+    /// Where two picks cost the same, the table takes the one using fewer GPUs, and between two
+    /// alike jobs the first (here: the same cost on either type, or for either job).
+    #[test]
+    fn the_table_breaks_ties_the_same_way_every_time() {
+        let either_type = Choices {
+            options: vec![option(0, 2, 0.5), option(1, 2, 0.5), option(1, 4, 0.5)],
+            left_out: Some(1.0),
+        };
+        assert_eq!(
+            pick(std::slice::from_ref(&either_type), &[1, 8]).unwrap(),
+            [Some(1)]
+        );
+        let alike = [either_type.clone(), either_type];
+        let picked = pick(&alike, &[2, 2]).unwrap();
+        assert_eq!(cost(&alike, &picked), 1.0);
+        assert_eq!(demand(&alike, &picked, 2), [2, 2]);
+        let one = Choices {
+            options: vec![option(0, 1, 0.5)],
+            left_out: Some(1.0),
+        };
+        assert_eq!(
+            pick(&[one.clone(), one.clone(), one], &[2]).unwrap(),
+            [Some(0), Some(0), None]
+        );
+    }
+
     #[test]
     fn capacity_is_per_type() {
         let jobs = [
@@ -494,6 +543,30 @@ mod priced {
             let used = demand(&jobs, &picked, capacity.len());
             prop_assert!(fits(&jobs, &picked, &capacity), "{:?} over {:?}", used, capacity);
             prop_assert!(cost(&jobs, &picked) >= cost(&jobs, &exact) - 1e-9);
+        }
+
+        /// The table finds a pick exactly when the solver does, within capacity, and never dearer
+        /// (the solver stops within its relative gap).
+        #[test]
+        fn the_table_is_as_good_as_the_solver((jobs, capacity) in program()) {
+            let table = table::solve(&jobs, &capacity).expect("a small program");
+            let Ok(solved) = solved(&jobs, &capacity) else {
+                prop_assert!(table.is_err());
+                return Ok(());
+            };
+            let table = table.expect("the solver found a pick");
+            prop_assert!(fits(&jobs, &table, &capacity));
+            let (ours, theirs) = (cost(&jobs, &table), cost(&jobs, &solved));
+            prop_assert!(ours <= theirs + 1e-9, "table {} against solver {}", ours, theirs);
+            prop_assert!(ours >= theirs * (1.0 - 1e-4) - 1e-9, "below the solver's bound: {}", ours);
+        }
+
+        /// Pruning the table by its bound changes no answer, ties included.
+        #[test]
+        fn pruning_the_table_changes_no_answer((jobs, capacity) in program()) {
+            let pruned = table::solve_pruning_from(&jobs, &capacity, 0).expect("a small program");
+            let whole = table::solve_pruning_from(&jobs, &capacity, usize::MAX).expect("small");
+            prop_assert_eq!(pruned.ok(), whole.ok());
         }
 
         /// `pick` (each job's cheapest where all fit, else the solver) fits and costs no more than
