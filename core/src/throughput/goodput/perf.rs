@@ -64,6 +64,28 @@ impl Observation {
     }
 }
 
+/// An observation as the fitting objective reads it: its shape, and the logs of its measured compute
+/// and step times.
+struct Target {
+    nodes: u32,
+    replicas: u32,
+    local: f64,
+    log_compute: f64,
+    log_step: f64,
+}
+
+impl Target {
+    fn of(o: &Observation) -> Self {
+        Self {
+            nodes: o.nodes,
+            replicas: o.replicas,
+            local: o.local,
+            log_compute: (o.step_time - o.sync_time).max(FLOOR).ln(),
+            log_step: o.step_time.max(FLOOR).ln(),
+        }
+    }
+}
+
 /// Smallest value a time parameter takes.
 const FLOOR: f64 = 1e-8;
 
@@ -160,7 +182,8 @@ impl PerfParams {
                 }
             })
             .collect();
-        let objective = |z: &[f64]| to_params(z).loss(observations);
+        let targets: Vec<Target> = observations.iter().map(Target::of).collect();
+        let objective = |z: &[f64]| to_params(z).loss_against(&targets);
         let best = minimize(&objective, start);
         let mut params = to_params(&best);
         if !observations.iter().any(|o| o.nodes > 1) {
@@ -184,14 +207,16 @@ impl PerfParams {
 
     /// Pollux's fitting objective: RMSLE of compute time plus RMSLE of step time, plus regularizers.
     pub fn loss(&self, observations: &[Observation]) -> f64 {
-        let n = observations.len().max(1) as f64;
+        self.loss_against(&observations.iter().map(Target::of).collect::<Vec<_>>())
+    }
+
+    /// [`PerfParams::loss`] against targets taken once per fit rather than once per evaluation.
+    fn loss_against(&self, targets: &[Target]) -> f64 {
+        let n = targets.len().max(1) as f64;
         let (mut compute, mut step) = (0.0, 0.0);
-        for o in observations {
-            let c =
-                (self.compute(o.local).ln() - (o.step_time - o.sync_time).max(FLOOR).ln()).powi(2);
-            let s = (self.overlapped(o.nodes, o.replicas, o.local).ln()
-                - o.step_time.max(FLOOR).ln())
-            .powi(2);
+        for t in targets {
+            let c = (self.compute(t.local).ln() - t.log_compute).powi(2);
+            let s = (self.overlapped(t.nodes, t.replicas, t.local).ln() - t.log_step).powi(2);
             compute += c;
             step += s;
         }
