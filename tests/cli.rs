@@ -691,6 +691,65 @@ fn pollux_workload_runs_with_explicit_and_default_profiles() {
     run.stderr_has("nowhere");
 }
 
+/// `gangway workload` resamples Sia's philly workloads for a cluster twice the size; the command it
+/// suggests runs that workload under `sia` on the doubled cluster.
+#[test]
+fn a_resampled_sia_workload_runs_on_the_cluster_it_names() {
+    let Some(data) = shared_data("sia/workloads/philly/workload-1.csv") else {
+        return;
+    };
+    let dir = tempdir();
+    let out = dir.path().join("doubled.csv");
+    let run = gangway(
+        &[
+            "workload",
+            "--like",
+            &path_arg(&data.join("sia/workloads/philly/workload-1.csv")),
+            "--gpus",
+            "128",
+            "--hours",
+            "2",
+            "--seed",
+            "3",
+            "--out",
+            &path_arg(&out),
+        ],
+        Duration::from_secs(60),
+    )
+    .success();
+    // 160 jobs in 7.7 h on 64 GPUs: about 83 in 2 h on 128.
+    let jobs = std::fs::read_to_string(&out).unwrap().lines().count() - 1;
+    assert!((70..=96).contains(&jobs), "{jobs} jobs");
+    run.stderr_has("--cluster aws=12x4,rtx=6x8,dgx-ext=4x8");
+    let suggested = run
+        .stderr
+        .lines()
+        .find_map(|l| l.split_once("simulate it with: gangway simulate "))
+        .map(|(_, args)| args.to_owned())
+        .expect("a suggested command");
+    let mut args: Vec<&str> = suggested.split(' ').collect();
+    args.extend(["--policy", "sia", "--no-ftf", "--format", "json"]);
+    let summaries = simulate(&args).success().json();
+    assert_eq!(count(&summaries[0], "jobs"), jobs as u64);
+    assert_eq!(count(&summaries[0], "unfinished_jobs"), 0);
+
+    // A reference that is not beside its profiles needs its cluster's size.
+    gangway(
+        &[
+            "workload",
+            "--like",
+            &path_arg(&out),
+            "--gpus",
+            "64",
+            "--jobs",
+            "5",
+        ],
+        Duration::from_secs(60),
+    )
+    .failure()
+    .stderr_has("--like-gpus");
+}
+
 #[test]
 fn gavel_tab_separated_traces_run_with_both_throughput_tables() {
     let Some(data) = shared_data("gavel/physical_artifact_evaluation.trace") else {

@@ -12,6 +12,7 @@ use crate::core::policy::Registry;
 
 use super::simulate::{self, SimulateArgs};
 use super::topology::{self, TopologyArgs};
+use super::workload::{self, WorkloadArgs};
 
 /// The `gangway` command line, parsed (`Cli::parse()`).
 #[derive(Parser)]
@@ -35,6 +36,9 @@ enum Command {
     Simulate(Box<SimulateArgs>),
     /// Shows a cluster's GPU topology: the GPU-to-GPU matrix (as `nvidia-smi topo -m`) and bandwidths.
     Topology(TopologyArgs),
+    /// Writes a goodput workload of any size, resampled from Pollux's or Sia's: their jobs, at their
+    /// load per GPU, for a cluster of any size.
+    Workload(WorkloadArgs),
     /// Runs the live control plane on this machine, with a local HTTP API.
     #[cfg(feature = "serve")]
     Serve(Box<control::ServeArgs>),
@@ -78,6 +82,7 @@ pub fn run(cli: Cli, registry: &Registry) -> Result<()> {
     match cli.command {
         Some(Command::Simulate(args)) => simulate::simulate(*args, registry),
         Some(Command::Topology(args)) => topology::topology(args),
+        Some(Command::Workload(args)) => workload::workload(args),
         #[cfg(feature = "serve")]
         Some(Command::Serve(args)) => control::serve(*args, registry.clone()),
         #[cfg(feature = "serve")]

@@ -8,6 +8,8 @@ mod app;
 mod simulate;
 #[cfg(feature = "simulate")]
 mod topology;
+#[cfg(feature = "simulate")]
+mod workload;
 
 #[cfg(feature = "simulate")]
 pub use app::{Cli, main, run, run_and_report};

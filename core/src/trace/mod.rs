@@ -15,6 +15,7 @@
 mod gavel;
 mod philly;
 mod pollux;
+pub mod resample;
 pub(crate) mod rows;
 pub mod synergy;
 pub mod synthetic;
@@ -182,6 +183,12 @@ pub fn load(path: &Path, options: &TraceOptions) -> Result<Trace, InputError> {
         options.profiles = pollux::find_profiles(path);
     }
     parse(&Source::path(path), &text, &options)
+}
+
+/// The profiles of the Pollux or Sia workload at `path`: the `profiles/` folder beside its folder, or
+/// beside the one above (where [`load`] looks when [`TraceOptions::profiles`] is not given).
+pub fn profiles_beside(path: &Path) -> Option<PathBuf> {
+    pollux::find_profiles(path)
 }
 
 /// The cluster and round length a workload was made for, when it names them by its kind: Pollux's

@@ -147,7 +147,7 @@ impl SyntheticSpec {
 }
 
 /// A uniform draw in [0, 1) with 53 random bits.
-fn uniform(rng: &mut ChaCha8Rng) -> f64 {
+pub(super) fn uniform(rng: &mut ChaCha8Rng) -> f64 {
     (rng.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
 }
 
