@@ -3,18 +3,19 @@
 //!
 //! Most programs are small (a few jobs to a few dozen, one capacity row per GPU type) and are solved
 //! exactly by a table of the least cost per count of GPUs used of each type ([`table`]); larger ones
-//! go to HiGHS as a MILP.
+//! go to HiGHS as a MILP, up to [`EXACT_UP_TO`] candidates.
 //!
 //! A job's options are ways to run it (a GPU type and count) with a cost each; leaving it out costs its
 //! `left_out` cost, or is not allowed. The costs stay in the objective as they are, with an explicit
 //! "left out" variable per job, rather than as savings over leaving each job out: savings would add a
 //! large constant that hides the differences between options from the solver's relative gap.
 //!
-//! Large programs (thousands of jobs on thousands of GPUs) are priced instead of solved: only the
+//! Large programs (hundreds of jobs on thousands of GPUs) are priced instead of solved: only the
 //! capacity rows couple the jobs, one per GPU type, so with a price per GPU of each type every job picks
 //! its cheapest option alone. [`by_prices`] searches the prices at which each type's demand meets its
 //! capacity, then repairs what is left over or short. It is not exact, and the program at this size is
-//! a relaxation of placement anyway; HiGHS took over a second on 5,000 jobs. Where jobs that must run
+//! a relaxation of placement anyway; HiGHS took over a second on 5,000 jobs, and at 2,048 GPUs its
+//! cuts took most of a whole run on programs of a few thousand candidates. Where jobs that must run
 //! have several options, no greedy repair can promise a pick that fits (deciding it is a partition
 //! problem), so a priced pick that does not fit goes to the solver after all.
 
@@ -44,14 +45,24 @@ pub struct Choices {
     pub left_out: Option<f64>,
 }
 
-/// Programs with more candidates than this are priced ([`by_prices`]) rather than solved exactly.
-pub const EXACT_UP_TO: usize = 20_000;
+/// Programs with more candidates than this are priced ([`by_prices`]) rather than solved exactly,
+/// unless the table solves them. On 2,048 GPUs HiGHS's cuts took most of a whole `sia` run on
+/// programs of 1,000 to 4,000 candidates (a day of arrivals: 81 s pricing past 4,000, 36 s past
+/// 1,000); no run of Pollux's or Sia's 64-GPU workloads meets a program this large that the table
+/// does not take.
+pub const EXACT_UP_TO: usize = 1_000;
 
 /// The option each job gets (an index into its options), or `None` for a job left out, minimizing the
 /// total cost with at most `capacity[t]` GPUs of each type `t`: each job's cheapest where they all fit,
-/// else exactly up to [`EXACT_UP_TO`] candidates, by prices beyond (exactly where prices do not fit).
+/// else exactly where the table takes the program or up to [`EXACT_UP_TO`] candidates, by prices
+/// beyond (exactly where prices do not fit).
 pub fn pick(jobs: &[Choices], capacity: &[u32]) -> Result<Vec<Option<usize>>, SolveError> {
-    pick_priced_past(jobs, capacity, EXACT_UP_TO)
+    let exact_up_to = if table::takes(jobs, capacity) {
+        usize::MAX
+    } else {
+        EXACT_UP_TO
+    };
+    pick_priced_past(jobs, capacity, exact_up_to)
 }
 
 /// [`pick`], pricing programs of more than `exact_up_to` candidates.
@@ -118,22 +129,23 @@ fn demand(jobs: &[Choices], picked: &[Option<usize>], types: usize) -> Vec<u64> 
 
 /// Each job's cheapest choice when a GPU of type `t` costs `prices[t]` more (fewer GPUs on ties).
 fn cheapest(jobs: &[Choices], prices: &[f64]) -> Vec<Option<usize>> {
-    jobs.iter()
-        .map(|job| {
-            let mut best = (job.left_out.unwrap_or(f64::INFINITY), 0u32, None);
-            for (k, option) in job.options.iter().enumerate() {
-                let price = prices
-                    .get(option.gpu_type.0 as usize)
-                    .copied()
-                    .unwrap_or(0.0);
-                let total = option.cost + price * f64::from(option.gpus);
-                if total < best.0 || (total == best.0 && option.gpus < best.1) {
-                    best = (total, option.gpus, Some(k));
-                }
-            }
-            best.2
-        })
-        .collect()
+    jobs.iter().map(|job| cheapest_of(job, prices)).collect()
+}
+
+/// `job`'s cheapest choice at `prices` (see [`cheapest`]).
+fn cheapest_of(job: &Choices, prices: &[f64]) -> Option<usize> {
+    let mut best = (job.left_out.unwrap_or(f64::INFINITY), 0u32, None);
+    for (k, option) in job.options.iter().enumerate() {
+        let price = prices
+            .get(option.gpu_type.0 as usize)
+            .copied()
+            .unwrap_or(0.0);
+        let total = option.cost + price * f64::from(option.gpus);
+        if total < best.0 || (total == best.0 && option.gpus < best.1) {
+            best = (total, option.gpus, Some(k));
+        }
+    }
+    best.2
 }
 
 /// A near-optimal pick by prices (Lagrangian relaxation of the capacity rows): per GPU type in turn,
@@ -170,8 +182,15 @@ fn prices(jobs: &[Choices], capacity: &[u32], (sweeps, halvings): (usize, usize)
     let mut prices = vec![0.0; types];
     for _sweep in 0..sweeps {
         for t in 0..types {
+            // The demand for type `t` alone, without building the pick.
             let fits = |prices: &[f64]| {
-                demand(jobs, &cheapest(jobs, prices), types)[t] <= u64::from(capacity[t])
+                let wanted: u64 = jobs
+                    .iter()
+                    .filter_map(|job| cheapest_of(job, prices).map(|k| job.options[k]))
+                    .filter(|option| option.gpu_type.0 as usize == t)
+                    .map(|option| u64::from(option.gpus))
+                    .sum();
+                wanted <= u64::from(capacity[t])
             };
             prices[t] = 0.0;
             if fits(&prices) {

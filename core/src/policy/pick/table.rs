@@ -26,6 +26,13 @@ pub(super) fn solve(
     solve_pruning_from(jobs, capacity, PRUNE_FROM)
 }
 
+/// Whether [`solve`] takes the program: its table has at most [`MOST_CELLS`] cells.
+pub(super) fn takes(jobs: &[Choices], capacity: &[u32]) -> bool {
+    let cells: usize = jobs.iter().map(|j| j.options.len() + 1).sum();
+    jobs.iter().all(|j| j.options.len() < usize::from(LEFT_OUT))
+        && Space::shape(jobs, capacity, MOST_CELLS / cells.max(1)).is_some()
+}
+
 /// [`solve`], pruning tables of at least `prune_from` cells.
 pub(super) fn solve_pruning_from(
     jobs: &[Choices],
@@ -42,30 +49,30 @@ pub(super) fn solve_pruning_from(
     let space = Space::new(jobs, capacity, MOST_CELLS / cells.max(1))?;
     let states = space.states;
     let bound = (states * cells >= prune_from).then(|| Bound::new(jobs, capacity));
-    // The least cost of reaching each state, the states reached, and per job the choice that reached
-    // each state at that cost.
+    // The least cost of reaching each state (infinite: not reached), and per job the choice that
+    // reached each state at that cost. States are visited in order, so that which of two equal costs
+    // a state keeps does not depend on which states were pruned.
     let mut value = vec![f64::INFINITY; states];
     value[0] = 0.0;
-    let mut reachable = vec![0usize];
     let mut next = vec![f64::INFINITY; states];
-    let mut reached_now = vec![false; states];
     let mut choice = vec![LEFT_OUT; states * jobs.len()];
+    // The highest state reached: a job only adds GPUs, so none above it is.
+    let mut top = 0;
     // Last job first: where alike jobs tie, the one that comes first in the program gets its option.
     for (j, job) in jobs.iter().enumerate().rev() {
         let chose = &mut choice[j * states..(j + 1) * states];
-        let mut reached = Vec::with_capacity(reachable.len());
+        let mut next_top = top;
         let mut relax = |to: usize, total: f64, k: u16| {
             if total < next[to] {
                 next[to] = total;
                 chose[to] = k;
-                if !reached_now[to] {
-                    reached_now[to] = true;
-                    reached.push(to);
-                }
+                next_top = next_top.max(to);
             }
         };
-        for &s in &reachable {
-            let v = value[s];
+        for (s, &v) in value[..=top].iter().enumerate() {
+            if v == f64::INFINITY {
+                continue;
+            }
             if let Some(cost) = job.left_out {
                 relax(s, v + cost, LEFT_OUT);
             }
@@ -75,29 +82,19 @@ pub(super) fn solve_pruning_from(
                 }
             }
         }
-        for &s in &reachable {
-            value[s] = f64::INFINITY;
-        }
-        for &s in &reached {
-            value[s] = next[s];
-            next[s] = f64::INFINITY;
-            reached_now[s] = false;
-        }
         if let Some(bound) = &bound {
-            reached.retain(|&s| {
-                let keep = !bound.hopeless(&space, j, s, value[s]);
-                if !keep {
-                    value[s] = f64::INFINITY;
+            for (s, v) in next[..=next_top].iter_mut().enumerate() {
+                if *v != f64::INFINITY && bound.hopeless(&space, j, s, *v) {
+                    *v = f64::INFINITY;
                 }
-                keep
-            });
+            }
         }
-        // States in order, so that which of two equal costs a state keeps does not depend on which
-        // states were pruned.
-        reached.sort_unstable();
-        reachable = reached;
+        value[..=top].fill(f64::INFINITY);
+        std::mem::swap(&mut value, &mut next);
+        top = next_top;
     }
-    let Some(&end) = reachable.iter().min_by(|&&a, &&b| {
+    let reached = (0..=top).filter(|&s| value[s] != f64::INFINITY);
+    let Some(end) = reached.min_by(|&a, &b| {
         value[a]
             .total_cmp(&value[b])
             .then(space.gpus(a).cmp(&space.gpus(b)))
@@ -207,6 +204,36 @@ impl Space {
     /// The states of `capacity`, each type's axis no longer than what the jobs could use of it at
     /// once; `None` if there would be more than `most_states`.
     fn new(jobs: &[Choices], capacity: &[u32], most_states: usize) -> Option<Self> {
+        let (axis, stride, states) = Self::shape(jobs, capacity, most_states)?;
+        // Counted up like an odometer, type 0 the fastest digit.
+        let mut used = vec![0u32; states * axis.len()];
+        let mut digits = vec![0u32; axis.len()];
+        for s in 0..states {
+            for (t, &d) in digits.iter().enumerate() {
+                used[t * states + s] = d;
+            }
+            for (d, &a) in digits.iter_mut().zip(&axis) {
+                *d += 1;
+                if (*d as usize) < a {
+                    break;
+                }
+                *d = 0;
+            }
+        }
+        Some(Self {
+            axis,
+            stride,
+            used,
+            states,
+        })
+    }
+
+    /// Each type's axis and stride, and the number of states; `None` if more than `most_states`.
+    fn shape(
+        jobs: &[Choices],
+        capacity: &[u32],
+        most_states: usize,
+    ) -> Option<(Vec<usize>, Vec<usize>, usize)> {
         let mut most = vec![0u64; capacity.len()];
         for job in jobs {
             let mut largest = vec![0u32; capacity.len()];
@@ -231,27 +258,7 @@ impl Space {
             stride.push(states);
             states = states.checked_mul(a).filter(|&n| n <= most_states)?;
         }
-        // Counted up like an odometer, type 0 the fastest digit.
-        let mut used = vec![0u32; states * axis.len()];
-        let mut digits = vec![0u32; axis.len()];
-        for s in 0..states {
-            for (t, &d) in digits.iter().enumerate() {
-                used[t * states + s] = d;
-            }
-            for (d, &a) in digits.iter_mut().zip(&axis) {
-                *d += 1;
-                if (*d as usize) < a {
-                    break;
-                }
-                *d = 0;
-            }
-        }
-        Some(Self {
-            axis,
-            stride,
-            used,
-            states,
-        })
+        Some((axis, stride, states))
     }
 
     /// State `s` with `gpus` more of type `t`, if that stays within its axis.
