@@ -47,9 +47,17 @@ struct Config {
     nodes: u32,
 }
 
-/// A job, a configuration, an epoch, the largest global batch tried, and the state of what the job
-/// has measured (configurations, gradient statistics; zero with oracle throughputs).
-type GoodputKey = (JobId, Config, usize, u32, (usize, u64, u64));
+/// What a job's goodputs depend on besides the configuration: its epoch and the state of what it has
+/// measured (configurations, gradient statistics; zero with oracle throughputs).
+type GoodputState = (usize, (usize, u64, u64));
+
+/// One job's best goodputs and batch plans in the [`GoodputState`] they were computed in, per
+/// configuration and largest global batch tried.
+#[derive(Debug, Default)]
+struct Goodputs {
+    state: GoodputState,
+    best: FxHashMap<(Config, u32), Option<(f64, BatchPlan)>>,
+}
 
 /// Sia's goodput-driven allocation.
 #[derive(Debug, Default)]
@@ -60,9 +68,9 @@ pub struct Sia {
     restarts: FxHashMap<JobId, u32>,
     /// The most GPUs each job has held.
     most: FxHashMap<JobId, u32>,
-    /// Best goodput and batch plan per (job, configuration, epoch, batch limit, what the job had
-    /// measured): neither profiles nor past measurements change.
-    cache: FxHashMap<GoodputKey, Option<(f64, BatchPlan)>>,
+    /// Each job's best goodputs and batch plans while its epoch and measurements stay the same:
+    /// neither profiles nor past measurements change, and a job's epoch only moves on.
+    cache: FxHashMap<JobId, Goodputs>,
     /// Goodput from what each job measured as it ran (Sia proper), rather than from the profiles.
     learns: bool,
     learned: FxHashMap<JobId, Learned>,
@@ -238,7 +246,7 @@ impl Policy for Sia {
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
         self.most.retain(|job, _| active.contains(job));
-        self.cache.retain(|(job, ..), _| active.contains(job));
+        self.cache.retain(|job, _| active.contains(job));
         self.learned.retain(|job, _| active.contains(job));
         if self.learns {
             super::measured::learn(&mut self.learned, input, elastic, |t| t.0);
@@ -263,10 +271,17 @@ impl Policy for Sia {
                 (l.measured(), sqr.to_bits(), var.to_bits())
             });
             let learns = self.learns;
+            let known = self.cache.entry(job.id).or_default();
+            if known.state != (epoch, state) {
+                *known = Goodputs {
+                    state: (epoch, state),
+                    best: FxHashMap::default(),
+                };
+            }
             let mut best = |c: Config, up_to: u32| {
-                *self
-                    .cache
-                    .entry((job.id, c, epoch, up_to, state))
+                *known
+                    .best
+                    .entry((c, up_to))
                     .or_insert_with(|| match (learns, learned) {
                         (false, _) => best_goodput(elastic, job, c, epoch, up_to),
                         (true, Some(learned)) => {
