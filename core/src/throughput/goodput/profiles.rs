@@ -175,17 +175,21 @@ pub fn placement_id(placement: &[u32]) -> u64 {
     if n == 0 {
         return 0;
     }
-    let rotation = (0..n)
-        .map(|k| {
-            placement[k..]
-                .iter()
-                .chain(&placement[..k])
-                .copied()
-                .collect::<Vec<u32>>()
+    // Compared in place rather than collected: whole-server placements span up to hundreds of nodes.
+    let rotation = |k: usize| placement[k..].iter().chain(&placement[..k]).copied();
+    let uniform = placement.iter().all(|&g| g == placement[0]);
+    let smallest = if uniform {
+        0
+    } else {
+        (1..n).fold(0, |best, k| {
+            if rotation(k).lt(rotation(best)) {
+                k
+            } else {
+                best
+            }
         })
-        .min()
-        .expect("a rotation");
-    rotation.iter().fold(0u64, |id, &g| {
+    };
+    rotation(smallest).fold(0u64, |id, g| {
         id.saturating_mul(10).saturating_add(u64::from(g))
     })
 }
@@ -539,6 +543,22 @@ mod tests {
         assert_eq!(placement_id(&[1, 3, 2, 4]), 1324);
         assert_eq!(placement_id(&[2, 4, 1, 3]), 1324);
         assert_ne!(placement_id(&[1, 2, 3, 4]), 1324);
+        // Equal rotations: the first smallest, as a uniform placement is its own.
+        assert_eq!(placement_id(&[2, 1, 2, 1]), 1212);
+        assert_eq!(placement_id(&[8; 3]), 888);
+    }
+
+    proptest::proptest! {
+        /// The id is the smallest rotation's digits, for any placement.
+        #[test]
+        fn the_id_is_the_smallest_rotation(placement in proptest::collection::vec(1u32..9, 1..12)) {
+            let smallest = (0..placement.len())
+                .map(|k| [&placement[k..], &placement[..k]].concat())
+                .min()
+                .unwrap();
+            let digits = smallest.iter().fold(0u64, |id, &g| id.saturating_mul(10).saturating_add(u64::from(g)));
+            proptest::prop_assert_eq!(placement_id(&placement), digits);
+        }
     }
 
     #[test]
