@@ -50,8 +50,7 @@ pub(super) fn solve_pruning_from(
     let states = space.states;
     let bound = (states * cells >= prune_from).then(|| Bound::new(jobs, capacity));
     // The least cost of reaching each state (infinite: not reached), and per job the choice that
-    // reached each state at that cost. States are visited in order, so that which of two equal costs
-    // a state keeps does not depend on which states were pruned.
+    // reached each state at that cost.
     let mut value = vec![f64::INFINITY; states];
     value[0] = 0.0;
     let mut next = vec![f64::INFINITY; states];
@@ -61,25 +60,53 @@ pub(super) fn solve_pruning_from(
     // Last job first: where alike jobs tie, the one that comes first in the program gets its option.
     for (j, job) in jobs.iter().enumerate().rev() {
         let chose = &mut choice[j * states..(j + 1) * states];
-        let mut next_top = top;
-        let mut relax = |to: usize, total: f64, k: u16| {
-            if total < next[to] {
-                next[to] = total;
-                chose[to] = k;
-                next_top = next_top.max(to);
+        // Of two equal costs into a state, the one from the lower state wins, then leaving the job
+        // out, then its options in order: the same answer whatever order the table is filled in and
+        // whichever states were pruned.
+        let rank = |to: usize, k: u16| {
+            if k == LEFT_OUT {
+                (to, 0)
+            } else {
+                let option = job.options[usize::from(k)];
+                let from = space.remove(to, option.gpu_type.0 as usize, option.gpus);
+                (from, u32::from(k) + 1)
             }
         };
-        for (s, &v) in value[..=top].iter().enumerate() {
-            if v == f64::INFINITY {
+        if let Some(cost) = job.left_out {
+            for (s, &v) in value[..=top].iter().enumerate() {
+                next[s] = v + cost;
+            }
+        }
+        let mut next_top = if job.left_out.is_some() { top } else { 0 };
+        for (k, option) in job.options.iter().enumerate() {
+            let t = option.gpu_type.0 as usize;
+            let g = option.gpus as usize;
+            let Some(&len) = space.axis.get(t).filter(|&&len| g < len) else {
                 continue;
-            }
-            if let Some(cost) = job.left_out {
-                relax(s, v + cost, LEFT_OUT);
-            }
-            for (k, option) in job.options.iter().enumerate() {
-                if let Some(to) = space.add(s, option.gpu_type.0 as usize, option.gpus) {
-                    relax(to, v + option.cost, k as u16);
+            };
+            // A state with room for `g` more of type `t` has its digit for `t` below `len - g`:
+            // runs of `stride * (len - g)` states at the start of every `stride * len`.
+            let (stride, k) = (space.stride[t], k as u16);
+            let (offset, block, run) = (g * stride, len * stride, (len - g) * stride);
+            let mut start = 0;
+            while start <= top {
+                let end = (start + run).min(top + 1);
+                for (s, &v) in value[start..end].iter().enumerate() {
+                    if v == f64::INFINITY {
+                        continue;
+                    }
+                    let s = start + s;
+                    let (to, total) = (s + offset, v + option.cost);
+                    let held = next[to];
+                    if total < held
+                        || (total == held && (s, u32::from(k) + 1) < rank(to, chose[to]))
+                    {
+                        next[to] = total;
+                        chose[to] = k;
+                        next_top = next_top.max(to);
+                    }
                 }
+                start += block;
             }
         }
         if let Some(bound) = &bound {
@@ -259,13 +286,6 @@ impl Space {
             states = states.checked_mul(a).filter(|&n| n <= most_states)?;
         }
         Some((axis, stride, states))
-    }
-
-    /// State `s` with `gpus` more of type `t`, if that stays within its axis.
-    fn add(&self, s: usize, t: usize, gpus: u32) -> Option<usize> {
-        let len = *self.axis.get(t)?;
-        let after = self.used[t * self.states + s] as usize + gpus as usize;
-        (after < len).then(|| s + gpus as usize * self.stride[t])
     }
 
     /// State `s` with `gpus` fewer of type `t` (which it holds).
