@@ -8,7 +8,11 @@
 //!   same input have let each job take every configuration up to whole servers (the largest program
 //!   Sia meets): 160 jobs on 64 GPUs, and 5,000 jobs (philly workload-1 repeated) on 2,048 GPUs (the
 //!   same cluster, 32 times over);
-//! - `elastic_workload`: a whole 160-job workload, end to end.
+//! - `elastic_workload`: a whole 160-job workload, end to end;
+//! - `elastic_scale`: a whole `sia` run of Sia's philly workloads resampled (`gangway workload`,
+//!   seed 1) to 5,000 jobs on 2,048 GPUs (Sia's cluster 32 times over) at Sia's load per GPU. Before
+//!   it, one run of that and one of a whole day of arrivals (15,899 jobs) print their rounds' median
+//!   and slowest.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -220,5 +224,105 @@ fn whole(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, rounds, sia_solves, whole);
+/// Sia's philly workloads resampled for Sia's cluster `copies` times over, `jobs` jobs or (`None`) a
+/// day of arrivals, written to `dir`; and that cluster.
+fn resampled(dir: &Path, jobs: Option<u32>, copies: u32) -> Option<(Trace, Cluster)> {
+    use gangway::core::trace::resample::{Reference, write_csv};
+    let references: Vec<PathBuf> = (1..=4)
+        .map(|w| shared(&format!("sia/workloads/philly/workload-{w}.csv")))
+        .collect::<Option<_>>()?;
+    let paths: Vec<&Path> = references.iter().map(PathBuf::as_path).collect();
+    let reference = Reference::read(&paths, 64).unwrap();
+    let gpus = 64 * copies;
+    let jobs =
+        jobs.unwrap_or_else(|| (reference.jobs_per_gpu_hour() * f64::from(gpus) * 24.0) as u32);
+    let path = dir.join(format!("philly-{jobs}-{gpus}.csv"));
+    write_csv(
+        &reference.resample(jobs, gpus, 1),
+        std::fs::File::create(&path).unwrap(),
+    )
+    .unwrap();
+    let options = TraceOptions {
+        profiles: shared("sia/profiles"),
+        ..TraceOptions::default()
+    };
+    let table = scenario::load_throughputs(None).unwrap();
+    let trace = scenario::load_trace(Some(path.to_str().unwrap()), &options, &table).unwrap();
+    let spec = format!(
+        "aws={}x4,rtx={}x8,dgx-ext={}x8",
+        6 * copies,
+        3 * copies,
+        2 * copies
+    );
+    Some((trace, Cluster::parse_spec(&spec, 1).unwrap()))
+}
+
+/// A policy that keeps the time of each of its inner policy's rounds.
+struct EachRound {
+    inner: Box<dyn Policy>,
+    rounds: Vec<Duration>,
+}
+
+impl Policy for EachRound {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let start = Instant::now();
+        let grants = self.inner.allocate(input);
+        self.rounds.push(start.elapsed());
+        grants
+    }
+}
+
+/// A 60 s-round simulation of `trace` on `cluster`, run under `sia` by `with`.
+fn with_sia<T>(
+    trace: &Trace,
+    cluster: &Cluster,
+    with: impl FnOnce(&Simulation<'_>, &dyn Fn() -> Box<dyn Policy>) -> T,
+) -> T {
+    let model = model(trace, cluster);
+    let mut simulation = Simulation::new(trace, cluster, model.as_ref());
+    simulation.config.engine.round_length = 60.0;
+    let build = || policy::build("sia", &PolicyConfig::seeded(0), model.as_ref()).unwrap();
+    with(&simulation, &build)
+}
+
+fn scale(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    for jobs in [Some(5000), None] {
+        let Some((trace, cluster)) = resampled(dir.path(), jobs, 32) else {
+            return;
+        };
+        with_sia(&trace, &cluster, |simulation, build| {
+            let start = Instant::now();
+            let mut each = EachRound {
+                inner: build(),
+                rounds: Vec::new(),
+            };
+            run(simulation, &mut each);
+            each.rounds.sort();
+            eprintln!(
+                "sia, {} jobs on 2,048 GPUs: whole run {:.1?}, {} rounds, median {:.1?}, slowest {:.1?}",
+                trace.jobs.len(),
+                start.elapsed(),
+                each.rounds.len(),
+                each.rounds[each.rounds.len() / 2],
+                each.rounds.last().unwrap()
+            );
+        });
+    }
+    let Some((trace, cluster)) = resampled(dir.path(), Some(5000), 32) else {
+        return;
+    };
+    let mut group = c.benchmark_group("elastic_scale");
+    group
+        .sample_size(10)
+        .measurement_time(Duration::from_secs(220));
+    with_sia(&trace, &cluster, |simulation, build| {
+        group.bench_function(BenchmarkId::new("sia", "2048_gpus_5000_jobs"), |b| {
+            b.iter(|| black_box(run(simulation, build().as_mut())))
+        });
+    });
+    group.finish();
+}
+
+criterion_group!(benches, rounds, sia_solves, whole, scale);
 criterion_main!(benches);
