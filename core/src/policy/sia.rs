@@ -13,7 +13,7 @@
 //!   `max(age - restarts * S, 0) / (age + S)`, S the job's restart delay.
 //! - **Objective**: maximize `sum x_jc (lambda - G_jc^p)` with p = -0.5 and lambda = 1.1 (leaving a job
 //!   out costs more than any configuration), one configuration per job, GPUs per type within capacity;
-//!   a job still paying its restart delay keeps its configuration. HiGHS solves it.
+//!   a job still paying its restart delay keeps its configuration. [`super::pick`] solves it.
 //! - **Placement**: capacity is per type, as in Sia's program. Sia's simulator re-places every job from
 //!   scratch each round (moving within a type is free there), so a per-type count always fits; here runs
 //!   stay where they are, and [`super::fit`] moves a part-server gang that no server has room for to its
@@ -155,14 +155,14 @@ fn best_goodput(
     let (least, most) = batch_range(job, app);
     let local_range = (profile.min_local, profile.max_local);
     let replicas = job.replicas_on(config.gpu_type, config.gpus);
+    let measure = elastic.measurer(job, config.gpu_type, &placement);
     search_batch(
         app,
         replicas,
         (least, max_batch.min(most)),
         local_range,
         |plan| {
-            let local = f64::from(plan.local);
-            let (step, sync) = elastic.measure(job, config.gpu_type, &placement, local)?;
+            let (step, sync) = measure(f64::from(plan.local))?;
             let seconds = step + (step - sync).max(0.0) * f64::from(plan.accum);
             let goodput = app.gain(f64::from(plan.global(replicas)), epoch) / seconds;
             (goodput > 0.0).then_some(goodput)

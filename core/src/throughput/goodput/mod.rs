@@ -194,6 +194,18 @@ pub trait Elastic: Send + Sync {
         local: f64,
     ) -> Option<(f64, f64)>;
 
+    /// [`Elastic::measure`] of one `placement` of `gpu_type` at any per-replica batch, for a search
+    /// over batches: a model may look the job's profile and the placement up once. By default each
+    /// batch goes through [`Elastic::measure`].
+    fn measurer<'a>(
+        &'a self,
+        job: &'a Job,
+        gpu_type: GpuTypeId,
+        placement: &'a [u32],
+    ) -> Box<dyn Fn(f64) -> Option<(f64, f64)> + 'a> {
+        Box::new(move |local| self.measure(job, gpu_type, placement, local))
+    }
+
     /// GPUs per server of `gpu_type`.
     fn node_size(&self, gpu_type: GpuTypeId) -> u32;
 

@@ -141,6 +141,15 @@ impl<M: Elastic> Elastic for Reported<M> {
         self.model.measure(job, gpu_type, placement, local)
     }
 
+    fn measurer<'a>(
+        &'a self,
+        job: &'a Job,
+        gpu_type: GpuTypeId,
+        placement: &'a [u32],
+    ) -> Box<dyn Fn(f64) -> Option<(f64, f64)> + 'a> {
+        self.model.measurer(job, gpu_type, placement)
+    }
+
     fn node_size(&self, gpu_type: GpuTypeId) -> u32 {
         self.model.node_size(gpu_type)
     }

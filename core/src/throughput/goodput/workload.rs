@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use super::profiles::{Application, Profiles, TypeProfile, interpolate, placement_id};
+use super::profiles::{Application, Profiles, Step, TypeProfile, interpolate, placement_id};
 use super::{BatchPlan, Elastic};
 use crate::cluster::{Cluster, GpuTypeId};
 use crate::error::{InputError, Source};
@@ -277,6 +277,34 @@ impl ThroughputModel for ProfiledWorkload {
     }
 }
 
+/// Where a placement's step times come from: its own profile, or its shape's (see [`shape_time`]).
+#[derive(Clone, Copy)]
+enum Steps<'a> {
+    Measured(&'a [Step]),
+    Shape(&'a TypeProfile, u32, u32),
+}
+
+impl Steps<'_> {
+    /// Step and sync seconds at per-replica batch `local`.
+    fn at(self, local: f64) -> Option<(f64, f64)> {
+        match self {
+            Steps::Measured(steps) => interpolate(steps, local),
+            Steps::Shape(profile, nodes, replicas) => shape_time(profile, nodes, replicas, local),
+        }
+    }
+}
+
+impl ProfiledWorkload {
+    /// The step times of `job` on `placement` of `gpu_type`, if its application has a profile there.
+    fn steps_on(&self, job: &Job, gpu_type: GpuTypeId, placement: &[u32]) -> Option<Steps<'_>> {
+        let profile = self.profile(job, gpu_type)?;
+        Some(match profile.placements.get(&placement_id(placement)) {
+            Some(steps) => Steps::Measured(steps),
+            None => Steps::Shape(profile, placement.len() as u32, placement.iter().sum()),
+        })
+    }
+}
+
 impl Elastic for ProfiledWorkload {
     fn application(&self, job: &Job) -> Option<&Application> {
         self.app(job)
@@ -293,16 +321,19 @@ impl Elastic for ProfiledWorkload {
         placement: &[u32],
         local: f64,
     ) -> Option<(f64, f64)> {
-        let profile = self.profile(job, gpu_type)?;
-        if let Some(steps) = profile.placements.get(&placement_id(placement)) {
-            return interpolate(steps, local);
+        self.steps_on(job, gpu_type, placement)?.at(local)
+    }
+
+    fn measurer<'a>(
+        &'a self,
+        job: &'a Job,
+        gpu_type: GpuTypeId,
+        placement: &'a [u32],
+    ) -> Box<dyn Fn(f64) -> Option<(f64, f64)> + 'a> {
+        match self.steps_on(job, gpu_type, placement) {
+            Some(steps) => Box::new(move |local| steps.at(local)),
+            None => Box::new(|_| None),
         }
-        shape_time(
-            profile,
-            placement.len() as u32,
-            placement.iter().sum(),
-            local,
-        )
     }
 
     fn node_size(&self, gpu_type: GpuTypeId) -> u32 {
