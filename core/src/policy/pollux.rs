@@ -20,8 +20,8 @@
 //!
 //! Pollux searches with a genetic algorithm (population 100, 100 generations). Its objective is a sum
 //! over jobs of a cost per job (`1 / (speedup + 0.001)`) under GPU capacity, so the search here is exact
-//! instead: one configuration per job by the multiple-choice program of [`super::pick`], solved by
-//! HiGHS, deterministic, and at least as good as any allocation the GA can reach in this space
+//! instead: one configuration per job by the multiple-choice program of [`super::pick`], solved
+//! exactly, deterministic, and at least as good as any allocation the GA can reach in this space
 //! (`tests/pollux_ga.rs`). The program counts GPUs per type, not per server: [`super::fit`] then places
 //! the pick as the engine will, and a gang that finds no server with room takes its best option that
 //! does.
