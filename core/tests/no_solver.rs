@@ -1,5 +1,5 @@
-//! gangway-core built without an LP solver (`--no-default-features`): the solver says what is missing
-//! with a typed error, the registry refuses to build a policy that solves LPs (naming the policy and
+//! gangway-core built without an LP solver (`--no-default-features`): the goodput pick still solves
+//! small programs (its table needs no solver), the solver says what is missing with a typed error, the registry refuses to build a policy that solves LPs (naming the policy and
 //! the feature to build with), and such a policy forced past that check neither panics nor stalls the
 //! simulator.
 #![cfg(not(any(feature = "highs", feature = "microlp")))]
@@ -25,7 +25,7 @@ impl ThroughputModel for Unit {
 #[test]
 fn the_solver_is_missing_and_says_so() {
     assert_eq!(solver::available(), None);
-    // Two jobs want the one GPU: only a solver can choose, and there is none.
+    // Two jobs want the one GPU: a small program, which the pick's table solves without a solver.
     let one_gpu = Choices {
         options: vec![Candidate {
             gpu_type: GpuTypeId(0),
@@ -34,7 +34,28 @@ fn the_solver_is_missing_and_says_so() {
         }],
         left_out: Some(0.0),
     };
-    let e = pick(&[one_gpu.clone(), one_gpu], &[1]).unwrap_err();
+    assert_eq!(
+        pick(&[one_gpu.clone(), one_gpu], &[1]).unwrap(),
+        [Some(0), None]
+    );
+    // Three jobs that each want 200 GPUs of any of three types of 300: the table would have 301^3
+    // states, too many, and 9 candidates are too few to price, so only a solver can choose, and
+    // there is none.
+    let two_hundred = Choices {
+        options: (0..3)
+            .map(|t| Candidate {
+                gpu_type: GpuTypeId(t),
+                gpus: 200,
+                cost: 0.1,
+            })
+            .collect(),
+        left_out: Some(1.0),
+    };
+    let e = pick(
+        &[two_hundred.clone(), two_hundred.clone(), two_hundred],
+        &[300, 300, 300],
+    )
+    .unwrap_err();
     assert!(matches!(e, SolveError::NoSolver), "{e:?}");
     assert!(e.to_string().contains("without an LP solver"), "{e}");
 }
