@@ -29,9 +29,18 @@ pub(super) fn solve(
 
 /// Whether [`solve`] takes the program: its table has at most [`MOST_CELLS`] cells.
 pub(super) fn takes(jobs: &[Choices], capacity: &[u32]) -> bool {
-    let cells: usize = jobs.iter().map(|j| j.options.len() + 1).sum();
-    jobs.iter().all(|j| j.options.len() < usize::from(LEFT_OUT))
-        && Space::shape(jobs, capacity, MOST_CELLS / cells.max(1)).is_some()
+    cells(jobs)
+        .is_some_and(|cells| Space::shape(jobs, capacity, MOST_CELLS / cells.max(1)).is_some())
+}
+
+/// The cells each state of a table of `jobs` has (each job's options and leaving it out), or `None`
+/// where a job has more options than a choice can name.
+fn cells(jobs: &[Choices]) -> Option<usize> {
+    jobs.iter()
+        .map(|j| j.options.len())
+        .try_fold(0, |cells, options| {
+            (options < usize::from(LEFT_OUT)).then_some(cells + options + 1)
+        })
 }
 
 /// [`solve`], pruning tables of at least `prune_from` cells.
@@ -40,13 +49,7 @@ pub(super) fn solve_pruning_from(
     capacity: &[u32],
     prune_from: usize,
 ) -> Option<Result<Vec<Option<usize>>, SolveError>> {
-    if jobs
-        .iter()
-        .any(|j| j.options.len() >= usize::from(LEFT_OUT))
-    {
-        return None;
-    }
-    let cells: usize = jobs.iter().map(|j| j.options.len() + 1).sum();
+    let cells = cells(jobs)?;
     let space = Space::new(jobs, capacity, MOST_CELLS / cells.max(1))?;
     let states = space.states;
     let bound = (states * cells >= prune_from).then(|| Bound::new(jobs, capacity));
@@ -263,14 +266,15 @@ impl Space {
         most_states: usize,
     ) -> Option<(Vec<usize>, Vec<usize>, usize)> {
         let mut most = vec![0u64; capacity.len()];
+        let mut largest = vec![0u32; capacity.len()];
         for job in jobs {
-            let mut largest = vec![0u32; capacity.len()];
+            largest.fill(0);
             for option in &job.options {
                 if let Some(l) = largest.get_mut(option.gpu_type.0 as usize) {
                     *l = (*l).max(option.gpus);
                 }
             }
-            for (m, l) in most.iter_mut().zip(largest) {
+            for (m, &l) in most.iter_mut().zip(&largest) {
                 *m += u64::from(l);
             }
         }
