@@ -60,21 +60,44 @@ fn model(trace: &Trace, cluster: &Cluster) -> Box<dyn ThroughputModel> {
     scenario::model_for(trace, cluster, &table).unwrap()
 }
 
-/// A policy that adds up the time its inner policy spends deciding.
+/// A policy that keeps the time its inner policy spends deciding each round.
 struct Timed {
     inner: Box<dyn Policy>,
-    spent: Duration,
-    rounds: u32,
+    rounds: Vec<Duration>,
+}
+
+impl Timed {
+    fn new(inner: Box<dyn Policy>) -> Self {
+        Self {
+            inner,
+            rounds: Vec::new(),
+        }
+    }
+
+    /// The mean round.
+    fn mean(&self) -> Duration {
+        self.rounds.iter().sum::<Duration>() / (self.rounds.len().max(1) as u32)
+    }
 }
 
 impl Policy for Timed {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let start = Instant::now();
         let grants = self.inner.allocate(input);
-        self.spent += start.elapsed();
-        self.rounds += 1;
+        self.rounds.push(start.elapsed());
         grants
     }
+}
+
+/// Sia's heterogeneous cluster `copies` times over.
+fn sia_cluster(copies: u32) -> Cluster {
+    let spec = format!(
+        "aws={}x4,rtx={}x8,dgx-ext={}x8",
+        6 * copies,
+        3 * copies,
+        2 * copies
+    );
+    Cluster::parse_spec(&spec, 1).unwrap()
 }
 
 fn run(simulation: &Simulation<'_>, policy: &mut dyn Policy) -> usize {
@@ -108,19 +131,17 @@ fn rounds(c: &mut Criterion) {
             b.iter_custom(|iters| {
                 let mut per_round = Duration::ZERO;
                 for _ in 0..iters {
-                    let mut timed = Timed {
-                        inner: policy::builtin()
+                    let mut timed = Timed::new(
+                        policy::builtin()
                             .build(
                                 policy_name,
                                 &PolicyConfig::seeded(0),
                                 &policy::Capabilities::ALL,
                             )
                             .unwrap(),
-                        spent: Duration::ZERO,
-                        rounds: 0,
-                    };
+                    );
                     black_box(run(&simulation, &mut timed));
-                    per_round += timed.spent / timed.rounds.max(1);
+                    per_round += timed.mean();
                 }
                 per_round
             })
@@ -152,13 +173,7 @@ fn sia_solves(c: &mut Criterion) {
         .measurement_time(Duration::from_secs(20));
     let (base, _) = setup(&path, SIA_CLUSTER);
     for (jobs, copies) in [(160usize, 1u32), (5000, 32)] {
-        let spec = format!(
-            "aws={}x4,rtx={}x8,dgx-ext={}x8",
-            6 * copies,
-            3 * copies,
-            2 * copies
-        );
-        let cluster = Cluster::parse_spec(&spec, 1).unwrap();
+        let cluster = sia_cluster(copies);
         let trace = repeated(&base, jobs);
         let model = model(&trace, &cluster);
         let rates = vec![0.0; cluster.num_gpu_types()];
@@ -248,28 +263,7 @@ fn resampled(dir: &Path, jobs: Option<u32>, copies: u32) -> Option<(Trace, Clust
     };
     let table = scenario::load_throughputs(None).unwrap();
     let trace = scenario::load_trace(Some(path.to_str().unwrap()), &options, &table).unwrap();
-    let spec = format!(
-        "aws={}x4,rtx={}x8,dgx-ext={}x8",
-        6 * copies,
-        3 * copies,
-        2 * copies
-    );
-    Some((trace, Cluster::parse_spec(&spec, 1).unwrap()))
-}
-
-/// A policy that keeps the time of each of its inner policy's rounds.
-struct EachRound {
-    inner: Box<dyn Policy>,
-    rounds: Vec<Duration>,
-}
-
-impl Policy for EachRound {
-    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
-        let start = Instant::now();
-        let grants = self.inner.allocate(input);
-        self.rounds.push(start.elapsed());
-        grants
-    }
+    Some((trace, sia_cluster(copies)))
 }
 
 /// A 60 s-round simulation of `trace` on `cluster`, run under `sia` by `with`.
@@ -293,10 +287,7 @@ fn scale(c: &mut Criterion) {
         };
         with_sia(&trace, &cluster, |simulation, build| {
             let start = Instant::now();
-            let mut each = EachRound {
-                inner: build(),
-                rounds: Vec::new(),
-            };
+            let mut each = Timed::new(build());
             run(simulation, &mut each);
             each.rounds.sort();
             eprintln!(
