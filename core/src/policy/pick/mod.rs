@@ -2,8 +2,8 @@
 //! goodput policies (Sia, Pollux) solve every round, a multiple-choice knapsack.
 //!
 //! Most programs are small (a few jobs to a few dozen, one capacity row per GPU type) and are solved
-//! exactly by a table of the least cost per count of GPUs used of each type ([`table`]); larger ones
-//! go to HiGHS as a MILP, up to [`EXACT_UP_TO`] candidates.
+//! exactly by a table of the least cost per count of GPUs used of each type (the `table` module);
+//! larger ones go to HiGHS as a MILP, up to [`EXACT_UP_TO`] candidates.
 //!
 //! A job's options are ways to run it (a GPU type and count) with a cost each; leaving it out costs its
 //! `left_out` cost, or is not allowed. The costs stay in the objective as they are, with an explicit
