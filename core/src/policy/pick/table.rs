@@ -266,8 +266,10 @@ struct Bound {
     /// Per count `j` of jobs to come and count `f` of GPUs free, the least cost of those jobs on
     /// at most `f` GPUs of any types (`pooled[j * width + f]`).
     pooled: Vec<f64>,
-    /// One more than the GPUs of all types.
+    /// One more than the most GPUs the jobs could use together, of all types.
     width: usize,
+    /// The GPUs of all types.
+    gpus: usize,
     /// The cost of the cheaper of two picks that fit (infinite if neither does), with room for
     /// rounding.
     known: f64,
@@ -308,7 +310,13 @@ impl Bound {
             .zip(capacity)
             .map(|(p, &c)| p * f64::from(c))
             .sum();
-        let width = capacity.iter().map(|&c| c as usize).sum::<usize>() + 1;
+        // Past what the jobs could use together, more free GPUs change nothing.
+        let gpus = capacity.iter().map(|&c| c as usize).sum::<usize>();
+        let most: usize = jobs
+            .iter()
+            .map(|job| job.options.iter().map(|o| o.gpus as usize).max().unwrap_or(0))
+            .sum();
+        let width = gpus.min(most) + 1;
         // No jobs cost nothing on any GPUs; each job more is left out or takes one of its options
         // from the GPUs free.
         let mut pooled = vec![0.0; width * (jobs.len() + 1)];
@@ -331,6 +339,7 @@ impl Bound {
             all_free,
             pooled,
             width,
+            gpus,
             known: with_slack(known),
         }
     }
@@ -345,7 +354,8 @@ impl Bound {
             used += u as usize;
         }
         let lagrangian = self.priced[j] - (self.all_free - taken);
-        lagrangian.max(self.pooled[j * self.width + self.width - 1 - used])
+        let free = (self.gpus - used).min(self.width - 1);
+        lagrangian.max(self.pooled[j * self.width + free])
     }
 
     /// The cutoffs below the known pick's cost to try a table at first ([`LOW_CUTOFFS`]).
