@@ -498,6 +498,17 @@ mod tests {
     }
 }
 
+/// An option on one of `types` GPU types, of 1 to 8 GPUs, costing 0.01 to 1: for property tests.
+#[cfg(test)]
+fn any_candidate(types: u16) -> impl proptest::strategy::Strategy<Value = Candidate> {
+    use proptest::strategy::Strategy;
+    (0..types, 1u32..9, 0.01f64..1.0).prop_map(|(t, gpus, cost)| Candidate {
+        gpu_type: GpuTypeId(t),
+        gpus,
+        cost,
+    })
+}
+
 #[cfg(test)]
 mod priced {
     use super::*;
@@ -517,13 +528,8 @@ mod priced {
 
     /// Jobs with 1 to 4 options over 2 types and 1 to 8 GPUs; some must run.
     fn program() -> impl Strategy<Value = (Vec<Choices>, Vec<u32>)> {
-        let option = (0u16..2, 1u32..9, 0.01f64..1.0).prop_map(|(t, gpus, cost)| Candidate {
-            gpu_type: GpuTypeId(t),
-            gpus,
-            cost,
-        });
         let job = (
-            prop::collection::vec(option, 1..5),
+            prop::collection::vec(any_candidate(2), 1..5),
             prop::option::weighted(0.9, 1.0f64..2.0),
         )
             .prop_map(|(options, left_out)| Choices { options, left_out });

@@ -314,7 +314,13 @@ impl Bound {
         let gpus = capacity.iter().map(|&c| c as usize).sum::<usize>();
         let most: usize = jobs
             .iter()
-            .map(|job| job.options.iter().map(|o| o.gpus as usize).max().unwrap_or(0))
+            .map(|job| {
+                job.options
+                    .iter()
+                    .map(|o| o.gpus as usize)
+                    .max()
+                    .unwrap_or(0)
+            })
             .sum();
         let width = gpus.min(most) + 1;
         // No jobs cost nothing on any GPUs; each job more is left out or takes one of its options
@@ -466,20 +472,14 @@ impl Space {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::GpuTypeId;
-    use crate::policy::pick::Candidate;
+    use crate::policy::pick::any_candidate;
     use proptest::prelude::*;
 
     /// Up to 12 kinds of job, each twice or more (alike jobs tie), with 1 to 6 options over three
     /// types; some must run.
     fn program() -> impl Strategy<Value = (Vec<Choices>, Vec<u32>)> {
-        let option = (0u16..3, 1u32..9, 0.01f64..1.0).prop_map(|(t, gpus, cost)| Candidate {
-            gpu_type: GpuTypeId(t),
-            gpus,
-            cost,
-        });
         let job = (
-            prop::collection::vec(option, 1..7),
+            prop::collection::vec(any_candidate(3), 1..7),
             prop::option::weighted(0.9, 1.0f64..2.0),
             2usize..4,
         )
