@@ -42,6 +42,9 @@ def parse_args():
                         help="seconds to sleep after each step (lets tests stop it mid-run)")
     parser.add_argument("--timing", action="store_true",
                         help="rank 0 prints `timing: EVENT=UNIX_SECONDS` lines (for launch overheads)")
+    parser.add_argument("--interpreter-exit", action="store_true",
+                        help="at a stop, return through the interpreter's teardown instead of "
+                             "gw.exit_now (what the stop cost before; for stop_overhead.py)")
     parser.add_argument("--out", help="rank 0 writes the final parameters here (JSON of float.hex)")
     args = parser.parse_args()
     if args.steps < 0 or args.save_every < 0:
@@ -156,6 +159,7 @@ def main():
     last_saved = start if resumed else None
     for step in range(start, args.steps):
         if gw.should_stop():
+            timing("stop_seen")
             if last_saved != step:
                 checkpoint(step)
             timing("checkpoint_saved")
@@ -163,7 +167,12 @@ def main():
                 print(f"stop requested: saved step {step}, exiting {gw.EXIT_PREEMPTED_OK}", flush=True)
             # As at the end: tear down together, or a rank can abort while another still saves.
             teardown()
-            return gw.EXIT_PREEMPTED_OK
+            timing("teardown_done")
+            if args.interpreter_exit:
+                return gw.EXIT_PREEMPTED_OK
+            # Saved and the group destroyed: nothing left worth the interpreter's teardown (about
+            # a second per worker unloading torch, where a resize waits for it).
+            gw.exit_now(gw.EXIT_PREEMPTED_OK)
 
         # The scheduler may retune the batch while the job keeps its GPUs (Pollux does).
         new = gw.retuned(plan)

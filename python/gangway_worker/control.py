@@ -1,9 +1,11 @@
-"""Cooperative stop (``should_stop``) and liveness reporting (``report_progress``)."""
+"""Cooperative stop (``should_stop``, ``exit_now``) and liveness reporting (``report_progress``)."""
 
 import json
+import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 
@@ -61,6 +63,26 @@ def should_stop(group=None):
     install_sigterm_handler()
     local = 1 if stop_requested_locally() else 0
     return _dist.all_max([local], group)[0] > 0
+
+
+def exit_now(code=0):
+    """End this worker at once with exit status ``code``: the last step of a cooperative stop.
+
+    Flushes ``sys.stdout``, ``sys.stderr`` and the ``logging`` handlers, then leaves with
+    ``os._exit``, skipping the interpreter's teardown: ``atexit`` handlers, finalizers, and
+    unloading torch, which takes about a second per worker (a stop of the toy job under
+    ``elastic-run --spawn direct`` went from 1.3 s to 0.5 s). Call it only once everything worth
+    keeping is saved and every collective is done (after ``destroy_process_group``): a peer still
+    in a collective with this rank would see its connection close. Files the script opened
+    itself are not flushed; close them first.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, OSError, ValueError):
+            pass  # closed or replaced by the script: nothing left to flush
+    logging.shutdown()
+    os._exit(code)
 
 
 def report_progress(step, total_steps=None, min_interval=0.0, goodput=None):

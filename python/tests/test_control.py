@@ -40,6 +40,30 @@ class ControlStateMixin:
          control._previous_handler, control._last_progress_write) = self._saved_state
 
 
+class ExitNowTest(unittest.TestCase):
+    def test_it_flushes_what_was_written_and_skips_the_interpreter_teardown(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            ran_atexit = os.path.join(tmp, "atexit-ran")
+            log = os.path.join(tmp, "worker.log")
+            result = run_python(f"""
+                import atexit, logging, sys
+                import gangway_worker as gw
+                atexit.register(lambda: open({ran_atexit!r}, "w").close())
+                logging.basicConfig(filename={log!r}, level=logging.INFO)
+                logging.info("saved step 7")
+                sys.stdout.write("no newline, still buffered")  # a pipe: block-buffered
+                sys.stderr.write("on stderr")
+                gw.exit_now(3)
+                print("never reached")
+            """)
+            self.assertEqual(result.returncode, 3, result.stderr)
+            self.assertEqual(result.stdout, "no newline, still buffered")
+            self.assertIn("on stderr", result.stderr)
+            with open(log) as f:
+                self.assertIn("saved step 7", f.read())
+            self.assertFalse(os.path.exists(ran_atexit), "atexit handlers must not run")
+
+
 class StopFileTest(ControlStateMixin, unittest.TestCase):
     def test_stop_file_appears_and_disappears(self):
         stop = os.path.join(self.tmp.name, "stop")
