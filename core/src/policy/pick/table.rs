@@ -13,7 +13,7 @@
 //! nearly everything is pruned; where nothing is found there, a narrow table (the most promising
 //! states after each job) finds a pick near the optimum, and its cost is the cutoff.
 
-use super::{Choices, cheapest, cost, fits, priced, prices, repair};
+use super::{Choices, cost, fits, priced, prices, repair};
 use crate::solver::SolveError;
 
 /// Most cells (states times each job's choices, leaving it out included) a table may visit, about
@@ -279,9 +279,19 @@ impl Bound {
     fn new(jobs: &[Choices], capacity: &[u32]) -> Self {
         let prices = prices(jobs, capacity, BOUND_SEARCH);
         let by_prices = priced(jobs, capacity, &prices);
-        // Greedy from nothing: every job on its fewest GPUs (left out where it may be), then
-        // the spare GPUs spent; it often beats the priced pick where many jobs share few GPUs.
-        let mut greedy = cheapest(jobs, &vec![f64::MAX; capacity.len()]);
+        // Greedy from nothing: the jobs that may be left out are, the others get their fewest
+        // GPUs (the cheapest such option), then the spare GPUs are spent. It often beats the
+        // priced pick where many jobs share few GPUs.
+        let mut greedy: Vec<Option<usize>> = jobs
+            .iter()
+            .map(|job| match job.left_out {
+                Some(_) => None,
+                None => (0..job.options.len()).min_by(|&a, &b| {
+                    let (a, b) = (job.options[a], job.options[b]);
+                    a.gpus.cmp(&b.gpus).then(a.cost.total_cmp(&b.cost))
+                }),
+            })
+            .collect();
         repair(jobs, capacity, &mut greedy);
         let known = [by_prices, greedy]
             .iter()
