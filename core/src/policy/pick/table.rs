@@ -64,7 +64,7 @@ pub(super) fn solve_pruning_from(
         // Most optima lie a small part of the way from the lower bound to the known pick: a
         // table cut off that low prunes nearly everything and still finds the optimum.
         let low = bound
-            .low_cutoffs()
+            .low_cutoffs(&table.space)
             .find_map(|cutoff| table.fill(jobs, Some((&bound, cutoff)), usize::MAX));
         low.or_else(|| {
             // Higher: a narrow table (the most promising states of each job) finds a pick
@@ -374,11 +374,10 @@ impl Bound {
         lagrangian.max(self.pooled[j * self.width + free])
     }
 
-    /// The cutoffs below the known pick's cost to try a table at first ([`LOW_CUTOFFS`]).
-    fn low_cutoffs(&self) -> impl Iterator<Item = f64> + '_ {
-        let n = self.priced.len() - 1;
-        let lower =
-            (self.priced[n] - self.all_free).max(self.pooled[n * self.width + self.width - 1]);
+    /// The cutoffs below the known pick's cost to try a table at first ([`LOW_CUTOFFS`]): above
+    /// the bound on the whole program, every job still to come from the empty state.
+    fn low_cutoffs(&self, space: &Space) -> impl Iterator<Item = f64> + '_ {
+        let lower = self.to_come(space, self.priced.len() - 1, 0);
         let gap = self.known - lower;
         LOW_CUTOFFS
             .iter()
