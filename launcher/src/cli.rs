@@ -186,6 +186,16 @@ pub enum Spawn {
     Torchrun,
     /// elastic-run starts them itself, with torchrun's environment (no torchrun options; local only).
     Direct,
+    /// As `direct`, but forked from this user's warm pool, which has imported torch already
+    /// (`direct` wherever the pool cannot serve the launch; see `gangway_launcher::pool`).
+    Pool,
+}
+
+impl Spawn {
+    /// Whether elastic-run starts the workers itself (no torchrun agent).
+    pub fn is_agentless(self) -> bool {
+        self != Spawn::Torchrun
+    }
 }
 
 /// GPU device indices, as `0,1`.

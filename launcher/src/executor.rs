@@ -42,6 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
+use crate::pool;
 use crate::process::{kill_all_with_env, process_has_env, processes_with_env};
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
@@ -731,9 +732,13 @@ impl ProcessExecutor {
             PROGRESS_FILE_VAR,
             inherit::PROGRAM_FD_VAR,
             inherit::PROGRAM_PATH_VAR,
+            pool::OFF_VAR,
+            pool::POOL_CGROUP_VAR,
+            pool::CGROUP_VAR,
         ] {
             command.env_remove(var);
         }
+        self.pool_env(&mut command, run, confinement)?;
         // Only the policy chooses a batch and stages.
         for (var, chosen) in [(POLICY_BATCH_VAR, launch.batch), (POLICY_PP_VAR, launch.pp)] {
             match chosen {
@@ -793,6 +798,39 @@ impl ProcessExecutor {
         })?;
         drop(handover);
         Ok((child, stop_timeout))
+    }
+
+    /// What a `--spawn pool` launch needs from the daemon: the pool lives as long as the daemon, and
+    /// outside the attempts' cgroups (whose ends would end it), while the workers it forks join
+    /// their attempt's. A job run as another user than the daemon's cannot keep a pool outside
+    /// the attempt's cgroup: its workers start directly.
+    fn pool_env(
+        &self,
+        command: &mut Command,
+        run: &RunCommand,
+        confinement: &Confinement,
+    ) -> Result<(), SpawnError> {
+        command.env(pool::OWNER_VAR, std::process::id().to_string());
+        let Some(cgroup) = &confinement.cgroup else {
+            return Ok(());
+        };
+        command.env(pool::CGROUP_VAR, cgroup);
+        if run.user.is_some_and(|u| u.uid != inherit::this_user()) {
+            command.env(
+                pool::OFF_VAR,
+                "the job runs as another user than the daemon, which cannot keep its pool out of \
+                 the attempt's cgroup",
+            );
+            return Ok(());
+        }
+        let pools = self
+            .cgroups
+            .create(&format!("{}-pools", self.instance), None)
+            .map_err(|e| SpawnError::from_io("making the pools' cgroup".into(), e))?;
+        if let Some(pools) = pools {
+            command.env(pool::POOL_CGROUP_VAR, pools);
+        }
+        Ok(())
     }
 
     /// How long `launch`'s workers get to checkpoint and exit when stopped: their grace, and a

@@ -9,6 +9,7 @@
 //!   after crashes and hangs within the budget, stop cooperatively on request;
 //! - [`spawn`]: `--spawn direct`: one machine's workers started without torchrun's agent (and its
 //!   torch import);
+//! - [`pool`]: `--spawn pool`: workers forked from a warm pool that has imported torch already;
 //! - [`slurm`]: the Slurm backend: nodes from `scontrol`, one torchrun agent per node by `srun`, c10d
 //!   rendezvous on the first node, `scancel` to clean up;
 //! - [`daemon`]: `elastic-run --daemon`: submit the job to `gangway serve` and follow it;
@@ -34,6 +35,7 @@ pub mod executor;
 pub mod exit;
 pub mod inherit;
 pub mod local;
+pub mod pool;
 pub mod process;
 pub mod slurm;
 pub mod spawn;

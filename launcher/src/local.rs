@@ -505,11 +505,20 @@ fn launch_command(
 ) -> Result<Command, LaunchError> {
     let options = &inv.options;
     let mut command = match target {
-        Target::Local(_) if options.spawn == Spawn::Direct => {
+        Target::Local(_) if options.spawn.is_agentless() => {
             let exe = std::env::current_exe().map_err(io("finding elastic-run itself"))?;
-            let nproc = plan.world_size();
-            let mut command =
-                spawn::command(&exe, nproc, &options.python, &inv.script, &inv.script_args);
+            let mode = match options.spawn {
+                Spawn::Pool => spawn::Mode::Pool,
+                _ => spawn::Mode::Direct,
+            };
+            let mut command = spawn::command(
+                &exe,
+                mode,
+                plan.world_size(),
+                &options.python,
+                &inv.script,
+                &inv.script_args,
+            );
             if let Some(program) = program {
                 program.pass_to(&mut command);
             }

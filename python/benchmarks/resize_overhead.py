@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Decision to first step of a resize through `gangway serve`, with torchrun's agent and without.
+"""Decision to first step of a resize through `gangway serve`, by each way of starting workers.
 
     python3 python/benchmarks/resize_overhead.py --python .venv/bin/python \\
-        --profiles ../shared/data/sia/profiles [--bin target/release] [--runs 3]
+        --profiles ../shared/data/sia/profiles [--bin target/release] [--runs 3] \\
+        [--modes torchrun,direct,pool]
 
-For each of `elastic-run --spawn torchrun` and `--spawn direct`, --runs times: a fresh daemon
+For each `elastic-run --spawn` mode in turn, --runs times: a fresh daemon
 under `sia` on 4 fake `rtx` GPUs runs the toy DDP job (`--gpus 1:4`, typed cifar10), which Sia
 grows from 1 GPU to 2, then to 4. The daemon measures each restart from its decision to the
 workers' first reported step after it (`last_restart_seconds` in the API), split into phases
@@ -149,14 +150,17 @@ def main():
     parser.add_argument("--profiles", required=True, help="Sia's profiles directory")
     parser.add_argument("--bin", default="target/release", help="where gangway and elastic-run are")
     parser.add_argument("--runs", type=int, default=3, help="daemons per mode (two restarts each)")
+    parser.add_argument("--modes", default="torchrun,direct,pool",
+                        help="elastic-run --spawn modes to compare, in turn (the first is the baseline)")
     args = parser.parse_args()
+    modes = args.modes.split(",")
     # The job runs in a directory of its own.
     args.bin, args.profiles = os.path.abspath(args.bin), os.path.abspath(args.profiles)
     results = {}
     with tempfile.TemporaryDirectory() as work:
         # The modes in turn, so that drift on a shared machine touches both alike.
         for run in range(args.runs):
-            for spawn in ("torchrun", "direct"):
+            for spawn in modes:
                 results.setdefault(spawn, []).extend(measure(args, spawn, work, run))
     medians = {}
     for spawn, seen in results.items():
@@ -166,7 +170,8 @@ def main():
         print(f"--spawn {spawn}: median decision to first step {medians[spawn]:.2f} s "
               f"over {len(seen)} restarts (min {min(totals):.2f}, max {max(totals):.2f}); "
               f"median phases: {describe(phases)}")
-    print(f"ratio direct / torchrun: {medians['direct'] / medians['torchrun']:.3f}")
+    for spawn in modes[1:]:
+        print(f"ratio {spawn} / {modes[0]}: {medians[spawn] / medians[modes[0]]:.3f}")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use gangway_launcher::cli::{self, Backend, CliError, Options, Spawn};
+use clap::ValueEnum;
+use gangway_launcher::cli::{self, Backend, CliError, Options};
 use gangway_launcher::daemon;
 use gangway_launcher::executor::{EXIT_FILE_VAR, ExitReport};
 use gangway_launcher::inherit::Inherited;
@@ -15,8 +16,10 @@ fn main() {
     // SAFETY: first in main, before any other thread exists.
     let mut inherited = unsafe { Inherited::from_env() };
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(spawn::SPAWN_FLAG) {
-        spawn::run(&args[1..], inherited.program());
+    match args.first().map(String::as_str) {
+        Some(spawn::SPAWN_FLAG) => spawn::run(&args[1..], inherited.program(), spawn::Mode::Direct),
+        Some(spawn::POOL_FLAG) => spawn::run(&args[1..], inherited.program(), spawn::Mode::Pool),
+        _ => {}
     }
     if args.first().map(String::as_str) == Some(GUARD_FLAG) {
         gangway_launcher::process::guard(
@@ -64,12 +67,17 @@ fn main() {
             &inherited,
         );
     }
-    if inv.options.spawn == Spawn::Direct
+    if inv.options.spawn.is_agentless()
         && (inv.options.backend == Backend::Slurm || !inv.torchrun.is_empty())
     {
         let why = format!(
-            "--spawn direct starts this machine's workers without torchrun: it takes no torchrun \
+            "--spawn {} starts this machine's workers without torchrun: it takes no torchrun \
              options ({}) and not --backend slurm",
+            inv.options
+                .spawn
+                .to_possible_value()
+                .map(|v| v.get_name().to_owned())
+                .unwrap_or_default(),
             inv.torchrun.join(" ")
         );
         eprintln!("elastic-run: {why}");

@@ -1,0 +1,365 @@
+# gangway's warm worker pool: `elastic-run --spawn pool` runs this with the job's Python, as
+#     PYTHON -u -c SOURCE SOCKET OWNER_PID OWNER_START IDLE_SECONDS
+# with the launch's fingerprint (what must be equal for a fork to stand in for a fresh launch) on
+# its stdin. It imports torch once, then serves SOCKET: each connection from its own user gets a
+# *leader*, forked at once, which takes the spawner's request (its descriptors by SCM_RIGHTS), puts
+# itself in the spawner's cgroup, CPUs and directory, forks one process per rank that runs the
+# script as `python -u SCRIPT ARGS` would, and relays their exits. It exits when its owner (the
+# daemon, or a standalone elastic-run) exits, or after IDLE_SECONDS without a launch.
+#
+# Everything the spawner cannot apply after a fork (user, limits, umask, namespaces, environment
+# other than the launch's own variables...) is in the fingerprint: a launch that differs is
+# refused here, and the spawner starts the workers directly.
+
+import ctypes
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+import traceback
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+REQUEST_LIMIT = 16 << 20
+# What workers import first, and what torch imports lazily at common calls
+# (`use_deterministic_algorithms`, `compile`: about 1 s on its own). GANGWAY_POOL_PRELOAD adds a
+# job's own heavy imports.
+PRELOAD = ["torch.distributed", "torch.nn.parallel", "torch._inductor.config"]
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def log(message):
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} gangway-pool[{os.getpid()}]: {message}",
+          file=sys.stderr, flush=True)
+
+
+def start_time(pid):
+    """Field 22 of /proc/PID/stat: tells a process apart from a later one with its pid."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[19]
+
+
+def peer_uid(conn):
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return uid
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+def fork_safe(torch):
+    """Why forking now would give workers a broken runtime, or None."""
+    if torch.cuda.is_initialized():
+        return "CUDA is initialised in the pool (it does not survive fork)"
+    if threads() != 1:
+        return f"the pool has {threads()} threads (locks held by them would be copied)"
+    return None
+
+
+def main():
+    sock_path, owner_pid, owner_start, idle = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    fingerprint = sys.stdin.read()
+    # The pool's own directory is not the script's: never import from it.
+    if sys.path and sys.path[0] == "":
+        del sys.path[0]
+    owner = os.pidfd_open(owner_pid)
+    if start_time(owner_pid) != owner_start:
+        log("its owner exited before it started")
+        return 1
+    began = time.monotonic()
+    import torch
+    extra = [m.strip() for m in os.environ.get("GANGWAY_POOL_PRELOAD", "").split(",") if m.strip()]
+    for name in PRELOAD + extra:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the workers import it themselves, and meet the error there
+            log(f"did not preload {name}: {e!r}")
+        why = fork_safe(torch)
+        if why:
+            log(f"cannot serve after importing {name}: {why}")
+            return 1
+    preloaded = sorted({name.split(".")[0] for name in sys.modules})
+    log(f"imported torch {torch.__version__} in {time.monotonic() - began:.2f} s")
+    old = os.umask(0o077)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # Bound under a private name and renamed over a stale socket: a client never meets a half-made one.
+    staging = f"{sock_path}.{os.getpid()}"
+    server.bind(staging)
+    os.umask(old)
+    server.listen(64)
+    os.rename(staging, sock_path)
+    inode = os.stat(sock_path).st_ino
+    leaders = set()
+    last = time.monotonic()
+    while True:
+        readable, _, _ = select.select([server, owner], [], [], 1.0)
+        while leaders:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                break
+            leaders.discard(pid)
+        if owner in readable:
+            log("its owner exited")
+            break
+        if server in readable:
+            conn, _ = server.accept()
+            uid = peer_uid(conn)
+            if uid != os.getuid():
+                log(f"refused a connection from uid {uid}")
+                conn.close()
+                continue
+            why = fork_safe(torch)
+            if why:
+                log(f"stopping: {why}")
+                conn.close()
+                break
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    server.detach()
+                    os.close(owner)
+                    code = Leader(conn, fingerprint, preloaded, torch).run()
+                except BaseException:  # the leader's own failure, never a worker's
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            leaders.add(pid)
+            conn.close()
+            last = time.monotonic()
+        elif not leaders and time.monotonic() - last > idle:
+            log(f"idle for {idle:.0f} s")
+            break
+    try:
+        if os.stat(sock_path).st_ino == inode:
+            os.unlink(sock_path)
+    except FileNotFoundError:
+        pass
+    return 0
+
+
+class Refused(Exception):
+    """A launch this pool cannot stand in for; the spawner starts its workers directly."""
+
+
+class Leader:
+    """One launch: applies the spawner's context, forks its ranks, relays their exits."""
+
+    def __init__(self, conn, fingerprint, preloaded, torch):
+        self.conn = conn
+        self.fingerprint = fingerprint
+        self.preloaded = preloaded
+        self.torch = torch
+        self.ranks = {}  # pid -> (rank, pidfd)
+
+    def send(self, **message):
+        try:
+            self.conn.sendall(json.dumps(message).encode() + b"\n")
+        except BrokenPipeError:
+            pass  # the spawner is gone: the next look at the connection ends the launch
+
+    def receive(self):
+        data, fds, _, _ = socket.recv_fds(self.conn, 1 << 16, 8)
+        while not data.endswith(b"\n"):
+            more = self.conn.recv(1 << 16)
+            if not more or len(data) > REQUEST_LIMIT:
+                raise Refused("the request was cut short")
+            data += more
+        return json.loads(data), fds
+
+    def run(self):
+        request, fds = self.receive()
+        try:
+            self.enter(request, fds)
+        except Refused as why:
+            self.send(refused=str(why))
+            return 0
+        pids = [self.fork_rank(request, rank) for rank in range(len(request["ranks"]))]
+        self.send(started=pids)
+        return self.supervise()
+
+    def enter(self, request, fds):
+        if request.get("version") != 1:
+            raise Refused(f"protocol version {request.get('version')} is not 1")
+        if request["fingerprint"] != self.fingerprint:
+            raise Refused("the launch's context differs from the pool's")
+        if len(fds) != 4 + bool(request["cgroup_fd"]):
+            raise Refused(f"{len(fds)} descriptors came, {4 + bool(request['cgroup_fd'])} expected")
+        script_dir = os.path.dirname(os.path.realpath(request["script"]))
+        shadowed = [m for m in self.preloaded
+                    if os.path.exists(os.path.join(script_dir, m + ".py"))
+                    or os.path.isdir(os.path.join(script_dir, m))]
+        if shadowed:
+            raise Refused(f"the script's directory shadows modules the pool imported: {', '.join(shadowed)}")
+        os.setsid()
+        if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+            raise Refused("no child subreaper")
+        if request["cgroup_fd"]:
+            os.write(fds[4], b"0")
+            os.close(fds[4])
+        with open("/proc/self/cgroup") as f:
+            if f.read() != request["cgroup"]:
+                raise Refused("the pool cannot enter the launch's cgroup")
+        os.sched_setaffinity(0, request["cpus"])
+        os.fchdir(fds[0])
+        os.close(fds[0])
+        for target, fd in zip((0, 1, 2), fds[1:4]):
+            os.dup2(fd, target)
+            os.close(fd)
+
+    def fork_rank(self, request, rank):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.become_rank(request, rank)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(1)
+        os.setpgid(pid, pid) if pid != os.getpgid(pid) else None
+        self.ranks[pid] = (rank, os.pidfd_open(pid))
+        return pid
+
+    def become_rank(self, request, rank):
+        leader = os.getppid()
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != leader:
+            os._exit(1)
+        os.setpgid(0, 0)
+        self.conn.detach()
+        for fd in os.listdir("/proc/self/fd"):
+            if int(fd) > 2:
+                try:
+                    os.close(int(fd))
+                except OSError:
+                    pass
+        env = dict(request["env"])
+        env.update(request["ranks"][rank])
+        os.environ.clear()
+        os.environ.update(env)
+        # libgomp read OMP_NUM_THREADS when the pool imported torch; a fresh worker reads it now.
+        threads = env.get("OMP_NUM_THREADS")
+        self.torch.set_num_threads(int(threads) if threads and threads.isdigit()
+                                   else len(os.sched_getaffinity(0)))
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        script = request["script"]
+        sys.argv = [script] + request["args"]
+        sys.orig_argv = [sys.executable, "-u"] + sys.argv
+        sys.path[0:0] = [os.path.dirname(os.path.realpath(script))]
+        run_as_main(script)
+
+    def supervise(self):
+        """Relays each rank's exit, and the spawner's signals to the ranks; a closed connection
+        (the spawner is gone) kills them all."""
+        while self.ranks:
+            by_fd = {pidfd: pid for pid, (_, pidfd) in self.ranks.items()}
+            readable, _, _ = select.select([self.conn] + list(by_fd), [], [], 1.0)
+            self.reap_orphans()
+            for fd in readable:
+                if fd is self.conn:
+                    if not self.relay():
+                        self.kill_all()
+                        return 0
+                    continue
+                pid = by_fd[fd]
+                rank, pidfd = self.ranks.pop(pid)
+                os.close(pidfd)
+                _, status = os.waitpid(pid, 0)
+                self.send(exited=rank, pid=pid, code=os.waitstatus_to_exitcode(status))
+        # What the ranks left behind (a DataLoader worker that outlived its rank) goes with them.
+        self.kill_all()
+        self.send(done=True)
+        return 0
+
+    def relay(self):
+        data = self.conn.recv(1 << 12)
+        if not data:
+            return False
+        for line in data.splitlines():
+            message = json.loads(line)
+            if message.get("signal") in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
+                for pid in self.ranks:
+                    try:
+                        os.kill(pid, message["signal"])
+                    except ProcessLookupError:
+                        pass
+        return True
+
+    def children(self):
+        pids = []
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        return pids
+
+    def reap_orphans(self):
+        for pid in self.children():
+            if pid not in self.ranks:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+
+    def kill_all(self):
+        """SIGKILLs the ranks, their process groups and every descendant adopted here, and reaps them."""
+        for pid in self.ranks:
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            pids = self.children()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                except (ProcessLookupError, ChildProcessError):
+                    pass
+
+
+def run_as_main(script):
+    """Runs `script` as `python SCRIPT` does, and exits as it would."""
+    import atexit
+    import runpy
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        code = -signal.SIGINT
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+    if code == -signal.SIGINT:
+        # As CPython does after an uncaught KeyboardInterrupt: die by the signal.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code & 0xFF)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
