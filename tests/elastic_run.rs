@@ -15,29 +15,12 @@ use gangway_launcher::inherit::AttemptFiles;
 
 const TOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python/examples/toy_ddp.py");
 
-/// The Python with torch, or why there is none.
-fn python() -> Result<String, String> {
-    let python = std::env::var("GANGWAY_TEST_PYTHON")
-        .map_err(|_| "no torch (set GANGWAY_TEST_PYTHON to a python that has it)".to_owned())?;
-    let ok = Command::new(&python)
-        .args(["-c", "import torch.distributed.run"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        return Err(format!("GANGWAY_TEST_PYTHON={python} cannot import torch"));
-    }
-    Ok(python)
-}
-
 /// The Python with torch; without one the test skips (fails in CI).
 macro_rules! need_torch {
     () => {
-        match python() {
-            Ok(p) => p,
-            Err(why) => {
-                support::skip(&why);
-                return;
-            }
+        match support::torch_python() {
+            Some(p) => p,
+            None => return,
         }
     };
 }
@@ -191,7 +174,9 @@ fn a_python_without_torch_is_a_user_error_at_once() {
         "no-torch",
         &["--gpus", "2"],
     )
-    .args(["--max-restarts", "3"])
+    // torchrun's agent imports torch before any worker runs (a pool that cannot import it leaves
+    // the workers to start directly, and this script needs no torch).
+    .args(["--max-restarts", "3", "--spawn", "torchrun"])
     .arg(&script));
     let all = text(&out);
     assert_eq!(out.status.code(), Some(2), "{all}");
@@ -414,10 +399,14 @@ fn a_pipeline_runs_with_the_stages_the_daemon_names_for_its_gpu_type() {
 }
 
 #[test]
-fn spawned_directly_a_ddp_job_trains_exactly_as_under_torchrun() {
+fn spawned_directly_or_by_the_pool_a_ddp_job_trains_exactly_as_under_torchrun() {
     let python = need_torch!();
     let dir = tempfile::tempdir().unwrap();
-    for (job, spawn) in [("agent", "torchrun"), ("direct", "direct")] {
+    for (job, spawn) in [
+        ("agent", "torchrun"),
+        ("direct", "direct"),
+        ("pool", "pool"),
+    ] {
         let out = run(
             elastic_run(&python, dir.path(), job, &["--gpus", "2", "--spawn", spawn]).args([
                 TOY,
@@ -433,11 +422,81 @@ fn spawned_directly_a_ddp_job_trains_exactly_as_under_torchrun() {
         assert!(text(&out).contains("plan: world=2 "), "{}", text(&out));
     }
     let read = |name: &str| read_json(dir.path(), name);
-    assert_eq!(
-        read("agent.json")["params"],
-        read("direct.json")["params"],
-        "the same training, bit for bit"
-    );
+    for other in ["direct.json", "pool.json"] {
+        assert_eq!(
+            read("agent.json")["params"],
+            read(other)["params"],
+            "the same training, bit for bit ({other})"
+        );
+    }
+}
+
+/// The differences between two probes' views that any two launches have (their rendezvous port,
+/// run id and token), removed.
+fn probe_view(dir: &Path, label: &str, rank: u32) -> serde_json::Value {
+    let mut seen = read_json(dir, &format!("probe-{label}-{rank}.json"));
+    let env = seen["env"].as_object_mut().unwrap();
+    for per_launch in ["MASTER_PORT", "TORCHELASTIC_RUN_ID", "GANGWAY_RUN_TOKEN"] {
+        assert!(env.remove(per_launch).is_some(), "{per_launch}");
+    }
+    seen
+}
+
+/// What a worker sees of its process (environment, directory, descriptors, limits, CPUs, signals,
+/// `sys` and `__main__`, torch's threads and random state) is the same whether the pool forked it
+/// or it was started directly.
+#[test]
+fn a_worker_forked_by_the_pool_sees_what_a_directly_started_one_sees() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/worker_probe.py");
+    std::fs::copy(&probe, dir.path().join("worker_probe.py")).unwrap();
+    for gpus in ["1", "2"] {
+        for spawn in ["direct", "pool"] {
+            let out = run(elastic_run(
+                &python,
+                dir.path(),
+                "probe",
+                &["--gpus", gpus, "--spawn", spawn],
+            )
+            .args(["worker_probe.py", &format!("{spawn}{gpus}")]));
+            assert!(out.status.success(), "{}", text(&out));
+            assert!(!text(&out).contains("no warm pool"), "{}", text(&out));
+        }
+        for rank in 0..gpus.parse().unwrap() {
+            let seeds = |label: &str| read_json(dir.path(), &format!("seeds-{label}-{rank}.json"));
+            let (direct, pooled) = (
+                seeds(&format!("direct{gpus}")),
+                seeds(&format!("pool{gpus}")),
+            );
+            for generator in ["torch", "random"] {
+                assert_ne!(
+                    direct[generator], pooled[generator],
+                    "a fresh random stream in each worker ({generator})"
+                );
+            }
+            if rank > 0 {
+                let first = read_json(dir.path(), &format!("seeds-pool{gpus}-0.json"));
+                assert_ne!(first, pooled, "ranks forked by one pool draw apart");
+            }
+            let direct = probe_view(dir.path(), &format!("direct{gpus}"), rank);
+            let pooled = probe_view(dir.path(), &format!("pool{gpus}"), rank);
+            for (key, seen) in direct.as_object().unwrap() {
+                let expected = match key.as_str() {
+                    // The script's own argument, which names the mode.
+                    "argv" | "orig_argv" => serde_json::to_string(seen)
+                        .unwrap()
+                        .replace("direct", "pool"),
+                    _ => serde_json::to_string(seen).unwrap(),
+                };
+                assert_eq!(
+                    expected,
+                    serde_json::to_string(&pooled[key]).unwrap(),
+                    "{key}, rank {rank} of {gpus}"
+                );
+            }
+        }
+    }
 }
 
 /// Without torch: `/bin/sh` stands in for Python (`sh -u SCRIPT`), so the spawner's supervision is

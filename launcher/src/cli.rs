@@ -63,10 +63,12 @@ pub struct Options {
     /// node, started by `srun`).
     #[arg(long, value_enum, default_value = "local")]
     pub backend: Backend,
-    /// How the workers start on this machine: `torchrun` (its agent, which imports torch before
-    /// they do), or `direct`: elastic-run starts them itself with torchrun's environment, a few
-    /// seconds sooner at every launch and stop (no torchrun options; not with `--backend slurm`).
-    #[arg(long, value_enum, default_value = "torchrun")]
+    /// How the workers start on this machine: `pool` forks them from this user's warm pool, which
+    /// has imported torch already (under a second from a resize's decision to its first step);
+    /// `direct` starts fresh interpreters itself, with torchrun's environment; `torchrun` through
+    /// its agent. `pool` and `direct` take no torchrun options and not `--backend slurm`; `auto`
+    /// is `pool` on one machine, and `torchrun` with torchrun options or `--backend slurm`.
+    #[arg(long, value_enum, default_value = "auto")]
     pub spawn: Spawn,
     /// With `--backend slurm`: nodes to spread the GPUs over (the same number on each).
     #[arg(long, default_value_t = 1, value_name = "N")]
@@ -182,6 +184,8 @@ pub enum Backend {
 /// What starts the workers on a machine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Spawn {
+    /// `pool` on one machine; `torchrun` with torchrun options or `--backend slurm`.
+    Auto,
     /// torchrun's agent starts them (it imports torch before they do).
     Torchrun,
     /// elastic-run starts them itself, with torchrun's environment (no torchrun options; local only).
@@ -194,7 +198,17 @@ pub enum Spawn {
 impl Spawn {
     /// Whether elastic-run starts the workers itself (no torchrun agent).
     pub fn is_agentless(self) -> bool {
-        self != Spawn::Torchrun
+        matches!(self, Spawn::Direct | Spawn::Pool)
+    }
+
+    /// What `auto` means for a launch on `backend`, with or without torchrun options; any other
+    /// mode, as given.
+    pub fn resolve(self, backend: Backend, torchrun_options: bool) -> Spawn {
+        match self {
+            Spawn::Auto if backend == Backend::Slurm || torchrun_options => Spawn::Torchrun,
+            Spawn::Auto => Spawn::Pool,
+            given => given,
+        }
     }
 }
 
@@ -337,7 +351,8 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
                 k += 1;
             }
         } else {
-            let options = Options::try_parse_from(own)?;
+            let mut options = Options::try_parse_from(own)?;
+            options.spawn = options.spawn.resolve(options.backend, !torchrun.is_empty());
             return Ok(Invocation {
                 options,
                 torchrun,
@@ -358,6 +373,16 @@ mod tests {
 
     fn args(line: &str) -> Vec<String> {
         line.split_whitespace().map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn by_default_one_machines_workers_come_from_the_pool_and_torchruns_options_keep_torchrun() {
+        let spawn = |line: &str| parse(&args(line)).unwrap().options.spawn;
+        assert_eq!(spawn("--gpus 2 train.py"), Spawn::Pool);
+        assert_eq!(spawn("--gpus 2 --standalone train.py"), Spawn::Torchrun);
+        assert_eq!(spawn("--gpus 2 --backend slurm train.py"), Spawn::Torchrun);
+        assert_eq!(spawn("--gpus 2 --spawn direct train.py"), Spawn::Direct);
+        assert_eq!(spawn("--spawn torchrun train.py"), Spawn::Torchrun);
     }
 
     #[test]

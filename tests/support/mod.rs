@@ -68,6 +68,24 @@ pub fn skip_unless_ci(ci: bool, why: &str) {
     eprintln!("SKIPPED: {why}");
 }
 
+/// `GANGWAY_TEST_PYTHON`, a Python that has torch (scripts/test makes one); `None` after skipping
+/// (failing, in CI) when there is none.
+pub fn torch_python() -> Option<String> {
+    let Ok(python) = std::env::var("GANGWAY_TEST_PYTHON") else {
+        skip("no torch (set GANGWAY_TEST_PYTHON to a python that has it)");
+        return None;
+    };
+    let ok = std::process::Command::new(&python)
+        .args(["-c", "import torch.distributed.run"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        skip(&format!("GANGWAY_TEST_PYTHON={python} cannot import torch"));
+        return None;
+    }
+    Some(python)
+}
+
 /// `REL` under the shared reference data (`../shared/data` beside the project), when it holds
 /// `inside`; otherwise the test skips (in CI, fails) saying so.
 pub fn shared_data(rel: &str, inside: &str) -> Option<std::path::PathBuf> {

@@ -118,11 +118,19 @@ pub fn launch(
         ),
         None => None,
     };
+    let inherited = inherited_fds();
+    if inherited.len() > MAX_INHERITED {
+        return Err(format!(
+            "{} descriptors to hand the workers, more than {MAX_INHERITED}",
+            inherited.len()
+        ));
+    }
     let cwd =
         std::fs::File::open(".").map_err(|e| format!("opening the working directory: {e}"))?;
     let request = serde_json::json!({
         "version": 1,
         "fingerprint": context.fingerprint,
+        "argv0": program.map_or(python, |p| &p.path),
         "script": script,
         "args": args,
         "env": env,
@@ -130,9 +138,18 @@ pub fn launch(
         "cpus": crate::confine::usable_cores(),
         "cgroup": std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
         "cgroup_fd": cgroup_procs.is_some(),
+        "inherited": inherited,
     });
+    let inherited = inherited_fds();
+    if inherited.len() > MAX_INHERITED {
+        return Err(format!(
+            "{} descriptors to hand the workers, more than {MAX_INHERITED}",
+            inherited.len()
+        ));
+    }
     let mut fds = vec![cwd.as_raw_fd(), 0, 1, 2];
     fds.extend(cgroup_procs.as_ref().map(|f| f.as_raw_fd()));
+    fds.extend(&inherited);
     let mut bytes = serde_json::to_vec(&request).map_err(|e| e.to_string())?;
     bytes.push(b'\n');
     send_with_fds(&stream, &bytes, &fds).map_err(|e| format!("sending the launch: {e}"))?;
@@ -224,6 +241,30 @@ impl Workers for PoolWorkers {
     fn relay(&mut self, signal: i32) {
         self.signal(signal);
     }
+}
+
+/// The most descriptors a launch may hand its workers beyond 0, 1 and 2 (one message carries at
+/// most 253).
+const MAX_INHERITED: usize = 200;
+
+/// This process's descriptors above 2 that a program it ran would inherit (not close-on-exec):
+/// a direct worker gets them, so a forked one gets them too, at the same numbers.
+fn inherited_fds() -> Vec<RawFd> {
+    let Ok(entries) = std::fs::read_dir("/proc/self/fd") else {
+        return Vec::new();
+    };
+    let mut fds: Vec<RawFd> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        // SAFETY: F_GETFD only reads a descriptor's flags (EBADF for the directory's own, now
+        // closed).
+        .filter(|&fd| {
+            let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+        })
+        .collect();
+    fds.sort_unstable();
+    fds
 }
 
 /// Reads one newline-ended JSON message, waiting up to `wait` (`None`: as long as it takes);
@@ -501,28 +542,22 @@ fn connect_or_start(
         .arg(context.owner.0.to_string())
         .arg(&context.owner.1)
         .arg(IDLE.as_secs().to_string())
+        // The cgroup it moves itself to before importing anything ("": stay).
+        .arg(std::env::var_os(POOL_CGROUP_VAR).unwrap_or_default())
         .current_dir(dir)
         .env_clear()
         .envs(&context.env)
         .env(POOL_VAR, name)
+        // Room in its environment's memory, where each worker writes its own over it (so that
+        // /proc shows the worker's run token and attempt, as for a direct one).
+        .env("GANGWAY_POOL_ROOM", " ".repeat(64 << 10))
         .stdin(Stdio::piped())
         .stdout(log.try_clone().map_err(|e| e.to_string())?)
         .stderr(log);
-    // Out of the launch's process group and session: stopping this launch does not stop the pool.
-    // SAFETY: setsid(2) is async-signal-safe.
-    unsafe {
-        std::os::unix::process::CommandExt::pre_exec(&mut command, || {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    let _pool_cgroup = match std::env::var_os(POOL_CGROUP_VAR) {
-        Some(cgroup) => Some(
-            crate::confine::join(&mut command, Path::new(&cgroup))
-                .map_err(|e| format!("the pools' cgroup: {e}"))?,
-        ),
-        None => None,
-    };
+    // Out of the launch's process group, so that stopping the launch does not stop the pool; and
+    // started as the spawner starts direct workers (no code between fork and exec), so that it
+    // begins with the signal dispositions they would have.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut child = command
         .spawn()
         .map_err(|e| format!("starting the pool: {e}"))?;

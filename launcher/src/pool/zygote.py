@@ -1,5 +1,5 @@
 # gangway's warm worker pool: `elastic-run --spawn pool` runs this with the job's Python, as
-#     PYTHON -u -c SOURCE SOCKET OWNER_PID OWNER_START IDLE_SECONDS
+#     PYTHON -u -c SOURCE SOCKET OWNER_PID OWNER_START IDLE_SECONDS CGROUP
 # with the launch's fingerprint (what must be equal for a fork to stand in for a fresh launch) on
 # its stdin. It imports torch once, then serves SOCKET: each connection from its own user gets a
 # *leader*, forked at once, which takes the spawner's request (its descriptors by SCM_RIGHTS), puts
@@ -24,6 +24,9 @@ import time
 import traceback
 
 PR_SET_PDEATHSIG = 1
+POOL_VAR = "GANGWAY_POOL"
+# What finds a launch's processes in /proc: its run token, its attempt, its job.
+MARKERS = ["GANGWAY_RUN_TOKEN", "GANGWAY_ATTEMPT", "GANGWAY_JOB_ID"]
 PR_SET_CHILD_SUBREAPER = 36
 REQUEST_LIMIT = 16 << 20
 # What workers import first, and what torch imports lazily at common calls
@@ -63,7 +66,12 @@ def fork_safe(torch):
 
 
 def main():
-    sock_path, owner_pid, owner_start, idle = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+    sock_path, owner_pid, owner_start, idle, cgroup = sys.argv[1:6]
+    owner_pid, idle = int(owner_pid), float(idle)
+    if cgroup:
+        # Out of the attempt that started it, whose end would end the pool.
+        with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            f.write("0")
     fingerprint = sys.stdin.read()
     # The pool's own directory is not the script's: never import from it.
     if sys.path and sys.path[0] == "":
@@ -152,11 +160,13 @@ class Leader:
     """One launch: applies the spawner's context, forks its ranks, relays their exits."""
 
     def __init__(self, conn, fingerprint, preloaded, torch):
+        self.name = os.environ.get(POOL_VAR, "")
         self.conn = conn
         self.fingerprint = fingerprint
         self.preloaded = preloaded
         self.torch = torch
         self.ranks = {}  # pid -> (rank, pidfd)
+        self.inherited = []  # (number in a direct worker, descriptor here)
 
     def send(self, **message):
         try:
@@ -181,6 +191,8 @@ class Leader:
             self.send(refused=str(why))
             return 0
         pids = [self.fork_rank(request, rank) for rank in range(len(request["ranks"]))]
+        for _, fd in self.inherited:
+            os.close(fd)  # the ranks' now: a pipe among them must see its end when they close it
         self.send(started=pids)
         return self.supervise()
 
@@ -189,8 +201,11 @@ class Leader:
             raise Refused(f"protocol version {request.get('version')} is not 1")
         if request["fingerprint"] != self.fingerprint:
             raise Refused("the launch's context differs from the pool's")
-        if len(fds) != 4 + bool(request["cgroup_fd"]):
-            raise Refused(f"{len(fds)} descriptors came, {4 + bool(request['cgroup_fd'])} expected")
+        expected = 4 + bool(request["cgroup_fd"]) + len(request["inherited"])
+        if len(fds) != expected:
+            raise Refused(f"{len(fds)} descriptors came, {expected} expected")
+        # Those a direct worker would inherit, at their numbers there: moved into place per rank.
+        self.inherited = list(zip(request["inherited"], fds[expected - len(request["inherited"]):]))
         script_dir = os.path.dirname(os.path.realpath(request["script"]))
         shadowed = [m for m in self.preloaded
                     if os.path.exists(os.path.join(script_dir, m + ".py"))
@@ -232,24 +247,45 @@ class Leader:
             os._exit(1)
         os.setpgid(0, 0)
         self.conn.detach()
+        # Above every number in use, so that moving one into place never lands on another.
+        high = max([int(fd) for fd in os.listdir("/proc/self/fd")] + [n for n, _ in self.inherited]) + 1
+        moved = [(number, os.dup2(fd, high + k, inheritable=False))
+                 for k, (number, fd) in enumerate(self.inherited)]
         for fd in os.listdir("/proc/self/fd"):
-            if int(fd) > 2:
+            if 2 < int(fd) < high:
                 try:
                     os.close(int(fd))
                 except OSError:
                     pass
+        for number, fd in moved:
+            os.dup2(fd, number)
+            os.close(fd)
         env = dict(request["env"])
         env.update(request["ranks"][rank])
         os.environ.clear()
         os.environ.update(env)
-        # libgomp read OMP_NUM_THREADS when the pool imported torch; a fresh worker reads it now.
-        threads = env.get("OMP_NUM_THREADS")
-        self.torch.set_num_threads(int(threads) if threads and threads.isdigit()
-                                   else len(os.sched_getaffinity(0)))
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         script = request["script"]
+        # What `ps` and /proc show, as for a direct worker: its command line, and its environment
+        # with the launch's markers first (what sweeps and the guardian look for), then the pool's.
+        argv = [request["argv0"], "-u", script] + request["args"]
+        marks = [k for k in MARKERS if k in env]
+        shown = [f"{k}={env[k]}" for k in marks + sorted(set(env) - set(marks))]
+        rewrite_proc_strings(47, 48, argv)
+        rewrite_proc_strings(49, 50, shown[:len(marks)] + [f"{POOL_VAR}={self.name}"] + shown[len(marks):])
+        # libgomp counted threads (OMP_NUM_THREADS, else the CPUs it may use) when the pool
+        # imported torch; a fresh worker counts now. Set only if it differs: setting starts
+        # OpenMP's threads, which a fresh worker has not yet.
+        threads = env.get("OMP_NUM_THREADS", "")
+        threads = int(threads) if threads.isdigit() else len(os.sched_getaffinity(0))
+        if threads != self.torch.get_num_threads():
+            self.torch.set_num_threads(threads)
+        # A fresh worker's random streams are its own (`random` reseeds itself at a fork).
+        self.torch.default_generator.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
         sys.argv = [script] + request["args"]
-        sys.orig_argv = [sys.executable, "-u"] + sys.argv
+        sys.orig_argv = argv
         sys.path[0:0] = [os.path.dirname(os.path.realpath(script))]
         run_as_main(script)
 
@@ -325,13 +361,45 @@ class Leader:
                     pass
 
 
+def rewrite_proc_strings(start_field, end_field, strings):
+    """Writes `strings` over this process's own argument or environment area (fields
+    `start_field`..`end_field` of /proc/self/stat, counted from 0), as many as fit, in order. The
+    pool's were made large enough; where the kernel refuses, /proc keeps showing the pool's."""
+    with open("/proc/self/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    start, end = int(fields[start_field - 2]), int(fields[end_field - 2])
+    blob = b""
+    for item in strings:
+        item = item.encode(errors="replace") + b"\0"
+        if len(blob) + len(item) > end - start:
+            break
+        blob += item
+    try:
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(blob.ljust(end - start, b"\0"))
+    except OSError:
+        pass
+
+
 def run_as_main(script):
     """Runs `script` as `python SCRIPT` does, and exits as it would."""
     import atexit
-    import runpy
+    import builtins
+    import io
+    import types
+    from importlib.machinery import SourceFileLoader
+    # Joined, not normalised: CPython's own `__file__` for a script.
+    path = script if os.path.isabs(script) else os.path.join(os.getcwd(), script)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__loader__=SourceFileLoader("__main__", path), __annotations__={},
+                         __builtins__=builtins, __file__=path, __cached__=None)
+    sys.modules["__main__"] = main
     code = 0
     try:
-        runpy.run_path(script, run_name="__main__")
+        with io.open_code(path) as f:
+            source = f.read()
+        exec(compile(source, path, "exec"), main.__dict__)
     except SystemExit as e:
         if e.code is None:
             code = 0
