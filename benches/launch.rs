@@ -9,6 +9,8 @@
 //!   relaunch, rendezvous (with the workers' torch import) and restore plus first step.
 //! - `…_direct`: the same with `elastic-run --spawn direct` (no torchrun agent), and the median ratios
 //!   of direct to torchrun over alternating pairs.
+//! - `…_pool`: the same with `--spawn pool`, the bench owning the warm pool (as a daemon would), so
+//!   that it stays warm between launches; and the median ratios of pool to direct.
 //!
 //! `cargo bench --bench launch`
 
@@ -59,6 +61,7 @@ fn start(mut command: Command) -> (Child, impl Iterator<Item = String>) {
 enum Spawn {
     Torchrun,
     Direct,
+    Pool,
 }
 
 impl Spawn {
@@ -66,13 +69,16 @@ impl Spawn {
         match self {
             Spawn::Torchrun => "torchrun",
             Spawn::Direct => "direct",
+            Spawn::Pool => "pool",
         }
     }
 }
 
 fn elastic_run(python: &str, dir: &Path, gpus: &str, spawn: Spawn, toy_args: &[&str]) -> Command {
     let mut command = Command::new(ELASTIC_RUN);
+    // The bench owns the pool, as a daemon would: it stays warm from one launch to the next.
     command
+        .env("GANGWAY_POOL_OWNER", std::process::id().to_string())
         .args(["--spawn", spawn.arg()])
         .args(["--fake-gpus", "2", "--gpus", gpus, "--python", python])
         .args(["--job-id", "bench", "--grace", "30", "--checkpoint-dir"])
@@ -205,6 +211,7 @@ fn bench(c: &mut Criterion) {
     for (name, spawn) in [
         ("elastic-run", Spawn::Torchrun),
         ("elastic-run_direct", Spawn::Direct),
+        ("elastic-run_pool", Spawn::Pool),
     ] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| {
@@ -233,12 +240,22 @@ fn bench(c: &mut Criterion) {
         "launch to first step, 8 alternating pairs, medians: --spawn torchrun {agent:.3} s, \
          --spawn direct {direct:.3} s, ratio direct / torchrun {ratio:.3}"
     );
+    let (direct, pool, ratio) = paired(
+        8,
+        || elastic_launch(&python, Spawn::Direct),
+        || elastic_launch(&python, Spawn::Pool),
+    );
+    println!(
+        "launch to first step, 8 alternating pairs, medians: --spawn direct {direct:.3} s, \
+         --spawn pool {pool:.3} s, ratio pool / direct {ratio:.3}"
+    );
 
     let mut group = c.benchmark_group("resize");
     slow(&mut group, 90);
     for (name, spawn) in [
         ("2_to_1", Spawn::Torchrun),
         ("2_to_1_direct", Spawn::Direct),
+        ("2_to_1_pool", Spawn::Pool),
     ] {
         group.bench_function(name, |b| {
             b.iter_custom(|iters| (0..iters).map(|_| resize_two_to_one(&python, spawn)).sum())
@@ -254,9 +271,18 @@ fn bench(c: &mut Criterion) {
         "resize 2 -> 1, 5 alternating pairs, medians: --spawn torchrun {agent:.3} s, --spawn direct \
          {direct:.3} s, ratio direct / torchrun {ratio:.3}"
     );
+    let (direct, pool, ratio) = paired(
+        5,
+        || resize_two_to_one(&python, Spawn::Direct).as_secs_f64(),
+        || resize_two_to_one(&python, Spawn::Pool).as_secs_f64(),
+    );
+    println!(
+        "resize 2 -> 1, 5 alternating pairs, medians: --spawn direct {direct:.3} s, --spawn pool \
+         {pool:.3} s, ratio pool / direct {ratio:.3}"
+    );
 
     let splits = SPLITS.lock().expect("splits").clone();
-    for spawn in [Spawn::Torchrun, Spawn::Direct] {
+    for spawn in [Spawn::Torchrun, Spawn::Direct, Spawn::Pool] {
         let splits: Vec<Split> = splits
             .iter()
             .filter(|(s, _)| *s == spawn)

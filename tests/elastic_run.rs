@@ -539,9 +539,15 @@ fn spawned_directly_one_failed_worker_stops_the_others_and_fails_the_launch_as_t
 #[test]
 fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
     let python = need_torch!();
+    for spawn in ["torchrun", "pool"] {
+        preempt_and_resume(&python, spawn);
+    }
+}
+
+fn preempt_and_resume(python: &str, spawn: &str) {
     let dir = tempfile::tempdir().unwrap();
     let toy = |job: &str, out: &str, sleep: &str| {
-        let mut command = elastic_run(&python, dir.path(), job, &["--gpus", "2"]);
+        let mut command = elastic_run(python, dir.path(), job, &["--gpus", "2", "--spawn", spawn]);
         command.args([
             TOY,
             "--steps",
@@ -583,7 +589,10 @@ fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
     );
     let read = |name: &str| read_json(dir.path(), name);
     let (a, b) = (read("reference.json"), read("resumed.json"));
-    assert_eq!(a["params"], b["params"], "bit-identical parameters");
+    assert_eq!(
+        a["params"], b["params"],
+        "bit-identical parameters ({spawn})"
+    );
     assert_eq!(a["final_loss"], b["final_loss"]);
 }
 
@@ -591,22 +600,144 @@ fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
 fn no_worker_outlives_a_sigkilled_launcher() {
     let python = need_torch!();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_endless_toy(&mut elastic_run(
-        &python,
+    // torchrun's agent and its workers; or the spawner, the pool's leader and the workers it forked.
+    for spawn in ["torchrun", "pool"] {
+        let job = format!("killed-{spawn}");
+        let mut child = spawn_endless_toy(&mut elastic_run(
+            &python,
+            dir.path(),
+            &job,
+            &["--gpus", "2", "--spawn", spawn],
+        ));
+        wait_for_step(dir.path(), &job, 2, &mut child);
+        assert!(
+            processes_of(&job).len() >= 3,
+            "{spawn}: elastic-run, its launch and two workers run"
+        );
+        let pool = pool_processes(child.id());
+        if spawn == "pool" {
+            assert_eq!(pool_workers(&job).len(), 2, "both workers from the pool");
+            assert_eq!(pool.len(), 2, "the pool and the launch's leader: {pool:?}");
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        eventually(Duration::from_secs(10), || {
+            let left: Vec<i32> = processes_of(&job)
+                .into_iter()
+                .chain(pool.iter().copied().filter(|&pid| alive(pid)))
+                .collect();
+            match left {
+                left if left.is_empty() => Ok(()),
+                left => Err(format!("{spawn}: processes left after kill -9: {left:?}")),
+            }
+        });
+    }
+}
+
+/// Whether process `pid` exists (and is not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit(')')
+            .next()
+            .is_some_and(|r| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// A process's command line, split.
+fn cmdline(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|&b| b == 0)
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect()
+}
+
+/// Whether process `pid`'s environment (as /proc shows it) sets `name`.
+fn sets_var(pid: i32, name: &str) -> bool {
+    let prefix = format!("{name}=");
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+        env.split(|&b| b == 0)
+            .any(|kv| kv.starts_with(prefix.as_bytes()))
+    })
+}
+
+/// The warm pool's own processes (the pool, and its launches' leaders) that `owner` owns: they
+/// carry the pool's mark, and the pool's command line, `PYTHON -u -c SOURCE SOCKET OWNER ...`.
+fn pool_processes(owner: u32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| sets_var(pid, gangway_launcher::pool::POOL_VAR))
+        .filter(|&pid| cmdline(pid).get(5).is_some_and(|o| *o == owner.to_string()))
+        .collect()
+}
+
+/// The workers of `job` a pool forked: the job's processes that carry a pool's mark.
+fn pool_workers(job: &str) -> Vec<i32> {
+    processes_of(job)
+        .into_iter()
+        .filter(|&pid| sets_var(pid, gangway_launcher::pool::POOL_VAR))
+        .collect()
+}
+
+/// A worker the pool forked and SIGKILL ends is reported as that worker's own failure, as for a
+/// direct worker (its rank and `-9`); the others are stopped, and nothing of the launch is left.
+#[test]
+fn a_pool_worker_killed_with_sigkill_is_reported_as_its_own_failure() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let script = write_script(
         dir.path(),
-        "killed",
-        &["--gpus", "2"],
-    ));
-    wait_for_step(dir.path(), "killed", 2, &mut child);
-    assert!(
-        processes_of("killed").len() >= 3,
-        "torchrun and two workers run"
+        "train.py",
+        "import os, time\n\
+         open(f\"rank{os.environ['RANK']}.pid\", \"w\").write(str(os.getpid()))\n\
+         time.sleep(600)\n",
     );
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
-    eventually(Duration::from_secs(10), || match processes_of("killed") {
-        left if left.is_empty() => Ok(()),
-        left => Err(format!("processes left after kill -9: {left:?}")),
+    let child = elastic_run(&python, dir.path(), "sigkill", &["--gpus", "2"])
+        .args(["--spawn", "pool", "--max-restarts", "0"])
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rank1 = eventually_value(Duration::from_secs(60), || {
+        std::fs::read_to_string(dir.path().join("rank1.pid"))
+            .ok()
+            .and_then(|pid| pid.parse::<i32>().ok())
+            .ok_or_else(|| "rank 1 has not started".to_owned())
+    });
+    assert!(
+        pool_workers("sigkill").contains(&rank1),
+        "forked by the pool"
+    );
+    let pool = pool_processes(child.id());
+    // SAFETY: kill(2) of the worker's pid, just read.
+    unsafe { libc::kill(rank1, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "a crash: {all}");
+    assert!(
+        all.contains(&format!(
+            "worker rank 1 failed\n  exitcode  : -9 (pid: {rank1})"
+        )),
+        "{all}"
+    );
+    assert!(
+        all.contains("worker exit codes [-9"),
+        "classified as rank 1's: {all}"
+    );
+    assert!(
+        !all.contains("pool's leader"),
+        "not blamed on the pool: {all}"
+    );
+    eventually(Duration::from_secs(10), || {
+        let left: Vec<i32> = processes_of("sigkill")
+            .into_iter()
+            .chain(pool.iter().copied().filter(|&pid| alive(pid)))
+            .collect();
+        left.is_empty()
+            .then_some(())
+            .ok_or(format!("left after elastic-run ended: {left:?}"))
     });
 }
 
@@ -811,6 +942,92 @@ fn resizing_two_one_two_resumes_from_each_checkpoint_and_keeps_the_global_batch(
         "each launch resumes exactly where the last one saved, with the same global batch"
     );
     assert!(log.contains("final loss"), "{log}");
+}
+
+/// What the control plane does to move a job (stop it with a checkpoint, launch it on other GPUs),
+/// through the warm pool: both attempts' workers are forked by the one pool the executor's jobs
+/// share, and the moved job ends with the parameters of a run never stopped, bit for bit.
+#[test]
+fn under_the_executor_a_job_moved_through_the_warm_pool_resumes_bit_identically() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let training = [TOY, "--steps", "40", "--save-every", "15"];
+    let reference = run(elastic_run(
+        &python,
+        dir.path(),
+        "reference",
+        &["--gpus", "2", "--spawn", "direct"],
+    )
+    .args(training)
+    .args(["--out", "reference.json"]));
+    assert!(reference.status.success(), "{}", text(&reference));
+    let mut args = vec!["--gpus", "2", "--python", &python, "--spawn", "pool"];
+    args.extend(training);
+    args.extend(["--out", "moved.json", "--step-sleep", "0.1"]);
+    let run = process_job(dir.path(), "moved", &args);
+    let mut exec = executor(dir.path());
+    exec.launch(&launch_on(1, 0, &[0, 1], &run), 0.0).unwrap();
+    let runs = dir.path().join("runs");
+    wait_for_progress(|| attempt_progress_files(&runs), 8, || {});
+    let first = pool_workers("moved");
+    assert_eq!(
+        first.len(),
+        2,
+        "the first attempt's workers come from the pool"
+    );
+    // The executor is this process: the pool is its (the pool's parent is not one of the pool's).
+    let pool = pool_processes(std::process::id());
+    let parent = |pid: i32| -> Option<i32> {
+        proc_field(pid, "status", "PPid")?
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()
+    };
+    let zygotes: Vec<i32> = pool
+        .iter()
+        .copied()
+        .filter(|&pid| parent(pid).is_some_and(|p| !pool.contains(&p)))
+        .collect();
+    assert_eq!(zygotes.len(), 1, "one pool: {pool:?}");
+    exec.stop(JobId(1), 1.0).unwrap();
+    exec.launch(&launch_on(1, 1, &[2, 3], &run), 1.0).unwrap();
+    let second = eventually_value(Duration::from_secs(60), || match pool_workers("moved") {
+        pids if pids.len() == 2 && pids.iter().all(|p| !first.contains(p)) => Ok(pids),
+        pids => Err(format!("the second attempt's pool workers: {pids:?}")),
+    });
+    let end = wait_for_end(&mut exec);
+    let log = std::fs::read_to_string(dir.path().join("moved.log")).unwrap();
+    assert!(
+        matches!(end, WorkerEvent::Finished { attempt: 1, .. }),
+        "{end:?}\n{log}"
+    );
+    assert!(!log.contains("no warm pool"), "{log}");
+    let (plans, saved) = launches_and_saves(&log);
+    assert_eq!(saved.len(), 1, "{log}");
+    assert!(
+        plans[1].ends_with(&format!("resumed from step {}", saved[0])),
+        "{plans:?}"
+    );
+    assert!(!second.is_empty());
+    assert!(
+        alive(zygotes[0]),
+        "the pool that forked the first attempt's workers serves on after both"
+    );
+    let read = |name: &str| read_json(dir.path(), name);
+    assert_eq!(
+        read("reference.json")["params"],
+        read("moved.json")["params"],
+        "moved through the pool, bit-identical to the run never stopped"
+    );
+    // The executor's end is the daemon's: its pools end with it.
+    drop(exec);
+    eventually(Duration::from_secs(10), || {
+        match pool_processes(std::process::id()) {
+            left if left.is_empty() => Ok(()),
+            left => Err(format!("pool processes left after the executor: {left:?}")),
+        }
+    });
 }
 
 #[test]
@@ -1020,7 +1237,7 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
     let journal = dir.path().join("journal");
     // Four fake GPUs of Sia's `rtx` type: sia sizes the job 1, 2 or 4 by cifar10's profile, and
     // charges what its restarts really took.
-    let _daemon = sia_daemon(&profiles, &addr, &journal);
+    let daemon = sia_daemon(&profiles, &addr, &journal);
     let base = format!("http://{addr}");
     support::wait_until_answering(&base);
     let toy = |job: &str, placement: &[&str]| {
@@ -1040,6 +1257,9 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
     // would hardly grow).
     let reference = run(&mut toy("reference", &["--fake-gpus", "1"]));
     assert!(reference.status.success(), "{}", text(&reference));
+    // A quarter of the training (argparse takes the last --steps).
+    let early = run(toy("early", &["--fake-gpus", "1"]).args(["--steps", "60"]));
+    assert!(early.status.success(), "{}", text(&early));
 
     let client = toy(
         "elastic",
@@ -1094,14 +1314,19 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
             "the global batch is kept: {plan}"
         );
     }
-    // The same optimisation as the uninterrupted run, up to float rounding and dropout draws (which
-    // differ at each world size: RNG streams cannot be remapped). Losing training would show: the
-    // toy's loss is 0.020 after its 240 steps, 0.050 after 120 and 0.17 after 60.
+    // The same optimisation as the uninterrupted run but for float rounding and dropout draws
+    // (which differ at each world size: RNG streams cannot be remapped). The draws alone move the
+    // final loss by more than 2x (uninterrupted runs at world sizes 1, 2 and 4 end at 0.020, 0.015
+    // and 0.037), so the loss only shows whether training was lost: a job that restarted from
+    // scratch late, or lost most of its steps, ends near the loss after a quarter of the steps
+    // (0.17), not below half of it.
     let loss = |name: &str| read_json(dir.path(), name)["final_loss"].as_f64().unwrap();
-    let (ours, theirs) = (loss("elastic.json"), loss("reference.json"));
+    let (ours, quarter) = (loss("elastic.json"), loss("early.json"));
     assert!(
-        ours <= 2.0 * theirs && theirs <= 2.0 * ours,
-        "final loss {ours} after resizing, {theirs} uninterrupted"
+        ours < quarter / 2.0,
+        "final loss {ours} after resizing, {quarter} after a quarter of the steps \
+         ({} uninterrupted): {plans:?}",
+        loss("reference.json")
     );
     let info = job_info(&http, 0);
     assert_eq!(info["phase"], "finished", "{info}");
@@ -1116,6 +1341,19 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
     let first_step = phases["first_step"].as_f64().unwrap_or(0.0);
     assert!(first_step > 0.0, "{info}");
     assert!(phases["stop"].as_f64() >= Some(0.0), "{info}");
+    // Its workers came from the daemon's warm pool, which waits for the next job, and ends with
+    // the daemon, leaving nothing.
+    let daemon_pid = daemon.0.id();
+    let pool = pool_processes(daemon_pid);
+    assert!(!pool.is_empty(), "the daemon's pool serves on");
+    assert!(!output.contains("no warm pool"), "{output}");
+    drop(daemon);
+    eventually(Duration::from_secs(10), || {
+        let left: Vec<i32> = pool.iter().copied().filter(|&p| alive(p)).collect();
+        left.is_empty()
+            .then_some(())
+            .ok_or(format!("the pool outlived its daemon: {left:?}"))
+    });
 }
 
 /// The attempts (`GANGWAY_ATTEMPT`) of job `job` that have processes now.

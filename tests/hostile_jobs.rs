@@ -602,3 +602,121 @@ fn another_user_may_cancel_only_their_own_jobs_and_never_cordon() {
         let _ = follower.wait();
     }
 }
+
+/// What another user runs to reach a socket: `refused ERRNO` (no connection), `closed` (connected,
+/// then closed on without a word), or `answer BYTES` (what it was told after sending a request).
+const CONNECT: &str = "import socket, sys\n\
+s = socket.socket(socket.AF_UNIX)\n\
+try:\n    s.connect(sys.argv[1])\nexcept OSError as e:\n    print('refused', e.errno)\n    sys.exit()\n\
+s.settimeout(10)\n\
+try:\n    s.sendall(b'{}\\n')\n    answer = s.recv(100)\n\
+except (BrokenPipeError, ConnectionResetError):\n    answer = b''\n\
+print('answer', answer) if answer else print('closed')\n";
+
+/// A user's warm pool (`elastic-run --spawn pool`) serves that user only: another cannot enter its
+/// directory; one who reaches its socket anyway (a hard link where they may enter, its mode
+/// opened) is closed on unserved, and the pool logs it; and they cannot read the pool's
+/// environment, which holds the user's.
+#[test]
+fn another_user_cannot_reach_a_users_warm_pool() {
+    if !as_root() {
+        return;
+    }
+    let Some(python) = support::torch_python() else {
+        return;
+    };
+    let dir = shared_tempdir();
+    let runtime = dir.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = dir.path().join("hold.py");
+    std::fs::write(
+        &script,
+        "import os, time\nwhile not os.path.exists('release'):\n    time.sleep(0.05)\n",
+    )
+    .unwrap();
+    let job = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args(["--fake-gpus", "1", "--gpus", "1", "--python", &python])
+        .args(["--spawn", "pool", "--job-id", "held", "--checkpoint-dir"])
+        .arg(dir.path().join("checkpoints"))
+        .arg(&script)
+        .current_dir(dir.path())
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pool_dir = runtime.join("gangway");
+    let in_pool_dir = |suffix: &str| -> Option<PathBuf> {
+        std::fs::read_dir(&pool_dir)
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path()))
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let socket = loop {
+        if let Some(socket) = in_pool_dir(".sock") {
+            break socket;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pool socket in {}",
+            pool_dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mode = std::fs::metadata(&pool_dir).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "the pool's directory is private");
+    let as_nobody = |path: &Path| {
+        let out = Command::new("/usr/bin/python3")
+            .args(["-c", CONNECT])
+            .arg(path)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            + &String::from_utf8_lossy(&out.stderr)
+    };
+    assert_eq!(as_nobody(&socket), "refused 13", "EACCES at the directory");
+    let link = dir.path().join("pool.sock");
+    std::fs::hard_link(&socket, &link).unwrap();
+    std::fs::set_permissions(&link, std::fs::Permissions::from_mode(0o666)).unwrap();
+    assert_eq!(
+        as_nobody(&link),
+        "closed",
+        "connected through the link, and closed on unserved"
+    );
+    let log = std::fs::read_to_string(in_pool_dir(".log").unwrap()).unwrap();
+    assert!(
+        log.contains(&format!("refused a connection from uid {NOBODY}")),
+        "{log}"
+    );
+    // Nor can they read what the pool holds: its environment is the user's.
+    let pool = log
+        .lines()
+        .find_map(|l| {
+            l.split("gangway-pool[")
+                .nth(1)?
+                .split(']')
+                .next()?
+                .parse::<i32>()
+                .ok()
+        })
+        .expect("the pool's pid in its log");
+    let read = Command::new("/bin/cat")
+        .arg(format!("/proc/{pool}/environ"))
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .output()
+        .unwrap();
+    assert!(!read.status.success(), "nobody read the pool's environment");
+    std::fs::write(dir.path().join("release"), "").unwrap();
+    let out = job.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the user's own job ran through the pool: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("no warm pool"));
+}

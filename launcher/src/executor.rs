@@ -265,6 +265,23 @@ fn make_private_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The pools live as long as their daemon's executor: they end with it (each would also see its
+/// owner exit), and their cgroup goes. Running attempts are left alone, to be re-adopted.
+impl Drop for ProcessExecutor {
+    fn drop(&mut self) {
+        let Cgroups::Made { root, .. } = &self.cgroups else {
+            return;
+        };
+        let pools = root.join(self.pools_cgroup_name());
+        for _ in 0..50 {
+            if confine::kill(&pools) && confine::remove(&pools) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 /// Why an attempt did not start.
 enum SpawnError {
     /// It never can (no command, no such device, a missing directory or a permission).
@@ -825,12 +842,17 @@ impl ProcessExecutor {
         }
         let pools = self
             .cgroups
-            .create(&format!("{}-pools", self.instance), None)
+            .create(&self.pools_cgroup_name(), None)
             .map_err(|e| SpawnError::from_io("making the pools' cgroup".into(), e))?;
         if let Some(pools) = pools {
             command.env(pool::POOL_CGROUP_VAR, pools);
         }
         Ok(())
+    }
+
+    /// The cgroup its jobs' warm pools run in, under its cgroups' root.
+    fn pools_cgroup_name(&self) -> String {
+        format!("{}-pools", self.instance)
     }
 
     /// How long `launch`'s workers get to checkpoint and exit when stopped: their grace, and a

@@ -21,7 +21,8 @@
 //! leader does.
 //!
 //! Anything that stops a pool launch (no private directory, a pool that fails to start, a
-//! refusal) falls back to a direct launch, with one line saying why.
+//! refusal) falls back to a direct launch, with one line saying why. A pool that failed to start
+//! is not tried again for its context for ten minutes: each try costs a torch import.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -53,6 +54,8 @@ pub const POOL_VAR: &str = "GANGWAY_POOL";
 pub const PRELOAD_VAR: &str = "GANGWAY_POOL_PRELOAD";
 /// How long a pool waits for a launch before it exits.
 pub const IDLE: Duration = Duration::from_secs(300);
+/// How long a context whose pool failed to start goes without one before it is tried again.
+const FAILED_FOR: Duration = Duration::from_secs(600);
 /// How long a pool may take to import torch and start serving.
 const START_LIMIT: Duration = Duration::from_secs(120);
 
@@ -528,12 +531,25 @@ fn connect_or_start(
     if let Ok(stream) = connect(&socket) {
         return Ok(stream);
     }
+    // A pool that could not start for this context is not tried again at every launch, for
+    // FAILED_FOR (then the failure may have been a passing one).
+    let failed = dir.join(format!("{name}.failed"));
+    if let Ok(why) = crate::inherit::read_private(&failed, crate::inherit::this_user(), 4096) {
+        let recent = std::fs::metadata(&failed)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age < FAILED_FOR));
+        if recent {
+            return Err(String::from_utf8_lossy(&why).into_owned());
+        }
+        let _ = std::fs::remove_file(&failed);
+    }
+    let log_path = dir.join(format!("{name}.log"));
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(dir.join(format!("{name}.log")))
+        .open(&log_path)
         .map_err(|e| format!("the pool's log: {e}"))?;
     let mut command = python_command(python, program);
     command
@@ -573,10 +589,21 @@ fn connect_or_start(
             return Ok(stream);
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!(
-                "the pool exited at its start ({status}): see {}",
-                dir.join(format!("{name}.log")).display()
-            ));
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let last = log.lines().rev().find(|l| l.contains("gangway-pool["));
+            let why = format!(
+                "the pool exited at its start ({status}: {}; see {})",
+                last.and_then(|l| l.split("]: ").nth(1))
+                    .unwrap_or("no reason logged"),
+                log_path.display()
+            );
+            let _ = std::fs::OpenOptions::new()
+                .create_new(true)
+                .write(true)
+                .mode(0o600)
+                .open(&failed)
+                .and_then(|mut f| f.write_all(why.as_bytes()));
+            return Err(why);
         }
         if began.elapsed() > START_LIMIT {
             let _ = child.kill();

@@ -61,7 +61,15 @@ def fork_safe(torch):
     if torch.cuda.is_initialized():
         return "CUDA is initialised in the pool (it does not survive fork)"
     if threads() != 1:
-        return f"the pool has {threads()} threads (locks held by them would be copied)"
+        # Libraries that stop their threads for a fork (OpenBLAS, which numpy loads, starts one per
+        # core at import and registers pthread_atfork handlers) have them stopped by a first fork,
+        # and start them again only when used, which the pool never does.
+        canary = os.fork()
+        if canary == 0:
+            os._exit(0)
+        os.waitpid(canary, 0)
+    if threads() != 1:
+        return f"the pool has {threads()} threads that a fork does not stop (locks they hold would be copied)"
     return None
 
 
