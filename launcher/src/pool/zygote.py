@@ -29,6 +29,8 @@ POOL_VAR = "GANGWAY_POOL"
 MARKERS = ["GANGWAY_RUN_TOKEN", "GANGWAY_ATTEMPT", "GANGWAY_JOB_ID"]
 PR_SET_CHILD_SUBREAPER = 36
 REQUEST_LIMIT = 16 << 20
+REQUEST_TIMEOUT = 30
+MAX_INHERITED = 200  # as the spawner's limit
 # What workers import first, and what torch imports lazily at common calls
 # (`use_deterministic_algorithms`, `compile`: about 1 s on its own). GANGWAY_POOL_PRELOAD adds a
 # job's own heavy imports.
@@ -47,9 +49,22 @@ def start_time(pid):
         return f.read().rsplit(")", 1)[1].split()[19]
 
 
-def peer_uid(conn):
+def stranger(conn):
+    """Why the peer is not this pool's own user with its own groups, or None."""
     pid, uid, gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
-    return uid
+    if uid != os.getuid():
+        return f"uid {uid}"
+    if gid != os.getgid():
+        return f"uid {uid} with gid {gid}"
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            groups = [line for line in f if line.startswith("Groups:")]
+    except OSError:
+        return f"uid {uid}, pid {pid} unreadable"
+    with open("/proc/self/status") as f:
+        if groups != [line for line in f if line.startswith("Groups:")]:
+            return f"uid {uid} with other groups"
+    return None
 
 
 def threads():
@@ -125,9 +140,9 @@ def main():
             break
         if server in readable:
             conn, _ = server.accept()
-            uid = peer_uid(conn)
-            if uid != os.getuid():
-                log(f"refused a connection from uid {uid}")
+            who = stranger(conn)
+            if who:
+                log(f"refused a connection from {who}")
                 conn.close()
                 continue
             why = fork_safe(torch)
@@ -175,6 +190,7 @@ class Leader:
         self.torch = torch
         self.ranks = {}  # pid -> (rank, pidfd)
         self.inherited = []  # (number in a direct worker, descriptor here)
+        self.pending = b""  # the start of a message from the spawner
 
     def send(self, **message):
         try:
@@ -183,20 +199,23 @@ class Leader:
             pass  # the spawner is gone: the next look at the connection ends the launch
 
     def receive(self):
-        data, fds, _, _ = socket.recv_fds(self.conn, 1 << 16, 8)
+        # A client that connects and says nothing does not keep a leader for ever.
+        self.conn.settimeout(REQUEST_TIMEOUT)
+        data, fds, _, _ = socket.recv_fds(self.conn, 1 << 16, 8 + MAX_INHERITED)
         while not data.endswith(b"\n"):
             more = self.conn.recv(1 << 16)
             if not more or len(data) > REQUEST_LIMIT:
                 raise Refused("the request was cut short")
             data += more
+        self.conn.settimeout(None)
         return json.loads(data), fds
 
     def run(self):
-        request, fds = self.receive()
         try:
+            request, fds = self.receive()
             self.enter(request, fds)
-        except Refused as why:
-            self.send(refused=str(why))
+        except (Refused, OSError, ValueError, KeyError, TypeError) as why:
+            self.send(refused=str(why) or type(why).__name__)
             return 0
         pids = [self.fork_rank(request, rank) for rank in range(len(request["ranks"]))]
         for _, fd in self.inherited:
@@ -244,7 +263,10 @@ class Leader:
             except BaseException:
                 traceback.print_exc()
                 os._exit(1)
-        os.setpgid(pid, pid) if pid != os.getpgid(pid) else None
+        try:
+            os.setpgid(pid, pid)  # as the rank does itself: whichever comes first
+        except OSError:
+            pass
         self.ranks[pid] = (rank, os.pidfd_open(pid))
         return pid
 
@@ -324,7 +346,9 @@ class Leader:
         data = self.conn.recv(1 << 12)
         if not data:
             return False
-        for line in data.splitlines():
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
             message = json.loads(line)
             if message.get("signal") in (signal.SIGTERM, signal.SIGINT, signal.SIGKILL):
                 for pid in self.ranks:
