@@ -543,6 +543,7 @@ fn connect_or_start(
         }
         let _ = std::fs::remove_file(&failed);
     }
+    sweep_stale(dir);
     let log_path = dir.join(format!("{name}.log"));
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -610,6 +611,29 @@ fn connect_or_start(
             return Err(format!("the pool did not start in {START_LIMIT:?}"));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Removes what pools that are gone left in `dir` over a day ago (the logs of failed starts, their
+/// markers, locks): each pool's files are named after its context, which includes its owner.
+fn sweep_stale(dir: &Path) {
+    const STALE: Duration = Duration::from_secs(24 * 3600);
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stem = path.file_stem().map(|s| dir.join(s).with_extension("sock"));
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > STALE));
+        let ours = ["log", "lock", "failed"]
+            .iter()
+            .any(|ext| path.extension().is_some_and(|e| e == *ext));
+        if old && ours && stem.is_some_and(|socket| !socket.exists()) {
+            let _ = std::fs::remove_file(&path);
+        }
     }
 }
 

@@ -170,6 +170,9 @@ def main():
     try:
         if os.stat(sock_path).st_ino == inode:
             os.unlink(sock_path)
+            # A clean end leaves nothing behind (a failed start keeps its log, for the reason).
+            for suffix in (".lock", ".log"):
+                os.unlink(sock_path[: -len(".sock")] + suffix)
     except FileNotFoundError:
         pass
     return 0
