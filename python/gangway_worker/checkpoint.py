@@ -159,6 +159,20 @@ def _save_on_rank0(state, step, directory, keep):
     return path
 
 
+def _newest_is(directory, step):
+    """Whether the manifest's newest checkpoint is ``step``'s, with a file of the recorded size."""
+    try:
+        entries = read_manifest(directory)
+    except CheckpointError:
+        return False
+    if not entries or entries[-1]["step"] != step:
+        return False
+    try:
+        return os.path.getsize(os.path.join(directory, entries[-1]["file"])) == entries[-1]["size"]
+    except OSError:
+        return False
+
+
 def save(state, step, *, directory=None, keep=None, group=None):
     """Save ``state`` as the checkpoint for ``step`` (the number of completed optimizer steps).
 
@@ -169,6 +183,12 @@ def save(state, step, *, directory=None, keep=None, group=None):
     When torch.distributed is initialized, every rank of ``group`` must call this at the same step:
     no rank returns before the checkpoint is durable, and if rank 0 failed, every rank raises
     CheckpointError instead of training on without a checkpoint. Returns the checkpoint's path.
+
+    ``state`` may be a callable that makes the state (every rank calls it, so it may gather from
+    all of them). Then a step the manifest already lists as its newest, with its file intact in
+    size, is not saved again and the callable is not called: a stop just after a periodic save
+    costs one collective, not a second save. A state given as an object always replaces the step's
+    checkpoint.
     """
     if not isinstance(step, int) or isinstance(step, bool) or step < 0:
         raise CheckpointError(f"step must be a non-negative int, got {step!r}")
@@ -180,6 +200,12 @@ def save(state, step, *, directory=None, keep=None, group=None):
     if keep < 1:
         raise CheckpointError(f"keep must be >= 1, got {keep}")
 
+    if callable(state):
+        saved = 1 if _dist.rank() == 0 and _newest_is(directory, step) else 0
+        # Rank 0's answer, for every rank: the others all add 0.
+        if _dist.all_max([saved], group)[0]:
+            return os.path.join(directory, checkpoint_name(step))
+        state = state()
     error = None
     if _dist.rank() == 0:
         try:

@@ -89,6 +89,35 @@ class SaveTest(CheckpointTestBase):
         self.assertEqual(self.manifest_steps(), [7])
         self.assertEqual(load(), ({"v": 2}, 7))
 
+    def test_a_lazy_state_already_saved_at_its_step_is_not_made_or_saved_again(self):
+        made = []
+
+        def make(value):
+            def state():
+                made.append(value)
+                return {"v": value}
+            return state
+
+        save(make(1), 7)
+        self.assertEqual(made, [1])
+        before = os.stat(self.ckpt(7))
+        with open(os.path.join(self.dir, "manifest.json"), "rb") as f:
+            manifest = f.read()
+        self.assertEqual(save(make(2), 7), self.ckpt(7))
+        self.assertEqual(made, [1], "the state was not made again")
+        after = os.stat(self.ckpt(7))
+        self.assertEqual((before.st_ino, before.st_mtime_ns), (after.st_ino, after.st_mtime_ns))
+        with open(os.path.join(self.dir, "manifest.json"), "rb") as f:
+            self.assertEqual(f.read(), manifest)
+        self.assertEqual(load(), ({"v": 1}, 7))
+        # A new step is saved; a damaged file at the newest step is saved again.
+        save(make(3), 8)
+        self.assertEqual((made, load()), ([1, 3], ({"v": 3}, 8)))
+        with open(self.ckpt(8), "ab") as f:
+            f.write(b"torn")
+        save(make(4), 8)
+        self.assertEqual((made, load()), ([1, 3, 4], ({"v": 4}, 8)))
+
     def test_failed_serialization_leaves_previous_state_untouched(self):
         save({"ok": True}, 1)
         with open(os.path.join(self.dir, "manifest.json"), "rb") as f:
