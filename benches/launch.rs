@@ -231,24 +231,21 @@ fn bench(c: &mut Criterion) {
         "launch to first step, 8 alternating pairs, medians: torchrun {bare:.3} s, elastic-run \
          {ours:.3} s, ratio elastic-run / torchrun {ratio:.3}"
     );
-    let (agent, direct, ratio) = paired(
-        8,
-        || elastic_launch(&python, Spawn::Torchrun),
-        || elastic_launch(&python, Spawn::Direct),
-    );
-    println!(
-        "launch to first step, 8 alternating pairs, medians: --spawn torchrun {agent:.3} s, \
-         --spawn direct {direct:.3} s, ratio direct / torchrun {ratio:.3}"
-    );
-    let (direct, pool, ratio) = paired(
-        8,
-        || elastic_launch(&python, Spawn::Direct),
-        || elastic_launch(&python, Spawn::Pool),
-    );
-    println!(
-        "launch to first step, 8 alternating pairs, medians: --spawn direct {direct:.3} s, \
-         --spawn pool {pool:.3} s, ratio pool / direct {ratio:.3}"
-    );
+    for (before, after) in [
+        (Spawn::Torchrun, Spawn::Direct),
+        (Spawn::Direct, Spawn::Pool),
+    ] {
+        let (a, b, ratio) = paired(
+            8,
+            || elastic_launch(&python, before),
+            || elastic_launch(&python, after),
+        );
+        let (before, after) = (before.arg(), after.arg());
+        println!(
+            "launch to first step, 8 alternating pairs, medians: --spawn {before} {a:.3} s, \
+             --spawn {after} {b:.3} s, ratio {after} / {before} {ratio:.3}"
+        );
+    }
 
     let mut group = c.benchmark_group("resize");
     slow(&mut group, 90);
@@ -262,24 +259,21 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
-    let (agent, direct, ratio) = paired(
-        5,
-        || resize_two_to_one(&python, Spawn::Torchrun).as_secs_f64(),
-        || resize_two_to_one(&python, Spawn::Direct).as_secs_f64(),
-    );
-    println!(
-        "resize 2 -> 1, 5 alternating pairs, medians: --spawn torchrun {agent:.3} s, --spawn direct \
-         {direct:.3} s, ratio direct / torchrun {ratio:.3}"
-    );
-    let (direct, pool, ratio) = paired(
-        5,
-        || resize_two_to_one(&python, Spawn::Direct).as_secs_f64(),
-        || resize_two_to_one(&python, Spawn::Pool).as_secs_f64(),
-    );
-    println!(
-        "resize 2 -> 1, 5 alternating pairs, medians: --spawn direct {direct:.3} s, --spawn pool \
-         {pool:.3} s, ratio pool / direct {ratio:.3}"
-    );
+    for (before, after) in [
+        (Spawn::Torchrun, Spawn::Direct),
+        (Spawn::Direct, Spawn::Pool),
+    ] {
+        let (a, b, ratio) = paired(
+            5,
+            || resize_two_to_one(&python, before).as_secs_f64(),
+            || resize_two_to_one(&python, after).as_secs_f64(),
+        );
+        let (before, after) = (before.arg(), after.arg());
+        println!(
+            "resize 2 -> 1, 5 alternating pairs, medians: --spawn {before} {a:.3} s, --spawn \
+             {after} {b:.3} s, ratio {after} / {before} {ratio:.3}"
+        );
+    }
 
     let splits = SPLITS.lock().expect("splits").clone();
     for spawn in [Spawn::Torchrun, Spawn::Direct, Spawn::Pool] {
