@@ -680,20 +680,18 @@ fn pool_workers(job: &str) -> Vec<i32> {
         .collect()
 }
 
-/// A worker the pool forked and SIGKILL ends is reported as that worker's own failure, as for a
-/// direct worker (its rank and `-9`); the others are stopped, and nothing of the launch is left.
-#[test]
-fn a_pool_worker_killed_with_sigkill_is_reported_as_its_own_failure() {
-    let python = need_torch!();
-    let dir = tempfile::tempdir().unwrap();
+/// Starts two pool workers of job `job` that write their pids and sleep; elastic-run, and rank 1's
+/// pid once it runs.
+fn sleeping_pool_workers(python: &str, dir: &Path, job: &str) -> (Child, i32) {
     let script = write_script(
-        dir.path(),
+        dir,
         "train.py",
         "import os, time\n\
          open(f\"rank{os.environ['RANK']}.pid\", \"w\").write(str(os.getpid()))\n\
          time.sleep(600)\n",
     );
-    let child = elastic_run(&python, dir.path(), "sigkill", &["--gpus", "2"])
+    let _ = std::fs::remove_file(dir.join("rank1.pid"));
+    let child = elastic_run(python, dir, job, &["--gpus", "2"])
         .args(["--spawn", "pool", "--max-restarts", "0"])
         .arg(&script)
         .stdout(Stdio::piped())
@@ -701,15 +699,53 @@ fn a_pool_worker_killed_with_sigkill_is_reported_as_its_own_failure() {
         .spawn()
         .unwrap();
     let rank1 = eventually_value(Duration::from_secs(60), || {
-        std::fs::read_to_string(dir.path().join("rank1.pid"))
+        std::fs::read_to_string(dir.join("rank1.pid"))
             .ok()
             .and_then(|pid| pid.parse::<i32>().ok())
             .ok_or_else(|| "rank 1 has not started".to_owned())
     });
+    assert!(pool_workers(job).contains(&rank1), "forked by the pool");
+    (child, rank1)
+}
+
+/// The pool's leader for a launch killed: its workers die with it (their parent-death signal),
+/// and the launch fails as a crash blamed on the pool, not on a worker.
+#[test]
+fn a_pool_launch_whose_leader_is_killed_fails_as_a_crash_and_leaves_nothing() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let (child, rank1) = sleeping_pool_workers(&python, dir.path(), "leaderless");
+    let leader: i32 = proc_field(rank1, "status", "PPid")
+        .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap();
     assert!(
-        pool_workers("sigkill").contains(&rank1),
-        "forked by the pool"
+        pool_processes(child.id()).contains(&leader),
+        "the leader is the pool's"
     );
+    // SAFETY: kill(2) of the leader's pid, just read.
+    unsafe { libc::kill(leader, libc::SIGKILL) };
+    let out = child.wait_with_output().unwrap();
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "a crash: {all}");
+    assert!(
+        all.contains("the warm pool's leader for this launch died"),
+        "{all}"
+    );
+    eventually(Duration::from_secs(10), || {
+        match processes_of("leaderless") {
+            left if left.is_empty() => Ok(()),
+            left => Err(format!("left after the leader died: {left:?}")),
+        }
+    });
+}
+
+/// A worker the pool forked and SIGKILL ends is reported as that worker's own failure, as for a
+/// direct worker (its rank and `-9`); the others are stopped, and nothing of the launch is left.
+#[test]
+fn a_pool_worker_killed_with_sigkill_is_reported_as_its_own_failure() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let (child, rank1) = sleeping_pool_workers(&python, dir.path(), "sigkill");
     let pool = pool_processes(child.id());
     // SAFETY: kill(2) of the worker's pid, just read.
     unsafe { libc::kill(rank1, libc::SIGKILL) };

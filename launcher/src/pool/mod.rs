@@ -88,8 +88,11 @@ fn launch_own(name: &str) -> bool {
 /// Workers forked by a pool: their exits come from the pool's leader over the connection.
 pub struct PoolWorkers {
     stream: UnixStream,
+    /// Each rank's pid.
     pids: Vec<u32>,
-    running: usize,
+    /// Whether each rank's exit is still to come.
+    running: Vec<bool>,
+    /// Bytes of a message not yet whole.
     pending: Vec<u8>,
 }
 
@@ -143,13 +146,6 @@ pub fn launch(
         "cgroup_fd": cgroup_procs.is_some(),
         "inherited": inherited,
     });
-    let inherited = inherited_fds();
-    if inherited.len() > MAX_INHERITED {
-        return Err(format!(
-            "{} descriptors to hand the workers, more than {MAX_INHERITED}",
-            inherited.len()
-        ));
-    }
     let mut fds = vec![cwd.as_raw_fd(), 0, 1, 2];
     fds.extend(cgroup_procs.as_ref().map(|f| f.as_raw_fd()));
     fds.extend(&inherited);
@@ -168,7 +164,7 @@ pub fn launch(
         .ok_or_else(|| format!("the pool answered {reply}"))?;
     Ok(PoolWorkers {
         stream,
-        running: pids.len(),
+        running: vec![true; pids.len()],
         pids,
         pending,
     })
@@ -189,27 +185,27 @@ impl PoolWorkers {
 
 impl Workers for PoolWorkers {
     fn running(&self) -> usize {
-        self.running
+        self.running.iter().filter(|&&r| r).count()
     }
 
     fn wait_exits(&mut self, timeout: Duration) -> Vec<Exit> {
         let mut exits = Vec::new();
         let mut wait = Some(timeout);
-        while self.running > 0 {
+        while self.running() > 0 {
             match read_message(&mut self.stream, &mut self.pending, wait) {
                 Ok(Some(message)) => {
-                    if let (Some(rank), Some(code)) = (
-                        message.get("exited").and_then(|r| r.as_u64()),
-                        message.get("code").and_then(|c| c.as_i64()),
-                    ) {
-                        let rank = rank as usize;
+                    let rank = message.get("exited").and_then(|r| r.as_u64());
+                    let code = message.get("code").and_then(|c| c.as_i64());
+                    if let (Some(rank), Some(code)) = (rank, code)
+                        && let Some(running) = self.running.get_mut(rank as usize)
+                        && std::mem::replace(running, false)
+                    {
                         exits.push(Exit {
-                            rank,
-                            pid: self.pids.get(rank).copied().unwrap_or(0),
+                            rank: rank as usize,
+                            pid: self.pids[rank as usize],
                             code: code as i32,
                         });
-                        self.running -= 1;
-                        if self.running == 0 {
+                        if self.running() == 0 {
                             // The leader sweeps what the workers left, then says it is done.
                             self.finish();
                         }
@@ -218,16 +214,18 @@ impl Workers for PoolWorkers {
                     wait = Some(Duration::ZERO);
                 }
                 Ok(None) => {
-                    // The leader is gone before every worker's exit was told: they died with it.
+                    // The leader is gone before every worker's exit was told: they died with it
+                    // (their parent-death signal).
                     eprintln!("elastic-run: the warm pool's leader for this launch died");
-                    for rank in 0..self.running {
-                        exits.push(Exit {
-                            rank,
-                            pid: 0,
-                            code: -libc::SIGKILL,
-                        });
+                    for (rank, running) in self.running.iter_mut().enumerate() {
+                        if std::mem::replace(running, false) {
+                            exits.push(Exit {
+                                rank,
+                                pid: self.pids[rank],
+                                code: -libc::SIGKILL,
+                            });
+                        }
                     }
-                    self.running = 0;
                 }
                 Err(_) => break,
             }
