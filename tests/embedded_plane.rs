@@ -12,7 +12,9 @@ use gangway::actors::plane::{ControlError, ControlPlane};
 use gangway::core::cluster::{Cluster, GpuTypeId};
 use gangway::core::job::{Job, Names};
 use gangway::core::placement::{FreeGpus, PackingPlacer, PlaceRequest, Placed, Placer, Unplaced};
-use gangway::core::policy::BuildError;
+use gangway::core::policy::{
+    self as policy, BuildError, Capabilities, Grant, Policy, PolicyEntry, Registry, RoundInput,
+};
 use gangway::core::throughput::ThroughputModel;
 use gangway::plane::PlaneError;
 
@@ -146,4 +148,118 @@ fn a_users_placer_and_throughput_model_run_the_live_control_plane() {
             job.id
         );
     }
+}
+
+/// FIFO, but its third round panics.
+struct PanicsOnItsThirdRound {
+    fifo: Box<dyn Policy>,
+    rounds: u32,
+}
+
+impl Policy for PanicsOnItsThirdRound {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        self.rounds += 1;
+        if self.rounds == 3 {
+            panic!("round three is cursed");
+        }
+        self.fifo.allocate(input)
+    }
+
+    fn keeps_queue(&self) -> bool {
+        self.fifo.keeps_queue()
+    }
+}
+
+fn cursed_registry() -> Registry {
+    let mut registry = Registry::with_builtins();
+    registry
+        .register(PolicyEntry::new("cursed", |config| {
+            let fifo = policy::builtin()
+                .build("fifo", config, &Capabilities::ALL)
+                .expect("fifo is built in");
+            Box::new(PanicsOnItsThirdRound { fifo, rounds: 0 })
+        }))
+        .unwrap();
+    registry
+}
+
+/// A policy that panics fails its round alone: the control plane serves on, the runs keep their
+/// GPUs, the failure is counted and named (stats, `/metrics`), and the next rounds schedule again;
+/// started again on its journal, the plane recovers (nothing of the failed round was journaled).
+#[test]
+fn a_policy_that_panics_fails_its_round_alone_and_the_plane_serves_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let cursed = || {
+        builder()
+            .registry(cursed_registry())
+            .policy("cursed")
+            .journal(&journal)
+    };
+    let plane = cursed().start().unwrap();
+    // Far longer than the test: both run until cancelled, on all 8 GPUs.
+    let (a, b) = (
+        plane.submit(JobRequest::new("toy", 4, 1e9)).unwrap(),
+        plane.submit(JobRequest::new("toy", 4, 1e9)).unwrap(),
+    );
+    let placements = |plane: &ControlPlane| -> Vec<(u32, Phase, Vec<u32>)> {
+        let mut jobs: Vec<_> = plane
+            .list()
+            .unwrap()
+            .into_iter()
+            .filter(|j| j.id == a || j.id == b)
+            .map(|j| (j.id.0, j.phase, j.placement))
+            .collect();
+        jobs.sort_by_key(|(id, _, _)| *id);
+        jobs
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let jobs = placements(&plane);
+        if jobs.iter().all(|(_, phase, _)| *phase == Phase::Running) {
+            break jobs;
+        }
+        assert!(std::time::Instant::now() < deadline, "{jobs:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // A third job waits for GPUs: its submission's round is the policy's third or later.
+    let c = plane.submit(JobRequest::new("toy", 4, 600.0)).unwrap();
+    let stats = loop {
+        let stats = plane.stats().unwrap();
+        if stats.round_failures > 0 {
+            break stats;
+        }
+        assert!(std::time::Instant::now() < deadline, "no round failed");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(stats.round_failures, 1);
+    let failure = stats.last_round_failure.clone().unwrap();
+    assert_eq!(failure.message, "round three is cursed");
+    let metrics = gangway::actors::api::prometheus_text(&stats);
+    assert!(
+        metrics.contains("gangway_round_failures_total 1"),
+        "{metrics}"
+    );
+    assert_eq!(placements(&plane), running, "the runs kept their GPUs");
+    // The next rounds schedule: once a GPU frees, the waiting job runs and finishes.
+    plane.cancel(a).unwrap();
+    let done = plane.wait_for(&[c], Some(Duration::from_secs(60))).unwrap();
+    assert_eq!(done[0].phase, Phase::Finished, "{done:?}");
+    plane.shutdown().unwrap();
+
+    // Started again on its journal, it recovers (no round of the old one is replayed) and
+    // schedules: the job still running is started again (simulated workers are not re-adopted).
+    let again = cursed().start().unwrap();
+    let phase = |id| {
+        let jobs = again.list().unwrap();
+        jobs.iter().find(|j| j.id == id).map(|j| j.phase)
+    };
+    assert_eq!(phase(c), Some(Phase::Finished));
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while phase(b) != Some(Phase::Running) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", phase(b));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    again.cancel(b).unwrap();
+    again.shutdown().unwrap();
 }

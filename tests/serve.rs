@@ -1249,6 +1249,13 @@ fn clients_submit_list_and_cancel_and_the_event_stream_follows() {
         );
     }
     assert!(text.contains("gangway_round_latency_seconds_bucket{le=\"+Inf\"}"));
+    assert!(text.lines().any(|l| l == "gangway_round_failures_total 0"));
+    // The same counters as JSON, with the last failed round (none here).
+    let (status, stats) = status_and_body(d.api.get("/stats"));
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(stats["submitted"], 2, "{stats}");
+    assert_eq!(stats["round_failures"], 0, "{stats}");
+    assert!(stats["last_round_failure"].is_null(), "{stats}");
 }
 
 #[test]

@@ -197,6 +197,7 @@ pub fn router(cluster: Addr<ClusterActor>, config: &ApiConfig) -> Router {
         .route("/gpus/uncordon", post(uncordon))
         .route("/events", get(events))
         .route("/metrics", get(metrics))
+        .route("/stats", get(stats))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -574,6 +575,12 @@ async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
         .into_response())
 }
 
+/// The control plane's counters and gauges as JSON ([`StatsSnapshot`]): among them the rounds whose
+/// policy failed, and the last failure's message.
+async fn stats(State(state): State<ApiState>) -> Result<Json<StatsSnapshot>, ApiError> {
+    Ok(Json(state.cluster.send(GetStats).await?))
+}
+
 /// The Prometheus text exposition of `stats`.
 pub fn prometheus_text(s: &StatsSnapshot) -> String {
     let mut out = String::new();
@@ -670,6 +677,12 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         "counter",
         "Decisions that broke a ledger invariant (a bug if not 0).",
         s.violations.to_string(),
+    );
+    metric(
+        "round_failures_total",
+        "counter",
+        "Rounds whose policy failed (panicked); nothing of them was applied.",
+        s.round_failures.to_string(),
     );
     metric(
         "recovery_seconds",

@@ -41,9 +41,22 @@ pub struct Stats {
     pub violations: u64,
     /// Wall seconds the last start took to recover the journal and rebuild its state.
     pub recovery_seconds: f64,
+    /// Rounds whose policy failed (panicked): nothing of them was applied.
+    pub round_failures: u64,
+    /// The last such failure: the control plane's time, and the policy's message.
+    pub last_round_failure: Option<RoundFailure>,
     latency_sum: f64,
     latency_counts: [u64; LATENCY_BUCKETS.len()],
     recent: VecDeque<f64>,
+}
+
+/// A round whose policy failed.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RoundFailure {
+    /// When, in the control plane's seconds.
+    pub at: f64,
+    /// The policy's panic message.
+    pub message: String,
 }
 
 /// A copy of the counters and gauges at one moment.
@@ -81,6 +94,10 @@ pub struct StatsSnapshot {
     pub violations: u64,
     /// See [`Stats::recovery_seconds`].
     pub recovery_seconds: f64,
+    /// See [`Stats::round_failures`].
+    pub round_failures: u64,
+    /// See [`Stats::last_round_failure`].
+    pub last_round_failure: Option<RoundFailure>,
     /// Wall seconds of every round, summed: each from the start of its solve until its changes
     /// were carried out.
     pub round_latency_sum: f64,
@@ -106,6 +123,15 @@ impl Stats {
             self.recent.pop_front();
         }
         self.recent.push_back(seconds);
+    }
+
+    /// Counts a round whose policy failed at `at` with `message`.
+    pub fn note_round_failure(&mut self, at: f64, message: &str) {
+        self.round_failures += 1;
+        self.last_round_failure = Some(RoundFailure {
+            at,
+            message: message.to_owned(),
+        });
     }
 
     /// Counts a round's changes: jobs preempted, moved, resized and started.
@@ -161,6 +187,8 @@ impl Stats {
             rounds: self.rounds,
             violations: self.violations,
             recovery_seconds: self.recovery_seconds,
+            round_failures: self.round_failures,
+            last_round_failure: self.last_round_failure.clone(),
             round_latency_sum: self.latency_sum,
             round_latency_buckets: self
                 .latency_counts

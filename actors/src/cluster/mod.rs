@@ -856,29 +856,40 @@ impl ClusterActor {
                 policy,
                 placer,
             } = &mut sched;
-            engine.schedule(policy.as_mut(), placer.as_mut(), now);
-            if engine.config().audit {
+            // A policy that panics fails its round alone: its runs keep their GPUs, and the next
+            // round asks it again (nothing of the failed round was journaled to replay).
+            let failed = engine
+                .try_schedule(policy.as_mut(), placer.as_mut(), now)
+                .err();
+            if failed.is_none() && engine.config().audit {
                 engine.audit();
             }
-            (sched, solving.elapsed().as_secs_f64())
+            (sched, solving.elapsed().as_secs_f64(), failed)
         });
         // Nothing else is handled while the engine is away.
-        ctx.wait(
-            solve
-                .into_actor(self)
-                .map(move |(mut sched, solve_seconds), actor, ctx| {
-                    let changes = sched.engine.take_changes();
-                    actor.sched = Some(sched);
-                    let carried = actor.commit(changes, now, FxHashMap::default(), ctx);
-                    ctx.spawn(carried.into_actor(actor).map(move |report, actor, _| {
-                        actor.stats.note_round(began.elapsed());
-                        let _ = answer.send(RoundReport {
-                            solve_seconds,
-                            ..report.unwrap_or_default()
-                        });
-                    }));
-                }),
-        );
+        ctx.wait(solve.into_actor(self).map(
+            move |(mut sched, solve_seconds, failed), actor, ctx| {
+                if let Some(failed) = failed {
+                    tracing::error!(
+                        now,
+                        error = %failed,
+                        "the round failed: every run keeps its GPUs, and the next round asks \
+                         the policy again"
+                    );
+                    actor.stats.note_round_failure(now, failed.message());
+                }
+                let changes = sched.engine.take_changes();
+                actor.sched = Some(sched);
+                let carried = actor.commit(changes, now, FxHashMap::default(), ctx);
+                ctx.spawn(carried.into_actor(actor).map(move |report, actor, _| {
+                    actor.stats.note_round(began.elapsed());
+                    let _ = answer.send(RoundReport {
+                        solve_seconds,
+                        ..report.unwrap_or_default()
+                    });
+                }));
+            },
+        ));
         answered
     }
 

@@ -2,7 +2,9 @@
 //! ran since the last pass. A policy that keeps its own queue gets the running jobs and those that
 //! changed, and asks the [`Backlog`] for the rest, so that a round costs what it can start.
 
-use super::Engine;
+use std::panic::AssertUnwindSafe;
+
+use super::{Engine, PolicyPanic};
 use crate::job::JobId;
 use crate::placement::{EngineProbe, Placer};
 use crate::policy::{Backlog, Grant, JobView, Policy, RoundInput, Running};
@@ -89,7 +91,7 @@ impl Engine<'_> {
         policy: &mut dyn Policy,
         placer: &mut dyn Placer,
         now: f64,
-    ) -> Vec<Grant> {
+    ) -> Result<Vec<Grant>, PolicyPanic> {
         let usage = std::mem::take(&mut self.usage);
         let mut touched = std::mem::take(&mut self.touched);
         for &i in &touched {
@@ -122,8 +124,22 @@ impl Engine<'_> {
             model: &*self.model,
             usage: &usage,
         };
-        let grants = policy.allocate(&input);
+        let asked = std::panic::catch_unwind(AssertUnwindSafe(|| policy.allocate(&input)));
         drop(views);
+        let grants = match asked {
+            Ok(grants) => grants,
+            Err(payload) => {
+                // Nothing of this round happened: what it would have seen is the next one's.
+                for &i in &touched {
+                    self.states[i].touched = true;
+                }
+                self.touched = touched;
+                self.left = left;
+                self.usage = usage;
+                self.jobs_changed |= jobs_changed;
+                return Err(PolicyPanic::from_payload(payload));
+            }
+        };
         // Reuse the buffers.
         self.usage = usage;
         self.usage.clear();
@@ -131,6 +147,6 @@ impl Engine<'_> {
         self.touched = touched;
         left.clear();
         self.left = left;
-        grants
+        Ok(grants)
     }
 }

@@ -21,6 +21,7 @@ mod admission;
 mod audit;
 mod completions;
 mod config;
+mod failure;
 mod input;
 mod live;
 mod reconcile;
@@ -44,6 +45,7 @@ use crate::throughput::{BatchPlan, ThroughputModel};
 pub use accounting::{EngineTotals, new_record};
 pub use admission::MAX_JOB_SECONDS;
 pub use config::EngineConfig;
+pub use failure::PolicyPanic;
 pub use live::{Change, JobStatus, Rejected, Unrunnable};
 
 use accounting::BusyTime;

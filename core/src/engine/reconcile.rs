@@ -4,21 +4,36 @@
 
 use std::sync::Arc;
 
-use super::Engine;
+use super::{Engine, PolicyPanic};
 use crate::cluster::GpuTypeId;
 use crate::placement::{self, PlaceRequest, Placed, Placer, Step, StepContext, Unplaced};
 use crate::policy::{Grant, Intent, Policy};
 use crate::resources::Allotment;
 
 impl Engine<'_> {
-    /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place.
+    /// One scheduling pass at `now`: ask the policy, then preempt, migrate and place. A panic of
+    /// the policy's goes on (the simulator's runs end with it); [`Engine::try_schedule`] contains
+    /// it.
     pub fn schedule(&mut self, policy: &mut dyn Policy, placer: &mut dyn Placer, now: f64) {
+        if let Err(failed) = self.try_schedule(policy, placer, now) {
+            failed.resume();
+        }
+    }
+
+    /// [`Engine::schedule`], except that a policy that panics fails this pass alone: nothing of it
+    /// is applied, and the next pass asks the policy again (what a live control plane does).
+    pub fn try_schedule(
+        &mut self,
+        policy: &mut dyn Policy,
+        placer: &mut dyn Placer,
+        now: f64,
+    ) -> Result<(), PolicyPanic> {
         // Only running jobs have anything to settle.
         let running = self.running_now();
         for &i in &running {
             self.settle(i, now);
         }
-        let grants = self.decide(policy, placer, now);
+        let grants = self.decide(policy, placer, now)?;
         let preempt_costs = self.config.preempt_cost + self.config.restore_cost;
 
         // Which running jobs keep their GPUs, and which are displaced.
@@ -128,6 +143,7 @@ impl Engine<'_> {
             }
         }
         self.note_utilization(now);
+        Ok(())
     }
 
     /// Places job `i`'s grant through the placement step it names, or the placer (on one server when
