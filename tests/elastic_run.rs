@@ -188,6 +188,88 @@ fn a_python_without_torch_is_a_user_error_at_once() {
     assert!(!all.contains("restart 1"), "{all}");
 }
 
+/// A Python whose pool cannot start (no torch here) runs its workers directly, saying why, and
+/// the next launch in that context does not try again (each try would cost a torch import).
+#[test]
+fn where_the_pool_cannot_start_the_workers_start_directly_and_it_is_not_retried() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let python = write_script(
+        dir.path(),
+        "python-without-packages",
+        "#!/bin/sh\nexec python3 -S \"$@\"\n",
+    );
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = write_script(dir.path(), "train.py", "print('ran', flush=True)\n");
+    let runtime = dir.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let launch = || {
+        // One owner for both launches (as a daemon is), and a pool directory of the test's own.
+        let out = run(elastic_run(
+            python.to_str().unwrap(),
+            dir.path(),
+            "no-pool",
+            &["--gpus", "1"],
+        )
+        .args(["--spawn", "pool"])
+        .arg(&script)
+        .env("GANGWAY_POOL_OWNER", std::process::id().to_string())
+        .env("XDG_RUNTIME_DIR", &runtime));
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains("ran"), "{}", text(&out));
+        text(&out)
+    };
+    let (first, second) = (launch(), launch());
+    for said in [&first, &second] {
+        assert!(
+            said.contains("no warm pool (the pool exited at its start")
+                && said.contains("cannot import torch"),
+            "{said}"
+        );
+    }
+    let logs: Vec<String> = std::fs::read_dir(runtime.join("gangway"))
+        .unwrap()
+        .filter_map(|e| Some(e.ok()?.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    assert_eq!(
+        logs[0].matches("cannot import torch").count(),
+        1,
+        "one pool tried to start: {}",
+        logs[0]
+    );
+}
+
+/// A script whose directory would shadow a module the pool imported (`torch.py` beside it) gets
+/// its workers started directly: forked, it would see the pool's module, not its own.
+#[test]
+fn a_script_that_shadows_a_preloaded_module_runs_directly() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    write_script(
+        dir.path(),
+        "torch.py",
+        "WHO = 'the script directory torch'\n",
+    );
+    let script = write_script(
+        dir.path(),
+        "train.py",
+        "import torch\nprint('imported', torch.WHO, flush=True)\n",
+    );
+    let out = run(elastic_run(&python, dir.path(), "shadow", &["--gpus", "1"])
+        .args(["--spawn", "pool"])
+        .arg(&script));
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(
+        all.contains("the pool refused the launch: the script's directory shadows modules the pool imported: torch"),
+        "{all}"
+    );
+    assert!(all.contains("imported the script directory torch"), "{all}");
+}
+
 /// `--job-id ../../../x` once wrote outside the checkpoint directory.
 #[test]
 fn a_job_id_that_leaves_the_checkpoint_root_is_refused() {

@@ -104,7 +104,11 @@ def main():
         log("its owner exited before it started")
         return 1
     began = time.monotonic()
-    import torch
+    try:
+        import torch
+    except Exception as e:
+        log(f"cannot import torch: {e!r}")
+        return 1
     extra = [m.strip() for m in os.environ.get("GANGWAY_POOL_PRELOAD", "").split(",") if m.strip()]
     for name in PRELOAD + extra:
         try:
