@@ -932,7 +932,8 @@ impl ProcessExecutor {
                 }
                 return;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            // A resize waits on this: look often (a wait, or a read of one process's files).
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 

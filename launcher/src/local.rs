@@ -644,6 +644,10 @@ enum Watched {
 /// hung only after this many times the hang timeout.
 const STARTUP_ALLOWANCE: f64 = 10.0;
 
+/// How often a launch is looked at: its exit, a stop asked for (SIGTERM, the daemon's), its progress
+/// to pass on. Each of those waits for it, at every restart.
+const TICK: Duration = Duration::from_millis(20);
+
 /// Waits for the launch to exit, a stop request (after which `request_stop` runs), or a hang: no new
 /// step for `hang_timeout` seconds once steps are reported. `every_tick` runs between checks.
 fn watch(
@@ -686,7 +690,7 @@ fn watch(
             }
         }
         every_tick();
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(TICK);
     }
 }
 

@@ -176,7 +176,7 @@ impl Launch {
                 unsafe { libc::kill(-(self.child.id() as i32), libc::SIGTERM) };
                 signalled = true;
             }
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
         tracing::warn!(
             ?grace,
