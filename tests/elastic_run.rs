@@ -703,17 +703,26 @@ fn no_worker_outlives_a_sigkilled_launcher() {
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        eventually(Duration::from_secs(10), || {
-            let left: Vec<i32> = processes_of(&job)
+        none_left(&format!("{spawn}: kill -9"), || {
+            processes_of(&job)
                 .into_iter()
-                .chain(pool.iter().copied().filter(|&pid| alive(pid)))
-                .collect();
-            match left {
-                left if left.is_empty() => Ok(()),
-                left => Err(format!("{spawn}: processes left after kill -9: {left:?}")),
-            }
+                .chain(still_alive(&pool))
+                .collect()
         });
     }
+}
+
+/// Waits (10 s at most) until `left` finds no process; else panics naming them and `after` what.
+fn none_left(after: &str, left: impl Fn() -> Vec<i32>) {
+    eventually(Duration::from_secs(10), || match left() {
+        pids if pids.is_empty() => Ok(()),
+        pids => Err(format!("processes left after {after}: {pids:?}")),
+    });
+}
+
+/// Those of `pids` still alive.
+fn still_alive(pids: &[i32]) -> impl Iterator<Item = i32> + '_ {
+    pids.iter().copied().filter(|&pid| alive(pid))
 }
 
 /// Whether process `pid` exists (and is not a zombie).
@@ -813,12 +822,7 @@ fn a_pool_launch_whose_leader_is_killed_fails_as_a_crash_and_leaves_nothing() {
         all.contains("the warm pool's leader for this launch died"),
         "{all}"
     );
-    eventually(Duration::from_secs(10), || {
-        match processes_of("leaderless") {
-            left if left.is_empty() => Ok(()),
-            left => Err(format!("left after the leader died: {left:?}")),
-        }
-    });
+    none_left("the leader died", || processes_of("leaderless"));
 }
 
 /// A worker the pool forked and SIGKILL ends is reported as that worker's own failure, as for a
@@ -848,14 +852,11 @@ fn a_pool_worker_killed_with_sigkill_is_reported_as_its_own_failure() {
         !all.contains("pool's leader"),
         "not blamed on the pool: {all}"
     );
-    eventually(Duration::from_secs(10), || {
-        let left: Vec<i32> = processes_of("sigkill")
+    none_left("elastic-run ended", || {
+        processes_of("sigkill")
             .into_iter()
-            .chain(pool.iter().copied().filter(|&pid| alive(pid)))
-            .collect();
-        left.is_empty()
-            .then_some(())
-            .ok_or(format!("left after elastic-run ended: {left:?}"))
+            .chain(still_alive(&pool))
+            .collect()
     });
 }
 
@@ -1140,12 +1141,7 @@ fn under_the_executor_a_job_moved_through_the_warm_pool_resumes_bit_identically(
     );
     // The executor's end is the daemon's: its pools end with it.
     drop(exec);
-    eventually(Duration::from_secs(10), || {
-        match pool_processes(std::process::id()) {
-            left if left.is_empty() => Ok(()),
-            left => Err(format!("pool processes left after the executor: {left:?}")),
-        }
-    });
+    none_left("the executor ended", || pool_processes(std::process::id()));
 }
 
 #[test]
@@ -1466,12 +1462,7 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
     assert!(!pool.is_empty(), "the daemon's pool serves on");
     assert!(!output.contains("no warm pool"), "{output}");
     drop(daemon);
-    eventually(Duration::from_secs(10), || {
-        let left: Vec<i32> = pool.iter().copied().filter(|&p| alive(p)).collect();
-        left.is_empty()
-            .then_some(())
-            .ok_or(format!("the pool outlived its daemon: {left:?}"))
-    });
+    none_left("the daemon was killed", || still_alive(&pool).collect());
 }
 
 /// The attempts (`GANGWAY_ATTEMPT`) of job `job` that have processes now.
