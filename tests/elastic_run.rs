@@ -1139,9 +1139,16 @@ fn under_the_executor_a_job_moved_through_the_warm_pool_resumes_bit_identically(
         read("moved.json")["params"],
         "moved through the pool, bit-identical to the run never stopped"
     );
-    // The executor's end is the daemon's: its pools end with it.
+    // The executor's end is the daemon's: its pools end with it, through their cgroup. (Without
+    // cgroups they end when their owner does, here this test's process.)
+    let held = matches!(
+        exec.cgroups(),
+        gangway_launcher::confine::Cgroups::Made { .. }
+    );
     drop(exec);
-    none_left("the executor ended", || pool_processes(std::process::id()));
+    if held {
+        none_left("the executor ended", || pool_processes(std::process::id()));
+    }
 }
 
 #[test]
