@@ -154,19 +154,25 @@ fn eventually(timeout: Duration, mut check: impl FnMut() -> Result<(), String>) 
     }
 }
 
+/// A Python in `dir` that sees no installed package (`python3 -S`): no torch, and no test needs one.
+fn python_without_packages(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let python = write_script(
+        dir,
+        "python-without-packages",
+        "#!/bin/sh\nexec python3 -S \"$@\"\n",
+    );
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    python
+}
+
 /// Without torch, elastic-run once took "No module named 'torch'" for a crash and relaunched it three
 /// times. It is a user error: exit 2 at once, with a hint. (No torch needed: `python3 -S` sees no
 /// installed package.)
 #[test]
 fn a_python_without_torch_is_a_user_error_at_once() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let python = write_script(
-        dir.path(),
-        "python-without-packages",
-        "#!/bin/sh\nexec python3 -S \"$@\"\n",
-    );
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let python = python_without_packages(dir.path());
     let script = write_script(dir.path(), "train.py", "print('never runs')\n");
     let out = run(elastic_run(
         python.to_str().unwrap(),
@@ -192,14 +198,8 @@ fn a_python_without_torch_is_a_user_error_at_once() {
 /// the next launch in that context does not try again (each try would cost a torch import).
 #[test]
 fn where_the_pool_cannot_start_the_workers_start_directly_and_it_is_not_retried() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
-    let python = write_script(
-        dir.path(),
-        "python-without-packages",
-        "#!/bin/sh\nexec python3 -S \"$@\"\n",
-    );
-    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let python = python_without_packages(dir.path());
     let script = write_script(dir.path(), "train.py", "print('ran', flush=True)\n");
     let runtime = dir.path().join("runtime");
     std::fs::create_dir(&runtime).unwrap();

@@ -412,10 +412,7 @@ impl Context {
                 (limit.rlim_cur, limit.rlim_max)
             })
             .collect();
-        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-        let nice = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(16).map(str::to_owned));
+        let nice = stat_field("self", 19);
         let fingerprint = serde_json::json!({
             "zygote": format!("{:016x}", hash(ZYGOTE)),
             "python": python,
@@ -452,14 +449,19 @@ fn hash(text: &str) -> u64 {
     hasher.finish()
 }
 
-/// Field 22 of `/proc/PID/stat`: tells a process apart from a later one with its pid.
+/// Field `field` of `/proc/PID/stat`, numbered as proc(5) does (from 1; the command's name, field 2,
+/// may hold spaces and parentheses, so fields are counted after its last `)`).
+fn stat_field(pid: &str, field: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(field - 3).map(str::to_owned)
+}
+
+/// Field 22 of `/proc/PID/stat`, its start time: tells a process apart from a later one with its
+/// pid.
 fn start_time(pid: i32) -> Result<String, String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map_err(|e| format!("the pool's owner {pid}: {e}"))?;
-    stat.rsplit_once(')')
-        .and_then(|(_, rest)| rest.split_whitespace().nth(19))
-        .map(str::to_owned)
-        .ok_or_else(|| format!("the pool's owner {pid}: unreadable /proc/{pid}/stat"))
+    stat_field(&pid.to_string(), 22)
+        .ok_or_else(|| format!("the pool's owner {pid}: no readable /proc/{pid}/stat"))
 }
 
 /// This user's pool directory: `$XDG_RUNTIME_DIR/gangway` when that is set, else
@@ -751,8 +753,9 @@ mod tests {
         assert!(check_private_dir(&mine, uid + 1).is_err());
     }
 
+    /// (That the descriptors arrive is what every pool launch shows: the workers write to them.)
     #[test]
-    fn descriptors_sent_arrive_open_with_the_message() {
+    fn a_message_sent_with_descriptors_arrives_whole_from_this_user() {
         let (a, mut b) = UnixStream::pair().unwrap();
         let file = tempfile::tempfile().unwrap();
         send_with_fds(&a, b"hello\n", &[file.as_raw_fd()]).unwrap();

@@ -43,10 +43,16 @@ def log(message):
           file=sys.stderr, flush=True)
 
 
+def stat_fields(pid="self"):
+    """/proc/PID/stat's fields, indexed as proc(5) numbers them (from 1; the command's name, field
+    2, may hold spaces and parentheses, so fields are counted after its last ")")."""
+    with open(f"/proc/{pid}/stat") as f:
+        return [None, None, None] + f.read().rsplit(")", 1)[1].split()
+
+
 def start_time(pid):
     """Field 22 of /proc/PID/stat: tells a process apart from a later one with its pid."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[19]
+    return stat_fields(pid)[22]
 
 
 def stranger(conn):
@@ -307,8 +313,8 @@ class Leader:
         argv = [request["argv0"], "-u", script] + request["args"]
         marks = [k for k in MARKERS if k in env]
         shown = [f"{k}={env[k]}" for k in marks + sorted(set(env) - set(marks))]
-        rewrite_proc_strings(47, 48, argv)
-        rewrite_proc_strings(49, 50, shown[:len(marks)] + [f"{POOL_VAR}={self.name}"] + shown[len(marks):])
+        rewrite_proc_strings(48, 49, argv)  # arg_start, arg_end
+        rewrite_proc_strings(50, 51, shown[:len(marks)] + [f"{POOL_VAR}={self.name}"] + shown[len(marks):])
         # libgomp counted threads (OMP_NUM_THREADS, else the CPUs it may use) when the pool
         # imported torch; a fresh worker counts now. Set only if it differs: setting starts
         # OpenMP's threads, which a fresh worker has not yet.
@@ -402,11 +408,10 @@ class Leader:
 
 def rewrite_proc_strings(start_field, end_field, strings):
     """Writes `strings` over this process's own argument or environment area (fields
-    `start_field`..`end_field` of /proc/self/stat, counted from 0), as many as fit, in order. The
-    pool's were made large enough; where the kernel refuses, /proc keeps showing the pool's."""
-    with open("/proc/self/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    start, end = int(fields[start_field - 2]), int(fields[end_field - 2])
+    `start_field`..`end_field` of /proc/self/stat), as many as fit, in order. The pool's were made
+    large enough; where the kernel refuses, /proc keeps showing the pool's."""
+    fields = stat_fields()
+    start, end = int(fields[start_field]), int(fields[end_field])
     blob = b""
     for item in strings:
         item = item.encode(errors="replace") + b"\0"
