@@ -1,10 +1,13 @@
 //! The control plane at scale, through its HTTP API: `cargo run --release --example control_plane_scale`.
 //!
-//! Starts `gangway serve`'s control plane in-process on a simulated 4,096-GPU cluster (512 servers of 8
-//! GPUs, three types) with the simulated executor, 600x faster than real time (a 60 s round every
-//! 100 ms), then submits 10,000 jobs over HTTP from 4 client threads. Prints the API throughput, the
-//! round latency (p50/p99 over every round), and the memory per job (resident set growth / jobs).
-//! Optional arguments: POLICY (default tiresias) and JOBS.
+//! Starts `gangway serve`'s control plane in-process on a simulated cluster (servers of 8 GPUs, three
+//! types; 4,096 GPUs by default) with the simulated executor, 600x faster than real time (a 60 s
+//! round every 100 ms), then submits the jobs over HTTP from 16 client threads and lets rounds run on
+//! the full queue for 10 s more, while one more client reads `GET /jobs` in a loop. Prints the API
+//! throughput, the round latency (p50/p99 over every round), the latency of the reads made while
+//! rounds ran, and the memory per job (resident set growth / jobs).
+//! Optional arguments: POLICY (default tiresias), JOBS (default 10,000) and GPUS (a multiple of 24;
+//! default 4,096, which is 171 + 171 + 170 servers).
 
 use std::time::{Duration, Instant};
 
@@ -36,6 +39,16 @@ fn main() {
     let jobs: u32 = args
         .next()
         .map_or(10_000, |n| n.parse().expect("JOBS is a number"));
+    let gpus: u32 = args
+        .next()
+        .map_or(4_096, |n| n.parse().expect("GPUS is a number"));
+    // Servers of 8 GPUs, as evenly over the three types as they go.
+    let servers = gpus / 8;
+    let per_type = [servers.div_ceil(3), (servers + 1) / 3, servers / 3];
+    let spec = format!(
+        "v100={}x8,p100={}x8,k80={}x8",
+        per_type[0], per_type[1], per_type[2]
+    );
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -45,7 +58,7 @@ fn main() {
     let mut api = ApiOptions::new(Listen::Tcp(format!("127.0.0.1:{port}").parse().unwrap()));
     api.token_file = Some(dir.path().join("api-token"));
     let plane = ControlPlaneBuilder::new()
-        .cluster(Cluster::parse_spec("v100=171x8,p100=171x8,k80=170x8", 8).unwrap())
+        .cluster(Cluster::parse_spec(&spec, 8).unwrap())
         .policy(&policy_name)
         .simulated_workers()
         .round(60.0)
@@ -97,10 +110,30 @@ fn main() {
     }
     let submitting = began.elapsed();
     let memory_after = resident_bytes();
-    // Let rounds run on the full queue for a while (10 s wall = 100 rounds).
-    std::thread::sleep(Duration::from_secs(10));
+    // Let rounds run on the full queue for a while (10 s wall = 100 rounds), while one more client
+    // reads the job list as a dashboard would, as often as it can.
+    let reading = Instant::now();
+    let mut reads = Vec::new();
+    let mut listed = 0;
+    while reading.elapsed() < Duration::from_secs(10) {
+        let asked = Instant::now();
+        let body = agent
+            .get(&url)
+            .header("Authorization", &authorization)
+            .call()
+            .expect("list")
+            .into_body()
+            .with_config()
+            .limit(1 << 30)
+            .read_to_vec()
+            .expect("read the list");
+        reads.push(asked.elapsed().as_secs_f64());
+        listed = body.len();
+    }
+    reads.sort_by(f64::total_cmp);
+    let quantile = |q: f64| reads[((reads.len() - 1) as f64 * q).round() as usize] * 1e3;
     let stats = plane.stats().unwrap();
-    println!("policy {policy_name}, {jobs} jobs via HTTP on 4,096 simulated GPUs");
+    println!("policy {policy_name}, {jobs} jobs via HTTP on {gpus} simulated GPUs ({spec})");
     println!(
         "API: {:.0} submissions/s ({CLIENTS} clients, {:.2} s)",
         f64::from(jobs) / submitting.as_secs_f64(),
@@ -115,6 +148,13 @@ fn main() {
         stats.starts,
         stats.preemptions,
         stats.finished
+    );
+    println!(
+        "GET /jobs while rounds ran: {} reads of {:.1} MB (p50 {:.1} ms, p99 {:.1} ms)",
+        reads.len(),
+        listed as f64 / 1e6,
+        quantile(0.5),
+        quantile(0.99)
     );
     println!(
         "memory: {:.1} KiB per job (resident {:.0} MiB -> {:.0} MiB)",

@@ -263,3 +263,85 @@ fn a_policy_that_panics_fails_its_round_alone_and_the_plane_serves_on() {
     again.cancel(b).unwrap();
     again.shutdown().unwrap();
 }
+
+/// FIFO, but once a second job is there, each of its rounds waits, inside the round, until the
+/// test lets it go; it says when it is waiting.
+struct StallsInItsRounds {
+    fifo: Box<dyn Policy>,
+    stalled: std::sync::mpsc::SyncSender<()>,
+    released: Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl Policy for StallsInItsRounds {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        if input.jobs.len() >= 2 {
+            let _ = self.stalled.try_send(());
+            let _ = (self.released.lock().unwrap()).recv_timeout(Duration::from_secs(60));
+        }
+        self.fifo.allocate(input)
+    }
+
+    fn keeps_queue(&self) -> bool {
+        self.fifo.keeps_queue()
+    }
+}
+
+/// The API's reads (jobs, one job, servers, counters) come from the view published after the last
+/// change: they answer while a round is under way, however long it takes, and show what was true
+/// before it.
+#[test]
+fn reads_answer_while_a_round_is_under_way() {
+    let (stalled, stalls) = std::sync::mpsc::sync_channel(1);
+    let (release, released) = std::sync::mpsc::channel();
+    let released = Arc::new(std::sync::Mutex::new(released));
+    let mut registry = Registry::with_builtins();
+    registry
+        .register(PolicyEntry::new("stalling", move |config| {
+            let fifo = policy::builtin()
+                .build("fifo", config, &Capabilities::ALL)
+                .expect("fifo is built in");
+            Box::new(StallsInItsRounds {
+                fifo,
+                stalled: stalled.clone(),
+                released: Arc::clone(&released),
+            })
+        }))
+        .unwrap();
+    let plane = builder()
+        .registry(registry)
+        .policy("stalling")
+        .start()
+        .unwrap();
+    let first = plane.submit(JobRequest::new("toy", 4, 1e9)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let running = loop {
+        let job = plane.job(first).unwrap().unwrap();
+        if job.phase == Phase::Running {
+            break job.placement;
+        }
+        assert!(std::time::Instant::now() < deadline, "{job:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // The next submission's round stalls in the policy.
+    let second = plane.submit(JobRequest::new("toy", 4, 1e9)).unwrap();
+    stalls
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the second round never started");
+    // Were reads messages to the cluster actor, they would wait for the round, which waits for
+    // this thread: a read that answers is one served from the view.
+    let jobs = plane.list().unwrap();
+    let phases: Vec<(u32, Phase)> = jobs.iter().map(|j| (j.id.0, j.phase)).collect();
+    assert_eq!(
+        phases,
+        [(first.0, Phase::Running), (second.0, Phase::Pending)]
+    );
+    assert_eq!(plane.job(first).unwrap().unwrap().placement, running);
+    let nodes = plane.nodes().unwrap();
+    assert_eq!(nodes.iter().map(|n| n.free).sum::<u32>(), 4, "{nodes:?}");
+    assert_eq!(plane.stats().unwrap().submitted, 2);
+    // Let go: this round and every later one go on at once.
+    drop(release);
+    plane.cancel(first).unwrap();
+    plane.cancel(second).unwrap();
+    plane.shutdown().unwrap();
+}

@@ -43,8 +43,7 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::auth::{HostCheck, Token};
 use crate::cluster::{
-    Cancel, ClusterActor, Cordon, GetStats, JobRequest, ListJobs, ListNodes, Refusal, RunsAs,
-    ShowJob, Submit, Subscribe,
+    Cancel, ClusterActor, Cordon, GetViews, JobRequest, Refusal, RunsAs, Submit, Subscribe, Views,
 };
 use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
@@ -159,6 +158,8 @@ impl From<BodyError> for ApiError {
 #[derive(Clone)]
 struct ApiState {
     cluster: Addr<ClusterActor>,
+    /// What reads are answered from: never a message queued behind a round.
+    views: Views,
     runs: Arc<RunPolicy>,
 }
 
@@ -177,10 +178,12 @@ struct Access {
     hosts: Option<HostCheck>,
 }
 
-/// The API's routes over a running cluster actor, behind `config`'s token and `Host` checks.
-pub fn router(cluster: Addr<ClusterActor>, config: &ApiConfig) -> Router {
+/// The API's routes over a running cluster actor and the views it publishes, behind `config`'s
+/// token and `Host` checks.
+pub fn router(cluster: Addr<ClusterActor>, views: Views, config: &ApiConfig) -> Router {
     let state = ApiState {
         cluster,
+        views,
         runs: Arc::new(config.run_policy.clone()),
     };
     let access = Arc::new(Access {
@@ -221,7 +224,11 @@ pub async fn serve(
             config.hosts = Some(HostCheck::new(bound.port().unwrap_or(0), Vec::new()));
         }
     }
-    let app = router(cluster, &config);
+    let views = cluster
+        .send(GetViews)
+        .await
+        .map_err(|e| std::io::Error::other(format!("the control plane stopped: {e}")))?;
+    let app = router(cluster, views, &config);
     crate::listener::serve(bound, app, config.limits).await
 }
 
@@ -444,12 +451,17 @@ async fn submit(
     Ok((StatusCode::CREATED, Json(json!({ "id": id }))))
 }
 
-async fn list(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    Ok(Json(state.cluster.send(ListJobs).await?).into_response())
+/// A JSON body already serialized.
+fn json_bytes(bytes: bytes::Bytes) -> Response {
+    ([("content-type", "application/json")], bytes).into_response()
 }
 
-async fn nodes(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    Ok(Json(state.cluster.send(ListNodes).await?).into_response())
+async fn list(State(state): State<ApiState>) -> Response {
+    json_bytes(state.views.latest().jobs_json())
+}
+
+async fn nodes(State(state): State<ApiState>) -> Response {
+    Json(state.views.latest().nodes()).into_response()
 }
 
 fn job_id(text: &str) -> Result<JobId, ApiError> {
@@ -463,8 +475,8 @@ fn job_id(text: &str) -> Result<JobId, ApiError> {
 
 async fn show(State(state): State<ApiState>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let id = job_id(&id)?;
-    match state.cluster.send(ShowJob(id)).await? {
-        Some(info) => Ok(Json(info).into_response()),
+    match state.views.latest().job_json(id) {
+        Some(json) => Ok(json_bytes(json)),
         None => Err(Refusal::NoSuchJob(id).into()),
     }
 }
@@ -566,19 +578,15 @@ async fn events(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-async fn metrics(State(state): State<ApiState>) -> Result<Response, ApiError> {
-    let stats = state.cluster.send(GetStats).await?;
-    Ok((
-        [("content-type", "text/plain; version=0.0.4")],
-        prometheus_text(&stats),
-    )
-        .into_response())
+async fn metrics(State(state): State<ApiState>) -> Response {
+    let text = prometheus_text(state.views.latest().stats());
+    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// The control plane's counters and gauges as JSON ([`StatsSnapshot`]): among them the rounds whose
 /// policy failed, and the last failure's message.
-async fn stats(State(state): State<ApiState>) -> Result<Json<StatsSnapshot>, ApiError> {
-    Ok(Json(state.cluster.send(GetStats).await?))
+async fn stats(State(state): State<ApiState>) -> Json<StatsSnapshot> {
+    Json(state.views.latest().stats().clone())
 }
 
 /// The Prometheus text exposition of `stats`.
@@ -677,6 +685,12 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         "counter",
         "Decisions that broke a ledger invariant (a bug if not 0).",
         s.violations.to_string(),
+    );
+    metric(
+        "illegal_transitions_total",
+        "counter",
+        "Job phase moves the state machine refused (a bug if not 0).",
+        s.illegal_transitions.to_string(),
     );
     metric(
         "round_failures_total",

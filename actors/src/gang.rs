@@ -1,8 +1,9 @@
-//! The gang actor: takes all of a gang's GPUs or none of them.
+//! Gang leases: all of a gang's GPUs or none of them.
 //!
-//! A gang first tries to take every GPU at once (reserve and commit in one message each, refused rather
-//! than kept waiting); that is how leases go when nothing contends. Otherwise it gives back what it took
-//! and leases in two phases: phase one reserves every GPU, one at a time in ascending GPU id; phase two
+//! A gang first tries to take every GPU at once ([`take_at_once`]: reserve and commit in one message
+//! each, refused rather than kept waiting); that is how leases go when nothing contends, and the
+//! control plane leases a round's gangs that way together. Otherwise it gives back what it took and
+//! a gang actor leases in two phases: phase one reserves every GPU, one at a time in ascending GPU id; phase two
 //! commits them all when every reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once;
 //! a GPU only reserved by a gang still acquiring makes the next one wait for it (see [`crate::gpu`]).
 //! Because every gang reserves in the same order, waits cannot form a cycle (no deadlock), and the gang
@@ -86,6 +87,18 @@ fn first_error(
     Ok(())
 }
 
+/// Takes every one of `gpus` for `holder` at once, one message each, refused rather than kept
+/// waiting. A refusal leaves the GPUs taken so far taken: give them back ([`Release`]) before
+/// leasing them the ordered way ([`Acquire`]).
+pub async fn take_at_once(
+    holder: Holder,
+    partner: Option<JobId>,
+    gpus: &[Addr<GpuActor>],
+) -> Result<(), GangError> {
+    let taken = join_all(gpus.iter().map(|g| g.send(Take { holder, partner }))).await;
+    first_error(holder.job, taken)
+}
+
 impl Handler<Acquire> for GangActor {
     type Result = ResponseFuture<Result<(), GangError>>;
 
@@ -93,14 +106,6 @@ impl Handler<Acquire> for GangActor {
         let (holder, partner, gpus) = (self.holder, self.partner, self.gpus.clone());
         let job = holder.job;
         Box::pin(async move {
-            // Fast path: take every GPU at once. Within one round's plan no two gangs share a GPU, so
-            // this is how almost every lease goes; a refusal gives all back and takes the ordered path,
-            // which waits where it must and says why it failed.
-            let taken = join_all(gpus.iter().map(|g| g.send(Take { holder, partner }))).await;
-            if first_error(job, taken).is_ok() {
-                return Ok(());
-            }
-            join_all(gpus.iter().map(|g| g.send(Release(holder)))).await;
             let mut reserved = Ok(());
             for gpu in &gpus {
                 reserved = first_error(job, vec![gpu.send(Reserve { holder, partner }).await]);

@@ -2,9 +2,11 @@
 //!
 //! Actors (actix on tokio) cooperate by message passing:
 //! - [`cluster::ClusterActor`] owns the scheduling state (the same [`gangway_core::engine::Engine`],
-//!   policy and placer the simulator runs) and runs the rounds, solving on a blocking thread;
-//! - [`job::JobActor`] holds one job's lifecycle, an explicit state machine ([`lifecycle::Phase`]);
-//! - [`gang::GangActor`] leases a gang's GPUs all-or-nothing, in two phases;
+//!   policy and placer the simulator runs) and runs the rounds, solving on a blocking thread; it
+//!   holds each job's lifecycle, an explicit state machine ([`lifecycle::Phase`]) whose moves are
+//!   published as [`job::JobEvent`]s, and publishes read-only [`cluster::View`]s for the API;
+//! - gangs lease their GPUs all-or-nothing ([`gang`]): all at once when nothing contends, otherwise
+//!   through a [`gang::GangActor`], in two phases;
 //! - [`gpu::GpuActor`] holds one GPU's lease and health (NVML when present, see [`health`]).
 //!
 //! Workers are reached only through the [`executor::Executor`] trait. Every decision is journaled

@@ -39,6 +39,7 @@
 
 use std::collections::BTreeSet;
 use std::future::Future;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -49,8 +50,8 @@ use tokio::sync::{broadcast, oneshot};
 use crate::api::{self, ApiConfig, Listen};
 use crate::auth::HostCheck;
 use crate::cluster::{
-    Cancel, ClusterActor, Cordon, GetStats, JobInfo, JobRequest, ListJobs, ListNodes, NodeInfo,
-    Parts, Refusal, Settings, ShowJob, StartError, Submit, Subscribe,
+    Cancel, ClusterActor, Cordon, GetViews, JobInfo, JobRequest, NodeInfo, Parts, Refusal,
+    Settings, StartError, Submit, Subscribe, View, Views,
 };
 use crate::job::JobEvent;
 use crate::listener::Bound;
@@ -112,6 +113,8 @@ pub struct Api {
 /// A running control plane: see the [module docs](self).
 pub struct ControlPlane {
     cluster: Addr<ClusterActor>,
+    /// Reads are answered from these, never by a message queued behind a round.
+    views: Views,
     system: actix::System,
     runtime: tokio::runtime::Handle,
     /// The actors' thread: what the API ended with, when it served one.
@@ -145,6 +148,7 @@ impl ControlPlane {
             .map_err(ControlError::Runtime)?;
         match started.recv() {
             Ok(Ok((cluster, system, runtime))) => Ok(ControlPlane {
+                views: futures::executor::block_on(cluster.send(GetViews))?,
                 cluster,
                 system,
                 runtime,
@@ -197,24 +201,31 @@ impl ControlPlane {
         })??)
     }
 
-    /// Every job the control plane knows, ended ones included.
+    /// What the control plane published last (after its last round, event batch or submission
+    /// batch): jobs, servers and counters, read without waiting for the control plane.
+    pub fn view(&self) -> Arc<View> {
+        self.views.latest()
+    }
+
+    /// Every job the control plane knows, ended ones included (from [`ControlPlane::view`]).
     pub fn list(&self) -> Result<Vec<JobInfo>, ControlError> {
-        self.ask(ListJobs)
+        Ok(self.view().jobs().cloned().collect())
     }
 
-    /// One job, or `None` if there is no such job.
+    /// One job, or `None` if there is no such job (from [`ControlPlane::view`]).
     pub fn job(&self, id: JobId) -> Result<Option<JobInfo>, ControlError> {
-        self.ask(ShowJob(id))
+        Ok(self.view().job(id).cloned())
     }
 
-    /// The servers, their GPUs, those out of service and the jobs on them.
+    /// The servers, their GPUs, those out of service and the jobs on them (from
+    /// [`ControlPlane::view`]).
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, ControlError> {
-        self.ask(ListNodes)
+        Ok(self.view().nodes().to_vec())
     }
 
-    /// Counters and latencies since the control plane started.
+    /// Counters and latencies since the control plane started (from [`ControlPlane::view`]).
     pub fn stats(&self) -> Result<StatsSnapshot, ControlError> {
-        self.ask(GetStats)
+        Ok(self.view().stats().clone())
     }
 
     /// Cancels a job: it stops (its workers are told to) and never runs again.
@@ -485,20 +496,15 @@ mod tests {
         let done = plane.wait_for(&[short], PATIENCE).unwrap();
         assert_eq!(done[0].phase, Phase::Finished);
         assert!(done[0].finished.is_some());
-        // The long job takes the whole server once the short one is gone. (Its job actor publishes
-        // the move before the cluster actor's view shows it.)
+        // The long job takes the whole server once the short one is gone.
         let mut moves = Vec::new();
         while moves.last() != Some(&(long, Phase::Running)) {
             let event = events.recv_timeout(PATIENCE.unwrap()).unwrap();
             let event = event.expect("the long job never started");
             moves.push((event.job, event.to));
         }
-        for _ in 0..1000 {
-            if plane.job(long).unwrap().unwrap().phase == Phase::Running {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        // A move is published after the view that shows it.
+        assert_eq!(plane.job(long).unwrap().unwrap().phase, Phase::Running);
         let node = &plane.nodes().unwrap()[0];
         assert_eq!((node.free, &node.jobs[..]), (0, &[long][..]));
 

@@ -39,6 +39,8 @@ pub struct Stats {
     pub rounds: u64,
     /// Decisions that broke a ledger invariant (always 0 unless there is a bug).
     pub violations: u64,
+    /// Phase moves the job state machine refused (always 0 unless there is a bug).
+    pub illegal_transitions: u64,
     /// Wall seconds the last start took to recover the journal and rebuild its state.
     pub recovery_seconds: f64,
     /// Rounds whose policy failed (panicked): nothing of them was applied.
@@ -60,7 +62,7 @@ pub struct RoundFailure {
 }
 
 /// A copy of the counters and gauges at one moment.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct StatsSnapshot {
     /// Jobs not ended and not running (waiting, starting or stopping).
     pub queued_jobs: usize,
@@ -92,6 +94,8 @@ pub struct StatsSnapshot {
     pub rounds: u64,
     /// See [`Stats::violations`].
     pub violations: u64,
+    /// See [`Stats::illegal_transitions`].
+    pub illegal_transitions: u64,
     /// See [`Stats::recovery_seconds`].
     pub recovery_seconds: f64,
     /// See [`Stats::round_failures`].
@@ -186,6 +190,7 @@ impl Stats {
             restart_seconds: self.restart_seconds,
             rounds: self.rounds,
             violations: self.violations,
+            illegal_transitions: self.illegal_transitions,
             recovery_seconds: self.recovery_seconds,
             round_failures: self.round_failures,
             last_round_failure: self.last_round_failure.clone(),

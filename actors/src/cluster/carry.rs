@@ -1,11 +1,13 @@
 //! Carrying out a committed plan: stop workers (checkpoint, release the gang), then lease and launch
 //! the new gangs. This runs outside the cluster actor's state, so that the API keeps answering while
-//! workers checkpoint; the actor settles the outcome when it is done.
+//! workers checkpoint; the actor moves the jobs through their phases as it commits the plan and as it
+//! settles the outcome.
 
 use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
 use futures::future::join_all;
+use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 use rustc_hash::FxHashSet;
 
@@ -13,24 +15,61 @@ use super::messages::RoundReport;
 use super::plan::Retune;
 use crate::clock::Clock;
 use crate::executor::{Executor, Launch};
-use crate::gang::{Acquire, GangActor};
+use crate::gang::{self, Acquire, GangActor};
 use crate::gpu::{GpuActor, Holder, Release};
-use crate::job::{Advance, AdvanceThrough, JobActor};
-use crate::lifecycle::Phase;
 
-/// A leased gang: the actor that leased it, and the GPUs to give back when it stops.
+/// A gang's lease: who holds it (or will), and its GPUs, in ascending id.
 #[derive(Clone)]
 pub(super) struct Gang {
     pub holder: Holder,
-    pub actor: Addr<GangActor>,
-    pub gpus: Vec<Addr<GpuActor>>,
+    pub partner: Option<JobId>,
+    pub gpus: Vec<(GpuId, Addr<GpuActor>)>,
 }
 
 impl Gang {
+    /// A gang for `holder` on `gpus` (not yet leased), among the cluster's `gpu_actors`.
+    pub fn new(
+        gpu_actors: &[Addr<GpuActor>],
+        holder: Holder,
+        partner: Option<JobId>,
+        gpus: &[GpuId],
+    ) -> Self {
+        let mut gpus: Vec<_> = gpus
+            .iter()
+            .map(|&g| (g, gpu_actors[g.0 as usize].clone()))
+            .collect();
+        gpus.sort_by_key(|(id, _)| *id);
+        Gang {
+            holder,
+            partner,
+            gpus,
+        }
+    }
+
+    /// Leases every GPU, all or none: each at once, with one message (within a round's plan no two
+    /// gangs share a GPU, so that is how almost every lease goes); when one refuses, what was taken
+    /// is given back and a gang actor leases them in the ordered two-phase way, which waits where it
+    /// must and says why it failed.
+    pub async fn lease(&self) -> Result<(), String> {
+        let addrs: Vec<Addr<GpuActor>> = self.gpus.iter().map(|(_, a)| a.clone()).collect();
+        if gang::take_at_once(self.holder, self.partner, &addrs)
+            .await
+            .is_ok()
+        {
+            return Ok(());
+        }
+        self.release();
+        let actor = GangActor::new(self.holder, self.partner, self.gpus.clone()).start();
+        match actor.send(Acquire).await {
+            Ok(leased) => leased.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
     /// Gives every GPU back, without waiting: the releases are queued on the GPUs' mailboxes now, so
     /// a lease sent to them afterwards finds them free. Idempotent.
     pub fn release(&self) {
-        for gpu in &self.gpus {
+        for (_, gpu) in &self.gpus {
             gpu.do_send(Release(self.holder));
         }
     }
@@ -39,22 +78,15 @@ impl Gang {
 /// A stop to carry out.
 pub(super) struct StopStep {
     pub job: JobId,
-    pub addr: Addr<JobActor>,
     pub gang: Option<Gang>,
     /// Workers to stop (not when they finished on their own).
     pub stop_workers: bool,
-    /// Through Checkpointing (not when the job ends).
-    pub checkpoint: bool,
-    pub next: Phase,
 }
 
 /// A start to carry out.
 pub(super) struct StartStep {
     pub launch: Launch,
-    pub addr: Addr<JobActor>,
     pub gang: Gang,
-    /// Through Placing (a queued job), or straight to Starting (a job being moved or resized).
-    pub via_placing: bool,
 }
 
 /// One committed batch: its steps, in order (stops, then starts).
@@ -80,7 +112,7 @@ pub(super) struct Outcome {
     pub report: RoundReport,
 }
 
-/// Carries out `steps` through the job and gang actors and the executor.
+/// Carries out `steps` through the GPU actors and the executor.
 pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executor>>>) -> Outcome {
     let Steps {
         stops,
@@ -92,15 +124,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     let mut outcome = Outcome::default();
     outcome.report.stops = stops.len();
     outcome.report.starts = starts.len();
-    // Stops: checkpoint, release the gang, move on.
-    let advance = |steps: &[StopStep], pick: fn(&StopStep) -> Option<Phase>| {
-        join_all(
-            steps
-                .iter()
-                .filter_map(|s| pick(s).map(|to| s.addr.send(Advance { to, at: now }))),
-        )
-    };
-    log_refusals(advance(&stops, |s| s.checkpoint.then_some(Phase::Checkpointing)).await);
+    // Stops: checkpoint, release the gang.
     let to_stop: Vec<JobId> = stops
         .iter()
         .filter(|s| s.stop_workers)
@@ -130,16 +154,14 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     for gang in stops.iter().filter_map(|s| s.gang.as_ref()) {
         gang.release();
     }
-    log_refusals(advance(&stops, |s| Some(s.next)).await);
 
-    // Starts: lease each gang, then launch; each job then moves through its phases in one message.
-    let leased = join_all(starts.iter().map(|s| s.gang.actor.send(Acquire))).await;
+    // Starts: lease every gang at once, then launch.
+    let leased = join_all(starts.iter().map(|s| s.gang.lease())).await;
     let mut ready = Vec::new();
     for (step, lease) in starts.iter().zip(leased) {
         match lease {
-            Ok(Ok(())) => ready.push(step.launch.clone()),
-            Ok(Err(e)) => outcome.failed_starts.push((step.launch.job, e.to_string())),
-            Err(e) => outcome.failed_starts.push((step.launch.job, e.to_string())),
+            Ok(()) => ready.push(step.launch.clone()),
+            Err(e) => outcome.failed_starts.push((step.launch.job, e)),
         }
     }
     let exec = Arc::clone(executor);
@@ -154,20 +176,9 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     outcome.launched_at = clock.now();
     outcome.failed_starts.extend(launch_failures);
     let failed: FxHashSet<JobId> = outcome.failed_starts.iter().map(|(j, _)| *j).collect();
-    let moves = starts.iter().map(|step| {
-        let failed = failed.contains(&step.launch.job);
-        if failed {
-            step.gang.release();
-        }
-        let path: &'static [Phase] = match (step.via_placing, failed) {
-            (true, false) => &[Phase::Placing, Phase::Starting, Phase::Running],
-            (true, true) => &[Phase::Placing, Phase::Pending],
-            (false, false) => &[Phase::Starting, Phase::Running],
-            (false, true) => &[Phase::Pending],
-        };
-        step.addr.send(AdvanceThrough { path, at: now })
-    });
-    log_refusals(join_all(moves).await);
+    for step in starts.iter().filter(|s| failed.contains(&s.launch.job)) {
+        step.gang.release();
+    }
     outcome.report.failed_starts = outcome.failed_starts.len();
     outcome
 }
@@ -177,15 +188,4 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
     tokio::task::spawn_blocking(f)
         .await
         .expect("a blocking control-plane task panicked")
-}
-
-/// Illegal transitions are bugs in the control plane, not in its input: log them loudly.
-fn log_refusals<E: std::fmt::Display>(results: Vec<Result<Result<Phase, E>, actix::MailboxError>>) {
-    for result in results {
-        match result {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => tracing::error!(error = %e, "job refused a transition"),
-            Err(e) => tracing::error!(error = %e, "job actor unreachable"),
-        }
-    }
 }

@@ -224,6 +224,11 @@ pub struct ShowJob(pub JobId);
 #[rtype(result = "StatsSnapshot")]
 pub struct GetStats;
 
+/// Where the published views are read ([`super::Views`]).
+#[derive(Message)]
+#[rtype(result = "super::Views")]
+pub struct GetViews;
+
 /// The event stream's sender, to subscribe.
 #[derive(Message)]
 #[rtype(result = "broadcast::Sender<JobEvent>")]

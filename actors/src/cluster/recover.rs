@@ -100,9 +100,12 @@ impl ClusterActor {
             .values()
             .filter_map(|e| e.standing.ended_phase())
             .collect();
-        // Ended jobs need no actor: the API lists them from the ledger.
         for phase in ended {
             self.stats.note_end(phase);
+        }
+        // The first view shows every job the ledger knows, ended ones included.
+        for &job in self.store.ledger.jobs.keys() {
+            self.views.touch(job);
         }
     }
 }

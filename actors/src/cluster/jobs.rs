@@ -1,0 +1,116 @@
+//! A job as the control plane holds it: its phase (one state machine: every move is checked here),
+//! its leased gang, and its restart and
+//! resize bookkeeping.
+
+use gangway_core::job::JobId;
+
+use super::carry::Gang;
+use super::messages::{Resize, RestartPhases};
+use crate::executor::Measured;
+use crate::job::JobEvent;
+use crate::lifecycle::{IllegalTransition, Phase};
+
+/// One job that has not ended (ended ones are forgotten: the ledger and the views keep how they ended).
+pub(super) struct JobHandle {
+    job: JobId,
+    phase: Phase,
+    /// Its GPUs' lease, while it holds one.
+    pub gang: Option<Gang>,
+    /// Times its workers crashed (a restart keeps the count: it is journaled).
+    pub crashes: u32,
+    /// What its workers last measured of their training.
+    pub measured: Option<Measured>,
+    pub restarts: Restarts,
+    /// The global batch its policy chose last (at its latest launch, or retuned since), when it
+    /// adapts its batch.
+    pub batch: Option<u32>,
+}
+
+impl JobHandle {
+    /// Job `job`, in `phase` (a new job, or one recovered from the journal).
+    pub fn new(job: JobId, phase: Phase) -> Self {
+        JobHandle {
+            job,
+            phase,
+            gang: None,
+            crashes: 0,
+            measured: None,
+            restarts: Restarts::default(),
+            batch: None,
+        }
+    }
+
+    /// Its phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Moves the job to `to` at control-plane time `at`, if the state machine allows it; returns
+    /// the move, to publish.
+    pub fn advance(&mut self, to: Phase, at: f64) -> Result<JobEvent, IllegalTransition> {
+        let from = self.phase;
+        self.phase.advance(to)?;
+        tracing::debug!(job = self.job.0, %from, %to, at, "job moved");
+        Ok(JobEvent {
+            job: self.job,
+            from,
+            to,
+            at,
+        })
+    }
+}
+
+/// A job's restarts (resizes and moves) since this control plane started.
+#[derive(Default)]
+pub(super) struct Restarts {
+    /// Starts on another number of GPUs than its last run's (resized at once, or preempted and
+    /// resumed), and the last one.
+    pub resizes: u32,
+    pub last_resize: Option<Resize>,
+    /// The GPUs its last run held.
+    pub last_size: Option<u32>,
+    /// While one is under way: when it was decided, and once carried out, when its old workers had
+    /// exited and when its new ones were launched.
+    since: Option<f64>,
+    marks: Option<(f64, f64)>,
+    /// Seconds the last one took, from the decision to the first step after it, and where.
+    pub last_seconds: Option<f64>,
+    pub last_phases: Option<RestartPhases>,
+}
+
+impl Restarts {
+    /// A stop decided at `now`: a restart (`restarts`) starts its clock; any other stop abandons
+    /// one under way.
+    pub fn stopped(&mut self, restarts: bool, now: f64) {
+        self.since = restarts.then_some(now);
+        self.marks = None;
+    }
+
+    /// A restart that did not start is not one.
+    pub fn abandon(&mut self) {
+        self.since = None;
+        self.marks = None;
+    }
+
+    /// The restart under way was carried out: its old workers had all exited at `stopped`, its new
+    /// ones were launched at `launched`.
+    pub fn carried(&mut self, stopped: f64, launched: f64) {
+        if self.since.is_some() {
+            self.marks = Some((stopped, launched));
+        }
+    }
+
+    /// The job made progress at `now`: the restart under way, if any, is over. Returns the seconds
+    /// it took, from the decision to this first step.
+    pub fn progressed(&mut self, now: f64) -> Option<f64> {
+        let since = self.since.take()?;
+        let seconds = (now - since).max(0.0);
+        self.last_seconds = Some(seconds);
+        self.last_phases = self.marks.take().map(|(stopped, launched)| RestartPhases {
+            stop: (stopped - since).max(0.0),
+            launch: (launched - stopped).max(0.0),
+            first_step: (now - launched).max(0.0),
+        });
+        Some(seconds)
+    }
+}

@@ -1,0 +1,514 @@
+//! The rounds, and committing what they and every other change (cancels, worker events, cordons,
+//! health) decide: plan, journal as one group, move the jobs' phases, then carry out one batch at a
+//! time and settle its outcome.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use actix::prelude::*;
+use gangway_core::cluster::GpuId;
+use gangway_core::engine::Change;
+use gangway_core::job::JobId;
+use rustc_hash::FxHashMap;
+use tokio::sync::oneshot;
+
+use super::carry::{Gang, Outcome, StartStep, Steps, StopStep, blocking, carry_out};
+use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
+use super::plan::{self, Retune};
+use super::{ClusterActor, Scheduler};
+use crate::gpu::{HealthChanged, Holder};
+use crate::ledger::{Record, Standing};
+use crate::lifecycle::Phase;
+
+/// Committed batches, carried out one at a time, in order; and rounds waiting for them to settle.
+#[derive(Default)]
+pub(super) struct Carrier {
+    busy: bool,
+    queue: VecDeque<(Steps, Settling, oneshot::Sender<RoundReport>)>,
+    rounds_waiting: Vec<oneshot::Sender<RoundReport>>,
+}
+
+impl Carrier {
+    fn idle(&self) -> bool {
+        !self.busy && self.queue.is_empty()
+    }
+}
+
+/// Where a batch's jobs go once it is carried out: the stopped ones from Checkpointing to their
+/// next phase, and the started ones to Running (or back to Pending, if their start failed).
+struct Settling {
+    stopped: Vec<(JobId, Phase)>,
+    started: Vec<JobId>,
+}
+
+impl ClusterActor {
+    /// Plans `changes`, journals the plan, moves the jobs it stops and starts into their phases, and
+    /// queues its steps to be carried out; the receiver answers once they have been and the outcome
+    /// is settled. `ending` names jobs whose stop ends them (finished, cancelled, failed).
+    pub(super) fn commit(
+        &mut self,
+        changes: Vec<Change>,
+        now: f64,
+        ending: FxHashMap<JobId, Phase>,
+        ctx: &mut Context<Self>,
+    ) -> oneshot::Receiver<RoundReport> {
+        let sched = self
+            .sched
+            .as_ref()
+            .expect("the scheduler is home between rounds");
+        let plan = plan::plan(
+            changes,
+            now,
+            &ending,
+            &self.store.ledger,
+            (&self.store.shapes, sched.engine.cluster().gpu_types()),
+            |job| self.jobs.get(&job).map(|h| h.phase()),
+        );
+        self.persist(&plan.records);
+        if !plan.stops.is_empty() || !plan.starts.is_empty() {
+            self.views.touch_nodes();
+        }
+        let ended = plan.stops.iter().filter(|s| s.next.is_terminal());
+        self.ended_since_starts.extend(ended.map(|s| s.job));
+        let arrived: Vec<JobId> = plan
+            .starts
+            .iter()
+            .filter(|s| s.via_placing)
+            .map(|s| s.launch.job)
+            .collect();
+        let ended = if plan.starts.is_empty() {
+            Vec::new()
+        } else {
+            std::mem::take(&mut self.ended_since_starts)
+        };
+        let mut stops = Vec::with_capacity(plan.stops.len());
+        let mut settling = Settling {
+            stopped: Vec::new(),
+            started: Vec::new(),
+        };
+        for stop in plan.stops {
+            let Some(handle) = self.jobs.get_mut(&stop.job) else {
+                continue;
+            };
+            if let Some(gang) = &handle.gang {
+                handle.restarts.last_size = Some(gang.gpus.len() as u32);
+            }
+            let restarts = matches!(stop.next, Phase::Migrating | Phase::Resizing);
+            handle.restarts.stopped(restarts, now);
+            stops.push(StopStep {
+                job: stop.job,
+                gang: handle.gang.take(),
+                stop_workers: stop.stop_workers,
+            });
+            // Its workers checkpoint while the batch is carried out; a job that ends, ends now.
+            if stop.checkpoint {
+                self.advance(stop.job, Phase::Checkpointing, now);
+                settling.stopped.push((stop.job, stop.next));
+            } else {
+                self.advance(stop.job, stop.next, now);
+            }
+        }
+        let mut refused = Vec::new();
+        let mut starts = Vec::new();
+        let active = self.jobs.len();
+        let mut resized = 0;
+        for start in plan.starts {
+            let launch = start.launch;
+            let job = launch.job;
+            // A start the ledger refused (it breaks an invariant) is not carried out: it fails, and
+            // a job stopped to move waits instead.
+            let journaled = matches!(
+                self.store.ledger.jobs.get(&job).map(|e| &e.standing),
+                Some(Standing::Running { attempt, .. }) if *attempt == launch.attempt
+            );
+            let Some(handle) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            if !journaled {
+                refused.push((job, "the journal refused the start".to_owned()));
+                if let Some(stopped) = settling.stopped.iter_mut().find(|(j, _)| *j == job) {
+                    stopped.1 = Phase::Preempted;
+                }
+                continue;
+            }
+            let size = launch.gpus.len() as u32;
+            if let Some(from) = handle.restarts.last_size.filter(|&from| from != size) {
+                resized += 1;
+                let others: Vec<JobId> = arrived.iter().copied().filter(|&j| j != job).collect();
+                handle.restarts.resizes += 1;
+                handle.restarts.last_resize = Some(Resize {
+                    from,
+                    to: size,
+                    at: now,
+                    why: plan::resize_reason(from, size, &others, &ended, active),
+                });
+            }
+            handle.batch = launch.batch;
+            let holder = Holder {
+                job,
+                attempt: launch.attempt,
+            };
+            let gang = Gang::new(&self.gpus, holder, start.partner, &launch.gpus);
+            handle.gang = Some(gang.clone());
+            // A queued job is placed and starting now; a job being moved or resized shows its
+            // checkpoint until its old workers have stopped.
+            if start.via_placing {
+                self.advance(job, Phase::Placing, now);
+                self.advance(job, Phase::Starting, now);
+            }
+            settling.started.push(job);
+            starts.push(StartStep { launch, gang });
+        }
+        let count = |next: Phase| settling.stopped.iter().filter(|s| s.1 == next).count();
+        let (preempted, moved) = (count(Phase::Preempted), count(Phase::Migrating));
+        self.stats
+            .note_changes(preempted, moved, resized, starts.len());
+        if !refused.is_empty() {
+            self.fail_starts(&refused, now);
+        }
+        for retune in &plan.retunes {
+            if let (Some(batch), Some(handle)) = (retune.batch, self.jobs.get_mut(&retune.job)) {
+                handle.batch = Some(batch);
+                self.views.touch(retune.job);
+            }
+        }
+        let steps = Steps {
+            stops,
+            starts,
+            retunes: plan.retunes,
+            now,
+            clock: Arc::clone(&self.clock),
+        };
+        let (answer, answered) = oneshot::channel();
+        self.carrier.queue.push_back((steps, settling, answer));
+        self.pump(ctx);
+        answered
+    }
+
+    /// Carries out the next committed batch, unless one is being carried out; once none is left, runs
+    /// the rounds that waited.
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        if self.carrier.busy {
+            return;
+        }
+        let Some((steps, settling, answer)) = self.carrier.queue.pop_front() else {
+            let waiting = std::mem::take(&mut self.carrier.rounds_waiting);
+            if !waiting.is_empty() {
+                let report = self.round(ctx);
+                ctx.spawn(fut::wrap_future(async move {
+                    let report = report.await.unwrap_or_default();
+                    for answer in waiting {
+                        let _ = answer.send(report.clone());
+                    }
+                }));
+            }
+            return;
+        };
+        self.carrier.busy = true;
+        let now = steps.now;
+        let executor = Arc::clone(&self.executor);
+        let work = async move { carry_out(steps, &executor).await };
+        ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
+            let report = actor.settle(outcome, settling, now);
+            actor.publish();
+            let _ = answer.send(report);
+            actor.carrier.busy = false;
+            actor.pump(ctx);
+        }));
+    }
+
+    /// Moves the batch's jobs on, journals the checkpoints the stops saved, and requeues the starts
+    /// that failed.
+    fn settle(&mut self, outcome: Outcome, settling: Settling, now: f64) -> RoundReport {
+        for (job, next) in settling.stopped {
+            // Unless it ended meanwhile (cancelled while it checkpointed).
+            if self.jobs.get(&job).map(|h| h.phase()) == Some(Phase::Checkpointing) {
+                self.advance(job, next, now);
+            }
+        }
+        for job in settling.started {
+            let Some(handle) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            if outcome.failed_starts.iter().any(|(j, _)| *j == job) {
+                self.advance(job, Phase::Pending, now);
+                continue;
+            }
+            handle
+                .restarts
+                .carried(outcome.stopped_at, outcome.launched_at);
+            if matches!(handle.phase(), Phase::Resizing | Phase::Migrating) {
+                self.advance(job, Phase::Starting, now);
+            }
+            self.advance(job, Phase::Running, now);
+        }
+        // A job that ended (cancelled) keeps no checkpoint.
+        let records: Vec<Record> = outcome
+            .saved
+            .iter()
+            .filter(|(job, _)| {
+                self.store
+                    .ledger
+                    .jobs
+                    .get(job)
+                    .is_some_and(|e| !e.standing.is_terminal())
+            })
+            .map(|&(job, steps_done)| Record::Checkpointed { job, steps_done })
+            .collect();
+        self.persist(&records);
+        self.fail_starts(&outcome.failed_starts, now);
+        outcome.report
+    }
+
+    /// Starts that did not happen go back to the queue; a failed start's partner runs alone, and the
+    /// executor follows.
+    pub(super) fn fail_starts(&mut self, failed: &[(JobId, String)], now: f64) {
+        let mut records = Vec::new();
+        for (job, why) in failed {
+            tracing::warn!(job = job.0, %why, "start failed; back to the queue");
+            let running = matches!(
+                self.store.ledger.jobs.get(job).map(|e| &e.standing),
+                Some(Standing::Running { .. })
+            );
+            if self.engine().requeue(*job, now, None).is_ok() && running {
+                records.push(Record::Stopped { job: *job, at: now });
+            }
+            if let Some(handle) = self.jobs.get_mut(job) {
+                handle.gang = None;
+                // A restart that did not start is not one.
+                handle.restarts.abandon();
+            }
+            self.views.touch(*job);
+        }
+        let retunes: Vec<Retune> = self
+            .engine()
+            .take_changes()
+            .into_iter()
+            .filter_map(|c| match c {
+                Change::Retuned {
+                    job,
+                    steps_per_second,
+                    pace,
+                    resources,
+                    ..
+                } => Some(Retune {
+                    job,
+                    steps_per_second,
+                    pace,
+                    resources,
+                    // A partner that runs alone now keeps its batch.
+                    batch: None,
+                }),
+                _ => None,
+            })
+            .collect();
+        self.deferred_retunes.extend(retunes);
+        self.tell_retunes(now);
+        self.persist(&records);
+    }
+
+    /// Tells the executor the retunes waiting for it, unless it is busy (then they wait for the next
+    /// poll).
+    pub(super) fn tell_retunes(&mut self, now: f64) {
+        if self.deferred_retunes.is_empty() {
+            return;
+        }
+        if let Ok(mut executor) = self.executor.try_lock() {
+            for retune in self.deferred_retunes.drain(..) {
+                retune.apply(&mut **executor, now);
+            }
+        }
+    }
+
+    /// Queues a round unless one is already queued.
+    pub(super) fn queue_round(&mut self, ctx: &mut Context<Self>) {
+        if !std::mem::replace(&mut self.round_queued, true) {
+            ctx.notify(Round);
+        }
+    }
+
+    /// Runs a round now, or once the batches being carried out have settled. The receiver answers
+    /// when the round's own changes have been carried out.
+    fn round(&mut self, ctx: &mut Context<Self>) -> oneshot::Receiver<RoundReport> {
+        let (answer, answered) = oneshot::channel();
+        if !self.carrier.idle() {
+            self.carrier.rounds_waiting.push(answer);
+            return answered;
+        }
+        self.round_queued = false;
+        let now = self.clock.now();
+        let began = Instant::now();
+        let mut sched = self.sched.take().expect("one round at a time");
+        if sched.engine.is_idle() {
+            self.sched = Some(sched);
+            let _ = answer.send(RoundReport::default());
+            return answered;
+        }
+        let span = tracing::info_span!("round", now, jobs = sched.engine.active_jobs());
+        let solve = blocking(move || {
+            let _span = span.entered();
+            let solving = Instant::now();
+            let Scheduler {
+                engine,
+                policy,
+                placer,
+            } = &mut sched;
+            // A policy that panics fails its round alone: its runs keep their GPUs, and the next
+            // round asks it again (nothing of the failed round was journaled to replay).
+            let failed = engine
+                .try_schedule(policy.as_mut(), placer.as_mut(), now)
+                .err();
+            if failed.is_none() && engine.config().audit {
+                engine.audit();
+            }
+            (sched, solving.elapsed().as_secs_f64(), failed)
+        });
+        // Nothing else is handled while the engine is away.
+        ctx.wait(solve.into_actor(self).map(
+            move |(mut sched, solve_seconds, failed), actor, ctx| {
+                if let Some(failed) = failed {
+                    tracing::error!(
+                        now,
+                        error = %failed,
+                        "the round failed: every run keeps its GPUs, and the next round asks \
+                         the policy again"
+                    );
+                    actor.stats.note_round_failure(now, failed.message());
+                }
+                let changes = sched.engine.take_changes();
+                actor.sched = Some(sched);
+                let carried = actor.commit(changes, now, FxHashMap::default(), ctx);
+                actor.publish();
+                ctx.spawn(carried.into_actor(actor).map(move |report, actor, _| {
+                    actor.stats.note_round(began.elapsed());
+                    actor.publish();
+                    let _ = answer.send(RoundReport {
+                        solve_seconds,
+                        ..report.unwrap_or_default()
+                    });
+                }));
+            },
+        ));
+        answered
+    }
+
+    /// Puts GPUs in or out of service; the jobs on those leaving stop now and wait for a round.
+    fn set_in_service(
+        &mut self,
+        gpus: &[GpuId],
+        in_service: bool,
+        ctx: &mut Context<Self>,
+    ) -> oneshot::Receiver<RoundReport> {
+        let now = self.clock.now();
+        for &gpu in gpus {
+            if in_service {
+                self.engine().enable_gpu(gpu);
+            } else {
+                self.engine().disable_gpu(gpu, now);
+            }
+        }
+        self.views.touch_nodes();
+        let changes = self.engine().take_changes();
+        let carried = self.commit(changes, now, FxHashMap::default(), ctx);
+        self.publish();
+        carried
+    }
+}
+
+impl Handler<Round> for ClusterActor {
+    type Result = ResponseFuture<RoundReport>;
+
+    fn handle(&mut self, _: Round, ctx: &mut Context<Self>) -> Self::Result {
+        let report = self.round(ctx);
+        Box::pin(async move { report.await.unwrap_or_default() })
+    }
+}
+
+impl Handler<Cancel> for ClusterActor {
+    type Result = ResponseFuture<Result<(), Refusal>>;
+
+    fn handle(&mut self, Cancel(job): Cancel, ctx: &mut Context<Self>) -> Self::Result {
+        let refused = |r| -> Self::Result { Box::pin(std::future::ready(Err(r))) };
+        let Some(entry) = self.store.ledger.jobs.get(&job) else {
+            return refused(Refusal::NoSuchJob(job));
+        };
+        if entry.standing.is_terminal() {
+            return refused(Refusal::Ended(job));
+        }
+        let now = self.clock.now();
+        self.persist(&[Record::Cancelled { job, at: now }]);
+        self.stats.note_end(Phase::Cancelled);
+        if let Err(e) = self.engine().cancel(job, now) {
+            tracing::error!(error = %e, "cancelling a job the engine does not hold");
+        }
+        let changes = self.engine().take_changes();
+        let running = changes
+            .iter()
+            .any(|c| matches!(c, Change::Stopped { job: j, .. } if *j == job));
+        if !running {
+            self.advance(job, Phase::Cancelled, now);
+        }
+        let ending = FxHashMap::from_iter([(job, Phase::Cancelled)]);
+        let carried = self.commit(changes, now, ending, ctx);
+        self.retire([job]);
+        self.publish();
+        Box::pin(async move {
+            let _ = carried.await;
+            Ok(())
+        })
+    }
+}
+
+impl Handler<HealthChanged> for ClusterActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: HealthChanged, ctx: &mut Context<Self>) -> Self::Result {
+        if msg.health.healthy {
+            self.unhealthy.remove(&msg.gpu);
+        } else {
+            tracing::warn!(gpu = msg.gpu.0, reason = ?msg.health.reason, "GPU out of service; its job moves");
+            let why = msg.health.reason.clone();
+            self.unhealthy
+                .insert(msg.gpu, why.unwrap_or_else(|| "unhealthy".into()));
+        }
+        // Its job is placed again by the next round on the timer: GPU failures come in bursts
+        // (a node's XID storm), and one round then moves all their jobs.
+        let carried = self.set_in_service(&[msg.gpu], msg.health.healthy, ctx);
+        Box::pin(async move {
+            let _ = carried.await;
+        })
+    }
+}
+
+impl Handler<Cordon> for ClusterActor {
+    type Result = ResponseFuture<Result<(), Refusal>>;
+
+    fn handle(&mut self, msg: Cordon, ctx: &mut Context<Self>) -> Self::Result {
+        let count = self.gpus.len();
+        if let Some(bad) = msg.gpus.iter().find(|&&g| g as usize >= count) {
+            let problem = format!(
+                "GPU {bad} does not exist (this cluster has GPUs 0 to {})",
+                count - 1
+            );
+            return Box::pin(std::future::ready(Err(Refusal::Invalid {
+                field: "gpus",
+                problem,
+            })));
+        }
+        tracing::info!(gpus = ?msg.gpus, cordoned = msg.cordoned, "cordon changed by the operator");
+        // Journaled first: a restarted daemon keeps the GPUs out of service.
+        self.persist(&[Record::Cordoned {
+            gpus: msg.gpus.clone(),
+            cordoned: msg.cordoned,
+        }]);
+        let gpus: Vec<GpuId> = msg.gpus.iter().map(|&g| GpuId(g)).collect();
+        let carried = self.set_in_service(&gpus, !msg.cordoned, ctx);
+        // An operator waits on the move: place the jobs now.
+        self.queue_round(ctx);
+        Box::pin(async move {
+            let _ = carried.await;
+            Ok(())
+        })
+    }
+}

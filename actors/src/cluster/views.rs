@@ -1,0 +1,470 @@
+//! Read-only views: what the API and an embedding program read, published by the actor after each
+//! round, each batch of worker events and each submission batch, and read without asking the actor
+//! (so a read never waits behind a round). Jobs' moves go out on the event stream right after the
+//! view that shows them: a client that hears of a move and reads finds it.
+//!
+//! Publishing costs what changed: a job's entry (its [`JobInfo`] and that as JSON) is rebuilt when
+//! something of it changed, the servers' list when a lease or a GPU's service did, and the rest of
+//! the active jobs a share at a time, so that each one's progress and waiting reason are at most
+//! [`SWEEP_SECONDS`] old. Entries live in a persistent map: a published view shares them with the
+//! next one, so publishing copies nothing.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+
+use actix::prelude::*;
+use bytes::Bytes;
+use gangway_core::cluster::GpuId;
+use gangway_core::job::{JobId, Sizes};
+use rustc_hash::{FxHashMap, FxHashSet};
+use tokio::sync::{broadcast, watch};
+
+use super::ClusterActor;
+use super::messages::{
+    GetStats, GetViews, JobInfo, JobSizes, LearnedSteps, ListJobs, ListNodes, NodeInfo, Outlook,
+    Peek, Refusal, RunsAs, ShowJob, Subscribe, Timeline,
+};
+use crate::job::JobEvent;
+use crate::ledger::Standing;
+use crate::lifecycle::Phase;
+use crate::stats::StatsSnapshot;
+
+/// The longest a published job's progress and waiting reason lag behind the actor's.
+pub const SWEEP_SECONDS: f64 = 1.0;
+
+/// A job as a view holds it: what the API shows, and the same as JSON.
+struct Entry {
+    info: JobInfo,
+    json: Bytes,
+}
+
+/// What the control plane looked like when the actor published it.
+pub struct View {
+    jobs: imbl::OrdMap<JobId, Arc<Entry>>,
+    nodes: Arc<Vec<NodeInfo>>,
+    stats: StatsSnapshot,
+    /// The job list as JSON, made by its first reader.
+    jobs_json: OnceLock<Bytes>,
+}
+
+impl View {
+    /// Every job the control plane knows, in id order (the most recent ended ones included).
+    pub fn jobs(&self) -> impl Iterator<Item = &JobInfo> {
+        self.jobs.values().map(|e| &e.info)
+    }
+
+    /// One job.
+    pub fn job(&self, id: JobId) -> Option<&JobInfo> {
+        self.jobs.get(&id).map(|e| &e.info)
+    }
+
+    /// One job as JSON (what `GET /jobs/{id}` answers).
+    pub fn job_json(&self, id: JobId) -> Option<Bytes> {
+        self.jobs.get(&id).map(|e| e.json.clone())
+    }
+
+    /// Every job as a JSON array (what `GET /jobs` answers), made once per view from the entries'
+    /// own JSON.
+    pub fn jobs_json(&self) -> Bytes {
+        self.jobs_json
+            .get_or_init(|| {
+                let size: usize = self.jobs.values().map(|e| e.json.len() + 1).sum();
+                let mut out = Vec::with_capacity(size + 2);
+                out.push(b'[');
+                for (k, entry) in self.jobs.values().enumerate() {
+                    if k > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(&entry.json);
+                }
+                out.push(b']');
+                Bytes::from(out)
+            })
+            .clone()
+    }
+
+    /// Every server, its GPUs and what runs on them.
+    pub fn nodes(&self) -> &[NodeInfo] {
+        &self.nodes
+    }
+
+    /// The control plane's counters and gauges.
+    pub fn stats(&self) -> &StatsSnapshot {
+        &self.stats
+    }
+}
+
+/// Where the published views are read: cheap to clone, never waits on the actor.
+#[derive(Clone)]
+pub struct Views(watch::Receiver<Arc<View>>);
+
+impl Views {
+    /// The view published last.
+    pub fn latest(&self) -> Arc<View> {
+        Arc::clone(&self.0.borrow())
+    }
+}
+
+/// The actor's side: the entries as last published, and what changed since.
+pub(super) struct Publisher {
+    sender: watch::Sender<Arc<View>>,
+    /// Where jobs' moves are published, each once a view shows it.
+    events: broadcast::Sender<JobEvent>,
+    moves: Vec<JobEvent>,
+    jobs: imbl::OrdMap<JobId, Arc<Entry>>,
+    nodes: Arc<Vec<NodeInfo>>,
+    /// Jobs whose entry is stale, and whether the servers' list is.
+    dirty: FxHashSet<JobId>,
+    nodes_dirty: bool,
+    /// Active jobs still to refresh in this sweep, and when the last publication was.
+    sweep: Vec<JobId>,
+    last: Instant,
+}
+
+impl Publisher {
+    pub fn new(events: broadcast::Sender<JobEvent>) -> Self {
+        let empty = View {
+            jobs: imbl::OrdMap::new(),
+            nodes: Arc::default(),
+            stats: StatsSnapshot::default(),
+            jobs_json: OnceLock::new(),
+        };
+        Publisher {
+            sender: watch::channel(Arc::new(empty)).0,
+            events,
+            moves: Vec::new(),
+            jobs: imbl::OrdMap::new(),
+            nodes: Arc::default(),
+            dirty: FxHashSet::default(),
+            nodes_dirty: true,
+            sweep: Vec::new(),
+            last: Instant::now(),
+        }
+    }
+
+    /// A reader of what this publishes.
+    pub fn views(&self) -> Views {
+        Views(self.sender.subscribe())
+    }
+
+    /// Job `job`'s entry is stale.
+    pub fn touch(&mut self, job: JobId) {
+        self.dirty.insert(job);
+    }
+
+    /// A job moved: published with the next view.
+    pub fn moved(&mut self, event: JobEvent) {
+        self.moves.push(event);
+    }
+
+    /// The servers' list is stale (a lease, a cordon or a GPU's health changed).
+    pub fn touch_nodes(&mut self) {
+        self.nodes_dirty = true;
+    }
+}
+
+impl ClusterActor {
+    /// Publishes a view with what changed since the last one (see the module's doc).
+    pub(super) fn publish(&mut self) {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.views.last).as_secs_f64();
+        self.views.last = now;
+        // This publication's share of the sweep over the active jobs.
+        if self.views.sweep.is_empty() {
+            self.views.sweep = self.jobs.keys().copied().collect();
+        }
+        let share = ((self.jobs.len() as f64 * elapsed / SWEEP_SECONDS).ceil() as usize)
+            .min(self.views.sweep.len());
+        let swept = self.views.sweep.len() - share;
+        let mut stale: Vec<JobId> = self.views.sweep.drain(swept..).collect();
+        stale.extend(self.views.dirty.drain());
+        for job in stale {
+            match self.info(job) {
+                Some(info) => {
+                    let json = Bytes::from(serde_json::to_vec(&info).expect("a job serializes"));
+                    self.views.jobs.insert(job, Arc::new(Entry { info, json }));
+                }
+                None => {
+                    self.views.jobs.remove(&job);
+                }
+            }
+        }
+        if std::mem::take(&mut self.views.nodes_dirty) {
+            self.views.nodes = Arc::new(self.nodes());
+        }
+        let view = View {
+            jobs: self.views.jobs.clone(),
+            nodes: Arc::clone(&self.views.nodes),
+            stats: self.stats_now(),
+            jobs_json: OnceLock::new(),
+        };
+        self.views.sender.send_replace(Arc::new(view));
+        // Nobody listening is fine: the stream is for observers.
+        for event in self.views.moves.drain(..) {
+            let _ = self.views.events.send(event);
+        }
+    }
+
+    /// The counters, with the gauges as they are now.
+    fn stats_now(&mut self) -> StatsSnapshot {
+        let gpus = self.gpus.len() as u32;
+        let running = self.running;
+        let engine = self.engine();
+        let (active, busy) = (engine.active_jobs(), engine.busy_gpus());
+        self.stats.snapshot(active, running, busy, gpus)
+    }
+
+    /// Every server: its GPUs, those out of service and why, and the jobs running on it.
+    pub(super) fn nodes(&mut self) -> Vec<NodeInfo> {
+        let mut holder: FxHashMap<GpuId, JobId> = FxHashMap::default();
+        for (&job, handle) in &self.jobs {
+            if let Some(gang) = &handle.gang {
+                holder.extend(gang.gpus.iter().map(|&(g, _)| (g, job)));
+            }
+        }
+        let out: Vec<(u32, String)> = self
+            .unhealthy
+            .iter()
+            .map(|(g, why)| (g.0, why.clone()))
+            .chain(
+                self.store
+                    .ledger
+                    .cordoned
+                    .iter()
+                    .map(|&g| (g, "cordoned".into())),
+            )
+            .collect();
+        let names = self.settings.node_names.clone();
+        let cluster = self.engine().cluster();
+        cluster
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(n, node)| {
+                let gpus: Vec<u32> = cluster
+                    .gpus_of(gangway_core::cluster::NodeId(n as u32))
+                    .map(|g| g.0)
+                    .collect();
+                // Health first: a cordoned GPU that also failed says why it failed.
+                let out_of_service: Vec<(u32, String)> = gpus
+                    .iter()
+                    .filter_map(|&g| out.iter().find(|(o, _)| *o == g).cloned())
+                    .collect();
+                let mut jobs: Vec<JobId> = gpus
+                    .iter()
+                    .filter_map(|&g| holder.get(&GpuId(g)).copied())
+                    .collect();
+                jobs.sort_unstable();
+                jobs.dedup();
+                let free = gpus
+                    .iter()
+                    .filter(|&&g| {
+                        !holder.contains_key(&GpuId(g))
+                            && !out_of_service.iter().any(|(o, _)| *o == g)
+                    })
+                    .count() as u32;
+                NodeInfo {
+                    name: names
+                        .get(n)
+                        .cloned()
+                        .unwrap_or_else(|| format!("server-{n}")),
+                    gpu_type: cluster.gpu_types()[node.gpu_type.0 as usize].clone(),
+                    gpus,
+                    free,
+                    out_of_service,
+                    jobs,
+                }
+            })
+            .collect()
+    }
+
+    pub(super) fn info(&mut self, id: JobId) -> Option<JobInfo> {
+        let entry = self.store.ledger.jobs.get(&id)?;
+        if let Some(info) = self.ended.get(&id) {
+            return Some(info.clone());
+        }
+        let spec = entry.spec.clone();
+        let handle = self.jobs.get(&id);
+        let phase = handle.map_or(
+            entry.standing.ended_phase().unwrap_or(Phase::Pending),
+            |h| h.phase(),
+        );
+        let checkpoint = entry.checkpoint;
+        let engine = &self.sched.as_ref().expect("the scheduler is home").engine;
+        let status = engine.status(id);
+        let waiting = engine
+            .waiting_reason(id)
+            .filter(|_| matches!(phase, Phase::Pending | Phase::Preempted));
+        let resources = status.as_ref().and_then(|s| s.resources);
+        let (done, started, finished, placement, preemptions, migrations) = match &status {
+            Some(s) => (
+                s.steps_done,
+                s.record.first_start,
+                s.record.finish,
+                s.gpus.iter().flatten().map(|g| g.0).collect(),
+                s.record.preemptions,
+                s.record.migrations,
+            ),
+            // Ended before a restart: what the ledger remembers.
+            None => {
+                let finished = match entry.standing {
+                    Standing::Finished { at } => Some(at),
+                    _ => None,
+                };
+                (checkpoint, entry.first_start, finished, Vec::new(), 0, 0)
+            }
+        };
+        Some(JobInfo {
+            id,
+            job_type: spec.job_type,
+            tenant: spec.tenant,
+            gpus: spec.gpus,
+            phase,
+            submitted: spec.arrival,
+            started,
+            finished,
+            progress: if spec.total_steps > 0.0 {
+                (done / spec.total_steps).clamp(0.0, 1.0)
+            } else {
+                1.0
+            },
+            placement,
+            resources,
+            preemptions,
+            migrations,
+            measured: handle.and_then(|h| h.measured),
+            learned: self.learned_of(id),
+            sizes: self
+                .store
+                .shapes
+                .get(&id)
+                .filter(|s| s.sizes != Sizes::rigid(spec.gpus) || !s.pp_by_type.is_empty())
+                .map(|s| JobSizes {
+                    min: s.sizes.min,
+                    max: s.sizes.max,
+                    multiple: s.sizes.multiple,
+                    multiple_by_type: (s.pp_by_type.iter())
+                        .map(|(t, pp)| (t.clone(), s.tp * pp))
+                        .collect(),
+                }),
+            resizes: handle.map_or(0, |h| h.restarts.resizes),
+            last_resize: handle.and_then(|h| h.restarts.last_resize.clone()),
+            last_restart_seconds: handle.and_then(|h| h.restarts.last_seconds),
+            last_restart_phases: handle.and_then(|h| h.restarts.last_phases),
+            batch: handle.and_then(|h| h.batch),
+            waiting,
+        })
+    }
+
+    fn learned_of(&self, job: JobId) -> Vec<LearnedSteps> {
+        let (Some(learned), Some(sched)) = (self.store.learned.get(&job), self.sched.as_ref())
+        else {
+            return Vec::new();
+        };
+        let names = sched.engine.cluster().gpu_types();
+        learned
+            .types()
+            .map(|t| LearnedSteps {
+                gpu_type: names
+                    .get(t as usize)
+                    .cloned()
+                    .unwrap_or_else(|| t.to_string()),
+                configurations: learned.measured_on(t) as u32,
+            })
+            .collect()
+    }
+}
+
+impl Handler<Peek> for ClusterActor {
+    type Result = MessageResult<Peek>;
+
+    fn handle(&mut self, _: Peek, _: &mut Context<Self>) -> Self::Result {
+        // Busy stopping workers: what it said last.
+        if let Ok(executor) = self.executor.try_lock() {
+            self.next_event = executor.next_event();
+        }
+        let next_event = self.next_event;
+        let engine = self.engine();
+        MessageResult(Outlook {
+            next_event,
+            idle: engine.is_idle(),
+            busy_gpus: engine.busy_gpus(),
+        })
+    }
+}
+
+impl Handler<ListJobs> for ClusterActor {
+    type Result = MessageResult<ListJobs>;
+
+    fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Self::Result {
+        let ids: Vec<JobId> = self.store.ledger.jobs.keys().copied().collect();
+        MessageResult(ids.into_iter().filter_map(|id| self.info(id)).collect())
+    }
+}
+
+impl Handler<ListNodes> for ClusterActor {
+    type Result = MessageResult<ListNodes>;
+
+    fn handle(&mut self, _: ListNodes, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.nodes())
+    }
+}
+
+impl Handler<RunsAs> for ClusterActor {
+    type Result = Result<Option<u32>, Refusal>;
+
+    fn handle(&mut self, RunsAs(job): RunsAs, _: &mut Context<Self>) -> Self::Result {
+        let entry = self
+            .store
+            .ledger
+            .jobs
+            .get(&job)
+            .ok_or(Refusal::NoSuchJob(job))?;
+        Ok(entry.spec.run.as_ref().and_then(|r| r.user).map(|u| u.uid))
+    }
+}
+
+impl Handler<ShowJob> for ClusterActor {
+    type Result = MessageResult<ShowJob>;
+
+    fn handle(&mut self, ShowJob(id): ShowJob, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.info(id))
+    }
+}
+
+impl Handler<GetStats> for ClusterActor {
+    type Result = MessageResult<GetStats>;
+
+    fn handle(&mut self, _: GetStats, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.stats_now())
+    }
+}
+
+impl Handler<GetViews> for ClusterActor {
+    type Result = MessageResult<GetViews>;
+
+    fn handle(&mut self, _: GetViews, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.views.views())
+    }
+}
+
+impl Handler<Subscribe> for ClusterActor {
+    type Result = MessageResult<Subscribe>;
+
+    fn handle(&mut self, _: Subscribe, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.views.events.clone())
+    }
+}
+
+impl Handler<Timeline> for ClusterActor {
+    type Result = MessageResult<Timeline>;
+
+    fn handle(&mut self, _: Timeline, _: &mut Context<Self>) -> Self::Result {
+        let ids: Vec<JobId> = self.store.ledger.jobs.keys().copied().collect();
+        MessageResult(
+            ids.into_iter()
+                .filter_map(|id| self.info(id).map(|i| (id, (i.started, i.finished))))
+                .collect(),
+        )
+    }
+}
