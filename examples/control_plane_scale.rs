@@ -3,11 +3,12 @@
 //! Starts `gangway serve`'s control plane in-process on a simulated cluster (servers of 8 GPUs, three
 //! types; 4,096 GPUs by default) with the simulated executor, 600x faster than real time (a 60 s
 //! round every 100 ms), then submits the jobs over HTTP from 16 client threads and lets rounds run on
-//! the full queue for 10 s more, while one more client reads `GET /jobs` in a loop. Prints the API
+//! the full queue for 10 s more, while one more client reads `GET /jobs` every READ_MS. Prints the API
 //! throughput, the round latency (p50/p99 over every round), the latency of the reads made while
 //! rounds ran, and the memory per job (resident set growth / jobs).
-//! Optional arguments: POLICY (default tiresias), JOBS (default 10,000) and GPUS (a multiple of 24;
-//! default 4,096, which is 171 + 171 + 170 servers).
+//! Optional arguments: POLICY (default tiresias), JOBS (default 10,000), GPUS (servers of 8, over
+//! three types; default 4,096, which is 171 + 171 + 170 servers) and READ_MS, the reading client's
+//! pause between reads (default 100, a dashboard refreshing ten times a second; 0: back to back).
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +43,10 @@ fn main() {
     let gpus: u32 = args
         .next()
         .map_or(4_096, |n| n.parse().expect("GPUS is a number"));
+    let read_every = Duration::from_millis(
+        args.next()
+            .map_or(100, |n| n.parse().expect("READ_MS is a number")),
+    );
     // Servers of 8 GPUs, as evenly over the three types as they go.
     let servers = gpus / 8;
     let per_type = [servers.div_ceil(3), (servers + 1) / 3, servers / 3];
@@ -111,11 +116,12 @@ fn main() {
     let submitting = began.elapsed();
     let memory_after = resident_bytes();
     // Let rounds run on the full queue for a while (10 s wall = 100 rounds), while one more client
-    // reads the job list as a dashboard would, as often as it can.
+    // reads the job list as a dashboard would.
     let reading = Instant::now();
     let mut reads = Vec::new();
     let mut listed = 0;
     while reading.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(read_every);
         let asked = Instant::now();
         let body = agent
             .get(&url)

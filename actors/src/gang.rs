@@ -1,9 +1,8 @@
 //! Gang leases: all of a gang's GPUs or none of them.
 //!
-//! A gang first tries to take every GPU at once ([`take_at_once`]: reserve and commit in one message
-//! each, refused rather than kept waiting); that is how leases go when nothing contends, and the
-//! control plane leases a round's gangs that way together. Otherwise it gives back what it took and
-//! a gang actor leases in two phases: phase one reserves every GPU, one at a time in ascending GPU id; phase two
+//! The control plane first takes every GPU of a round's gangs at once (reserve and commit in one
+//! message per GPU, refused rather than kept waiting): that is how leases go when nothing contends.
+//! A gang refused anywhere gives back what it took, and a gang actor leases it in two phases: phase one reserves every GPU, one at a time in ascending GPU id; phase two
 //! commits them all when every reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once;
 //! a GPU only reserved by a gang still acquiring makes the next one wait for it (see [`crate::gpu`]).
 //! Because every gang reserves in the same order, waits cannot form a cycle (no deadlock), and the gang
@@ -14,7 +13,7 @@ use futures::future::join_all;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 
-use crate::gpu::{Commit, Discard, GpuActor, Holder, LeaseError, Release, Reserve, Take};
+use crate::gpu::{Commit, Discard, GpuActor, Holder, LeaseError, Release, Reserve};
 
 /// A gang that could not be leased (its reservations are already given back).
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -85,18 +84,6 @@ fn first_error(
         }
     }
     Ok(())
-}
-
-/// Takes every one of `gpus` for `holder` at once, one message each, refused rather than kept
-/// waiting. A refusal leaves the GPUs taken so far taken: give them back ([`Release`]) before
-/// leasing them the ordered way ([`Acquire`]).
-pub async fn take_at_once(
-    holder: Holder,
-    partner: Option<JobId>,
-    gpus: &[Addr<GpuActor>],
-) -> Result<(), GangError> {
-    let taken = join_all(gpus.iter().map(|g| g.send(Take { holder, partner }))).await;
-    first_error(holder.job, taken)
 }
 
 impl Handler<Acquire> for GangActor {

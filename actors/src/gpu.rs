@@ -100,6 +100,17 @@ pub struct Take {
     pub partner: Option<JobId>,
 }
 
+/// A GPU changing hands within one round, in one message: its stopped holders give it back, then
+/// the new one [`Take`]s it.
+#[derive(Message)]
+#[rtype(result = "Result<(), LeaseError>")]
+pub struct Handover {
+    /// The holders done with it (none: a free GPU simply taken).
+    pub release: SmallVec<[Holder; 2]>,
+    /// Who takes it.
+    pub take: Take,
+}
+
 /// Phase two: the whole gang got its reservations; the lease is the holder's.
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
@@ -292,6 +303,24 @@ impl Handler<Take> for GpuActor {
     type Result = Result<(), LeaseError>;
 
     fn handle(&mut self, msg: Take, _: &mut Context<Self>) -> Self::Result {
+        self.take(msg)
+    }
+}
+
+impl Handler<Handover> for GpuActor {
+    type Result = Result<(), LeaseError>;
+
+    fn handle(&mut self, msg: Handover, _: &mut Context<Self>) -> Self::Result {
+        for holder in msg.release {
+            self.release(holder);
+        }
+        self.take(msg.take)
+    }
+}
+
+impl GpuActor {
+    /// See [`Take`].
+    fn take(&mut self, msg: Take) -> Result<(), LeaseError> {
         // Another gang mid-acquisition keeps its place: taking never jumps a queue.
         if !self.waiters.is_empty() || !self.lease.reserved.is_empty() {
             let by = self
@@ -356,6 +385,13 @@ impl Handler<Release> for GpuActor {
     type Result = ();
 
     fn handle(&mut self, Release(holder): Release, _: &mut Context<Self>) {
+        self.release(holder);
+    }
+}
+
+impl GpuActor {
+    /// See [`Release`].
+    fn release(&mut self, holder: Holder) {
         self.lease.reserved.retain(|(h, _)| *h != holder);
         self.lease.committed.retain(|(h, _)| *h != holder);
         self.wake();

@@ -50,6 +50,9 @@ pub struct Stats {
     latency_sum: f64,
     latency_counts: [u64; LATENCY_BUCKETS.len()],
     recent: VecDeque<f64>,
+    /// The median and 99th percentile of `recent`, as of the last round (snapshots are taken far
+    /// more often than rounds run).
+    recent_p50_p99: (f64, f64),
 }
 
 /// A round whose policy failed.
@@ -127,6 +130,10 @@ impl Stats {
             self.recent.pop_front();
         }
         self.recent.push_back(seconds);
+        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let percentile = |p: f64| gangway_core::metrics::percentile(&sorted, p);
+        self.recent_p50_p99 = (percentile(50.0), percentile(99.0));
     }
 
     /// Counts a round whose policy failed at `at` with `message`.
@@ -170,9 +177,6 @@ impl Stats {
         busy_gpus: u32,
         gpus: u32,
     ) -> StatsSnapshot {
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        let percentile = |p: f64| gangway_core::metrics::percentile(&sorted, p);
         let mut cumulative = 0;
         StatsSnapshot {
             queued_jobs: active.saturating_sub(running),
@@ -203,8 +207,8 @@ impl Stats {
                     cumulative
                 })
                 .collect(),
-            round_latency_p50: percentile(50.0),
-            round_latency_p99: percentile(99.0),
+            round_latency_p50: self.recent_p50_p99.0,
+            round_latency_p99: self.recent_p50_p99.1,
         }
     }
 }

@@ -9,57 +9,57 @@ use actix::prelude::*;
 use futures::future::join_all;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 
 use super::messages::RoundReport;
 use super::plan::Retune;
 use crate::clock::Clock;
 use crate::executor::{Executor, Launch};
-use crate::gang::{self, Acquire, GangActor};
-use crate::gpu::{GpuActor, Holder, Release};
+use crate::gang::{Acquire, GangActor};
+use crate::gpu::{GpuActor, Handover, Holder, Release, Take};
 
-/// A gang's lease: who holds it (or will), and its GPUs, in ascending id.
+/// A gang's lease: who holds it (or will), and its GPUs, in ascending id, among the cluster's GPU
+/// actors.
 #[derive(Clone)]
 pub(super) struct Gang {
     pub holder: Holder,
     pub partner: Option<JobId>,
-    pub gpus: Vec<(GpuId, Addr<GpuActor>)>,
+    pub gpus: Vec<GpuId>,
+    actors: Arc<[Addr<GpuActor>]>,
 }
 
 impl Gang {
-    /// A gang for `holder` on `gpus` (not yet leased), among the cluster's `gpu_actors`.
+    /// A gang for `holder` on `gpus` (not yet leased), among the cluster's `actors`.
     pub fn new(
-        gpu_actors: &[Addr<GpuActor>],
+        actors: &Arc<[Addr<GpuActor>]>,
         holder: Holder,
         partner: Option<JobId>,
         gpus: &[GpuId],
     ) -> Self {
-        let mut gpus: Vec<_> = gpus
-            .iter()
-            .map(|&g| (g, gpu_actors[g.0 as usize].clone()))
-            .collect();
-        gpus.sort_by_key(|(id, _)| *id);
+        let mut gpus = gpus.to_vec();
+        gpus.sort_unstable();
         Gang {
             holder,
             partner,
             gpus,
+            actors: Arc::clone(actors),
         }
     }
 
-    /// Leases every GPU, all or none: each at once, with one message (within a round's plan no two
-    /// gangs share a GPU, so that is how almost every lease goes); when one refuses, what was taken
-    /// is given back and a gang actor leases them in the ordered two-phase way, which waits where it
-    /// must and says why it failed.
-    pub async fn lease(&self) -> Result<(), String> {
-        let addrs: Vec<Addr<GpuActor>> = self.gpus.iter().map(|(_, a)| a.clone()).collect();
-        if gang::take_at_once(self.holder, self.partner, &addrs)
-            .await
-            .is_ok()
-        {
-            return Ok(());
-        }
-        self.release();
-        let actor = GangActor::new(self.holder, self.partner, self.gpus.clone()).start();
+    fn actor(&self, gpu: GpuId) -> &Addr<GpuActor> {
+        &self.actors[gpu.0 as usize]
+    }
+
+    fn actors(&self) -> impl Iterator<Item = &Addr<GpuActor>> {
+        self.gpus.iter().map(|&g| self.actor(g))
+    }
+
+    /// Leases every GPU in the ordered two-phase way, through a gang actor, which waits where it
+    /// must and says why it failed (after a refusal at [`lease_all`]'s).
+    pub async fn lease_in_order(&self) -> Result<(), String> {
+        let gpus = self.gpus.iter().copied().zip(self.actors().cloned());
+        let actor = GangActor::new(self.holder, self.partner, gpus.collect()).start();
         match actor.send(Acquire).await {
             Ok(leased) => leased.map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
@@ -69,7 +69,7 @@ impl Gang {
     /// Gives every GPU back, without waiting: the releases are queued on the GPUs' mailboxes now, so
     /// a lease sent to them afterwards finds them free. Idempotent.
     pub fn release(&self) {
-        for (_, gpu) in &self.gpus {
+        for gpu in self.actors() {
             gpu.do_send(Release(self.holder));
         }
     }
@@ -151,12 +151,10 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     })
     .await;
     outcome.stopped_at = clock.now();
-    for gang in stops.iter().filter_map(|s| s.gang.as_ref()) {
-        gang.release();
-    }
 
     // Starts: lease every gang at once, then launch.
-    let leased = join_all(starts.iter().map(|s| s.gang.lease())).await;
+    let stopped = stops.iter().filter_map(|s| s.gang.as_ref());
+    let leased = lease_all(stopped, starts.iter().map(|s| &s.gang)).await;
     let mut ready = Vec::new();
     for (step, lease) in starts.iter().zip(leased) {
         match lease {
@@ -181,6 +179,58 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     }
     outcome.report.failed_starts = outcome.failed_starts.len();
     outcome
+}
+
+/// Gives the `stopped` gangs' GPUs back and leases the `started` ones, as one batch: one message
+/// per GPU, which hands a GPU from its stopped holders to its new one at once, or takes a free one
+/// ([`Handover`]), or frees one nobody takes ([`Release`]). Within one batch no two gangs
+/// share a GPU (except packing partners), so that is how almost every lease goes; a gang refused
+/// anywhere gives back what it took and leases in order ([`Gang::lease_in_order`]). Answers each
+/// started gang's lease, in order.
+pub(super) async fn lease_all<'a>(
+    stopped: impl Iterator<Item = &'a Gang>,
+    started: impl Iterator<Item = &'a Gang> + Clone,
+) -> Vec<Result<(), String>> {
+    let mut released: FxHashMap<GpuId, SmallVec<[Holder; 2]>> = FxHashMap::default();
+    let mut actors = FxHashMap::default();
+    for gang in stopped {
+        for &gpu in &gang.gpus {
+            released.entry(gpu).or_default().push(gang.holder);
+            actors.entry(gpu).or_insert_with(|| gang.actor(gpu).clone());
+        }
+    }
+    let takes: Vec<_> = started
+        .clone()
+        .map(|gang| {
+            let sent = gang.gpus.iter().map(|&gpu| {
+                gang.actor(gpu).send(Handover {
+                    release: released.remove(&gpu).unwrap_or_default(),
+                    take: Take {
+                        holder: gang.holder,
+                        partner: gang.partner,
+                    },
+                })
+            });
+            join_all(sent.collect::<Vec<_>>())
+        })
+        .collect();
+    for (gpu, holders) in released {
+        for holder in holders {
+            actors[&gpu].do_send(Release(holder));
+        }
+    }
+    let taken = join_all(takes).await;
+    let mut leases = Vec::with_capacity(taken.len());
+    for (gang, taken) in started.zip(taken) {
+        let refused = taken.iter().any(|t| !matches!(t, Ok(Ok(()))));
+        leases.push(if refused {
+            gang.release();
+            gang.lease_in_order().await
+        } else {
+            Ok(())
+        });
+    }
+    leases
 }
 
 /// Runs `f` on tokio's blocking pool.

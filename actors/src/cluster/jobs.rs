@@ -114,3 +114,30 @@ impl Restarts {
         Some(seconds)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_moves_only_where_the_state_machine_allows_and_says_so() {
+        let mut job = JobHandle::new(JobId(7), Phase::Pending);
+        let mut moves = Vec::new();
+        for to in [Phase::Placing, Phase::Starting, Phase::Running] {
+            moves.push(job.advance(to, 1.0).unwrap());
+        }
+        let pairs: Vec<(Phase, Phase)> = moves.iter().map(|m| (m.from, m.to)).collect();
+        assert_eq!(
+            pairs,
+            [
+                (Phase::Pending, Phase::Placing),
+                (Phase::Placing, Phase::Starting),
+                (Phase::Starting, Phase::Running),
+            ]
+        );
+        assert!(moves.iter().all(|m| m.job == JobId(7) && m.at == 1.0));
+        // Running cannot go back to Placing: refused, and the job stays Running.
+        assert!(job.advance(Phase::Placing, 2.0).is_err());
+        assert_eq!(job.phase(), Phase::Running);
+    }
+}

@@ -80,7 +80,7 @@ pub struct ClusterActor {
     store: Store,
     jobs: FxHashMap<JobId, JobHandle>,
     executor: Arc<Mutex<Box<dyn Executor>>>,
-    gpus: Vec<Addr<GpuActor>>,
+    gpus: Arc<[Addr<GpuActor>]>,
     carrier: Carrier,
     clock: Arc<dyn Clock>,
     stats: Stats,
@@ -308,7 +308,7 @@ impl Actor for ClusterActor {
             gangs.push(gang);
         }
         let leases = async move {
-            let leased = futures::future::join_all(gangs.iter().map(Gang::lease)).await;
+            let leased = carry::lease_all(std::iter::empty(), gangs.iter()).await;
             for (gang, result) in gangs.iter().zip(leased) {
                 if let Err(e) = result {
                     let job = gang.holder.job.0;
@@ -411,6 +411,53 @@ mod tests {
         assert_eq!(jobs[0].finished, Some(100.0));
         assert_eq!(jobs[0].started, Some(0.0));
         assert_eq!(jobs[0].progress, 1.0);
+    }
+
+    #[actix::test]
+    async fn every_move_is_published_after_the_view_that_shows_it() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let cluster = fifo_on_four_gpus(Arc::clone(&clock));
+        let views = cluster.send(GetViews).await.unwrap();
+        let mut events = cluster.send(Subscribe).await.unwrap().subscribe();
+        let submit = Submit {
+            request: JobRequest::new("toy", 2, 100.0),
+            at: None,
+            key: None,
+        };
+        let id = cluster.send(submit).await.unwrap().unwrap();
+        assert_eq!(views.latest().job(id).unwrap().phase, Phase::Pending);
+        cluster.send(Round).await.unwrap();
+        let mut moves = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            // The round's moves went out after the view that shows where they end.
+            let shown = views.latest().job(id).unwrap().phase;
+            assert_eq!(shown, Phase::Running, "{event:?}");
+            moves.push((event.from, event.to));
+        }
+        assert_eq!(
+            moves,
+            [
+                (Phase::Pending, Phase::Placing),
+                (Phase::Placing, Phase::Starting),
+                (Phase::Starting, Phase::Running),
+            ]
+        );
+        let view = views.latest();
+        assert_eq!(view.job(id).unwrap().placement.len(), 2);
+        let held: u32 = view.nodes().iter().map(|n| 4 - n.free).sum();
+        assert_eq!(held, 2);
+        assert_eq!(view.stats().running_jobs, 1);
+        // It finishes: the view and the stream say so; nothing was refused on the way.
+        clock.set(200.0);
+        cluster.send(Poll).await.unwrap();
+        let ended = events.try_recv().unwrap();
+        assert_eq!((ended.from, ended.to), (Phase::Running, Phase::Finished));
+        let view = views.latest();
+        assert_eq!(view.job(id).unwrap().phase, Phase::Finished);
+        assert_eq!(view.stats().running_jobs, 0);
+        assert_eq!(view.stats().illegal_transitions, 0);
+        let listed: serde_json::Value = serde_json::from_slice(&view.jobs_json()).unwrap();
+        assert_eq!(listed[0]["phase"], "finished", "{listed}");
     }
 
     #[actix::test]

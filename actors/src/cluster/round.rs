@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use gangway_core::cluster::GpuId;
@@ -20,6 +20,9 @@ use super::{ClusterActor, Scheduler};
 use crate::gpu::{HealthChanged, Holder};
 use crate::ledger::{Record, Standing};
 use crate::lifecycle::Phase;
+
+/// How long a batch is carried out before the views show its jobs stopping and starting.
+const PUBLISH_WHILE_CARRYING: Duration = Duration::from_millis(50);
 
 /// Committed batches, carried out one at a time, in order; and rounds waiting for them to settle.
 #[derive(Default)]
@@ -208,6 +211,9 @@ impl ClusterActor {
         self.carrier.busy = true;
         let now = steps.now;
         let executor = Arc::clone(&self.executor);
+        // A batch carried out quickly is published once, settled; one that takes longer (workers
+        // checkpointing) shows its jobs stopping and starting meanwhile.
+        ctx.run_later(PUBLISH_WHILE_CARRYING, |actor, _| actor.publish());
         let work = async move { carry_out(steps, &executor).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
             let report = actor.settle(outcome, settling, now);
@@ -379,7 +385,6 @@ impl ClusterActor {
                 let changes = sched.engine.take_changes();
                 actor.sched = Some(sched);
                 let carried = actor.commit(changes, now, FxHashMap::default(), ctx);
-                actor.publish();
                 ctx.spawn(carried.into_actor(actor).map(move |report, actor, _| {
                     actor.stats.note_round(began.elapsed());
                     actor.publish();

@@ -32,10 +32,18 @@ use crate::stats::StatsSnapshot;
 /// The longest a published job's progress and waiting reason lag behind the actor's.
 pub const SWEEP_SECONDS: f64 = 1.0;
 
-/// A job as a view holds it: what the API shows, and the same as JSON.
+/// A job as a view holds it: what the API shows, and the same as JSON, made by its first reader
+/// (off the actor's thread).
 struct Entry {
     info: JobInfo,
-    json: Bytes,
+    json: OnceLock<Bytes>,
+}
+
+impl Entry {
+    fn json(&self) -> &Bytes {
+        self.json
+            .get_or_init(|| Bytes::from(serde_json::to_vec(&self.info).expect("a job serializes")))
+    }
 }
 
 /// What the control plane looked like when the actor published it.
@@ -60,22 +68,22 @@ impl View {
 
     /// One job as JSON (what `GET /jobs/{id}` answers).
     pub fn job_json(&self, id: JobId) -> Option<Bytes> {
-        self.jobs.get(&id).map(|e| e.json.clone())
+        self.jobs.get(&id).map(|e| e.json().clone())
     }
 
     /// Every job as a JSON array (what `GET /jobs` answers), made once per view from the entries'
-    /// own JSON.
+    /// own JSON (each made once, by the first view that needs it).
     pub fn jobs_json(&self) -> Bytes {
         self.jobs_json
             .get_or_init(|| {
-                let size: usize = self.jobs.values().map(|e| e.json.len() + 1).sum();
+                let size: usize = self.jobs.values().map(|e| e.json().len() + 1).sum();
                 let mut out = Vec::with_capacity(size + 2);
                 out.push(b'[');
                 for (k, entry) in self.jobs.values().enumerate() {
                     if k > 0 {
                         out.push(b',');
                     }
-                    out.extend_from_slice(&entry.json);
+                    out.extend_from_slice(entry.json());
                 }
                 out.push(b']');
                 Bytes::from(out)
@@ -166,6 +174,10 @@ impl Publisher {
 impl ClusterActor {
     /// Publishes a view with what changed since the last one (see the module's doc).
     pub(super) fn publish(&mut self) {
+        // Between rounds only (the engine is away while one solves; nothing else runs then).
+        if self.sched.is_none() {
+            return;
+        }
         let now = Instant::now();
         let elapsed = now.duration_since(self.views.last).as_secs_f64();
         self.views.last = now;
@@ -178,11 +190,14 @@ impl ClusterActor {
         let swept = self.views.sweep.len() - share;
         let mut stale: Vec<JobId> = self.views.sweep.drain(swept..).collect();
         stale.extend(self.views.dirty.drain());
+        let mut fresh = Vec::with_capacity(stale.len());
         for job in stale {
             match self.info(job) {
                 Some(info) => {
-                    let json = Bytes::from(serde_json::to_vec(&info).expect("a job serializes"));
-                    self.views.jobs.insert(job, Arc::new(Entry { info, json }));
+                    let json = OnceLock::new();
+                    let entry = Arc::new(Entry { info, json });
+                    self.views.jobs.insert(job, Arc::clone(&entry));
+                    fresh.push(entry);
                 }
                 None => {
                     self.views.jobs.remove(&job);
@@ -199,6 +214,15 @@ impl ClusterActor {
             jobs_json: OnceLock::new(),
         };
         self.views.sender.send_replace(Arc::new(view));
+        // The new entries' JSON is made on a blocking thread now, while the actor goes on, rather
+        // than by the first reader.
+        if !fresh.is_empty() {
+            tokio::task::spawn_blocking(move || {
+                fresh.iter().for_each(|e| {
+                    e.json();
+                })
+            });
+        }
         // Nobody listening is fine: the stream is for observers.
         for event in self.views.moves.drain(..) {
             let _ = self.views.events.send(event);
@@ -219,7 +243,7 @@ impl ClusterActor {
         let mut holder: FxHashMap<GpuId, JobId> = FxHashMap::default();
         for (&job, handle) in &self.jobs {
             if let Some(gang) = &handle.gang {
-                holder.extend(gang.gpus.iter().map(|&(g, _)| (g, job)));
+                holder.extend(gang.gpus.iter().map(|&g| (g, job)));
             }
         }
         let out: Vec<(u32, String)> = self
@@ -283,7 +307,7 @@ impl ClusterActor {
         if let Some(info) = self.ended.get(&id) {
             return Some(info.clone());
         }
-        let spec = entry.spec.clone();
+        let spec = &entry.spec;
         let handle = self.jobs.get(&id);
         let phase = handle.map_or(
             entry.standing.ended_phase().unwrap_or(Phase::Pending),
@@ -292,9 +316,9 @@ impl ClusterActor {
         let checkpoint = entry.checkpoint;
         let engine = &self.sched.as_ref().expect("the scheduler is home").engine;
         let status = engine.status(id);
-        let waiting = engine
-            .waiting_reason(id)
-            .filter(|_| matches!(phase, Phase::Pending | Phase::Preempted));
+        let waiting = matches!(phase, Phase::Pending | Phase::Preempted)
+            .then(|| engine.waiting_reason(id))
+            .flatten();
         let resources = status.as_ref().and_then(|s| s.resources);
         let (done, started, finished, placement, preemptions, migrations) = match &status {
             Some(s) => (
@@ -316,8 +340,8 @@ impl ClusterActor {
         };
         Some(JobInfo {
             id,
-            job_type: spec.job_type,
-            tenant: spec.tenant,
+            job_type: spec.job_type.clone(),
+            tenant: spec.tenant.clone(),
             gpus: spec.gpus,
             phase,
             submitted: spec.arrival,
