@@ -457,7 +457,9 @@ fn json_bytes(bytes: bytes::Bytes) -> Response {
 }
 
 async fn list(State(state): State<ApiState>) -> Response {
-    json_bytes(state.views.latest().jobs_json())
+    let pieces = state.views.latest().jobs_json_pieces();
+    let body = Body::from_stream(futures::stream::iter(pieces.map(Ok::<_, Infallible>)));
+    ([("content-type", "application/json")], body).into_response()
 }
 
 async fn nodes(State(state): State<ApiState>) -> Response {

@@ -5,21 +5,23 @@
 //!
 //! Publishing costs what changed: a job's entry (its [`JobInfo`] and that as JSON) is rebuilt when
 //! something of it changed, the servers' list when a lease or a GPU's service did, and the rest of
-//! the active jobs a share at a time, so that each one's progress and waiting reason are at most
-//! [`SWEEP_SECONDS`] old. Entries live in a persistent map: a published view shares them with the
+//! the active jobs a share at a time, so that a running job's progress is at most
+//! [`RUNNING_SWEEP_SECONDS`] old and a waiting job's reason (how many GPUs are free) at most
+//! [`WAITING_SWEEP_SECONDS`]. Entries live in a persistent map: a published view shares them with the
 //! next one, so publishing copies nothing.
 
+use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use actix::prelude::*;
 use bytes::Bytes;
-use gangway_core::cluster::GpuId;
 use gangway_core::job::{JobId, Sizes};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 use tokio::sync::{broadcast, watch};
 
 use super::ClusterActor;
+use super::jobs::JobHandle;
 use super::messages::{
     GetStats, GetViews, JobInfo, JobSizes, LearnedSteps, ListJobs, ListNodes, NodeInfo, Outlook,
     Peek, Refusal, RunsAs, ShowJob, Subscribe, Timeline,
@@ -29,8 +31,46 @@ use crate::ledger::Standing;
 use crate::lifecycle::Phase;
 use crate::stats::StatsSnapshot;
 
-/// The longest a published job's progress and waiting reason lag behind the actor's.
-pub const SWEEP_SECONDS: f64 = 1.0;
+/// Jobs per piece of a streamed job list.
+pub const PIECE: usize = 256;
+
+/// The longest a published running job's progress lags behind the actor's.
+pub const RUNNING_SWEEP_SECONDS: f64 = 1.0;
+
+/// The longest a published waiting job's reason lags behind the actor's (it changes with every
+/// round's free GPUs; what makes a job wait or run is published at once).
+pub const WAITING_SWEEP_SECONDS: f64 = 5.0;
+
+/// Jobs refreshed a share at a time, each at least once per `period` seconds.
+struct Sweep {
+    period: f64,
+    left: Vec<JobId>,
+}
+
+impl Sweep {
+    fn new(period: f64) -> Self {
+        Sweep {
+            period,
+            left: Vec::new(),
+        }
+    }
+
+    /// This publication's share, `elapsed` seconds after the last one, of a sweep over `jobs`
+    /// (`count` of them), which starts again once done.
+    fn share(
+        &mut self,
+        elapsed: f64,
+        count: usize,
+        jobs: impl FnOnce() -> Vec<JobId>,
+    ) -> std::vec::Drain<'_, JobId> {
+        if self.left.is_empty() {
+            self.left = jobs();
+        }
+        let share = ((count as f64 * elapsed / self.period).ceil() as usize).min(self.left.len());
+        let kept = self.left.len() - share;
+        self.left.drain(kept..)
+    }
+}
 
 /// A job as a view holds it: what the API shows, and the same as JSON, made by its first reader
 /// (off the actor's thread).
@@ -51,8 +91,6 @@ pub struct View {
     jobs: imbl::OrdMap<JobId, Arc<Entry>>,
     nodes: Arc<Vec<NodeInfo>>,
     stats: StatsSnapshot,
-    /// The job list as JSON, made by its first reader.
-    jobs_json: OnceLock<Bytes>,
 }
 
 impl View {
@@ -71,24 +109,44 @@ impl View {
         self.jobs.get(&id).map(|e| e.json().clone())
     }
 
-    /// Every job as a JSON array (what `GET /jobs` answers), made once per view from the entries'
-    /// own JSON (each made once, by the first view that needs it).
-    pub fn jobs_json(&self) -> Bytes {
-        self.jobs_json
-            .get_or_init(|| {
-                let size: usize = self.jobs.values().map(|e| e.json().len() + 1).sum();
-                let mut out = Vec::with_capacity(size + 2);
-                out.push(b'[');
-                for (k, entry) in self.jobs.values().enumerate() {
-                    if k > 0 {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(entry.json());
+    /// Every job as a JSON array, whole.
+    pub fn jobs_json(self: &Arc<Self>) -> Bytes {
+        let pieces: Vec<Bytes> = Arc::clone(self).jobs_json_pieces().collect();
+        Bytes::from(pieces.concat())
+    }
+
+    /// Every job as a JSON array, in pieces of up to [`PIECE`] jobs each, made as they are asked
+    /// for (what `GET /jobs` streams: a large list is never joined whole): `[`, the entries' own
+    /// JSON in id order, comma-separated, `]`.
+    pub fn jobs_json_pieces(self: Arc<Self>) -> impl Iterator<Item = Bytes> + Send {
+        let mut after: Option<JobId> = None;
+        let mut ended = false;
+        std::iter::from_fn(move || {
+            if ended {
+                return None;
+            }
+            let entries: Vec<&Arc<Entry>> = match after {
+                None => self.jobs.values().take(PIECE).collect(),
+                Some(last) => (self.jobs.range((Excluded(last), Unbounded)))
+                    .map(|(_, e)| e)
+                    .take(PIECE)
+                    .collect(),
+            };
+            let mut piece = Vec::with_capacity(entries.iter().map(|e| e.json().len() + 1).sum());
+            piece.push(if after.is_none() { b'[' } else { b',' });
+            for (k, entry) in entries.iter().enumerate() {
+                if k > 0 {
+                    piece.push(b',');
                 }
-                out.push(b']');
-                Bytes::from(out)
-            })
-            .clone()
+                piece.extend_from_slice(entry.json());
+            }
+            if entries.len() < PIECE {
+                piece.push(b']');
+                ended = true;
+            }
+            after = entries.last().map(|e| e.info.id).or(after);
+            Some(Bytes::from(piece))
+        })
     }
 
     /// Every server, its GPUs and what runs on them.
@@ -124,8 +182,10 @@ pub(super) struct Publisher {
     /// Jobs whose entry is stale, and whether the servers' list is.
     dirty: FxHashSet<JobId>,
     nodes_dirty: bool,
-    /// Active jobs still to refresh in this sweep, and when the last publication was.
-    sweep: Vec<JobId>,
+    /// Running and waiting jobs still to refresh in their sweeps, and when the last publication
+    /// was.
+    running_sweep: Sweep,
+    waiting_sweep: Sweep,
     last: Instant,
 }
 
@@ -135,7 +195,6 @@ impl Publisher {
             jobs: imbl::OrdMap::new(),
             nodes: Arc::default(),
             stats: StatsSnapshot::default(),
-            jobs_json: OnceLock::new(),
         };
         Publisher {
             sender: watch::channel(Arc::new(empty)).0,
@@ -145,7 +204,8 @@ impl Publisher {
             nodes: Arc::default(),
             dirty: FxHashSet::default(),
             nodes_dirty: true,
-            sweep: Vec::new(),
+            running_sweep: Sweep::new(RUNNING_SWEEP_SECONDS),
+            waiting_sweep: Sweep::new(WAITING_SWEEP_SECONDS),
             last: Instant::now(),
         }
     }
@@ -181,14 +241,22 @@ impl ClusterActor {
         let now = Instant::now();
         let elapsed = now.duration_since(self.views.last).as_secs_f64();
         self.views.last = now;
-        // This publication's share of the sweep over the active jobs.
-        if self.views.sweep.is_empty() {
-            self.views.sweep = self.jobs.keys().copied().collect();
-        }
-        let share = ((self.jobs.len() as f64 * elapsed / SWEEP_SECONDS).ceil() as usize)
-            .min(self.views.sweep.len());
-        let swept = self.views.sweep.len() - share;
-        let mut stale: Vec<JobId> = self.views.sweep.drain(swept..).collect();
+        // This publication's shares of the sweeps over the running and the waiting jobs.
+        let jobs = &self.jobs;
+        let running = |want: bool| {
+            let of = move |h: &JobHandle| (h.phase() == Phase::Running) == want;
+            move || {
+                jobs.iter()
+                    .filter(|(_, h)| of(h))
+                    .map(|(&id, _)| id)
+                    .collect()
+            }
+        };
+        let (busy, idle) = (self.running, self.jobs.len() - self.running);
+        let mut stale: Vec<JobId> = (self.views.running_sweep)
+            .share(elapsed, busy, running(true))
+            .collect();
+        stale.extend((self.views.waiting_sweep).share(elapsed, idle, running(false)));
         stale.extend(self.views.dirty.drain());
         let mut fresh = Vec::with_capacity(stale.len());
         for job in stale {
@@ -211,7 +279,6 @@ impl ClusterActor {
             jobs: self.views.jobs.clone(),
             nodes: Arc::clone(&self.views.nodes),
             stats: self.stats_now(),
-            jobs_json: OnceLock::new(),
         };
         self.views.sender.send_replace(Arc::new(view));
         // The new entries' JSON is made on a blocking thread now, while the actor goes on, rather
@@ -239,27 +306,27 @@ impl ClusterActor {
     }
 
     /// Every server: its GPUs, those out of service and why, and the jobs running on it.
-    pub(super) fn nodes(&mut self) -> Vec<NodeInfo> {
-        let mut holder: FxHashMap<GpuId, JobId> = FxHashMap::default();
+    pub(super) fn nodes(&self) -> Vec<NodeInfo> {
+        let Some(sched) = self.sched.as_ref() else {
+            return Vec::new();
+        };
+        let cluster = sched.engine.cluster();
+        let mut holder: Vec<Option<JobId>> = vec![None; self.gpus.len()];
         for (&job, handle) in &self.jobs {
-            if let Some(gang) = &handle.gang {
-                holder.extend(gang.gpus.iter().map(|&g| (g, job)));
+            for gpu in handle.gang.iter().flat_map(|g| &g.gpus) {
+                holder[gpu.0 as usize] = Some(job);
             }
         }
-        let out: Vec<(u32, String)> = self
-            .unhealthy
-            .iter()
-            .map(|(g, why)| (g.0, why.clone()))
-            .chain(
-                self.store
-                    .ledger
-                    .cordoned
-                    .iter()
-                    .map(|&g| (g, "cordoned".into())),
-            )
-            .collect();
-        let names = self.settings.node_names.clone();
-        let cluster = self.engine().cluster();
+        // Health first: a cordoned GPU that also failed says why it failed.
+        let mut out: Vec<Option<String>> = vec![None; self.gpus.len()];
+        for &g in &self.store.ledger.cordoned {
+            if let Some(slot) = out.get_mut(g as usize) {
+                *slot = Some("cordoned".into());
+            }
+        }
+        for (g, why) in &self.unhealthy {
+            out[g.0 as usize] = Some(why.clone());
+        }
         cluster
             .nodes()
             .iter()
@@ -269,28 +336,20 @@ impl ClusterActor {
                     .gpus_of(gangway_core::cluster::NodeId(n as u32))
                     .map(|g| g.0)
                     .collect();
-                // Health first: a cordoned GPU that also failed says why it failed.
                 let out_of_service: Vec<(u32, String)> = gpus
                     .iter()
-                    .filter_map(|&g| out.iter().find(|(o, _)| *o == g).cloned())
+                    .filter_map(|&g| out[g as usize].clone().map(|why| (g, why)))
                     .collect();
-                let mut jobs: Vec<JobId> = gpus
-                    .iter()
-                    .filter_map(|&g| holder.get(&GpuId(g)).copied())
-                    .collect();
+                let mut jobs: Vec<JobId> =
+                    gpus.iter().filter_map(|&g| holder[g as usize]).collect();
                 jobs.sort_unstable();
                 jobs.dedup();
                 let free = gpus
                     .iter()
-                    .filter(|&&g| {
-                        !holder.contains_key(&GpuId(g))
-                            && !out_of_service.iter().any(|(o, _)| *o == g)
-                    })
+                    .filter(|&&g| holder[g as usize].is_none() && out[g as usize].is_none())
                     .count() as u32;
                 NodeInfo {
-                    name: names
-                        .get(n)
-                        .cloned()
+                    name: (self.settings.node_names.get(n).cloned())
                         .unwrap_or_else(|| format!("server-{n}")),
                     gpu_type: cluster.gpu_types()[node.gpu_type.0 as usize].clone(),
                     gpus,
