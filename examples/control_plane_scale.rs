@@ -114,6 +114,7 @@ fn main() {
         client.join().unwrap();
     }
     let submitting = began.elapsed();
+    let after_submissions = plane.stats().unwrap();
     let memory_after = resident_bytes();
     // Let rounds run on the full queue for a while (10 s wall = 100 rounds), while one more client
     // reads the job list as a dashboard would.
@@ -154,6 +155,24 @@ fn main() {
         stats.starts,
         stats.preemptions,
         stats.finished
+    );
+    // The rounds after the submissions, from the latency histogram's buckets.
+    let buckets = gangway::actors::stats::LATENCY_BUCKETS;
+    let within = |limit: f64, s: &gangway::actors::stats::StatsSnapshot| {
+        let k = buckets.iter().position(|&b| b >= limit).expect("a bucket");
+        s.round_latency_buckets[k]
+    };
+    let steady = stats.rounds - after_submissions.rounds;
+    let steady_within = |limit| within(limit, &stats) - within(limit, &after_submissions);
+    println!(
+        "views: {} published, {:.2} ms each on average (after rounds, not in their latency)",
+        stats.views_published,
+        stats.publish_seconds / stats.views_published.max(1) as f64 * 1e3
+    );
+    println!(
+        "rounds after the submissions: {steady}, of which {} within 10 ms, {} within 50 ms",
+        steady_within(0.01),
+        steady_within(0.05)
     );
     println!(
         "GET /jobs while rounds ran: {} reads of {:.1} MB (p50 {:.1} ms, p99 {:.1} ms)",

@@ -689,6 +689,18 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         s.violations.to_string(),
     );
     metric(
+        "views_published_total",
+        "counter",
+        "Views of jobs, servers and counters published for the API's reads.",
+        s.views_published.to_string(),
+    );
+    metric(
+        "view_publish_seconds_total",
+        "counter",
+        "Wall seconds the control plane spent publishing views (after rounds, not in their latency).",
+        s.publish_seconds.to_string(),
+    );
+    metric(
         "illegal_transitions_total",
         "counter",
         "Job phase moves the state machine refused (a bug if not 0).",

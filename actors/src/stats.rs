@@ -41,6 +41,10 @@ pub struct Stats {
     pub violations: u64,
     /// Phase moves the job state machine refused (always 0 unless there is a bug).
     pub illegal_transitions: u64,
+    /// Views published for the readers.
+    pub views_published: u64,
+    /// Wall seconds the actor spent publishing them (after rounds, not part of their latency).
+    pub publish_seconds: f64,
     /// Wall seconds the last start took to recover the journal and rebuild its state.
     pub recovery_seconds: f64,
     /// Rounds whose policy failed (panicked): nothing of them was applied.
@@ -99,6 +103,10 @@ pub struct StatsSnapshot {
     pub violations: u64,
     /// See [`Stats::illegal_transitions`].
     pub illegal_transitions: u64,
+    /// See [`Stats::views_published`].
+    pub views_published: u64,
+    /// See [`Stats::publish_seconds`].
+    pub publish_seconds: f64,
     /// See [`Stats::recovery_seconds`].
     pub recovery_seconds: f64,
     /// See [`Stats::round_failures`].
@@ -195,6 +203,8 @@ impl Stats {
             rounds: self.rounds,
             violations: self.violations,
             illegal_transitions: self.illegal_transitions,
+            views_published: self.views_published,
+            publish_seconds: self.publish_seconds,
             recovery_seconds: self.recovery_seconds,
             round_failures: self.round_failures,
             last_round_failure: self.last_round_failure.clone(),

@@ -76,7 +76,6 @@ impl Handler<Poll> for ClusterActor {
                 tracing::debug!(?event, "event from an old attempt ignored");
                 continue;
             }
-            self.views.touch(job);
             match event {
                 WorkerEvent::Finished { job, at, .. } => {
                     records.push(Record::Finished { job, at });
@@ -92,6 +91,9 @@ impl Handler<Poll> for ClusterActor {
                     measured,
                     ..
                 } => {
+                    // What it measured and a restart's end show; a checkpoint's work does not
+                    // (the engine's progress does, swept), and an end moves the job.
+                    self.views.touch(job);
                     self.note_progress(job, now);
                     if let Some(m) = measured {
                         records.extend(self.learned_from(job, &m));
@@ -163,7 +165,7 @@ impl Handler<Poll> for ClusterActor {
             }
             return Box::pin(std::future::ready(count));
         }
-        let carried = self.commit(changes, now, ending, ctx);
+        let carried = self.commit(changes, now, (ending, None), ctx);
         self.retire(ended);
         self.publish();
         Box::pin(async move {

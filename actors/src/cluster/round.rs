@@ -41,6 +41,8 @@ impl Carrier {
 /// Where a batch's jobs go once it is carried out: the stopped ones from Checkpointing to their
 /// next phase, and the started ones to Running (or back to Pending, if their start failed).
 struct Settling {
+    /// When the round whose batch this is began (other batches: cancels, worker events, cordons).
+    round_began: Option<Instant>,
     stopped: Vec<(JobId, Phase)>,
     started: Vec<JobId>,
 }
@@ -48,12 +50,13 @@ struct Settling {
 impl ClusterActor {
     /// Plans `changes`, journals the plan, moves the jobs it stops and starts into their phases, and
     /// queues its steps to be carried out; the receiver answers once they have been and the outcome
-    /// is settled. `ending` names jobs whose stop ends them (finished, cancelled, failed).
+    /// is settled. `ending` names jobs whose stop ends them (finished, cancelled, failed);
+    /// `round_began`, when the round that decided them began, if one did.
     pub(super) fn commit(
         &mut self,
         changes: Vec<Change>,
         now: f64,
-        ending: FxHashMap<JobId, Phase>,
+        (ending, round_began): (FxHashMap<JobId, Phase>, Option<Instant>),
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
         let sched = self
@@ -87,6 +90,7 @@ impl ClusterActor {
         };
         let mut stops = Vec::with_capacity(plan.stops.len());
         let mut settling = Settling {
+            round_began,
             stopped: Vec::new(),
             started: Vec::new(),
         };
@@ -216,7 +220,13 @@ impl ClusterActor {
         ctx.run_later(PUBLISH_WHILE_CARRYING, |actor, _| actor.publish());
         let work = async move { carry_out(steps, &executor).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
+            let round_began = settling.round_began;
             let report = actor.settle(outcome, settling, now);
+            // A round lasts from its start until its changes are carried out; publishing what it
+            // changed for the readers comes after.
+            if let Some(began) = round_began {
+                actor.stats.note_round(began.elapsed());
+            }
             actor.publish();
             let _ = answer.send(report);
             actor.carrier.busy = false;
@@ -384,10 +394,8 @@ impl ClusterActor {
                 }
                 let changes = sched.engine.take_changes();
                 actor.sched = Some(sched);
-                let carried = actor.commit(changes, now, FxHashMap::default(), ctx);
-                ctx.spawn(carried.into_actor(actor).map(move |report, actor, _| {
-                    actor.stats.note_round(began.elapsed());
-                    actor.publish();
+                let carried = actor.commit(changes, now, (FxHashMap::default(), Some(began)), ctx);
+                ctx.spawn(carried.into_actor(actor).map(move |report, _, _| {
                     let _ = answer.send(RoundReport {
                         solve_seconds,
                         ..report.unwrap_or_default()
@@ -415,7 +423,7 @@ impl ClusterActor {
         }
         self.views.touch_nodes();
         let changes = self.engine().take_changes();
-        let carried = self.commit(changes, now, FxHashMap::default(), ctx);
+        let carried = self.commit(changes, now, (FxHashMap::default(), None), ctx);
         self.publish();
         carried
     }
@@ -455,7 +463,7 @@ impl Handler<Cancel> for ClusterActor {
             self.advance(job, Phase::Cancelled, now);
         }
         let ending = FxHashMap::from_iter([(job, Phase::Cancelled)]);
-        let carried = self.commit(changes, now, ending, ctx);
+        let carried = self.commit(changes, now, (ending, None), ctx);
         self.retire([job]);
         self.publish();
         Box::pin(async move {

@@ -240,6 +240,7 @@ impl ClusterActor {
         }
         let now = Instant::now();
         let elapsed = now.duration_since(self.views.last).as_secs_f64();
+        self.stats.views_published += 1;
         self.views.last = now;
         // This publication's shares of the sweeps over the running and the waiting jobs.
         let jobs = &self.jobs;
@@ -281,6 +282,7 @@ impl ClusterActor {
             stats: self.stats_now(),
         };
         self.views.sender.send_replace(Arc::new(view));
+        self.stats.publish_seconds += now.elapsed().as_secs_f64();
         // The new entries' JSON is made on a blocking thread now, while the actor goes on, rather
         // than by the first reader.
         if !fresh.is_empty() {
