@@ -456,10 +456,18 @@ fn json_bytes(bytes: bytes::Bytes) -> Response {
     ([("content-type", "application/json")], bytes).into_response()
 }
 
+/// Every job, streamed from the view in pieces, with its length told first (so that a client
+/// need not decode chunks).
 async fn list(State(state): State<ApiState>) -> Response {
-    let pieces = state.views.latest().jobs_json_pieces();
-    let body = Body::from_stream(futures::stream::iter(pieces.map(Ok::<_, Infallible>)));
-    ([("content-type", "application/json")], body).into_response()
+    let view = state.views.latest();
+    let length = view.jobs_json_len().to_string();
+    let pieces = view.jobs_json_pieces().map(Ok::<_, Infallible>);
+    let body = Body::from_stream(futures::stream::iter(pieces));
+    let headers = [
+        ("content-type", "application/json"),
+        ("content-length", &length),
+    ];
+    (headers, body).into_response()
 }
 
 async fn nodes(State(state): State<ApiState>) -> Response {

@@ -165,7 +165,7 @@ impl Handler<Poll> for ClusterActor {
             }
             return Box::pin(std::future::ready(count));
         }
-        let carried = self.commit(changes, now, (ending, None), ctx);
+        let carried = self.commit(changes, now, ending, None, ctx);
         self.retire(ended);
         self.publish();
         Box::pin(async move {

@@ -62,7 +62,7 @@ pub use messages::{
     ListNodes, NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize, RestartPhases, Round,
     RoundReport, RunsAs, Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
 };
-pub use views::{RUNNING_SWEEP_SECONDS, View, Views, WAITING_SWEEP_SECONDS};
+pub use views::{JOBS_PER_PIECE, RUNNING_SWEEP_SECONDS, View, Views, WAITING_SWEEP_SECONDS};
 
 /// The policy's state and the placer, with the engine they drive; moved to a blocking thread while a
 /// round solves.
@@ -456,7 +456,9 @@ mod tests {
         assert_eq!(view.job(id).unwrap().phase, Phase::Finished);
         assert_eq!(view.stats().running_jobs, 0);
         assert_eq!(view.stats().illegal_transitions, 0);
-        let listed: serde_json::Value = serde_json::from_slice(&view.jobs_json()).unwrap();
+        let listed = view.jobs_json();
+        assert_eq!(listed.len(), view.jobs_json_len());
+        let listed: serde_json::Value = serde_json::from_slice(&listed).unwrap();
         assert_eq!(listed[0]["phase"], "finished", "{listed}");
     }
 
@@ -491,5 +493,16 @@ mod tests {
                 .unwrap()
                 .is_ok()
         );
+        // The view lists them all: streamed in pieces, which join into the whole list, in id
+        // order, of the length it says.
+        let view = cluster.send(GetViews).await.unwrap().latest();
+        let pieces: Vec<bytes::Bytes> = Arc::clone(&view).jobs_json_pieces().collect();
+        assert_eq!(pieces.len(), (MAX_NAMES + 1).div_ceil(JOBS_PER_PIECE));
+        let whole = view.jobs_json();
+        assert_eq!(whole.len(), view.jobs_json_len());
+        let listed: Vec<JobInfo> = serde_json::from_slice(&whole).unwrap();
+        assert_eq!(listed.len(), MAX_NAMES + 1);
+        assert!(listed.windows(2).all(|w| w[0].id < w[1].id));
+        assert_eq!(listed.last().unwrap().tenant, "tenant-7");
     }
 }

@@ -56,7 +56,8 @@ impl ClusterActor {
         &mut self,
         changes: Vec<Change>,
         now: f64,
-        (ending, round_began): (FxHashMap<JobId, Phase>, Option<Instant>),
+        ending: FxHashMap<JobId, Phase>,
+        round_began: Option<Instant>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
         let sched = self
@@ -394,7 +395,7 @@ impl ClusterActor {
                 }
                 let changes = sched.engine.take_changes();
                 actor.sched = Some(sched);
-                let carried = actor.commit(changes, now, (FxHashMap::default(), Some(began)), ctx);
+                let carried = actor.commit(changes, now, FxHashMap::default(), Some(began), ctx);
                 ctx.spawn(carried.into_actor(actor).map(move |report, _, _| {
                     let _ = answer.send(RoundReport {
                         solve_seconds,
@@ -423,7 +424,7 @@ impl ClusterActor {
         }
         self.views.touch_nodes();
         let changes = self.engine().take_changes();
-        let carried = self.commit(changes, now, (FxHashMap::default(), None), ctx);
+        let carried = self.commit(changes, now, FxHashMap::default(), None, ctx);
         self.publish();
         carried
     }
@@ -463,7 +464,7 @@ impl Handler<Cancel> for ClusterActor {
             self.advance(job, Phase::Cancelled, now);
         }
         let ending = FxHashMap::from_iter([(job, Phase::Cancelled)]);
-        let carried = self.commit(changes, now, (ending, None), ctx);
+        let carried = self.commit(changes, now, ending, None, ctx);
         self.retire([job]);
         self.publish();
         Box::pin(async move {

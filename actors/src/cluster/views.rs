@@ -32,7 +32,7 @@ use crate::lifecycle::Phase;
 use crate::stats::StatsSnapshot;
 
 /// Jobs per piece of a streamed job list.
-pub const PIECE: usize = 256;
+pub const JOBS_PER_PIECE: usize = 256;
 
 /// The longest a published running job's progress lags behind the actor's.
 pub const RUNNING_SWEEP_SECONDS: f64 = 1.0;
@@ -115,7 +115,13 @@ impl View {
         Bytes::from(pieces.concat())
     }
 
-    /// Every job as a JSON array, in pieces of up to [`PIECE`] jobs each, made as they are asked
+    /// The length in bytes of [`View::jobs_json`] (making every entry's JSON that is not made yet).
+    pub fn jobs_json_len(&self) -> usize {
+        let entries: usize = self.jobs.values().map(|e| e.json().len()).sum();
+        2 + entries + self.jobs.len().saturating_sub(1)
+    }
+
+    /// Every job as a JSON array, in pieces of up to [`JOBS_PER_PIECE`] jobs each, made as they are asked
     /// for (what `GET /jobs` streams: a large list is never joined whole): `[`, the entries' own
     /// JSON in id order, comma-separated, `]`.
     pub fn jobs_json_pieces(self: Arc<Self>) -> impl Iterator<Item = Bytes> + Send {
@@ -126,21 +132,26 @@ impl View {
                 return None;
             }
             let entries: Vec<&Arc<Entry>> = match after {
-                None => self.jobs.values().take(PIECE).collect(),
+                None => self.jobs.values().take(JOBS_PER_PIECE).collect(),
                 Some(last) => (self.jobs.range((Excluded(last), Unbounded)))
                     .map(|(_, e)| e)
-                    .take(PIECE)
+                    .take(JOBS_PER_PIECE)
                     .collect(),
             };
             let mut piece = Vec::with_capacity(entries.iter().map(|e| e.json().len() + 1).sum());
-            piece.push(if after.is_none() { b'[' } else { b',' });
+            match after {
+                None => piece.push(b'['),
+                // A list of a whole number of pieces ends with a piece of its own: `]`.
+                Some(_) if !entries.is_empty() => piece.push(b','),
+                Some(_) => {}
+            }
             for (k, entry) in entries.iter().enumerate() {
                 if k > 0 {
                     piece.push(b',');
                 }
                 piece.extend_from_slice(entry.json());
             }
-            if entries.len() < PIECE {
+            if entries.len() < JOBS_PER_PIECE {
                 piece.push(b']');
                 ended = true;
             }
@@ -551,5 +562,56 @@ impl Handler<Timeline> for ClusterActor {
                 .filter_map(|id| self.info(id).map(|i| (id, (i.started, i.finished))))
                 .collect(),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view of jobs 0 to `count - 1`.
+    fn view_of(count: u32) -> Arc<View> {
+        let jobs = (0..count)
+            .map(|id| {
+                let info: JobInfo = serde_json::from_value(serde_json::json!({
+                    "id": id, "job_type": "toy", "tenant": "a", "gpus": 1, "phase": "pending",
+                    "submitted": 0.0, "started": null, "finished": null, "progress": 0.0,
+                    "placement": [], "resources": null, "preemptions": 0, "migrations": 0,
+                    "resizes": 0
+                }))
+                .unwrap();
+                let entry = Entry {
+                    info,
+                    json: OnceLock::new(),
+                };
+                (JobId(id), Arc::new(entry))
+            })
+            .collect();
+        Arc::new(View {
+            jobs,
+            nodes: Arc::default(),
+            stats: StatsSnapshot::default(),
+        })
+    }
+
+    #[test]
+    fn a_streamed_list_is_valid_json_of_its_told_length_at_every_size() {
+        for count in [
+            0,
+            1,
+            JOBS_PER_PIECE as u32 - 1,
+            JOBS_PER_PIECE as u32,
+            2 * JOBS_PER_PIECE as u32,
+            2 * JOBS_PER_PIECE as u32 + 1,
+        ] {
+            let view = view_of(count);
+            let whole = view.jobs_json();
+            assert_eq!(whole.len(), view.jobs_json_len(), "{count} jobs");
+            let listed: Vec<JobInfo> = serde_json::from_slice(&whole).unwrap_or_else(|e| {
+                panic!("{count} jobs: {e}: {}", String::from_utf8_lossy(&whole))
+            });
+            let ids: Vec<u32> = listed.iter().map(|j| j.id.0).collect();
+            assert_eq!(ids, (0..count).collect::<Vec<_>>());
+        }
     }
 }
