@@ -1,7 +1,7 @@
 //! Carrying out a committed plan: stop workers (checkpoint, release the gang), then lease and launch
 //! the new gangs. This runs outside the cluster actor's state, so that the API keeps answering while
-//! workers checkpoint; the actor moves the jobs through their phases as it commits the plan and as it
-//! settles the outcome.
+//! workers checkpoint; the actor moves the jobs through their phases as it commits the plan and as
+//! it settles the outcome.
 
 use std::sync::{Arc, Mutex};
 

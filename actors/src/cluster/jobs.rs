@@ -10,7 +10,8 @@ use crate::executor::Measured;
 use crate::job::JobEvent;
 use crate::lifecycle::{IllegalTransition, Phase};
 
-/// One job that has not ended (ended ones are forgotten: the ledger and the views keep how they ended).
+/// One job that has not ended (ended ones are forgotten: the ledger and the views keep how they
+/// ended).
 pub(super) struct JobHandle {
     job: JobId,
     phase: Phase,

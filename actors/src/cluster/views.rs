@@ -72,8 +72,8 @@ impl Sweep {
     }
 }
 
-/// A job as a view holds it: what the API shows, and the same as JSON, made by its first reader
-/// (off the actor's thread).
+/// A job as a view holds it: what the API shows, and the same as JSON, made once, off the actor's
+/// thread (by a blocking task right after publication, or by its first reader if that comes first).
 struct Entry {
     info: JobInfo,
     json: OnceLock<Bytes>,
@@ -121,9 +121,9 @@ impl View {
         2 + entries + self.jobs.len().saturating_sub(1)
     }
 
-    /// Every job as a JSON array, in pieces of up to [`JOBS_PER_PIECE`] jobs each, made as they are asked
-    /// for (what `GET /jobs` streams: a large list is never joined whole): `[`, the entries' own
-    /// JSON in id order, comma-separated, `]`.
+    /// Every job as a JSON array, in pieces of up to [`JOBS_PER_PIECE`] jobs each, made as they
+    /// are asked for (what `GET /jobs` streams: a large list is never joined whole): `[`, the
+    /// entries' own JSON in id order, comma-separated, `]`.
     pub fn jobs_json_pieces(self: Arc<Self>) -> impl Iterator<Item = Bytes> + Send {
         let mut after: Option<JobId> = None;
         let mut ended = false;
