@@ -8,7 +8,9 @@
 //! rounds ran, and the memory per job (resident set growth / jobs).
 //! Optional arguments: POLICY (default tiresias), JOBS (default 10,000), GPUS (servers of 8, over
 //! three types; default 4,096, which is 171 + 171 + 170 servers) and READ_MS, the reading client's
-//! pause between reads (default 100, a dashboard refreshing ten times a second; 0: back to back).
+//! pause between reads (default 100, a dashboard refreshing ten times a second; 0: back to back),
+//! and READ_QUERY, what the reading client asks (default none: the whole list; `?limit=1000`: a
+//! page).
 
 use std::time::{Duration, Instant};
 
@@ -47,6 +49,7 @@ fn main() {
         args.next()
             .map_or(100, |n| n.parse().expect("READ_MS is a number")),
     );
+    let read_query = args.next().unwrap_or_default();
     // Servers of 8 GPUs, as evenly over the three types as they go.
     let servers = gpus / 8;
     let per_type = [servers.div_ceil(3), (servers + 1) / 3, servers / 3];
@@ -125,7 +128,7 @@ fn main() {
         std::thread::sleep(read_every);
         let asked = Instant::now();
         let body = agent
-            .get(&url)
+            .get(format!("{url}{read_query}"))
             .header("Authorization", &authorization)
             .call()
             .expect("list")
@@ -175,7 +178,7 @@ fn main() {
         steady_within(0.05)
     );
     println!(
-        "GET /jobs while rounds ran: {} reads of {:.1} MB (p50 {:.1} ms, p99 {:.1} ms)",
+        "GET /jobs{read_query} while rounds ran: {} reads of {:.1} MB (p50 {:.1} ms, p99 {:.1} ms)",
         reads.len(),
         listed as f64 / 1e6,
         quantile(0.5),

@@ -1444,3 +1444,78 @@ fn serve_refuses_cpus_it_cannot_pin_and_memory_that_is_not_a_size() {
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
     }
 }
+
+/// `GET /jobs` pages: by phase, after an id, a limit at a time, with a `Link` to the next page;
+/// a bad parameter is named. Without a query it is the whole list, with its length told.
+#[test]
+fn the_job_list_pages_by_phase_and_id_and_names_a_bad_parameter() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = daemon(&dir.path().join("journal"));
+    // Four run on the four GPUs (FIFO); two wait.
+    let ids: Vec<u64> = (0..6)
+        .map(|_| {
+            let (status, body) =
+                status_and_body(d.api.post("/jobs", &json!({"gpus": 1, "work": 1e6})));
+            assert_eq!(status, 201, "{body}");
+            body["id"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(ids, [0, 1, 2, 3, 4, 5]);
+    wait_for_phase(&d.api, 3, "running");
+    let page = |query: &str| {
+        let mut response = d.api.get(&format!("/jobs{query}")).unwrap();
+        let status = response.status().as_u16();
+        let link = (response.headers().get("link")).map(|l| l.to_str().unwrap().to_owned());
+        let body: Value = response.body_mut().read_json().unwrap();
+        let listed: Vec<u64> = (body.as_array().iter().flat_map(|a| a.iter()))
+            .filter_map(|j| j["id"].as_u64())
+            .collect();
+        (status, listed, link, body)
+    };
+    let (status, listed, link, _) = page("?limit=4");
+    assert_eq!((status, listed), (200, vec![0, 1, 2, 3]));
+    assert_eq!(
+        link.as_deref(),
+        Some("</jobs?after=3&limit=4>; rel=\"next\"")
+    );
+    let (_, listed, link, _) = page("?after=3&limit=4");
+    assert_eq!((listed, link), (vec![4, 5], None));
+    let (_, listed, _, _) = page("?phase=pending");
+    assert_eq!(listed, [4, 5]);
+    let (_, listed, link, _) = page("?phase=running%2Cpending&after=2&limit=1");
+    assert_eq!(listed, [3]);
+    assert_eq!(
+        link.as_deref(),
+        Some("</jobs?after=3&limit=1&phase=running,pending>; rel=\"next\"")
+    );
+    for (query, said) in [
+        (
+            "?limit=0",
+            "`limit`: must be a whole number from 1 to 10000",
+        ),
+        (
+            "?limit=10001",
+            "`limit`: must be a whole number from 1 to 10000",
+        ),
+        (
+            "?phase=runing",
+            "`phase`: `runing` is not a phase (one of pending, placing",
+        ),
+        ("?after=x", "`after`: `x` is not a job id (a number)"),
+        ("?sort=id", "unknown query parameter `sort`"),
+    ] {
+        let (status, _, _, body) = page(query);
+        assert_eq!(status, 400, "{query}: {body}");
+        let error = body["error"].as_str().unwrap_or_default();
+        assert!(error.contains(said), "{query}: {error}");
+    }
+    // The whole list, its length told before it is streamed.
+    let mut whole = d.api.get("/jobs").unwrap();
+    let length: usize = (whole.headers().get("content-length"))
+        .and_then(|l| l.to_str().ok()?.parse().ok())
+        .expect("a content-length");
+    let body = whole.body_mut().read_to_vec().unwrap();
+    assert_eq!(body.len(), length);
+    let all: Vec<Value> = serde_json::from_slice(&body).unwrap();
+    assert_eq!(all.len(), 6);
+}

@@ -3,7 +3,7 @@
 //! | method and path | does | answers |
 //! |---|---|---|
 //! | `POST /jobs` | submits a [`JobRequest`]; an `Idempotency-Key` header makes retries safe | 201 `{"id": N}` (the same N for the same key); 400, 401, 403, 408, 411, 413, 415 or 422 with `{"error": ...}` |
-//! | `GET /jobs` | lists every job | 200 `[JobInfo]` |
+//! | `GET /jobs` | lists every job, or with `?phase=running,pending&after=ID&limit=N` a page of them (a `Link: <..>; rel="next"` header when more remain) | 200 `[JobInfo]`; 400 for a bad parameter |
 //! | `GET /jobs/{id}` | shows one | 200 `JobInfo`; 404 |
 //! | `DELETE /jobs/{id}` | cancels it (its submitter, the daemon's user or root) | 200 `{"cancelled": N}`; 403; 404; 409 when it already ended |
 //! | `POST /gpus/cordon` | takes `{"gpus": [..]}` out of service: their jobs checkpoint and move (the daemon's user or root) | 200; 403; 422 for an unknown GPU |
@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use actix::Addr;
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, Path, Request, State};
+use axum::extract::{Extension, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -43,8 +43,10 @@ use tokio_stream::wrappers::BroadcastStream;
 
 use crate::auth::{HostCheck, Token};
 use crate::cluster::{
-    Cancel, ClusterActor, Cordon, GetViews, JobRequest, Refusal, RunsAs, Submit, Subscribe, Views,
+    Cancel, ClusterActor, Cordon, GetViews, JobPage, JobRequest, Refusal, RunsAs, Submit,
+    Subscribe, Views,
 };
+use crate::lifecycle::Phase;
 use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
 use crate::stats::{LATENCY_BUCKETS, StatsSnapshot};
@@ -456,18 +458,94 @@ fn json_bytes(bytes: bytes::Bytes) -> Response {
     ([("content-type", "application/json")], bytes).into_response()
 }
 
-/// Every job, streamed from the view in pieces, with its length told first (so that a client
-/// need not decode chunks).
-async fn list(State(state): State<ApiState>) -> Response {
+/// The most jobs one page of `GET /jobs` holds.
+pub const MAX_PAGE: usize = 10_000;
+
+/// Every job, streamed from the view in pieces with its length told first (so that a client need
+/// not decode chunks); or, with a query, one page of them.
+async fn list(
+    State(state): State<ApiState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
     let view = state.views.latest();
-    let length = view.jobs_json_len().to_string();
-    let pieces = view.jobs_json_pieces().map(Ok::<_, Infallible>);
-    let body = Body::from_stream(futures::stream::iter(pieces));
-    let headers = [
-        ("content-type", "application/json"),
-        ("content-length", &length),
-    ];
-    (headers, body).into_response()
+    let Some(query) = query.filter(|q| !q.is_empty()) else {
+        let length = view.jobs_json_len().to_string();
+        let pieces = view.jobs_json_pieces().map(Ok::<_, Infallible>);
+        let body = Body::from_stream(futures::stream::iter(pieces));
+        let headers = [
+            ("content-type", "application/json"),
+            ("content-length", &length),
+        ];
+        return Ok((headers, body).into_response());
+    };
+    let page = job_page(&query)?;
+    let (json, more_after) = view.jobs_page_json(&page);
+    let mut response = json_bytes(json);
+    if let Some(last) = more_after {
+        let mut next = format!("/jobs?after={last}");
+        if let Some(limit) = page.limit {
+            next += &format!("&limit={limit}");
+        }
+        if !page.phases.is_empty() {
+            let phases: Vec<String> = page.phases.iter().map(Phase::to_string).collect();
+            next += &format!("&phase={}", phases.join(","));
+        }
+        let link = format!("<{next}>; rel=\"next\"");
+        let link = header::HeaderValue::from_str(&link).expect("ASCII");
+        response.headers_mut().insert(header::LINK, link);
+    }
+    Ok(response)
+}
+
+/// The page of the job list `query` asks for (`phase=a,b`, `after=ID`, `limit=N`).
+fn job_page(query: &str) -> Result<JobPage, ApiError> {
+    let mut page = JobPage::default();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = value.replace("%2C", ",").replace("%2c", ",");
+        let bad = |problem: String| {
+            let name = request::escape(name);
+            ApiError(StatusCode::BAD_REQUEST, format!("`{name}`: {problem}"))
+        };
+        match name {
+            "phase" => {
+                for name in value.split(',') {
+                    let phase = Phase::ALL.iter().find(|p| p.to_string() == name);
+                    let known = || Phase::ALL.map(|p| p.to_string()).join(", ");
+                    let phase = phase.ok_or_else(|| {
+                        let name = request::escape(name);
+                        bad(format!("`{name}` is not a phase (one of {})", known()))
+                    })?;
+                    page.phases.push(*phase);
+                }
+            }
+            "after" => {
+                let id = value.parse().map_err(|_| {
+                    bad(format!(
+                        "`{}` is not a job id (a number)",
+                        request::escape(&value)
+                    ))
+                })?;
+                page.after = Some(JobId(id));
+            }
+            "limit" => {
+                let limit = (value.parse().ok())
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| bad(format!("must be a whole number from 1 to {MAX_PAGE}")))?;
+                page.limit = Some(limit);
+            }
+            _ => {
+                return Err(ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "unknown query parameter `{}` (`GET /jobs` takes phase, after and limit)",
+                        request::escape(name)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(page)
 }
 
 async fn nodes(State(state): State<ApiState>) -> Response {

@@ -33,6 +33,21 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Every phase, in the order of a job's life.
+    pub const ALL: [Phase; 11] = [
+        Phase::Pending,
+        Phase::Placing,
+        Phase::Starting,
+        Phase::Running,
+        Phase::Checkpointing,
+        Phase::Preempted,
+        Phase::Resizing,
+        Phase::Migrating,
+        Phase::Finished,
+        Phase::Failed,
+        Phase::Cancelled,
+    ];
+
     /// A job in a terminal phase never moves again.
     pub fn is_terminal(self) -> bool {
         matches!(self, Phase::Finished | Phase::Failed | Phase::Cancelled)

@@ -62,7 +62,9 @@ pub use messages::{
     ListNodes, NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize, RestartPhases, Round,
     RoundReport, RunsAs, Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
 };
-pub use views::{JOBS_PER_PIECE, RUNNING_SWEEP_SECONDS, View, Views, WAITING_SWEEP_SECONDS};
+pub use views::{
+    JOBS_PER_PIECE, JobPage, RUNNING_SWEEP_SECONDS, View, Views, WAITING_SWEEP_SECONDS,
+};
 
 /// The policy's state and the placer, with the engine they drive; moved to a blocking thread while a
 /// round solves.

@@ -86,6 +86,17 @@ impl Entry {
     }
 }
 
+/// Which jobs a page of the job list holds (`GET /jobs?phase=..&after=..&limit=..`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobPage {
+    /// Only jobs in these phases (none: any).
+    pub phases: Vec<Phase>,
+    /// Only jobs after this one.
+    pub after: Option<JobId>,
+    /// At most this many.
+    pub limit: Option<usize>,
+}
+
 /// What the control plane looked like when the actor published it.
 pub struct View {
     jobs: imbl::OrdMap<JobId, Arc<Entry>>,
@@ -158,6 +169,33 @@ impl View {
             after = entries.last().map(|e| e.info.id).or(after);
             Some(Bytes::from(piece))
         })
+    }
+
+    /// A page of the job list as a JSON array: the jobs `page` selects, in id order, and the last
+    /// one listed when more remain (the next page starts after it).
+    pub fn jobs_page_json(&self, page: &JobPage) -> (Bytes, Option<JobId>) {
+        let from = page.after.map_or(Unbounded, Excluded);
+        let mut selected = (self.jobs.range((from, Unbounded)))
+            .map(|(_, e)| e)
+            .filter(|e| page.phases.is_empty() || page.phases.contains(&e.info.phase))
+            .peekable();
+        let mut out = vec![b'['];
+        let mut last = None;
+        let mut listed = 0;
+        while listed < page.limit.unwrap_or(usize::MAX) {
+            let Some(entry) = selected.next() else {
+                break;
+            };
+            if listed > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(entry.json());
+            last = Some(entry.info.id);
+            listed += 1;
+        }
+        out.push(b']');
+        let more = selected.peek().is_some();
+        (Bytes::from(out), last.filter(|_| more))
     }
 
     /// Every server, its GPUs and what runs on them.
