@@ -170,17 +170,27 @@ impl Policy for PanicsOnItsThirdRound {
     }
 }
 
-fn cursed_registry() -> Registry {
+/// The built-in policies and `name`, which is FIFO wrapped by `wrap`.
+fn registry_wrapping_fifo(
+    name: &str,
+    wrap: impl Fn(Box<dyn Policy>) -> Box<dyn Policy> + Send + Sync + 'static,
+) -> Registry {
     let mut registry = Registry::with_builtins();
     registry
-        .register(PolicyEntry::new("cursed", |config| {
+        .register(PolicyEntry::new(name, move |config| {
             let fifo = policy::builtin()
                 .build("fifo", config, &Capabilities::ALL)
                 .expect("fifo is built in");
-            Box::new(PanicsOnItsThirdRound { fifo, rounds: 0 })
+            wrap(fifo)
         }))
         .unwrap();
     registry
+}
+
+fn cursed_registry() -> Registry {
+    registry_wrapping_fifo("cursed", |fifo| {
+        Box::new(PanicsOnItsThirdRound { fifo, rounds: 0 })
+    })
 }
 
 /// A policy that panics fails its round alone: the control plane serves on, the runs keep their
@@ -294,19 +304,13 @@ fn reads_answer_while_a_round_is_under_way() {
     let (stalled, stalls) = std::sync::mpsc::sync_channel(1);
     let (release, released) = std::sync::mpsc::channel();
     let released = Arc::new(std::sync::Mutex::new(released));
-    let mut registry = Registry::with_builtins();
-    registry
-        .register(PolicyEntry::new("stalling", move |config| {
-            let fifo = policy::builtin()
-                .build("fifo", config, &Capabilities::ALL)
-                .expect("fifo is built in");
-            Box::new(StallsInItsRounds {
-                fifo,
-                stalled: stalled.clone(),
-                released: Arc::clone(&released),
-            })
-        }))
-        .unwrap();
+    let registry = registry_wrapping_fifo("stalling", move |fifo| {
+        Box::new(StallsInItsRounds {
+            fifo,
+            stalled: stalled.clone(),
+            released: Arc::clone(&released),
+        })
+    });
     let plane = builder()
         .registry(registry)
         .policy("stalling")

@@ -2,11 +2,12 @@
 //!
 //! The control plane first takes every GPU of a round's gangs at once (reserve and commit in one
 //! message per GPU, refused rather than kept waiting): that is how leases go when nothing contends.
-//! A gang refused anywhere gives back what it took, and a gang actor leases it in two phases: phase one reserves every GPU, one at a time in ascending GPU id; phase two
-//! commits them all when every reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once;
-//! a GPU only reserved by a gang still acquiring makes the next one wait for it (see [`crate::gpu`]).
-//! Because every gang reserves in the same order, waits cannot form a cycle (no deadlock), and the gang
-//! furthest along always completes.
+//! A gang refused anywhere gives back what it took, and a gang actor leases it in two phases: phase
+//! one reserves every GPU, one at a time in ascending GPU id; phase two commits them all when every
+//! reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once; a
+//! GPU only reserved by a gang still acquiring makes the next one wait for it (see [`crate::gpu`]).
+//! Because every gang reserves in the same order, waits cannot form a cycle (no deadlock), and the
+//! gang furthest along always completes.
 
 use actix::prelude::*;
 use futures::future::join_all;

@@ -261,6 +261,44 @@ impl GpuActor {
         None
     }
 
+    /// See [`Take`].
+    fn take(&mut self, msg: Take) -> Result<(), LeaseError> {
+        // Another gang mid-acquisition keeps its place: taking never jumps a queue.
+        if !self.waiters.is_empty() || !self.lease.reserved.is_empty() {
+            let by = self
+                .lease
+                .reserved
+                .first()
+                .map_or(msg.holder.job, |(h, _)| h.job);
+            return Err(LeaseError::Busy {
+                gpu: self.gpu.0,
+                by,
+            });
+        }
+        self.try_reserve(msg.holder, msg.partner)
+            .unwrap_or(Err(LeaseError::Busy {
+                gpu: self.gpu.0,
+                by: msg.holder.job,
+            }))?;
+        let k = self
+            .lease
+            .reserved
+            .iter()
+            .position(|(h, _)| *h == msg.holder);
+        if let Some(k) = k {
+            let entry = self.lease.reserved.remove(k);
+            self.lease.committed.push(entry);
+        }
+        Ok(())
+    }
+
+    /// See [`Release`].
+    fn release(&mut self, holder: Holder) {
+        self.lease.reserved.retain(|(h, _)| *h != holder);
+        self.lease.committed.retain(|(h, _)| *h != holder);
+        self.wake();
+    }
+
     /// After a reservation ended: wake the waiters that can now be answered.
     fn wake(&mut self) {
         while let Some(waiter) = self.waiters.pop_front() {
@@ -318,39 +356,6 @@ impl Handler<Handover> for GpuActor {
     }
 }
 
-impl GpuActor {
-    /// See [`Take`].
-    fn take(&mut self, msg: Take) -> Result<(), LeaseError> {
-        // Another gang mid-acquisition keeps its place: taking never jumps a queue.
-        if !self.waiters.is_empty() || !self.lease.reserved.is_empty() {
-            let by = self
-                .lease
-                .reserved
-                .first()
-                .map_or(msg.holder.job, |(h, _)| h.job);
-            return Err(LeaseError::Busy {
-                gpu: self.gpu.0,
-                by,
-            });
-        }
-        self.try_reserve(msg.holder, msg.partner)
-            .unwrap_or(Err(LeaseError::Busy {
-                gpu: self.gpu.0,
-                by: msg.holder.job,
-            }))?;
-        let k = self
-            .lease
-            .reserved
-            .iter()
-            .position(|(h, _)| *h == msg.holder);
-        if let Some(k) = k {
-            let entry = self.lease.reserved.remove(k);
-            self.lease.committed.push(entry);
-        }
-        Ok(())
-    }
-}
-
 impl Handler<Commit> for GpuActor {
     type Result = Result<(), LeaseError>;
 
@@ -386,15 +391,6 @@ impl Handler<Release> for GpuActor {
 
     fn handle(&mut self, Release(holder): Release, _: &mut Context<Self>) {
         self.release(holder);
-    }
-}
-
-impl GpuActor {
-    /// See [`Release`].
-    fn release(&mut self, holder: Holder) {
-        self.lease.reserved.retain(|(h, _)| *h != holder);
-        self.lease.committed.retain(|(h, _)| *h != holder);
-        self.wake();
     }
 }
 

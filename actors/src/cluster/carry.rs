@@ -191,12 +191,12 @@ pub(super) async fn lease_all<'a>(
     stopped: impl Iterator<Item = &'a Gang>,
     started: impl Iterator<Item = &'a Gang> + Clone,
 ) -> Vec<Result<(), String>> {
-    let mut released: FxHashMap<GpuId, SmallVec<[Holder; 2]>> = FxHashMap::default();
-    let mut actors = FxHashMap::default();
+    // Each GPU's stopped holders, with a gang that names its actor.
+    let mut released: FxHashMap<GpuId, (&Gang, SmallVec<[Holder; 2]>)> = FxHashMap::default();
     for gang in stopped {
         for &gpu in &gang.gpus {
-            released.entry(gpu).or_default().push(gang.holder);
-            actors.entry(gpu).or_insert_with(|| gang.actor(gpu).clone());
+            let (_, holders) = released.entry(gpu).or_insert((gang, SmallVec::new()));
+            holders.push(gang.holder);
         }
     }
     let takes: Vec<_> = started
@@ -204,7 +204,7 @@ pub(super) async fn lease_all<'a>(
         .map(|gang| {
             let sent = gang.gpus.iter().map(|&gpu| {
                 gang.actor(gpu).send(Handover {
-                    release: released.remove(&gpu).unwrap_or_default(),
+                    release: released.remove(&gpu).map(|(_, h)| h).unwrap_or_default(),
                     take: Take {
                         holder: gang.holder,
                         partner: gang.partner,
@@ -214,9 +214,9 @@ pub(super) async fn lease_all<'a>(
             join_all(sent.collect::<Vec<_>>())
         })
         .collect();
-    for (gpu, holders) in released {
+    for (gpu, (gang, holders)) in released {
         for holder in holders {
-            actors[&gpu].do_send(Release(holder));
+            gang.actor(gpu).do_send(Release(holder));
         }
     }
     let taken = join_all(takes).await;
