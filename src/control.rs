@@ -545,3 +545,36 @@ pub fn cordon(args: CordonArgs, cordoned: bool) -> Result<()> {
     );
     Ok(())
 }
+
+/// `gangway ui`: the daemon to open the dashboard of.
+#[derive(clap::Args)]
+pub struct UiArgs {
+    /// The daemon (over TCP: a browser cannot reach a Unix socket).
+    #[command(flatten)]
+    pub daemon: DaemonArg,
+}
+
+/// `gangway ui`: prints a link that logs a browser into the dashboard, once, within a minute. The
+/// code rides in the link's fragment, which browsers never send to a server: it is in no log.
+pub fn ui(args: UiArgs) -> Result<()> {
+    let client = args.daemon.client()?;
+    if matches!(client.address(), gangway_launcher::client::Address::Unix(_)) {
+        bail!(
+            "the dashboard is served over TCP (a browser cannot reach a Unix socket): start \
+             `gangway serve --listen 127.0.0.1:PORT` and pass --daemon 127.0.0.1:PORT"
+        );
+    }
+    let answer = client
+        .post("/ui/login-codes", &serde_json::json!({}), None)
+        .map_err(anyhow::Error::msg)?;
+    let path = answer["path"]
+        .as_str()
+        .context("the daemon's answer has no login path")?;
+    let seconds = answer["expires_in"].as_u64().unwrap_or(60);
+    println!("{}", client.url(path));
+    eprintln!(
+        "gangway ui: open this link in a browser within {seconds} s; it logs in once (a session \
+         of 12 h in that browser) and is worthless afterwards"
+    );
+    Ok(())
+}

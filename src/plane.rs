@@ -606,7 +606,11 @@ impl ControlPlaneBuilder {
         settings.node_names = node_names;
         settings.reports = reports;
         let api = match self.api {
-            Some(options) => Some(api(options, self.journal.as_deref(), processes, note)?),
+            Some(options) => {
+                let mut api = api(options, self.journal.as_deref(), processes, note)?;
+                api.config.policy = Some(self.policy.clone());
+                Some(api)
+            }
             None => None,
         };
         Ok(ControlPlane::spawn(parts, settings, api)?)
@@ -875,6 +879,7 @@ fn api(
             hosts: None,
             run_policy,
             limits,
+            policy: None,
         },
         allowed_hosts: options.allow_hosts,
     })

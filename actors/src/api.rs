@@ -10,7 +10,10 @@
 //! | `POST /gpus/uncordon` | puts them back | 200; 403; 422 |
 //! | `GET /events` | job transitions as server-sent events | `data: {"job":..,"from":..,"to":..,"at":..}` |
 //! | `GET /metrics` | Prometheus text format | queue length, running jobs, GPUs, round latency, preemptions |
-//! | `GET /healthz` | liveness (the only path that needs no token) | 200 `ok` |
+//! | `GET /history` | the cluster over the last hour: busy GPUs, queue, round latency, GPUs per tenant | 200 `[ClusterSample]` |
+//! | `GET /about` | the daemon's version and policy | 200 `{"version": .., "policy": ..}` |
+//! | `GET /healthz` | liveness (needs no token) | 200 `ok` |
+//! | `GET /` | the dashboard ([`crate::dashboard`]); `/login` and its files need no token | HTML |
 //!
 //! Every error has a JSON body `{"error": "..."}` that names the field or header at fault: 400 (bad
 //! JSON, unknown fields, a bad header, a request hyper could not parse), 401 (no token over TCP), 403
@@ -19,8 +22,10 @@
 //! twice), 431 (too many header fields). Malformed request heads are answered by the listener's
 //! [`Gate`](crate::listener::Gate). A refused request changes nothing.
 //!
-//! Over TCP every request but `/healthz` needs `Authorization: Bearer TOKEN` ([`crate::auth`]) and a
-//! loopback `Host` (or one the operator allows); a Unix socket is guarded by its file's permissions.
+//! Over TCP every request but `/healthz` and the dashboard's login needs `Authorization: Bearer TOKEN`
+//! ([`crate::auth`]) or a dashboard session's cookie ([`crate::dashboard`]: a change made with the
+//! cookie must also come from the daemon's own page), and a loopback `Host` (or one the operator
+//! allows); a Unix socket is guarded by its file's permissions.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -28,7 +33,7 @@ use std::sync::Arc;
 
 use actix::Addr;
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, Path, RawQuery, Request, State};
+use axum::extract::{Extension, FromRef, Path, RawQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -46,6 +51,7 @@ use crate::cluster::{
     Cancel, ClusterActor, Cordon, GetViews, JobPage, JobRequest, Refusal, RunsAs, Submit,
     Subscribe, Views,
 };
+use crate::dashboard::{self, Credential, Sessions};
 use crate::lifecycle::Phase;
 use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
@@ -101,6 +107,8 @@ pub struct ApiConfig {
     pub run_policy: RunPolicy,
     /// Bounds on connections and the time a request may take.
     pub limits: Limits,
+    /// The policy's spec, as `GET /about` and the dashboard show it.
+    pub policy: Option<String>,
 }
 
 impl ApiConfig {
@@ -113,6 +121,7 @@ impl ApiConfig {
             hosts: None,
             run_policy: RunPolicy::new(Submitter::this_process()),
             limits: Limits::default(),
+            policy: None,
         }
     }
 }
@@ -163,6 +172,14 @@ struct ApiState {
     /// What reads are answered from: never a message queued behind a round.
     views: Views,
     runs: Arc<RunPolicy>,
+    sessions: Arc<Sessions>,
+    policy: Option<String>,
+}
+
+impl FromRef<ApiState> for Arc<Sessions> {
+    fn from_ref(state: &ApiState) -> Self {
+        Arc::clone(&state.sessions)
+    }
 }
 
 impl ApiState {
@@ -178,23 +195,35 @@ struct Access {
     token: Option<Token>,
     token_file: Option<PathBuf>,
     hosts: Option<HostCheck>,
+    sessions: Arc<Sessions>,
 }
 
 /// The API's routes over a running cluster actor and the views it publishes, behind `config`'s
 /// token and `Host` checks.
 pub fn router(cluster: Addr<ClusterActor>, views: Views, config: &ApiConfig) -> Router {
+    let sessions = Arc::new(Sessions::default());
     let state = ApiState {
         cluster,
         views,
         runs: Arc::new(config.run_policy.clone()),
+        sessions: Arc::clone(&sessions),
+        policy: config.policy.clone(),
     };
     let access = Arc::new(Access {
         token: config.token.clone(),
         token_file: config.token_file.clone(),
         hosts: config.hosts.clone(),
+        sessions,
     });
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/", get(dashboard::index))
+        .route("/login", get(dashboard::login_page).post(dashboard::redeem))
+        .route("/logout", post(dashboard::logout))
+        .route("/ui/login-codes", post(dashboard::new_code))
+        .route("/ui/{file}", get(dashboard::asset))
+        .route("/history", get(history))
+        .route("/about", get(about))
         .route("/jobs", get(list).post(submit))
         .route("/jobs/{id}", get(show).delete(cancel))
         .route("/nodes", get(nodes))
@@ -208,6 +237,7 @@ pub fn router(cluster: Addr<ClusterActor>, views: Views, config: &ApiConfig) -> 
         .with_state(state)
         .layer(axum::middleware::from_fn_with_state(access, guard))
         .layer(axum::middleware::map_response(json_errors))
+        .layer(axum::middleware::map_response(dashboard::security_headers))
 }
 
 /// Serves the API on `bound` until the process ends. TCP needs a token.
@@ -234,8 +264,8 @@ pub async fn serve(
     crate::listener::serve(bound, app, config.limits).await
 }
 
-/// The `Host` check, then the token.
-async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) -> Response {
+/// The `Host` check, then the token or a dashboard session.
+async fn guard(State(access): State<Arc<Access>>, mut request: Request, next: Next) -> Response {
     if let Some(hosts) = &access.hosts {
         let host = request
             .headers()
@@ -254,14 +284,43 @@ async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) 
             .into_response();
         }
     }
+    let path = request.uri().path();
     if let Some(token) = &access.token
-        && request.uri().path() != "/healthz"
+        && path != "/healthz"
+        && !dashboard::is_public(path)
     {
         let authorization = request
             .headers()
             .get(header::AUTHORIZATION)
             .map(|h| h.as_bytes());
-        if !token.admits(authorization) {
+        let credential = if token.admits(authorization) {
+            Some(Credential::Token)
+        } else {
+            access
+                .sessions
+                .admits(request.headers())
+                .then_some(Credential::Session)
+        };
+        let changes = !matches!(*request.method(), Method::GET | Method::HEAD);
+        if credential == Some(Credential::Session)
+            && changes
+            && !dashboard::same_origin(request.headers())
+        {
+            return ApiError(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "a change made with the dashboard's cookie must come from its own page (an \
+                     `Origin` of this daemon and `{}`); other clients use the token",
+                    dashboard::CSRF_HEADER
+                ),
+            )
+            .into_response();
+        }
+        if let Some(credential) = credential {
+            request.extensions_mut().insert(credential);
+        } else if path == "/" {
+            return dashboard::login_needed();
+        } else {
             let file = access.token_file.as_ref().map_or(String::new(), |f| {
                 format!(" (the daemon wrote it to {})", f.display())
             });
@@ -279,6 +338,8 @@ async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) 
             );
             return response;
         }
+    } else {
+        request.extensions_mut().insert(Credential::Token);
     }
     next.run(request).await
 }
@@ -287,10 +348,13 @@ async fn guard(State(access): State<Arc<Access>>, request: Request, next: Next) 
 /// the limit) carry their text as `{"error": ...}`.
 async fn json_errors(response: Response) -> Response {
     let status = response.status();
+    // The dashboard's own answers (a page asking for a login) are HTML.
     let json = response
         .headers()
         .get(header::CONTENT_TYPE)
-        .is_some_and(|t| t.as_bytes().starts_with(b"application/json"));
+        .is_some_and(|t| {
+            t.as_bytes().starts_with(b"application/json") || t.as_bytes().starts_with(b"text/html")
+        });
     if !(status.is_client_error() || status.is_server_error()) || json {
         return response;
     }
@@ -320,8 +384,8 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
     ApiError(
         StatusCode::NOT_FOUND,
         format!(
-            "no {method} {} here (the API's paths: /jobs, /jobs/ID, /gpus/cordon, /gpus/uncordon, \
-             /events, /metrics, /healthz)",
+            "no {method} {} here (the API's paths: /jobs, /jobs/ID, /nodes, /gpus/cordon, \
+             /gpus/uncordon, /events, /metrics, /stats, /history, /about, /healthz; the dashboard: /)",
             request::escape(uri.path())
         ),
     )
@@ -664,6 +728,16 @@ async fn events(
         Event::default().json_data(&event).ok().map(Ok)
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The cluster's samples over the last hour (see [`crate::cluster::View::history`]).
+async fn history(State(state): State<ApiState>) -> Response {
+    Json(state.views.latest().history()).into_response()
+}
+
+/// What the dashboard's title shows.
+async fn about(State(state): State<ApiState>) -> Response {
+    Json(json!({ "version": env!("CARGO_PKG_VERSION"), "policy": state.policy })).into_response()
 }
 
 async fn metrics(State(state): State<ApiState>) -> Response {

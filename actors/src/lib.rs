@@ -53,6 +53,7 @@ pub mod api;
 pub mod auth;
 pub mod clock;
 pub mod cluster;
+pub mod dashboard;
 pub mod driver;
 pub mod executor;
 pub mod gang;

@@ -236,4 +236,69 @@ pub struct JobInfo {
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
+    /// The GPUs it held over time, since the control plane last started: a point where the count
+    /// changed (0 when it stopped), the last [`GPU_HISTORY_POINTS`] of them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_history: Vec<GpuCount>,
+}
+
+/// The cluster at one moment, as `GET /history` lists it: what its GPUs did and who held them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterSample {
+    /// When, in control-plane seconds.
+    pub at: f64,
+    /// GPUs held by jobs.
+    pub busy_gpus: u32,
+    /// Jobs waiting for GPUs.
+    pub queued_jobs: usize,
+    /// Jobs running.
+    pub running_jobs: usize,
+    /// The median and 99th percentile round latency then, in seconds, over the last rounds.
+    pub round_latency_p50: f64,
+    /// See `round_latency_p50`.
+    pub round_latency_p99: f64,
+    /// GPUs held by each tenant: the tenants holding the most by name, the rest summed under
+    /// [`OTHER_TENANTS`].
+    pub tenants: BTreeMap<String, u32>,
+}
+
+/// The name under which a [`ClusterSample`] sums the tenants beyond those it names.
+pub const OTHER_TENANTS: &str = "(others)";
+
+/// The most points a job's [`JobInfo::gpu_history`] keeps (the oldest go first).
+pub const GPU_HISTORY_POINTS: usize = 32;
+
+/// From control-plane second `at` on, a job held `gpus` GPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GpuCount {
+    /// When, in control-plane seconds.
+    pub at: f64,
+    /// How many GPUs.
+    pub gpus: u32,
+}
+
+impl GpuCount {
+    /// Adds "`gpus` from `at` on" to `history`: a point only where the count changes (a point at the
+    /// same second as the last replaces it: a move decided and carried out at once is not a stop), at
+    /// most [`GPU_HISTORY_POINTS`].
+    pub fn note(history: &mut Vec<GpuCount>, at: f64, gpus: u32) {
+        if let Some(last) = history.last_mut()
+            && last.at == at
+        {
+            last.gpus = gpus;
+            // The change may have undone the one before it.
+            let len = history.len();
+            if len >= 2 && history[len - 2].gpus == gpus {
+                history.pop();
+            }
+            return;
+        }
+        if history.last().is_some_and(|last| last.gpus == gpus) {
+            return;
+        }
+        if history.len() == GPU_HISTORY_POINTS {
+            history.remove(0);
+        }
+        history.push(GpuCount { at, gpus });
+    }
 }

@@ -112,7 +112,17 @@ impl Token {
         let Some(given) = authorization.and_then(|h| h.strip_prefix(b"Bearer ")) else {
             return false;
         };
-        let given = given.trim_ascii();
+        self.matches(given.trim_ascii())
+    }
+
+    /// Whether `given` is this token (in constant time).
+    pub fn matches(&self, given: &[u8]) -> bool {
         given.len() == self.0.len() && bool::from(given.ct_eq(self.0.as_bytes()))
+    }
+
+    /// The secret itself, for the one place it is handed to its holder (a file, a cookie, a login
+    /// link): never log it.
+    pub fn reveal(&self) -> &str {
+        &self.0
     }
 }

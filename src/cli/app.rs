@@ -61,6 +61,9 @@ enum Command {
     /// Puts cordoned GPUs back in service.
     #[cfg(feature = "serve")]
     Uncordon(control::CordonArgs),
+    /// Prints a one-time link that logs a browser into a running `gangway serve`'s dashboard.
+    #[cfg(feature = "serve")]
+    Ui(control::UiArgs),
 }
 
 impl Cli {
@@ -97,6 +100,8 @@ pub fn run(cli: Cli, registry: &Registry) -> Result<()> {
         Some(Command::Cordon(args)) => control::cordon(args, true),
         #[cfg(feature = "serve")]
         Some(Command::Uncordon(args)) => control::cordon(args, false),
+        #[cfg(feature = "serve")]
+        Some(Command::Ui(args)) => control::ui(args),
         None => simulate::simulate(SimulateArgs::parse_from(["simulate"]), registry),
     }
 }

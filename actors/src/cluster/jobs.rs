@@ -5,7 +5,7 @@
 use gangway_core::job::JobId;
 
 use super::carry::Gang;
-use super::messages::{Resize, RestartPhases};
+use super::messages::{GpuCount, Resize, RestartPhases};
 use crate::executor::Measured;
 use crate::job::JobEvent;
 use crate::lifecycle::{IllegalTransition, Phase};
@@ -25,6 +25,8 @@ pub(super) struct JobHandle {
     /// The global batch its policy chose last (at its latest launch, or retuned since), when it
     /// adapts its batch.
     pub batch: Option<u32>,
+    /// The GPUs it held over time (what the API shows as `gpu_history`).
+    pub gpu_history: Vec<GpuCount>,
 }
 
 impl JobHandle {
@@ -38,6 +40,7 @@ impl JobHandle {
             measured: None,
             restarts: Restarts::default(),
             batch: None,
+            gpu_history: Vec::new(),
         }
     }
 

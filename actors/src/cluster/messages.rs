@@ -24,7 +24,10 @@ use crate::job::JobEvent;
 use crate::stats::StatsSnapshot;
 
 pub use crate::request::JobRequest;
-pub use gangway_protocol::api::{JobInfo, JobSizes, LearnedSteps, NodeInfo, Resize, RestartPhases};
+pub use gangway_protocol::api::{
+    ClusterSample, GpuCount, JobInfo, JobSizes, LearnedSteps, NodeInfo, OTHER_TENANTS, Resize,
+    RestartPhases,
+};
 
 /// Where control-plane time comes from.
 #[derive(Clone)]

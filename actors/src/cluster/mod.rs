@@ -58,12 +58,14 @@ use store::Store;
 use submit::{Unjournaled, job_of};
 
 pub use messages::{
-    Cancel, Cordon, GetStats, GetViews, JobInfo, JobRequest, JobSizes, LearnedSteps, ListJobs,
-    ListNodes, NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize, RestartPhases, Round,
-    RoundReport, RunsAs, Settings, ShowJob, StartError, Submit, Subscribe, TimeSource, Timeline,
+    Cancel, ClusterSample, Cordon, GetStats, GetViews, GpuCount, JobInfo, JobRequest, JobSizes,
+    LearnedSteps, ListJobs, ListNodes, NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize,
+    RestartPhases, Round, RoundReport, RunsAs, Settings, ShowJob, StartError, Submit, Subscribe,
+    TimeSource, Timeline,
 };
 pub use views::{
-    JOBS_PER_PIECE, JobPage, RUNNING_SWEEP_SECONDS, View, Views, WAITING_SWEEP_SECONDS,
+    HISTORY_EVERY_SECONDS, HISTORY_SAMPLES, HISTORY_TENANTS, JOBS_PER_PIECE, JobPage,
+    RUNNING_SWEEP_SECONDS, View, Views, WAITING_SWEEP_SECONDS,
 };
 
 /// The policy's state and the placer, with the engine they drive; moved to a blocking thread while a
@@ -292,6 +294,7 @@ impl Actor for ClusterActor {
     fn started(&mut self, ctx: &mut Context<Self>) {
         // Re-adopted jobs lease their gangs again before anything else happens.
         let adopted = std::mem::take(&mut self.adopted);
+        let now = self.clock.now();
         let mut gangs = Vec::new();
         for job in adopted {
             let Some(Standing::Running {
@@ -306,6 +309,7 @@ impl Actor for ClusterActor {
             let gang = Gang::new(&self.gpus, Holder { job, attempt }, partner, &gpus);
             if let Some(handle) = self.jobs.get_mut(&job) {
                 handle.gang = Some(gang.clone());
+                GpuCount::note(&mut handle.gpu_history, now, gpus.len() as u32);
             }
             gangs.push(gang);
         }

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use super::carry::{Gang, Outcome, StartStep, Steps, StopStep, blocking, carry_out};
-use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
+use super::messages::{Cancel, Cordon, GpuCount, Refusal, Resize, Round, RoundReport};
 use super::plan::{self, Retune};
 use super::{ClusterActor, Scheduler};
 use crate::gpu::{HealthChanged, Holder};
@@ -104,6 +104,7 @@ impl ClusterActor {
             }
             let restarts = matches!(stop.next, Phase::Migrating | Phase::Resizing);
             handle.restarts.stopped(restarts, now);
+            GpuCount::note(&mut handle.gpu_history, now, 0);
             stops.push(StopStep {
                 job: stop.job,
                 gang: handle.gang.take(),
@@ -153,6 +154,7 @@ impl ClusterActor {
                 });
             }
             handle.batch = launch.batch;
+            GpuCount::note(&mut handle.gpu_history, now, size);
             let holder = Holder {
                 job,
                 attempt: launch.attempt,
@@ -293,6 +295,7 @@ impl ClusterActor {
             }
             if let Some(handle) = self.jobs.get_mut(job) {
                 handle.gang = None;
+                GpuCount::note(&mut handle.gpu_history, now, 0);
                 // A restart that did not start is not one.
                 handle.restarts.abandon();
             }

@@ -10,6 +10,7 @@
 //! [`WAITING_SWEEP_SECONDS`]. Entries live in a persistent map: a published view shares them with the
 //! next one, so publishing copies nothing.
 
+use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
@@ -17,14 +18,14 @@ use std::time::Instant;
 use actix::prelude::*;
 use bytes::Bytes;
 use gangway_core::job::{JobId, Sizes};
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{broadcast, watch};
 
 use super::ClusterActor;
 use super::jobs::JobHandle;
 use super::messages::{
-    GetStats, GetViews, JobInfo, JobSizes, LearnedSteps, ListJobs, ListNodes, NodeInfo, Outlook,
-    Peek, Refusal, RunsAs, ShowJob, Subscribe, Timeline,
+    ClusterSample, GetStats, GetViews, JobInfo, JobSizes, LearnedSteps, ListJobs, ListNodes,
+    NodeInfo, OTHER_TENANTS, Outlook, Peek, Refusal, RunsAs, ShowJob, Subscribe, Timeline,
 };
 use crate::job::JobEvent;
 use crate::ledger::Standing;
@@ -40,6 +41,15 @@ pub const RUNNING_SWEEP_SECONDS: f64 = 1.0;
 /// The longest a published waiting job's reason lags behind the actor's (it changes with every
 /// round's free GPUs; what makes a job wait or run is published at once).
 pub const WAITING_SWEEP_SECONDS: f64 = 5.0;
+
+/// Wall seconds between two samples of the cluster's history (`GET /history`).
+pub const HISTORY_EVERY_SECONDS: f64 = 5.0;
+
+/// The most samples the history keeps: an hour's.
+pub const HISTORY_SAMPLES: usize = 720;
+
+/// The most tenants a sample names (those holding the most GPUs); the rest are summed.
+pub const HISTORY_TENANTS: usize = 8;
 
 /// Jobs refreshed a share at a time, each at least once per `period` seconds.
 struct Sweep {
@@ -102,6 +112,7 @@ pub struct View {
     jobs: imbl::OrdMap<JobId, Arc<Entry>>,
     nodes: Arc<Vec<NodeInfo>>,
     stats: StatsSnapshot,
+    history: Arc<Vec<ClusterSample>>,
 }
 
 impl View {
@@ -207,6 +218,12 @@ impl View {
     pub fn stats(&self) -> &StatsSnapshot {
         &self.stats
     }
+
+    /// The cluster over the last hour: a sample every [`HISTORY_EVERY_SECONDS`] while it changes,
+    /// oldest first.
+    pub fn history(&self) -> &[ClusterSample] {
+        &self.history
+    }
 }
 
 /// Where the published views are read: cheap to clone, never waits on the actor.
@@ -236,6 +253,9 @@ pub(super) struct Publisher {
     running_sweep: Sweep,
     waiting_sweep: Sweep,
     last: Instant,
+    /// The cluster's samples, and when the last was taken.
+    history: Arc<Vec<ClusterSample>>,
+    sampled: Option<Instant>,
 }
 
 impl Publisher {
@@ -244,6 +264,7 @@ impl Publisher {
             jobs: imbl::OrdMap::new(),
             nodes: Arc::default(),
             stats: StatsSnapshot::default(),
+            history: Arc::default(),
         };
         Publisher {
             sender: watch::channel(Arc::new(empty)).0,
@@ -256,6 +277,8 @@ impl Publisher {
             running_sweep: Sweep::new(RUNNING_SWEEP_SECONDS),
             waiting_sweep: Sweep::new(WAITING_SWEEP_SECONDS),
             last: Instant::now(),
+            history: Arc::default(),
+            sampled: None,
         }
     }
 
@@ -325,10 +348,24 @@ impl ClusterActor {
         if std::mem::take(&mut self.views.nodes_dirty) {
             self.views.nodes = Arc::new(self.nodes());
         }
+        let stats = self.stats_now();
+        if (self.views.sampled)
+            .is_none_or(|at| now.duration_since(at).as_secs_f64() >= HISTORY_EVERY_SECONDS)
+        {
+            self.views.sampled = Some(now);
+            let sample = self.sample(&stats);
+            // Copy-on-write: readers of earlier views keep theirs.
+            let history = Arc::make_mut(&mut self.views.history);
+            if history.len() == HISTORY_SAMPLES {
+                history.remove(0);
+            }
+            history.push(sample);
+        }
         let view = View {
             jobs: self.views.jobs.clone(),
             nodes: Arc::clone(&self.views.nodes),
-            stats: self.stats_now(),
+            stats,
+            history: Arc::clone(&self.views.history),
         };
         self.views.sender.send_replace(Arc::new(view));
         self.stats.publish_seconds += now.elapsed().as_secs_f64();
@@ -344,6 +381,35 @@ impl ClusterActor {
         // Nobody listening is fine: the stream is for observers.
         for event in self.views.moves.drain(..) {
             let _ = self.views.events.send(event);
+        }
+    }
+
+    /// The cluster now, for its history: the GPUs each tenant holds (the largest by name).
+    fn sample(&self, stats: &StatsSnapshot) -> ClusterSample {
+        let mut held: FxHashMap<&str, u32> = FxHashMap::default();
+        for (job, handle) in &self.jobs {
+            let (Some(gang), Some(entry)) = (&handle.gang, self.store.ledger.jobs.get(job)) else {
+                continue;
+            };
+            *held.entry(entry.spec.tenant.as_str()).or_default() += gang.gpus.len() as u32;
+        }
+        let mut held: Vec<(&str, u32)> = held.into_iter().collect();
+        held.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut tenants: BTreeMap<String, u32> = (held.iter().take(HISTORY_TENANTS))
+            .map(|&(t, n)| (t.to_owned(), n))
+            .collect();
+        let others: u32 = held.iter().skip(HISTORY_TENANTS).map(|&(_, n)| n).sum();
+        if others > 0 {
+            *tenants.entry(OTHER_TENANTS.to_owned()).or_default() += others;
+        }
+        ClusterSample {
+            at: self.clock.now(),
+            busy_gpus: stats.busy_gpus,
+            queued_jobs: stats.queued_jobs,
+            running_jobs: stats.running_jobs,
+            round_latency_p50: stats.round_latency_p50,
+            round_latency_p99: stats.round_latency_p99,
+            tenants,
         }
     }
 
@@ -487,6 +553,7 @@ impl ClusterActor {
             last_restart_phases: handle.and_then(|h| h.restarts.last_phases),
             batch: handle.and_then(|h| h.batch),
             waiting,
+            gpu_history: handle.map_or_else(Vec::new, |h| h.gpu_history.clone()),
         })
     }
 
@@ -629,6 +696,7 @@ mod tests {
             jobs,
             nodes: Arc::default(),
             stats: StatsSnapshot::default(),
+            history: Arc::default(),
         })
     }
 
