@@ -70,7 +70,7 @@ fn the_builder_gives_what_gangway_simulate_gives_on_the_bundled_trace() {
         .into_iter()
         .map(|run| (run.result, run.summary))
         .collect();
-    gangway::report::write_outputs(&built, &results).unwrap();
+    gangway::report::write_outputs(&built, &results, &gangway::report::Parameters::new()).unwrap();
 
     for policy in POLICIES {
         for file in [

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::core::engine::EngineConfig;
+use crate::core::job::Trace;
 use crate::core::limits;
 use crate::core::metrics::Summary;
 use crate::core::metrics::Window;
@@ -15,7 +16,7 @@ use crate::core::policy::{self, Registry};
 use crate::core::sim::builder::RunProgress;
 use crate::core::sim::{SimConfig, SimResult, Simulation};
 use crate::core::trace::{TraceFormat, TraceOptions};
-use crate::report::{self, OutputFormat as Format};
+use crate::report::{self, OutputFormat as Format, Parameters};
 use crate::scenario;
 
 /// Gavel's simulated cluster and round, the default setup.
@@ -85,8 +86,11 @@ pub(super) struct SimulateArgs {
     /// Output format on stdout.
     #[arg(long, value_enum, default_value_t = Format::Table)]
     format: Format,
-    /// Write per-job CSVs, every job's allocations over time (`allocations_POLICY.csv`: starts with GPU
-    /// type, GPUs and batch, stops, changes of pace), summary.json and SVG plots (JCT CDF, utilization) here.
+    /// Write here: per-job CSVs (`jobs_POLICY.csv`), every job's allocations over time
+    /// (`allocations_POLICY.csv`: starts with GPU type, GPUs and batch, stops, changes of pace),
+    /// summary.json, SVG plots (`jct_cdf.svg`, `utilization.svg`, `comparison.svg`, `gpus_POLICY.svg`;
+    /// feature `plots`) and report.html, one self-contained page of the run's parameters, the
+    /// comparison and the plots.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
     /// The application profiles of a Pollux or Sia workload (default: the `profiles/` folder beside its
@@ -151,6 +155,104 @@ pub fn policy_listing(registry: &Registry) -> String {
         let _ = writeln!(out, "  {name:<20} {}{}", m.summary(), needs(m.needs()));
     }
     out
+}
+
+/// What `report.html` says the run was asked to do: the values in effect, defaults included.
+fn run_parameters(
+    args: &SimulateArgs,
+    registry: &Registry,
+    trace: &Trace,
+    options: &TraceOptions,
+    setup: &scenario::Scenario,
+    cluster_spec: &str,
+    window: &Window,
+) -> Result<Parameters> {
+    let mut p = Parameters::new();
+    p.add(
+        "trace",
+        format!("{} ({} jobs)", trace.source, trace.jobs.len()),
+    );
+    if let Some(format) = args.trace_format {
+        p.add("trace format", format.0.name());
+    }
+    if let Some(rate) = options.rate {
+        p.add("rate", format!("{rate} jobs/hour"));
+    }
+    if args.load_factor != 1.0 {
+        p.add("load factor", args.load_factor);
+    }
+    let source = match (&args.topology, &args.cluster_file) {
+        (Some(path), _) => format!("topology {}", path.display()),
+        (None, Some(path)) => path.display().to_string(),
+        (None, None) if args.gpus_per_node == 1 => cluster_spec.to_owned(),
+        (None, None) => format!("{cluster_spec}, {} GPUs per node", args.gpus_per_node),
+    };
+    let cluster = &setup.cluster;
+    p.add(
+        "cluster",
+        format!(
+            "{source}: {} GPUs, {}",
+            cluster.num_gpus(),
+            cluster.describe()
+        ),
+    );
+    for spec in &args.policy {
+        // Every knob with its value in effect, given or default.
+        let knobs: Vec<String> = registry
+            .resolve(spec)?
+            .knobs
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        if knobs.is_empty() {
+            p.add("policy", spec);
+        } else {
+            p.add("policy", format!("{spec} ({})", knobs.join(", ")));
+        }
+    }
+    let mut when = String::from("every round");
+    if args.schedule_on_arrival {
+        when.push_str(", on arrival");
+    }
+    if args.schedule_on_completion {
+        when.push_str(", on completion");
+    }
+    p.add(
+        "round",
+        format!("{} s; scheduling {when}", setup.engine.round_length),
+    );
+    p.add("measured jobs", window);
+    p.add(
+        "finish-time fairness",
+        if args.no_ftf { "skipped" } else { "computed" },
+    );
+    let s = &args.scenario;
+    p.add(
+        "throughputs",
+        s.throughputs.as_ref().map_or_else(
+            || scenario::EMBEDDED_THROUGHPUTS_NAME.to_owned(),
+            |path| path.display().to_string(),
+        ),
+    );
+    if let Some(path) = &args.profiles {
+        p.add("profiles", path.display());
+    }
+    p.add("placement", &s.placement);
+    p.add(
+        "costs",
+        format!(
+            "preempt {} s, restore {} s, migrate {} s",
+            s.preempt_cost, s.restore_cost, s.migrate_cost
+        ),
+    );
+    if s.even_gangs {
+        p.add("gangs", "spread over servers evenly");
+    }
+    if let Some(path) = &s.gittins_distribution {
+        p.add("Gittins distribution", path.display());
+    }
+    p.add("seed", setup.seed);
+    Ok(p)
 }
 
 /// Runs `gangway simulate` with the policies of `registry`.
@@ -271,6 +373,15 @@ pub(super) fn simulate(args: SimulateArgs, registry: &Registry) -> Result<()> {
         cluster.num_gpus(),
         cluster.describe()
     );
+    let parameters = run_parameters(
+        &args,
+        registry,
+        &trace,
+        &options,
+        &scenario,
+        &cluster_spec,
+        &window,
+    )?;
     let config = SimConfig {
         engine: scenario.engine.clone(),
         seed: scenario.seed,
@@ -364,12 +475,21 @@ pub(super) fn simulate(args: SimulateArgs, registry: &Registry) -> Result<()> {
         ),
     }
     if let Some(dir) = &args.out {
-        report::write_outputs(dir, &results)?;
+        report::write_outputs(dir, &results, &parameters)?;
         let resized = results.iter().any(|(r, _)| !r.changes.is_empty());
-        eprintln!(
-            "gangway: wrote per-job CSVs, summary.json, jct_cdf.svg, utilization.svg and comparison.svg{} to {}",
+        let plots = if cfg!(feature = "plots") {
             if resized {
-                ", and allocations_POLICY.csv and gpus_POLICY.svg"
+                ", jct_cdf.svg, utilization.svg, comparison.svg, gpus_POLICY.svg"
+            } else {
+                ", jct_cdf.svg, utilization.svg, comparison.svg"
+            }
+        } else {
+            ""
+        };
+        eprintln!(
+            "gangway: wrote per-job CSVs{}, summary.json{plots} and report.html to {}",
+            if resized {
+                ", allocations_POLICY.csv"
             } else {
                 ""
             },

@@ -1,4 +1,7 @@
-//! Reports of simulation results: a table for people, JSON and CSV for programs, SVG plots.
+//! Reports of simulation results: a table for people, JSON and CSV for programs, SVG plots, and one
+//! HTML page that holds them all ([`html`]).
+
+pub mod html;
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -10,6 +13,19 @@ use gangway_core::metrics::{JobRecord, Summary};
 use gangway_core::sim::SimResult;
 use gangway_core::throughput::goodput::BatchPlan;
 
+pub use html::Parameters;
+
+/// One SVG picture of a run, drawn once: written to its own file and inlined in `report.html`.
+#[derive(Clone, Debug)]
+pub struct Picture {
+    /// The file name it is written to, such as `jct_cdf.svg`.
+    pub file: String,
+    /// The one policy it shows, or `None` for a picture of every policy.
+    pub policy: Option<String>,
+    /// The SVG document, starting with `<svg`.
+    pub svg: String,
+}
+
 /// How results are printed: a table for people, or JSON for programs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum OutputFormat {
@@ -19,56 +35,58 @@ pub enum OutputFormat {
     Json,
 }
 
+/// The comparison's column headers, as [`table`] and the HTML report show them.
+pub const COLUMNS: [&str; 16] = [
+    "policy",
+    "jobs",
+    "measured",
+    "avg JCT h",
+    "p50 h",
+    "p95 h",
+    "p99 h",
+    "makespan h",
+    "queue h",
+    "avg rho",
+    "max rho",
+    "rho>1",
+    "util",
+    "preempt",
+    "migrate",
+    "wall s",
+];
+
+/// One policy's row of the comparison, a cell per [`COLUMNS`] entry, rounded as people read it.
+pub fn cells(s: &Summary) -> [String; COLUMNS.len()] {
+    let opt = |x: Option<f64>, digits: usize| x.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+    let mut measured = s.measured_jobs.to_string();
+    if s.unfinished_jobs > 0 {
+        let _ = write!(measured, " (+{} unfinished)", s.unfinished_jobs);
+    }
+    [
+        s.policy.clone(),
+        s.jobs.to_string(),
+        measured,
+        format!("{:.2}", s.avg_jct_h),
+        format!("{:.2}", s.p50_jct_h),
+        format!("{:.2}", s.p95_jct_h),
+        format!("{:.2}", s.p99_jct_h),
+        format!("{:.1}", s.makespan_h),
+        format!("{:.2}", s.avg_queue_h),
+        opt(s.avg_ftf, 2),
+        opt(s.max_ftf, 2),
+        s.ftf_over_1
+            .map_or("-".to_owned(), |x| format!("{:.0}%", x * 100.0)),
+        format!("{:.0}%", s.utilization * 100.0),
+        s.preemptions.to_string(),
+        s.migrations.to_string(),
+        format!("{:.2}", s.wall_s),
+    ]
+}
+
 /// A fixed-width comparison table, one row per policy.
 pub fn table(summaries: &[Summary]) -> String {
-    let headers = [
-        "policy",
-        "jobs",
-        "measured",
-        "avg JCT h",
-        "p50 h",
-        "p95 h",
-        "p99 h",
-        "makespan h",
-        "queue h",
-        "avg rho",
-        "max rho",
-        "rho>1",
-        "util",
-        "preempt",
-        "migrate",
-        "wall s",
-    ];
-    let opt = |x: Option<f64>, digits: usize| x.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
-    let rows: Vec<Vec<String>> = summaries
-        .iter()
-        .map(|s| {
-            let mut measured = s.measured_jobs.to_string();
-            if s.unfinished_jobs > 0 {
-                let _ = write!(measured, " (+{} unfinished)", s.unfinished_jobs);
-            }
-            vec![
-                s.policy.clone(),
-                s.jobs.to_string(),
-                measured,
-                format!("{:.2}", s.avg_jct_h),
-                format!("{:.2}", s.p50_jct_h),
-                format!("{:.2}", s.p95_jct_h),
-                format!("{:.2}", s.p99_jct_h),
-                format!("{:.1}", s.makespan_h),
-                format!("{:.2}", s.avg_queue_h),
-                opt(s.avg_ftf, 2),
-                opt(s.max_ftf, 2),
-                s.ftf_over_1
-                    .map_or("-".to_owned(), |x| format!("{:.0}%", x * 100.0)),
-                format!("{:.0}%", s.utilization * 100.0),
-                s.preemptions.to_string(),
-                s.migrations.to_string(),
-                format!("{:.2}", s.wall_s),
-            ]
-        })
-        .collect();
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    let rows: Vec<[String; COLUMNS.len()]> = summaries.iter().map(cells).collect();
+    let mut widths: Vec<usize> = COLUMNS.iter().map(|h| h.len()).collect();
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.len());
@@ -91,7 +109,7 @@ pub fn table(summaries: &[Summary]) -> String {
         out.push_str(parts.join("  ").trim_end());
         out.push('\n');
     };
-    line(&headers, &mut out);
+    line(&COLUMNS, &mut out);
     let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
     line(
         &rule.iter().map(String::as_str).collect::<Vec<_>>(),
@@ -106,8 +124,14 @@ pub fn table(summaries: &[Summary]) -> String {
     out
 }
 
-/// Writes per-job CSVs, the summary JSON and (with the `plots` feature) the SVG plots into `dir`.
-pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()> {
+/// Writes into `dir`: per-job CSVs (`jobs_POLICY.csv`, and `allocations_POLICY.csv` for runs that
+/// logged their allocations), `summary.json`, with the `plots` feature the SVG pictures, and
+/// `report.html`, one page with `parameters`, the comparison and the pictures.
+pub fn write_outputs(
+    dir: &Path,
+    results: &[(SimResult, Summary)],
+    parameters: &Parameters,
+) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     for (result, summary) in results {
         let path = dir.join(format!("jobs_{}.csv", summary.policy));
@@ -120,12 +144,25 @@ pub fn write_outputs(dir: &Path, results: &[(SimResult, Summary)]) -> Result<()>
         }
     }
     let summaries: Vec<&Summary> = results.iter().map(|(_, s)| s).collect();
-    let path = dir.join("summary.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&summaries)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write(
+        "summary.json",
+        &(serde_json::to_string_pretty(&summaries)? + "\n"),
+    )?;
     #[cfg(feature = "plots")]
-    crate::plots::write(dir, results)?;
-    Ok(())
+    let pictures = Some(crate::plots::draw(results)?);
+    #[cfg(not(feature = "plots"))]
+    let pictures: Option<Vec<Picture>> = None;
+    for picture in pictures.iter().flatten() {
+        write(&picture.file, &picture.svg)?;
+    }
+    write(
+        "report.html",
+        &html::render(parameters, &summaries, pictures.as_deref()),
+    )
 }
 
 /// Every start, stop and change of pace in place, in time order: how many GPUs of which type each job
