@@ -284,6 +284,36 @@ async fn the_dashboard_shows_every_gpu_and_a_submitted_job_on_its_gpus_within_2_
         .await;
     let row = row.as_str().unwrap();
     assert!(row.contains("nlp") && row.contains("3 / 3"), "{row}");
+
+    // Jobs that cannot fit wait in the queue, with the engine's reason.
+    let big = daemon.submit(8, "vision", 5_000.0);
+    daemon.submit(6, "speech", 5_000.0);
+    let script = format!(
+        "const row = document.querySelector('#queue tr[data-job=\"{big}\"]'); \
+         return row !== null && row.querySelector('.why').innerText.length > 0"
+    );
+    browser
+        .until(&script, Duration::from_secs(10), "the waiting job and why")
+        .await;
+    let queue = browser
+        .eval(
+            "return [document.getElementById('queue-note').innerText, \
+             [...document.querySelectorAll('#queue tbody tr')].map((r) => Number(r.dataset.job))]",
+        )
+        .await;
+    assert!(
+        queue[0].as_str().unwrap().contains("in the policy's order"),
+        "{queue}"
+    );
+    assert_eq!(queue[1], json!([big, big + 1]), "FIFO's order");
+    // The charts draw once the history has two samples (5 s apart).
+    browser
+        .until(
+            "return document.querySelectorAll('#shares polyline').length === 3",
+            Duration::from_secs(20),
+            "a line per tenant",
+        )
+        .await;
     browser.screenshot("dashboard").await;
     browser.close().await;
 }
@@ -389,6 +419,52 @@ async fn a_page_without_the_login_is_refused() {
         .await;
     assert_eq!(fetched, json!(401));
     browser.close().await;
+}
+
+#[test]
+fn the_queue_in_the_policys_order_the_history_and_a_jobs_gpus_over_time_are_served() {
+    let daemon = small_daemon();
+    // Two 8-GPU jobs fill the 16 GPUs (one per GPU type).
+    daemon.submit(8, "x", 3_000.0);
+    let all = daemon.submit(8, "x", 3_000.0);
+    let (big, small) = (daemon.submit(8, "y", 60.0), daemon.submit(1, "z", 60.0));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let job = loop {
+        let job = daemon.json(&format!("/jobs/{all}"));
+        if job["phase"] == "running" {
+            break job;
+        }
+        assert!(Instant::now() < deadline, "job {all} did not start: {job}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let history = job["gpu_history"].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{job}");
+    assert_eq!(history[0]["gpus"], json!(8));
+    assert!(history[0]["at"].as_f64().unwrap() >= job["submitted"].as_f64().unwrap());
+    // FIFO: the 8-GPU job heads the queue and holds back the 1-GPU one behind it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let queue = daemon.json("/queue");
+        if queue["jobs"] == json!([big, small]) {
+            assert_eq!(queue["by"], "policy");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{queue}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A sample every 5 s: the second one shows tenant x holding every GPU.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let samples = daemon.json("/history");
+        let last = samples.as_array().unwrap().last().cloned().unwrap_or_default();
+        if last["tenants"] == json!({ "x": 16 }) {
+            assert_eq!(last["busy_gpus"], json!(16));
+            assert_eq!(last["queued_jobs"], json!(2));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{samples}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The cookie as the daemon sets it, from a code redeemed as the login page does.
@@ -513,6 +589,7 @@ async fn the_report_opens_offline_and_shows_every_policy_row() {
         .eval("return document.querySelectorAll('svg').length")
         .await;
     assert!(charts.as_u64().unwrap() >= 3, "{charts}");
+    browser.client.set_window_size(1400, 2400).await.unwrap();
     browser.screenshot("report").await;
     browser.close().await;
     assert!(report_is_offline(&report));
@@ -526,4 +603,96 @@ fn report_is_offline(page: &Path) -> bool {
         .filter(|(at, _)| !text[*at..].starts_with("http://www.w3.org/"))
         .count();
     outside == 0
+}
+
+/// The page on the scale scenario of `examples/control_plane_scale.rs` (4,096 GPUs, 10,000 jobs):
+/// how long until its first view, and whether it freezes while it follows the rounds. A measurement,
+/// not a check (it asserts only that the page shows every GPU): its figures are in
+/// docs/PERFORMANCE.md. Run it on a quiet machine:
+/// `cargo test --release --test dashboard -- --ignored --nocapture the_dashboard_at_4096_gpus`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement for docs/PERFORMANCE.md"]
+async fn the_dashboard_at_4096_gpus_and_10000_jobs() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let daemon = Daemon::start(
+        "v100=256x8,k80=256x8",
+        &["--round", "60", "--time-scale", "60"],
+    );
+    let began = Instant::now();
+    std::thread::scope(|scope| {
+        for client in 0..8u32 {
+            let daemon = &daemon;
+            scope.spawn(move || {
+                for k in 0..1_250u32 {
+                    let n = client * 1_250 + k;
+                    let gpus = [1, 1, 2, 4, 8][(n % 5) as usize];
+                    let tenant = format!("team-{}", n % 12);
+                    // Works spread over 10 to 100 minutes, so that jobs end all the time.
+                    daemon.submit(gpus, &tenant, f64::from(600 + n * 7_919 % 5_400));
+                }
+            });
+        }
+    });
+    eprintln!(
+        "10,000 jobs submitted in {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    browser.client.set_window_size(1600, 1000).await.unwrap();
+    browser.log_in(&daemon).await;
+    let first = browser
+        .eval(
+            "const m = performance.getEntriesByName('gangway-first-paint')[0]; \
+             const n = performance.getEntriesByType('navigation')[0]; \
+             return [m.startTime, n.responseEnd, document.querySelectorAll('#servers .gpu').length]",
+        )
+        .await;
+    assert_eq!(first[2], json!(4096), "every GPU shown");
+    // For 20 s: the longest gap between two frames, the tasks over 50 ms, and how many views.
+    let watched = browser
+        .client
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; \
+             const long = []; \
+             new PerformanceObserver((l) => long.push(...l.getEntries().map((e) => e.duration))) \
+               .observe({ type: 'longtask' }); \
+             const updates = Number(document.body.dataset.updates); \
+             let last = performance.now(), worst = 0; \
+             const frame = (t) => { worst = Math.max(worst, t - last); last = t; \
+               if (t < end) requestAnimationFrame(frame); else done({ worst, long, \
+                 updates: Number(document.body.dataset.updates) - updates }); }; \
+             const end = performance.now() + 20000; requestAnimationFrame(frame);",
+            Vec::new(),
+        )
+        .await
+        .unwrap();
+    let long: Vec<f64> = (watched["long"].as_array().unwrap().iter())
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let fetches = browser
+        .eval(
+            "return performance.getEntriesByType('resource').filter((e) => e.name.includes('/jobs')) \
+             .slice(-5).map((e) => [Math.round(e.duration), e.encodedBodySize])",
+        )
+        .await;
+    eprintln!("the last job lists fetched (ms, bytes): {fetches}");
+    let stats = daemon.json("/stats");
+    eprintln!(
+        "first view {:.0} ms after navigation (HTML in {:.0} ms); over 20 s: {} views, longest \
+         frame gap {:.0} ms, {} tasks over 50 ms (longest {:.0} ms, {:.0} ms in all); {} rounds, \
+         {} running, {} waiting",
+        first[0].as_f64().unwrap(),
+        first[1].as_f64().unwrap(),
+        watched["updates"],
+        watched["worst"].as_f64().unwrap(),
+        long.len(),
+        long.iter().copied().fold(0.0, f64::max),
+        long.iter().sum::<f64>(),
+        stats["rounds"],
+        stats["running_jobs"],
+        stats["queued_jobs"],
+    );
+    browser.screenshot("dashboard-4096").await;
+    browser.close().await;
 }

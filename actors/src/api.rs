@@ -11,6 +11,7 @@
 //! | `GET /events` | job transitions as server-sent events | `data: {"job":..,"from":..,"to":..,"at":..}` |
 //! | `GET /metrics` | Prometheus text format | queue length, running jobs, GPUs, round latency, preemptions |
 //! | `GET /history` | the cluster over the last hour: busy GPUs, queue, round latency, GPUs per tenant | 200 `[ClusterSample]` |
+//! | `GET /queue` | the waiting jobs in the policy's order (arrival order for a policy that keeps none), the first 1,000 | 200 `{"by": "policy"\|"arrival", "jobs": [ID]}` |
 //! | `GET /about` | the daemon's version and policy | 200 `{"version": .., "policy": ..}` |
 //! | `GET /healthz` | liveness (needs no token) | 200 `ok` |
 //! | `GET /` | the dashboard ([`crate::dashboard`]); `/login` and its files need no token | HTML |
@@ -223,6 +224,7 @@ pub fn router(cluster: Addr<ClusterActor>, views: Views, config: &ApiConfig) -> 
         .route("/ui/login-codes", post(dashboard::new_code))
         .route("/ui/{file}", get(dashboard::asset))
         .route("/history", get(history))
+        .route("/queue", get(queue))
         .route("/about", get(about))
         .route("/jobs", get(list).post(submit))
         .route("/jobs/{id}", get(show).delete(cancel))
@@ -385,7 +387,7 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
         StatusCode::NOT_FOUND,
         format!(
             "no {method} {} here (the API's paths: /jobs, /jobs/ID, /nodes, /gpus/cordon, \
-             /gpus/uncordon, /events, /metrics, /stats, /history, /about, /healthz; the dashboard: /)",
+             /gpus/uncordon, /events, /metrics, /stats, /history, /queue, /about, /healthz; the dashboard: /)",
             request::escape(uri.path())
         ),
     )
@@ -733,6 +735,11 @@ async fn events(
 /// The cluster's samples over the last hour (see [`crate::cluster::View::history`]).
 async fn history(State(state): State<ApiState>) -> Response {
     Json(state.views.latest().history()).into_response()
+}
+
+/// The waiting jobs in the order they are to be served.
+async fn queue(State(state): State<ApiState>) -> Response {
+    Json(state.views.latest().queue()).into_response()
 }
 
 /// What the dashboard's title shows.

@@ -262,6 +262,30 @@ pub struct ClusterSample {
     pub tenants: BTreeMap<String, u32>,
 }
 
+/// The waiting jobs in the order they are to be served, as `GET /queue` lists them.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QueueOrder {
+    /// Whose order: the policy's, or, for a policy that keeps none (one that shares time or solves
+    /// a program each round), arrival.
+    pub by: QueueBy,
+    /// The first waiting jobs in that order (at most [`QUEUE_SHOWN`]).
+    pub jobs: Vec<JobId>,
+}
+
+/// The most jobs a [`QueueOrder`] lists.
+pub const QUEUE_SHOWN: usize = 1_000;
+
+/// Whose order a [`QueueOrder`] is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueBy {
+    /// The policy's own (its queue).
+    Policy,
+    /// Arrival: the policy keeps no order.
+    #[default]
+    Arrival,
+}
+
 /// The name under which a [`ClusterSample`] sums the tenants beyond those it names.
 pub const OTHER_TENANTS: &str = "(others)";
 

@@ -189,4 +189,8 @@ impl gangway::core::policy::Policy for Delegating {
     fn keeps_queue(&self) -> bool {
         self.0.keeps_queue()
     }
+
+    fn queue_order(&self, limit: usize) -> Option<Vec<gangway::core::job::JobId>> {
+        self.0.queue_order(limit)
+    }
 }

@@ -25,8 +25,8 @@ use crate::stats::StatsSnapshot;
 
 pub use crate::request::JobRequest;
 pub use gangway_protocol::api::{
-    ClusterSample, GpuCount, JobInfo, JobSizes, LearnedSteps, NodeInfo, OTHER_TENANTS, Resize,
-    RestartPhases,
+    ClusterSample, GpuCount, JobInfo, JobSizes, LearnedSteps, NodeInfo, OTHER_TENANTS, QUEUE_SHOWN,
+    QueueBy, QueueOrder, Resize, RestartPhases,
 };
 
 /// Where control-plane time comes from.

@@ -59,9 +59,9 @@ use submit::{Unjournaled, job_of};
 
 pub use messages::{
     Cancel, ClusterSample, Cordon, GetStats, GetViews, GpuCount, JobInfo, JobRequest, JobSizes,
-    LearnedSteps, ListJobs, ListNodes, NodeInfo, Outlook, Parts, Peek, Poll, Refusal, Resize,
-    RestartPhases, Round, RoundReport, RunsAs, Settings, ShowJob, StartError, Submit, Subscribe,
-    TimeSource, Timeline,
+    LearnedSteps, ListJobs, ListNodes, NodeInfo, Outlook, Parts, Peek, Poll, QueueBy, QueueOrder,
+    Refusal, Resize, RestartPhases, Round, RoundReport, RunsAs, Settings, ShowJob, StartError,
+    Submit, Subscribe, TimeSource, Timeline,
 };
 pub use views::{
     HISTORY_EVERY_SECONDS, HISTORY_SAMPLES, HISTORY_TENANTS, JOBS_PER_PIECE, JobPage,

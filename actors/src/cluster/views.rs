@@ -25,7 +25,8 @@ use super::ClusterActor;
 use super::jobs::JobHandle;
 use super::messages::{
     ClusterSample, GetStats, GetViews, JobInfo, JobSizes, LearnedSteps, ListJobs, ListNodes,
-    NodeInfo, OTHER_TENANTS, Outlook, Peek, Refusal, RunsAs, ShowJob, Subscribe, Timeline,
+    NodeInfo, OTHER_TENANTS, Outlook, Peek, QUEUE_SHOWN, QueueBy, QueueOrder, Refusal, RunsAs,
+    ShowJob, Subscribe, Timeline,
 };
 use crate::job::JobEvent;
 use crate::ledger::Standing;
@@ -113,6 +114,7 @@ pub struct View {
     nodes: Arc<Vec<NodeInfo>>,
     stats: StatsSnapshot,
     history: Arc<Vec<ClusterSample>>,
+    queue: Arc<QueueOrder>,
 }
 
 impl View {
@@ -224,6 +226,11 @@ impl View {
     pub fn history(&self) -> &[ClusterSample] {
         &self.history
     }
+
+    /// The waiting jobs in the order they are to be served (at most [`RUNNING_SWEEP_SECONDS`] old).
+    pub fn queue(&self) -> &QueueOrder {
+        &self.queue
+    }
 }
 
 /// Where the published views are read: cheap to clone, never waits on the actor.
@@ -256,6 +263,9 @@ pub(super) struct Publisher {
     /// The cluster's samples, and when the last was taken.
     history: Arc<Vec<ClusterSample>>,
     sampled: Option<Instant>,
+    /// The waiting jobs' order, and when it was last taken.
+    queue: Arc<QueueOrder>,
+    queue_taken: Option<Instant>,
 }
 
 impl Publisher {
@@ -265,6 +275,7 @@ impl Publisher {
             nodes: Arc::default(),
             stats: StatsSnapshot::default(),
             history: Arc::default(),
+            queue: Arc::default(),
         };
         Publisher {
             sender: watch::channel(Arc::new(empty)).0,
@@ -279,6 +290,8 @@ impl Publisher {
             last: Instant::now(),
             history: Arc::default(),
             sampled: None,
+            queue: Arc::default(),
+            queue_taken: None,
         }
     }
 
@@ -361,11 +374,18 @@ impl ClusterActor {
             }
             history.push(sample);
         }
+        if (self.views.queue_taken)
+            .is_none_or(|at| now.duration_since(at).as_secs_f64() >= RUNNING_SWEEP_SECONDS)
+        {
+            self.views.queue_taken = Some(now);
+            self.views.queue = Arc::new(self.queue_order());
+        }
         let view = View {
             jobs: self.views.jobs.clone(),
             nodes: Arc::clone(&self.views.nodes),
             stats,
             history: Arc::clone(&self.views.history),
+            queue: Arc::clone(&self.views.queue),
         };
         self.views.sender.send_replace(Arc::new(view));
         self.stats.publish_seconds += now.elapsed().as_secs_f64();
@@ -381,6 +401,34 @@ impl ClusterActor {
         // Nobody listening is fine: the stream is for observers.
         for event in self.views.moves.drain(..) {
             let _ = self.views.events.send(event);
+        }
+    }
+
+    /// The waiting jobs in the policy's order, or in arrival order when it keeps none.
+    fn queue_order(&self) -> QueueOrder {
+        let waiting = |id: &JobId| {
+            (self.jobs.get(id))
+                .is_some_and(|h| matches!(h.phase(), Phase::Pending | Phase::Preempted))
+        };
+        let policy = self.sched.as_ref().map(|s| &s.policy);
+        if let Some(order) = policy.and_then(|p| p.queue_order(self.jobs.len())) {
+            let jobs = order
+                .into_iter()
+                .filter(waiting)
+                .take(QUEUE_SHOWN)
+                .collect();
+            return QueueOrder {
+                by: QueueBy::Policy,
+                jobs,
+            };
+        }
+        let arrival = |id: &JobId| (self.store.ledger.jobs.get(id)).map_or(0.0, |e| e.spec.arrival);
+        let mut jobs: Vec<JobId> = self.jobs.keys().copied().filter(waiting).collect();
+        jobs.sort_unstable_by(|a, b| arrival(a).total_cmp(&arrival(b)).then(a.cmp(b)));
+        jobs.truncate(QUEUE_SHOWN);
+        QueueOrder {
+            by: QueueBy::Arrival,
+            jobs,
         }
     }
 
@@ -697,6 +745,7 @@ mod tests {
             nodes: Arc::default(),
             stats: StatsSnapshot::default(),
             history: Arc::default(),
+            queue: Arc::default(),
         })
     }
 

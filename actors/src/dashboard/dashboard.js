@@ -9,13 +9,13 @@ const IDLE_MS = 5000;
 const HISTORY_MS = 5000;
 const ROWS = 100;
 const QUEUE_ROWS = 200;
+const ORDER = { policy: "in the policy's order", arrival: 'oldest first (the policy keeps no queue order)' };
 const ACTIVE = 'pending,placing,starting,running,checkpointing,preempted,resizing,migrating';
-const WAITING = new Set(['pending', 'preempted']);
 const CHANGE_HEADERS = { 'content-type': 'application/json', 'x-gangway-csrf': '1' };
 const SVG = 'http://www.w3.org/2000/svg';
 
 const state = {
-  nodes: [], jobs: [], byId: new Map(), stats: null, history: [],
+  nodes: [], jobs: [], byId: new Map(), stats: null, history: [], queue: { by: 'arrival', jobs: [] },
   cells: [], gpuType: [], reasonBoxes: new Map(), selected: new Set(), page: 0, filter: '',
   dirty: true, inFlight: false, lastRefresh: 0, lastHistory: 0, updates: 0,
 };
@@ -90,9 +90,10 @@ async function refresh() {
   state.inFlight = true;
   state.dirty = false;
   try {
-    const [nodes, stats, jobs] = await Promise.all([get('/nodes'), get('/stats'), activeJobs()]);
+    const [nodes, stats, queue, jobs] = await Promise.all([get('/nodes'), get('/stats'), get('/queue'), activeJobs()]);
     state.nodes = nodes;
     state.stats = stats;
+    state.queue = queue;
     state.jobs = jobs;
     state.byId = new Map(jobs.map((j) => [j.id, j]));
     if (Date.now() - state.lastHistory >= HISTORY_MS) {
@@ -233,7 +234,7 @@ function jobCell(job) {
 
 function renderQueue() {
   const now = state.history.length ? state.history[state.history.length - 1].at : null;
-  const waiting = state.jobs.filter((j) => WAITING.has(j.phase)).sort((a, b) => a.submitted - b.submitted || a.id - b.id);
+  const waiting = state.queue.jobs.map((id) => state.byId.get(id)).filter((j) => j !== undefined);
   const rows = waiting.slice(0, QUEUE_ROWS).map((job) => {
     const row = el('tr', {}, [
       jobCell(job),
@@ -248,7 +249,8 @@ function renderQueue() {
     return row;
   });
   $('queue').tBodies[0].replaceChildren(...rows);
-  $('queue-note').textContent = `${waiting.length} jobs, oldest first${waiting.length > QUEUE_ROWS ? ` (the first ${QUEUE_ROWS} shown)` : ''}`;
+  const shown = Math.min(waiting.length, QUEUE_ROWS);
+  $('queue-note').textContent = `${state.stats.queued_jobs} jobs, ${ORDER[state.queue.by] || ''}${shown < state.stats.queued_jobs ? ` (the first ${shown} shown)` : ''}`;
 }
 
 function spark(history, asked) {

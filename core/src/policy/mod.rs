@@ -89,6 +89,15 @@ pub trait Policy: Send {
     fn keeps_queue(&self) -> bool {
         false
     }
+
+    /// Its active jobs in the order it serves them, the first `limit` (running ones among them), as of
+    /// its last round: what a person reads as its queue (the dashboard's). `None`, the default: it
+    /// keeps no such order (policies that share time or solve a program each round). A wrapper passes
+    /// its inner policy's on.
+    fn queue_order(&self, limit: usize) -> Option<Vec<JobId>> {
+        let _ = limit;
+        None
+    }
 }
 
 /// The active jobs a policy that keeps its own queue ([`Policy::keeps_queue`]) was not given in

@@ -123,6 +123,10 @@ impl Policy for Ordered {
     fn keeps_queue(&self) -> bool {
         true
     }
+
+    fn queue_order(&self, limit: usize) -> Option<Vec<JobId>> {
+        Some(self.queue.first(limit))
+    }
 }
 
 /// `x` as an unsigned key that orders as `f64::total_cmp` orders.
@@ -245,6 +249,11 @@ impl Queue {
             }
         }
         granter.grants
+    }
+
+    /// The first `limit` jobs in its order.
+    pub fn first(&self, limit: usize) -> Vec<JobId> {
+        self.order.iter().take(limit).map(|&(_, id)| id).collect()
     }
 
     /// How many jobs it holds.

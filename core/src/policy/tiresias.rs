@@ -260,6 +260,10 @@ impl Policy for Tiresias {
     fn keeps_queue(&self) -> bool {
         !self.learns()
     }
+
+    fn queue_order(&self, limit: usize) -> Option<Vec<JobId>> {
+        Some(self.queue.first(limit))
+    }
 }
 
 impl Tiresias {

@@ -28,6 +28,7 @@ use smallvec::SmallVec;
 
 use super::{Grant, Intent, Needs, Policy, RoundInput};
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
+use crate::job::JobId;
 use crate::placement::PlaceRequest;
 use crate::resources::Allotment;
 use crate::throughput::resources::ResourceAware;
@@ -154,6 +155,10 @@ impl Policy for Resourced {
 
     fn changes_with_time(&self) -> bool {
         self.inner.changes_with_time()
+    }
+
+    fn queue_order(&self, limit: usize) -> Option<Vec<JobId>> {
+        self.inner.queue_order(limit)
     }
 }
 
