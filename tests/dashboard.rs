@@ -456,7 +456,12 @@ fn the_queue_in_the_policys_order_the_history_and_a_jobs_gpus_over_time_are_serv
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let samples = daemon.json("/history");
-        let last = samples.as_array().unwrap().last().cloned().unwrap_or_default();
+        let last = samples
+            .as_array()
+            .unwrap()
+            .last()
+            .cloned()
+            .unwrap_or_default();
         if last["tenants"] == json!({ "x": 16 }) {
             assert_eq!(last["busy_gpus"], json!(16));
             assert_eq!(last["queued_jobs"], json!(2));

@@ -62,8 +62,8 @@ pub fn skip(why: &str) {
 pub fn skip_unless_ci(ci: bool, why: &str) {
     assert!(
         !ci,
-        "CI=true, and this test would skip: {why}. scripts/test installs torch, Slurm and the \
-         reference data; in CI a test that cannot run fails"
+        "CI=true, and this test would skip: {why}. scripts/test installs torch, Slurm, Chromium \
+         and the reference data; in CI a test that cannot run fails"
     );
     eprintln!("SKIPPED: {why}");
 }

@@ -475,6 +475,18 @@ mod tests {
         let changed = input(&views[5..], Some(&fake));
         assert!(queue.update(&changed, by_arrival).is_empty());
         assert_eq!((queue.len(), granted(&queue, &changed)), (6, vec![5, 6]));
+        let ids = |ids: &[u32]| ids.iter().map(|&i| JobId(i)).collect::<Vec<_>>();
+        assert_eq!(
+            queue.first(10),
+            ids(&[5, 6, 3, 2, 1, 0]),
+            "its order, for people"
+        );
+        assert_eq!(queue.first(2), ids(&[5, 6]));
+        // A policy on the queue shows that order as its own.
+        let mut fifo = Ordered::fifo();
+        assert_eq!(fifo.queue_order(3), Some(Vec::new()), "nothing seen yet");
+        fifo.allocate(&all);
+        assert_eq!(fifo.queue_order(3), Some(ids(&[4, 3, 2])));
         // A backlog that holds more than the queue knows: rebuilt from every job, in input order.
         let fake = Fake {
             len: 7,
