@@ -150,12 +150,12 @@ impl Drop for Daemon {
 }
 
 impl Daemon {
-    fn start(cluster: &str, extra: &[&str]) -> Daemon {
+    fn start(cluster: &str, policy: &str, extra: &[&str]) -> Daemon {
         let journal = tempfile::tempdir().unwrap();
         let port = support::free_port();
         let base = format!("http://127.0.0.1:{port}");
         let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
-            .args(["serve", "--cluster", cluster, "--policy", "fifo"])
+            .args(["serve", "--cluster", cluster, "--policy", policy])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .arg("--journal")
             .arg(journal.path())
@@ -210,7 +210,8 @@ impl Daemon {
 
 /// Three servers of two GPU types, 16 GPUs; fast rounds in fast time.
 fn small_daemon() -> Daemon {
-    Daemon::start("v100=2x4,k80=1x8", &["--round", "1", "--time-scale", "20"])
+    let fast = ["--round", "1", "--time-scale", "20"];
+    Daemon::start("v100=2x4,k80=1x8", "fifo", &fast)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -613,7 +614,7 @@ fn report_is_offline(page: &Path) -> bool {
 /// The page on the scale scenario of `examples/control_plane_scale.rs` (4,096 GPUs, 10,000 jobs):
 /// how long until its first view, and whether it freezes while it follows the rounds. A measurement,
 /// not a check (it asserts only that the page shows every GPU): its figures are in
-/// docs/PERFORMANCE.md. Run it on a quiet machine:
+/// docs/PERFORMANCE.md. Run it on a quiet machine (`GANGWAY_SCALE_POLICY`: another policy than fifo):
 /// `cargo test --release --test dashboard -- --ignored --nocapture the_dashboard_at_4096_gpus`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a measurement for docs/PERFORMANCE.md"]
@@ -621,8 +622,10 @@ async fn the_dashboard_at_4096_gpus_and_10000_jobs() {
     let Some(browser) = Browser::start().await else {
         return;
     };
+    let policy = std::env::var("GANGWAY_SCALE_POLICY").unwrap_or_else(|_| "fifo".into());
     let daemon = Daemon::start(
         "v100=256x8,k80=256x8",
+        &policy,
         &["--round", "60", "--time-scale", "60"],
     );
     let began = Instant::now();
