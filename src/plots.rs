@@ -44,6 +44,20 @@ pub fn draw(results: &[(SimResult, Summary)]) -> Result<Vec<Picture>> {
     Ok(pictures)
 }
 
+/// Draws the chart's legend at `position`, on a light box.
+fn legend<X: Ranged<ValueType = f64>>(
+    chart: &mut Chart<'_, X>,
+    position: SeriesLabelPosition,
+) -> Result<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .position(position)
+        .draw()
+        .map_err(plot_err)
+}
+
 fn plot_err<E: std::fmt::Debug>(e: E) -> anyhow::Error {
     anyhow::anyhow!("plotting failed: {e:?}")
 }
@@ -135,13 +149,7 @@ fn jct_cdf(results: &[(SimResult, Summary)]) -> Result<String> {
                 .collect();
             line(&mut chart, points, name, color, 2)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::LowerRight)
-            .draw()
-            .map_err(plot_err)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)?;
         Ok(())
     })
 }
@@ -183,12 +191,7 @@ fn utilization(results: &[(SimResult, Summary)]) -> Result<String> {
             }
             line(&mut chart, points, &s.policy, color, 1)?;
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
+        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
         Ok(())
     })
 }
@@ -242,12 +245,7 @@ fn comparison(summaries: &[&Summary]) -> Result<String> {
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(plot_err)?;
+        legend(&mut chart, SeriesLabelPosition::MiddleRight)?;
         Ok(())
     })
 }
@@ -327,7 +325,7 @@ fn gpus_per_job(result: &SimResult, policy: &str) -> Result<String> {
             .draw()
             .map_err(plot_err)?;
         // Darker for more GPUs, on a log scale: one GPU is light, the most any job held is darkest.
-        let shade = |gpus: usize| {
+        let shade = move |gpus: usize| {
             let level = ((gpus as f64).ln() / (most as f64).ln().max(1e-9)).clamp(0.0, 1.0);
             BLUE.mix(0.2 + 0.8 * level).filled()
         };
@@ -349,13 +347,7 @@ fn gpus_per_job(result: &SimResult, policy: &str) -> Result<String> {
                 .label(format!("{gpus} GPU{}", if gpus == 1 { "" } else { "s" }))
                 .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], shade(gpus)));
         }
-        chart
-            .configure_series_labels()
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .position(SeriesLabelPosition::UpperRight)
-            .draw()
-            .map_err(plot_err)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         Ok(())
     })
 }
