@@ -316,6 +316,25 @@ impl Publisher {
     }
 }
 
+/// The GPUs each tenant holds, from what each running job holds: the [`HISTORY_TENANTS`] holding the
+/// most by name (ties by name), the rest summed under [`OTHER_TENANTS`].
+fn tenant_shares<'a>(held: impl Iterator<Item = (&'a str, u32)>) -> BTreeMap<String, u32> {
+    let mut by_tenant: FxHashMap<&str, u32> = FxHashMap::default();
+    for (tenant, gpus) in held {
+        *by_tenant.entry(tenant).or_default() += gpus;
+    }
+    let mut held: Vec<(&str, u32)> = by_tenant.into_iter().collect();
+    held.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let mut tenants: BTreeMap<String, u32> = (held.iter().take(HISTORY_TENANTS))
+        .map(|&(t, n)| (t.to_owned(), n))
+        .collect();
+    let others: u32 = held.iter().skip(HISTORY_TENANTS).map(|&(_, n)| n).sum();
+    if others > 0 {
+        *tenants.entry(OTHER_TENANTS.to_owned()).or_default() += others;
+    }
+    tenants
+}
+
 impl ClusterActor {
     /// Publishes a view with what changed since the last one (see the module's doc).
     pub(super) fn publish(&mut self) {
@@ -434,22 +453,10 @@ impl ClusterActor {
 
     /// The cluster now, for its history: the GPUs each tenant holds (the largest by name).
     fn sample(&self, stats: &StatsSnapshot) -> ClusterSample {
-        let mut held: FxHashMap<&str, u32> = FxHashMap::default();
-        for (job, handle) in &self.jobs {
-            let (Some(gang), Some(entry)) = (&handle.gang, self.store.ledger.jobs.get(job)) else {
-                continue;
-            };
-            *held.entry(entry.spec.tenant.as_str()).or_default() += gang.gpus.len() as u32;
-        }
-        let mut held: Vec<(&str, u32)> = held.into_iter().collect();
-        held.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let mut tenants: BTreeMap<String, u32> = (held.iter().take(HISTORY_TENANTS))
-            .map(|&(t, n)| (t.to_owned(), n))
-            .collect();
-        let others: u32 = held.iter().skip(HISTORY_TENANTS).map(|&(_, n)| n).sum();
-        if others > 0 {
-            *tenants.entry(OTHER_TENANTS.to_owned()).or_default() += others;
-        }
+        let held = self.jobs.iter().filter_map(|(job, handle)| {
+            let (gang, entry) = (handle.gang.as_ref()?, self.store.ledger.jobs.get(job)?);
+            Some((entry.spec.tenant.as_str(), gang.gpus.len() as u32))
+        });
         ClusterSample {
             at: self.clock.now(),
             busy_gpus: stats.busy_gpus,
@@ -457,7 +464,7 @@ impl ClusterActor {
             running_jobs: stats.running_jobs,
             round_latency_p50: stats.round_latency_p50,
             round_latency_p99: stats.round_latency_p99,
-            tenants,
+            tenants: tenant_shares(held),
         }
     }
 
@@ -747,6 +754,23 @@ mod tests {
             history: Arc::default(),
             queue: Arc::default(),
         })
+    }
+
+    #[test]
+    fn a_sample_names_the_tenants_holding_the_most_and_sums_the_rest() {
+        let names: Vec<String> = (0..12).map(|k| format!("t{k:02}")).collect();
+        // Tenant k holds k + 1 GPUs, in two runs of jobs.
+        let held =
+            (names.iter().enumerate()).flat_map(|(k, t)| [(t.as_str(), 1), (t.as_str(), k as u32)]);
+        let shares = tenant_shares(held);
+        assert_eq!(shares.len(), HISTORY_TENANTS + 1);
+        assert_eq!(shares["t11"], 12);
+        assert_eq!(shares["t04"], 5, "the eighth largest");
+        assert!(!shares.contains_key("t03"));
+        assert_eq!(shares[OTHER_TENANTS], 4 + 3 + 2 + 1);
+        assert_eq!(shares.values().sum::<u32>(), (1..=12).sum::<u32>());
+        let few = tenant_shares([("a", 2), ("b", 1)].into_iter());
+        assert!(!few.contains_key(OTHER_TENANTS), "no others, no entry");
     }
 
     #[test]
