@@ -285,6 +285,12 @@ async fn the_dashboard_shows_every_gpu_and_a_submitted_job_on_its_gpus_within_2_
         .await;
     let row = row.as_str().unwrap();
     assert!(row.contains("nlp") && row.contains("3 / 3"), "{row}");
+    let line = format!(
+        "return document.querySelector('#jobs tr[data-job=\"{id}\"] svg.spark polyline') !== null"
+    );
+    browser
+        .until(&line, Duration::from_secs(10), "the job's GPUs over time")
+        .await;
 
     // Jobs that cannot fit wait in the queue, with the engine's reason.
     let big = daemon.submit(8, "vision", 5_000.0);
@@ -438,8 +444,14 @@ fn the_queue_in_the_policys_order_the_history_and_a_jobs_gpus_over_time_are_serv
         assert!(Instant::now() < deadline, "job {all} did not start: {job}");
         std::thread::sleep(Duration::from_millis(20));
     };
-    let history = job["gpu_history"].as_array().unwrap();
-    assert_eq!(history.len(), 1, "{job}");
+    let histories = daemon.json(&format!("/gpu-history?jobs={all},{big},424242"));
+    let history = histories[all.to_string()].as_array().unwrap();
+    assert_eq!(history.len(), 1, "{histories}");
+    assert_eq!(histories[big.to_string()], json!([]), "waited only");
+    assert!(
+        histories.get("424242").is_none(),
+        "an unknown job is left out"
+    );
     assert_eq!(history[0]["gpus"], json!(8));
     assert!(history[0]["at"].as_f64().unwrap() >= job["submitted"].as_f64().unwrap());
     // FIFO: the 8-GPU job heads the queue and holds back the 1-GPU one behind it.

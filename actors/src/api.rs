@@ -12,6 +12,7 @@
 //! | `GET /metrics` | Prometheus text format | queue length, running jobs, GPUs, round latency, preemptions |
 //! | `GET /history` | the cluster over the last hour: busy GPUs, queue, round latency, GPUs per tenant | 200 `[ClusterSample]` |
 //! | `GET /queue` | the waiting jobs in the policy's order (arrival order for a policy that keeps none), the first 1,000 | 200 `{"by": "policy"\|"arrival", "jobs": [ID]}` |
+//! | `GET /gpu-history?jobs=ID,..` | the GPUs each job held over time (its last 32 changes), up to 1,000 jobs | 200 `{"ID": [{"at": .., "gpus": ..}]}`; 400 |
 //! | `GET /about` | the daemon's version and policy | 200 `{"version": .., "policy": ..}` |
 //! | `GET /healthz` | liveness (needs no token) | 200 `ok` |
 //! | `GET /` | the dashboard ([`crate::dashboard`]); `/login` and its files need no token | HTML |
@@ -225,6 +226,7 @@ pub fn router(cluster: Addr<ClusterActor>, views: Views, config: &ApiConfig) -> 
         .route("/ui/{file}", get(dashboard::asset))
         .route("/history", get(history))
         .route("/queue", get(queue))
+        .route("/gpu-history", get(gpu_history))
         .route("/about", get(about))
         .route("/jobs", get(list).post(submit))
         .route("/jobs/{id}", get(show).delete(cancel))
@@ -387,7 +389,7 @@ async fn not_found(method: Method, uri: Uri) -> ApiError {
         StatusCode::NOT_FOUND,
         format!(
             "no {method} {} here (the API's paths: /jobs, /jobs/ID, /nodes, /gpus/cordon, \
-             /gpus/uncordon, /events, /metrics, /stats, /history, /queue, /about, /healthz; the dashboard: /)",
+             /gpus/uncordon, /events, /metrics, /stats, /history, /queue, /gpu-history, /about, /healthz; the dashboard: /)",
             request::escape(uri.path())
         ),
     )
@@ -740,6 +742,42 @@ async fn history(State(state): State<ApiState>) -> Response {
 /// The waiting jobs in the order they are to be served.
 async fn queue(State(state): State<ApiState>) -> Response {
     Json(state.views.latest().queue()).into_response()
+}
+
+/// The most jobs one `GET /gpu-history` asks for.
+pub const MAX_HISTORIES: usize = 1_000;
+
+/// `GET /gpu-history?jobs=1,2,3`: the GPUs each of those jobs held over time, by id (jobs the
+/// control plane does not know are left out).
+async fn gpu_history(
+    State(state): State<ApiState>,
+    RawQuery(query): RawQuery,
+) -> Result<Response, ApiError> {
+    let bad = |why: String| ApiError(StatusCode::BAD_REQUEST, why);
+    let query = query.unwrap_or_default();
+    let Some(list) = query.strip_prefix("jobs=").filter(|l| !l.contains('&')) else {
+        return Err(bad(
+            "`GET /gpu-history` takes one parameter, jobs=ID,ID,...".into(),
+        ));
+    };
+    let list = list.replace("%2C", ",").replace("%2c", ",");
+    let ids: Vec<JobId> = (list.split(',').filter(|s| !s.is_empty()))
+        .map(job_id)
+        .collect::<Result<_, _>>()?;
+    if ids.len() > MAX_HISTORIES {
+        return Err(bad(format!(
+            "`jobs`: at most {MAX_HISTORIES} jobs at once (got {})",
+            ids.len()
+        )));
+    }
+    let view = state.views.latest();
+    let histories: serde_json::Map<String, serde_json::Value> = (ids.iter())
+        .filter_map(|&id| {
+            let history = view.gpu_history(id)?;
+            Some((id.to_string(), json!(history)))
+        })
+        .collect();
+    Ok(Json(histories).into_response())
 }
 
 /// What the dashboard's title shows.

@@ -236,10 +236,6 @@ pub struct JobInfo {
     /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
-    /// The GPUs it held over time, since the control plane last started: a point where the count
-    /// changed (0 when it stopped), the last [`GPU_HISTORY_POINTS`] of them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gpu_history: Vec<GpuCount>,
 }
 
 /// The cluster at one moment, as `GET /history` lists it: what its GPUs did and who held them.
@@ -289,10 +285,12 @@ pub enum QueueBy {
 /// The name under which a [`ClusterSample`] sums the tenants beyond those it names.
 pub const OTHER_TENANTS: &str = "(others)";
 
-/// The most points a job's [`JobInfo::gpu_history`] keeps (the oldest go first).
+/// The most points a job's GPU history (`GET /gpu-history`) keeps (the oldest go first).
 pub const GPU_HISTORY_POINTS: usize = 32;
 
-/// From control-plane second `at` on, a job held `gpus` GPUs.
+/// From control-plane second `at` on, a job held `gpus` GPUs: a point of its GPU history, which the
+/// API serves apart from the job (`GET /gpu-history?jobs=..`), since a policy that moves jobs every
+/// round would otherwise multiply the size of every job list.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GpuCount {
     /// When, in control-plane seconds.

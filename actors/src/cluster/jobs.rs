@@ -25,7 +25,7 @@ pub(super) struct JobHandle {
     /// The global batch its policy chose last (at its latest launch, or retuned since), when it
     /// adapts its batch.
     pub batch: Option<u32>,
-    /// The GPUs it held over time (what the API shows as `gpu_history`).
+    /// The GPUs it held over time (`GET /gpu-history`).
     pub gpu_history: Vec<GpuCount>,
 }
 

@@ -24,9 +24,9 @@ use tokio::sync::{broadcast, watch};
 use super::ClusterActor;
 use super::jobs::JobHandle;
 use super::messages::{
-    ClusterSample, GetStats, GetViews, JobInfo, JobSizes, LearnedSteps, ListJobs, ListNodes,
-    NodeInfo, OTHER_TENANTS, Outlook, Peek, QUEUE_SHOWN, QueueBy, QueueOrder, Refusal, RunsAs,
-    ShowJob, Subscribe, Timeline,
+    ClusterSample, GetStats, GetViews, GpuCount, JobInfo, JobSizes, LearnedSteps, ListJobs,
+    ListNodes, NodeInfo, OTHER_TENANTS, Outlook, Peek, QUEUE_SHOWN, QueueBy, QueueOrder, Refusal,
+    RunsAs, ShowJob, Subscribe, Timeline,
 };
 use crate::job::JobEvent;
 use crate::ledger::Standing;
@@ -87,6 +87,8 @@ impl Sweep {
 /// thread (by a blocking task right after publication, or by its first reader if that comes first).
 struct Entry {
     info: JobInfo,
+    /// The GPUs it held over time (not in `info`: lists do not carry it).
+    gpu_history: Vec<GpuCount>,
     json: OnceLock<Bytes>,
 }
 
@@ -126,6 +128,12 @@ impl View {
     /// One job.
     pub fn job(&self, id: JobId) -> Option<&JobInfo> {
         self.jobs.get(&id).map(|e| &e.info)
+    }
+
+    /// The GPUs one job held over time since the control plane started (its last
+    /// [`GPU_HISTORY_POINTS`](gangway_protocol::api::GPU_HISTORY_POINTS) changes).
+    pub fn gpu_history(&self, id: JobId) -> Option<&[GpuCount]> {
+        self.jobs.get(&id).map(|e| e.gpu_history.as_slice())
     }
 
     /// One job as JSON (what `GET /jobs/{id}` answers).
@@ -367,8 +375,18 @@ impl ClusterActor {
         for job in stale {
             match self.info(job) {
                 Some(info) => {
+                    // An ended job's handle is gone: its history is the one last published.
+                    let gpu_history = match self.jobs.get(&job) {
+                        Some(handle) => handle.gpu_history.clone(),
+                        None => (self.views.jobs.get(&job))
+                            .map_or_else(Vec::new, |e| e.gpu_history.clone()),
+                    };
                     let json = OnceLock::new();
-                    let entry = Arc::new(Entry { info, json });
+                    let entry = Arc::new(Entry {
+                        info,
+                        gpu_history,
+                        json,
+                    });
                     self.views.jobs.insert(job, Arc::clone(&entry));
                     fresh.push(entry);
                 }
@@ -608,7 +626,6 @@ impl ClusterActor {
             last_restart_phases: handle.and_then(|h| h.restarts.last_phases),
             batch: handle.and_then(|h| h.batch),
             waiting,
-            gpu_history: handle.map_or_else(Vec::new, |h| h.gpu_history.clone()),
         })
     }
 
@@ -742,6 +759,7 @@ mod tests {
                 .unwrap();
                 let entry = Entry {
                     info,
+                    gpu_history: Vec::new(),
                     json: OnceLock::new(),
                 };
                 (JobId(id), Arc::new(entry))

@@ -16,6 +16,7 @@ const SVG = 'http://www.w3.org/2000/svg';
 
 const state = {
   nodes: [], jobs: [], byId: new Map(), stats: null, history: [], queue: { by: 'arrival', jobs: [] },
+  gpuHistory: {},
   cells: [], gpuType: [], reasonBoxes: new Map(), selected: new Set(), page: 0, filter: '',
   dirty: true, inFlight: false, lastRefresh: 0, lastHistory: 0, updates: 0,
 };
@@ -96,6 +97,9 @@ async function refresh() {
     state.queue = queue;
     state.jobs = jobs;
     state.byId = new Map(jobs.map((j) => [j.id, j]));
+    // Only the shown rows' GPU histories: a list of every job's would be several times larger.
+    const shown = shownJobs().map((j) => j.id);
+    state.gpuHistory = shown.length ? await get(`/gpu-history?jobs=${shown.join(',')}`) : {};
     if (Date.now() - state.lastHistory >= HISTORY_MS) {
       state.lastHistory = Date.now();
       state.history = await get('/history');
@@ -274,14 +278,25 @@ function spark(history, asked) {
   return svg;
 }
 
-function renderJobs() {
+// The jobs the filter keeps, and the page of them shown.
+function filteredJobs() {
   const filter = state.filter.trim().toLowerCase();
-  const jobs = filter
+  return filter
     ? state.jobs.filter((j) => `${j.id} ${j.tenant} ${j.job_type} ${j.phase}`.toLowerCase().includes(filter))
     : state.jobs;
+}
+
+function shownJobs() {
+  const jobs = filteredJobs();
   const pages = Math.max(1, Math.ceil(jobs.length / ROWS));
   state.page = Math.min(state.page, pages - 1);
-  const shown = jobs.slice(state.page * ROWS, (state.page + 1) * ROWS);
+  return jobs.slice(state.page * ROWS, (state.page + 1) * ROWS);
+}
+
+function renderJobs() {
+  const jobs = filteredJobs();
+  const pages = Math.max(1, Math.ceil(jobs.length / ROWS));
+  const shown = shownJobs();
   const rows = shown.map((job) => {
     const types = [...new Set(job.placement.map((g) => state.gpuType[g]))].join(', ');
     const restarts = job.preemptions + job.migrations;
@@ -295,7 +310,7 @@ function renderJobs() {
       el('td', {}, [el('progress', { max: 1, value: job.progress, title: `${(job.progress * 100).toFixed(1)} %` })]),
       el('td', { textContent: restarts, title: `${job.preemptions} preemptions, ${job.migrations} moves` }),
       el('td', { textContent: job.resizes, title: job.last_resize ? `last: ${job.last_resize.from} → ${job.last_resize.to} GPUs, ${job.last_resize.why}` : '' }),
-      el('td', {}, [spark(job.gpu_history, job.gpus)]),
+      el('td', {}, [spark(state.gpuHistory[job.id], job.gpus)]),
       el('td', {}, [cancelButton(job.id)]),
     ]);
     row.dataset.job = job.id;
@@ -303,7 +318,7 @@ function renderJobs() {
   });
   $('jobs').tBodies[0].replaceChildren(...rows);
   $('page').textContent = ` ${state.page + 1} / ${pages} `;
-  $('jobs-note').textContent = `${jobs.length} active${filter ? ' (filtered)' : ''}`;
+  $('jobs-note').textContent = `${jobs.length} active${state.filter.trim() ? ' (filtered)' : ''}`;
 }
 
 // Lines over the samples' time: one per series, on a shared axis from 0 to the largest value.
@@ -362,9 +377,11 @@ async function start() {
   $('cordon').addEventListener('click', () => cordon(true));
   $('uncordon').addEventListener('click', () => cordon(false));
   $('clear').addEventListener('click', clearSelection);
-  $('filter').addEventListener('input', (e) => { state.filter = e.target.value; state.page = 0; renderJobs(); });
-  $('prev').addEventListener('click', () => { state.page = Math.max(0, state.page - 1); renderJobs(); });
-  $('next').addEventListener('click', () => { state.page += 1; renderJobs(); });
+  // A new page or filter shows other rows: drawn now, their GPU histories at the next refresh.
+  const turn = () => { renderJobs(); state.dirty = true; };
+  $('filter').addEventListener('input', (e) => { state.filter = e.target.value; state.page = 0; turn(); });
+  $('prev').addEventListener('click', () => { state.page = Math.max(0, state.page - 1); turn(); });
+  $('next').addEventListener('click', () => { state.page += 1; turn(); });
   document.addEventListener('click', (e) => {
     const id = e.target.dataset && e.target.dataset.cancel;
     if (id !== undefined) cancel(id);
