@@ -13,7 +13,11 @@ one thread per policy.
 50
 
 Errors are :class:`GangwayError`\\ s: :class:`BadInput` (a trace, cluster, file or option),
-:class:`BadPolicy` (a policy spec) and :class:`SolverError` (the LP solver).
+:class:`BadPolicy` (a policy spec), :class:`SolverError` (the LP solver) and :class:`PolicyFailed`
+(a policy written in Python raised an exception).
+
+A policy can be written in Python (:func:`register_policy`): it runs in the same engine, beside the
+built-in ones.
 """
 
 from __future__ import annotations
@@ -24,16 +28,21 @@ import json
 import math
 import os
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Protocol, Sequence, Union
 
 from gangway._native import (
     DEFAULT_POLICIES,
     BadInput,
     BadPolicy,
     GangwayError,
+    Grant,
+    JobView,
+    PolicyFailed,
+    Round,
     SolverError,
 )
 from gangway._native import policies as _policies
+from gangway._native import register_policy as _register_policy
 from gangway._native import simulate as _simulate
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,12 +60,18 @@ __all__ = [
     "BadInput",
     "BadPolicy",
     "GangwayError",
+    "Grant",
     "JobRecord",
+    "JobView",
+    "Policy",
+    "PolicyFailed",
     "PolicyResult",
     "Results",
+    "Round",
     "SolverError",
     "Summary",
     "builtin_policies",
+    "register_policy",
     "simulate",
 ]
 
@@ -265,8 +280,61 @@ class Results:
         return pd.concat(frames, ignore_index=True)
 
 
+class Policy(Protocol):
+    """What a policy written in Python is: an object whose ``allocate`` is called once per round
+    with a :class:`Round` (the time, the GPUs in service per type, every active job as a
+    :class:`JobView`) and answers with :class:`Grant`\\ s in priority order.
+
+    What the engine does with them is what it does with a built-in policy's: a running job whose
+    grant names the GPU type and count it holds keeps its GPUs; a running job without a grant is
+    preempted; new grants are placed in order, and one that does not fit leaves its job waiting.
+
+    An optional attribute (or method) ``changes_with_time``, False, says that only arrivals and
+    completions can change its answer, so that the rounds in between are skipped.
+    """
+
+    def allocate(self, round: Round) -> Sequence[Grant]: ...
+
+
+def register_policy(
+    name: str, factory: Callable[[], Policy], summary: Optional[str] = None
+) -> None:
+    """Registers a policy written in Python under ``name``: each run calls ``factory()`` (a class
+    or any callable) for a fresh policy object. From then on ``name`` is a policy spec like the
+    built-in ones, in :func:`simulate` beside them. A name already taken raises :class:`BadPolicy`.
+
+    An exception raised by the policy stops its run: :func:`simulate` raises
+    :class:`PolicyFailed`, whose message holds the Python traceback and whose ``__cause__`` is
+    the exception.
+
+    >>> class Fifo:
+    ...     changes_with_time = False
+    ...     def allocate(self, round):
+    ...         free, grants = list(round.capacity), []
+    ...         for job in round.jobs:              # running jobs keep their GPUs
+    ...             if job.running_on is not None:
+    ...                 free[job.running_on] -= job.running_gpus
+    ...                 grants.append(Grant(job.id, job.running_on, job.running_gpus))
+    ...         for job in round.jobs:              # then the queue, in arrival order
+    ...             if job.running_on is None:
+    ...                 fits = [t for t, f in enumerate(free) if f >= job.gpus and job.rates[t] > 0]
+    ...                 if not fits:
+    ...                     break                   # the head of the queue blocks
+    ...                 free[fits[0]] -= job.gpus
+    ...                 grants.append(Grant(job.id, fits[0], job.gpus))
+    ...         return grants
+    >>> gangway.register_policy("doc_fifo", Fifo, "FIFO, in Python")
+    >>> r = gangway.simulate("synthetic:jobs=40,seed=1,rate=4", cluster="v100=4,k80=4",
+    ...                      policies=["doc_fifo", "fifo"])
+    >>> r["doc_fifo"].summary.avg_jct_h == r["fifo"].summary.avg_jct_h
+    True
+    """
+    _register_policy(name, factory, summary)
+
+
 def builtin_policies() -> list[tuple[str, str]]:
-    """The built-in policies' names with their one-line summaries.
+    """The policies' names with their one-line summaries: the built-in ones, then those
+    registered from Python.
 
     >>> "tiresias" in dict(gangway.builtin_policies())
     True

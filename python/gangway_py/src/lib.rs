@@ -4,7 +4,10 @@
 //! takes traces as paths, lists of dicts or DataFrames and turns the results into Python objects;
 //! it is what users call, and its docstrings are the package's documentation.
 
+mod policy;
+
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -45,6 +48,29 @@ create_exception!(
     GangwayError,
     "The LP/MILP solver failed or is missing from this build."
 );
+
+create_exception!(
+    gangway,
+    PolicyFailed,
+    GangwayError,
+    "A policy written in Python raised an exception: the message holds its traceback and \
+     `__cause__` the exception itself. Its run stopped there."
+);
+
+/// The policies written in Python, registered by `gangway.register_policy`, in order.
+static PYTHON_POLICIES: Mutex<Vec<policy::Registered>> = Mutex::new(Vec::new());
+
+/// The built-in policies and those registered from Python, each run's failures kept in
+/// `failures`.
+fn registry(py: Python<'_>, failures: &policy::Failures) -> PyResult<Registry> {
+    let mut registry = Registry::with_builtins();
+    for p in PYTHON_POLICIES.lock().expect("not poisoned").iter() {
+        registry
+            .register(policy::entry(py, p, failures))
+            .map_err(|e| BadPolicy::new_err(e.to_string()))?;
+    }
+    Ok(registry)
+}
 
 /// Which of the package's exceptions an error is.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -142,11 +168,10 @@ fn run_json(run: &gangway::core::sim::builder::PolicyRun) -> serde_json::Value {
 
 /// Runs `request` with the built-in policies and answers as JSON (the Python half reads it into
 /// objects): `{"notes": [...], "runs": [...]}`.
-fn run(request: &SimulateRequest) -> anyhow::Result<String> {
-    let registry = Registry::with_builtins();
+fn run(request: &SimulateRequest, registry: &Registry) -> anyhow::Result<String> {
     let mut notes = Vec::new();
-    let prepared = request.prepare(&registry, &mut |note| notes.push(note))?;
-    let report: Report = prepared.builder(&registry).run()?;
+    let prepared = request.prepare(registry, &mut |note| notes.push(note))?;
+    let report: Report = prepared.builder(registry).run()?;
     let runs: Vec<serde_json::Value> = report.runs.iter().map(run_json).collect();
     Ok(serde_json::to_string(
         &serde_json::json!({ "notes": notes, "runs": runs }),
@@ -239,17 +264,69 @@ fn simulate(
             gittins_distribution,
         },
     };
-    py.detach(|| run(&request)).map_err(|err| to_py(py, &err))
+    let failures = policy::Failures::default();
+    let registry = registry(py, &failures)?;
+    let answer = py.detach(|| run(&request, &registry));
+    // A policy's exception first: whatever the run then made of its empty answers is its doing.
+    if let Some((name, err)) = failures.lock().expect("not poisoned").drain(..).next() {
+        let traceback = py
+            .import("traceback")?
+            .call_method1(
+                "format_exception",
+                (err.get_type(py), err.value(py), err.traceback(py)),
+            )?
+            .extract::<Vec<String>>()?
+            .concat();
+        let failed = PolicyFailed::new_err(format!(
+            "policy `{name}` raised an exception, which stopped its run:\n{traceback}"
+        ));
+        failed.set_cause(py, Some(err));
+        return Err(failed);
+    }
+    answer.map_err(|err| to_py(py, &err))
+}
+
+/// Registers a policy written in Python under `name`: `factory()` (a class, or any callable)
+/// makes a fresh policy object for each run, whose `allocate(round)` returns grants. A name a
+/// policy has already is refused (`BadPolicy`).
+#[pyfunction]
+#[pyo3(signature = (name, factory, summary=None))]
+fn register_policy(
+    py: Python<'_>,
+    name: String,
+    factory: Py<PyAny>,
+    summary: Option<String>,
+) -> PyResult<()> {
+    if !factory.bind(py).is_callable() {
+        return Err(BadPolicy::new_err(format!(
+            "policy `{name}`: its factory must be callable (a class, or a function that makes the policy)"
+        )));
+    }
+    let registered = policy::Registered {
+        name,
+        summary: summary.unwrap_or_else(|| "a policy written in Python".into()),
+        factory,
+    };
+    // Checked against every name there is now, built-in or registered.
+    let mut check = registry(py, &Arc::default())?;
+    check
+        .register(policy::entry(py, &registered, &Arc::default()))
+        .map_err(|e| BadPolicy::new_err(e.to_string()))?;
+    PYTHON_POLICIES
+        .lock()
+        .expect("not poisoned")
+        .push(registered);
+    Ok(())
 }
 
 /// The names of the built-in policies with their one-line summaries, as `--policy help` lists
 /// them (without the knobs).
 #[pyfunction]
-fn policies() -> Vec<(String, String)> {
-    Registry::with_builtins()
+fn policies(py: Python<'_>) -> PyResult<Vec<(String, String)>> {
+    Ok(registry(py, &Arc::default())?
         .entries()
         .map(|p| (p.name().to_owned(), p.summary_line().to_owned()))
-        .collect()
+        .collect())
 }
 
 /// The module `gangway._native`.
@@ -258,6 +335,11 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
+    m.add_function(wrap_pyfunction!(register_policy, m)?)?;
+    m.add_class::<policy::Grant>()?;
+    m.add_class::<policy::Round>()?;
+    m.add_class::<policy::JobView>()?;
+    m.add("PolicyFailed", py.get_type::<PolicyFailed>())?;
     m.add("DEFAULT_POLICIES", gangway::scenario::DEFAULT_POLICIES)?;
     m.add("GangwayError", py.get_type::<GangwayError>())?;
     m.add("BadInput", py.get_type::<BadInput>())?;
