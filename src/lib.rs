@@ -80,6 +80,8 @@ pub mod plots;
 pub mod report;
 #[cfg(feature = "simulate")]
 pub mod scenario;
+#[cfg(feature = "simulate")]
+pub mod simulate;
 #[cfg(feature = "serve")]
 pub mod slurm_nodes;
 #[cfg(feature = "plots")]

@@ -1,27 +1,22 @@
 //! `gangway simulate`: replays a trace under one or more policies of a registry and compares them.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::core::engine::EngineConfig;
 use crate::core::job::Trace;
-use crate::core::limits;
 use crate::core::metrics::Summary;
 use crate::core::metrics::Window;
 use crate::core::policy::{self, Registry};
+use crate::core::sim::SimResult;
 use crate::core::sim::builder::RunProgress;
-use crate::core::sim::{SimConfig, SimResult, Simulation};
 use crate::core::trace::{TraceFormat, TraceOptions};
 use crate::report::{self, OutputFormat as Format, Parameters};
 use crate::scenario;
-
-/// Gavel's simulated cluster and round, the default setup.
-const GAVEL_CLUSTER: &str = "v100=36,p100=36,k80=36";
-const GAVEL_ROUND_SECONDS: f64 = 360.0;
+use crate::simulate::{SimulateRequest, TraceInput};
 
 #[derive(clap::Parser)]
 pub(super) struct SimulateArgs {
@@ -255,139 +250,50 @@ fn run_parameters(
     Ok(p)
 }
 
+/// The typed request these arguments make (the library's, which the Python package also uses).
+fn request(args: &SimulateArgs) -> SimulateRequest {
+    SimulateRequest {
+        trace: args
+            .trace
+            .clone()
+            .map_or(TraceInput::Bundled, TraceInput::Spec),
+        trace_format: args.trace_format.map(|f| f.0),
+        rate: args.rate,
+        cluster: args.cluster.clone(),
+        cluster_file: args.cluster_file.clone(),
+        topology: args.topology.clone(),
+        load_factor: args.load_factor,
+        gpus_per_node: args.gpus_per_node,
+        policies: args.policy.clone(),
+        round: args.round,
+        window: args.window.clone(),
+        schedule_on_arrival: args.schedule_on_arrival,
+        schedule_on_completion: args.schedule_on_completion,
+        fairness: !args.no_ftf,
+        // The allocations over time are written with the other outputs.
+        log_changes: args.out.is_some(),
+        profiles: args.profiles.clone(),
+        scenario: args.scenario.clone(),
+    }
+}
+
 /// Runs `gangway simulate` with the policies of `registry`.
 pub(super) fn simulate(args: SimulateArgs, registry: &Registry) -> Result<()> {
     if args.policy.iter().any(|p| p == "help") {
         print!("{}", policy_listing(registry));
         return Ok(());
     }
-    // Check policy names before loading anything, so that a typo fails fast.
-    for name in &args.policy {
-        registry.resolve(name)?;
-    }
-    // Numbers first, each against its range, before any input is read.
-    if let Some(rate) = args.rate {
-        limits::RATE
-            .check_option("--rate", rate)
-            .map_err(anyhow::Error::msg)?;
-    }
-    limits::LOAD_FACTOR
-        .check_option("--load-factor", args.load_factor)
-        .map_err(anyhow::Error::msg)?;
-    let embedded = args.trace.is_none();
-    let options = TraceOptions {
-        format: args.trace_format.map(|f| f.0),
-        rate: args.rate.or(embedded.then_some(2.0)),
-        profiles: args.profiles.clone(),
-    };
-    let topology_spec = match &args.topology {
-        Some(path) => Some(scenario::topology_file(path)?),
-        None => None,
-    };
-    // A Pollux or Sia workload runs, unless told otherwise, in the setup it was made for.
-    let native = args
-        .trace
-        .as_deref()
-        .and_then(|path| crate::core::trace::native_setup(std::path::Path::new(path), &options));
-    let own_cluster =
-        args.cluster.is_some() || args.cluster_file.is_some() || topology_spec.is_some();
-    if let Some(setup) = native {
-        match (own_cluster, args.round.is_some()) {
-            (false, false) => eprintln!(
-                "gangway: on {} ({}) with {} s rounds, as the workload was made for (--cluster and --round choose others)",
-                setup.origin, setup.cluster, setup.round_seconds
-            ),
-            (false, true) => eprintln!(
-                "gangway: on {} ({}), as the workload was made for (--cluster chooses another)",
-                setup.origin, setup.cluster
-            ),
-            (true, false) => eprintln!(
-                "gangway: with {} s rounds, as the workload was made for (--round chooses another)",
-                setup.round_seconds
-            ),
-            (true, true) => {}
-        }
-    }
-    let cluster_spec = match (&args.cluster, native) {
-        (Some(spec), _) => spec.clone(),
-        (None, Some(setup)) if !own_cluster => setup.cluster.to_owned(),
-        (None, _) => GAVEL_CLUSTER.to_owned(),
-    };
-    let cluster = match &topology_spec {
-        Some(spec) => crate::core::cluster::Cluster::from_topology(&spec.build())?,
-        None => scenario::load_cluster(
-            &cluster_spec,
-            args.cluster_file.as_deref(),
-            args.gpus_per_node,
-        )?,
-    };
-    let round = args
-        .round
-        .unwrap_or_else(|| native.map_or(GAVEL_ROUND_SECONDS, |setup| setup.round_seconds));
-    let engine = EngineConfig {
-        round_length: round,
-        schedule_on_arrival: args.schedule_on_arrival,
-        schedule_on_completion: args.schedule_on_completion,
-        ..EngineConfig::default()
-    };
-    let scenario =
-        scenario::Scenario::assemble(&args.scenario, cluster, topology_spec, engine, true)?;
-    let table = scenario
-        .table
-        .as_ref()
-        .expect("simulate always has a table");
-    let mut trace = scenario::load_trace(args.trace.as_deref(), &options, table)?;
-    trace.scale_load(args.load_factor);
-    if let Some(last) = trace.jobs.iter().map(|j| j.arrival).reduce(f64::max)
-        && last > crate::core::job::MAX_ARRIVAL_SECONDS
-    {
-        bail!(
-            "--load-factor {}: the last job would arrive at {last:e} s, after the latest gangway simulates ({:e} s)",
-            args.load_factor,
-            crate::core::job::MAX_ARRIVAL_SECONDS
-        );
-    }
-    let cluster = &*scenario.cluster;
-    let model = scenario.model_for(&trace)?;
-    // A job that could never run here is the trace's error, at its line: a run would leave it
-    // waiting for ever.
-    crate::core::trace::check_runnable(&trace, &scenario.cluster, model.as_ref())?;
-    let window = args.window.clone().unwrap_or_else(|| {
-        if embedded {
-            Window(Some(4000..5000))
-        } else {
-            Window::default()
-        }
-    });
-    if embedded {
-        eprintln!(
-            "gangway: no --trace given: replaying the bundled Gavel trace (continuous-single, seed 0, {} jobs) at {} jobs/hour, measuring jobs {window}",
-            trace.jobs.len(),
-            options.rate.unwrap_or_default()
-        );
-    }
-    eprintln!(
-        "gangway: {} jobs from {} on {} GPUs: {}",
-        trace.jobs.len(),
-        trace.source,
-        cluster.num_gpus(),
-        cluster.describe()
-    );
+    let prepared = request(&args).prepare(registry, &mut |note| eprintln!("gangway: {note}"))?;
+    let window = prepared.window.clone();
     let parameters = run_parameters(
         &args,
         registry,
-        &trace,
-        &options,
-        &scenario,
-        &cluster_spec,
+        &prepared.trace,
+        &prepared.options,
+        &prepared.scenario,
+        &prepared.cluster_spec,
         &window,
     )?;
-    let config = SimConfig {
-        engine: scenario.engine.clone(),
-        seed: scenario.seed,
-        // The allocations over time are written with the other outputs.
-        log_changes: args.out.is_some(),
-    };
 
     let bars = Mutex::new(MultiProgress::with_draw_target(ProgressDrawTarget::stderr()));
     let factory = |name: &str| -> RunProgress<'_> {
@@ -418,19 +324,7 @@ pub(super) fn simulate(args: SimulateArgs, registry: &Registry) -> Result<()> {
             }
         })
     };
-    let report = Simulation::builder()
-        .registry(registry)
-        .trace(trace)
-        .cluster(cluster.clone())
-        .model(Arc::from(model))
-        .policies(&args.policy)
-        .policy_config(scenario.policy_config.clone())
-        .placer(|| scenario.placer())
-        .config(config)
-        .window(window.clone())
-        .fairness(!args.no_ftf)
-        .progress_per_run(factory)
-        .run()?;
+    let report = prepared.builder(registry).progress_per_run(factory).run()?;
     let results: Vec<(SimResult, Summary)> = report
         .runs
         .into_iter()
