@@ -14,7 +14,11 @@ one thread per policy.
 
 Errors are :class:`GangwayError`\\ s: :class:`BadInput` (a trace, cluster, file or option),
 :class:`BadPolicy` (a policy spec), :class:`SolverError` (the LP solver) and :class:`PolicyFailed`
-(a policy written in Python raised an exception).
+(a policy written in Python raised an exception); a running daemon's refusals are
+:class:`Refused` (its status and message), a daemon out of reach :class:`Unreachable`.
+
+:class:`Client` speaks to a running ``gangway serve`` (submit, jobs, cancel, cordon, nodes, queue,
+events), reading its token where the ``gangway`` command does.
 
 A policy can be written in Python (:func:`register_policy`): it runs in the same engine, beside the
 built-in ones.
@@ -45,6 +49,8 @@ from gangway._native import policies as _policies
 from gangway._native import register_policy as _register_policy
 from gangway._native import simulate as _simulate
 
+from gangway.client import Client, DaemonError, Refused, Unreachable
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas
 
@@ -59,6 +65,8 @@ __all__ = [
     "DEFAULT_POLICIES",
     "BadInput",
     "BadPolicy",
+    "Client",
+    "DaemonError",
     "GangwayError",
     "Grant",
     "JobRecord",
@@ -66,10 +74,12 @@ __all__ = [
     "Policy",
     "PolicyFailed",
     "PolicyResult",
+    "Refused",
     "Results",
     "Round",
     "SolverError",
     "Summary",
+    "Unreachable",
     "builtin_policies",
     "register_policy",
     "simulate",

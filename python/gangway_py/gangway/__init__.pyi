@@ -14,10 +14,17 @@ from gangway._native import PolicyFailed as PolicyFailed
 from gangway._native import Round as Round
 from gangway._native import SolverError as SolverError
 
+from gangway.client import Client as Client
+from gangway.client import DaemonError as DaemonError
+from gangway.client import Refused as Refused
+from gangway.client import Unreachable as Unreachable
+
 __all__ = [
     "DEFAULT_POLICIES",
     "BadInput",
     "BadPolicy",
+    "Client",
+    "DaemonError",
     "GangwayError",
     "Grant",
     "JobRecord",
@@ -25,10 +32,12 @@ __all__ = [
     "Policy",
     "PolicyFailed",
     "PolicyResult",
+    "Refused",
     "Results",
     "Round",
     "SolverError",
     "Summary",
+    "Unreachable",
     "builtin_policies",
     "register_policy",
     "simulate",
