@@ -30,7 +30,7 @@
 //! ```
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::cluster::Cluster;
@@ -98,6 +98,9 @@ pub enum SimulationError {
     /// A policy spec or a setting is wrong.
     #[error(transparent)]
     Config(#[from] SimError),
+    /// The run was stopped before its end ([`SimulationBuilder::stop_when`]).
+    #[error("the simulation was stopped before its end")]
+    Stopped,
 }
 
 /// Where the trace comes from.
@@ -123,6 +126,7 @@ pub struct SimulationBuilder<'a> {
     window: Window,
     fairness: bool,
     progress: Option<ProgressFactory<'a>>,
+    stop: Option<Arc<AtomicBool>>,
 }
 
 impl Default for SimulationBuilder<'_> {
@@ -140,6 +144,7 @@ impl Default for SimulationBuilder<'_> {
             window: Window::default(),
             fairness: true,
             progress: None,
+            stop: None,
         }
     }
 }
@@ -294,6 +299,13 @@ impl<'a> SimulationBuilder<'a> {
         self
     }
 
+    /// Stops every run at its next event once `flag` is set (by another thread: a front end's
+    /// Ctrl-C); [`SimulationBuilder::run`] then answers [`SimulationError::Stopped`].
+    pub fn stop_when(mut self, flag: Arc<AtomicBool>) -> Self {
+        self.stop = Some(flag);
+        self
+    }
+
     /// Checks everything, then runs every policy to the end of the trace (in parallel) and
     /// summarizes each run, in the order the policies were named.
     pub fn run(self) -> Result<Report, SimulationError> {
@@ -316,6 +328,7 @@ impl<'a> SimulationBuilder<'a> {
         let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
         simulation.config = self.config;
         simulation.window = self.window;
+        simulation.stop = self.stop.clone();
         let policy_config = PolicyConfig {
             seed: simulation.config.seed,
             ..self.policy_config
@@ -335,6 +348,9 @@ impl<'a> SimulationBuilder<'a> {
             placer.as_ref(),
             progress.as_ref(),
         )?;
+        if (self.stop.as_ref()).is_some_and(|s| s.load(Ordering::Relaxed)) {
+            return Err(SimulationError::Stopped);
+        }
         Ok(Report { runs })
     }
 }

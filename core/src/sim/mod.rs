@@ -24,6 +24,7 @@ pub use builder::{PolicyRun, Report, SimulationBuilder, SimulationError};
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -146,6 +147,9 @@ pub struct Simulation<'a> {
     pub config: SimConfig,
     /// The jobs its summary measures (all, by default).
     pub window: Window,
+    /// Set by another thread to stop the run at its next event (Ctrl-C in a front end); what ran
+    /// by then is its result. `None`: it runs to its end.
+    pub stop: Option<Arc<AtomicBool>>,
 }
 
 impl<'a> Simulation<'a> {
@@ -158,6 +162,7 @@ impl<'a> Simulation<'a> {
             model,
             config: SimConfig::default(),
             window: Window::default(),
+            stop: None,
         }
     }
 
@@ -193,7 +198,11 @@ impl<'a> Simulation<'a> {
         // When the previous scheduling pass ran.
         let mut last_pass = f64::NEG_INFINITY;
         let mut last_event = now;
+        let stopped = || (self.stop.as_ref()).is_some_and(|s| s.load(Ordering::Relaxed));
         loop {
+            if stopped() {
+                break;
+            }
             // The next event: a completion, an arrival, or the round boundary.
             let arrival_at = trace_jobs.get(next_arrival).map(|j| j.arrival);
             let completion_at = engine.peek_completion();

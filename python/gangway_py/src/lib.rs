@@ -7,7 +7,9 @@
 mod policy;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
@@ -168,10 +170,14 @@ fn run_json(run: &gangway::core::sim::builder::PolicyRun) -> serde_json::Value {
 
 /// Runs `request` with the built-in policies and answers as JSON (the Python half reads it into
 /// objects): `{"notes": [...], "runs": [...]}`.
-fn run(request: &SimulateRequest, registry: &Registry) -> anyhow::Result<String> {
+fn run(
+    request: &SimulateRequest,
+    registry: &Registry,
+    stop: Arc<AtomicBool>,
+) -> anyhow::Result<String> {
     let mut notes = Vec::new();
     let prepared = request.prepare(registry, &mut |note| notes.push(note))?;
-    let report: Report = prepared.builder(registry).run()?;
+    let report: Report = prepared.builder(registry).stop_when(stop).run()?;
     let runs: Vec<serde_json::Value> = report.runs.iter().map(run_json).collect();
     Ok(serde_json::to_string(
         &serde_json::json!({ "notes": notes, "runs": runs }),
@@ -266,7 +272,27 @@ fn simulate(
     };
     let failures = policy::Failures::default();
     let registry = registry(py, &failures)?;
-    let answer = py.detach(|| run(&request, &registry));
+    // The runs go on a thread of their own while this one, holding the GIL only between naps, looks
+    // at Python's signals: Ctrl-C stops them at their next event and raises KeyboardInterrupt.
+    let stop = Arc::new(AtomicBool::new(false));
+    let (answer, interrupted) = std::thread::scope(|scope| {
+        let worker = scope.spawn(|| run(&request, &registry, Arc::clone(&stop)));
+        let mut interrupted = None;
+        while !worker.is_finished() {
+            py.detach(|| std::thread::sleep(Duration::from_millis(50)));
+            if let Err(signal) = py.check_signals() {
+                stop.store(true, Ordering::Relaxed);
+                interrupted = Some(signal);
+                break;
+            }
+        }
+        let answer = py.detach(|| worker.join());
+        (answer, interrupted)
+    });
+    if let Some(signal) = interrupted {
+        return Err(signal);
+    }
+    let answer = answer.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     // A policy's exception first: whatever the run then made of its empty answers is its doing.
     if let Some((name, err)) = failures.lock().expect("not poisoned").drain(..).next() {
         let traceback = py
