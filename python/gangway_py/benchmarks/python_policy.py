@@ -1,5 +1,6 @@
-"""A FIFO written in Python against gangway's `fifo` (Rust) and LAS (`max_min_fairness`) on the
-bundled 6,000-job Gavel trace: wall seconds of each run (the engine's `wall_s`), best of three.
+"""Policies written in Python against gangway's own on the bundled 6,000-job Gavel trace: a FIFO
+against `fifo`, and a least-attained-service policy against Gavel's LAS (`max_min_fairness`, an LP
+each round); wall seconds of each run (the engine's `wall_s`), best of three.
 
     python python/gangway_py/benchmarks/python_policy.py
 """
@@ -10,11 +11,31 @@ import sys
 from pathlib import Path
 
 import gangway
+from gangway import Grant, Round
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import test_policy  # noqa: E402  (registers `test_py_fifo`)
 
 assert test_policy.Fifo
+
+
+class LeastAttained:
+    """Least attained service first, every round: the jobs with the fewest GPU-seconds run, each on
+    the fastest GPU type with room (Tiresias' LAS without its queues; preemptive)."""
+
+    def allocate(self, round: Round) -> list[Grant]:
+        free = list(round.capacity)
+        grants = []
+        for job in sorted(round.jobs, key=lambda j: (j.attained_gpu_seconds, j.arrival)):
+            fits = [t for t in range(len(free)) if free[t] >= job.gpus and job.rates[t] > 0]
+            if fits:
+                best = max(fits, key=lambda t: job.rates[t])
+                free[best] -= job.gpus
+                grants.append(Grant(job.id, best, job.gpus))
+        return grants
+
+
+gangway.register_policy("bench_py_las", LeastAttained)
 
 
 def best_wall(spec: str) -> tuple[float, float]:
@@ -29,3 +50,5 @@ if __name__ == "__main__":
     print(f"fifo (Python)           {python:7.3f} s  avg JCT {jct:.4f} h  ({python / rust:.1f}x)")
     las, jct = best_wall("max_min_fairness")
     print(f"max_min_fairness (Rust) {las:7.3f} s  avg JCT {jct:.4f} h")
+    python, jct = best_wall("bench_py_las")
+    print(f"LAS (Python)            {python:7.3f} s  avg JCT {jct:.4f} h  ({python / las:.1f}x)")
