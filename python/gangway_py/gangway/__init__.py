@@ -38,6 +38,7 @@ from gangway._native import (
     DEFAULT_POLICIES,
     BadInput,
     BadPolicy,
+    Daemon,
     GangwayError,
     Grant,
     JobView,
@@ -47,6 +48,7 @@ from gangway._native import (
 )
 from gangway._native import policies as _policies
 from gangway._native import register_policy as _register_policy
+from gangway._native import serve as _serve
 from gangway._native import simulate as _simulate
 
 from gangway.client import Client, DaemonError, Refused, Unreachable
@@ -66,6 +68,7 @@ __all__ = [
     "BadInput",
     "BadPolicy",
     "Client",
+    "Daemon",
     "DaemonError",
     "GangwayError",
     "Grant",
@@ -82,6 +85,7 @@ __all__ = [
     "Unreachable",
     "builtin_policies",
     "register_policy",
+    "serve",
     "simulate",
 ]
 
@@ -340,6 +344,39 @@ def register_policy(
     True
     """
     _register_policy(name, factory, summary)
+
+
+def serve(
+    *,
+    policy: str,
+    cluster: str,
+    listen: str = "127.0.0.1:7878",
+    journal: Union[str, "os.PathLike[str]"] = ".gangway/journal",
+    round: float = 60.0,
+    time_scale: float = 1.0,
+) -> Daemon:
+    """Starts the control plane in this process, as ``gangway serve --cluster CLUSTER`` does, on
+    simulated workers, and returns it running: a policy registered from Python (or any built-in
+    one) schedules its jobs, which :class:`Client` submits through its API at ``listen``.
+
+    An exception in a Python policy fails that round only: running jobs keep their GPUs, the
+    daemon goes on serving, the next round asks again, and the failure, with the traceback, is in
+    ``Client.stats()["last_round_failure"]`` (and ``/metrics``). ``time_scale`` runs its time that
+    many times faster than the wall clock.
+
+    >>> with gangway.serve(policy="fifo", cluster="v100=4", listen="127.0.0.1:7979",
+    ...                    journal="/tmp/gw-journal", time_scale=60) as daemon:  # doctest: +SKIP
+    ...     client = gangway.Client(daemon.address, token_file=daemon.token_file)
+    ...     job = client.submit(gpus=2, work=600)
+    """
+    return _serve(
+        policy=policy,
+        cluster=cluster,
+        listen=listen,
+        journal=os.fspath(journal),
+        round=round,
+        time_scale=time_scale,
+    )
 
 
 def builtin_policies() -> list[tuple[str, str]]:

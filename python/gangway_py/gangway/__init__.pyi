@@ -7,6 +7,7 @@ import pandas  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
 from gangway._native import BadInput as BadInput
 from gangway._native import BadPolicy as BadPolicy
+from gangway._native import Daemon as Daemon
 from gangway._native import GangwayError as GangwayError
 from gangway._native import Grant as Grant
 from gangway._native import JobView as JobView
@@ -24,6 +25,7 @@ __all__ = [
     "BadInput",
     "BadPolicy",
     "Client",
+    "Daemon",
     "DaemonError",
     "GangwayError",
     "Grant",
@@ -40,6 +42,7 @@ __all__ = [
     "Unreachable",
     "builtin_policies",
     "register_policy",
+    "serve",
     "simulate",
 ]
 
@@ -113,6 +116,15 @@ def register_policy(
     name: str, factory: Callable[[], Policy], summary: Optional[str] = None
 ) -> None: ...
 def builtin_policies() -> list[tuple[str, str]]: ...
+def serve(
+    *,
+    policy: str,
+    cluster: str,
+    listen: str = "127.0.0.1:7878",
+    journal: Union[str, os.PathLike[str]] = ".gangway/journal",
+    round: float = 60.0,
+    time_scale: float = 1.0,
+) -> Daemon: ...
 def simulate(
     trace: Optional[Trace] = None,
     *,

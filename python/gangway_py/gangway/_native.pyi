@@ -80,6 +80,27 @@ class Grant:
 
 def policies() -> list[tuple[str, str]]: ...
 def register_policy(name: str, factory: Callable[[], Any], summary: Optional[str] = None) -> None: ...
+
+class Daemon:
+    """A control plane running in this process (:func:`gangway.serve`)."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def token_file(self) -> Optional[str]: ...
+    def stop(self) -> None: ...
+    def __enter__(self) -> "Daemon": ...
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> bool: ...
+
+def serve(
+    *,
+    policy: str,
+    cluster: str,
+    listen: str,
+    journal: str,
+    round: float = ...,
+    time_scale: float = ...,
+) -> Daemon: ...
 def simulate(
     *,
     trace_kind: str,

@@ -15,11 +15,14 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 
+use gangway::actors::api::Listen;
+use gangway::actors::plane::ControlPlane;
 use gangway::core::error::{InputError, SimError};
 use gangway::core::metrics::Window;
 use gangway::core::policy::{BuildError, Registry};
 use gangway::core::sim::builder::{Report, SimulationError};
 use gangway::core::solver::SolveError;
+use gangway::plane::{ApiOptions, ControlPlaneBuilder};
 use gangway::scenario::ScenarioArgs;
 use gangway::simulate::{SimulateRequest, TraceInput};
 
@@ -62,13 +65,13 @@ create_exception!(
 /// The policies written in Python, registered by `gangway.register_policy`, in order.
 static PYTHON_POLICIES: Mutex<Vec<policy::Registered>> = Mutex::new(Vec::new());
 
-/// The built-in policies and those registered from Python, each run's failures kept in
-/// `failures`.
-fn registry(py: Python<'_>, failures: &policy::Failures) -> PyResult<Registry> {
+/// The built-in policies and those registered from Python, their exceptions handled as
+/// `on_error` says.
+fn registry(py: Python<'_>, on_error: &policy::OnError) -> PyResult<Registry> {
     let mut registry = Registry::with_builtins();
     for p in PYTHON_POLICIES.lock().expect("not poisoned").iter() {
         registry
-            .register(policy::entry(py, p, failures))
+            .register(policy::entry(py, p, on_error))
             .map_err(|e| BadPolicy::new_err(e.to_string()))?;
     }
     Ok(registry)
@@ -271,7 +274,7 @@ fn simulate(
         },
     };
     let failures = policy::Failures::default();
-    let registry = registry(py, &failures)?;
+    let registry = registry(py, &policy::OnError::Stop(Arc::clone(&failures)))?;
     // The runs go on a thread of their own while this one, holding the GIL only between naps, looks
     // at Python's signals: Ctrl-C stops them at their next event and raises KeyboardInterrupt.
     let stop = Arc::new(AtomicBool::new(false));
@@ -295,14 +298,7 @@ fn simulate(
     let answer = answer.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
     // A policy's exception first: whatever the run then made of its empty answers is its doing.
     if let Some((name, err)) = failures.lock().expect("not poisoned").drain(..).next() {
-        let traceback = py
-            .import("traceback")?
-            .call_method1(
-                "format_exception",
-                (err.get_type(py), err.value(py), err.traceback(py)),
-            )?
-            .extract::<Vec<String>>()?
-            .concat();
+        let traceback = policy::traceback(py, &err);
         let failed = PolicyFailed::new_err(format!(
             "policy `{name}` raised an exception, which stopped its run:\n{traceback}"
         ));
@@ -334,9 +330,10 @@ fn register_policy(
         factory,
     };
     // Checked against every name there is now, built-in or registered.
-    let mut check = registry(py, &Arc::default())?;
+    let stop = policy::OnError::Stop(Arc::default());
+    let mut check = registry(py, &stop)?;
     check
-        .register(policy::entry(py, &registered, &Arc::default()))
+        .register(policy::entry(py, &registered, &stop))
         .map_err(|e| BadPolicy::new_err(e.to_string()))?;
     PYTHON_POLICIES
         .lock()
@@ -345,11 +342,98 @@ fn register_policy(
     Ok(())
 }
 
+/// A control plane started from Python (`gangway.serve`): the daemon `gangway serve` runs, in this
+/// process, on simulated workers, with the policies registered from Python beside the built-in ones.
+#[pyclass(module = "gangway._native")]
+struct Daemon {
+    plane: Mutex<Option<ControlPlane>>,
+    address: String,
+    token_file: Option<String>,
+}
+
+#[pymethods]
+impl Daemon {
+    /// Where its API listens: `HOST:PORT` or `unix:PATH` (what `gangway.Client` takes).
+    #[getter]
+    fn address(&self) -> String {
+        self.address.clone()
+    }
+
+    /// The file its API token is in (TCP), for `gangway.Client(token_file=...)`.
+    #[getter]
+    fn token_file(&self) -> Option<String> {
+        self.token_file.clone()
+    }
+
+    /// Stops it: running jobs stop where they are (the journal keeps them for a restart).
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let plane = self.plane.lock().expect("not poisoned").take();
+        if let Some(plane) = plane {
+            py.detach(|| plane.shutdown())
+                .map_err(|e| GangwayError::new_err(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _kind: Py<PyAny>,
+        _value: Py<PyAny>,
+        _traceback: Py<PyAny>,
+    ) -> PyResult<bool> {
+        self.stop(py)?;
+        Ok(false)
+    }
+}
+
+/// Starts the control plane in this process: see `gangway.serve`.
+#[pyfunction]
+#[pyo3(signature = (*, policy, cluster, listen, journal, round=60.0, time_scale=1.0))]
+fn serve(
+    py: Python<'_>,
+    policy: String,
+    cluster: String,
+    listen: String,
+    journal: PathBuf,
+    round: f64,
+    time_scale: f64,
+) -> PyResult<Daemon> {
+    let listen: Listen = listen
+        .parse()
+        .map_err(|e: String| BadInput::new_err(format!("listen: {e}")))?;
+    let token_file =
+        (matches!(listen, Listen::Tcp(_))).then(|| journal.join("api-token").display().to_string());
+    let registry = registry(py, &policy::OnError::FailRound)?;
+    let builder = ControlPlaneBuilder::new()
+        .cluster_spec(cluster)
+        .policy(policy)
+        .registry(registry)
+        .simulated_workers()
+        .round(round)
+        .time_scale(time_scale)
+        .journal(journal)
+        .listen(ApiOptions::new(listen.clone()));
+    // Starting makes the policy, which may be Python's: the GIL must be free for it.
+    let plane = py
+        .detach(|| builder.start())
+        .map_err(|e| to_py(py, &anyhow::Error::new(e)))?;
+    Ok(Daemon {
+        plane: Mutex::new(Some(plane)),
+        address: listen.to_string(),
+        token_file,
+    })
+}
+
 /// The names of the built-in policies with their one-line summaries, as `--policy help` lists
 /// them (without the knobs).
 #[pyfunction]
 fn policies(py: Python<'_>) -> PyResult<Vec<(String, String)>> {
-    Ok(registry(py, &Arc::default())?
+    Ok(registry(py, &policy::OnError::Stop(Arc::default()))?
         .entries()
         .map(|p| (p.name().to_owned(), p.summary_line().to_owned()))
         .collect())
@@ -362,6 +446,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(simulate, m)?)?;
     m.add_function(wrap_pyfunction!(policies, m)?)?;
     m.add_function(wrap_pyfunction!(register_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add_class::<Daemon>()?;
     m.add_class::<policy::Grant>()?;
     m.add_class::<policy::Round>()?;
     m.add_class::<policy::JobView>()?;

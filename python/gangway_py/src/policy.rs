@@ -107,22 +107,55 @@ impl Grant {
 /// The first failure of a run's Python policies: the policy's name and the error.
 pub type Failures = Arc<Mutex<Vec<(String, PyErr)>>>;
 
+/// `err` with its Python traceback, as Python prints it.
+pub fn traceback(py: Python<'_>, err: &PyErr) -> String {
+    let formatted = py.import("traceback").and_then(|tb| {
+        tb.call_method1(
+            "format_exception",
+            (err.get_type(py), err.value(py), err.traceback(py)),
+        )?
+        .extract::<Vec<String>>()
+    });
+    formatted.map_or_else(|_| err.to_string(), |lines| lines.concat())
+}
+
+/// What a Python policy's exception does.
+#[derive(Clone)]
+pub enum OnError {
+    /// In a simulation: the policy stops answering (the run then ends as stalled) and the error is
+    /// kept, for the call to raise.
+    Stop(Failures),
+    /// In a control plane: the round fails (a panic, which the control plane catches: running jobs
+    /// keep their GPUs, the failure is counted and shown with the traceback) and the next round asks
+    /// again.
+    FailRound,
+}
+
 /// A policy object, called with the GIL held once per round.
 struct PythonPolicy {
     name: String,
     object: Option<Py<PyAny>>,
     /// What the object's `changes_with_time` said when it was made (default true).
     changes_with_time: bool,
-    failures: Failures,
+    on_error: OnError,
+    /// Why the object could not be made (in a control plane, said every round).
+    unmade: Option<String>,
 }
 
 impl PythonPolicy {
-    fn fail(&mut self, err: PyErr) {
-        self.object = None;
-        self.failures
-            .lock()
-            .expect("not poisoned")
-            .push((self.name.clone(), err));
+    fn fail(&mut self, err: PyErr, traceback: String) {
+        match &self.on_error {
+            OnError::Stop(failures) => {
+                self.object = None;
+                failures
+                    .lock()
+                    .expect("not poisoned")
+                    .push((self.name.clone(), err));
+            }
+            OnError::FailRound => {
+                panic!("policy `{}` raised an exception:\n{traceback}", self.name)
+            }
+        }
     }
 
     fn round<'py>(&self, py: Python<'py>, input: &RoundInput<'_>) -> PyResult<Bound<'py, Round>> {
@@ -213,13 +246,21 @@ impl Policy for PythonPolicy {
 
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<policy::Grant> {
         let Some(object) = self.object.as_ref() else {
+            if let (OnError::FailRound, Some(why)) = (&self.on_error, &self.unmade) {
+                panic!("policy `{}` could not be made:\n{why}", self.name);
+            }
             return Vec::new();
         };
-        let answer = Python::attach(|py| self.grants(py, object, input));
+        let answer = Python::attach(|py| {
+            (self.grants(py, object, input)).map_err(|err| {
+                let text = traceback(py, &err);
+                (err, text)
+            })
+        });
         match answer {
             Ok(grants) => grants,
-            Err(err) => {
-                self.fail(err);
+            Err((err, text)) => {
+                self.fail(err, text);
                 Vec::new()
             }
         }
@@ -238,10 +279,10 @@ pub struct Registered {
 }
 
 /// The core registry's entry for `policy`: each run calls its factory (with the GIL) and wraps
-/// the object made; a failure is kept in `failures`.
-pub fn entry(py: Python<'_>, policy: &Registered, failures: &Failures) -> PolicyEntry {
+/// the object made; an exception does what `on_error` says.
+pub fn entry(py: Python<'_>, policy: &Registered, on_error: &OnError) -> PolicyEntry {
     let factory = policy.factory.clone_ref(py);
-    let (name, failures) = (policy.name.clone(), Arc::clone(failures));
+    let (name, on_error) = (policy.name.clone(), on_error.clone());
     PolicyEntry::new(policy.name.clone(), move |_config| {
         let made = Python::attach(|py| {
             let object = factory.bind(py).call0()?;
@@ -256,14 +297,21 @@ pub fn entry(py: Python<'_>, policy: &Registered, failures: &Failures) -> Policy
             name: name.clone(),
             object: None,
             changes_with_time: true,
-            failures: Arc::clone(&failures),
+            on_error: on_error.clone(),
+            unmade: None,
         };
         match made {
             Ok((object, changes)) => {
                 policy.object = Some(object);
                 policy.changes_with_time = changes;
             }
-            Err(err) => policy.fail(err),
+            // In a control plane the policy is made as it starts: its rounds then fail, saying why.
+            Err(err) => match &on_error {
+                OnError::Stop(_) => policy.fail(err, String::new()),
+                OnError::FailRound => {
+                    policy.unmade = Some(Python::attach(|py| traceback(py, &err)));
+                }
+            },
         }
         Box::new(policy)
     })
