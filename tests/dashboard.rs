@@ -198,6 +198,26 @@ impl Daemon {
         self.api.get(path).unwrap().body_mut().read_json().unwrap()
     }
 
+    /// Reads `path` until `done` holds of its answer, and returns that answer; panics after
+    /// `within`, saying `what` and the last answer.
+    fn eventually(
+        &self,
+        path: &str,
+        within: Duration,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let answer = self.json(path);
+            if done(&answer) {
+                return answer;
+            }
+            assert!(Instant::now() < deadline, "{what}: {answer}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn submit(&self, gpus: u32, tenant: &str, work: f64) -> u64 {
         let body = json!({ "gpus": gpus, "work": work, "tenant": tenant });
         let mut answer = self.api.post("/jobs", &body).unwrap();
@@ -360,23 +380,19 @@ async fn a_cordoned_gpu_shows_its_reason_and_the_page_cordons_through_the_api() 
     cell.click().await.unwrap();
     let button = browser.client.find(Locator::Id("cordon")).await.unwrap();
     button.click().await.unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let nodes = daemon.json("/nodes");
-        let out: Vec<u64> = (nodes.as_array().unwrap().iter())
+    let out_of_service = |nodes: &Value| -> Vec<u64> {
+        (nodes.as_array().unwrap().iter())
             .flat_map(|n| n["out_of_service"].as_array().into_iter().flatten())
             .map(|pair| pair[0].as_u64().unwrap())
-            .collect();
-        if out.contains(&9) {
-            assert!(out.contains(&3));
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the page's cordon did not reach the API: {out:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .collect()
+    };
+    let nodes = daemon.eventually(
+        "/nodes",
+        Duration::from_secs(10),
+        "the page's cordon reaching the API",
+        |nodes| out_of_service(nodes).contains(&9),
+    );
+    assert!(out_of_service(&nodes).contains(&3));
     browser
         .until(
             "return document.querySelector('#servers .gpu[data-gpu=\"9\"]').dataset.out === 'cordoned'",
@@ -435,15 +451,12 @@ fn the_queue_in_the_policys_order_the_history_and_a_jobs_gpus_over_time_are_serv
     daemon.submit(8, "x", 3_000.0);
     let all = daemon.submit(8, "x", 3_000.0);
     let (big, small) = (daemon.submit(8, "y", 60.0), daemon.submit(1, "z", 60.0));
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let job = loop {
-        let job = daemon.json(&format!("/jobs/{all}"));
-        if job["phase"] == "running" {
-            break job;
-        }
-        assert!(Instant::now() < deadline, "job {all} did not start: {job}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let job = daemon.eventually(
+        &format!("/jobs/{all}"),
+        Duration::from_secs(20),
+        "the job starting",
+        |job| job["phase"] == "running",
+    );
     let histories = daemon.json(&format!("/gpu-history?jobs={all},{big},424242"));
     let history = histories[all.to_string()].as_array().unwrap();
     assert_eq!(history.len(), 1, "{histories}");
@@ -455,34 +468,24 @@ fn the_queue_in_the_policys_order_the_history_and_a_jobs_gpus_over_time_are_serv
     assert_eq!(history[0]["gpus"], json!(8));
     assert!(history[0]["at"].as_f64().unwrap() >= job["submitted"].as_f64().unwrap());
     // FIFO: the 8-GPU job heads the queue and holds back the 1-GPU one behind it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let queue = daemon.json("/queue");
-        if queue["jobs"] == json!([big, small]) {
-            assert_eq!(queue["by"], "policy");
-            break;
-        }
-        assert!(Instant::now() < deadline, "{queue}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let queue = daemon.eventually("/queue", Duration::from_secs(10), "FIFO's queue", |q| {
+        q["jobs"] == json!([big, small])
+    });
+    assert_eq!(queue["by"], "policy");
     // A sample every 5 s: the second one shows tenant x holding every GPU.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let samples = daemon.json("/history");
-        let last = samples
+    let last = |samples: &Value| {
+        samples
             .as_array()
             .unwrap()
             .last()
             .cloned()
-            .unwrap_or_default();
-        if last["tenants"] == json!({ "x": 16 }) {
-            assert_eq!(last["busy_gpus"], json!(16));
-            assert_eq!(last["queued_jobs"], json!(2));
-            break;
-        }
-        assert!(Instant::now() < deadline, "{samples}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+            .unwrap_or_default()
+    };
+    let samples = daemon.eventually("/history", Duration::from_secs(20), "a sample", |s| {
+        last(s)["tenants"] == json!({ "x": 16 })
+    });
+    assert_eq!(last(&samples)["busy_gpus"], json!(16));
+    assert_eq!(last(&samples)["queued_jobs"], json!(2));
 }
 
 /// The cookie as the daemon sets it, from a code redeemed as the login page does.

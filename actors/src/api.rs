@@ -565,12 +565,17 @@ async fn list(
     Ok(response)
 }
 
+/// A query parameter's comma-separated list, its commas decoded if a client percent-encoded them.
+fn list_value(value: &str) -> String {
+    value.replace("%2C", ",").replace("%2c", ",")
+}
+
 /// The page of the job list `query` asks for (`phase=a,b`, `after=ID`, `limit=N`).
 fn job_page(query: &str) -> Result<JobPage, ApiError> {
     let mut page = JobPage::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = value.replace("%2C", ",").replace("%2c", ",");
+        let value = list_value(value);
         let bad = |problem: String| {
             let name = request::escape(name);
             ApiError(StatusCode::BAD_REQUEST, format!("`{name}`: {problem}"))
@@ -760,7 +765,7 @@ async fn gpu_history(
             "`GET /gpu-history` takes one parameter, jobs=ID,ID,...".into(),
         ));
     };
-    let list = list.replace("%2C", ",").replace("%2c", ",");
+    let list = list_value(list);
     let ids: Vec<JobId> = (list.split(',').filter(|s| !s.is_empty()))
         .map(job_id)
         .collect::<Result<_, _>>()?;

@@ -98,7 +98,7 @@ async function refresh() {
     state.jobs = jobs;
     state.byId = new Map(jobs.map((j) => [j.id, j]));
     // Only the shown rows' GPU histories: a list of every job's would be several times larger.
-    const shown = shownJobs().map((j) => j.id);
+    const shown = page(filteredJobs()).shown.map((j) => j.id);
     state.gpuHistory = shown.length ? await get(`/gpu-history?jobs=${shown.join(',')}`) : {};
     if (Date.now() - state.lastHistory >= HISTORY_MS) {
       state.lastHistory = Date.now();
@@ -286,17 +286,15 @@ function filteredJobs() {
     : state.jobs;
 }
 
-function shownJobs() {
-  const jobs = filteredJobs();
+function page(jobs) {
   const pages = Math.max(1, Math.ceil(jobs.length / ROWS));
   state.page = Math.min(state.page, pages - 1);
-  return jobs.slice(state.page * ROWS, (state.page + 1) * ROWS);
+  return { shown: jobs.slice(state.page * ROWS, (state.page + 1) * ROWS), pages };
 }
 
 function renderJobs() {
   const jobs = filteredJobs();
-  const pages = Math.max(1, Math.ceil(jobs.length / ROWS));
-  const shown = shownJobs();
+  const { shown, pages } = page(jobs);
   const rows = shown.map((job) => {
     const types = [...new Set(job.placement.map((g) => state.gpuType[g]))].join(', ');
     const restarts = job.preemptions + job.migrations;
