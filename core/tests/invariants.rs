@@ -527,6 +527,8 @@ mod elastic {
         "pollux",
         "sia",
         "sia:learned=1",
+        "ramp",
+        "ramp:learned=1",
         "optimus",
         "tiresias_pollux",
     ];
@@ -648,7 +650,7 @@ mod elastic {
         /// The goodput programs count GPUs per type; what they grant must still fit on servers.
         #[test]
         fn goodput_grants_are_placed((trace, cluster) in workload()) {
-            for name in ["pollux", "sia", "sia:learned=1"] {
+            for name in ["pollux", "sia", "sia:learned=1", "ramp"] {
                 let mut watched = Unplaced {
                     inner: policy::builtin().build(name, &PolicyConfig::default(), &policy::Capabilities::ALL).unwrap(),
                     granted: Vec::new(),

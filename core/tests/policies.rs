@@ -155,7 +155,7 @@ macro_rules! every_policy {
 
 every_policy! {
     // Run on goodput workloads in their own tests (core/src/policy/*, tests/elastic_fidelity.rs).
-    needs goodput: optimus, sia, pollux;
+    needs goodput: optimus, sia, ramp, pollux;
     fifo: fair = false;
     fifo_perf: fair = false;
     yarn_cs: fair = false;

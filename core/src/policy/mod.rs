@@ -43,6 +43,7 @@ pub mod optimus;
 pub mod ordered;
 pub mod pick;
 pub mod pollux;
+pub mod ramp;
 pub mod registry;
 pub mod resourced;
 pub mod sia;
@@ -451,6 +452,7 @@ pub(crate) fn register_builtins(registry: &mut Registry) -> Result<(), RegistryE
     hadar::register(registry)?;
     optimus::register(registry)?;
     sia::register(registry)?;
+    ramp::register(registry)?;
     pollux::register(registry)?;
     Ok(())
 }
@@ -511,7 +513,7 @@ mod tests {
         // `with_builtins` registers through the public call, which refuses a name twice and a
         // default outside its range: building it is the check.
         let registry = Registry::with_builtins();
-        assert_eq!(registry.entries().count(), 31);
+        assert_eq!(registry.entries().count(), 32);
         assert!(
             registry
                 .get("las")

@@ -21,6 +21,10 @@
 //!
 //! It needs a goodput model (a Pollux or Sia workload); with another model jobs get the GPUs they asked
 //! for, first come first served.
+//!
+//! The choices above that are Sia's own (the power, what leaving a job out costs, the batches it
+//! prices with, how fast a job may grow, how dear a move is) are a public [`Settings`]: a policy may
+//! run the same program with its own through [`Sia::with`] (as `ramp` does, `super::ramp`).
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
@@ -34,10 +38,53 @@ use crate::throughput::goodput::{
     BatchPlan, Elastic, Learned, batch_range, optimize, restart_factor, search_batch,
 };
 
-/// The fairness power: below 0, large speedups count for less.
-const POWER: f64 = -0.5;
-/// What leaving a job without GPUs costs, above any configuration's `G^p` (at most 1).
-const LEFT_OUT: f64 = 1.1;
+/// The choices that make the program Sia's ([`Settings::SIA`]), for a policy that runs it with its
+/// own ([`Sia::with`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Settings {
+    /// The fairness power p of the objective `sum x (left_out - G^p)`: below 0, large speedups count
+    /// for less (Sia: -0.5).
+    pub power: f64,
+    /// What leaving a job without GPUs costs, above any configuration's `G^p`, which is at most 1
+    /// (Sia: 1.1).
+    pub left_out: f64,
+    /// Price every configuration with batches up to the application's largest, the batch the chosen
+    /// one runs at; Sia prices with batches up to the workload's (its tuned batch).
+    pub price_full_batch_range: bool,
+    /// The most GPUs a job may take before it has held any (Sia: 1).
+    pub first_gpus: u32,
+    /// The most GPUs a job may take, as a multiple of the most it has held (Sia: 2).
+    pub growth: f64,
+    /// The restart factor is raised to this power: above 1, a job that has restarted often pays more
+    /// for the next restart (Sia: 1).
+    pub restart_exponent: f64,
+    /// A configuration other than the job's last is discounted by this fraction besides the restart
+    /// factor, so that a near tie does not move it (Sia: 0).
+    pub move_margin: f64,
+    /// Learn each job's throughputs from its runs and bootstrap the GPU types it has not run on, as
+    /// Sia does, rather than read them from the profiles (an oracle).
+    pub learns: bool,
+}
+
+impl Settings {
+    /// Sia's, with throughputs read from the profiles.
+    pub const SIA: Settings = Settings {
+        power: -0.5,
+        left_out: 1.1,
+        price_full_batch_range: false,
+        first_gpus: 1,
+        growth: 2.0,
+        restart_exponent: 1.0,
+        move_margin: 0.0,
+        learns: false,
+    };
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings::SIA
+    }
+}
 
 /// One way to run a job: `gpus` GPUs of `gpu_type`, on `nodes` whole servers (1 for part of one).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,9 +106,10 @@ struct Goodputs {
     best: FxHashMap<(Config, u32), Option<(f64, BatchPlan)>>,
 }
 
-/// Sia's goodput-driven allocation.
+/// Sia's goodput-driven allocation (with [`Settings::SIA`], or a policy's own through [`Sia::with`]).
 #[derive(Debug, Default)]
 pub struct Sia {
+    settings: Settings,
     /// Each job's configuration when it last got one (kept while it waits).
     previous: FxHashMap<JobId, Config>,
     /// Each job's restarts so far (changes of configuration after its first).
@@ -71,8 +119,7 @@ pub struct Sia {
     /// Each job's best goodputs and batch plans while its epoch and measurements stay the same:
     /// neither profiles nor past measurements change, and a job's epoch only moves on.
     cache: FxHashMap<JobId, Goodputs>,
-    /// Goodput from what each job measured as it ran (Sia proper), rather than from the profiles.
-    learns: bool,
+    /// Goodput from what each job measured as it ran (with [`Settings::learns`]).
     learned: FxHashMap<JobId, Learned>,
     /// Whether it said that the model has no goodput to allocate by.
     unmet_said: bool,
@@ -236,6 +283,16 @@ fn learned_plan(
     Some(BatchPlan::split(batch, replicas, app, profile.max_local))
 }
 
+impl Sia {
+    /// Sia's program with `settings`.
+    pub fn with(settings: Settings) -> Sia {
+        Sia {
+            settings,
+            ..Sia::default()
+        }
+    }
+}
+
 impl Policy for Sia {
     fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
         let Some(elastic) = input.model.elastic() else {
@@ -248,7 +305,8 @@ impl Policy for Sia {
         self.most.retain(|job, _| active.contains(job));
         self.cache.retain(|job, _| active.contains(job));
         self.learned.retain(|job, _| active.contains(job));
-        if self.learns {
+        let settings = self.settings;
+        if settings.learns {
             super::measured::learn(&mut self.learned, input, elastic, |t| t.0);
         }
         let configs = configurations(elastic, input.capacity);
@@ -261,16 +319,21 @@ impl Policy for Sia {
                 continue;
             };
             let (epoch, _) = app.epoch_at(view.steps_done);
-            let limit = (2 * self.most.get(&job.id).copied().unwrap_or(0)).max(1);
+            let most = self.most.get(&job.id).copied().unwrap_or(0);
+            let limit = ((settings.growth * f64::from(most)) as u32).max(settings.first_gpus);
             // Sia prices configurations with batches up to the workload's (its tuned batch), and runs
             // the chosen one at the best batch up to the application's largest.
-            let priced_up_to = job.batch.unwrap_or(app.max_batch);
+            let priced_up_to = if settings.price_full_batch_range {
+                batch_range(job, app).1
+            } else {
+                job.batch.unwrap_or(app.max_batch)
+            };
             let learned = self.learned.get(&job.id).filter(|l| l.has_run());
             let state = learned.map_or((0, 0, 0), |l| {
                 let (sqr, var) = l.grad.unwrap_or_default();
                 (l.measured(), sqr.to_bits(), var.to_bits())
             });
-            let learns = self.learns;
+            let learns = settings.learns;
             let known = self.cache.entry(job.id).or_default();
             if known.state != (epoch, state) {
                 *known = Goodputs {
@@ -320,12 +383,13 @@ impl Policy for Sia {
             } else {
                 restart_factor(age, penalty, restarts)
             };
+            let moved = restart.powf(settings.restart_exponent) * (1.0 - settings.move_margin);
             // A job still paying its restart delay keeps its configuration.
             let pinned = view.running.is_some_and(|r| r.restarting);
             let mut row = Vec::new();
             let mut choices = Choices {
                 options: Vec::new(),
-                left_out: (!pinned).then_some(LEFT_OUT),
+                left_out: (!pinned).then_some(settings.left_out),
             };
             for (config, goodput, plan) in goodputs {
                 if pinned && Some(config) != current {
@@ -333,13 +397,13 @@ impl Policy for Sia {
                 }
                 let mut normalized = goodput / smallest;
                 if previous.is_some_and(|p| p != config) {
-                    normalized *= restart;
+                    normalized *= moved;
                 }
                 // A discounted (or tiny) goodput can cost more than leaving the job out.
                 choices.options.push(Candidate {
                     gpu_type: config.gpu_type,
                     gpus: config.gpus,
-                    cost: normalized.max(1e-4).powf(POWER),
+                    cost: normalized.max(1e-4).powf(settings.power),
                 });
                 row.push((config, plan));
             }
@@ -389,7 +453,8 @@ impl Policy for Sia {
     }
 }
 
-const LEARNED: Knob = Knob {
+/// The `learned` knob, shared with the policies that run this program.
+pub const LEARNED: Knob = Knob {
     name: "learned",
     default: 0.0,
     range: KnobRange::Flag,
@@ -400,10 +465,10 @@ const LEARNED: Knob = Knob {
 pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register(
         PolicyEntry::new("sia", |config| {
-            Box::new(Sia {
+            Box::new(Sia::with(Settings {
                 learns: config.knob("learned") == 1.0,
-                ..Sia::default()
-            })
+                ..Settings::SIA
+            }))
         })
         .summary(
             "Sia: one MILP per round picks each job's GPU type, count and batch by \
