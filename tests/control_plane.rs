@@ -274,6 +274,17 @@ fn simulated_starts(changes: &[(f64, Change)]) -> Starts {
 
 #[test]
 fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
+    resize_live_as_simulated("sia");
+}
+
+#[test]
+fn under_ramp_the_actors_resize_elastic_jobs_as_the_simulator_does() {
+    resize_live_as_simulated("ramp");
+}
+
+/// Under `spec`, a goodput policy, the actors start, resize and finish the first jobs of Sia's philly
+/// workload as the simulator does, start for start.
+fn resize_live_as_simulated(spec: &str) {
     let Some(workloads) = support::shared_data("sia/workloads/philly", "workload-1.csv") else {
         return;
     };
@@ -295,17 +306,17 @@ fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
         log_changes: true,
         ..SimConfig::default()
     };
-    let mut policy = policy::build("sia", &PolicyConfig::default(), model.as_ref()).unwrap();
+    let mut policy = policy::build(spec, &PolicyConfig::default(), model.as_ref()).unwrap();
     let expected = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     let sim_starts = simulated_starts(&expected.changes);
 
     let (timeline, live_starts, violations) =
-        live_with("sia", &trace, &cluster, Arc::clone(&model), &engine);
+        live_with(spec, &trace, &cluster, Arc::clone(&model), &engine);
     assert_eq!(violations, 0);
-    // Sia resizes: more starts than jobs, and jobs on several sizes.
+    // It resizes: more starts than jobs, and jobs on several sizes.
     assert!(
         sim_starts.len() > trace.jobs.len() + 10,
-        "{} starts of {} jobs",
+        "{spec}: {} starts of {} jobs",
         sim_starts.len(),
         trace.jobs.len()
     );
@@ -316,7 +327,7 @@ fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
     }
     assert!(
         sizes.values().filter(|s| s.len() > 1).count() >= 5,
-        "jobs resized: {sizes:?}"
+        "{spec}: jobs resized: {sizes:?}"
     );
     // Starts at the same instant are compared in job order (the journal writes them in its plan's
     // order).
@@ -329,7 +340,7 @@ fn under_sia_the_actors_resize_elastic_jobs_as_the_simulator_does() {
     for (live, sim) in live_starts.iter().zip(&sim_starts) {
         assert!(
             live.1 == sim.1 && live.2 == sim.2 && close(Some(live.0), Some(sim.0)),
-            "the first different start: live {live:?}, simulated {sim:?}"
+            "{spec}: the first different start: live {live:?}, simulated {sim:?}"
         );
     }
     assert_eq!(live_starts.len(), sim_starts.len(), "number of starts");

@@ -1348,17 +1348,58 @@ fn world_sizes(plans: &[String]) -> Vec<u32> {
 
 #[test]
 fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss_carries_on() {
-    let python = need_torch!();
-    let Some(profiles) = sia_profiles() else {
+    let Some((plans, info)) =
+        a_real_elastic_job_fills_the_server_then_shrinks_to_the_gpus_left("sia")
+    else {
         return;
     };
+    let worlds = world_sizes(&plans);
+    assert_eq!(worlds.first(), Some(&1), "it starts on one GPU: {plans:?}");
+    let grown = worlds.iter().position(|&w| w == 4).expect("it grew to 4");
+    assert!(
+        worlds[..=grown].windows(2).all(|w| w[0] < w[1]),
+        "it only grew while alone: {plans:?}"
+    );
+    // Growing is a restart the policy chose, timed from the decision to the first step after it.
+    assert!(info["last_restart_seconds"].as_f64() > Some(0.0), "{info}");
+    // Real workers take time to start: most of a restart is after their launch.
+    let phases = &info["last_restart_phases"];
+    let first_step = phases["first_step"].as_f64().unwrap_or(0.0);
+    assert!(first_step > 0.0, "{info}");
+    assert!(phases["stop"].as_f64() >= Some(0.0), "{info}");
+}
+
+#[test]
+fn under_ramp_a_real_elastic_job_starts_wide_then_shrinks_to_the_gpus_left_and_its_loss_carries_on()
+{
+    let Some((plans, info)) =
+        a_real_elastic_job_fills_the_server_then_shrinks_to_the_gpus_left("ramp")
+    else {
+        return;
+    };
+    // ramp lets a new job start on up to 8 GPUs where sia starts it on one: alone, this one starts on
+    // the whole server, so that its one resize is the shrink.
+    assert_eq!(world_sizes(&plans), [4, 2], "{plans:?}");
+    assert_eq!(info["last_resize"]["from"], 4, "{info}");
+}
+
+/// Under `policy` (a goodput one), on 4 fake GPUs of Sia's `rtx` type: a real training job with
+/// cifar10's profile comes to train on all 4, shrinks to the 2 left when half the server goes out of
+/// service, finishes there, and every launch resumed from the last one's checkpoint with nothing lost.
+/// Returns its launches' plans and its last view in the API (`None` without torch under a local run,
+/// or without Sia's profiles).
+fn a_real_elastic_job_fills_the_server_then_shrinks_to_the_gpus_left(
+    policy: &str,
+) -> Option<(Vec<String>, serde_json::Value)> {
+    let python = support::torch_python()?;
+    let profiles = sia_profiles()?;
     let dir = tempfile::tempdir().unwrap();
     let port = support::free_port();
     let addr = format!("127.0.0.1:{port}");
     let journal = dir.path().join("journal");
-    // Four fake GPUs of Sia's `rtx` type: sia sizes the job 1, 2 or 4 by cifar10's profile, and
-    // charges what its restarts really took.
-    let daemon = sia_daemon(&profiles, &addr, &journal);
+    // The policy sizes the job 1, 2 or 4 by cifar10's profile, and charges what its restarts really
+    // took.
+    let daemon = goodput_daemon(policy, &profiles, &addr, &journal);
     let base = format!("http://{addr}");
     support::wait_until_answering(&base);
     let toy = |job: &str, placement: &[&str]| {
@@ -1412,16 +1453,14 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
 
     let (plans, saved) = launches_and_saves(&output);
     let worlds = world_sizes(&plans);
-    assert_eq!(worlds.first(), Some(&1), "it starts on one GPU: {plans:?}");
-    let grown = worlds.iter().position(|&w| w == 4).expect("it grew to 4");
-    assert!(
-        worlds[..=grown].windows(2).all(|w| w[0] < w[1]),
-        "it only grew while alone: {plans:?}"
-    );
+    let full = worlds
+        .iter()
+        .position(|&w| w == 4)
+        .expect("it came to all 4");
     assert_eq!(
-        worlds[grown + 1..],
+        worlds[full + 1..],
         [2],
-        "it shrank to the 2 GPUs left, and finished there: {plans:?}"
+        "{policy}: it shrank to the 2 GPUs left, and finished there: {plans:?}"
     );
     // Every launch resumed where the last one saved: the training never restarted.
     assert_eq!(saved.len(), plans.len() - 1, "{output}");
@@ -1456,12 +1495,6 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
         Some(worlds.len() as u64 - 1),
         "{info}"
     );
-    assert!(info["last_restart_seconds"].as_f64() > Some(0.0), "{info}");
-    // Real workers take time to start: most of a restart is after their launch.
-    let phases = &info["last_restart_phases"];
-    let first_step = phases["first_step"].as_f64().unwrap_or(0.0);
-    assert!(first_step > 0.0, "{info}");
-    assert!(phases["stop"].as_f64() >= Some(0.0), "{info}");
     // Its workers came from the daemon's warm pool, which waits for the next job, and ends with
     // the daemon, leaving nothing.
     let daemon_pid = daemon.0.id();
@@ -1470,6 +1503,7 @@ fn under_sia_a_real_elastic_job_grows_then_shrinks_to_the_gpus_left_and_its_loss
     assert!(!output.contains("no warm pool"), "{output}");
     drop(daemon);
     none_left("the daemon was killed", || still_alive(&pool).collect());
+    Some((plans, info))
 }
 
 /// The attempts (`GANGWAY_ATTEMPT`) of job `job` that have processes now.
@@ -1486,12 +1520,13 @@ fn attempts_running(job: &str) -> std::collections::BTreeSet<String> {
         .collect()
 }
 
-/// `gangway serve` under sia on 4 fake `rtx` GPUs, running real jobs, on `journal`.
-fn sia_daemon(profiles: &Path, addr: &str, journal: &Path) -> KillOnDrop {
+/// `gangway serve` under `policy` (a goodput one) on 4 fake `rtx` GPUs, running real jobs, on
+/// `journal`.
+fn goodput_daemon(policy: &str, profiles: &Path, addr: &str, journal: &Path) -> KillOnDrop {
     KillOnDrop(
         Command::new(env!("CARGO_BIN_EXE_gangway"))
             .args(["serve", "--fake-gpus", "4", "--fake-gpu-type", "rtx"])
-            .args(["--workers", "processes", "--policy", "sia", "--round", "2"])
+            .args(["--workers", "processes", "--policy", policy, "--round", "2"])
             .arg("--goodput-profiles")
             .arg(profiles)
             .args(["--listen", addr, "--journal"])
@@ -1512,7 +1547,7 @@ fn a_daemon_killed_during_a_resize_resumes_the_job_once_from_its_checkpoint_with
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", support::free_port());
     let journal = dir.path().join("journal");
-    let mut daemon = sia_daemon(&profiles, &addr, &journal);
+    let mut daemon = goodput_daemon("sia", &profiles, &addr, &journal);
     let base = format!("http://{addr}");
     support::wait_until_answering(&base);
     let client = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
@@ -1569,7 +1604,7 @@ fn a_daemon_killed_during_a_resize_resumes_the_job_once_from_its_checkpoint_with
     });
     daemon.0.kill().unwrap();
     daemon.0.wait().unwrap();
-    let _daemon = sia_daemon(&profiles, &addr, &journal);
+    let _daemon = goodput_daemon("sia", &profiles, &addr, &journal);
     support::wait_until_answering(&base);
     let api = support::Api::new(&base, &journal, Duration::from_secs(30));
     let after = job_info(&api, 0);
