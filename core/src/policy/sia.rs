@@ -322,7 +322,8 @@ impl Policy for Sia {
             let most = self.most.get(&job.id).copied().unwrap_or(0);
             let limit = ((settings.growth * f64::from(most)) as u32).max(settings.first_gpus);
             // Sia prices configurations with batches up to the workload's (its tuned batch), and runs
-            // the chosen one at the best batch up to the application's largest.
+            // the chosen one at the best batch up to the application's largest; other settings may
+            // price that range too.
             let priced_up_to = if settings.price_full_batch_range {
                 batch_range(job, app).1
             } else {
