@@ -8,7 +8,8 @@
 //!   same input have let each job take every configuration up to whole servers (the largest program
 //!   Sia meets): 160 jobs on 64 GPUs, and 5,000 jobs (philly workload-1 repeated) on 2,048 GPUs (the
 //!   same cluster, 32 times over);
-//! - `elastic_workload`: a whole 160-job workload, end to end;
+//! - `elastic_workload`: a whole 160-job workload, end to end, and Sia's newtrace workload-1 (960
+//!   jobs) under `sia` and `ramp`;
 //! - `elastic_scale`: a whole `sia` run of Sia's philly workloads resampled (`gangway workload`,
 //!   seed 1) to 5,000 jobs on 2,048 GPUs (Sia's cluster 32 times over) at Sia's load per GPU. Before
 //!   it, one run of that and one of a whole day of arrivals (15,899 jobs) print their rounds' median
@@ -112,7 +113,8 @@ fn workloads() -> Vec<(&'static str, PathBuf, &'static str)> {
         out.push(("pollux", p, "t4=16x4"));
     }
     if let Some(p) = shared("sia/workloads/philly/workload-1.csv") {
-        out.push(("sia", p, SIA_CLUSTER));
+        out.push(("sia", p.clone(), SIA_CLUSTER));
+        out.push(("ramp", p, SIA_CLUSTER));
     }
     out
 }
@@ -218,12 +220,23 @@ fn whole(c: &mut Criterion) {
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(30));
-    for (policy_name, path, cluster) in workloads() {
+    // Sia's largest workloads too, where `ramp`'s programs (jobs may grow threefold) cost the most.
+    let newtrace = shared("sia/workloads/newtrace/workload-1.csv")
+        .into_iter()
+        .flat_map(|p| {
+            [("sia", p.clone()), ("ramp", p)]
+                .map(|(policy, p)| (policy, p, SIA_CLUSTER, "newtrace_960_jobs"))
+        });
+    let runs = workloads()
+        .into_iter()
+        .map(|(policy, p, cluster)| (policy, p, cluster, "160_jobs"))
+        .chain(newtrace);
+    for (policy_name, path, cluster, jobs) in runs {
         let (trace, cluster) = setup(&path, cluster);
         let model = model(&trace, &cluster);
         let mut simulation = Simulation::new(&trace, &cluster, model.as_ref());
         simulation.config.engine.round_length = 60.0;
-        group.bench_function(BenchmarkId::new(policy_name, "160_jobs"), |b| {
+        group.bench_function(BenchmarkId::new(policy_name, jobs), |b| {
             b.iter(|| {
                 let mut policy = policy::builtin()
                     .build(

@@ -26,21 +26,34 @@ fn shared_pollux() -> Option<PathBuf> {
     None
 }
 
-/// Runs `gangway simulate --policy POLICY --cluster CLUSTER --round ROUND --out OUT --trace TRACE` and
-/// returns the per-job CSV it wrote.
-fn simulate(policy: &str, cluster: &str, round: &str, trace: &Path, out: &Path) -> PathBuf {
-    let run = Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .args(["simulate", "--policy", policy, "--cluster", cluster])
-        .args(["--round", round, "--out"])
-        .arg(out)
-        .arg("--trace")
-        .arg(trace)
-        .output()
-        .unwrap();
+/// `gangway simulate`, to be given its arguments.
+fn gangway_simulate() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gangway"));
+    command.arg("simulate");
+    command
+}
+
+/// What `command` printed on stdout; its failure fails the test with its stderr.
+fn stdout_of(command: &mut Command) -> Vec<u8> {
+    let run = command.output().unwrap();
     assert!(
         run.status.success(),
         "{}",
         String::from_utf8_lossy(&run.stderr)
+    );
+    run.stdout
+}
+
+/// Runs `gangway simulate --policy POLICY --cluster CLUSTER --round ROUND --out OUT --trace TRACE` and
+/// returns the per-job CSV it wrote.
+fn simulate(policy: &str, cluster: &str, round: &str, trace: &Path, out: &Path) -> PathBuf {
+    stdout_of(
+        gangway_simulate()
+            .args(["--policy", policy, "--cluster", cluster])
+            .args(["--round", round, "--out"])
+            .arg(out)
+            .arg("--trace")
+            .arg(trace),
     );
     out.join(format!("jobs_{policy}.csv"))
 }
@@ -346,19 +359,12 @@ fn sia_learning_its_throughputs_stays_close_to_sias_own_runs() {
 /// The summary of `policies` on `trace`, on the workload's own cluster and rounds: per policy, its
 /// average, p99 JCT and makespan in hours, worst finish-time fairness and restarts.
 fn summaries(policies: &str, trace: &Path) -> Vec<serde_json::Value> {
-    let run = Command::new(env!("CARGO_BIN_EXE_gangway"))
-        .args([
-            "simulate", "--format", "json", "--policy", policies, "--trace",
-        ])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
+    let printed = stdout_of(
+        gangway_simulate()
+            .args(["--format", "json", "--policy", policies, "--trace"])
+            .arg(trace),
     );
-    serde_json::from_slice::<Vec<serde_json::Value>>(&run.stdout).unwrap()
+    serde_json::from_slice(&printed).unwrap()
 }
 
 #[test]
