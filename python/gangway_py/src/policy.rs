@@ -143,7 +143,7 @@ struct PythonPolicy {
 }
 
 impl PythonPolicy {
-    fn fail(&mut self, err: PyErr, traceback: String) {
+    fn fail(&mut self, err: PyErr) {
         match &self.on_error {
             OnError::Stop(failures) => {
                 self.object = None;
@@ -153,6 +153,7 @@ impl PythonPolicy {
                     .push((self.name.clone(), err));
             }
             OnError::FailRound => {
+                let traceback = Python::attach(|py| traceback(py, &err));
                 panic!("policy `{}` raised an exception:\n{traceback}", self.name)
             }
         }
@@ -251,16 +252,11 @@ impl Policy for PythonPolicy {
             }
             return Vec::new();
         };
-        let answer = Python::attach(|py| {
-            (self.grants(py, object, input)).map_err(|err| {
-                let text = traceback(py, &err);
-                (err, text)
-            })
-        });
+        let answer = Python::attach(|py| self.grants(py, object, input));
         match answer {
             Ok(grants) => grants,
-            Err((err, text)) => {
-                self.fail(err, text);
+            Err(err) => {
+                self.fail(err);
                 Vec::new()
             }
         }
@@ -307,7 +303,7 @@ pub fn entry(py: Python<'_>, policy: &Registered, on_error: &OnError) -> PolicyE
             }
             // In a control plane the policy is made as it starts: its rounds then fail, saying why.
             Err(err) => match &on_error {
-                OnError::Stop(_) => policy.fail(err, String::new()),
+                OnError::Stop(_) => policy.fail(err),
                 OnError::FailRound => {
                     policy.unmade = Some(Python::attach(|py| traceback(py, &err)));
                 }
