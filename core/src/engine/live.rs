@@ -124,7 +124,7 @@ pub enum Rejected {
 
 /// Where a job stands, for the live driver and its API.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct JobStatus {
+pub struct JobStatus<'e> {
     /// The job.
     pub id: JobId,
     /// Work done so far, in its work units (as settled at the last event or report).
@@ -132,13 +132,13 @@ pub struct JobStatus {
     /// Its work in all, in its work units.
     pub total_steps: f64,
     /// Its GPUs, when running.
-    pub gpus: Option<GpuSet>,
+    pub gpus: Option<&'e GpuSet>,
     /// The CPUs and memory it holds, when running.
     pub resources: Option<Resources>,
     /// Why it waits, when it does and a pass has looked at it.
-    pub waiting: Option<Unplaced>,
+    pub waiting: Option<&'e Unplaced>,
     /// Its record: arrival, first start, finish, GPU-seconds, preemptions and migrations.
-    pub record: JobRecord,
+    pub record: &'e JobRecord,
 }
 
 impl Engine<'_> {
@@ -161,22 +161,23 @@ impl Engine<'_> {
         }
     }
 
-    /// Where job `id` stands.
-    pub fn status(&self, id: JobId) -> Option<JobStatus> {
+    /// Where job `id` stands (borrowed: the API's views ask for every job that changed, thousands
+    /// a round, and copy only what they show).
+    pub fn status(&self, id: JobId) -> Option<JobStatus<'_>> {
         let &i = self.index_of.get(&id)?;
         let state = &self.states[i];
         Some(JobStatus {
             id,
             steps_done: state.steps_done,
             total_steps: self.jobs[i].total_steps,
-            gpus: state.run.as_ref().map(|r| r.gpus.clone()),
+            gpus: state.run.as_ref().map(|r| &r.gpus),
             resources: state.run.as_ref().map(|r| {
                 let weight = super::runs::pair_weight(r.partner.is_some());
                 self.ledger
                     .held(&self.cluster, &r.gpus, r.allotment.as_ref(), weight)
             }),
-            waiting: state.waiting.clone(),
-            record: self.records[i].clone(),
+            waiting: state.waiting.as_ref(),
+            record: &self.records[i],
         })
     }
 
@@ -193,7 +194,10 @@ impl Engine<'_> {
         let mut text = why.describe(&self.cluster);
         if *why == Unplaced::NotGranted {
             let free: u32 = self.free.free_per_type().iter().sum();
-            let out_of_service = self.disabled.iter().filter(|d| **d).count();
+            // From the capacity per type, not the GPUs one by one: this runs for every waiting job
+            // a view shows.
+            let in_service: u32 = self.capacity.iter().sum();
+            let out_of_service = self.cluster.num_gpus() - in_service;
             text.push_str(&format!(
                 " ({free} of {} GPUs free",
                 self.cluster.num_gpus()
@@ -488,5 +492,43 @@ mod tests {
         engine.report_progress(JobId(1), 1.0, 8.0);
         engine.schedule(&mut policy, &mut PackingPlacer, 9.0);
         assert_eq!(policy.0, [true, false]);
+    }
+
+    /// Grants nothing.
+    struct Nothing;
+
+    impl crate::policy::Policy for Nothing {
+        fn allocate(&mut self, _: &crate::policy::RoundInput<'_>) -> Vec<crate::policy::Grant> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_job_not_granted_hears_how_many_gpus_are_free_and_out_of_service() {
+        let cluster = Arc::new(Cluster::parse_spec("v100=2x4", 4).unwrap());
+        let mut engine = Engine::new(
+            cluster,
+            Arc::new(DurationModel::uniform(1)),
+            EngineConfig::default(),
+            Names::default(),
+            0.0,
+        );
+        let job = Job::new(JobId(1), 0.0, 2, 100.0).with_type(engine.intern_job_type("toy"));
+        engine.submit(job, 0.0).unwrap();
+        engine.disable_gpu(GpuId(3), 0.0);
+        engine.disable_gpu(GpuId(6), 0.0);
+        engine.schedule(&mut Nothing, &mut PackingPlacer, 1.0);
+        let why = engine.waiting_reason(JobId(1)).expect("a reason");
+        assert!(
+            why.ends_with(" (6 of 8 GPUs free, 2 out of service)"),
+            "{why}"
+        );
+        engine.enable_gpu(GpuId(6));
+        engine.schedule(&mut Nothing, &mut PackingPlacer, 2.0);
+        let why = engine.waiting_reason(JobId(1)).expect("a reason");
+        assert!(
+            why.ends_with(" (7 of 8 GPUs free, 1 out of service)"),
+            "{why}"
+        );
     }
 }
