@@ -292,6 +292,14 @@ impl Record {
         }
     }
 
+    /// Whether it ends its job (finished, cancelled or failed).
+    pub fn ends_job(&self) -> bool {
+        matches!(
+            self,
+            Record::Finished { .. } | Record::Cancelled { .. } | Record::Failed { .. }
+        )
+    }
+
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
     pub const KINDS: [&'static str; 14] = [
         "epoch",

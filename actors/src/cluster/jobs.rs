@@ -2,6 +2,8 @@
 //! its leased gang, and its restart and
 //! resize bookkeeping.
 
+use std::sync::Arc;
+
 use gangway_core::job::JobId;
 
 use super::carry::Gang;
@@ -25,8 +27,9 @@ pub(super) struct JobHandle {
     /// The global batch its policy chose last (at its latest launch, or retuned since), when it
     /// adapts its batch.
     pub batch: Option<u32>,
-    /// The GPUs it held over time (`GET /gpu-history`).
-    pub gpu_history: Vec<GpuCount>,
+    /// The GPUs it held over time (`GET /gpu-history`), shared with the views that show it (copied
+    /// only when it changes while one does).
+    pub gpu_history: Arc<Vec<GpuCount>>,
 }
 
 impl JobHandle {
@@ -40,8 +43,13 @@ impl JobHandle {
             measured: None,
             restarts: Restarts::default(),
             batch: None,
-            gpu_history: Vec::new(),
+            gpu_history: Arc::default(),
         }
+    }
+
+    /// From `at` on, it holds `gpus` GPUs (see [`GpuCount::note`]).
+    pub fn note_gpus(&mut self, at: f64, gpus: u32) {
+        GpuCount::note(Arc::make_mut(&mut self.gpu_history), at, gpus);
     }
 
     /// Its phase.

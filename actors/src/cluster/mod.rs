@@ -248,9 +248,10 @@ impl ClusterActor {
 
     /// Journals `records` (fsynced) and folds them into the ledger; counts what the ledger refused.
     fn persist(&mut self, records: &[Record]) {
-        // Each record ends at most one job, and the ledger then forgets its oldest ended ones
-        // beyond its history: the views forget them too.
-        let oldest: Vec<JobId> = (self.store.ledger.ended.iter().take(records.len()))
+        // Each record that ends a job makes the ledger forget at most its oldest ended one beyond
+        // its history: the views forget them too.
+        let ending = records.iter().filter(|r| r.ends_job()).count();
+        let oldest: Vec<JobId> = (self.store.ledger.ended.iter().take(ending))
             .copied()
             .collect();
         let violations = self.store.persist(records);
@@ -309,7 +310,7 @@ impl Actor for ClusterActor {
             let gang = Gang::new(&self.gpus, Holder { job, attempt }, partner, &gpus);
             if let Some(handle) = self.jobs.get_mut(&job) {
                 handle.gang = Some(gang.clone());
-                GpuCount::note(&mut handle.gpu_history, now, gpus.len() as u32);
+                handle.note_gpus(now, gpus.len() as u32);
             }
             gangs.push(gang);
         }
@@ -417,6 +418,27 @@ mod tests {
         assert_eq!(jobs[0].finished, Some(100.0));
         assert_eq!(jobs[0].started, Some(0.0));
         assert_eq!(jobs[0].progress, 1.0);
+    }
+
+    #[actix::test]
+    async fn the_views_forget_the_ended_jobs_the_ledger_forgets() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let cluster = fifo_on_four_gpus(Arc::clone(&clock));
+        let total = crate::ledger::HISTORY as u32 + 3;
+        for _ in 0..total {
+            let submit = Submit {
+                request: JobRequest::new("toy", 2, 100.0),
+                at: None,
+                key: None,
+            };
+            let id = cluster.send(submit).await.unwrap().unwrap();
+            cluster.send(Cancel(id)).await.unwrap().unwrap();
+        }
+        let view = cluster.send(GetViews).await.unwrap().latest();
+        let listed: Vec<u32> = view.jobs().map(|j| j.id.0).collect();
+        assert_eq!(listed.len(), crate::ledger::HISTORY, "the last ended jobs");
+        assert_eq!(listed.first(), Some(&3), "the three oldest forgotten");
+        assert_eq!(listed.last(), Some(&(total - 1)));
     }
 
     #[actix::test]

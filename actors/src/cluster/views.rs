@@ -10,6 +10,7 @@
 //! [`WAITING_SWEEP_SECONDS`]. Entries live in a persistent map: a published view shares them with the
 //! next one, so publishing copies nothing.
 
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::{Arc, OnceLock};
@@ -88,7 +89,7 @@ impl Sweep {
 struct Entry {
     info: JobInfo,
     /// The GPUs it held over time (not in `info`: lists do not carry it).
-    gpu_history: Vec<GpuCount>,
+    gpu_history: Arc<Vec<GpuCount>>,
     json: OnceLock<Bytes>,
 }
 
@@ -318,10 +319,26 @@ impl Publisher {
         self.moves.push(event);
     }
 
+    /// How long ago the last view was published.
+    pub fn since_last(&self) -> std::time::Duration {
+        self.last.elapsed()
+    }
+
     /// The servers' list is stale (a lease, a cordon or a GPU's health changed).
     pub fn touch_nodes(&mut self) {
         self.nodes_dirty = true;
     }
+}
+
+/// The first `n` of `items` in `order`, sorted: found in linear time, and only they are sorted (the
+/// queue shows the first thousand of tens of thousands).
+fn first_in_order<T>(mut items: Vec<T>, n: usize, order: impl Fn(&T, &T) -> Ordering) -> Vec<T> {
+    if items.len() > n {
+        items.select_nth_unstable_by(n, &order);
+        items.truncate(n);
+    }
+    items.sort_unstable_by(order);
+    items
 }
 
 /// The GPUs each tenant holds, from what each running job holds: the [`HISTORY_TENANTS`] holding the
@@ -377,9 +394,9 @@ impl ClusterActor {
                 Some(info) => {
                     // An ended job's handle is gone: its history is the one last published.
                     let gpu_history = match self.jobs.get(&job) {
-                        Some(handle) => handle.gpu_history.clone(),
+                        Some(handle) => Arc::clone(&handle.gpu_history),
                         None => (self.views.jobs.get(&job))
-                            .map_or_else(Vec::new, |e| e.gpu_history.clone()),
+                            .map_or_else(Arc::default, |e| Arc::clone(&e.gpu_history)),
                     };
                     let json = OnceLock::new();
                     let entry = Arc::new(Entry {
@@ -424,15 +441,18 @@ impl ClusterActor {
             history: Arc::clone(&self.views.history),
             queue: Arc::clone(&self.views.queue),
         };
-        self.views.sender.send_replace(Arc::new(view));
+        let replaced = self.views.sender.send_replace(Arc::new(view));
         self.stats.publish_seconds += now.elapsed().as_secs_f64();
-        // The new entries' JSON is made on a blocking thread now, while the actor goes on, rather
-        // than by the first reader.
+        // On a blocking thread, while the actor goes on: the new entries' JSON is made (rather than
+        // by the first reader), and the view this one replaced is dropped (when no reader holds
+        // it, that frees the entries they replace: thousands after a round that moves many jobs).
+        // A view that changed no entry shares all of them: it is dropped here, at no cost.
         if !fresh.is_empty() {
             tokio::task::spawn_blocking(move || {
                 fresh.iter().for_each(|e| {
                     e.json();
-                })
+                });
+                drop(replaced);
             });
         }
         // Nobody listening is fine: the stream is for observers.
@@ -460,9 +480,11 @@ impl ClusterActor {
             };
         }
         let arrival = |id: &JobId| (self.store.ledger.jobs.get(id)).map_or(0.0, |e| e.spec.arrival);
-        let mut jobs: Vec<JobId> = self.jobs.keys().copied().filter(waiting).collect();
-        jobs.sort_unstable_by(|a, b| arrival(a).total_cmp(&arrival(b)).then(a.cmp(b)));
-        jobs.truncate(QUEUE_SHOWN);
+        let jobs = first_in_order(
+            self.jobs.keys().copied().filter(waiting).collect(),
+            QUEUE_SHOWN,
+            |a, b| arrival(a).total_cmp(&arrival(b)).then(a.cmp(b)),
+        );
         QueueOrder {
             by: QueueBy::Arrival,
             jobs,
@@ -553,11 +575,14 @@ impl ClusterActor {
 
     pub(super) fn info(&mut self, id: JobId) -> Option<JobInfo> {
         let entry = self.store.ledger.jobs.get(&id)?;
-        if let Some(info) = self.ended.get(&id) {
+        let handle = self.jobs.get(&id);
+        // A job that ended has no handle (it is retired at once).
+        if handle.is_none()
+            && let Some(info) = self.ended.get(&id)
+        {
             return Some(info.clone());
         }
         let spec = &entry.spec;
-        let handle = self.jobs.get(&id);
         let phase = handle.map_or(
             entry.standing.ended_phase().unwrap_or(Phase::Pending),
             |h| h.phase(),
@@ -574,7 +599,7 @@ impl ClusterActor {
                 s.steps_done,
                 s.record.first_start,
                 s.record.finish,
-                s.gpus.iter().flatten().map(|g| g.0).collect(),
+                s.gpus.into_iter().flatten().map(|g| g.0).collect(),
                 s.record.preemptions,
                 s.record.migrations,
             ),
@@ -759,7 +784,7 @@ mod tests {
                 .unwrap();
                 let entry = Entry {
                     info,
-                    gpu_history: Vec::new(),
+                    gpu_history: Arc::default(),
                     json: OnceLock::new(),
                 };
                 (JobId(id), Arc::new(entry))
@@ -772,6 +797,19 @@ mod tests {
             history: Arc::default(),
             queue: Arc::default(),
         })
+    }
+
+    #[test]
+    fn the_first_in_order_are_the_head_of_the_whole_sort() {
+        // Keys with many ties (by key, then by position), in a scrambled order.
+        let items: Vec<(u32, u32)> = (0..500u32).map(|k| ((k * 7919) % 37, k)).collect();
+        let order = |a: &(u32, u32), b: &(u32, u32)| a.cmp(b);
+        let mut sorted = items.clone();
+        sorted.sort();
+        for n in [0, 1, 36, 499, 500, 501, 1000] {
+            let expected = &sorted[..n.min(sorted.len())];
+            assert_eq!(first_in_order(items.clone(), n, order), expected, "n = {n}");
+        }
     }
 
     #[test]
