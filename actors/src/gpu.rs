@@ -13,6 +13,7 @@ use actix::prelude::*;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use smallvec::SmallVec;
@@ -101,14 +102,95 @@ pub struct Take {
 }
 
 /// A GPU changing hands within one round, in one message: its stopped holders give it back, then
-/// the new one [`Take`]s it.
+/// the new one [`Take`]s it. It answers on its batch's [`Tally`], not on a channel of its own: a
+/// round that moves thousands of jobs sends one per GPU.
 #[derive(Message)]
-#[rtype(result = "Result<(), LeaseError>")]
+#[rtype(result = "()")]
 pub struct Handover {
     /// The holders done with it (none: a free GPU simply taken).
     pub release: SmallVec<[Holder; 2]>,
     /// Who takes it.
     pub take: Take,
+    /// Where it answers.
+    pub answer: TallyAnswer,
+}
+
+/// The answers of a batch of [`Handover`]s: which of its gangs were refused a GPU, complete once
+/// every GPU has answered.
+pub struct Tally {
+    state: Mutex<TallyState>,
+}
+
+struct TallyState {
+    left: usize,
+    refused: Vec<bool>,
+    done: Option<oneshot::Sender<Vec<bool>>>,
+}
+
+impl Tally {
+    /// A tally of `gangs` gangs holding `gpus` GPUs in all, and what it comes to: for each gang,
+    /// whether it was refused.
+    pub fn new(gangs: usize, gpus: usize) -> (Arc<Tally>, oneshot::Receiver<Vec<bool>>) {
+        let (done, answered) = oneshot::channel();
+        let mut state = TallyState {
+            left: gpus,
+            refused: vec![false; gangs],
+            done: Some(done),
+        };
+        if gpus == 0 {
+            state.complete();
+        }
+        let state = Mutex::new(state);
+        (Arc::new(Tally { state }), answered)
+    }
+
+    /// Where one GPU of gang `gang` (its index in the batch) answers.
+    pub fn answer_for(self: &Arc<Self>, gang: usize) -> TallyAnswer {
+        TallyAnswer {
+            tally: Some(Arc::clone(self)),
+            gang,
+        }
+    }
+
+    fn count(&self, gang: usize, refused: bool) {
+        let mut state = self.state.lock().expect("tally");
+        state.refused[gang] |= refused;
+        state.left -= 1;
+        if state.left == 0 {
+            state.complete();
+        }
+    }
+}
+
+impl TallyState {
+    fn complete(&mut self) {
+        if let Some(done) = self.done.take() {
+            let _ = done.send(std::mem::take(&mut self.refused));
+        }
+    }
+}
+
+/// One GPU's answer to its [`Tally`]. A message dropped unhandled (its GPU actor gone) answers
+/// "refused", so that a tally always completes.
+pub struct TallyAnswer {
+    tally: Option<Arc<Tally>>,
+    gang: usize,
+}
+
+impl TallyAnswer {
+    fn give(mut self, taken: bool) {
+        if let Some(tally) = self.tally.take() {
+            tally.count(self.gang, !taken);
+        }
+    }
+}
+
+impl Drop for TallyAnswer {
+    fn drop(&mut self) {
+        if let Some(tally) = self.tally.take() {
+            tally.count(self.gang, true);
+        }
+    }
 }
 
 /// Phase two: the whole gang got its reservations; the lease is the holder's.
@@ -346,13 +428,14 @@ impl Handler<Take> for GpuActor {
 }
 
 impl Handler<Handover> for GpuActor {
-    type Result = Result<(), LeaseError>;
+    type Result = ();
 
-    fn handle(&mut self, msg: Handover, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Handover, _: &mut Context<Self>) {
         for holder in msg.release {
             self.release(holder);
         }
-        self.take(msg.take)
+        let taken = self.take(msg.take).is_ok();
+        msg.answer.give(taken);
     }
 }
 

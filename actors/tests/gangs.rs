@@ -173,3 +173,45 @@ async fn take_leases_a_free_gpu_at_once_and_never_jumps_a_gang_still_acquiring()
         })
     );
 }
+
+#[actix::test]
+async fn a_batch_of_handovers_tells_which_gangs_were_refused_even_by_a_gpu_gone() {
+    use gangway_actors::gpu::{Handover, Take, Tally};
+    let holder = |job| Holder {
+        job: JobId(job),
+        attempt: 0,
+    };
+    let handover = |release: &[u32], job, answer| Handover {
+        release: release.iter().map(|&j| holder(j)).collect(),
+        take: Take {
+            holder: holder(job),
+            partner: None,
+        },
+        answer,
+    };
+    let mut gpus: Vec<_> = (0..2).map(|g| GpuActor::new(GpuId(g)).start()).collect();
+    let elsewhere = Arbiter::new();
+    gpus.push(GpuActor::start_in_arbiter(&elsewhere.handle(), |_| {
+        GpuActor::new(GpuId(2))
+    }));
+    // Job 1 holds GPU 0 and job 2 GPU 1.
+    let (tally, answered) = Tally::new(2, 2);
+    gpus[0].do_send(handover(&[], 1, tally.answer_for(0)));
+    gpus[1].do_send(handover(&[], 2, tally.answer_for(1)));
+    assert_eq!(answered.await.unwrap(), [false, false]);
+    // Job 3 takes GPU 0 from job 1 (handed over) and GPU 1 (still job 2's: refused); job 4 takes
+    // GPU 2, whose actor is gone.
+    elsewhere.stop();
+    elsewhere.join().unwrap();
+    assert!(!gpus[2].connected());
+    let (tally, answered) = Tally::new(2, 3);
+    gpus[0].do_send(handover(&[1], 3, tally.answer_for(0)));
+    gpus[1].do_send(handover(&[], 3, tally.answer_for(0)));
+    gpus[2].do_send(handover(&[], 4, tally.answer_for(1)));
+    assert_eq!(answered.await.unwrap(), [true, true]);
+    let lease = gpus[0].send(Inspect).await.unwrap().lease;
+    assert_eq!(lease.committed.as_slice(), [(holder(3), None)]);
+    // Nothing to answer: done at once.
+    let (_, answered) = Tally::new(0, 0);
+    assert_eq!(answered.await.unwrap(), Vec::<bool>::new());
+}

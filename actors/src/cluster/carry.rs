@@ -6,7 +6,6 @@
 use std::sync::{Arc, Mutex};
 
 use actix::prelude::*;
-use futures::future::join_all;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -17,7 +16,7 @@ use super::plan::Retune;
 use crate::clock::Clock;
 use crate::executor::{Executor, Launch};
 use crate::gang::{Acquire, GangActor};
-use crate::gpu::{GpuActor, Handover, Holder, Release, Take};
+use crate::gpu::{GpuActor, Handover, Holder, Release, Take, Tally};
 
 /// A gang's lease: who holds it (or will), and its GPUs, in ascending id, among the cluster's GPU
 /// actors.
@@ -130,26 +129,34 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
         .filter(|s| s.stop_workers)
         .map(|s| s.job)
         .collect();
+    // The executor is reached on a blocking thread (stopping workers waits for their checkpoints),
+    // and only when there is something to tell it: a round that stops or starts nothing does not
+    // wait for a thread.
     let exec = Arc::clone(executor);
-    outcome.saved = blocking(move || {
-        let mut exec = exec.lock().expect("executor");
-        let saved = exec
-            .stop_many(&to_stop, now)
-            .into_iter()
-            .filter_map(|(job, stopped)| match stopped {
-                Ok(steps) => Some((job, steps)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "stopping workers");
-                    None
-                }
-            })
-            .collect();
-        for retune in &retunes {
-            retune.apply(&mut **exec, now);
-        }
-        saved
-    })
-    .await;
+    let nothing_to_stop = to_stop.is_empty() && retunes.is_empty();
+    outcome.saved = if nothing_to_stop {
+        Vec::new()
+    } else {
+        blocking(move || {
+            let mut exec = exec.lock().expect("executor");
+            let saved = exec
+                .stop_many(&to_stop, now)
+                .into_iter()
+                .filter_map(|(job, stopped)| match stopped {
+                    Ok(steps) => Some((job, steps)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "stopping workers");
+                        None
+                    }
+                })
+                .collect();
+            for retune in &retunes {
+                retune.apply(&mut **exec, now);
+            }
+            saved
+        })
+        .await
+    };
     outcome.stopped_at = clock.now();
 
     // Starts: lease every gang at once, then launch.
@@ -163,14 +170,18 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
         }
     }
     let exec = Arc::clone(executor);
-    let launch_failures: Vec<(JobId, String)> = blocking(move || {
-        let mut exec = exec.lock().expect("executor");
-        ready
-            .iter()
-            .filter_map(|l| exec.launch(l, now).err().map(|e| (l.job, e.to_string())))
-            .collect()
-    })
-    .await;
+    let launch_failures: Vec<(JobId, String)> = if ready.is_empty() {
+        Vec::new()
+    } else {
+        blocking(move || {
+            let mut exec = exec.lock().expect("executor");
+            ready
+                .iter()
+                .filter_map(|l| exec.launch(l, now).err().map(|e| (l.job, e.to_string())))
+                .collect()
+        })
+        .await
+    };
     outcome.launched_at = clock.now();
     outcome.failed_starts.extend(launch_failures);
     let failed: FxHashSet<JobId> = outcome.failed_starts.iter().map(|(j, _)| *j).collect();
@@ -199,30 +210,29 @@ pub(super) async fn lease_all<'a>(
             holders.push(gang.holder);
         }
     }
-    let takes: Vec<_> = started
-        .clone()
-        .map(|gang| {
-            let sent = gang.gpus.iter().map(|&gpu| {
-                gang.actor(gpu).send(Handover {
-                    release: released.remove(&gpu).map(|(_, h)| h).unwrap_or_default(),
-                    take: Take {
-                        holder: gang.holder,
-                        partner: gang.partner,
-                    },
-                })
+    let gpus = started.clone().map(|g| g.gpus.len()).sum();
+    let (tally, answered) = Tally::new(started.clone().count(), gpus);
+    for (k, gang) in started.clone().enumerate() {
+        for &gpu in &gang.gpus {
+            gang.actor(gpu).do_send(Handover {
+                release: released.remove(&gpu).map(|(_, h)| h).unwrap_or_default(),
+                take: Take {
+                    holder: gang.holder,
+                    partner: gang.partner,
+                },
+                answer: tally.answer_for(k),
             });
-            join_all(sent.collect::<Vec<_>>())
-        })
-        .collect();
+        }
+    }
     for (gpu, (gang, holders)) in released {
         for holder in holders {
             gang.actor(gpu).do_send(Release(holder));
         }
     }
-    let taken = join_all(takes).await;
-    let mut leases = Vec::with_capacity(taken.len());
-    for (gang, taken) in started.zip(taken) {
-        let refused = taken.iter().any(|t| !matches!(t, Ok(Ok(()))));
+    // Every answer comes, even from a GPU actor gone (its message, dropped, says "refused").
+    let refused = answered.await.expect("a tally completes");
+    let mut leases = Vec::with_capacity(refused.len());
+    for (gang, refused) in started.zip(refused) {
         leases.push(if refused {
             gang.release();
             gang.lease_in_order().await
