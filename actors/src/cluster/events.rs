@@ -161,13 +161,13 @@ impl Handler<Poll> for ClusterActor {
         if changes.is_empty() {
             self.retire(ended);
             if count > 0 {
-                self.publish();
+                self.publish_unless_carrying();
             }
             return Box::pin(std::future::ready(count));
         }
         let carried = self.commit(changes, now, ending, None, ctx);
         self.retire(ended);
-        self.publish();
+        self.publish_unless_carrying();
         Box::pin(async move {
             let _ = carried.await;
             count

@@ -14,7 +14,7 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use super::carry::{Gang, Outcome, StartStep, Steps, StopStep, blocking, carry_out};
-use super::messages::{Cancel, Cordon, GpuCount, Refusal, Resize, Round, RoundReport};
+use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
 use super::plan::{self, Retune};
 use super::{ClusterActor, Scheduler};
 use crate::gpu::{HealthChanged, Holder};
@@ -104,7 +104,7 @@ impl ClusterActor {
             }
             let restarts = matches!(stop.next, Phase::Migrating | Phase::Resizing);
             handle.restarts.stopped(restarts, now);
-            GpuCount::note(&mut handle.gpu_history, now, 0);
+            handle.note_gpus(now, 0);
             stops.push(StopStep {
                 job: stop.job,
                 gang: handle.gang.take(),
@@ -154,7 +154,7 @@ impl ClusterActor {
                 });
             }
             handle.batch = launch.batch;
-            GpuCount::note(&mut handle.gpu_history, now, size);
+            handle.note_gpus(now, size);
             let holder = Holder {
                 job,
                 attempt: launch.attempt,
@@ -237,6 +237,16 @@ impl ClusterActor {
         }));
     }
 
+    /// Publishes now, unless a batch is being carried out and a view was published less than
+    /// [`PUBLISH_WHILE_CARRYING`] ago: the batch's end publishes it all. Worker events come every
+    /// few milliseconds; publishing for each while a round that moved thousands of jobs is carried
+    /// out would rebuild those jobs' entries in the middle of the round, and again at its end.
+    pub(super) fn publish_unless_carrying(&mut self) {
+        if self.carrier.idle() || self.views.since_last() >= PUBLISH_WHILE_CARRYING {
+            self.publish();
+        }
+    }
+
     /// Moves the batch's jobs on, journals the checkpoints the stops saved, and requeues the starts
     /// that failed.
     fn settle(&mut self, outcome: Outcome, settling: Settling, now: f64) -> RoundReport {
@@ -295,7 +305,7 @@ impl ClusterActor {
             }
             if let Some(handle) = self.jobs.get_mut(job) {
                 handle.gang = None;
-                GpuCount::note(&mut handle.gpu_history, now, 0);
+                handle.note_gpus(now, 0);
                 // A restart that did not start is not one.
                 handle.restarts.abandon();
             }
