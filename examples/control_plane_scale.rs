@@ -3,9 +3,10 @@
 //! Starts `gangway serve`'s control plane in-process on a simulated cluster (servers of 8 GPUs, three
 //! types; 4,096 GPUs by default) with the simulated executor, 600x faster than real time (a 60 s
 //! round every 100 ms), then submits the jobs over HTTP from 16 client threads and lets rounds run on
-//! the full queue for 10 s more, while one more client reads `GET /jobs` every READ_MS. Prints the API
-//! throughput, the round latency (p50/p99 over every round), the latency of the reads made while
-//! rounds ran, and the memory per job (resident set growth / jobs).
+//! the full queue for 10 s more, while one more client reads `GET /jobs` every READ_MS (a line on
+//! stderr says when the submissions are in: a profiler attached then sees the steady rounds only).
+//! Prints the API throughput, the round latency (p50/p99 over every round), the latency of the reads
+//! made while rounds ran, and the memory per job (resident set growth / jobs).
 //! Optional arguments: POLICY (default tiresias), JOBS (default 10,000), GPUS (servers of 8, over
 //! three types; default 4,096, which is 171 + 171 + 170 servers) and READ_MS, the reading client's
 //! pause between reads (default 100, a dashboard refreshing ten times a second; 0: back to back),
@@ -117,6 +118,10 @@ fn main() {
         client.join().unwrap();
     }
     let submitting = began.elapsed();
+    eprintln!(
+        "submitted {jobs} jobs in {:.1} s; rounds run for 10 s more",
+        submitting.as_secs_f64()
+    );
     let after_submissions = plane.stats().unwrap();
     let memory_after = resident_bytes();
     // Let rounds run on the full queue for a while (10 s wall = 100 rounds), while one more client
