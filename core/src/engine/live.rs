@@ -408,16 +408,20 @@ mod tests {
     use crate::placement::PackingPlacer;
     use crate::throughput::DurationModel;
 
-    #[test]
-    fn a_readopted_job_runs_at_the_locality_of_its_set_not_at_the_worst() {
-        let cluster = Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap());
-        let mut engine = Engine::new(
-            cluster,
+    /// An engine on the cluster `spec` (servers of 4), every job at one step a second.
+    fn uniform_engine(spec: &str) -> Engine<'static> {
+        Engine::new(
+            Arc::new(Cluster::parse_spec(spec, 4).unwrap()),
             Arc::new(DurationModel::uniform(1)),
             EngineConfig::default(),
             Names::default(),
             0.0,
-        );
+        )
+    }
+
+    #[test]
+    fn a_readopted_job_runs_at_the_locality_of_its_set_not_at_the_worst() {
+        let mut engine = uniform_engine("v100=1x4");
         engine.record_changes();
         // A VGG gang is placement-sensitive (0.6): a poor score would cost it 60% of its pace.
         let job_type = engine.intern_job_type("VGG16");
@@ -505,14 +509,7 @@ mod tests {
 
     #[test]
     fn a_job_not_granted_hears_how_many_gpus_are_free_and_out_of_service() {
-        let cluster = Arc::new(Cluster::parse_spec("v100=2x4", 4).unwrap());
-        let mut engine = Engine::new(
-            cluster,
-            Arc::new(DurationModel::uniform(1)),
-            EngineConfig::default(),
-            Names::default(),
-            0.0,
-        );
+        let mut engine = uniform_engine("v100=2x4");
         let job = Job::new(JobId(1), 0.0, 2, 100.0).with_type(engine.intern_job_type("toy"));
         engine.submit(job, 0.0).unwrap();
         engine.disable_gpu(GpuId(3), 0.0);
