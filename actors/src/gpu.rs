@@ -129,7 +129,7 @@ struct TallyState {
 
 impl Tally {
     /// A tally of `gangs` gangs holding `gpus` GPUs in all, and what it comes to: for each gang,
-    /// whether it was refused.
+    /// whether it was refused. It expects `gpus` answers, one from each [`Tally::answer_for`].
     pub fn new(gangs: usize, gpus: usize) -> (Arc<Tally>, oneshot::Receiver<Vec<bool>>) {
         let (done, answered) = oneshot::channel();
         let mut state = TallyState {

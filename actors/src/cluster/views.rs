@@ -446,7 +446,7 @@ impl ClusterActor {
         // On a blocking thread, while the actor goes on: the new entries' JSON is made (rather than
         // by the first reader), and the view this one replaced is dropped (when no reader holds
         // it, that frees the entries they replace: thousands after a round that moves many jobs).
-        // A view that changed no entry shares all of them: it is dropped here, at no cost.
+        // A view that rebuilt no entry shares all but those of jobs forgotten: dropped here.
         if !fresh.is_empty() {
             tokio::task::spawn_blocking(move || {
                 fresh.iter().for_each(|e| {
