@@ -46,6 +46,10 @@ class CtrlC(unittest.TestCase):
         self.assertGreater(whole, 100, "a run long enough to interrupt")
 
         Counted.rounds[0] = 0
+        # Python makes SIGINT a KeyboardInterrupt only where it was not ignored when it started (a
+        # suite run in the background by a shell inherits it ignored): as in a terminal, here.
+        inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.addCleanup(signal.signal, signal.SIGINT, inherited)
         timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
         with self.assertRaises(KeyboardInterrupt):
