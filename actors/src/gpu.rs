@@ -147,8 +147,9 @@ impl Tally {
     /// Where one GPU of gang `gang` (its index in the batch) answers.
     pub fn answer_for(self: &Arc<Self>, gang: usize) -> TallyAnswer {
         TallyAnswer {
-            tally: Some(Arc::clone(self)),
+            tally: Arc::clone(self),
             gang,
+            refused: true,
         }
     }
 
@@ -170,26 +171,24 @@ impl TallyState {
     }
 }
 
-/// One GPU's answer to its [`Tally`]. A message dropped unhandled (its GPU actor gone) answers
-/// "refused", so that a tally always completes.
+/// One GPU's answer to its [`Tally`], counted when it is dropped: "refused" unless the GPU gave
+/// it, so that a message dropped unhandled (its GPU actor gone) still answers and a tally always
+/// completes.
 pub struct TallyAnswer {
-    tally: Option<Arc<Tally>>,
+    tally: Arc<Tally>,
     gang: usize,
+    refused: bool,
 }
 
 impl TallyAnswer {
     fn give(mut self, taken: bool) {
-        if let Some(tally) = self.tally.take() {
-            tally.count(self.gang, !taken);
-        }
+        self.refused = !taken;
     }
 }
 
 impl Drop for TallyAnswer {
     fn drop(&mut self) {
-        if let Some(tally) = self.tally.take() {
-            tally.count(self.gang, true);
-        }
+        self.tally.count(self.gang, self.refused);
     }
 }
 
