@@ -7,7 +7,7 @@ average makespan, the worst finish-time fairness (rho) of any job, and restarts 
 Markdown table, and with --json the same rows for programs.
 
     python3 scripts/policy_table.py [--gangway target/release/gangway] [--data ../shared/data]
-        [--family sia-philly,pollux-2.0] [--policies ramp,sia] [--json]
+        [--family sia-philly,pollux-2.0,gavel-5.6] [--policies ramp,sia] [--json]
 """
 
 import argparse
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 
-# Family: (folder under the data, workloads, cluster).
+# Family: (folder under the data, workloads, cluster); the peers' clusters and each policy's round.
 FAMILIES = {
     "sia-philly": ("sia/workloads/philly", 4, "aws=6x4,rtx=3x8,dgx-ext=2x8"),
     "sia-saturn": ("sia/workloads/saturn", 5, "aws=6x4,rtx=3x8,dgx-ext=2x8"),
@@ -27,6 +27,16 @@ FAMILIES = {
     "pollux-1.0": ("pollux/workloads", 4, "t4=16x4"),
     "pollux-2.0": ("pollux/workloads-2.0", 4, "t4=16x4"),
 }
+
+# Gavel's continuous-single trace (bundled) at 5.6 jobs/h, as Gavel runs it: its 36/36/36 GPUs, 360 s
+# rounds for every policy, jobs 4000..5000 measured. Its jobs are rigid: no goodput model, so the
+# policies that need one do not run there.
+GAVEL = "gavel-5.6"
+GAVEL_ARGS = ["--rate", "5.6", "--round", "360"]
+GAVEL_WINDOW = range(4000, 5000)
+NEEDS_GOODPUT = {"sia", "pollux", "optimus"}
+# The best of Gavel's policies there at Gavel's cadence, compared by default on that family only.
+GAVEL_PACKED = ["max_sum_throughput_packed", "max_min_fairness_packed"]
 
 # Policy: its round in seconds (Sia's and Pollux's comparisons: Gavel's and Themis' rounds are 360 s).
 ROUNDS = {
@@ -40,25 +50,39 @@ ROUNDS = {
 }
 
 
-def run(gangway, trace, cluster, policies, round_s):
-    """One `gangway simulate` of `policies` (all with one round length) on one workload."""
+def run(gangway, args, policies, window=None):
+    """One `gangway simulate ARGS` of `policies` on one workload; with `window`, only those jobs count."""
     with tempfile.TemporaryDirectory() as out:
         subprocess.run(
-            [gangway, "simulate", "--trace", trace, "--cluster", cluster, "--round", str(round_s),
-             "--policy", ",".join(policies), "--out", out],
+            [gangway, "simulate", *args, "--policy", ",".join(policies), "--out", out],
             check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(os.path.join(out, "summary.json")) as f:
             summary = {row["policy"]: row for row in json.load(f)}
         results = {}
         for policy in policies:
             with open(os.path.join(out, f"jobs_{policy}.csv")) as f:
-                jobs = list(csv.DictReader(f))
+                jobs = [j for j in csv.DictReader(f) if window is None or int(j["job_id"]) in window]
             results[policy] = {
                 "jcts": [float(j["jct_s"]) for j in jobs if j["jct_s"]],
+                "jobs": len(jobs),
                 "restarts": sum(int(j["preemptions"]) + int(j["migrations"]) for j in jobs),
                 "summary": summary[policy],
             }
         return results
+
+
+def tasks(family, data, policies):
+    """The family's runs: (simulate's arguments, policies, measured window) for each."""
+    if family == GAVEL:
+        rigid = [p for p in policies if p.split(":")[0] not in NEEDS_GOODPUT]
+        return [(GAVEL_ARGS, rigid, GAVEL_WINDOW)] if rigid else []
+    folder, count, cluster = FAMILIES[family]
+    by_round = {}
+    for policy in policies:
+        by_round.setdefault(ROUNDS.get(policy.split(":")[0], 360), []).append(policy)
+    return [(["--trace", os.path.join(data, folder, f"workload-{w}.csv"), "--cluster", cluster,
+              "--round", str(round_s)], group, None)
+            for w in range(1, count + 1) for round_s, group in by_round.items()]
 
 
 def p99(values):
@@ -75,35 +99,30 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gangway", default=os.path.join(here, "..", "target", "release", "gangway"))
     parser.add_argument("--data", default=os.path.join(here, "..", "..", "shared", "data"))
-    parser.add_argument("--family", default=",".join(FAMILIES))
-    parser.add_argument("--policies", default=",".join(ROUNDS))
+    parser.add_argument("--family", default=",".join([*FAMILIES, GAVEL]))
+    parser.add_argument("--policies", help="default: every policy in ROUNDS (and GAVEL_PACKED on gavel-5.6)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    policies = args.policies.split(",")
-    unknown = [p for p in policies if p.split(":")[0] not in ROUNDS]
+    policies = args.policies.split(",") if args.policies else list(ROUNDS)
+    unknown = [p for p in policies if p.split(":")[0] not in [*ROUNDS, *GAVEL_PACKED]]
     if unknown:
         sys.exit(f"policy_table: no round length known for {', '.join(unknown)}")
     rows = []
     for family in args.family.split(","):
-        if family not in FAMILIES:
-            sys.exit(f"policy_table: unknown family {family} (known: {', '.join(FAMILIES)})")
-        folder, count, cluster = FAMILIES[family]
-        by_round = {}
-        for policy in policies:
-            by_round.setdefault(ROUNDS[policy.split(":")[0]], []).append(policy)
-        tasks = [(os.path.join(args.data, folder, f"workload-{w}.csv"), round_s, group)
-                 for w in range(1, count + 1) for round_s, group in by_round.items()]
-        per_policy = {p: [] for p in policies}
+        if family not in FAMILIES and family != GAVEL:
+            sys.exit(f"policy_table: unknown family {family} (known: {', '.join([*FAMILIES, GAVEL])})")
+        asked = policies + (GAVEL_PACKED if family == GAVEL and not args.policies else [])
+        runs_of = tasks(family, args.data, asked)
+        per_policy = {}
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            futures = [pool.submit(run, args.gangway, trace, cluster, group, round_s)
-                       for trace, round_s, group in tasks]
+            futures = [pool.submit(run, args.gangway, sim_args, group, window)
+                       for sim_args, group, window in runs_of]
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 for policy, result in future.result().items():
-                    per_policy[policy].append(result)
+                    per_policy.setdefault(policy, []).append(result)
                 print(f"{family}: {done}/{len(futures)} runs", file=sys.stderr)
-        for policy in policies:
+        for policy in [p for p in asked if p in per_policy]:
             runs = per_policy[policy]
-            jobs = sum(len(r["jcts"]) for r in runs)
             rows.append({
                 "family": family,
                 "policy": policy,
@@ -111,7 +130,7 @@ def main():
                 "p99_jct_h": p99([j for r in runs for j in r["jcts"]]) / 3600,
                 "makespan_h": sum(r["summary"]["makespan_h"] for r in runs) / len(runs),
                 "worst_rho": max(r["summary"]["max_ftf"] or 0.0 for r in runs),
-                "restarts_per_job": sum(r["restarts"] for r in runs) / jobs,
+                "restarts_per_job": sum(r["restarts"] for r in runs) / sum(r["jobs"] for r in runs),
                 "unfinished": sum(r["summary"]["unfinished_jobs"] for r in runs),
                 "wall_s": sum(r["summary"]["wall_s"] for r in runs),
             })
@@ -119,15 +138,16 @@ def main():
         json.dump(rows, sys.stdout, indent=1)
         print()
         return
-    print("| family | policy | avg JCT (h) | vs sia | p99 (h) | makespan (h) | worst rho | restarts/job | engine wall (s) |")
+    print("| family | policy | avg JCT (h) | vs sia (gavel-5.6: vs max_sum_throughput_packed) | p99 (h) | makespan (h) | worst rho | restarts/job | engine wall (s) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
-        sia = next((r for r in rows if r["family"] == row["family"] and r["policy"] == "sia"), None)
-        versus = f"{(row['avg_jct_h'] / sia['avg_jct_h'] - 1) * 100:+.0f}%" if sia else "-"
+        # The reference: `sia` where it runs, the best of Gavel's policies on Gavel's trace.
+        name = GAVEL_PACKED[0] if row["family"] == GAVEL else "sia"
+        ref = next((r for r in rows if r["family"] == row["family"] and r["policy"] == name), None)
+        versus = f"{(row['avg_jct_h'] / ref['avg_jct_h'] - 1) * 100:+.0f}%" if ref and ref is not row else ""
         print(f"| {row['family']} | {row['policy']} | {row['avg_jct_h']:.3f} | {versus} | "
               f"{row['p99_jct_h']:.2f} | {row['makespan_h']:.2f} | {row['worst_rho']:.2f} | "
               f"{row['restarts_per_job']:.1f} | {row['wall_s']:.1f} |")
-
 
 if __name__ == "__main__":
     main()

@@ -207,3 +207,26 @@ fn heterogeneity_aware_las_beats_agnostic_las_at_high_load() {
         );
     }
 }
+
+/// Issue 35's goal on Gavel's workload: on the continuous-single trace at 5.6 jobs/h, `ramp` (there
+/// Gavel's packed sum of throughputs, re-solved every round: the trace has no goodput model) finishes
+/// jobs sooner on average than the best of gangway's Gavel policies there, at Gavel's cadence, with
+/// no worse worst rho, p99 or makespan (docs/POLICIES.md: 17.66 h against 18.03 h).
+#[test]
+fn ramp_beats_the_best_gavel_policy_on_the_continuous_single_trace() {
+    let Some((_, trace)) = shared_gavel() else {
+        return;
+    };
+    let policies = ["ramp".to_owned(), "max_sum_throughput_packed".to_owned()];
+    let runs = run_gavel_setup(&trace, 5.6, &policies).unwrap();
+    let [ours, best] = runs.as_slice() else {
+        panic!("expected two summaries, got {}", runs.len());
+    };
+    let shown = format!("ramp {ours:?}\nmax_sum_throughput_packed {best:?}");
+    assert_eq!(ours.unfinished_jobs + best.unfinished_jobs, 0, "{shown}");
+    assert!(ours.avg_jct_h < best.avg_jct_h, "{shown}");
+    assert!(ours.p99_jct_h <= best.p99_jct_h, "{shown}");
+    assert!(ours.makespan_h <= best.makespan_h, "{shown}");
+    let worst = |s: &Summary| s.max_ftf.expect("rho against the isolated run");
+    assert!(worst(ours) <= worst(best), "{shown}");
+}

@@ -155,7 +155,7 @@ macro_rules! every_policy {
 
 every_policy! {
     // Run on goodput workloads in their own tests (core/src/policy/*, tests/elastic_fidelity.rs).
-    needs goodput: optimus, sia, ramp, pollux;
+    needs goodput: optimus, sia, pollux;
     fifo: fair = false;
     fifo_perf: fair = false;
     yarn_cs: fair = false;
@@ -187,6 +187,8 @@ every_policy! {
     min_total_duration_packed: fair = false;
     max_sum_throughput_packed: fair = false;
     max_sum_throughput_normalized_by_cost_packed: fair = false;
+    // Without a goodput model, Gavel's packed sum of throughputs, which bounds no wait.
+    ramp: fair = false;
 }
 
 /// Rate 1 alone; `kept` of it each when two jobs share a GPU.
@@ -449,4 +451,37 @@ fn a_users_placement_step_places_the_grants_that_name_it() {
             );
         }
     }
+}
+
+/// Without a goodput model there is no size or batch for `ramp` to choose: it runs Gavel's packed sum
+/// of normalized throughputs, re-solved as soon as a job arrives or leaves (at most once a 360 s
+/// round), so it decides start for start as `max_sum_throughput_packed:realloc=360` does, and not as
+/// that program at Gavel's cadence (a re-solve at most every 1,920 s).
+#[test]
+fn ramp_on_a_rigid_workload_runs_gavels_packed_throughput_program_every_round() {
+    let cluster = Cluster::parse_spec("v100=4,k80=4", 1).unwrap();
+    let jobs: Vec<(f64, u32, f64)> = (0..24)
+        .map(|i| {
+            (
+                f64::from(i) * 400.0,
+                1 + i % 2,
+                2000.0 + f64::from(i % 5) * 1500.0,
+            )
+        })
+        .collect();
+    let trace = trace(&jobs);
+    let starts = |name: &str| -> Vec<(Option<f64>, Option<f64>, u32)> {
+        run(name, &trace, &cluster)
+            .records
+            .iter()
+            .map(|r| (r.first_start, r.finish, r.preemptions))
+            .collect()
+    };
+    let ramp = starts("ramp");
+    assert!(
+        ramp.iter().all(|(_, finish, _)| finish.is_some()),
+        "{ramp:?}"
+    );
+    assert_eq!(ramp, starts("max_sum_throughput_packed:realloc=360"));
+    assert_ne!(ramp, starts("max_sum_throughput_packed"));
 }

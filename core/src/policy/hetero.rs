@@ -44,7 +44,7 @@ const REALLOC: Knob = Knob {
 pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register(
         PolicyEntry::new("max_min_fairness_perf", |c| {
-            Formulation::boxed(c, Objective::MaxMinFairness, false)
+            program(Objective::MaxMinFairness, false, c.knob("realloc"), c)
         })
         .alias("las_perf")
         .summary(
@@ -56,7 +56,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("finish_time_fairness_perf", |c| {
-            Formulation::boxed(c, Objective::FinishTimeFairness, false)
+            program(Objective::FinishTimeFairness, false, c.knob("realloc"), c)
         })
         .alias("ftf_perf")
         .summary(
@@ -68,7 +68,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("min_total_duration", |c| {
-            Formulation::boxed(c, Objective::MinTotalDuration, false)
+            program(Objective::MinTotalDuration, false, c.knob("realloc"), c)
         })
         .alias("makespan")
         .summary(
@@ -79,7 +79,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("max_min_fairness_water_filling", |c| {
-            Formulation::boxed(c, Objective::WaterFilling, false)
+            program(Objective::WaterFilling, false, c.knob("realloc"), c)
         })
         .alias("water_filling")
         .summary(
@@ -91,7 +91,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("max_sum_throughput_perf", |c| {
-            Formulation::boxed(c, Objective::SumThroughput, false)
+            program(Objective::SumThroughput, false, c.knob("realloc"), c)
         })
         .summary(
             "Gavel's throughput policy: maximize the sum of normalized effective throughputs (LP)",
@@ -101,7 +101,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("max_sum_throughput_normalized_by_cost_perf", |c| {
-            Formulation::boxed(c, Objective::ThroughputPerDollar, false)
+            program(Objective::ThroughputPerDollar, false, c.knob("realloc"), c)
         })
         .alias("cost_perf")
         .summary(
@@ -113,7 +113,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("max_min_fairness_packed", |c| {
-            Formulation::boxed(c, Objective::MaxMinFairness, true)
+            program(Objective::MaxMinFairness, true, c.knob("realloc"), c)
         })
         .alias("las_packed")
         .summary(
@@ -125,7 +125,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("max_min_fairness_water_filling_packed", |c| {
-            Formulation::boxed(c, Objective::WaterFilling, true)
+            program(Objective::WaterFilling, true, c.knob("realloc"), c)
         })
         .summary("max_min_fairness_water_filling over jobs and packed pairs")
         .knob(REALLOC)
@@ -133,7 +133,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("finish_time_fairness_packed", |c| {
-            Formulation::boxed(c, Objective::FinishTimeFairness, true)
+            program(Objective::FinishTimeFairness, true, c.knob("realloc"), c)
         })
         .alias("ftf_packed")
         .summary("finish_time_fairness_perf over jobs and packed pairs")
@@ -142,7 +142,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("min_total_duration_packed", |c| {
-            Formulation::boxed(c, Objective::MinTotalDuration, true)
+            program(Objective::MinTotalDuration, true, c.knob("realloc"), c)
         })
         .summary("min_total_duration over jobs and packed pairs")
         .knob(REALLOC)
@@ -150,7 +150,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("max_sum_throughput_packed", |c| {
-            Formulation::boxed(c, Objective::SumThroughput, true)
+            program(Objective::SumThroughput, true, c.knob("realloc"), c)
         })
         .summary("max_sum_throughput_perf over jobs and packed pairs")
         .knob(REALLOC)
@@ -158,7 +158,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     )?;
     registry.register(
         PolicyEntry::new("max_sum_throughput_normalized_by_cost_packed", |c| {
-            Formulation::boxed(c, Objective::ThroughputPerDollar, true)
+            program(Objective::ThroughputPerDollar, true, c.knob("realloc"), c)
         })
         .alias("cost_packed")
         .summary("max_sum_throughput_normalized_by_cost_perf over jobs and packed pairs")
@@ -173,14 +173,41 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
 /// linear in size, and a job rarely has more than a few partners that beat time-slicing by much.
 const PARTNERS: usize = 4;
 
+/// What one of Gavel's programs optimizes (see the module docs for each).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Objective {
+pub enum Objective {
+    /// Max-min of normalized effective throughput (`max_min_fairness_perf`).
     MaxMinFairness,
+    /// The same max-min, hierarchical and Pareto-efficient by water-filling.
     WaterFilling,
+    /// The smallest worst finish-time fairness rho (`finish_time_fairness_perf`).
     FinishTimeFairness,
+    /// The soonest finish of every active job (`min_total_duration`).
     MinTotalDuration,
+    /// The largest sum of normalized effective throughputs (`max_sum_throughput_perf`).
     SumThroughput,
+    /// The largest effective throughput per dollar (`max_sum_throughput_normalized_by_cost_perf`).
     ThroughputPerDollar,
+}
+
+/// One of Gavel's programs as a policy, the door every `*_perf` and `*_packed` built-in is made
+/// through: `objective` over each job alone (and, when `packed`, over pairs of jobs packed on the same
+/// GPUs), re-solved when a job arrived or left and at most once per `realloc` seconds, its shares
+/// realized round by round by Gavel's mechanism ([`Realize`]). `config` gives the seed and GPU prices.
+pub fn program(
+    objective: Objective,
+    packed: bool,
+    realloc: f64,
+    config: &PolicyConfig,
+) -> Box<dyn Policy> {
+    let program = Formulation {
+        objective,
+        packed,
+        clock: IsolatedClock::new(IsolatedShare::EveryType),
+        last_rho: None,
+        config: config.clone(),
+    };
+    Box::new(Realize::new(Cadenced::new(program, realloc), config.seed))
 }
 
 /// One of Gavel's programs, and the state its objective keeps between solves. It runs re-solved on
@@ -194,20 +221,6 @@ struct Formulation {
     clock: IsolatedClock,
     last_rho: Option<f64>,
     config: PolicyConfig,
-}
-
-impl Formulation {
-    fn boxed(config: &PolicyConfig, objective: Objective, packed: bool) -> Box<dyn Policy> {
-        let program = Formulation {
-            objective,
-            packed,
-            clock: IsolatedClock::new(IsolatedShare::EveryType),
-            last_rho: None,
-            config: config.clone(),
-        };
-        let cadenced = Cadenced::new(program, config.knob("realloc"));
-        Box::new(Realize::new(cadenced, config.seed))
-    }
 }
 
 impl Formulation {

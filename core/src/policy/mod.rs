@@ -343,6 +343,11 @@ pub struct PolicyConfig {
     /// Dollars per GPU-hour by GPU type name, for cost-aware policies; types not listed cost
     /// [`DEFAULT_GPU_PRICES`] or, failing that, 1.
     pub gpu_prices: Vec<(String, f64)>,
+    /// What the run offers (a goodput model, a resource model, an LP solver), as the [`Registry`]
+    /// that builds the policy checked it: a factory may choose how the policy runs by it (`ramp`
+    /// runs one program on elastic workloads and another on rigid ones). Nothing, in a config no
+    /// registry filled in.
+    pub capabilities: Capabilities,
 }
 
 /// On-demand cloud prices per GPU-hour, in dollars, in 2020 (one-GPU instances: AWS p3.2xlarge for the

@@ -17,44 +17,77 @@
 //!
 //! It knows what Sia knows: no job's duration or remaining work; throughputs from the profiles, or
 //! learned from the runs with `learned=1`, as `sia:learned=1`.
+//!
+//! **Rigid workloads** (no goodput model: each job runs on the GPUs it asked for, at the throughput
+//! table's rates, as in Gavel's traces) have no batch or size to choose, and Sia's program has nothing
+//! to price. There `ramp` runs Gavel's sum of normalized throughputs over jobs and packed pairs
+//! ([`hetero::program`], the door Gavel's policies are made through), re-solved whenever a job arrived
+//! or left, at most once per `realloc` seconds (default 360, Gavel's round; Gavel's policies wait at
+//! least 1,920 s). On Gavel's continuous-single trace the earlier re-solves are what beat every Gavel
+//! policy at Gavel's cadence (docs/POLICIES.md). It knows what Gavel's policies know: the table, not durations.
+//! Which program runs is chosen when the policy is built, from what the registry found the run offers
+//! ([`PolicyConfig::capabilities`]).
 
+use super::hetero::{self, Objective};
 use super::sia::{LEARNED, Settings, Sia};
-use super::{Knob, KnobRange, Needs, PolicyConfig, PolicyEntry, Registry, RegistryError};
+use super::{Knob, KnobRange, Needs, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError};
 
 const POWER: Knob = Knob {
     name: "p",
     default: -0.1,
     range: KnobRange::Between(-2.0, -0.01),
-    help: "the fairness power on each job's normalized goodput: nearer 0, a large speedup counts for more",
+    help: "elastic workloads: the fairness power on each job's normalized goodput: nearer 0, a large speedup counts for more",
 };
 
 const FIRST: Knob = Knob {
     name: "first",
     default: 8.0,
     range: KnobRange::Between(1.0, 1024.0),
-    help: "the most GPUs a job may start on",
+    help: "elastic workloads: the most GPUs a job may start on",
 };
 
 const GROWTH: Knob = Knob {
     name: "growth",
     default: 3.0,
     range: KnobRange::Between(1.0, 16.0),
-    help: "the most GPUs a job may take, as a multiple of the most it has held",
+    help: "elastic workloads: the most GPUs a job may take, as a multiple of the most it has held",
 };
 
 const RESTARTS: Knob = Knob {
     name: "restarts",
     default: 3.0,
     range: KnobRange::Between(1.0, 10.0),
-    help: "the power of the restart factor: above 1, a job that has restarted often pays more for the next",
+    help: "elastic workloads: the power of the restart factor: above 1, a job that has restarted often pays more for the next",
 };
 
 const MARGIN: Knob = Knob {
     name: "margin",
     default: 0.1,
     range: KnobRange::Between(0.0, 0.9),
-    help: "the fraction of goodput by which a change of configuration must beat staying",
+    help: "elastic workloads: the fraction of goodput by which a change of configuration must beat staying",
 };
+
+const REALLOC: Knob = Knob {
+    name: "realloc",
+    default: 360.0,
+    range: KnobRange::SECONDS,
+    help: "rigid workloads: seconds between re-solves, at least (Gavel: 1,920)",
+};
+
+/// `ramp` as the run allows: Sia's program, changed as the module docs say, on elastic workloads;
+/// Gavel's packed sum of normalized throughputs, re-solved early, on rigid ones.
+pub fn build(config: &PolicyConfig) -> Box<dyn Policy> {
+    if config.capabilities.goodput {
+        Box::new(Sia::with(settings(config)))
+    } else {
+        hetero::program(
+            Objective::SumThroughput,
+            true,
+            config.knob("realloc"),
+            config,
+        )
+    }
+}
 
 /// `ramp`'s settings of Sia's program from its knobs.
 pub fn settings(config: &PolicyConfig) -> Settings {
@@ -73,10 +106,11 @@ pub fn settings(config: &PolicyConfig) -> Settings {
 /// Enters `ramp` (the same call a user's policy is entered by).
 pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
     registry.register(
-        PolicyEntry::new("ramp", |config| Box::new(Sia::with(settings(config))))
+        PolicyEntry::new("ramp", build)
             .summary(
-                "gangway's own: Sia's program priced at the batch it runs, jobs starting wide and \
-                 growing fast, moved only when the move pays (goodput workloads)",
+                "gangway's own: on elastic workloads, Sia's program priced at the batch it runs, \
+                 jobs starting wide and growing fast, moved only when the move pays; on rigid ones, \
+                 Gavel's packed throughput program re-solved every round",
             )
             .knob(POWER)
             .knob(FIRST)
@@ -84,7 +118,8 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
             .knob(RESTARTS)
             .knob(MARGIN)
             .knob(LEARNED)
-            .needs(Needs::GOODPUT.and(Needs::LP_SOLVER)),
+            .knob(REALLOC)
+            .needs(Needs::LP_SOLVER),
     )?;
     Ok(())
 }

@@ -146,8 +146,8 @@ impl fmt::Display for Needs {
     }
 }
 
-/// What the world a policy is built for offers (see [`Needs`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the world a policy is built for offers (see [`Needs`]). The default offers nothing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// The throughput model has a goodput model.
     pub goodput: bool,
@@ -560,6 +560,7 @@ impl Registry {
         let resolved = self.resolve(spec)?;
         let config = PolicyConfig {
             knobs: resolved.knobs,
+            capabilities: *has,
             ..config.clone()
         };
         let policy = (resolved.entry.factory)(&config);
