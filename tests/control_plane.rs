@@ -153,6 +153,8 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
         "las",
         "gandiva",
         "max_min_fairness_perf",
+        // Rigid jobs: Gavel's packed throughput program, re-solved every round.
+        "ramp",
     ] {
         let mut sim = Simulation::new(&trace, &cluster, model.as_ref());
         sim.config = config();
