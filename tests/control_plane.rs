@@ -51,6 +51,15 @@ type Starts = Vec<(f64, JobId, Vec<u32>)>;
 /// (job, first start, finish) of every job.
 type Timeline = Vec<(JobId, Option<f64>, Option<f64>)>;
 
+/// What the journal of a live run shows beside its starts.
+#[derive(Debug, Default, PartialEq)]
+struct Journaled {
+    /// Records the ledger refused (a GPU held twice, a job run twice).
+    violations: u64,
+    /// Moves journaled as one record each.
+    moves: usize,
+}
+
 /// Runs the trace through the actors; returns per-job (first start, finish), the starts from the
 /// journal, and the number of invariant violations the ledger saw.
 fn live(
@@ -58,7 +67,7 @@ fn live(
     trace: &Trace,
     cluster: &Cluster,
     model: Arc<dyn ThroughputModel>,
-) -> (Timeline, Starts, u64) {
+) -> (Timeline, Starts, Journaled) {
     live_with(policy_spec, trace, cluster, model, &config().engine)
 }
 
@@ -69,7 +78,7 @@ fn live_with(
     cluster: &Cluster,
     model: Arc<dyn ThroughputModel>,
     engine: &EngineConfig,
-) -> (Timeline, Starts, u64) {
+) -> (Timeline, Starts, Journaled) {
     live_from(
         policy::builtin(),
         policy_spec,
@@ -88,7 +97,7 @@ fn live_from(
     cluster: &Cluster,
     model: Arc<dyn ThroughputModel>,
     engine: &EngineConfig,
-) -> (Timeline, Starts, u64) {
+) -> (Timeline, Starts, Journaled) {
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
@@ -118,11 +127,14 @@ fn live_from(
         (timeline, stats.violations)
     });
     let (_journal, recovered) = gangway_actors::ledger::open_journal(&journal).unwrap();
+    let moves = (recovered.records.iter())
+        .filter(|(_, r)| matches!(r, Record::Moved { .. }))
+        .count();
     let starts = recovered
         .records
         .into_iter()
         .filter_map(|(_, r)| match r {
-            Record::Started { job, gpus, at, .. } => {
+            Record::Started { job, gpus, at, .. } | Record::Moved { job, gpus, at, .. } => {
                 Some((at, job, gpus.iter().map(|g| g.0).collect()))
             }
             _ => None,
@@ -132,7 +144,7 @@ fn live_from(
         .into_iter()
         .map(|(id, (start, finish))| (id, start, finish))
         .collect();
-    (timeline, starts, violations)
+    (timeline, starts, Journaled { violations, moves })
 }
 
 fn close(a: Option<f64>, b: Option<f64>) -> bool {
@@ -146,7 +158,7 @@ fn close(a: Option<f64>, b: Option<f64>) -> bool {
 #[test]
 fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
     let (trace, cluster, model) = scenario_of(200);
-    let mut restarts = 0;
+    let (mut restarts, mut moves) = (0, 0);
     for spec in [
         "fifo",
         "tiresias",
@@ -171,11 +183,13 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
             })
             .collect();
 
-        let (timeline, live_starts, violations) = live(spec, &trace, &cluster, Arc::clone(&model));
+        let (timeline, live_starts, journaled) = live(spec, &trace, &cluster, Arc::clone(&model));
+        let (live_starts, sim_starts) = (by_time(&live_starts), by_time(&sim_starts));
         assert_eq!(
-            violations, 0,
+            journaled.violations, 0,
             "{spec}: the ledger saw a GPU held twice or a job run twice"
         );
+        moves += journaled.moves;
         restarts += sim_starts.len() - trace.jobs.len();
         assert_eq!(
             live_starts.len(),
@@ -204,6 +218,8 @@ fn the_actors_make_the_simulators_decisions_and_reach_its_jcts() {
         restarts > 100,
         "the scenario should make the preemptive policies preempt and move jobs ({restarts} restarts)"
     );
+    // Each journaled as one record (a ring of moves keeps a stop and a start for one of them).
+    assert!(moves > 20, "{moves} moves journaled as one record each");
 }
 
 #[test]
@@ -255,10 +271,22 @@ fn a_user_policy_that_delegates_to_tiresias_runs_as_tiresias_does_simulated_and_
         &engine,
     );
     let mine = live_from(&registry, "my_tiresias", &trace, &cluster, model, &engine);
-    assert_eq!(tiresias.2 + mine.2, 0, "invariant violations");
+    assert_eq!(
+        tiresias.2.violations + mine.2.violations,
+        0,
+        "invariant violations"
+    );
     assert_eq!(tiresias.1, mine.1, "every start: time, job, GPUs");
     assert_eq!(tiresias.0, mine.0, "every job's first start and finish");
     assert!(tiresias.0.iter().all(|(_, _, finish)| finish.is_some()));
+}
+
+/// Starts in time order, and at the same instant in job order (the journal writes a decision's starts
+/// in the order the ledger can take them: a move after the moves that free its GPUs).
+fn by_time(starts: &Starts) -> Starts {
+    let mut sorted = starts.clone();
+    sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    sorted
 }
 
 /// The start of every run the simulator made, as (time, job, GPU ids).
@@ -312,9 +340,11 @@ fn resize_live_as_simulated(spec: &str) {
     let expected = sim.run(policy.as_mut(), &mut PackingPlacer, &mut |_, _| {});
     let sim_starts = simulated_starts(&expected.changes);
 
-    let (timeline, live_starts, violations) =
+    let (timeline, live_starts, journaled) =
         live_with(spec, &trace, &cluster, Arc::clone(&model), &engine);
-    assert_eq!(violations, 0);
+    assert_eq!(journaled.violations, 0);
+    // A resize is a move: one record, as the other moves are.
+    assert!(journaled.moves > 0, "{spec}: {journaled:?}");
     // It resizes: more starts than jobs, and jobs on several sizes.
     assert!(
         sim_starts.len() > trace.jobs.len() + 10,
@@ -331,13 +361,6 @@ fn resize_live_as_simulated(spec: &str) {
         sizes.values().filter(|s| s.len() > 1).count() >= 5,
         "{spec}: jobs resized: {sizes:?}"
     );
-    // Starts at the same instant are compared in job order (the journal writes them in its plan's
-    // order).
-    let by_time = |starts: &Starts| {
-        let mut sorted = starts.clone();
-        sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        sorted
-    };
     let (live_starts, sim_starts) = (by_time(&live_starts), by_time(&sim_starts));
     for (live, sim) in live_starts.iter().zip(&sim_starts) {
         assert!(

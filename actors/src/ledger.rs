@@ -157,6 +157,23 @@ pub enum Record {
         /// What it asked.
         shape: Shape,
     },
+    /// The job stopped and started again at once, on `gpus` (moved or resized): one record where a
+    /// `Stopped` and a `Started` would be. Refused, changing nothing, unless the job runs and, its own
+    /// GPUs released, no job but its partner holds the new ones.
+    Moved {
+        /// The job.
+        job: JobId,
+        /// The new start's number, unique across the journal.
+        attempt: u64,
+        /// The type of its new GPUs.
+        gpu_type: GpuTypeId,
+        /// Its new GPUs.
+        gpus: GpuSet,
+        /// The job it shares them with (its packing partner), if any.
+        partner: Option<JobId>,
+        /// When, in control-plane seconds.
+        at: f64,
+    },
 }
 
 /// What a job asks of policies that resize jobs, beyond its [`JobSpec`]: the GPU counts it runs on,
@@ -288,7 +305,8 @@ impl Record {
             | Record::Learned { job, .. }
             | Record::ShapedV1 { job, .. }
             | Record::ShapedV2 { job, .. }
-            | Record::Shaped { job, .. } => Some(*job),
+            | Record::Shaped { job, .. }
+            | Record::Moved { job, .. } => Some(*job),
         }
     }
 
@@ -301,7 +319,7 @@ impl Record {
     }
 
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
-    pub const KINDS: [&'static str; 14] = [
+    pub const KINDS: [&'static str; 15] = [
         "epoch",
         "submitted",
         "started",
@@ -316,6 +334,7 @@ impl Record {
         "shaped",
         "shaped",
         "shaped",
+        "moved",
     ];
 
     /// The record's kind, as a word for reports.
@@ -335,6 +354,7 @@ impl Record {
             Record::ShapedV1 { .. } => 11,
             Record::ShapedV2 { .. } => 12,
             Record::Shaped { .. } => 13,
+            Record::Moved { .. } => 14,
         }]
     }
 }
@@ -539,6 +559,14 @@ pub enum Violation {
         /// The job.
         job: JobId,
     },
+    /// A move of a job that does not run.
+    #[error("record {seq}: job {job} moved while it does not run")]
+    MovedIdle {
+        /// The record's sequence number.
+        seq: u64,
+        /// The job.
+        job: JobId,
+    },
 }
 
 /// The durable state: every job, who holds which GPU, and the clock.
@@ -603,37 +631,27 @@ impl Ledger {
                 if matches!(entry.standing, Standing::Running { .. }) {
                     return Err(Violation::StartedTwice { seq, job: *job });
                 }
-                for g in gpus {
-                    let holders = self.holders.get(&g.0).map_or(&[][..], Vec::as_slice);
-                    if let Some(&holder) = holders.iter().find(|&&h| Some(h) != *partner) {
-                        return Err(Violation::GpuHeldTwice {
-                            seq,
-                            job: *job,
-                            gpu: g.0,
-                            holder,
-                        });
-                    }
+                self.take(seq, *job, (*attempt, *gpu_type, gpus, *partner), *at)?;
+            }
+            Record::Moved {
+                job,
+                attempt,
+                gpu_type,
+                gpus,
+                partner,
+                at,
+            } => {
+                let entry = self.live(seq, *job)?;
+                if !matches!(entry.standing, Standing::Running { .. }) {
+                    return Err(Violation::MovedIdle { seq, job: *job });
                 }
-                for g in gpus {
-                    self.holders.entry(g.0).or_default().push(*job);
-                }
-                let entry = self.jobs.get_mut(job).expect("checked live");
-                entry.standing = Standing::Running {
-                    attempt: *attempt,
-                    gpu_type: *gpu_type,
-                    gpus: gpus.clone(),
-                    partner: *partner,
-                };
-                entry.starts += 1;
-                entry.first_start.get_or_insert(*at);
-                self.next_attempt = self.next_attempt.max(attempt + 1);
+                self.check_free(seq, *job, gpus, *partner)?;
+                self.stop(*job);
+                self.take(seq, *job, (*attempt, *gpu_type, gpus, *partner), *at)?;
             }
             Record::Stopped { job, .. } => {
                 self.live(seq, *job)?;
-                self.release(*job);
-                let entry = self.jobs.get_mut(job).expect("checked live");
-                entry.standing = Standing::Queued;
-                entry.stops += 1;
+                self.stop(*job);
             }
             Record::Checkpointed { job, steps_done } => {
                 let entry = self.live(seq, *job)?;
@@ -707,6 +725,62 @@ impl Ledger {
         Ok(())
     }
 
+    /// Whether job `job` may take `gpus`: no job holds them but itself (about to release them) and
+    /// `partner`.
+    fn check_free(
+        &self,
+        seq: u64,
+        job: JobId,
+        gpus: &GpuSet,
+        partner: Option<JobId>,
+    ) -> Result<(), Violation> {
+        for g in gpus {
+            let holders = self.holders.get(&g.0).map_or(&[][..], Vec::as_slice);
+            if let Some(&holder) = holders.iter().find(|&&h| h != job && Some(h) != partner) {
+                return Err(Violation::GpuHeldTwice {
+                    seq,
+                    job,
+                    gpu: g.0,
+                    holder,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Live job `job`, holding no GPU, takes `gpus` for start `attempt` at `at`.
+    fn take(
+        &mut self,
+        seq: u64,
+        job: JobId,
+        (attempt, gpu_type, gpus, partner): (u64, GpuTypeId, &GpuSet, Option<JobId>),
+        at: f64,
+    ) -> Result<(), Violation> {
+        self.check_free(seq, job, gpus, partner)?;
+        for g in gpus {
+            self.holders.entry(g.0).or_default().push(job);
+        }
+        let entry = self.jobs.get_mut(&job).expect("checked live");
+        entry.standing = Standing::Running {
+            attempt,
+            gpu_type,
+            gpus: gpus.clone(),
+            partner,
+        };
+        entry.starts += 1;
+        entry.first_start.get_or_insert(at);
+        self.next_attempt = self.next_attempt.max(attempt + 1);
+        Ok(())
+    }
+
+    /// Live job `job` stops: it releases its GPUs and queues.
+    fn stop(&mut self, job: JobId) {
+        self.release(job);
+        let entry = self.jobs.get_mut(&job).expect("checked live");
+        entry.standing = Standing::Queued;
+        entry.stops += 1;
+    }
+
     fn release(&mut self, job: JobId) {
         if let Some(Standing::Running { gpus, .. }) = self.jobs.get(&job).map(|e| &e.standing) {
             for g in gpus.clone() {
@@ -756,6 +830,70 @@ pub(crate) mod tests {
         }
     }
 
+    fn moved(job: u32, attempt: u64, gpus: &[u32]) -> Record {
+        let Record::Started {
+            job,
+            attempt,
+            gpu_type,
+            gpus,
+            partner,
+            at,
+        } = started(job, attempt, gpus, None)
+        else {
+            unreachable!()
+        };
+        Record::Moved {
+            job,
+            attempt,
+            gpu_type,
+            gpus,
+            partner,
+            at,
+        }
+    }
+
+    /// A move is a stop and a start in one record: it may land on GPUs it holds, never on another
+    /// job's, and only a running job moves; a refused move changes nothing.
+    #[test]
+    fn a_move_stops_and_starts_a_running_job_on_gpus_no_other_job_holds() {
+        let mut ledger = Ledger::default();
+        for (seq, r) in [spec(1), spec(2), spec(3), started(1, 1, &[0, 1], None)]
+            .iter()
+            .chain(&[started(2, 2, &[2], None)])
+            .enumerate()
+        {
+            ledger.apply(seq as u64, r).unwrap();
+        }
+        let before = ledger.clone();
+        assert_eq!(
+            ledger.apply(9, &moved(3, 3, &[4])),
+            Err(Violation::MovedIdle {
+                seq: 9,
+                job: JobId(3)
+            })
+        );
+        assert_eq!(
+            ledger.apply(10, &moved(1, 3, &[1, 2])),
+            Err(Violation::GpuHeldTwice {
+                seq: 10,
+                job: JobId(1),
+                gpu: 2,
+                holder: JobId(2)
+            })
+        );
+        assert_eq!(ledger, before, "a refused move changes nothing");
+        // Growing in place: it keeps GPU 1 and takes 3 and 4.
+        ledger.apply(11, &moved(1, 3, &[1, 3, 4])).unwrap();
+        let entry = &ledger.jobs[&JobId(1)];
+        assert!(
+            matches!(&entry.standing, Standing::Running { attempt: 3, gpus, .. } if gpus.len() == 3)
+        );
+        assert_eq!((entry.starts, entry.stops), (2, 1));
+        assert!(!ledger.holders.contains_key(&0));
+        assert_eq!(ledger.holders[&1], [JobId(1)]);
+        assert_eq!(ledger.next_attempt, 4);
+    }
+
     /// A torn tail names the jobs of the records it dropped, including the one the cut went through,
     /// whatever its kind.
     #[test]
@@ -788,6 +926,7 @@ pub(crate) mod tests {
                 job: JobId(7),
                 at: 1.0,
             },
+            moved(7, 2, &[1]),
         ];
         for record in samples {
             let batch = [spec(3), record.clone()];
