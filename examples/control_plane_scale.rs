@@ -164,6 +164,10 @@ fn main() {
         stats.preemptions,
         stats.finished
     );
+    println!(
+        "ledger: {} migrations, {} records refused",
+        stats.migrations, stats.violations
+    );
     // The rounds after the submissions, from the latency histogram's buckets.
     let buckets = gangway::actors::stats::LATENCY_BUCKETS;
     let within = |limit: f64, s: &gangway::actors::stats::StatsSnapshot| {

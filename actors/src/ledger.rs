@@ -631,7 +631,8 @@ impl Ledger {
                 if matches!(entry.standing, Standing::Running { .. }) {
                     return Err(Violation::StartedTwice { seq, job: *job });
                 }
-                self.take(seq, *job, (*attempt, *gpu_type, gpus, *partner), *at)?;
+                self.check_free(seq, *job, gpus, *partner)?;
+                self.take(*job, (*attempt, *gpu_type, gpus, *partner), *at);
             }
             Record::Moved {
                 job,
@@ -647,7 +648,7 @@ impl Ledger {
                 }
                 self.check_free(seq, *job, gpus, *partner)?;
                 self.stop(*job);
-                self.take(seq, *job, (*attempt, *gpu_type, gpus, *partner), *at)?;
+                self.take(*job, (*attempt, *gpu_type, gpus, *partner), *at);
             }
             Record::Stopped { job, .. } => {
                 self.live(seq, *job)?;
@@ -748,15 +749,13 @@ impl Ledger {
         Ok(())
     }
 
-    /// Live job `job`, holding no GPU, takes `gpus` for start `attempt` at `at`.
+    /// Live job `job`, holding no GPU, takes `gpus` (checked free) for start `attempt` at `at`.
     fn take(
         &mut self,
-        seq: u64,
         job: JobId,
         (attempt, gpu_type, gpus, partner): (u64, GpuTypeId, &GpuSet, Option<JobId>),
         at: f64,
-    ) -> Result<(), Violation> {
-        self.check_free(seq, job, gpus, partner)?;
+    ) {
         for g in gpus {
             self.holders.entry(g.0).or_default().push(job);
         }
@@ -770,7 +769,6 @@ impl Ledger {
         entry.starts += 1;
         entry.first_start.get_or_insert(at);
         self.next_attempt = self.next_attempt.max(attempt + 1);
-        Ok(())
     }
 
     /// Live job `job` stops: it releases its GPUs and queues.

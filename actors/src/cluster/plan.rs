@@ -2,7 +2,7 @@
 //! without touching either (in the manner of Volcano's `Statement`: the plan is committed, by
 //! journaling its records and carrying out its steps, or dropped whole).
 
-use gangway_core::cluster::GpuTypeId;
+use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::engine::Change;
 use gangway_core::job::JobId;
 use gangway_core::throughput::BatchPlan;
@@ -227,139 +227,155 @@ pub(super) fn plan(
 /// after each other: one move of the ring stays a `Stopped` where the ring blocks and a `Started`
 /// once its GPUs are free. Only a batch of one decision (every stop before every start, a job
 /// stopped and started at most once) is folded; any other is left as it is.
-fn fold_moves(records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
+fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
     let first_start = records
         .iter()
         .position(|r| matches!(r, Record::Started { .. }))
         .unwrap_or(records.len());
     let (stops, starts) = records.split_at(first_start);
-    let stop_of = |r: &Record| match r {
-        Record::Stopped { job, .. } => Some(*job),
-        _ => None,
-    };
-    let stopped: FxHashMap<JobId, f64> = stops
+    let stopped: FxHashSet<JobId> = stops
         .iter()
-        .filter_map(|r| match r {
-            Record::Stopped { job, at } => Some((*job, *at)),
-            _ => None,
-        })
+        .filter(|r| matches!(r, Record::Stopped { .. }))
+        .filter_map(Record::job)
         .collect();
-    let started: FxHashSet<JobId> = starts.iter().filter_map(Record::job).collect();
-    let one_decision = stops.iter().all(|r| stop_of(r).is_some())
-        && starts.iter().all(|r| matches!(r, Record::Started { .. }))
-        && stopped.len() == stops.len()
-        && started.len() == starts.len();
-    let running = |job: &JobId| {
-        matches!(
-            ledger.jobs.get(job).map(|e| &e.standing),
-            Some(Standing::Running { .. })
-        )
-    };
-    let movers: FxHashSet<JobId> = started
-        .iter()
-        .filter(|&job| stopped.contains_key(job) && running(job))
-        .copied()
-        .collect();
+    let one_decision =
+        stopped.len() == stops.len() && starts.iter().all(|r| matches!(r, Record::Started { .. }));
+    // Each mover's number, and the GPUs it leaves.
+    let mut movers: FxHashMap<JobId, usize> = FxHashMap::default();
+    let mut leaves: Vec<&GpuSet> = Vec::new();
+    for job in starts.iter().filter_map(Record::job) {
+        if stopped.contains(&job)
+            && let Some(Standing::Running { gpus, .. }) = ledger.jobs.get(&job).map(|e| &e.standing)
+            && movers.insert(job, leaves.len()).is_none()
+        {
+            leaves.push(gpus);
+        }
+    }
     if !one_decision || movers.is_empty() {
         return records;
     }
-    let mut out: Vec<Record> = stops
-        .iter()
-        .filter(|r| stop_of(r).is_none_or(|job| !movers.contains(&job)))
-        .cloned()
-        .collect();
-    // Each start or move, what it waits for (the moves whose GPUs it takes), and who waits on each
-    // move.
-    let mut pending: Vec<Option<Record>> = Vec::with_capacity(starts.len());
+    // The movers leaving each GPU (two, for a packed pair), by GPU id.
+    let mut left_by: Vec<[Option<usize>; 2]> = Vec::new();
+    for (m, gpus) in leaves.iter().enumerate() {
+        for g in gpus.iter() {
+            let at = g.0 as usize;
+            if left_by.len() <= at {
+                left_by.resize(at + 1, [None; 2]);
+            }
+            let holders = &mut left_by[at];
+            holders[usize::from(holders[0].is_some())] = Some(m);
+        }
+    }
+    // Each start or move, how many moves it waits for (those whose GPUs it takes), and, per mover,
+    // the records that wait on it (as (mover, record) pairs sorted by mover).
+    let starts = records.split_off(first_start);
     let mut blocked_by = vec![0usize; starts.len()];
-    let mut waiting_on: FxHashMap<JobId, Vec<usize>> = FxHashMap::default();
-    for (k, record) in starts.iter().enumerate() {
-        let Record::Started {
-            job,
-            attempt,
-            gpu_type,
-            gpus,
-            partner,
-            at,
-        } = record.clone()
-        else {
+    let mut waits: Vec<(usize, usize)> = Vec::new();
+    let mut theirs: Vec<usize> = Vec::new();
+    let mut pending: Vec<Option<Record>> = Vec::with_capacity(starts.len());
+    for (k, record) in starts.into_iter().enumerate() {
+        let Record::Started { job, gpus, .. } = &record else {
             unreachable!("checked: every start is a Started");
         };
-        let mut waits_for: FxHashSet<JobId> = FxHashSet::default();
-        for g in &gpus {
-            let holders = ledger.holders.get(&g.0).map_or(&[][..], Vec::as_slice);
-            waits_for.extend(holders.iter().filter(|&&h| h != job && movers.contains(&h)));
+        let own = movers.get(job).copied();
+        theirs.clear();
+        for g in gpus {
+            let holders = left_by.get(g.0 as usize).into_iter().flatten().flatten();
+            theirs.extend(holders.filter(|&&m| Some(m) != own));
         }
-        blocked_by[k] = waits_for.len();
-        for mover in waits_for {
-            waiting_on.entry(mover).or_default().push(k);
-        }
-        pending.push(Some(if movers.contains(&job) {
-            Record::Moved {
-                job,
-                attempt,
-                gpu_type,
-                gpus,
-                partner,
-                at,
-            }
-        } else {
-            record.clone()
-        }));
+        theirs.sort_unstable();
+        theirs.dedup();
+        blocked_by[k] = theirs.len();
+        waits.extend(theirs.iter().map(|&m| (m, k)));
+        pending.push(Some(restart(record, own.is_some())));
     }
+    waits.sort_unstable();
+    let waiters = |m: usize| {
+        let from = waits.partition_point(|&(w, _)| w < m);
+        let to = waits.partition_point(|&(w, _)| w <= m);
+        waits[from..to].iter().map(|&(_, k)| k)
+    };
+    let mut out: Vec<Record> = records
+        .into_iter()
+        .filter(|r| r.job().is_none_or(|job| !movers.contains_key(&job)))
+        .collect();
     // Ready records go in the order they came.
-    let mut ready: BinaryHeap<Reverse<usize>> = (0..starts.len())
+    let mut ready: BinaryHeap<Reverse<usize>> = (0..pending.len())
         .filter(|&k| blocked_by[k] == 0)
         .map(Reverse)
         .collect();
-    // `job`'s GPUs are free: whoever waited on it waits for one move fewer.
-    let mut free = |job: JobId, ready: &mut BinaryHeap<Reverse<usize>>| {
-        for &k in waiting_on.get(&job).into_iter().flatten() {
+    // Mover `m`'s GPUs are free: whoever waited on it waits for one move fewer.
+    let mut free = |m: usize, ready: &mut BinaryHeap<Reverse<usize>>| {
+        for k in waiters(m) {
             blocked_by[k] -= 1;
             if blocked_by[k] == 0 {
                 ready.push(Reverse(k));
             }
         }
     };
-    for _ in 0..starts.len() {
+    for _ in 0..pending.len() {
         while ready.is_empty() {
             // A ring: its first move still pending stops here, and starts once its GPUs are free.
             let k = (0..pending.len())
                 .find(|&k| matches!(pending[k], Some(Record::Moved { .. })))
                 .expect("only moves make others wait");
-            let Some(Record::Moved {
-                job,
-                attempt,
-                gpu_type,
-                gpus,
-                partner,
-                at,
-            }) = pending[k].take()
-            else {
+            let Some(moved @ Record::Moved { job, at, .. }) = pending[k].take() else {
                 unreachable!("found above");
             };
-            out.push(Record::Stopped {
-                job,
-                at: stopped[&job],
-            });
-            pending[k] = Some(Record::Started {
-                job,
-                attempt,
-                gpu_type,
-                gpus,
-                partner,
-                at,
-            });
-            free(job, &mut ready);
+            out.push(Record::Stopped { job, at });
+            pending[k] = Some(restart(moved, false));
+            free(movers[&job], &mut ready);
         }
         let Reverse(k) = ready.pop().expect("filled above");
         let record = pending[k].take().expect("each record is ready once");
         if let Record::Moved { job, .. } = record {
-            free(job, &mut ready);
+            free(movers[&job], &mut ready);
         }
         out.push(record);
     }
     out
+}
+
+/// A `Started` or `Moved` record as a move (`moves`) or as a start: the same start, on the same GPUs.
+fn restart(record: Record, moves: bool) -> Record {
+    let (Record::Started {
+        job,
+        attempt,
+        gpu_type,
+        gpus,
+        partner,
+        at,
+    }
+    | Record::Moved {
+        job,
+        attempt,
+        gpu_type,
+        gpus,
+        partner,
+        at,
+    }) = record
+    else {
+        return record;
+    };
+    if moves {
+        Record::Moved {
+            job,
+            attempt,
+            gpu_type,
+            gpus,
+            partner,
+            at,
+        }
+    } else {
+        Record::Started {
+            job,
+            attempt,
+            gpu_type,
+            gpus,
+            partner,
+            at,
+        }
+    }
 }
 
 /// Why a job went from `from` to `to` GPUs, from what else the same decision did: the jobs it started
