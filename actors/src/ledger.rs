@@ -626,15 +626,8 @@ impl Ledger {
                 gpus,
                 partner,
                 at,
-            } => {
-                let entry = self.live(seq, *job)?;
-                if matches!(entry.standing, Standing::Running { .. }) {
-                    return Err(Violation::StartedTwice { seq, job: *job });
-                }
-                self.check_free(seq, *job, gpus, *partner)?;
-                self.take(*job, (*attempt, *gpu_type, gpus, *partner), *at);
             }
-            Record::Moved {
+            | Record::Moved {
                 job,
                 attempt,
                 gpu_type,
@@ -642,12 +635,17 @@ impl Ledger {
                 partner,
                 at,
             } => {
+                let moves = matches!(record, Record::Moved { .. });
                 let entry = self.live(seq, *job)?;
-                if !matches!(entry.standing, Standing::Running { .. }) {
-                    return Err(Violation::MovedIdle { seq, job: *job });
+                match (moves, matches!(entry.standing, Standing::Running { .. })) {
+                    (false, true) => return Err(Violation::StartedTwice { seq, job: *job }),
+                    (true, false) => return Err(Violation::MovedIdle { seq, job: *job }),
+                    _ => {}
                 }
                 self.check_free(seq, *job, gpus, *partner)?;
-                self.stop(*job);
+                if moves {
+                    self.stop(*job);
+                }
                 self.take(*job, (*attempt, *gpu_type, gpus, *partner), *at);
             }
             Record::Stopped { job, .. } => {

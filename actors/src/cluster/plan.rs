@@ -802,14 +802,7 @@ mod tests {
             folded,
             [
                 stop_record(1),
-                Record::Moved {
-                    job: JobId(2),
-                    attempt: 11,
-                    gpu_type: GpuTypeId(0),
-                    gpus: gpus(&[0, 1]),
-                    partner: None,
-                    at: 1.0,
-                },
+                restart(start_record(2, 11, &[0, 1]), true),
                 start_record(1, 10, &[2, 3]),
             ]
         );
