@@ -200,14 +200,17 @@ pub fn program(
     realloc: f64,
     config: &PolicyConfig,
 ) -> Box<dyn Policy> {
-    let program = Formulation {
+    let formulation = Formulation {
         objective,
         packed,
         clock: IsolatedClock::new(IsolatedShare::EveryType),
         last_rho: None,
         config: config.clone(),
     };
-    Box::new(Realize::new(Cadenced::new(program, realloc), config.seed))
+    Box::new(Realize::new(
+        Cadenced::new(formulation, realloc),
+        config.seed,
+    ))
 }
 
 /// One of Gavel's programs, and the state its objective keeps between solves. It runs re-solved on

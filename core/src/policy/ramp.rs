@@ -24,9 +24,9 @@
 //! ([`hetero::program`], the door Gavel's policies are made through), re-solved whenever a job arrived
 //! or left, at most once per `realloc` seconds (default 360, Gavel's round; Gavel's policies wait at
 //! least 1,920 s). On Gavel's continuous-single trace the earlier re-solves are what beat every Gavel
-//! policy at Gavel's cadence (docs/POLICIES.md). It knows what Gavel's policies know: the table, not durations.
-//! Which program runs is chosen when the policy is built, from what the registry found the run offers
-//! ([`PolicyConfig::capabilities`]).
+//! policy at Gavel's cadence (docs/POLICIES.md). It knows what Gavel's policies know: the table, not
+//! durations. Which program runs is chosen when the policy is built, from what the registry found the
+//! run offers ([`PolicyConfig::capabilities`]).
 
 use super::hetero::{self, Objective};
 use super::sia::{LEARNED, Settings, Sia};
