@@ -52,7 +52,7 @@ type Starts = Vec<(f64, JobId, Vec<u32>)>;
 type Timeline = Vec<(JobId, Option<f64>, Option<f64>)>;
 
 /// What the journal of a live run shows beside its starts.
-#[derive(Debug, Default, PartialEq)]
+#[derive(Debug)]
 struct Journaled {
     /// Records the ledger refused (a GPU held twice, a job run twice).
     violations: u64,

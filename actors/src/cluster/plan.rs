@@ -226,7 +226,7 @@ pub(super) fn plan(
 /// moves that free its GPUs. Moves in a ring (each taking GPUs the next one leaves) cannot all come
 /// after each other: one move of the ring stays a `Stopped` where the ring blocks and a `Started`
 /// once its GPUs are free. Only a batch of one decision (every stop before every start, a job
-/// stopped and started at most once) is folded; any other is left as it is.
+/// stopped at most once, and so started at most once after it) is folded; any other is left as it is.
 fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
     let first_start = records
         .iter()
