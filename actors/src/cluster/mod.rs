@@ -442,6 +442,26 @@ mod tests {
     }
 
     #[actix::test]
+    async fn a_batch_carried_out_quickly_is_published_once_settled() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let cluster = fifo_on_four_gpus(Arc::clone(&clock));
+        let submit = Submit {
+            request: JobRequest::new("toy", 2, 100.0),
+            at: None,
+            key: None,
+        };
+        cluster.send(submit).await.unwrap().unwrap();
+        let report = cluster.send(Round).await.unwrap();
+        assert_eq!(report.starts, 1);
+        let published = cluster.send(GetStats).await.unwrap().views_published;
+        // Past the time a batch still being carried out would be published: this one settled (and
+        // was published then), so nothing is published again, in the middle of a later round.
+        tokio::time::sleep(super::round::PUBLISH_WHILE_CARRYING * 2).await;
+        let after = cluster.send(GetStats).await.unwrap().views_published;
+        assert_eq!(after, published, "a stale publication ran");
+    }
+
+    #[actix::test]
     async fn every_move_is_published_after_the_view_that_shows_it() {
         let clock = Arc::new(VirtualClock::new(0.0));
         let cluster = fifo_on_four_gpus(Arc::clone(&clock));

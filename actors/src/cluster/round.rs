@@ -22,19 +22,22 @@ use crate::ledger::{Record, Standing};
 use crate::lifecycle::Phase;
 
 /// How long a batch is carried out before the views show its jobs stopping and starting.
-const PUBLISH_WHILE_CARRYING: Duration = Duration::from_millis(50);
+pub(super) const PUBLISH_WHILE_CARRYING: Duration = Duration::from_millis(50);
 
 /// Committed batches, carried out one at a time, in order; and rounds waiting for them to settle.
 #[derive(Default)]
 pub(super) struct Carrier {
-    busy: bool,
+    /// While a batch is carried out: the publication due if it takes longer than
+    /// [`PUBLISH_WHILE_CARRYING`], cancelled when it settles (a stale one would publish in the
+    /// middle of a later round, and lengthen it by a publication).
+    carrying: Option<SpawnHandle>,
     queue: VecDeque<(Steps, Settling, oneshot::Sender<RoundReport>)>,
     rounds_waiting: Vec<oneshot::Sender<RoundReport>>,
 }
 
 impl Carrier {
     fn idle(&self) -> bool {
-        !self.busy && self.queue.is_empty()
+        self.carrying.is_none() && self.queue.is_empty()
     }
 }
 
@@ -199,7 +202,7 @@ impl ClusterActor {
     /// Carries out the next committed batch, unless one is being carried out; once none is left, runs
     /// the rounds that waited.
     fn pump(&mut self, ctx: &mut Context<Self>) {
-        if self.carrier.busy {
+        if self.carrier.carrying.is_some() {
             return;
         }
         let Some((steps, settling, answer)) = self.carrier.queue.pop_front() else {
@@ -215,12 +218,12 @@ impl ClusterActor {
             }
             return;
         };
-        self.carrier.busy = true;
         let now = steps.now;
         let executor = Arc::clone(&self.executor);
         // A batch carried out quickly is published once, settled; one that takes longer (workers
         // checkpointing) shows its jobs stopping and starting meanwhile.
-        ctx.run_later(PUBLISH_WHILE_CARRYING, |actor, _| actor.publish());
+        let publish_later = ctx.run_later(PUBLISH_WHILE_CARRYING, |actor, _| actor.publish());
+        self.carrier.carrying = Some(publish_later);
         let work = async move { carry_out(steps, &executor).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
             let round_began = settling.round_began;
@@ -232,7 +235,9 @@ impl ClusterActor {
             }
             actor.publish();
             let _ = answer.send(report);
-            actor.carrier.busy = false;
+            if let Some(publish_later) = actor.carrier.carrying.take() {
+                ctx.cancel_future(publish_later);
+            }
             actor.pump(ctx);
         }));
     }
