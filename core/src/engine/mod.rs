@@ -107,6 +107,9 @@ struct JobState {
     active: bool,
     /// It is listed in [`Engine::touched`].
     touched: bool,
+    /// While a pass runs: its grant, by position in [`Engine::grants`] (none, or taken once placed
+    /// or claimed as a partner's).
+    grant: Option<u32>,
 }
 
 /// The scheduling state of a cluster: the jobs, who runs where, and the costs owed.
@@ -164,9 +167,10 @@ pub struct Engine<'m> {
     last_progress: f64,
     /// What ran since the last pass, for the policy.
     usage: Vec<Usage>,
-    /// This pass's grants by job index, while a pass runs (kept here rather than in every job's
-    /// state: a pass grants a few jobs of many).
-    grants: FxHashMap<usize, Grant>,
+    /// This pass's grants, while a pass runs, in the policy's order (each job's state names its
+    /// own: a queue-keeping policy grants every running job each pass, so finding a grant is an
+    /// index, not a lookup).
+    grants: Vec<Grant>,
     finished: usize,
     jobs_changed: bool,
     /// Starts and stops since the last [`Engine::take_changes`], when recording.
@@ -217,7 +221,7 @@ impl<'m> Engine<'m> {
             busy: BusyTime::new(start),
             last_progress: f64::NEG_INFINITY,
             usage: Vec::new(),
-            grants: FxHashMap::default(),
+            grants: Vec::new(),
             finished: 0,
             jobs_changed: false,
             changes: None,

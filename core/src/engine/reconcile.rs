@@ -36,13 +36,21 @@ impl Engine<'_> {
         let grants = self.decide(policy, placer, now)?;
         let preempt_costs = self.config.preempt_cost + self.config.restore_cost;
 
-        // Which running jobs keep their GPUs, and which are displaced.
-        self.grants.clear();
-        for g in &grants {
-            if let Some(&i) = self.index_of.get(&g.job) {
-                self.grants.entry(i).or_insert(*g);
-            }
+        // Which running jobs keep their GPUs, and which are displaced. Each grant's job is found
+        // once; a job granted twice keeps its first grant.
+        let mut granted: Vec<Option<usize>> = Vec::with_capacity(grants.len());
+        for (k, g) in grants.iter().enumerate() {
+            let i = self.index_of.get(&g.job).copied();
+            granted.push(i.filter(|&i| {
+                let state = &mut self.states[i];
+                let first = state.grant.is_none();
+                if first {
+                    state.grant = Some(k as u32);
+                }
+                first
+            }));
         }
+        self.grants = grants;
         // Every waiting job is not granted until a placement below says otherwise; only those that
         // may say something else now are visited (the rest already say so).
         for i in std::mem::take(&mut self.unexplained) {
@@ -60,7 +68,7 @@ impl Engine<'_> {
                 continue;
             };
             let partner = run.partner.map(|p| self.jobs[p].id);
-            let grant = self.grants.get(&i).copied();
+            let grant = self.grant_of(i);
             let keep = grant.is_some_and(|g| {
                 g.gpu_type == run.gpu_type
                     && g.gpus as usize == run.gpus.len()
@@ -90,16 +98,16 @@ impl Engine<'_> {
             }
         }
         // Place the grants in order; running jobs that keep their GPUs are already placed.
-        for g in &grants {
-            let Some(&i) = self.index_of.get(&g.job) else {
+        for (k, i) in granted.iter().enumerate() {
+            let (Some(i), g) = (*i, self.grants[k]) else {
                 continue;
             };
             // A run that keeps its GPUs takes its new CPUs and memory in grant order, as new runs
             // are placed: the mechanism that chose them packed them in that order.
-            if self.states[i].run.is_some() && self.grants.contains_key(&i) {
+            if self.states[i].run.is_some() && self.states[i].grant.is_some() {
                 self.reallot(i, g.allotment, now);
             }
-            if self.grants.remove(&i).is_none()
+            if self.states[i].grant.take().is_none()
                 || self.states[i].run.is_some()
                 || self.records[i].finish.is_some()
                 || self.rate_at(i, g.gpu_type, g.gpus) <= 0.0
@@ -108,7 +116,7 @@ impl Engine<'_> {
             }
             let partner = match g.partner() {
                 None => None,
-                Some(p) => match self.claim_partner(i, p, g) {
+                Some(p) => match self.claim_partner(i, p, &g) {
                     Some(p) => Some(p),
                     None => {
                         self.explain_wait(i, Unplaced::PartnerUnavailable);
@@ -116,7 +124,7 @@ impl Engine<'_> {
                     }
                 },
             };
-            let placed = self.place(i, g, partner.is_some(), placer, now);
+            let placed = self.place(i, &g, partner.is_some(), placer, now);
             match placed {
                 Ok(placed) if placed.gpus.len() == g.gpus as usize => {
                     self.start(i, placed, g.gpu_type, partner, g.batch, g.allotment, now)
@@ -127,6 +135,10 @@ impl Engine<'_> {
                     self.explain_wait(i, why);
                 }
             }
+        }
+        // Grants left unplaced (a partner's claimed, a job's that ended) are no one's now.
+        for i in granted.into_iter().flatten() {
+            self.states[i].grant = None;
         }
         for (i, step) in revisit {
             self.revisit(i, step, placer, now);
@@ -205,7 +217,7 @@ impl Engine<'_> {
             return;
         };
         let share = Allotment::share(self.cluster.node(self.cluster.node_of(first)));
-        let wanted = self.grants.get(&i).and_then(|g| g.allotment);
+        let wanted = self.grant_of(i).and_then(|g| g.allotment);
         let smaller = match (run.allotment, wanted) {
             (None, None) => return,
             (Some(held), None) => held.min(&share),
@@ -289,12 +301,17 @@ impl Engine<'_> {
             &self.jobs[i],
             &self.jobs[p],
             g,
-            self.grants.get(&p),
+            self.grant_of(p).as_ref(),
         );
         if !runs || state.run.is_some() || self.records[p].finish.is_some() {
             return None;
         }
-        self.grants.remove(&p);
+        self.states[p].grant = None;
         Some(p)
+    }
+
+    /// Job `i`'s grant in this pass, unless placed or claimed already.
+    fn grant_of(&self, i: usize) -> Option<Grant> {
+        self.states[i].grant.map(|k| self.grants[k as usize])
     }
 }
