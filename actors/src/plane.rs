@@ -220,7 +220,12 @@ impl ControlPlane {
     /// The servers, their GPUs, those out of service and the jobs on them (from
     /// [`ControlPlane::view`]).
     pub fn nodes(&self) -> Result<Vec<NodeInfo>, ControlError> {
-        Ok(self.view().nodes().to_vec())
+        Ok(self
+            .view()
+            .nodes()
+            .iter()
+            .map(|n| NodeInfo::clone(n))
+            .collect())
     }
 
     /// Counters and latencies since the control plane started (from [`ControlPlane::view`]).

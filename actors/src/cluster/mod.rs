@@ -365,10 +365,14 @@ mod tests {
 
     /// FIFO on one server of 4 V100s, simulated workers, in `clock`'s virtual time.
     fn fifo_on_four_gpus(clock: Arc<VirtualClock>) -> Addr<ClusterActor> {
+        fifo_on("v100=1x4", clock)
+    }
+
+    fn fifo_on(cluster: &str, clock: Arc<VirtualClock>) -> Addr<ClusterActor> {
         let model = DurationModel::uniform(1);
         let policy = gangway_core::policy::build("fifo", &Default::default(), &model).unwrap();
         let parts = Parts {
-            cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
+            cluster: Arc::new(Cluster::parse_spec(cluster, 4).unwrap()),
             model: Arc::new(model),
             names: Names::default(),
             policy,
@@ -459,6 +463,56 @@ mod tests {
         tokio::time::sleep(super::round::PUBLISH_WHILE_CARRYING * 2).await;
         let after = cluster.send(GetStats).await.unwrap().views_published;
         assert_eq!(after, published, "a stale publication ran");
+    }
+
+    #[actix::test]
+    async fn the_servers_list_rebuilds_only_the_servers_that_changed() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let cluster = fifo_on("v100=3x2", Arc::clone(&clock));
+        let views = cluster.send(GetViews).await.unwrap();
+        let submit = || Submit {
+            request: JobRequest::new("toy", 2, 1000.0),
+            at: None,
+            key: None,
+        };
+        // What is published is what a list built whole from the ledger says, at every step.
+        let published = || {
+            let view = views.latest();
+            let nodes: Vec<NodeInfo> = view.nodes().iter().map(|n| NodeInfo::clone(n)).collect();
+            (view, nodes)
+        };
+        let a = cluster.send(submit()).await.unwrap().unwrap();
+        cluster.send(Round).await.unwrap();
+        let (first, nodes) = published();
+        assert_eq!(nodes, cluster.send(ListNodes).await.unwrap());
+        let on_a = nodes.iter().position(|n| n.jobs == [a]).unwrap();
+        assert_eq!(nodes[on_a].free, 0);
+        assert_eq!(nodes.iter().map(|n| n.free).sum::<u32>(), 4);
+        let b = cluster.send(submit()).await.unwrap().unwrap();
+        cluster.send(Round).await.unwrap();
+        let (second, nodes) = published();
+        assert_eq!(nodes, cluster.send(ListNodes).await.unwrap());
+        let on_b = nodes.iter().position(|n| n.jobs == [b]).unwrap();
+        let idle = 3 - on_a - on_b;
+        // The servers no lease touched are the entries published before, shared.
+        assert!(Arc::ptr_eq(&first.nodes()[on_a], &second.nodes()[on_a]));
+        assert!(Arc::ptr_eq(&first.nodes()[idle], &second.nodes()[idle]));
+        assert!(!Arc::ptr_eq(&first.nodes()[on_b], &second.nodes()[on_b]));
+        // A cordoned GPU's server says so; a finished job's server is free again.
+        let gpu = nodes[idle].gpus[0];
+        let cordon = Cordon {
+            gpus: vec![gpu],
+            cordoned: true,
+        };
+        cluster.send(cordon).await.unwrap().unwrap();
+        clock.set(1500.0);
+        cluster.send(Poll).await.unwrap();
+        let (_, nodes) = published();
+        assert_eq!(nodes, cluster.send(ListNodes).await.unwrap());
+        assert_eq!(nodes[idle].out_of_service, [(gpu, "cordoned".to_owned())]);
+        assert_eq!(nodes[idle].free, 1);
+        assert!(nodes.iter().all(|n| n.jobs.is_empty()), "{nodes:?}");
+        assert_eq!(nodes.iter().map(|n| n.free).sum::<u32>(), 5);
     }
 
     #[actix::test]

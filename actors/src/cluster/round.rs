@@ -76,9 +76,11 @@ impl ClusterActor {
             |job| self.jobs.get(&job).map(|h| h.phase()),
         );
         self.persist(&plan.records);
-        if !plan.stops.is_empty() || !plan.starts.is_empty() {
-            self.views.touch_nodes();
-        }
+        let started = plan
+            .starts
+            .iter()
+            .flat_map(|s| s.launch.gpus.iter().copied());
+        self.views.touch_gpus(started);
         let ended = plan.stops.iter().filter(|s| s.next.is_terminal());
         self.ended_since_starts.extend(ended.map(|s| s.job));
         let arrived: Vec<JobId> = plan
@@ -104,6 +106,7 @@ impl ClusterActor {
             };
             if let Some(gang) = &handle.gang {
                 handle.restarts.last_size = Some(gang.gpus.len() as u32);
+                self.views.touch_gpus(gang.gpus.iter().copied());
             }
             let restarts = matches!(stop.next, Phase::Migrating | Phase::Resizing);
             handle.restarts.stopped(restarts, now);
@@ -309,7 +312,9 @@ impl ClusterActor {
                 records.push(Record::Stopped { job: *job, at: now });
             }
             if let Some(handle) = self.jobs.get_mut(job) {
-                handle.gang = None;
+                if let Some(gang) = handle.gang.take() {
+                    self.views.touch_gpus(gang.gpus);
+                }
                 handle.note_gpus(now, 0);
                 // A restart that did not start is not one.
                 handle.restarts.abandon();
@@ -440,7 +445,7 @@ impl ClusterActor {
                 self.engine().disable_gpu(gpu, now);
             }
         }
-        self.views.touch_nodes();
+        self.views.touch_gpus(gpus.iter().copied());
         let changes = self.engine().take_changes();
         let carried = self.commit(changes, now, FxHashMap::default(), None, ctx);
         self.publish();

@@ -18,6 +18,7 @@ use std::time::Instant;
 
 use actix::prelude::*;
 use bytes::Bytes;
+use gangway_core::cluster::{Cluster, GpuId, NodeId};
 use gangway_core::job::{JobId, Sizes};
 use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::{broadcast, watch};
@@ -114,7 +115,7 @@ pub struct JobPage {
 /// What the control plane looked like when the actor published it.
 pub struct View {
     jobs: imbl::OrdMap<JobId, Arc<Entry>>,
-    nodes: Arc<Vec<NodeInfo>>,
+    nodes: Arc<Vec<Arc<NodeInfo>>>,
     stats: StatsSnapshot,
     history: Arc<Vec<ClusterSample>>,
     queue: Arc<QueueOrder>,
@@ -221,7 +222,7 @@ impl View {
     }
 
     /// Every server, its GPUs and what runs on them.
-    pub fn nodes(&self) -> &[NodeInfo] {
+    pub fn nodes(&self) -> &[Arc<NodeInfo>] {
         &self.nodes
     }
 
@@ -260,10 +261,12 @@ pub(super) struct Publisher {
     events: broadcast::Sender<JobEvent>,
     moves: Vec<JobEvent>,
     jobs: imbl::OrdMap<JobId, Arc<Entry>>,
-    nodes: Arc<Vec<NodeInfo>>,
-    /// Jobs whose entry is stale, and whether the servers' list is.
+    /// Each server's entry, by server index, as last published (none before the first
+    /// publication), and the GPUs whose server's entry is stale.
+    nodes: Arc<Vec<Arc<NodeInfo>>>,
+    stale_gpus: Vec<GpuId>,
+    /// Jobs whose entry is stale.
     dirty: FxHashSet<JobId>,
-    nodes_dirty: bool,
     /// Running and waiting jobs still to refresh in their sweeps, and when the last publication
     /// was.
     running_sweep: Sweep,
@@ -292,8 +295,8 @@ impl Publisher {
             moves: Vec::new(),
             jobs: imbl::OrdMap::new(),
             nodes: Arc::default(),
+            stale_gpus: Vec::new(),
             dirty: FxHashSet::default(),
-            nodes_dirty: true,
             running_sweep: Sweep::new(RUNNING_SWEEP_SECONDS),
             waiting_sweep: Sweep::new(WAITING_SWEEP_SECONDS),
             last: Instant::now(),
@@ -324,9 +327,10 @@ impl Publisher {
         self.last.elapsed()
     }
 
-    /// The servers' list is stale (a lease, a cordon or a GPU's health changed).
-    pub fn touch_nodes(&mut self) {
-        self.nodes_dirty = true;
+    /// The entries of the servers of `gpus` are stale (a lease, a cordon or a GPU's health
+    /// changed).
+    pub fn touch_gpus(&mut self, gpus: impl IntoIterator<Item = GpuId>) {
+        self.stale_gpus.extend(gpus);
     }
 }
 
@@ -412,9 +416,7 @@ impl ClusterActor {
                 }
             }
         }
-        if std::mem::take(&mut self.views.nodes_dirty) {
-            self.views.nodes = Arc::new(self.nodes());
-        }
+        self.refresh_nodes();
         let stats = self.stats_now();
         if (self.views.sampled)
             .is_none_or(|at| now.duration_since(at).as_secs_f64() >= HISTORY_EVERY_SECONDS)
@@ -523,54 +525,81 @@ impl ClusterActor {
             return Vec::new();
         };
         let cluster = sched.engine.cluster();
-        let mut holder: Vec<Option<JobId>> = vec![None; self.gpus.len()];
-        for (&job, handle) in &self.jobs {
-            for gpu in handle.gang.iter().flat_map(|g| &g.gpus) {
-                holder[gpu.0 as usize] = Some(job);
-            }
-        }
-        // Health first: a cordoned GPU that also failed says why it failed.
-        let mut out: Vec<Option<String>> = vec![None; self.gpus.len()];
-        for &g in &self.store.ledger.cordoned {
-            if let Some(slot) = out.get_mut(g as usize) {
-                *slot = Some("cordoned".into());
-            }
-        }
-        for (g, why) in &self.unhealthy {
-            out[g.0 as usize] = Some(why.clone());
-        }
-        cluster
-            .nodes()
-            .iter()
-            .enumerate()
-            .map(|(n, node)| {
-                let gpus: Vec<u32> = cluster
-                    .gpus_of(gangway_core::cluster::NodeId(n as u32))
-                    .map(|g| g.0)
-                    .collect();
-                let out_of_service: Vec<(u32, String)> = gpus
-                    .iter()
-                    .filter_map(|&g| out[g as usize].clone().map(|why| (g, why)))
-                    .collect();
-                let mut jobs: Vec<JobId> =
-                    gpus.iter().filter_map(|&g| holder[g as usize]).collect();
-                jobs.sort_unstable();
-                jobs.dedup();
-                let free = gpus
-                    .iter()
-                    .filter(|&&g| holder[g as usize].is_none() && out[g as usize].is_none())
-                    .count() as u32;
-                NodeInfo {
-                    name: (self.settings.node_names.get(n).cloned())
-                        .unwrap_or_else(|| format!("server-{n}")),
-                    gpu_type: cluster.gpu_types()[node.gpu_type.0 as usize].clone(),
-                    gpus,
-                    free,
-                    out_of_service,
-                    jobs,
-                }
-            })
+        (0..cluster.nodes().len())
+            .map(|n| self.node(cluster, NodeId(n as u32)))
             .collect()
+    }
+
+    /// Rebuilds the entries of the servers whose GPUs changed hands or service since the last
+    /// publication (every server's, the first time): a round that moves a few jobs rebuilds a few
+    /// servers' of thousands, and the published list shares the rest.
+    fn refresh_nodes(&mut self) {
+        let Some(sched) = self.sched.as_ref() else {
+            return;
+        };
+        let cluster = sched.engine.cluster();
+        let count = cluster.nodes().len();
+        let mut stale: Vec<u32> = if self.views.nodes.len() == count {
+            let gpus = self.views.stale_gpus.iter();
+            gpus.map(|&g| cluster.node_of(g).0).collect()
+        } else {
+            (0..count as u32).collect()
+        };
+        self.views.stale_gpus.clear();
+        if stale.is_empty() {
+            return;
+        }
+        stale.sort_unstable();
+        stale.dedup();
+        let fresh: Vec<(usize, NodeInfo)> = (stale.iter())
+            .map(|&n| (n as usize, self.node(cluster, NodeId(n))))
+            .collect();
+        let mut nodes = Vec::clone(&self.views.nodes);
+        for (n, info) in fresh {
+            match nodes.get_mut(n) {
+                Some(entry) => *entry = Arc::new(info),
+                None => nodes.push(Arc::new(info)),
+            }
+        }
+        self.views.nodes = Arc::new(nodes);
+    }
+
+    /// Server `n`: its GPUs, those out of service and why, and the jobs holding them (both
+    /// partners of a packed pair), as the ledger has them.
+    fn node(&self, cluster: &Cluster, n: NodeId) -> NodeInfo {
+        let gpus: Vec<u32> = cluster.gpus_of(n).map(|g| g.0).collect();
+        // Health first: a cordoned GPU that also failed says why it failed.
+        let out_of_service = |g: u32| {
+            (self.unhealthy.get(&GpuId(g)).cloned()).or_else(|| {
+                self.store
+                    .ledger
+                    .cordoned
+                    .contains(&g)
+                    .then(|| "cordoned".into())
+            })
+        };
+        let holders = |g: u32| (self.store.ledger.holders.get(&g)).map_or(&[][..], Vec::as_slice);
+        let out_of_service: Vec<(u32, String)> = gpus
+            .iter()
+            .filter_map(|&g| out_of_service(g).map(|why| (g, why)))
+            .collect();
+        let mut jobs: Vec<JobId> = gpus.iter().flat_map(|&g| holders(g)).copied().collect();
+        jobs.sort_unstable();
+        jobs.dedup();
+        let free = gpus
+            .iter()
+            .filter(|&&g| holders(g).is_empty() && !out_of_service.iter().any(|(o, _)| *o == g))
+            .count() as u32;
+        let node = cluster.node(n);
+        NodeInfo {
+            name: (self.settings.node_names.get(n.0 as usize).cloned())
+                .unwrap_or_else(|| format!("server-{}", n.0)),
+            gpu_type: cluster.gpu_types()[node.gpu_type.0 as usize].clone(),
+            gpus,
+            free,
+            out_of_service,
+            jobs,
+        }
     }
 
     pub(super) fn info(&mut self, id: JobId) -> Option<JobInfo> {
