@@ -221,7 +221,8 @@ impl View {
         (Bytes::from(out), last.filter(|_| more))
     }
 
-    /// Every server, its GPUs and what runs on them.
+    /// Every server, its GPUs and what runs on them, in server order (each entry shared with the
+    /// views before and after this one until that server changes).
     pub fn nodes(&self) -> &[Arc<NodeInfo>] {
         &self.nodes
     }
