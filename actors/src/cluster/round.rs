@@ -27,10 +27,8 @@ pub(super) const PUBLISH_WHILE_CARRYING: Duration = Duration::from_millis(50);
 /// Committed batches, carried out one at a time, in order; and rounds waiting for them to settle.
 #[derive(Default)]
 pub(super) struct Carrier {
-    /// While a batch is carried out: the publication due if it takes longer than
-    /// [`PUBLISH_WHILE_CARRYING`], cancelled when it settles (a stale one would publish in the
-    /// middle of a later round, and lengthen it by a publication).
-    carrying: Option<SpawnHandle>,
+    /// The batch being carried out, if one is.
+    carrying: Option<Carrying>,
     queue: VecDeque<(Steps, Settling, oneshot::Sender<RoundReport>)>,
     rounds_waiting: Vec<oneshot::Sender<RoundReport>>,
 }
@@ -39,6 +37,23 @@ impl Carrier {
     fn idle(&self) -> bool {
         self.carrying.is_none() && self.queue.is_empty()
     }
+}
+
+/// A batch being carried out.
+struct Carrying {
+    since: Instant,
+    /// The publication due if it takes longer than [`PUBLISH_WHILE_CARRYING`], cancelled when it
+    /// settles (a stale one would publish in the middle of a later round, and lengthen it by a
+    /// publication).
+    publish_later: SpawnHandle,
+}
+
+/// Whether worker events publish a view now, with a batch carried out for `carrying` (if one is)
+/// and the last view published `since_last` ago: at once when none is; while one is, only once
+/// it has been for [`PUBLISH_WHILE_CARRYING`] and no view was published for as long (its end
+/// publishes it all).
+fn events_publish(carrying: Option<Duration>, since_last: Duration) -> bool {
+    carrying.is_none_or(|c| c >= PUBLISH_WHILE_CARRYING && since_last >= PUBLISH_WHILE_CARRYING)
 }
 
 /// Where a batch's jobs go once it is carried out: the stopped ones from Checkpointing to their
@@ -226,7 +241,10 @@ impl ClusterActor {
         // A batch carried out quickly is published once, settled; one that takes longer (workers
         // checkpointing) shows its jobs stopping and starting meanwhile.
         let publish_later = ctx.run_later(PUBLISH_WHILE_CARRYING, |actor, _| actor.publish());
-        self.carrier.carrying = Some(publish_later);
+        self.carrier.carrying = Some(Carrying {
+            since: Instant::now(),
+            publish_later,
+        });
         let work = async move { carry_out(steps, &executor).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
             let round_began = settling.round_began;
@@ -238,19 +256,20 @@ impl ClusterActor {
             }
             actor.publish();
             let _ = answer.send(report);
-            if let Some(publish_later) = actor.carrier.carrying.take() {
-                ctx.cancel_future(publish_later);
+            if let Some(carried) = actor.carrier.carrying.take() {
+                ctx.cancel_future(carried.publish_later);
             }
             actor.pump(ctx);
         }));
     }
 
-    /// Publishes now, unless a batch is being carried out and a view was published less than
-    /// [`PUBLISH_WHILE_CARRYING`] ago: the batch's end publishes it all. Worker events come every
-    /// few milliseconds; publishing for each while a round that moved thousands of jobs is carried
-    /// out would rebuild those jobs' entries in the middle of the round, and again at its end.
+    /// Publishes for worker events, as [`events_publish`] says. They come every few milliseconds;
+    /// publishing for them while a round that moved thousands of jobs is carried out would rebuild
+    /// those jobs' entries in the middle of the round (on the thread that carries it out), and
+    /// again at its end.
     pub(super) fn publish_unless_carrying(&mut self) {
-        if self.carrier.idle() || self.views.since_last() >= PUBLISH_WHILE_CARRYING {
+        let carrying = self.carrier.carrying.as_ref().map(|c| c.since.elapsed());
+        if events_publish(carrying, self.views.since_last()) {
             self.publish();
         }
     }
@@ -547,5 +566,25 @@ impl Handler<Cordon> for ClusterActor {
             let _ = carried.await;
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_events_publish_in_a_batchs_middle_only_once_it_is_long() {
+        let (long, short) = (PUBLISH_WHILE_CARRYING, PUBLISH_WHILE_CARRYING / 10);
+        assert!(events_publish(None, short), "nothing carried out: at once");
+        assert!(
+            !events_publish(Some(short), 2 * long),
+            "a batch just begun: its end publishes it, however old the last view"
+        );
+        assert!(!events_publish(Some(long), short), "published a moment ago");
+        assert!(
+            events_publish(Some(long), long),
+            "a long batch shows its moves"
+        );
     }
 }
