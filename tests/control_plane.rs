@@ -128,15 +128,17 @@ fn live_from(
     });
     let (_journal, recovered) = gangway_actors::ledger::open_journal(&journal).unwrap();
     let moves = (recovered.records.iter())
-        .filter(|(_, r)| matches!(r, Record::Moved { .. }))
+        .filter(|(_, r)| matches!(r, Record::Moved(_)))
         .count();
     let starts = recovered
         .records
         .into_iter()
         .filter_map(|(_, r)| match r {
-            Record::Started { job, gpus, at, .. } | Record::Moved { job, gpus, at, .. } => {
-                Some((at, job, gpus.iter().map(|g| g.0).collect()))
-            }
+            Record::Started(start) | Record::Moved(start) => Some((
+                start.at,
+                start.job,
+                start.gpus.iter().map(|g| g.0).collect(),
+            )),
             _ => None,
         })
         .collect();

@@ -15,7 +15,9 @@ use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{ClusterActor, JobInfo, Parts, Settings, TimeSource};
 use gangway_actors::driver::replay;
 use gangway_actors::executor::SimExecutor;
-use gangway_actors::ledger::{JobSpec, Ledger, Record, Snapshot, open_journal, torn_tail_report};
+use gangway_actors::ledger::{
+    JobSpec, Ledger, Record, Snapshot, Start, open_journal, torn_tail_report,
+};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::{Cluster, GpuId, GpuTypeId};
 use gangway_core::engine::EngineConfig;
@@ -42,14 +44,14 @@ fn submitted(id: u32) -> Record {
 }
 
 fn started(id: u32, attempt: u64) -> Record {
-    Record::Started {
+    Record::Started(Start {
         job: JobId(id),
         attempt,
         gpu_type: GpuTypeId(0),
         gpus: [GpuId(id)].into_iter().collect(),
         partner: None,
         at: 1.0,
-    }
+    })
 }
 
 fn finished(id: u32) -> Record {

@@ -56,20 +56,7 @@ pub enum Record {
     /// A job was accepted (it is queued).
     Submitted(JobSpec),
     /// A start: the job's gang is `gpus`; `attempt` names this start everywhere (GPU leases, workers).
-    Started {
-        /// The job.
-        job: JobId,
-        /// The start's number, unique across the journal.
-        attempt: u64,
-        /// The type of its GPUs.
-        gpu_type: GpuTypeId,
-        /// Its GPUs.
-        gpus: GpuSet,
-        /// The job it shares these GPUs with (its packing partner), if any.
-        partner: Option<JobId>,
-        /// When, in control-plane seconds.
-        at: f64,
-    },
+    Started(Start),
     /// The job stops running (preempted, moved, or its start failed); it keeps its last checkpoint.
     Stopped {
         /// The job.
@@ -160,20 +147,24 @@ pub enum Record {
     /// The job stopped and started again at once, on `gpus` (moved or resized): one record where a
     /// `Stopped` and a `Started` would be. Refused, changing nothing, unless the job runs and, its own
     /// GPUs released, no job but its partner holds the new ones.
-    Moved {
-        /// The job.
-        job: JobId,
-        /// The new start's number, unique across the journal.
-        attempt: u64,
-        /// The type of its new GPUs.
-        gpu_type: GpuTypeId,
-        /// Its new GPUs.
-        gpus: GpuSet,
-        /// The job it shares them with (its packing partner), if any.
-        partner: Option<JobId>,
-        /// When, in control-plane seconds.
-        at: f64,
-    },
+    Moved(Start),
+}
+
+/// A run's start, as [`Record::Started`] and [`Record::Moved`] journal it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Start {
+    /// The job.
+    pub job: JobId,
+    /// The start's number, unique across the journal.
+    pub attempt: u64,
+    /// The type of its GPUs.
+    pub gpu_type: GpuTypeId,
+    /// Its GPUs.
+    pub gpus: GpuSet,
+    /// The job it shares these GPUs with (its packing partner), if any.
+    pub partner: Option<JobId>,
+    /// When, in control-plane seconds.
+    pub at: f64,
 }
 
 /// What a job asks of policies that resize jobs, beyond its [`JobSpec`]: the GPU counts it runs on,
@@ -295,7 +286,7 @@ impl Record {
         match self {
             Record::Epoch { .. } | Record::Cordoned { .. } => None,
             Record::Submitted(spec) => Some(spec.id),
-            Record::Started { job, .. }
+            Record::Started(Start { job, .. })
             | Record::Stopped { job, .. }
             | Record::Checkpointed { job, .. }
             | Record::Finished { job, .. }
@@ -306,7 +297,7 @@ impl Record {
             | Record::ShapedV1 { job, .. }
             | Record::ShapedV2 { job, .. }
             | Record::Shaped { job, .. }
-            | Record::Moved { job, .. } => Some(*job),
+            | Record::Moved(Start { job, .. }) => Some(*job),
         }
     }
 
@@ -342,7 +333,7 @@ impl Record {
         Self::KINDS[match self {
             Record::Epoch { .. } => 0,
             Record::Submitted(_) => 1,
-            Record::Started { .. } => 2,
+            Record::Started(_) => 2,
             Record::Stopped { .. } => 3,
             Record::Checkpointed { .. } => 4,
             Record::Finished { .. } => 5,
@@ -354,7 +345,7 @@ impl Record {
             Record::ShapedV1 { .. } => 11,
             Record::ShapedV2 { .. } => 12,
             Record::Shaped { .. } => 13,
-            Record::Moved { .. } => 14,
+            Record::Moved(_) => 14,
         }]
     }
 }
@@ -619,23 +610,16 @@ impl Ledger {
                     },
                 );
             }
-            Record::Started {
-                job,
-                attempt,
-                gpu_type,
-                gpus,
-                partner,
-                at,
-            }
-            | Record::Moved {
-                job,
-                attempt,
-                gpu_type,
-                gpus,
-                partner,
-                at,
-            } => {
-                let moves = matches!(record, Record::Moved { .. });
+            Record::Started(start) | Record::Moved(start) => {
+                let Start {
+                    job,
+                    attempt,
+                    gpu_type,
+                    gpus,
+                    partner,
+                    at,
+                } = start;
+                let moves = matches!(record, Record::Moved(_));
                 let entry = self.live(seq, *job)?;
                 match (moves, matches!(entry.standing, Standing::Running { .. })) {
                     (false, true) => return Err(Violation::StartedTwice { seq, job: *job }),
@@ -816,7 +800,11 @@ pub(crate) mod tests {
     }
 
     fn started(job: u32, attempt: u64, gpus: &[u32], partner: Option<u32>) -> Record {
-        Record::Started {
+        Record::Started(start(job, attempt, gpus, partner))
+    }
+
+    fn start(job: u32, attempt: u64, gpus: &[u32], partner: Option<u32>) -> Start {
+        Start {
             job: JobId(job),
             attempt,
             gpu_type: GpuTypeId(0),
@@ -827,25 +815,47 @@ pub(crate) mod tests {
     }
 
     fn moved(job: u32, attempt: u64, gpus: &[u32]) -> Record {
-        let Record::Started {
-            job,
-            attempt,
-            gpu_type,
-            gpus,
-            partner,
-            at,
-        } = started(job, attempt, gpus, None)
-        else {
-            unreachable!()
-        };
-        Record::Moved {
-            job,
-            attempt,
-            gpu_type,
-            gpus,
-            partner,
-            at,
+        Record::Moved(start(job, attempt, gpus, None))
+    }
+
+    /// `Started` held its fields itself before they were a [`Start`]: a journal written then
+    /// reads the same (postcard writes a variant around a struct as it writes a struct variant).
+    #[test]
+    fn a_start_journaled_before_start_was_a_struct_reads_the_same() {
+        #[derive(Serialize)]
+        #[allow(dead_code)]
+        enum Before {
+            Epoch {
+                unix_seconds: f64,
+                time_scale: f64,
+            },
+            Submitted(JobSpec),
+            Started {
+                job: JobId,
+                attempt: u64,
+                gpu_type: GpuTypeId,
+                gpus: GpuSet,
+                partner: Option<JobId>,
+                at: f64,
+            },
         }
+        let before = Before::Started {
+            job: JobId(7),
+            attempt: 3,
+            gpu_type: GpuTypeId(1),
+            gpus: [GpuId(4), GpuId(5)].into_iter().collect(),
+            partner: Some(JobId(9)),
+            at: 12.5,
+        };
+        let bytes = postcard::to_allocvec(&before).unwrap();
+        let read: Record = postcard::from_bytes(&bytes).unwrap();
+        let mut start = start(7, 3, &[4, 5], Some(9));
+        (start.gpu_type, start.at) = (GpuTypeId(1), 12.5);
+        assert_eq!(read, Record::Started(start.clone()));
+        assert_eq!(
+            postcard::to_allocvec(&Record::Started(start)).unwrap(),
+            bytes
+        );
     }
 
     /// A move is a stop and a start in one record: it may land on GPUs it holds, never on another

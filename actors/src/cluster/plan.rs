@@ -11,7 +11,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::executor::{Executor, Launch, Resources, Segment};
-use crate::ledger::{Ledger, Record, Shape, Standing};
+use crate::ledger::{Ledger, Record, Shape, Standing, Start};
 use crate::lifecycle::Phase;
 
 /// A job to stop.
@@ -126,14 +126,14 @@ pub(super) fn plan(
                 batch,
                 resources,
             } => {
-                out.records.push(Record::Started {
+                out.records.push(Record::Started(Start {
                     job,
                     attempt,
                     gpu_type,
                     gpus: gpus.clone(),
                     partner,
                     at: now,
-                });
+                }));
                 let spec = ledger.jobs.get(&job).map(|e| &e.spec);
                 let size = gpus.len() as u32;
                 let (batch, stages) = chosen(shapes.get(&job), gpu_types, gpu_type, size, batch);
@@ -230,7 +230,7 @@ pub(super) fn plan(
 fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
     let first_start = records
         .iter()
-        .position(|r| matches!(r, Record::Started { .. }))
+        .position(|r| matches!(r, Record::Started(_)))
         .unwrap_or(records.len());
     let (stops, starts) = records.split_at(first_start);
     let stopped: FxHashSet<JobId> = stops
@@ -239,7 +239,7 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
         .filter_map(Record::job)
         .collect();
     let one_decision =
-        stopped.len() == stops.len() && starts.iter().all(|r| matches!(r, Record::Started { .. }));
+        stopped.len() == stops.len() && starts.iter().all(|r| matches!(r, Record::Started(_)));
     // Each mover's number, and the GPUs it leaves.
     let mut movers: FxHashMap<JobId, usize> = FxHashMap::default();
     let mut leaves: Vec<&GpuSet> = Vec::new();
@@ -274,7 +274,7 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
     let mut theirs: Vec<usize> = Vec::new();
     let mut pending: Vec<Option<Record>> = Vec::with_capacity(starts.len());
     for (k, record) in starts.into_iter().enumerate() {
-        let Record::Started { job, gpus, .. } = &record else {
+        let Record::Started(Start { job, gpus, .. }) = &record else {
             unreachable!("checked: every start is a Started");
         };
         let own = movers.get(job).copied();
@@ -317,9 +317,9 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
         while ready.is_empty() {
             // A ring: its first move still pending stops here, and starts once its GPUs are free.
             let k = (0..pending.len())
-                .find(|&k| matches!(pending[k], Some(Record::Moved { .. })))
+                .find(|&k| matches!(pending[k], Some(Record::Moved(_))))
                 .expect("only moves make others wait");
-            let Some(moved @ Record::Moved { job, at, .. }) = pending[k].take() else {
+            let Some(moved @ Record::Moved(Start { job, at, .. })) = pending[k].take() else {
                 unreachable!("found above");
             };
             out.push(Record::Stopped { job, at });
@@ -328,7 +328,7 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
         }
         let Reverse(k) = ready.pop().expect("filled above");
         let record = pending[k].take().expect("each record is ready once");
-        if let Record::Moved { job, .. } = record {
+        if let Record::Moved(Start { job, .. }) = record {
             free(movers[&job], &mut ready);
         }
         out.push(record);
@@ -338,43 +338,10 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
 
 /// A `Started` or `Moved` record as a move (`moves`) or as a start: the same start, on the same GPUs.
 fn restart(record: Record, moves: bool) -> Record {
-    let (Record::Started {
-        job,
-        attempt,
-        gpu_type,
-        gpus,
-        partner,
-        at,
-    }
-    | Record::Moved {
-        job,
-        attempt,
-        gpu_type,
-        gpus,
-        partner,
-        at,
-    }) = record
-    else {
-        return record;
-    };
-    if moves {
-        Record::Moved {
-            job,
-            attempt,
-            gpu_type,
-            gpus,
-            partner,
-            at,
-        }
-    } else {
-        Record::Started {
-            job,
-            attempt,
-            gpu_type,
-            gpus,
-            partner,
-            at,
-        }
+    match record {
+        Record::Started(start) | Record::Moved(start) if moves => Record::Moved(start),
+        Record::Started(start) | Record::Moved(start) => Record::Started(start),
+        other => other,
     }
 }
 
@@ -441,14 +408,14 @@ mod tests {
                 .apply(u64::from(id), &Record::Submitted(spec))
                 .unwrap();
         }
-        let start = Record::Started {
+        let start = Record::Started(Start {
             job: JobId(1),
             attempt: 4,
             gpu_type: GpuTypeId(0),
             gpus: gpus(&[0, 1]),
             partner: None,
             at: 0.0,
-        };
+        });
         ledger.apply(3, &start).unwrap();
         ledger
     }
@@ -541,11 +508,11 @@ mod tests {
         assert_eq!(plan.starts[0].launch.total_steps, 100.0);
         assert!(matches!(
             plan.records[0],
-            Record::Started {
+            Record::Started(Start {
                 job: JobId(2),
                 attempt: 5,
                 ..
-            }
+            })
         ));
     }
 
@@ -737,14 +704,14 @@ mod tests {
     }
 
     fn start_record(job: u32, attempt: u64, on: &[u32]) -> Record {
-        Record::Started {
+        Record::Started(Start {
             job: JobId(job),
             attempt,
             gpu_type: GpuTypeId(0),
             gpus: gpus(on),
             partner: None,
             at: 1.0,
-        }
+        })
     }
 
     fn stop_record(job: u32) -> Record {
@@ -779,8 +746,8 @@ mod tests {
             matches!(
                 folded.as_slice(),
                 [
-                    Record::Moved { job: JobId(1), .. },
-                    Record::Moved { job: JobId(2), .. }
+                    Record::Moved(Start { job: JobId(1), .. }),
+                    Record::Moved(Start { job: JobId(2), .. })
                 ]
             ),
             "{folded:?}"
