@@ -136,10 +136,13 @@ impl Engine<'_> {
                 }
             }
         }
-        // Grants left unplaced (a partner's claimed, a job's that ended) are no one's now.
-        for i in granted.into_iter().flatten() {
-            self.states[i].grant = None;
-        }
+        // Each grant was taken above, or claimed as a partner's: none outlives its pass.
+        debug_assert!(
+            granted
+                .iter()
+                .flatten()
+                .all(|&i| self.states[i].grant.is_none())
+        );
         for (i, step) in revisit {
             self.revisit(i, step, placer, now);
         }
