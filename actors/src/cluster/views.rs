@@ -263,8 +263,9 @@ pub(super) struct Publisher {
     moves: Vec<JobEvent>,
     jobs: imbl::OrdMap<JobId, Arc<Entry>>,
     /// Each server's entry, by server index, as last published (none before the first
-    /// publication), and the GPUs whose server's entry is stale.
+    /// publication).
     nodes: Arc<Vec<Arc<NodeInfo>>>,
+    /// GPUs whose server's entry is stale.
     stale_gpus: Vec<GpuId>,
     /// Jobs whose entry is stale.
     dirty: FxHashSet<JobId>,
