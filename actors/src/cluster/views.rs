@@ -119,6 +119,9 @@ pub struct View {
     stats: StatsSnapshot,
     history: Arc<Vec<ClusterSample>>,
     queue: Arc<QueueOrder>,
+    /// [`View::jobs_json_len`], counted by the first reader that asks (a view never changes, and
+    /// counting walks every entry).
+    jobs_json_len: OnceLock<usize>,
 }
 
 impl View {
@@ -151,8 +154,10 @@ impl View {
 
     /// The length in bytes of [`View::jobs_json`] (making every entry's JSON that is not made yet).
     pub fn jobs_json_len(&self) -> usize {
-        let entries: usize = self.jobs.values().map(|e| e.json().len()).sum();
-        2 + entries + self.jobs.len().saturating_sub(1)
+        *self.jobs_json_len.get_or_init(|| {
+            let entries: usize = self.jobs.values().map(|e| e.json().len()).sum();
+            2 + entries + self.jobs.len().saturating_sub(1)
+        })
     }
 
     /// Every job as a JSON array, in pieces of up to [`JOBS_PER_PIECE`] jobs each, made as they
@@ -290,6 +295,7 @@ impl Publisher {
             stats: StatsSnapshot::default(),
             history: Arc::default(),
             queue: Arc::default(),
+            jobs_json_len: OnceLock::new(),
         };
         Publisher {
             sender: watch::channel(Arc::new(empty)).0,
@@ -444,6 +450,7 @@ impl ClusterActor {
             stats,
             history: Arc::clone(&self.views.history),
             queue: Arc::clone(&self.views.queue),
+            jobs_json_len: OnceLock::new(),
         };
         let replaced = self.views.sender.send_replace(Arc::new(view));
         self.stats.publish_seconds += now.elapsed().as_secs_f64();
@@ -827,6 +834,7 @@ mod tests {
             stats: StatsSnapshot::default(),
             history: Arc::default(),
             queue: Arc::default(),
+            jobs_json_len: OnceLock::new(),
         })
     }
 
