@@ -13,6 +13,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Unbounded};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -92,13 +93,67 @@ struct Entry {
     /// The GPUs it held over time (not in `info`: lists do not carry it).
     gpu_history: Arc<Vec<GpuCount>>,
     json: OnceLock<Bytes>,
+    /// About how long its JSON will be (the entry it replaced's, set as it replaces it, before any
+    /// reader can see it): the buffer it is written into is made that large at once, instead of
+    /// grown (and copied) twice from serde_json's 128 bytes.
+    json_capacity: AtomicUsize,
 }
 
+/// A job's JSON is about this long when no earlier entry tells (a running job's, with its placement).
+const ENTRY_JSON_CAPACITY: usize = 384;
+
+/// Entries whose JSON is worth a thread of its own: about a millisecond of serializing.
+const ENTRIES_PER_JSON_THREAD: usize = 2048;
+
 impl Entry {
-    fn json(&self) -> &Bytes {
-        self.json
-            .get_or_init(|| Bytes::from(serde_json::to_vec(&self.info).expect("a job serializes")))
+    fn new(info: JobInfo, gpu_history: Arc<Vec<GpuCount>>) -> Self {
+        Entry {
+            info,
+            gpu_history,
+            json: OnceLock::new(),
+            json_capacity: AtomicUsize::new(ENTRY_JSON_CAPACITY),
+        }
     }
+
+    /// Sizes its JSON's buffer after the entry it replaces, if that one's JSON was made.
+    fn replaces(&self, old: &Entry) {
+        if let Some(json) = old.json.get() {
+            // Room for a counter or two to grow by a digit, so that it is not grown after all.
+            (self.json_capacity).store(json.len() + 16, AtomicOrdering::Relaxed);
+        }
+    }
+
+    fn json(&self) -> &Bytes {
+        self.json.get_or_init(|| {
+            let capacity = self.json_capacity.load(AtomicOrdering::Relaxed);
+            let mut json = Vec::with_capacity(capacity);
+            serde_json::to_writer(&mut json, &self.info).expect("a job serializes");
+            Bytes::from(json)
+        })
+    }
+}
+
+/// Makes the JSON of entries just published, highest job id first: a reader streams the list lowest
+/// id first, so the two meet once rather than one waiting behind the other entry by entry. After a
+/// round that moved many jobs, the entries are shared out over several threads, so that a reader
+/// arriving right after the publication finds them made (or makes few itself).
+fn make_json(mut fresh: Vec<Arc<Entry>>) {
+    fresh.sort_unstable_by_key(|e| e.info.id);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (fresh.len() / ENTRIES_PER_JSON_THREAD).clamp(1, cores.min(8));
+    let make = |part: &[Arc<Entry>]| {
+        part.iter().rev().for_each(|e| {
+            e.json();
+        })
+    };
+    let mut parts = fresh.chunks(fresh.len().div_ceil(threads).max(1));
+    let first = parts.next().unwrap_or_default();
+    std::thread::scope(|scope| {
+        for part in parts {
+            scope.spawn(move || make(part));
+        }
+        make(first);
+    });
 }
 
 /// Which jobs a page of the job list holds (`GET /jobs?phase=..&after=..&limit=..`).
@@ -410,13 +465,10 @@ impl ClusterActor {
                         None => (self.views.jobs.get(&job))
                             .map_or_else(Arc::default, |e| Arc::clone(&e.gpu_history)),
                     };
-                    let json = OnceLock::new();
-                    let entry = Arc::new(Entry {
-                        info,
-                        gpu_history,
-                        json,
-                    });
-                    self.views.jobs.insert(job, Arc::clone(&entry));
+                    let entry = Arc::new(Entry::new(info, gpu_history));
+                    if let Some(old) = self.views.jobs.insert(job, Arc::clone(&entry)) {
+                        entry.replaces(&old);
+                    }
                     fresh.push(entry);
                 }
                 None => {
@@ -460,9 +512,7 @@ impl ClusterActor {
         // A view that rebuilt no entry shares all but those of jobs forgotten: dropped here.
         if !fresh.is_empty() {
             tokio::task::spawn_blocking(move || {
-                fresh.iter().for_each(|e| {
-                    e.json();
-                });
+                make_json(fresh);
                 drop(replaced);
             });
         }
@@ -820,12 +870,7 @@ mod tests {
                     "resizes": 0
                 }))
                 .unwrap();
-                let entry = Entry {
-                    info,
-                    gpu_history: Arc::default(),
-                    json: OnceLock::new(),
-                };
-                (JobId(id), Arc::new(entry))
+                (JobId(id), Arc::new(Entry::new(info, Arc::default())))
             })
             .collect();
         Arc::new(View {
@@ -866,6 +911,31 @@ mod tests {
         assert_eq!(shares.values().sum::<u32>(), (1..=12).sum::<u32>());
         let few = tenant_shares([("a", 2), ("b", 1)].into_iter());
         assert!(!few.contains_key(OTHER_TENANTS), "no others, no entry");
+    }
+
+    #[test]
+    fn entries_made_over_several_threads_hold_each_its_own_json() {
+        let count = 5 * ENTRIES_PER_JSON_THREAD as u32 + 3;
+        let view = view_of(count);
+        // Scrambled, as a publication lists them.
+        let mut fresh: Vec<Arc<Entry>> = view.jobs.values().map(Arc::clone).collect();
+        fresh.reverse();
+        fresh.rotate_left(count as usize / 3);
+        make_json(fresh);
+        for (id, entry) in &view.jobs {
+            let made = entry
+                .json
+                .get()
+                .unwrap_or_else(|| panic!("job {id} not made"));
+            assert_eq!(**made, serde_json::to_vec(&entry.info).unwrap(), "job {id}");
+        }
+        // An entry that replaces one is written into a buffer of its predecessor's size.
+        let old = &view.jobs[&JobId(7)];
+        let next = Entry::new(old.info.clone(), Arc::default());
+        next.replaces(old);
+        let capacity = next.json_capacity.load(AtomicOrdering::Relaxed);
+        assert_eq!(capacity, old.json().len() + 16);
+        assert_eq!(next.json(), old.json());
     }
 
     #[test]
