@@ -30,6 +30,8 @@ pub(super) struct JobHandle {
     /// The GPUs it held over time (`GET /gpu-history`), shared with the views that show it (copied
     /// only when it changes while one does).
     pub gpu_history: Arc<Vec<GpuCount>>,
+    /// The count its GPU history ends on (none while it is empty).
+    gpus_noted: Option<u32>,
 }
 
 impl JobHandle {
@@ -44,12 +46,21 @@ impl JobHandle {
             restarts: Restarts::default(),
             batch: None,
             gpu_history: Arc::default(),
+            gpus_noted: None,
         }
     }
 
-    /// From `at` on, it holds `gpus` GPUs (see [`GpuCount::note`]).
+    /// From `at` on, it holds `gpus` GPUs (see [`GpuCount::note`]). The history is copied (when a
+    /// view shares it) only if this changes it: not for a run moved to as many GPUs.
     pub fn note_gpus(&mut self, at: f64, gpus: u32) {
-        GpuCount::note(Arc::make_mut(&mut self.gpu_history), at, gpus);
+        // Asked of the handle, not of the history, which a move would otherwise read from memory
+        // no other step of it touches.
+        if self.gpus_noted == Some(gpus) {
+            return;
+        }
+        let history = Arc::make_mut(&mut self.gpu_history);
+        GpuCount::note(history, at, gpus);
+        self.gpus_noted = history.last().map(|last| last.gpus);
     }
 
     /// Its phase.

@@ -424,6 +424,90 @@ mod tests {
         assert_eq!(jobs[0].progress, 1.0);
     }
 
+    /// Grants every job `plan[k]` (GPU type, GPUs; none: nothing) in its `k`th round.
+    struct Scripted {
+        plan: Vec<Option<(u16, u32)>>,
+        round: usize,
+    }
+
+    impl gangway_core::policy::Policy for Scripted {
+        fn allocate(
+            &mut self,
+            input: &gangway_core::policy::RoundInput<'_>,
+        ) -> Vec<gangway_core::policy::Grant> {
+            let granted = self.plan[self.round.min(self.plan.len() - 1)];
+            self.round += 1;
+            let Some((t, gpus)) = granted else {
+                return Vec::new();
+            };
+            let gpu_type = gangway_core::cluster::GpuTypeId(t);
+            (input.jobs.iter())
+                .map(|v| gangway_core::policy::Grant::new(v.id(), gpu_type, gpus))
+                .collect()
+        }
+    }
+
+    #[actix::test]
+    async fn a_move_to_as_many_gpus_leaves_a_jobs_gpu_history_as_it_was() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let model = DurationModel::uniform(2);
+        // Two GPUs of the first type, moved to the second, preempted, then back on the first.
+        let policy = Box::new(Scripted {
+            plan: vec![Some((0, 2)), Some((1, 2)), None, Some((0, 2))],
+            round: 0,
+        });
+        let parts = Parts {
+            cluster: Arc::new(Cluster::parse_spec("v100=1x4,k80=1x4", 4).unwrap()),
+            model: Arc::new(model),
+            names: Names::default(),
+            policy,
+            placer: Box::new(PackingPlacer),
+            executor: Box::new(SimExecutor::default()),
+            probes: Vec::new(),
+            health_every: Duration::from_secs(60),
+        };
+        let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock.clone()));
+        let cluster = ClusterActor::start(parts, settings).unwrap();
+        let submit = Submit {
+            request: JobRequest::new("toy", 2, 1e6),
+            at: None,
+            key: None,
+        };
+        let id = cluster.send(submit).await.unwrap().unwrap();
+        let history_at = |t: f64| {
+            let cluster = cluster.clone();
+            let clock = Arc::clone(&clock);
+            async move {
+                clock.set(t);
+                cluster.send(Round).await.unwrap();
+                cluster.send(Poll).await.unwrap();
+                let view = cluster.send(GetViews).await.unwrap().latest();
+                let placed = view.job(id).unwrap().placement.clone();
+                (view, placed)
+            }
+        };
+        let (first, on_v100) = history_at(0.0).await;
+        let (moved, on_k80) = history_at(60.0).await;
+        assert_eq!(on_v100.len(), 2);
+        assert_eq!(on_k80.len(), 2);
+        assert!(on_v100.iter().all(|g| !on_k80.contains(g)), "it moved");
+        let points = |view: &View| {
+            (view.gpu_history(id).unwrap().iter())
+                .map(|p| (p.at, p.gpus))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(points(&moved), [(0.0, 2)], "a move is no stop");
+        // The history was not copied for the move: both views share it.
+        assert_eq!(
+            first.gpu_history(id).unwrap().as_ptr(),
+            moved.gpu_history(id).unwrap().as_ptr()
+        );
+        let (preempted, _) = history_at(120.0).await;
+        assert_eq!(points(&preempted), [(0.0, 2), (120.0, 0)], "a stop shows");
+        let (resumed, _) = history_at(180.0).await;
+        assert_eq!(points(&resumed), [(0.0, 2), (120.0, 0), (180.0, 2)]);
+    }
+
     #[actix::test]
     async fn the_views_forget_the_ended_jobs_the_ledger_forgets() {
         let clock = Arc::new(VirtualClock::new(0.0));

@@ -125,7 +125,11 @@ impl ClusterActor {
             }
             let restarts = matches!(stop.next, Phase::Migrating | Phase::Resizing);
             handle.restarts.stopped(restarts, now);
-            handle.note_gpus(now, 0);
+            // A move or resize starts it again in this plan (below, or it fails and shows the
+            // stop there): its GPU history shows no stop, and is not copied for one.
+            if !restarts {
+                handle.note_gpus(now, 0);
+            }
             stops.push(StopStep {
                 job: stop.job,
                 gang: handle.gang.take(),
