@@ -594,23 +594,37 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
     /// Records `state` as the result of applying every record up to [`last_seq`](Self::last_seq)
     /// and deletes the segments it makes redundant. Returns the sequence number it covers.
     ///
-    /// Steps: (1) write `snapshot-N.tmp` and fsync it; (2) rename it to `snapshot-N.snap`
-    /// and fsync the directory, which is the commit point; (3) start a new segment so every
-    /// older one is fully covered; (4) delete covered segments and older snapshots. A crash
-    /// before step 2 leaves the old state intact. A crash after it is finished by `open`.
+    /// Steps: (1) encode `state` and start a new segment, so that every older one is fully
+    /// covered; (2) write `snapshot-N.tmp` and fsync it; (3) rename it to `snapshot-N.snap` and
+    /// fsync the directory, which is the commit point; (4) delete covered segments and older
+    /// snapshots. A crash before step 3 leaves the old state intact. A crash after it is finished
+    /// by `open`. [`Journal::begin_snapshot`] does step 1 and leaves the rest to be done elsewhere.
     pub fn snapshot<S: Serialize>(&mut self, state: &S) -> Result<u64> {
+        self.begin_snapshot(state)?.finish()
+    }
+
+    /// Step 1 of [`Journal::snapshot`]: encodes `state` (what applying every record up to
+    /// [`last_seq`](Self::last_seq) made) and starts a new segment. The file writes, fsyncs and
+    /// deletions are left to [`SnapshotWrite::finish`], which may run on another thread while
+    /// this journal appends on: a large state's snapshot then costs its appender only the
+    /// encoding. One snapshot at a time: finish one before beginning the next (finishing deletes
+    /// any other snapshot's temporary file).
+    pub fn begin_snapshot<S: Serialize>(&mut self, state: &S) -> Result<SnapshotWrite> {
         if self.poisoned {
             return Err(JournalError::Poisoned);
         }
         let seq = self.last_seq();
-        write_snapshot(&self.dir, seq, state)?;
+        let frame = encode_frame(seq, state)?;
         if self.tail_len > 0 {
             self.poisoned = true;
             self.rotate()?;
             self.poisoned = false;
         }
-        compact(&self.dir, seq + 1, seq)?;
-        Ok(seq)
+        Ok(SnapshotWrite {
+            dir: self.dir.clone(),
+            seq,
+            frame,
+        })
     }
 
     /// The sequence number of the last committed record (0 if there is none yet). Apply
@@ -947,13 +961,38 @@ fn snapshot_bytes<S: DeserializeOwned>(buf: &[u8], path: PathBuf, seq: u64) -> R
     })
 }
 
-fn write_snapshot<S: Serialize + ?Sized>(dir: &Path, seq: u64, state: &S) -> Result<()> {
-    let frame = encode_frame(seq, state)?;
+/// A snapshot encoded, with its journal moved on to a new segment ([`Journal::begin_snapshot`]),
+/// still to be made durable.
+#[must_use = "a snapshot begun is not durable until it is finished"]
+pub struct SnapshotWrite {
+    dir: PathBuf,
+    seq: u64,
+    frame: Vec<u8>,
+}
+
+impl SnapshotWrite {
+    /// The sequence number the snapshot covers.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Steps 2 to 4 of [`Journal::snapshot`]: writes and fsyncs the snapshot, renames it into
+    /// place (the commit point), and deletes the segments and older snapshots it covers. Returns
+    /// the sequence number it covers. Dropped unfinished, it leaves the journal as if it had never
+    /// begun (a crash in the middle leaves what `open` recovers from).
+    pub fn finish(self) -> Result<u64> {
+        write_snapshot(&self.dir, self.seq, &self.frame)?;
+        compact(&self.dir, self.seq + 1, self.seq)?;
+        Ok(self.seq)
+    }
+}
+
+fn write_snapshot(dir: &Path, seq: u64, frame: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("snapshot-{seq:020}.tmp"));
     // Afresh: a `.tmp` left by a crash is never trusted, and is deleted on open anyway.
     let _ = fs::remove_file(&tmp);
     let mut file = private::open(&tmp, OpenOptions::new().write(true).create_new(true))?;
-    file.write_all(&frame).at(&tmp)?;
+    file.write_all(frame).at(&tmp)?;
     // The contents must be durable before a name that recovery trusts points at them.
     file.sync_all().at(&tmp)?;
     let path = dir.join(snapshot_name(seq));

@@ -428,6 +428,43 @@ fn snapshot_compacts_and_recovery_returns_it_with_later_records() {
 }
 
 #[test]
+fn a_snapshot_finished_while_records_go_on_covers_what_came_before_it_began() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open_small(p, 64);
+    append_all(&mut j, 1..=10);
+    let state: State = (1..=10).map(d).collect();
+    let write = j.begin_snapshot(&state).unwrap();
+    assert_eq!(write.seq(), 10);
+    // Nothing is durable or deleted yet; the journal appends on, in a segment of its own.
+    assert!(files(p, ".snap").is_empty());
+    append_all(&mut j, 11..=12);
+    assert_eq!(write.finish().unwrap(), 10);
+    assert_eq!(files(p, ".snap"), [p.join(snapshot_name(10))]);
+    assert_eq!(files(p, ".log"), [p.join(segment_name(11))]);
+    drop(j);
+    let (_, rec) = open_small(p, 64);
+    assert_eq!((rec.snapshot, rec.snapshot_seq), (Some(state), 10));
+    assert_eq!(rec.records, ds(11..=12));
+}
+
+#[test]
+fn a_snapshot_begun_and_never_finished_loses_nothing() {
+    let tmp = TempDir::new().unwrap();
+    let p = tmp.path();
+    let (mut j, _) = open_small(p, 64);
+    append_all(&mut j, 1..=5);
+    let unfinished = j
+        .begin_snapshot(&(1..=5).map(d).collect::<State>())
+        .unwrap();
+    drop(unfinished);
+    append_all(&mut j, 6..=7);
+    drop(j);
+    let (_, rec) = open_small(p, 64);
+    assert_eq!((rec.snapshot, rec.records), (None, ds(1..=7)));
+}
+
+#[test]
 fn crash_before_the_rename_ignores_the_temp_snapshot() {
     let tmp = TempDir::new().unwrap();
     let p = tmp.path();
@@ -450,7 +487,9 @@ fn crash_after_the_rename_before_rotation_finishes_compaction() {
     let (mut j, _) = open(p);
     append_all(&mut j, 1..=3);
     let state: State = (1..=3).map(d).collect();
-    write_snapshot(p, 3, &state).unwrap(); // steps 1 and 2 only
+    // Renamed into place, no new segment started: what the journal's earlier order of steps (the
+    // snapshot before the rotation) left after a crash between them.
+    write_snapshot(p, 3, &encode_frame(3, &state).unwrap()).unwrap();
     drop(j);
 
     let (mut j, rec) = open(p);
@@ -658,7 +697,8 @@ fn every_journal_file_is_private_whatever_the_umask() {
     // A snapshot's temporary file, while it is being written.
     let tmp_snap = p.join("snapshot-00000000000000000012.tmp");
     with_umask(0, || {
-        write_snapshot(&p, 12, &(1..=12).map(d).collect::<State>()).unwrap()
+        let frame = encode_frame(12, &(1..=12).map(d).collect::<State>()).unwrap();
+        write_snapshot(&p, 12, &frame).unwrap()
     });
     assert!(!tmp_snap.exists());
     assert_eq!(mode(&p.join(snapshot_name(12))), 0o600);

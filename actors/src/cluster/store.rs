@@ -24,6 +24,8 @@ pub(super) struct Store {
     memory_seq: u64,
     records_since_snapshot: u64,
     snapshot_every: u64,
+    /// The snapshot being made durable on a thread of its own, while decisions are journaled on.
+    snapshotting: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Store {
@@ -56,6 +58,7 @@ impl Store {
             memory_seq: 0,
             records_since_snapshot: replayed,
             snapshot_every,
+            snapshotting: None,
         };
         // What the snapshot kept beside the ledger, which the ledger has already taken.
         for record in &beside {
@@ -168,17 +171,57 @@ impl Store {
             }
         }
         self.records_since_snapshot += records.len() as u64;
-        if self.records_since_snapshot >= self.snapshot_every && self.journal.is_some() {
-            let beside = self.beside_records();
-            let Some(journal) = self.journal.as_mut() else {
-                return violations;
-            };
-            match journal.snapshot(&(&self.ledger, beside)) {
-                Ok(_) => self.records_since_snapshot = 0,
-                Err(e) => tracing::warn!(error = %e, "snapshot failed; the journal keeps growing"),
-            }
+        // One snapshot at a time: while the last is still being written, the next waits.
+        let writing = (self.snapshotting.as_ref()).is_some_and(|t| !t.is_finished());
+        if self.records_since_snapshot >= self.snapshot_every && self.journal.is_some() && !writing
+        {
+            self.snapshot();
         }
         violations
+    }
+
+    /// Snapshots the ledger: encoded here (the state as of the last record, which only this
+    /// thread changes), then written, fsynced and compacted on a thread of its own, so that a
+    /// round that takes a large ledger's snapshot does not wait for the disk (12-17 ms at 16,384
+    /// GPUs). Until it is written, the journal's segments still hold every record it covers.
+    fn snapshot(&mut self) {
+        let beside = self.beside_records();
+        let Some(journal) = self.journal.as_mut() else {
+            return;
+        };
+        if let Some(done) = self.snapshotting.take() {
+            let _ = done.join();
+        }
+        let write = match journal.begin_snapshot(&(&self.ledger, beside)) {
+            Ok(write) => write,
+            Err(e) => {
+                tracing::warn!(error = %e, "snapshot failed; the journal keeps growing");
+                return;
+            }
+        };
+        self.records_since_snapshot = 0;
+        let finish = move || {
+            if let Err(e) = write.finish() {
+                tracing::warn!(error = %e, "snapshot failed; the journal keeps growing");
+            }
+        };
+        match std::thread::Builder::new()
+            .name("gangway-snapshot".into())
+            .spawn(finish)
+        {
+            Ok(thread) => self.snapshotting = Some(thread),
+            Err(e) => tracing::warn!(error = %e, "no thread to write a snapshot on"),
+        }
+    }
+}
+
+impl Drop for Store {
+    /// A snapshot being written is finished before the journal is let go (a store opened again
+    /// on the same journal finds it written).
+    fn drop(&mut self) {
+        if let Some(writing) = self.snapshotting.take() {
+            let _ = writing.join();
+        }
     }
 }
 
