@@ -220,7 +220,8 @@ fn a_jobs_learned_model_survives_restarts_and_snapshots_and_goes_when_it_ends() 
     });
     assert_eq!(seen, [learned(1), learned(1), learned(2)]);
 
-    // The control plane restarts on its journal (its last snapshot was after the last record).
+    // The control plane restarts on its journal (a snapshot after every record, as far as one at
+    // a time allows: it recovers from the last one written and the records after it).
     clock.set(40.0);
     let (after_restart, after_end) = actix::System::new().block_on(async {
         let cluster = start(&clock, &workers, Some(&journal));

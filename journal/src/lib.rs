@@ -494,8 +494,9 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
             file.set_len(torn.offset).at(path)?;
             file.sync_all().at(path)?;
         }
-        // If the tail holds only records the snapshot covers (a crash between snapshot and
-        // rotation) or nothing exists yet, start a fresh segment at snap + 1.
+        // If the tail holds only records the snapshot covers (a crash between writing a snapshot
+        // and starting a new segment, in the order journals before `begin_snapshot` took) or
+        // nothing exists yet, start a fresh segment at snap + 1.
         let tail_covered = live.last().is_none_or(|&f| f <= snap && next <= snap + 1);
         let next_seq = next.max(snap + 1);
         let (tail, tail_path, tail_first, keep_from) = if tail_covered {
@@ -608,7 +609,8 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
     /// deletions are left to [`SnapshotWrite::finish`], which may run on another thread while
     /// this journal appends on: a large state's snapshot then costs its appender only the
     /// encoding. One snapshot at a time: finish one before beginning the next (finishing deletes
-    /// any other snapshot's temporary file).
+    /// any other snapshot's temporary file), and before the journal is dropped (opening it again
+    /// deletes the temporary file of one still being written, which then fails, harmlessly).
     pub fn begin_snapshot<S: Serialize>(&mut self, state: &S) -> Result<SnapshotWrite> {
         if self.poisoned {
             return Err(JournalError::Poisoned);
@@ -978,8 +980,9 @@ impl SnapshotWrite {
 
     /// Steps 2 to 4 of [`Journal::snapshot`]: writes and fsyncs the snapshot, renames it into
     /// place (the commit point), and deletes the segments and older snapshots it covers. Returns
-    /// the sequence number it covers. Dropped unfinished, it leaves the journal as if it had never
-    /// begun (a crash in the middle leaves what `open` recovers from).
+    /// the sequence number it covers. Dropped unfinished, it leaves every record in the journal's
+    /// segments (only the new segment it started remains of it); a crash in the middle leaves
+    /// what `open` recovers from.
     pub fn finish(self) -> Result<u64> {
         write_snapshot(&self.dir, self.seq, &self.frame)?;
         compact(&self.dir, self.seq + 1, self.seq)?;

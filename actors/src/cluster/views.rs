@@ -133,13 +133,14 @@ impl Entry {
     }
 }
 
-/// Makes the JSON of entries just published, highest job id first: a reader streams the list lowest
-/// id first, so the two meet once rather than one waiting behind the other entry by entry. After a
-/// round that moved many jobs, the entries are shared out over several threads, so that a reader
-/// arriving right after the publication finds them made (or makes few itself).
+/// Makes the JSON of entries just published, in runs of ids, highest id first in each: a reader
+/// streams the list lowest id first, so the two meet once rather than one waiting behind the other
+/// entry by entry. After a round that moved many jobs, the runs are shared out over several threads,
+/// so that a reader arriving right after the publication finds them made (or makes few itself).
 fn make_json(mut fresh: Vec<Arc<Entry>>) {
+    static CORES: OnceLock<usize> = OnceLock::new();
     fresh.sort_unstable_by_key(|e| e.info.id);
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let threads = (fresh.len() / ENTRIES_PER_JSON_THREAD).clamp(1, cores.min(8));
     let make = |part: &[Arc<Entry>]| {
         part.iter().rev().for_each(|e| {
