@@ -371,6 +371,16 @@ mod tests {
     fn fifo_on(cluster: &str, clock: Arc<VirtualClock>) -> Addr<ClusterActor> {
         let model = DurationModel::uniform(1);
         let policy = gangway_core::policy::build("fifo", &Default::default(), &model).unwrap();
+        start_on(cluster, model, policy, clock)
+    }
+
+    /// `policy` on `cluster` (servers of 4 GPUs), simulated workers, in `clock`'s virtual time.
+    fn start_on(
+        cluster: &str,
+        model: DurationModel,
+        policy: Box<dyn gangway_core::policy::Policy>,
+        clock: Arc<VirtualClock>,
+    ) -> Addr<ClusterActor> {
         let parts = Parts {
             cluster: Arc::new(Cluster::parse_spec(cluster, 4).unwrap()),
             model: Arc::new(model),
@@ -450,24 +460,13 @@ mod tests {
     #[actix::test]
     async fn a_move_to_as_many_gpus_leaves_a_jobs_gpu_history_as_it_was() {
         let clock = Arc::new(VirtualClock::new(0.0));
-        let model = DurationModel::uniform(2);
         // Two GPUs of the first type, moved to the second, preempted, then back on the first.
         let policy = Box::new(Scripted {
             plan: vec![Some((0, 2)), Some((1, 2)), None, Some((0, 2))],
             round: 0,
         });
-        let parts = Parts {
-            cluster: Arc::new(Cluster::parse_spec("v100=1x4,k80=1x4", 4).unwrap()),
-            model: Arc::new(model),
-            names: Names::default(),
-            policy,
-            placer: Box::new(PackingPlacer),
-            executor: Box::new(SimExecutor::default()),
-            probes: Vec::new(),
-            health_every: Duration::from_secs(60),
-        };
-        let settings = Settings::new(EngineConfig::default(), TimeSource::Virtual(clock.clone()));
-        let cluster = ClusterActor::start(parts, settings).unwrap();
+        let model = DurationModel::uniform(2);
+        let cluster = start_on("v100=1x4,k80=1x4", model, policy, Arc::clone(&clock));
         let submit = Submit {
             request: JobRequest::new("toy", 2, 1e6),
             at: None,
