@@ -799,6 +799,44 @@ fn sleeping_pool_workers(python: &str, dir: &Path, job: &str) -> (Child, i32) {
     (child, rank1)
 }
 
+/// A pool whose owner dies while the pool still imports (torch, then a job's own slow preload)
+/// goes at once, not once its imports are done.
+#[test]
+fn a_pool_whose_owner_dies_while_it_imports_goes_with_it() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let modules = dir.path().join("modules");
+    std::fs::create_dir(&modules).unwrap();
+    // It says when the pool has begun importing it (past torch and the pool's own checks).
+    let importing = dir.path().join("importing");
+    let slow = format!(
+        "import time\nopen({:?}, 'w').close()\ntime.sleep(300)\n",
+        importing.display().to_string()
+    );
+    write_script(&modules, "slow_to_import.py", &slow);
+    let script = write_script(dir.path(), "train.py", "pass\n");
+    let mut child = elastic_run(&python, dir.path(), "slow-pool", &["--gpus", "1"])
+        .args(["--spawn", "pool"])
+        .env(gangway_launcher::pool::PRELOAD_VAR, "slow_to_import")
+        .env("PYTHONPATH", &modules)
+        .arg(&script)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(60), || match importing.exists() {
+        true => Ok(()),
+        false => Err("the pool has not begun importing the slow module".to_owned()),
+    });
+    let pool = pool_processes(child.id());
+    assert!(!pool.is_empty(), "the pool is there");
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    none_left("its owner was killed while it imported", || {
+        still_alive(&pool).collect()
+    });
+}
+
 /// The pool's leader for a launch killed: its workers die with it (their parent-death signal),
 /// and the launch fails as a crash blamed on the pool, not on a worker.
 #[test]

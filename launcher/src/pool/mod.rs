@@ -614,24 +614,38 @@ fn connect_or_start(
     }
 }
 
-/// Removes what pools that are gone left in `dir` over a day ago (the logs of failed starts, their
-/// markers, locks): each pool's files are named after its context, which includes its owner.
+/// Removes what pools that are gone left in `dir` over a day ago: the sockets of pools that were
+/// killed (nothing listens there: a live pool listens before its socket takes its name), then the
+/// logs of failed starts, their markers and locks of pools whose socket is gone. Each pool's files
+/// are named after its context, which includes its owner.
 fn sweep_stale(dir: &Path) {
     const STALE: Duration = Duration::from_secs(24 * 3600);
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        let stem = path.file_stem().map(|s| dir.join(s).with_extension("sock"));
-        let old = entry
-            .metadata()
+    let old = |path: &Path| {
+        std::fs::symlink_metadata(path)
             .and_then(|m| m.modified())
-            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > STALE));
-        let ours = ["log", "lock", "failed"]
-            .iter()
-            .any(|ext| path.extension().is_some_and(|e| e == *ext));
-        if old && ours && stem.is_some_and(|socket| !socket.exists()) {
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > STALE))
+    };
+    let with_extension = |extensions: &'static [&'static str]| {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(move |path| {
+                path.extension()
+                    .is_some_and(|e| extensions.iter().any(|x| e == *x))
+            })
+    };
+    for socket in with_extension(&["sock"]) {
+        let refused = UnixStream::connect(&socket)
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+        if refused && old(&socket) {
+            let _ = std::fs::remove_file(&socket);
+        }
+    }
+    for path in with_extension(&["log", "lock", "failed"]) {
+        let socket = path.with_extension("sock");
+        if old(&path) && !socket.exists() {
             let _ = std::fs::remove_file(&path);
         }
     }
@@ -707,6 +721,64 @@ fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sets `path`'s times `ago` in the past (a socket, too, which cannot be opened).
+    fn age(path: &Path, ago: Duration) {
+        let then = std::time::SystemTime::now() - ago;
+        let since = then.duration_since(std::time::UNIX_EPOCH).unwrap();
+        let time = libc::timespec {
+            tv_sec: since.as_secs() as libc::time_t,
+            tv_nsec: 0,
+        };
+        let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: utimensat(2) with a NUL-terminated path and two timespecs.
+        let rc =
+            unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), [time, time].as_ptr(), 0) };
+        assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    }
+
+    #[test]
+    fn a_sweep_removes_what_dead_pools_left_over_a_day_ago_and_nothing_a_live_or_young_one_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str| dir.path().join(name);
+        let two_days = Duration::from_secs(2 * 24 * 3600);
+        // A pool killed two days ago: its socket (nothing listens), log and lock.
+        drop(std::os::unix::net::UnixListener::bind(file("pool-dead.sock")).unwrap());
+        // A pool killed an hour ago, and a pool serving for two days.
+        drop(std::os::unix::net::UnixListener::bind(file("pool-young.sock")).unwrap());
+        let _live = std::os::unix::net::UnixListener::bind(file("pool-live.sock")).unwrap();
+        for pool in ["dead", "young", "live"] {
+            for ext in ["log", "lock"] {
+                std::fs::write(file(&format!("pool-{pool}.{ext}")), b"").unwrap();
+            }
+        }
+        // A failed start's marker and log, with no socket ever.
+        std::fs::write(file("pool-failed.failed"), b"").unwrap();
+        std::fs::write(file("pool-failed.log"), b"").unwrap();
+        for name in std::fs::read_dir(dir.path()).unwrap() {
+            let path = name.unwrap().path();
+            if !path.to_string_lossy().contains("young") {
+                age(&path, two_days);
+            }
+        }
+        sweep_stale(dir.path());
+        let mut left: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                "pool-live.lock",
+                "pool-live.log",
+                "pool-live.sock",
+                "pool-young.lock",
+                "pool-young.log",
+                "pool-young.sock"
+            ]
+        );
+    }
 
     #[test]
     fn a_launchs_own_variables_are_not_the_pools_context() {

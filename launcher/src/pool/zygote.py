@@ -94,6 +94,24 @@ def fork_safe(torch):
     return None
 
 
+def watch_while_starting(owner):
+    """Forks a process that kills this one as soon as `owner` (a pidfd) exits, and returns its pid.
+    Importing torch can take many seconds on a loaded machine, and only the serving loop watches
+    the owner itself: a pool whose owner died meanwhile would outlive it by that long. A process,
+    not a thread: the pool must have one thread when it forks workers."""
+    pool = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() == pool:
+                select.select([owner], [], [])
+                os.kill(pool, signal.SIGKILL)
+        finally:
+            os._exit(0)
+    return pid
+
+
 def main():
     sock_path, owner_pid, owner_start, idle, cgroup = sys.argv[1:6]
     owner_pid, idle = int(owner_pid), float(idle)
@@ -110,21 +128,26 @@ def main():
         log("its owner exited before it started")
         return 1
     began = time.monotonic()
+    watcher = watch_while_starting(owner)
     try:
-        import torch
-    except Exception as e:
-        log(f"cannot import torch: {e!r}")
-        return 1
-    extra = [m.strip() for m in os.environ.get("GANGWAY_POOL_PRELOAD", "").split(",") if m.strip()]
-    for name in PRELOAD + extra:
         try:
-            importlib.import_module(name)
-        except Exception as e:  # the workers import it themselves, and meet the error there
-            log(f"did not preload {name}: {e!r}")
-        why = fork_safe(torch)
-        if why:
-            log(f"cannot serve after importing {name}: {why}")
+            import torch
+        except Exception as e:
+            log(f"cannot import torch: {e!r}")
             return 1
+        extra = [m.strip() for m in os.environ.get("GANGWAY_POOL_PRELOAD", "").split(",") if m.strip()]
+        for name in PRELOAD + extra:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # the workers import it themselves, and meet the error there
+                log(f"did not preload {name}: {e!r}")
+            why = fork_safe(torch)
+            if why:
+                log(f"cannot serve after importing {name}: {why}")
+                return 1
+    finally:
+        os.kill(watcher, signal.SIGKILL)
+        os.waitpid(watcher, 0)
     preloaded = sorted({name.split(".")[0] for name in sys.modules})
     log(f"imported torch {torch.__version__} in {time.monotonic() - began:.2f} s")
     old = os.umask(0o077)
@@ -202,6 +225,7 @@ class Leader:
         self.preloaded = preloaded
         self.torch = torch
         self.ranks = {}  # pid -> (rank, pidfd)
+        self.gate = None  # (read, write): the pipe the ranks wait on until the spawner has their pids
         self.inherited = []  # (number in a direct worker, descriptor here)
         self.pending = b""  # the start of a message from the spawner
 
@@ -230,10 +254,16 @@ class Leader:
         except (Refused, OSError, ValueError, KeyError, TypeError) as why:
             self.send(refused=str(why) or type(why).__name__)
             return 0
+        # The ranks wait at this gate until the spawner has their pids: a leader that dies before
+        # telling it takes them with it before they have run any of the script, and the spawner's
+        # direct start is then their first, not a second run of the script beside the first.
+        self.gate = os.pipe()
         pids = [self.fork_rank(request, rank) for rank in range(len(request["ranks"]))]
+        os.close(self.gate[0])
         for _, fd in self.inherited:
             os.close(fd)  # the ranks' now: a pipe among them must see its end when they close it
         self.send(started=pids)
+        os.close(self.gate[1])
         return self.supervise()
 
     def enter(self, request, fds):
@@ -288,6 +318,10 @@ class Leader:
         _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != leader:
             os._exit(1)
+        gate, held = self.gate
+        os.close(held)
+        os.read(gate, 1)  # the end of the pipe: the leader has sent the pids, or died (and so has this)
+        os.close(gate)
         os.setpgid(0, 0)
         self.conn.detach()
         # Above every number in use, so that moving one into place never lands on another.
