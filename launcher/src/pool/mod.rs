@@ -513,21 +513,9 @@ fn connect_or_start(
     if socket.as_os_str().len() >= 108 {
         return Err(format!("{} is too long for a socket", socket.display()));
     }
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(dir.join(format!("{name}.lock")))
-        .map_err(|e| format!("the pool's lock file: {e}"))?;
-    // SAFETY: flock(2) on a descriptor we hold; released when `lock` is dropped.
-    if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(format!(
-            "locking the pool: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
+    // Held until this returns: one spawner at a time starts the pool (and a sweep leaves it be).
+    let _lock = lock_pool(&dir.join(format!("{name}.lock")), true)?
+        .ok_or("the pool's lock file: not locked")?;
     if let Ok(stream) = connect(&socket) {
         return Ok(stream);
     }
@@ -543,7 +531,7 @@ fn connect_or_start(
         }
         let _ = std::fs::remove_file(&failed);
     }
-    sweep_stale(dir);
+    sweep_stale(dir, name);
     let log_path = dir.join(format!("{name}.log"));
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -614,39 +602,92 @@ fn connect_or_start(
     }
 }
 
-/// Removes what pools that are gone left in `dir` over a day ago: the sockets of pools that were
-/// killed (nothing listens there: a live pool listens before its socket takes its name), then the
-/// logs of failed starts, their markers and locks of pools whose socket is gone. Each pool's files
-/// are named after its context, which includes its owner.
-fn sweep_stale(dir: &Path) {
+/// Locks a pool's lock file at `path` (made if absent), waiting for it with `wait`, else answering
+/// `None` while another holds it. The lock is held while the file is open. A lock taken on a file
+/// that a sweep removed meanwhile locks nothing, so that case takes the new file.
+fn lock_pool(path: &Path, wait: bool) -> Result<Option<std::fs::File>, String> {
+    loop {
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| format!("the pool's lock file: {e}"))?;
+        let how = if wait {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_EX | libc::LOCK_NB
+        };
+        // SAFETY: flock(2) on a descriptor we hold; released when `lock` is dropped.
+        if unsafe { libc::flock(lock.as_raw_fd(), how) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EWOULDBLOCK) if !wait => Ok(None),
+                _ => Err(format!("locking the pool: {e}")),
+            };
+        }
+        let held = lock.metadata().map_err(|e| e.to_string())?;
+        let named = std::fs::symlink_metadata(path);
+        if named.is_ok_and(|m| (m.dev(), m.ino()) == (held.dev(), held.ino())) {
+            return Ok(Some(lock));
+        }
+    }
+}
+
+/// Removes what pools that are gone left in `dir` over a day ago: their sockets (a pool killed
+/// leaves its socket, on which nothing listens), the logs of failed starts, their markers and their
+/// locks. Each pool's files are named after its context, which includes its owner. A pool's files are
+/// removed under its lock, taken without waiting (a spawner starting that pool holds it), and never
+/// `own`'s, the pool whose lock the caller holds.
+fn sweep_stale(dir: &Path, own: &str) {
     const STALE: Duration = Duration::from_secs(24 * 3600);
+    const KINDS: [&str; 4] = ["sock", "log", "failed", "lock"];
     let old = |path: &Path| {
         std::fs::symlink_metadata(path)
             .and_then(|m| m.modified())
             .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > STALE))
     };
-    let with_extension = |extensions: &'static [&'static str]| {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(move |path| {
-                path.extension()
-                    .is_some_and(|e| extensions.iter().any(|x| e == *x))
-            })
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
     };
-    for socket in with_extension(&["sock"]) {
-        let refused = UnixStream::connect(&socket)
-            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
-        if refused && old(&socket) {
-            let _ = std::fs::remove_file(&socket);
+    let mut stale: Vec<String> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|e| KINDS.iter().any(|k| e == *k))
+        })
+        .filter(|path| old(path))
+        .filter_map(|path| Some(path.file_stem()?.to_str()?.to_owned()))
+        .filter(|stem| stem != own)
+        .collect();
+    stale.sort_unstable();
+    stale.dedup();
+    for stem in stale {
+        let file = |kind: &str| dir.join(format!("{stem}.{kind}"));
+        let socket = file("sock");
+        let lock_file = file("lock");
+        let lock_was_there = lock_file.exists();
+        let Ok(Some(_lock)) = lock_pool(&lock_file, false) else {
+            continue;
+        };
+        // A young socket, or one a pool serves, keeps every file of its pool (a young one's
+        // pool may have been killed an hour ago: its log may say why).
+        let refused = || {
+            UnixStream::connect(&socket)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+        };
+        let serving = std::fs::symlink_metadata(&socket).is_ok() && (!old(&socket) || !refused());
+        if serving {
+            continue;
         }
-    }
-    for path in with_extension(&["log", "lock", "failed"]) {
-        let socket = path.with_extension("sock");
-        if old(&path) && !socket.exists() {
-            let _ = std::fs::remove_file(&path);
+        for kind in KINDS {
+            let path = file(kind);
+            if old(&path) || (kind == "lock" && !lock_was_there) {
+                let _ = std::fs::remove_file(&path);
+            }
         }
     }
 }
@@ -738,7 +779,8 @@ mod tests {
     }
 
     #[test]
-    fn a_sweep_removes_what_dead_pools_left_over_a_day_ago_and_nothing_a_live_or_young_one_has() {
+    fn a_sweep_removes_what_dead_pools_left_over_a_day_ago_and_nothing_a_live_young_or_locked_one_has()
+     {
         let dir = tempfile::tempdir().unwrap();
         let file = |name: &str| dir.path().join(name);
         let two_days = Duration::from_secs(2 * 24 * 3600);
@@ -755,13 +797,25 @@ mod tests {
         // A failed start's marker and log, with no socket ever.
         std::fs::write(file("pool-failed.failed"), b"").unwrap();
         std::fs::write(file("pool-failed.log"), b"").unwrap();
+        // Pools killed two days ago whose lock is held: the caller's own, and one a spawner is
+        // starting again (it holds the lock until it can connect).
+        for pool in ["own", "starting"] {
+            drop(
+                std::os::unix::net::UnixListener::bind(file(&format!("pool-{pool}.sock"))).unwrap(),
+            );
+            std::fs::write(file(&format!("pool-{pool}.log")), b"").unwrap();
+        }
+        let _own = lock_pool(&file("pool-own.lock"), true).unwrap().unwrap();
+        let _starting = lock_pool(&file("pool-starting.lock"), true)
+            .unwrap()
+            .unwrap();
         for name in std::fs::read_dir(dir.path()).unwrap() {
             let path = name.unwrap().path();
             if !path.to_string_lossy().contains("young") {
                 age(&path, two_days);
             }
         }
-        sweep_stale(dir.path());
+        sweep_stale(dir.path(), "pool-own");
         let mut left: Vec<String> = std::fs::read_dir(dir.path())
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -773,11 +827,28 @@ mod tests {
                 "pool-live.lock",
                 "pool-live.log",
                 "pool-live.sock",
+                "pool-own.lock",
+                "pool-own.log",
+                "pool-own.sock",
+                "pool-starting.lock",
+                "pool-starting.log",
+                "pool-starting.sock",
                 "pool-young.lock",
                 "pool-young.log",
                 "pool-young.sock"
             ]
         );
+        // A lock taken on a file a sweep removed meanwhile is not the lock: the next taker gets
+        // the file that is there.
+        let path = file("pool-x.lock");
+        let first = lock_pool(&path, true).unwrap().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let second = lock_pool(&path, false).unwrap().expect("a new file, free");
+        assert_ne!(
+            first.metadata().unwrap().ino(),
+            second.metadata().unwrap().ino()
+        );
+        assert!(lock_pool(&path, false).unwrap().is_none(), "held");
     }
 
     #[test]

@@ -147,7 +147,10 @@ def main():
                 return 1
     finally:
         os.kill(watcher, signal.SIGKILL)
-        os.waitpid(watcher, 0)
+        try:
+            os.waitpid(watcher, 0)
+        except ChildProcessError:
+            pass  # a preloaded module ignores SIGCHLD: the watcher was reaped already
     preloaded = sorted({name.split(".")[0] for name in sys.modules})
     log(f"imported torch {torch.__version__} in {time.monotonic() - began:.2f} s")
     old = os.umask(0o077)
@@ -230,10 +233,13 @@ class Leader:
         self.pending = b""  # the start of a message from the spawner
 
     def send(self, **message):
+        """Sends `message`; whether it went (a spawner that is gone ends the launch at the next look
+        at the connection)."""
         try:
             self.conn.sendall(json.dumps(message).encode() + b"\n")
+            return True
         except BrokenPipeError:
-            pass  # the spawner is gone: the next look at the connection ends the launch
+            return False
 
     def receive(self):
         # A client that connects and says nothing does not keep a leader for ever.
@@ -254,15 +260,18 @@ class Leader:
         except (Refused, OSError, ValueError, KeyError, TypeError) as why:
             self.send(refused=str(why) or type(why).__name__)
             return 0
-        # The ranks wait at this gate until the spawner has their pids: a leader that dies before
-        # telling it takes them with it before they have run any of the script, and the spawner's
-        # direct start is then their first, not a second run of the script beside the first.
+        # The ranks wait at this gate for a byte each, written once their pids are on their way to
+        # the spawner: a leader that dies before that leaves them an empty pipe, and they exit
+        # without running any of the script (so the spawner's direct start is their first run, not
+        # a second beside it). A byte, not the pipe's end: a dying leader's files close before its
+        # children get their parent-death signal.
         self.gate = os.pipe()
         pids = [self.fork_rank(request, rank) for rank in range(len(request["ranks"]))]
         os.close(self.gate[0])
         for _, fd in self.inherited:
             os.close(fd)  # the ranks' now: a pipe among them must see its end when they close it
-        self.send(started=pids)
+        if self.send(started=pids):
+            os.write(self.gate[1], b"g" * len(pids))
         os.close(self.gate[1])
         return self.supervise()
 
@@ -320,7 +329,8 @@ class Leader:
             os._exit(1)
         gate, held = self.gate
         os.close(held)
-        os.read(gate, 1)  # the end of the pipe: the leader has sent the pids, or died (and so has this)
+        if os.read(gate, 1) != b"g":  # the spawner does not have the pids: the launch is over
+            os._exit(1)
         os.close(gate)
         os.setpgid(0, 0)
         self.conn.detach()
