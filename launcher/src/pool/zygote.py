@@ -518,4 +518,9 @@ def run_as_main(script):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Ended without the interpreter's teardown, which with torch imported takes seconds (more on a
+    # loaded machine): a pool whose owner is gone goes at once, and it has nothing left to flush.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
