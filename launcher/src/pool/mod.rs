@@ -668,9 +668,7 @@ fn sweep_stale(dir: &Path, own: &str) {
     for stem in stale {
         let file = |kind: &str| dir.join(format!("{stem}.{kind}"));
         let socket = file("sock");
-        let lock_file = file("lock");
-        let lock_was_there = lock_file.exists();
-        let Ok(Some(_lock)) = lock_pool(&lock_file, false) else {
+        let Ok(Some(_lock)) = lock_pool(&file("lock"), false) else {
             continue;
         };
         // A young socket, or one a pool serves, keeps every file of its pool (a young one's
@@ -683,9 +681,11 @@ fn sweep_stale(dir: &Path, own: &str) {
         if serving {
             continue;
         }
+        // The lock goes whatever its age: nobody else holds it, and a spawner that opened it
+        // meanwhile takes the next one (`lock_pool`).
         for kind in KINDS {
             let path = file(kind);
-            if old(&path) || (kind == "lock" && !lock_was_there) {
+            if kind == "lock" || old(&path) {
                 let _ = std::fs::remove_file(&path);
             }
         }

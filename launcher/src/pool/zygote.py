@@ -94,6 +94,13 @@ def fork_safe(torch):
     return None
 
 
+def die_with_parent(parent):
+    """Has this just-forked process killed when its parent exits; whether `parent` is still its
+    parent (else it exited before this could be set, and no signal will come)."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    return os.getppid() == parent
+
+
 def watch_while_starting(owner):
     """Forks a process that kills this one as soon as `owner` (a pidfd) exits, and returns its pid.
     Importing torch can take many seconds on a loaded machine, and only the serving loop watches
@@ -103,8 +110,7 @@ def watch_while_starting(owner):
     pid = os.fork()
     if pid == 0:
         try:
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-            if os.getppid() == pool:
+            if die_with_parent(pool):
                 select.select([owner], [], [])
                 os.kill(pool, signal.SIGKILL)
         finally:
@@ -323,9 +329,7 @@ class Leader:
         return pid
 
     def become_rank(self, request, rank):
-        leader = os.getppid()
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != leader:
+        if not die_with_parent(os.getppid()):
             os._exit(1)
         gate, held = self.gate
         os.close(held)
