@@ -314,10 +314,11 @@ class Leader:
             os.close(fd)
 
     def fork_rank(self, request, rank):
+        leader = os.getpid()
         pid = os.fork()
         if pid == 0:
             try:
-                self.become_rank(request, rank)
+                self.become_rank(request, rank, leader)
             except BaseException:
                 traceback.print_exc()
                 os._exit(1)
@@ -328,8 +329,10 @@ class Leader:
         self.ranks[pid] = (rank, os.pidfd_open(pid))
         return pid
 
-    def become_rank(self, request, rank):
-        if not die_with_parent(os.getppid()):
+    def become_rank(self, request, rank, leader):
+        # The leader's pid from before the fork: read after it, a leader that died in between would
+        # pass for the parent (the process that adopted the rank would be there instead).
+        if not die_with_parent(leader):
             os._exit(1)
         gate, held = self.gate
         os.close(held)
