@@ -2401,7 +2401,14 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     let (prefix, _) = steps[0].rsplit_once('-').unwrap();
     let stray = format!("{prefix}-77.0");
     let submitted = Command::new("sbatch")
-        .args([&format!("--job-name={stray}"), "--wrap", "sleep 300"])
+        // Its output nowhere: by default Slurm writes `slurm-JOB.out` into the test's directory,
+        // the checkout's root.
+        .args([
+            &format!("--job-name={stray}"),
+            "--output=/dev/null",
+            "--wrap",
+            "sleep 300",
+        ])
         .output()
         .unwrap();
     assert!(submitted.status.success(), "{submitted:?}");
