@@ -19,17 +19,27 @@ use support::Api;
 /// A headless Chromium behind its WebDriver, which ends with it.
 struct Browser {
     client: Client,
-    driver: Child,
+    _driver: Driver,
 }
 
-impl Drop for Browser {
+/// `chromedriver`, killed with the browser it started when dropped (also when a test fails before
+/// its session is made).
+struct Driver {
+    child: Child,
+    /// The driver's and the browser's temporary files (their profile, and shared memory with
+    /// `--disable-dev-shm-usage`): killed, they cannot remove them, and each run left a dozen
+    /// folders of 2 MB in /tmp. Removed after the kill (fields drop after `drop`).
+    _scratch: tempfile::TempDir,
+}
+
+impl Drop for Driver {
     fn drop(&mut self) {
         // The driver leads its own process group, with the browser in it.
         // SAFETY: kill(2) on a process group this test started.
         unsafe {
-            libc::kill(-(self.driver.id() as i32), libc::SIGKILL);
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
         }
-        let _ = self.driver.wait();
+        let _ = self.child.wait();
     }
 }
 
@@ -52,13 +62,19 @@ impl Browser {
             return None;
         };
         let port = support::free_port();
-        let driver = Command::new(driver)
+        let scratch = tempfile::tempdir().expect("a temporary folder");
+        let child = Command::new(driver)
             .arg(format!("--port={port}"))
+            .env("TMPDIR", scratch.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0)
             .spawn()
             .expect("chromedriver starts");
+        let driver = Driver {
+            child,
+            _scratch: scratch,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(Instant::now() < deadline, "chromedriver did not listen");
@@ -80,7 +96,10 @@ impl Browser {
             .connect(&format!("http://127.0.0.1:{port}"))
             .await
             .expect("a WebDriver session");
-        Some(Browser { client, driver })
+        Some(Browser {
+            client,
+            _driver: driver,
+        })
     }
 
     /// Waits until `script` (a function body) returns true; panics after `within`, saying `what`.
