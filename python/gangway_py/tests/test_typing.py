@@ -4,6 +4,7 @@ a call that does not fit them. Skips when mypy is not installed."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import tempfile
@@ -14,12 +15,14 @@ import gangway
 
 TYPED = Path(__file__).resolve().parent / "typed"
 HAS_MYPY = importlib.util.find_spec("mypy") is not None
+# No cache: it would be written beside the script checked, into the sources.
+MYPY = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull]
 
 
 def mypy(path: Path) -> subprocess.CompletedProcess[str]:
     # Run beside the script, not beside the package's sources: the installed package is checked.
     return subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(path)],
+        [*MYPY, str(path)],
         cwd=path.parent,
         capture_output=True,
         text=True,
@@ -49,7 +52,7 @@ class Stubs(unittest.TestCase):
         # The installed package, found as a user's script finds it.
         with tempfile.TemporaryDirectory() as d:
             out = subprocess.run(
-                [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "-p", "gangway"],
+                [*MYPY, "-p", "gangway"],
                 cwd=d,
                 capture_output=True,
                 text=True,
