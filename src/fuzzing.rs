@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use gangway_actors::cluster::{Cancel, ClusterActor, Parts, Settings, Submit, TimeSource};
 use gangway_actors::ledger::{Ledger, Record, torn_tail_report};
@@ -52,7 +52,7 @@ pub fn trace(data: &[u8]) {
     let options = TraceOptions {
         format: format.copied(),
         rate: Some(f64::from(selector / 8 + 1) / 4.0),
-        profiles: Some(pollux_profiles().clone()),
+        profiles: Some(pollux_profiles()),
     };
     match trace::parse(&source, &text, &options) {
         Ok(t) => {
@@ -80,32 +80,11 @@ pub fn trace(data: &[u8]) {
     }
 }
 
-/// A Pollux profiles folder with one application, for the Pollux reader: made once per process.
-fn pollux_profiles() -> &'static PathBuf {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join("gangway-fuzz-pollux-profiles");
-        let app = dir.join("cifar10");
-        std::fs::create_dir_all(&app).expect("a temp folder");
-        let files = [
-            (
-                "validation-64.csv",
-                "progress,iteration,metric,grad_sqr,grad_var\n10,10,0.5,1.0,2.0\n200,200,0.9,0.5,1.0\n",
-            ),
-            (
-                "placements.csv",
-                "placement,local_bsz,step_time,sync_time\n1,64,0.1,0.0\n2,32,0.06,0.01\n",
-            ),
-            (
-                "scalability.csv",
-                "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,2,32,0.08,0.03\n",
-            ),
-        ];
-        for (name, text) in files {
-            std::fs::write(app.join(name), text).expect("a profile");
-        }
-        dir
-    })
+/// A Pollux profiles folder with one application, for the Pollux reader: in the checkout, where the
+/// fuzz targets and the tests run (a folder made in /tmp under a fixed name was one a local user
+/// could have made first, or linked elsewhere).
+fn pollux_profiles() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/pollux-profiles"))
 }
 
 /// The cluster readers: a TOML cluster file (even first byte) or a `--cluster` spec (odd; the byte
