@@ -291,6 +291,7 @@ pub fn run(
     let _lock = lock(&checkpoint_dir)?;
     let stop_file = checkpoint_dir.join("STOP");
     let retune_file = checkpoint_dir.join("retune");
+    let torchrun_logs = checkpoint_dir.join("torchrun-logs");
     // Where a scheduler other than gangway's daemon reads the workers' progress, else ours (which
     // the daemon's descriptor gets copies of).
     let progress_file = std::env::var_os(crate::executor::PROGRESS_FILE_VAR)
@@ -307,6 +308,8 @@ pub fn run(
         let _ = std::fs::remove_file(&stop_file);
         let _ = std::fs::remove_file(&progress_file);
         let _ = std::fs::remove_file(&retune_file);
+        // The last launch's (a link put there is removed, not followed).
+        let _ = std::fs::remove_dir_all(&torchrun_logs);
         // A job that adapts its batch, under a daemon that may retune it.
         let mut retuner = match options.global_batch {
             Some(range) if range.0 < range.1 && inherited.has_policy_batch() => Some(Retuner {
@@ -323,6 +326,7 @@ pub fn run(
             stop_file: &stop_file,
             progress_file: &progress_file,
             retune_file: retuner.as_ref().map(|r| r.to),
+            torchrun_logs: &torchrun_logs,
         };
         let resume = newest_checkpoint(&checkpoint_dir);
         let program = inherited.program();
@@ -487,6 +491,8 @@ struct Files<'a> {
     progress_file: &'a Path,
     /// Where the workers read a batch the daemon retuned, for a job that adapts its batch.
     retune_file: Option<&'a Path>,
+    /// torchrun's agent's folder for the workers' logs (see [`torchrun`]).
+    torchrun_logs: &'a Path,
 }
 
 /// The launch's command line (torchrun, under `srun` as a step named `token` for Slurm; or the direct
@@ -541,6 +547,7 @@ fn launch_command(
             torchrun(
                 python_command(&options.python, program),
                 &torchrun_options,
+                files.torchrun_logs,
                 inv,
             )
         }
@@ -550,7 +557,7 @@ fn launch_command(
             let rdzv_id = format!("{token}-{attempt}");
             let port = allocation.rendezvous_port(&rdzv_id);
             let torchrun_options = allocation.torchrun_options(plan, &rdzv_id, port)?;
-            torchrun(srun, &torchrun_options, inv)
+            torchrun(srun, &torchrun_options, files.torchrun_logs, inv)
         }
     };
     match target {
@@ -591,12 +598,33 @@ fn launch_command(
     Ok(command)
 }
 
+/// torchrun's options that say where its agent writes the workers' logs.
+const TORCHRUN_LOG_OPTIONS: [&str; 6] =
+    ["--log-dir", "--log_dir", "--redirects", "-r", "--tee", "-t"];
+
+/// Whether the user's torchrun options name where (or whether) the workers' logs go.
+fn names_torchrun_logs(torchrun: &[String]) -> bool {
+    torchrun.iter().any(|arg| {
+        TORCHRUN_LOG_OPTIONS.iter().any(|&option| {
+            arg == option
+                || arg.starts_with(&format!("{option}="))
+                // `-r3`, `-t1`: a short option with its value attached.
+                || (!option.starts_with("--") && arg.starts_with(option) && !arg.starts_with("--"))
+        })
+    })
+}
+
 /// `command` (a Python, or `srun` running one) running torchrun with `options`, then the user's
-/// torchrun options, script and arguments.
-fn torchrun(mut command: Command, options: &[String], inv: &Invocation) -> Command {
+/// torchrun options, script and arguments. Unless the user said where the workers' logs go,
+/// torchrun's agent gets `logs` as its folder: without one it makes a new folder in /tmp for every
+/// launch and never removes it (a daemon's host gathered thousands); `logs` is the job's own,
+/// emptied before each launch.
+fn torchrun(mut command: Command, options: &[String], logs: &Path, inv: &Invocation) -> Command {
+    command.args(["-m", "torch.distributed.run"]).args(options);
+    if !names_torchrun_logs(&inv.torchrun) {
+        command.arg(format!("--log-dir={}", logs.display()));
+    }
     command
-        .args(["-m", "torch.distributed.run"])
-        .args(options)
         .args(&inv.torchrun)
         .arg(&inv.script)
         .args(&inv.script_args);
@@ -738,6 +766,66 @@ mod tests {
             let e = launch_stages(1, Some(&by_type), Some(bad)).unwrap_err();
             assert!(e.to_string().contains("--pp-by-type a100=2,rtx=8"), "{e}");
         }
+    }
+
+    #[test]
+    fn torchrun_gets_a_log_folder_unless_the_user_named_where_logs_go() {
+        let args = |line: &str| {
+            line.split_whitespace()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        for named in [
+            "--log-dir /logs",
+            "--log_dir=/logs",
+            "--redirects 3",
+            "-r 3",
+            "-r3",
+            "--tee=1",
+            "-t 1",
+            "--standalone --log-dir=/x",
+        ] {
+            assert!(names_torchrun_logs(&args(named)), "{named}");
+        }
+        for unnamed in [
+            "",
+            "--standalone",
+            "--rdzv-backend c10d",
+            "--role trainer",
+            "--run-path",
+        ] {
+            assert!(!names_torchrun_logs(&args(unnamed)), "{unnamed}");
+        }
+        let inv = crate::cli::parse(&args("--gpus 2 train.py")).unwrap();
+        let command = torchrun(
+            Command::new("python3"),
+            &[],
+            Path::new("/ckpt/torchrun-logs"),
+            &inv,
+        );
+        let given: Vec<_> = command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            given.contains(&"--log-dir=/ckpt/torchrun-logs".to_owned()),
+            "{given:?}"
+        );
+        let inv = crate::cli::parse(&args("--gpus 2 --log-dir /mine train.py")).unwrap();
+        let command = torchrun(
+            Command::new("python3"),
+            &[],
+            Path::new("/ckpt/torchrun-logs"),
+            &inv,
+        );
+        let given: Vec<_> = command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            !given.iter().any(|a| a.contains("torchrun-logs")),
+            "{given:?}"
+        );
     }
 
     #[test]
