@@ -3,6 +3,7 @@
 //! cooperatively on request.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -291,7 +292,11 @@ pub fn run(
     let _lock = lock(&checkpoint_dir)?;
     let stop_file = checkpoint_dir.join("STOP");
     let retune_file = checkpoint_dir.join("retune");
-    let torchrun_logs = checkpoint_dir.join("torchrun-logs");
+    // torchrun's agent's log folder, where elastic-run chooses it (see `torchrun`).
+    let uses_torchrun = !(matches!(target, Target::Local(_)) && inv.options.spawn.is_agentless());
+    let torchrun_logs = (uses_torchrun
+        && !names_torchrun_logs(&inv.torchrun, |name| std::env::var_os(name)))
+    .then(|| checkpoint_dir.join("torchrun-logs"));
     // Where a scheduler other than gangway's daemon reads the workers' progress, else ours (which
     // the daemon's descriptor gets copies of).
     let progress_file = std::env::var_os(crate::executor::PROGRESS_FILE_VAR)
@@ -309,7 +314,9 @@ pub fn run(
         let _ = std::fs::remove_file(&progress_file);
         let _ = std::fs::remove_file(&retune_file);
         // The last launch's (a link put there is removed, not followed).
-        let _ = std::fs::remove_dir_all(&torchrun_logs);
+        if let Some(logs) = &torchrun_logs {
+            let _ = std::fs::remove_dir_all(logs);
+        }
         // A job that adapts its batch, under a daemon that may retune it.
         let mut retuner = match options.global_batch {
             Some(range) if range.0 < range.1 && inherited.has_policy_batch() => Some(Retuner {
@@ -326,7 +333,7 @@ pub fn run(
             stop_file: &stop_file,
             progress_file: &progress_file,
             retune_file: retuner.as_ref().map(|r| r.to),
-            torchrun_logs: &torchrun_logs,
+            torchrun_logs: torchrun_logs.as_deref(),
         };
         let resume = newest_checkpoint(&checkpoint_dir);
         let program = inherited.program();
@@ -491,8 +498,9 @@ struct Files<'a> {
     progress_file: &'a Path,
     /// Where the workers read a batch the daemon retuned, for a job that adapts its batch.
     retune_file: Option<&'a Path>,
-    /// torchrun's agent's folder for the workers' logs (see [`torchrun`]).
-    torchrun_logs: &'a Path,
+    /// torchrun's agent's folder for the workers' logs, where elastic-run chooses it (see
+    /// [`torchrun`]).
+    torchrun_logs: Option<&'a Path>,
 }
 
 /// The launch's command line (torchrun, under `srun` as a step named `token` for Slurm; or the direct
@@ -598,31 +606,57 @@ fn launch_command(
     Ok(command)
 }
 
-/// torchrun's options that say where its agent writes the workers' logs.
-const TORCHRUN_LOG_OPTIONS: [&str; 6] =
-    ["--log-dir", "--log_dir", "--redirects", "-r", "--tee", "-t"];
+/// torchrun's options that say where, or whether, its agent writes the workers' logs, and the
+/// environment variables its parser reads them from.
+const TORCHRUN_LOG_OPTIONS: [&str; 8] = [
+    "--log-dir",
+    "--log_dir",
+    "--redirects",
+    "--tee",
+    "--logs-specs",
+    "--logs_specs",
+    "-r",
+    "-t",
+];
+const TORCHRUN_LOG_VARIABLES: [&str; 4] =
+    ["PET_LOG_DIR", "PET_REDIRECTS", "PET_TEE", "PET_LOGS_SPECS"];
 
-/// Whether the user's torchrun options name where (or whether) the workers' logs go.
-fn names_torchrun_logs(torchrun: &[String]) -> bool {
-    torchrun.iter().any(|arg| {
+/// Whether the user's torchrun options, or the environment (`var`), name where or whether the
+/// workers' logs go. Any prefix of a long option counts, as torchrun's parser takes abbreviations.
+fn names_torchrun_logs(torchrun: &[String], var: impl Fn(&str) -> Option<OsString>) -> bool {
+    let named = |arg: &String| {
+        let name = arg.split('=').next().unwrap_or(arg);
         TORCHRUN_LOG_OPTIONS.iter().any(|&option| {
-            arg == option
-                || arg.starts_with(&format!("{option}="))
-                // `-r3`, `-t1`: a short option with its value attached.
-                || (!option.starts_with("--") && arg.starts_with(option) && !arg.starts_with("--"))
+            if option.starts_with("--") {
+                name.len() > 2 && option.starts_with(name)
+            } else {
+                // `-r 3`, or `-r3`.
+                name.starts_with(option) && !name.starts_with("--")
+            }
         })
-    })
+    };
+    torchrun.iter().any(named)
+        || TORCHRUN_LOG_VARIABLES
+            .iter()
+            .any(|v| var(v).is_some_and(|value| !value.is_empty()))
 }
 
 /// `command` (a Python, or `srun` running one) running torchrun with `options`, then the user's
-/// torchrun options, script and arguments. Unless the user said where the workers' logs go,
-/// torchrun's agent gets `logs` as its folder: without one it makes a new folder in /tmp for every
-/// launch and never removes it (a daemon's host gathered thousands); `logs` is the job's own,
-/// emptied before each launch.
-fn torchrun(mut command: Command, options: &[String], logs: &Path, inv: &Invocation) -> Command {
+/// torchrun options, script and arguments. With `logs`, torchrun's agent gets it as its log
+/// folder: without one it makes a new folder in /tmp for every launch and never removes it (one
+/// per attempt of every job on a daemon's host; 30 from one run of the test suite); `logs` is the
+/// job's own, emptied before each launch, and given only where the user named no log option.
+fn torchrun(
+    mut command: Command,
+    options: &[String],
+    logs: Option<&Path>,
+    inv: &Invocation,
+) -> Command {
     command.args(["-m", "torch.distributed.run"]).args(options);
-    if !names_torchrun_logs(&inv.torchrun) {
-        command.arg(format!("--log-dir={}", logs.display()));
+    if let Some(logs) = logs {
+        let mut option = OsString::from("--log-dir=");
+        option.push(logs);
+        command.arg(option);
     }
     command
         .args(&inv.torchrun)
@@ -731,6 +765,7 @@ fn read_step(path: &Path) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
 
     #[test]
     fn a_job_that_adapts_its_batch_runs_at_the_policys_choice_within_its_range() {
@@ -775,17 +810,21 @@ mod tests {
                 .map(str::to_owned)
                 .collect::<Vec<_>>()
         };
+        let no_env = |_: &str| None;
         for named in [
             "--log-dir /logs",
             "--log_dir=/logs",
             "--redirects 3",
+            "--redir 3",
             "-r 3",
             "-r3",
             "--tee=1",
+            "--te 1",
             "-t 1",
+            "--logs-specs mine",
             "--standalone --log-dir=/x",
         ] {
-            assert!(names_torchrun_logs(&args(named)), "{named}");
+            assert!(names_torchrun_logs(&args(named), no_env), "{named}");
         }
         for unnamed in [
             "",
@@ -794,37 +833,26 @@ mod tests {
             "--role trainer",
             "--run-path",
         ] {
-            assert!(!names_torchrun_logs(&args(unnamed)), "{unnamed}");
+            assert!(!names_torchrun_logs(&args(unnamed), no_env), "{unnamed}");
         }
+        let tee = |name: &str| (name == "PET_TEE").then(|| OsString::from("3"));
+        assert!(names_torchrun_logs(&[], tee), "PET_TEE=3");
+        let empty = |name: &str| (name == "PET_LOG_DIR").then(OsString::new);
+        assert!(!names_torchrun_logs(&[], empty), "PET_LOG_DIR set empty");
+
         let inv = crate::cli::parse(&args("--gpus 2 train.py")).unwrap();
-        let command = torchrun(
-            Command::new("python3"),
-            &[],
-            Path::new("/ckpt/torchrun-logs"),
-            &inv,
-        );
-        let given: Vec<_> = command
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let logs = Path::new("/ckpt/torchrun-logs");
+        let command = torchrun(Command::new("python3"), &[], Some(logs), &inv);
+        let given: Vec<_> = command.get_args().collect();
         assert!(
-            given.contains(&"--log-dir=/ckpt/torchrun-logs".to_owned()),
+            given.contains(&OsStr::new("--log-dir=/ckpt/torchrun-logs")),
             "{given:?}"
         );
-        let inv = crate::cli::parse(&args("--gpus 2 --log-dir /mine train.py")).unwrap();
-        let command = torchrun(
-            Command::new("python3"),
-            &[],
-            Path::new("/ckpt/torchrun-logs"),
-            &inv,
-        );
-        let given: Vec<_> = command
-            .get_args()
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let command = torchrun(Command::new("python3"), &[], None, &inv);
         assert!(
-            !given.iter().any(|a| a.contains("torchrun-logs")),
-            "{given:?}"
+            !command
+                .get_args()
+                .any(|a| a.to_string_lossy().contains("log-dir"))
         );
     }
 
