@@ -84,7 +84,14 @@ pub fn trace(data: &[u8]) {
 /// fuzz targets and the tests run (a folder made in /tmp under a fixed name was one a local user
 /// could have made first, or linked elsewhere).
 fn pollux_profiles() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/pollux-profiles"))
+    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/pollux-profiles"));
+    // Else every Pollux input would fail on the missing folder, and read as a crash of the reader.
+    assert!(
+        dir.is_dir(),
+        "the fuzz harness reads Pollux profiles from {}, in the checkout it was built from",
+        dir.display()
+    );
+    dir
 }
 
 /// The cluster readers: a TOML cluster file (even first byte) or a `--cluster` spec (odd; the byte
