@@ -56,7 +56,9 @@ class TorchrunEndToEndTest(unittest.TestCase):
         if resume_from:
             env["GANGWAY_RESUME_FROM"] = resume_from
         log_path = os.path.join(run_dir, f"log-{time.monotonic_ns()}.txt")
-        cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", TOY,
+        # --log-dir in the run's folder: else torchrun leaves a /tmp/torchelastic_* folder per run.
+        cmd = [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
+               "--log-dir", os.path.join(run_dir, "torchrun-logs"), TOY,
                "--steps", str(STEPS), "--save-every", str(SAVE_EVERY),
                "--out", os.path.join(run_dir, "out.json"), *extra_args]
         with open(log_path, "w") as log:
