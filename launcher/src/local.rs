@@ -31,6 +31,12 @@ pub enum Target {
 }
 
 impl Target {
+    /// Whether torchrun's agent starts a launch's workers here: elastic-run starts them itself
+    /// only on this machine, and only when asked to (`--spawn direct` or `pool`).
+    fn runs_torchrun(&self, spawn: Spawn) -> bool {
+        !(matches!(self, Target::Local(_)) && spawn.is_agentless())
+    }
+
     fn offer(&self) -> Vec<HostOffer> {
         match self {
             Target::Local(gpus) => vec![HostOffer::new("localhost", gpus.iter().copied())],
@@ -293,8 +299,7 @@ pub fn run(
     let stop_file = checkpoint_dir.join("STOP");
     let retune_file = checkpoint_dir.join("retune");
     // torchrun's agent's log folder, where elastic-run chooses it (see `torchrun`).
-    let uses_torchrun = !(matches!(target, Target::Local(_)) && inv.options.spawn.is_agentless());
-    let torchrun_logs = (uses_torchrun
+    let torchrun_logs = (target.runs_torchrun(inv.options.spawn)
         && !names_torchrun_logs(&inv.torchrun, |name| std::env::var_os(name)))
     .then(|| checkpoint_dir.join("torchrun-logs"));
     // Where a scheduler other than gangway's daemon reads the workers' progress, else ours (which
@@ -519,7 +524,7 @@ fn launch_command(
 ) -> Result<Command, LaunchError> {
     let options = &inv.options;
     let mut command = match target {
-        Target::Local(_) if options.spawn.is_agentless() => {
+        Target::Local(_) if !target.runs_torchrun(options.spawn) => {
             let exe = std::env::current_exe().map_err(io("finding elastic-run itself"))?;
             let mode = match options.spawn {
                 Spawn::Pool => spawn::Mode::Pool,
