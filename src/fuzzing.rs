@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use gangway_actors::cluster::{Cancel, ClusterActor, Parts, Settings, Submit, TimeSource};
 use gangway_actors::ledger::{Ledger, Record, torn_tail_report};
@@ -52,7 +52,7 @@ pub fn trace(data: &[u8]) {
     let options = TraceOptions {
         format: format.copied(),
         rate: Some(f64::from(selector / 8 + 1) / 4.0),
-        profiles: Some(pollux_profiles()),
+        profiles: Some(pollux_profiles().clone()),
     };
     match trace::parse(&source, &text, &options) {
         Ok(t) => {
@@ -82,16 +82,20 @@ pub fn trace(data: &[u8]) {
 
 /// A Pollux profiles folder with one application, for the Pollux reader: in the checkout, where the
 /// fuzz targets and the tests run (a folder made in /tmp under a fixed name was one a local user
-/// could have made first, or linked elsewhere).
-fn pollux_profiles() -> PathBuf {
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/pollux-profiles"));
-    // Else every Pollux input would fail on the missing folder, and read as a crash of the reader.
-    assert!(
-        dir.is_dir(),
-        "the fuzz harness reads Pollux profiles from {}, in the checkout it was built from",
-        dir.display()
-    );
-    dir
+/// could have made first, or linked elsewhere). Looked for once per process, not once per input.
+fn pollux_profiles() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fuzz/pollux-profiles"));
+        // Else every Pollux input would fail on the missing folder, and read as a crash of the
+        // reader.
+        assert!(
+            dir.is_dir(),
+            "the fuzz harness reads Pollux profiles from {}, in the checkout it was built from",
+            dir.display()
+        );
+        dir
+    })
 }
 
 /// The cluster readers: a TOML cluster file (even first byte) or a `--cluster` spec (odd; the byte
