@@ -73,15 +73,27 @@ impl Engine<'_> {
     /// The running jobs' views and those of waiting jobs touched since the policy's last call, in
     /// arrival order.
     fn changed_views(&self, touched: &[usize], now: f64) -> Vec<JobView<'_>> {
-        let mut shown: Vec<(u64, usize)> = self.running.iter().copied().collect();
-        shown.extend(touched.iter().filter_map(|&i| {
-            let state = &self.states[i];
-            (state.active && state.run.is_none()).then_some((state.order, i))
-        }));
+        let mut waiting: Vec<(u64, usize)> = touched
+            .iter()
+            .filter_map(|&i| {
+                let state = &self.states[i];
+                (state.active && state.run.is_none()).then_some((state.order, i))
+            })
+            .collect();
         // A slot forgotten and reused since the last call may be listed twice.
-        shown.sort_unstable();
-        shown.dedup();
-        shown.iter().map(|&(_, i)| self.view(i, now)).collect()
+        waiting.sort_unstable();
+        waiting.dedup();
+        // The running jobs are in arrival order already: merge the few waiting ones in.
+        let mut views = Vec::with_capacity(self.running.len() + waiting.len());
+        let mut waiting = waiting.into_iter().peekable();
+        for &(order, i) in &self.running {
+            while let Some((_, w)) = waiting.next_if(|&(o, _)| o < order) {
+                views.push(self.view(w, now));
+            }
+            views.push(self.view(i, now));
+        }
+        views.extend(waiting.map(|(_, w)| self.view(w, now)));
+        views
     }
 
     /// Asks the policy for this pass's grants; its what-if placements go through `placer` (a fork of

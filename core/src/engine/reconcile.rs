@@ -219,12 +219,12 @@ impl Engine<'_> {
         let Some(&first) = run.gpus.first() else {
             return;
         };
-        let share = Allotment::share(self.cluster.node(self.cluster.node_of(first)));
+        let share = || Allotment::share(self.cluster.node(self.cluster.node_of(first)));
         let wanted = self.grant_of(i).and_then(|g| g.allotment);
         let smaller = match (run.allotment, wanted) {
             (None, None) => return,
-            (Some(held), None) => held.min(&share),
-            (None, Some(new)) => new.min(&share),
+            (Some(held), None) => held.min(&share()),
+            (None, Some(new)) => new.min(&share()),
             (Some(held), Some(new)) => held.min(&new),
         };
         self.reallot(i, Some(smaller), now);

@@ -362,7 +362,9 @@ impl Engine<'_> {
         let Some(run) = self.states[i].run.as_ref() else {
             return false;
         };
-        if run.partner.is_some() {
+        // A run that holds its servers' shares and is granted them again keeps what it has (the
+        // common case, checked first: most runs in a large round are kept as they were).
+        if run.partner.is_some() || (run.allotment.is_none() && target.is_none()) {
             return false;
         }
         let cluster = &*self.cluster;

@@ -149,11 +149,21 @@ type Place = (u64, u64, u64);
 #[derive(Default)]
 pub(super) struct Queue {
     order: BTreeSet<(Place, JobId)>,
-    places: FxHashMap<JobId, Place>,
+    places: FxHashMap<JobId, Held>,
     /// The next job's place in arrival order.
     seen: u64,
-    /// Where each job of this round's `RoundInput::jobs` is there.
-    shown: FxHashMap<JobId, usize>,
+    /// Rounds seen (by [`Queue::update`]): a job whose `shown_in` is this one is in this round's
+    /// `RoundInput::jobs`, at `index` (never 0: a job not shown yet holds 0).
+    round: u64,
+}
+
+/// What a [`Queue`] holds of a job: its place, and where this round's input shows it (one lookup
+/// finds both, in a round that visits every running job twice).
+#[derive(Clone, Copy)]
+struct Held {
+    place: Place,
+    shown_in: u64,
+    index: u32,
 }
 
 impl Queue {
@@ -166,26 +176,38 @@ impl Queue {
         input: &RoundInput<'_>,
         mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
     ) -> Vec<JobId> {
-        self.shown.clear();
-        self.shown
-            .extend(input.jobs.iter().enumerate().map(|(k, v)| (v.id(), k)));
+        self.round += 1;
         let Some(backlog) = input.backlog else {
-            return self.rebuild(input.jobs, key);
+            let gone = self.rebuild(input.jobs, &mut key);
+            self.show(input.jobs);
+            return gone;
         };
         for id in backlog.left() {
-            if let Some(place) = self.places.remove(id) {
-                self.order.remove(&(place, *id));
+            if let Some(held) = self.places.remove(id) {
+                self.order.remove(&(held.place, *id));
             }
         }
-        for view in input.jobs {
-            let k = key(view);
-            self.rekey(view.id(), k);
+        let round = self.round;
+        for (k, view) in input.jobs.iter().enumerate() {
+            let place = key(view);
+            self.keyed(view.id(), place).shown_in(round, k);
         }
         if self.places.len() != backlog.len() {
             // A queue that lost track (a policy moved to another engine) starts again from scratch.
-            return self.rebuild(&backlog.views(), key);
+            let gone = self.rebuild(&backlog.views(), key);
+            self.show(input.jobs);
+            return gone;
         }
         Vec::new()
+    }
+
+    /// Notes where this round's input shows each of `jobs` (after a rebuild).
+    fn show(&mut self, jobs: &[JobView<'_>]) {
+        for (k, view) in jobs.iter().enumerate() {
+            if let Some(held) = self.places.get_mut(&view.id()) {
+                held.shown_in(self.round, k);
+            }
+        }
     }
 
     /// Rebuilds the queue from `jobs` (every active job, in arrival order); returns the jobs it held
@@ -208,23 +230,31 @@ impl Queue {
     }
 
     /// Gives job `id` a new key, adding it if new (last among equal keys).
-    pub fn rekey(&mut self, id: JobId, (a, b): (f64, f64)) {
+    pub fn rekey(&mut self, id: JobId, key: (f64, f64)) {
+        self.keyed(id, key);
+    }
+
+    /// [`Queue::rekey`], and what the queue holds of the job.
+    fn keyed(&mut self, id: JobId, (a, b): (f64, f64)) -> &mut Held {
         let (a, b) = (ascending_key(a), ascending_key(b));
-        let seen = match self.places.get(&id) {
+        let next = self.seen + 1;
+        let held = self.places.entry(id).or_insert_with(|| Held {
+            place: (a, b, next),
+            shown_in: 0,
+            index: 0,
+        });
+        let old = held.place;
+        if old.2 == next {
+            // New: last in arrival order.
+            self.seen = next;
+            self.order.insert((old, id));
+        } else if (old.0, old.1) != (a, b) {
             // Most running jobs keep their key from round to round (FIFO's never changes).
-            Some(&old) if (old.0, old.1) == (a, b) => return,
-            Some(&old) => {
-                self.order.remove(&(old, id));
-                old.2
-            }
-            None => {
-                self.seen += 1;
-                self.seen
-            }
-        };
-        let place = (a, b, seen);
-        self.places.insert(id, place);
-        self.order.insert((place, id));
+            self.order.remove(&(old, id));
+            held.place = (a, b, old.2);
+            self.order.insert((held.place, id));
+        }
+        held
     }
 
     /// Grants GPUs in queue order: a running job keeps its GPUs unless `rules` make it compete, and
@@ -234,8 +264,9 @@ impl Queue {
     pub fn grant(&self, input: &RoundInput<'_>, rules: &GrantRules) -> Vec<Grant> {
         let mut granter = Granter::new(input, rules);
         for &(_, id) in &self.order {
-            let view = match self.shown.get(&id) {
-                Some(&k) => input.jobs[k].clone(),
+            let shown = self.places.get(&id).filter(|h| h.shown_in == self.round);
+            let view = match shown {
+                Some(held) => input.jobs[held.index as usize].clone(),
                 None => match input.backlog.and_then(|b| b.view(id)) {
                     Some(view) => view,
                     None => continue,
@@ -260,6 +291,13 @@ impl Queue {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.places.len()
+    }
+}
+
+impl Held {
+    fn shown_in(&mut self, round: u64, index: usize) {
+        self.shown_in = round;
+        self.index = index as u32;
     }
 }
 

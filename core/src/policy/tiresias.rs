@@ -54,8 +54,8 @@ pub struct Tiresias {
     thresholds: Vec<f64>,
     promote_knob: f64,
     gittins: bool,
-    /// Service at a job's last promotion: its queue counts service from there.
-    promoted_at: FxHashMap<JobId, f64>,
+    /// What it keeps of each job it was shown: its promotion, its queue entry, its starvation watch.
+    tracked: FxHashMap<JobId, Tracked>,
     /// Last seen service of each active job, to learn the service of jobs that leave.
     last_seen: FxHashMap<JobId, f64>,
     /// Sorted services of finished jobs (or of a given distribution), and their prefix sums.
@@ -67,14 +67,23 @@ pub struct Tiresias {
     fixed: bool,
     /// Inside a queue, order jobs by when they entered it (Pollux's variant), not by arrival.
     by_queue_entry: bool,
-    /// Each job's queue, and when it entered it.
-    entered: FxHashMap<JobId, (usize, f64)>,
     /// Every active job in the order it goes in, kept between rounds.
     queue: Queue,
-    /// Waiting jobs that ran before, by when they become starved (see [`Starving`]), and each one's
-    /// entry there: only those due are looked at, not the whole backlog.
+    /// Waiting jobs that ran before, by when they become starved (see [`Starving`]): only those due
+    /// are looked at, not the whole backlog.
     starving: BTreeSet<(u64, JobId)>,
-    waits: FxHashMap<JobId, Starving>,
+}
+
+/// What Tiresias keeps of a job between rounds, in one entry: a round looks each job it is shown up
+/// once (thousands of running jobs, every round).
+#[derive(Clone, Copy, Debug, Default)]
+struct Tracked {
+    /// Service at its last promotion: its queue counts service from there (0: never promoted).
+    promoted_at: f64,
+    /// Its queue, and when it entered it (Pollux's variant, which orders a queue by entry).
+    entered: Option<(usize, f64)>,
+    /// Waiting after a run: what its last view showed, to tell when it starves.
+    waiting: Option<Starving>,
 }
 
 /// A waiting job that ran before, as its last view showed it: it is promoted once it has waited longer
@@ -102,17 +111,15 @@ impl Tiresias {
             thresholds: DEFAULT_THRESHOLDS.to_vec(),
             promote_knob: 10.0,
             gittins,
-            promoted_at: FxHashMap::default(),
+            tracked: FxHashMap::default(),
             last_seen: FxHashMap::default(),
             samples: Vec::new(),
             prefix: Vec::new(),
             learned: std::collections::VecDeque::new(),
             fixed: false,
             by_queue_entry: false,
-            entered: FxHashMap::default(),
             queue: Queue::default(),
             starving: BTreeSet::new(),
-            waits: FxHashMap::default(),
         }
     }
 
@@ -149,10 +156,7 @@ impl Tiresias {
 
     /// The queue (0 = highest priority) for a service.
     pub fn queue_of(&self, service: f64) -> usize {
-        self.thresholds
-            .iter()
-            .take_while(|&&t| service >= t)
-            .count()
+        queue_for(&self.thresholds, service)
     }
 
     /// Records the services of jobs that left since the last round.
@@ -225,11 +229,6 @@ impl Policy for Tiresias {
                 self.forget(id);
             }
         }
-        // Starvation promotion: of every job shown, and of the waiting jobs due by now.
-        for v in input.jobs {
-            self.watch(v, now);
-        }
-        let promoted = self.promote_due(now);
         let use_gittins = self.gittins && (self.fixed || self.samples.len() >= MIN_SAMPLES);
         let rules = GrantRules {
             preemptive: true,
@@ -238,11 +237,13 @@ impl Policy for Tiresias {
             fastest: false,
         };
         let mut queue = std::mem::take(&mut self.queue);
+        // Each job shown is watched for starvation (and promoted if it starved) as it is keyed.
         let gone = queue.update(input, |v| self.key(v, use_gittins, now));
         for id in gone {
             self.forget(id);
         }
-        // A promoted job's queue changed while it waits.
+        // The waiting jobs not shown that starved by now: their queue changed while they wait.
+        let promoted = self.promote_due(now);
         if let Some(backlog) = input.backlog {
             for id in promoted {
                 if let Some(v) = backlog.view(id) {
@@ -267,43 +268,6 @@ impl Policy for Tiresias {
 }
 
 impl Tiresias {
-    /// Promotes `v` if it has starved, and otherwise, when it waits after a run, watches for when it
-    /// will have (for a policy shown only what changed, so that waiting jobs need not be looked at
-    /// every round).
-    fn watch(&mut self, v: &JobView<'_>, now: f64) {
-        self.unwatch(v.id());
-        if v.running.is_some() || v.last_run_seconds <= 0.0 {
-            return;
-        }
-        let starving = Starving {
-            queued_since: v.queued_since,
-            last_run_seconds: v.last_run_seconds,
-            service: self.service_of(v),
-            due: 0,
-        };
-        if self.starved(&starving, now) {
-            self.promoted_at.insert(v.id(), starving.service);
-        } else {
-            let due = v.queued_since + self.promote_knob * v.last_run_seconds;
-            // A job that never starves (no promotion) needs no watching.
-            if due.is_finite() {
-                let starving = Starving {
-                    due: due.max(0.0).to_bits(),
-                    ..starving
-                };
-                self.starving.insert((starving.due, v.id()));
-                self.waits.insert(v.id(), starving);
-            }
-        }
-    }
-
-    /// Stops watching job `id`.
-    fn unwatch(&mut self, id: JobId) {
-        if let Some(w) = self.waits.remove(&id) {
-            self.starving.remove(&(w.due, id));
-        }
-    }
-
     /// Whether a waiting job has waited longer than the knob times its last run at `now`.
     fn starved(&self, w: &Starving, now: f64) -> bool {
         now - w.queued_since > self.promote_knob * w.last_run_seconds
@@ -320,11 +284,16 @@ impl Tiresias {
             .copied()
             .collect();
         let mut promoted = Vec::new();
-        for (_, id) in due {
-            let w = self.waits[&id];
+        for (due, id) in due {
+            let Some(w) = self.tracked.get(&id).and_then(|t| t.waiting) else {
+                continue;
+            };
             if self.starved(&w, now) {
-                self.unwatch(id);
-                self.promoted_at.insert(id, w.service);
+                self.starving.remove(&(due, id));
+                if let Some(t) = self.tracked.get_mut(&id) {
+                    t.waiting = None;
+                    t.promoted_at = w.service;
+                }
                 promoted.push(id);
             }
         }
@@ -333,15 +302,48 @@ impl Tiresias {
 
     /// Drops what it keeps about job `id`, which left.
     fn forget(&mut self, id: JobId) {
-        self.unwatch(id);
-        self.promoted_at.remove(&id);
-        self.entered.remove(&id);
+        if let Some(w) = self.tracked.remove(&id).and_then(|t| t.waiting) {
+            self.starving.remove(&(w.due, id));
+        }
     }
 
-    /// A job's place in line: its queue, then its order inside the queue.
+    /// A job's place in line: its queue, then its order inside the queue. On the way, promotes `v`
+    /// if it has starved, and otherwise, when it waits after a run, watches for when it will have
+    /// (for a policy shown only what changed, so that waiting jobs need not be looked at every
+    /// round).
     fn key(&mut self, v: &JobView<'_>, use_gittins: bool, now: f64) -> (f64, f64) {
-        let service = self.service_of(v) - self.promoted_at.get(&v.id()).copied().unwrap_or(0.0);
-        let queue = self.queue_of(service);
+        let id = v.id();
+        let attained = self.service_of(v);
+        let knob = self.promote_knob;
+        let tracked = self.tracked.entry(id).or_default();
+        if let Some(w) = tracked.waiting.take() {
+            self.starving.remove(&(w.due, id));
+        }
+        if v.running.is_none() && v.last_run_seconds > 0.0 {
+            let due = v.queued_since + knob * v.last_run_seconds;
+            if now - v.queued_since > knob * v.last_run_seconds {
+                tracked.promoted_at = attained;
+            } else if due.is_finite() {
+                // A job that never starves (no promotion) needs no watching.
+                let w = Starving {
+                    queued_since: v.queued_since,
+                    last_run_seconds: v.last_run_seconds,
+                    service: attained,
+                    due: due.max(0.0).to_bits(),
+                };
+                tracked.waiting = Some(w);
+                self.starving.insert((w.due, id));
+            }
+        }
+        let service = attained - tracked.promoted_at;
+        let queue = queue_for(&self.thresholds, service);
+        if self.by_queue_entry {
+            let entry = tracked.entered.get_or_insert((queue, v.job.arrival));
+            if entry.0 != queue {
+                *entry = (queue, now);
+            }
+        }
+        let entered = tracked.entered;
         if use_gittins {
             // Discretized: the queue first, then the Gittins index (higher first) inside it, both
             // from the service counted since the job's last promotion.
@@ -352,16 +354,17 @@ impl Tiresias {
                 service.max(1.0)
             };
             (queue as f64, -self.gittins_index(service, delta))
-        } else if self.by_queue_entry {
-            let entry = self.entered.entry(v.id()).or_insert((queue, v.job.arrival));
-            if entry.0 != queue {
-                *entry = (queue, now);
-            }
-            (queue as f64, entry.1)
+        } else if let Some((_, since)) = entered {
+            (queue as f64, since)
         } else {
             (queue as f64, v.job.arrival)
         }
     }
+}
+
+/// The queue (0 = highest priority) for a service, given the queues' thresholds.
+fn queue_for(thresholds: &[f64], service: f64) -> usize {
+    thresholds.iter().take_while(|&&t| service >= t).count()
 }
 
 /// Enters this module's policies (the same call a user's policy is entered by).

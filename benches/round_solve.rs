@@ -1,0 +1,110 @@
+//! One scheduling pass of the engine alone at 16,384 GPUs and 50,000 jobs: `cargo bench --bench
+//! round_solve`. Figures go in docs/PERFORMANCE.md.
+//!
+//! What a control plane's round spends in its solve (the policy's decision and the engine's
+//! reconciling), without the actor, the journal or the executor that `control_plane` and
+//! `examples/control_plane_scale.rs` add: 50,000 jobs (gangs of 1 to 8, days of work) on 2,048
+//! servers of 8 GPUs over three types, every job submitted before the first pass. Between passes,
+//! as in a live cluster, 60 s go by, 10 running jobs finish and 10 new jobs arrive; only the pass
+//! itself is timed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+
+use gangway::core::cluster::Cluster;
+use gangway::core::engine::{Change, Engine, EngineConfig};
+use gangway::core::job::{Job, JobId, Names};
+use gangway::core::placement::PackingPlacer;
+use gangway::core::policy::{self, PolicyConfig};
+use gangway::core::throughput::DurationModel;
+
+/// The allocator `gangway serve` uses.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const JOBS: u32 = 50_000;
+const CLUSTER: &str = "v100=683x8,p100=683x8,k80=682x8";
+/// Jobs that finish, and jobs that arrive, between two passes.
+const CHURN: usize = 10;
+
+/// Gang sizes as `examples/control_plane_scale.rs` submits them: mostly 1 GPU, some 2, 4 and 8.
+fn job(k: u32, arrival: f64) -> Job {
+    let gpus = [1, 1, 1, 1, 1, 1, 1, 2, 4, 8][(k % 10) as usize];
+    // Days of work: nothing ends but the jobs this benchmark finishes.
+    Job::new(JobId(k), arrival, gpus, 1e6 + f64::from(k))
+}
+
+fn passes(c: &mut Criterion) {
+    let mut group = c.benchmark_group("pass_50000_jobs_16384_gpus");
+    group
+        .sample_size(20)
+        .measurement_time(Duration::from_secs(20));
+    for name in ["fifo", "tiresias", "las"] {
+        let cluster = Arc::new(Cluster::parse_spec(CLUSTER, 8).unwrap());
+        assert_eq!(cluster.num_gpus(), 16_384);
+        let model = Arc::new(DurationModel::uniform(cluster.num_gpu_types()));
+        let config = EngineConfig {
+            round_length: 60.0,
+            ..EngineConfig::default()
+        };
+        let mut engine = Engine::new(cluster, model, config, Names::default(), 0.0);
+        engine.intern_job_type("model");
+        let mut policy = policy::builtin()
+            .build(name, &PolicyConfig::seeded(0), &policy::Capabilities::ALL)
+            .unwrap();
+        let mut placer = PackingPlacer;
+        for k in 0..JOBS {
+            engine.submit(job(k, 0.0), 0.0).unwrap();
+        }
+        engine.record_changes();
+        let mut now = 0.0;
+        let mut next_id = JOBS;
+        // The jobs running now, as the changes said, in the order they started.
+        let mut running: Vec<JobId> = Vec::new();
+        let follow = |engine: &mut Engine<'_>, running: &mut Vec<JobId>| {
+            let mut stopped = HashSet::new();
+            let mut started = Vec::new();
+            for change in engine.take_changes() {
+                match change {
+                    Change::Started { job, .. } => started.push(job),
+                    Change::Stopped { job, .. } => {
+                        stopped.insert(job);
+                    }
+                    _ => {}
+                }
+            }
+            running.retain(|j| !stopped.contains(j));
+            running.extend(started);
+        };
+        // The first pass places thousands of gangs at once; the benchmark measures the later ones.
+        engine.schedule(&mut *policy, &mut placer, now);
+        follow(&mut engine, &mut running);
+        group.bench_function(BenchmarkId::from_parameter(name), |b| {
+            b.iter_custom(|iters| {
+                let mut spent = Duration::ZERO;
+                for _ in 0..iters {
+                    now += 60.0;
+                    for job in running.drain(..CHURN.min(running.len())) {
+                        engine.finish(job, now).unwrap();
+                    }
+                    for _ in 0..CHURN {
+                        engine.submit(job(next_id, now), now).unwrap();
+                        next_id += 1;
+                    }
+                    let began = Instant::now();
+                    engine.schedule(&mut *policy, &mut placer, now);
+                    spent += began.elapsed();
+                    follow(&mut engine, &mut running);
+                }
+                spent
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, passes);
+criterion_main!(benches);
