@@ -59,6 +59,7 @@ impl Engine<'_> {
             queued_since: state.queued_since,
             last_run_seconds: state.last_run_seconds,
             preemptions: self.records[i].preemptions,
+            slot: i,
         }
     }
 

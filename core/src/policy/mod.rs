@@ -41,6 +41,7 @@ pub mod measured;
 pub mod mechanism;
 pub mod optimus;
 pub mod ordered;
+pub mod per_job;
 pub mod pick;
 pub mod pollux;
 pub mod ramp;
@@ -63,6 +64,7 @@ pub use mechanism::{
     ClassCount, ClassSharePolicy, ClassShares, JobClass, Realize, TimeSharePolicy, TimeShares,
     TypePreference, Unit, shares_per_job,
 };
+pub use per_job::PerJob;
 pub use registry::{
     BuildError, Capabilities, Factory, Needs, PolicyEntry, PolicySpec, Registry, RegistryError,
     Resolved, builtin,
@@ -191,6 +193,11 @@ pub struct JobView<'a> {
     pub last_run_seconds: f64,
     /// Times it has lost its GPUs so far.
     pub preemptions: u32,
+    /// Where the engine keeps it: a small number, unique among the jobs active at once and the
+    /// job's while it is active (a later job may get it once this one has left), given out densely.
+    /// A policy that keeps state per job between rounds finds it by slot in a [`PerJob`] rather
+    /// than by id in a map. Views built by hand ([`JobView::arrived`]) are all at slot 0.
+    pub slot: usize,
 }
 
 /// The GPUs a job holds now.
@@ -221,6 +228,7 @@ impl<'a> JobView<'a> {
             queued_since: 0.0,
             last_run_seconds: 0.0,
             preemptions: 0,
+            slot: 0,
         }
     }
 

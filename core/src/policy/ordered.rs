@@ -6,11 +6,10 @@
 
 use std::collections::BTreeSet;
 
-use rustc_hash::FxHashMap;
-
 use super::effective::best_rate;
 use super::{
-    Grant, Intent, JobView, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError, RoundInput,
+    Grant, Intent, JobView, PerJob, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError,
+    RoundInput,
 };
 use crate::cluster::GpuTypeId;
 use crate::job::JobId;
@@ -148,8 +147,9 @@ type Place = (u64, u64, u64);
 /// [`Queue::rekey`]s it.
 #[derive(Default)]
 pub(super) struct Queue {
-    order: BTreeSet<(Place, JobId)>,
-    places: FxHashMap<JobId, Held>,
+    /// Each job in order, with its slot (to find what the queue holds of it).
+    order: BTreeSet<(Place, JobId, usize)>,
+    places: PerJob<Held>,
     /// The next job's place in arrival order.
     seen: u64,
     /// Rounds seen (by [`Queue::update`]): a job whose `shown_in` is this one is in this round's
@@ -157,11 +157,13 @@ pub(super) struct Queue {
     round: u64,
 }
 
-/// What a [`Queue`] holds of a job: its place, and where this round's input shows it (one lookup
-/// finds both, in a round that visits every running job twice).
+/// What a [`Queue`] holds of a job: its place (and slot, its entry's key in the order), and where
+/// this round's input shows it (one lookup finds both, in a round that visits every running job
+/// twice).
 #[derive(Clone, Copy)]
 struct Held {
     place: Place,
+    slot: usize,
     shown_in: u64,
     index: u32,
 }
@@ -183,14 +185,14 @@ impl Queue {
             return gone;
         };
         for id in backlog.left() {
-            if let Some(held) = self.places.remove(id) {
-                self.order.remove(&(held.place, *id));
+            if let Some(held) = self.places.remove(*id) {
+                self.order.remove(&(held.place, *id, held.slot));
             }
         }
         let round = self.round;
         for (k, view) in input.jobs.iter().enumerate() {
             let place = key(view);
-            self.keyed(view.id(), place).shown_in(round, k);
+            self.keyed(view, place).shown_in(round, k);
         }
         if self.places.len() != backlog.len() {
             // A queue that lost track (a policy moved to another engine) starts again from scratch.
@@ -204,7 +206,7 @@ impl Queue {
     /// Notes where this round's input shows each of `jobs` (after a rebuild).
     fn show(&mut self, jobs: &[JobView<'_>]) {
         for (k, view) in jobs.iter().enumerate() {
-            if let Some(held) = self.places.get_mut(&view.id()) {
+            if let Some(held) = self.places.get_at_mut(view.id(), view.slot) {
                 held.shown_in(self.round, k);
             }
         }
@@ -222,24 +224,23 @@ impl Queue {
         self.seen = 0;
         for view in jobs {
             let k = key(view);
-            self.rekey(view.id(), k);
+            self.rekey(view, k);
         }
-        old.into_keys()
-            .filter(|id| !self.places.contains_key(id))
-            .collect()
+        old.ids().filter(|&id| !self.places.contains(id)).collect()
     }
 
-    /// Gives job `id` a new key, adding it if new (last among equal keys).
-    pub fn rekey(&mut self, id: JobId, key: (f64, f64)) {
-        self.keyed(id, key);
+    /// Gives the job `view` shows a new key, adding it if new (last among equal keys).
+    pub fn rekey(&mut self, view: &JobView<'_>, key: (f64, f64)) {
+        self.keyed(view, key);
     }
 
     /// [`Queue::rekey`], and what the queue holds of the job.
-    fn keyed(&mut self, id: JobId, (a, b): (f64, f64)) -> &mut Held {
+    fn keyed(&mut self, view: &JobView<'_>, (a, b): (f64, f64)) -> &mut Held {
         let (a, b) = (ascending_key(a), ascending_key(b));
-        let next = self.seen + 1;
-        let held = self.places.entry(id).or_insert_with(|| Held {
+        let (id, next) = (view.id(), self.seen + 1);
+        let held = self.places.entry(view, || Held {
             place: (a, b, next),
+            slot: view.slot,
             shown_in: 0,
             index: 0,
         });
@@ -247,12 +248,12 @@ impl Queue {
         if old.2 == next {
             // New: last in arrival order.
             self.seen = next;
-            self.order.insert((old, id));
+            self.order.insert((old, id, held.slot));
         } else if (old.0, old.1) != (a, b) {
             // Most running jobs keep their key from round to round (FIFO's never changes).
-            self.order.remove(&(old, id));
+            self.order.remove(&(old, id, held.slot));
             held.place = (a, b, old.2);
-            self.order.insert((held.place, id));
+            self.order.insert((held.place, id, held.slot));
         }
         held
     }
@@ -263,8 +264,11 @@ impl Queue {
     /// the queue only as long as some GPU is left.
     pub fn grant(&self, input: &RoundInput<'_>, rules: &GrantRules) -> Vec<Grant> {
         let mut granter = Granter::new(input, rules);
-        for &(_, id) in &self.order {
-            let shown = self.places.get(&id).filter(|h| h.shown_in == self.round);
+        for &(_, id, slot) in &self.order {
+            let shown = self
+                .places
+                .get_at(id, slot)
+                .filter(|h| h.shown_in == self.round);
             let view = match shown {
                 Some(held) => input.jobs[held.index as usize].clone(),
                 None => match input.backlog.and_then(|b| b.view(id)) {
@@ -284,7 +288,11 @@ impl Queue {
 
     /// The first `limit` jobs in its order.
     pub fn first(&self, limit: usize) -> Vec<JobId> {
-        self.order.iter().take(limit).map(|&(_, id)| id).collect()
+        self.order
+            .iter()
+            .take(limit)
+            .map(|&(_, id, _)| id)
+            .collect()
     }
 
     /// How many jobs it holds.

@@ -27,7 +27,8 @@ use rustc_hash::FxHashMap;
 
 use super::ordered::{GrantRules, Queue};
 use super::{
-    Grant, JobView, Knob, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError, RoundInput,
+    Grant, JobView, Knob, PerJob, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError,
+    RoundInput,
 };
 use crate::job::JobId;
 
@@ -55,7 +56,7 @@ pub struct Tiresias {
     promote_knob: f64,
     gittins: bool,
     /// What it keeps of each job it was shown: its promotion, its queue entry, its starvation watch.
-    tracked: FxHashMap<JobId, Tracked>,
+    tracked: PerJob<Tracked>,
     /// Last seen service of each active job, to learn the service of jobs that leave.
     last_seen: FxHashMap<JobId, f64>,
     /// Sorted services of finished jobs (or of a given distribution), and their prefix sums.
@@ -97,6 +98,13 @@ struct Starving {
     due: u64,
 }
 
+impl Starving {
+    /// Whether it has waited longer than `knob` times its last run at `now`.
+    fn starved(&self, knob: f64, now: f64) -> bool {
+        now - self.queued_since > knob * self.last_run_seconds
+    }
+}
+
 /// Finished jobs whose service the learned Gittins distribution remembers: the most recent ones, so
 /// that a control plane that runs for months keeps a bounded, current distribution.
 const LEARNED_SAMPLES: usize = 10_000;
@@ -111,7 +119,7 @@ impl Tiresias {
             thresholds: DEFAULT_THRESHOLDS.to_vec(),
             promote_knob: 10.0,
             gittins,
-            tracked: FxHashMap::default(),
+            tracked: PerJob::new(),
             last_seen: FxHashMap::default(),
             samples: Vec::new(),
             prefix: Vec::new(),
@@ -247,7 +255,8 @@ impl Policy for Tiresias {
         if let Some(backlog) = input.backlog {
             for id in promoted {
                 if let Some(v) = backlog.view(id) {
-                    queue.rekey(id, self.key(&v, use_gittins, now));
+                    let key = self.key(&v, use_gittins, now);
+                    queue.rekey(&v, key);
                 }
             }
         }
@@ -268,11 +277,6 @@ impl Policy for Tiresias {
 }
 
 impl Tiresias {
-    /// Whether a waiting job has waited longer than the knob times its last run at `now`.
-    fn starved(&self, w: &Starving, now: f64) -> bool {
-        now - w.queued_since > self.promote_knob * w.last_run_seconds
-    }
-
     /// Promotes the watched jobs that have starved by `now`; returns them.
     fn promote_due(&mut self, now: f64) -> Vec<JobId> {
         // `due` is the sum the starvation test compares, rounded: look a little past `now`, and let
@@ -285,24 +289,24 @@ impl Tiresias {
             .collect();
         let mut promoted = Vec::new();
         for (due, id) in due {
-            let Some(w) = self.tracked.get(&id).and_then(|t| t.waiting) else {
+            let knob = self.promote_knob;
+            let Some(tracked) = self.tracked.find_mut(id) else {
                 continue;
             };
-            if self.starved(&w, now) {
-                self.starving.remove(&(due, id));
-                if let Some(t) = self.tracked.get_mut(&id) {
-                    t.waiting = None;
-                    t.promoted_at = w.service;
-                }
-                promoted.push(id);
-            }
+            let Some(w) = tracked.waiting.filter(|w| w.starved(knob, now)) else {
+                continue;
+            };
+            tracked.waiting = None;
+            tracked.promoted_at = w.service;
+            self.starving.remove(&(due, id));
+            promoted.push(id);
         }
         promoted
     }
 
     /// Drops what it keeps about job `id`, which left.
     fn forget(&mut self, id: JobId) {
-        if let Some(w) = self.tracked.remove(&id).and_then(|t| t.waiting) {
+        if let Some(w) = self.tracked.remove(id).and_then(|t| t.waiting) {
             self.starving.remove(&(w.due, id));
         }
     }
@@ -315,22 +319,22 @@ impl Tiresias {
         let id = v.id();
         let attained = self.service_of(v);
         let knob = self.promote_knob;
-        let tracked = self.tracked.entry(id).or_default();
+        let tracked = self.tracked.entry(v, Tracked::default);
         if let Some(w) = tracked.waiting.take() {
             self.starving.remove(&(w.due, id));
         }
         if v.running.is_none() && v.last_run_seconds > 0.0 {
             let due = v.queued_since + knob * v.last_run_seconds;
-            if now - v.queued_since > knob * v.last_run_seconds {
+            let w = Starving {
+                queued_since: v.queued_since,
+                last_run_seconds: v.last_run_seconds,
+                service: attained,
+                due: due.max(0.0).to_bits(),
+            };
+            if w.starved(knob, now) {
                 tracked.promoted_at = attained;
             } else if due.is_finite() {
                 // A job that never starves (no promotion) needs no watching.
-                let w = Starving {
-                    queued_since: v.queued_since,
-                    last_run_seconds: v.last_run_seconds,
-                    service: attained,
-                    due: due.max(0.0).to_bits(),
-                };
                 tracked.waiting = Some(w);
                 self.starving.insert((w.due, id));
             }

@@ -1,0 +1,204 @@
+//! What a policy keeps of each job between rounds, found by the job's slot.
+//!
+//! A round shows a policy every running job: thousands at the scale of a large cluster, each looked
+//! up in the policy's own state. In a map keyed by job id, each lookup is a miss in the cache; in
+//! [`PerJob`], the state sits in a vector at the job's [`JobView::slot`], which the engine gives
+//! out densely and shows in arrival order, so that a round reads it nearly in sequence.
+
+use rustc_hash::FxHashMap;
+
+use super::JobView;
+use crate::job::JobId;
+
+/// How far past twice the slots in use (or four times the jobs held) a slot may be and still go in
+/// the vector: a view built by hand may carry any slot, and the vector must not grow to it.
+const SLACK: usize = 4096;
+
+/// State of type `V` per job, found by [`JobView::slot`] (and the job's id, checked), kept between
+/// rounds.
+///
+/// Correct whatever the slots: a job whose slot another job's state holds (a slot given to a new job
+/// before the policy heard that its last holder left, or views built by hand, which share slot 0) is
+/// kept in a map by id instead, only slower to find.
+#[derive(Clone, Debug)]
+pub struct PerJob<V> {
+    /// By slot: the job whose state it is, and the state.
+    by_slot: Vec<Option<(JobId, V)>>,
+    /// Where each job's state is: its slot in `by_slot`, or `None` for `spilled`.
+    at: FxHashMap<JobId, Option<usize>>,
+    /// The state of jobs whose slot was taken, or too large.
+    spilled: FxHashMap<JobId, V>,
+}
+
+impl<V> Default for PerJob<V> {
+    fn default() -> Self {
+        PerJob {
+            by_slot: Vec::new(),
+            at: FxHashMap::default(),
+            spilled: FxHashMap::default(),
+        }
+    }
+}
+
+impl<V> PerJob<V> {
+    /// Nothing kept yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Jobs with state kept.
+    pub fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    /// Whether no job has state kept.
+    pub fn is_empty(&self) -> bool {
+        self.at.is_empty()
+    }
+
+    /// The state of the job `view` shows, if kept.
+    pub fn get(&self, view: &JobView<'_>) -> Option<&V> {
+        self.get_at(view.id(), view.slot)
+    }
+
+    /// The state of job `id`, which a view showed at `slot`, if kept.
+    pub fn get_at(&self, id: JobId, slot: usize) -> Option<&V> {
+        match self.by_slot.get(slot) {
+            Some(Some((held, v))) if *held == id => Some(v),
+            _ if self.spilled.is_empty() => None,
+            _ => self.spilled.get(&id),
+        }
+    }
+
+    /// The state of job `id`, which a view showed at `slot`, to change, if kept.
+    pub fn get_at_mut(&mut self, id: JobId, slot: usize) -> Option<&mut V> {
+        match self.by_slot.get_mut(slot) {
+            Some(Some((held, v))) if *held == id => Some(v),
+            _ => self.spilled.get_mut(&id),
+        }
+    }
+
+    /// The state of job `id`, by id alone (a map lookup: for jobs whose view is not at hand).
+    pub fn find_mut(&mut self, id: JobId) -> Option<&mut V> {
+        match *self.at.get(&id)? {
+            Some(slot) => self.by_slot[slot].as_mut().map(|(_, v)| v),
+            None => self.spilled.get_mut(&id),
+        }
+    }
+
+    /// The state of the job `view` shows, made by `make` if none is kept.
+    pub fn entry(&mut self, view: &JobView<'_>, make: impl FnOnce() -> V) -> &mut V {
+        self.entry_at(view.id(), view.slot, make)
+    }
+
+    /// The state of job `id`, which a view showed at `slot`, made by `make` if none is kept.
+    pub fn entry_at(&mut self, id: JobId, slot: usize, make: impl FnOnce() -> V) -> &mut V {
+        let held_here = matches!(self.by_slot.get(slot), Some(Some((held, _))) if *held == id);
+        if !held_here {
+            let free = self.free(slot);
+            match self.at.get(&id).copied() {
+                // In the map, and its slot is free now: moved there.
+                Some(None) if free => {
+                    let v = self.spilled.remove(&id).expect("kept where `at` says");
+                    self.put(id, slot, v);
+                }
+                // Kept elsewhere: in the map, or (a view built by hand) at another slot.
+                Some(_) => return self.find_mut(id).expect("kept where `at` says"),
+                None if free => self.put(id, slot, make()),
+                None => {
+                    self.at.insert(id, None);
+                    return self.spilled.entry(id).or_insert_with(make);
+                }
+            }
+        }
+        match &mut self.by_slot[slot] {
+            Some((_, v)) => v,
+            None => unreachable!("the slot was just checked or filled"),
+        }
+    }
+
+    /// Whether `slot` can take a job's state: empty, and not so far past the slots in use that the
+    /// vector would grow out of proportion (the engine gives slots out densely; a view built by hand
+    /// may carry any).
+    fn free(&self, slot: usize) -> bool {
+        let reach = (2 * self.by_slot.len()).max(4 * self.at.len()) + SLACK;
+        slot < reach && self.by_slot.get(slot).is_none_or(Option::is_none)
+    }
+
+    /// Puts job `id`'s state at `slot`, which is [`PerJob::free`].
+    fn put(&mut self, id: JobId, slot: usize, v: V) {
+        if slot >= self.by_slot.len() {
+            self.by_slot.resize_with(slot + 1, || None);
+        }
+        self.by_slot[slot] = Some((id, v));
+        self.at.insert(id, Some(slot));
+    }
+
+    /// Drops the state of job `id` (which left); returns it.
+    pub fn remove(&mut self, id: JobId) -> Option<V> {
+        match self.at.remove(&id)? {
+            Some(slot) => self.by_slot[slot].take().map(|(_, v)| v),
+            None => self.spilled.remove(&id),
+        }
+    }
+
+    /// Whether job `id` has state kept.
+    pub fn contains(&self, id: JobId) -> bool {
+        self.at.contains_key(&id)
+    }
+
+    /// The jobs with state kept, in no particular order.
+    pub fn ids(&self) -> impl Iterator<Item = JobId> + '_ {
+        self.at.keys().copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Job;
+
+    fn view(job: &Job, slot: usize) -> JobView<'_> {
+        JobView {
+            slot,
+            ..JobView::arrived(job, &[])
+        }
+    }
+
+    #[test]
+    fn state_is_found_by_slot_and_id_and_survives_shared_or_reused_slots() {
+        let jobs: Vec<Job> = (0..4).map(|k| Job::new(JobId(k), 0.0, 1, 1.0)).collect();
+        let mut kept: PerJob<u32> = PerJob::new();
+        *kept.entry(&view(&jobs[0], 0), || 0) += 10;
+        *kept.entry(&view(&jobs[1], 1), || 0) += 11;
+        // Job 2 shown at job 0's slot (views built by hand): kept apart, neither overwritten.
+        *kept.entry(&view(&jobs[2], 0), || 0) += 12;
+        assert_eq!(kept.get(&view(&jobs[0], 0)), Some(&10));
+        assert_eq!(kept.get(&view(&jobs[1], 1)), Some(&11));
+        assert_eq!(kept.get(&view(&jobs[2], 0)), Some(&12));
+        assert_eq!(kept.len(), 3);
+        assert_eq!(kept.at[&JobId(2)], None, "in the map: its slot was taken");
+        // Job 0 leaves: job 2, shown at its slot again, moves there; job 3, at the same slot, starts
+        // afresh in the map.
+        assert_eq!(kept.remove(JobId(0)), Some(10));
+        assert_eq!(*kept.entry(&view(&jobs[2], 0), || 0), 12);
+        assert_eq!(kept.at[&JobId(2)], Some(0));
+        assert_eq!(kept.get(&view(&jobs[3], 0)), None);
+        assert_eq!(*kept.entry(&view(&jobs[3], 0), || 7), 7);
+        assert_eq!(kept.find_mut(JobId(2)).copied(), Some(12));
+        assert_eq!(kept.find_mut(JobId(3)).copied(), Some(7));
+        assert_eq!(kept.get_at(JobId(3), 0), Some(&7));
+        // A slot far past the jobs held is not a vector that long.
+        *kept.entry(&view(&jobs[1], 1), || 0) += 1;
+        let far = Job::new(JobId(9), 0.0, 1, 1.0);
+        *kept.entry(&view(&far, usize::MAX / 2), || 0) += 5;
+        assert_eq!(kept.get(&view(&far, usize::MAX / 2)), Some(&5));
+        assert!(kept.by_slot.len() < SLACK + 8);
+        let mut ids: Vec<u32> = kept.ids().map(|j| j.0).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, [1, 2, 3, 9]);
+        assert_eq!(kept.remove(JobId(9)), Some(5));
+        assert_eq!(kept.remove(JobId(9)), None);
+        assert_eq!(kept.len(), 3);
+    }
+}
