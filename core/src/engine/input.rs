@@ -71,9 +71,9 @@ impl Engine<'_> {
             .collect()
     }
 
-    /// The running jobs' views and those of waiting jobs touched since the policy's last call, in
-    /// arrival order.
-    fn changed_views(&self, touched: &[usize], now: f64) -> Vec<JobView<'_>> {
+    /// The views of the `running` jobs (in arrival order) and of the waiting jobs touched since the
+    /// policy's last call, in arrival order.
+    fn changed_views(&self, running: &[usize], touched: &[usize], now: f64) -> Vec<JobView<'_>> {
         let mut waiting: Vec<(u64, usize)> = touched
             .iter()
             .filter_map(|&i| {
@@ -85,9 +85,10 @@ impl Engine<'_> {
         waiting.sort_unstable();
         waiting.dedup();
         // The running jobs are in arrival order already: merge the few waiting ones in.
-        let mut views = Vec::with_capacity(self.running.len() + waiting.len());
+        let mut views = Vec::with_capacity(running.len() + waiting.len());
         let mut waiting = waiting.into_iter().peekable();
-        for &(order, i) in &self.running {
+        for &i in running {
+            let order = self.states[i].order;
             while let Some((_, w)) = waiting.next_if(|&(o, _)| o < order) {
                 views.push(self.view(w, now));
             }
@@ -98,11 +99,12 @@ impl Engine<'_> {
     }
 
     /// Asks the policy for this pass's grants; its what-if placements go through `placer` (a fork of
-    /// it).
+    /// it). `running`: the running jobs, in arrival order.
     pub(super) fn decide(
         &mut self,
         policy: &mut dyn Policy,
         placer: &mut dyn Placer,
+        running: &[usize],
         now: f64,
     ) -> Result<Vec<Grant>, PolicyPanic> {
         let usage = std::mem::take(&mut self.usage);
@@ -114,7 +116,7 @@ impl Engine<'_> {
         let jobs_changed = std::mem::take(&mut self.jobs_changed);
         let queued = policy.keeps_queue();
         let views = if queued {
-            self.changed_views(&touched, now)
+            self.changed_views(running, &touched, now)
         } else {
             self.active_views(now)
         };

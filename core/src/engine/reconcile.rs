@@ -33,7 +33,7 @@ impl Engine<'_> {
         for &i in &running {
             self.settle(i, now);
         }
-        let grants = self.decide(policy, placer, now)?;
+        let grants = self.decide(policy, placer, &running, now)?;
         let preempt_costs = self.config.preempt_cost + self.config.restore_cost;
 
         // Which running jobs keep their GPUs, and which are displaced. Each grant's job is found

@@ -1058,9 +1058,9 @@ mod tests {
     use crate::throughput::ThroughputModel;
 
     /// A policy that answers by class, made to answer per job: the mechanism's per-unit form.
-    struct PerJob<P>(P);
+    struct AnsweredPerJob<P>(P);
 
-    impl<P: ClassSharePolicy + Send> TimeSharePolicy for PerJob<P> {
+    impl<P: ClassSharePolicy + Send> TimeSharePolicy for AnsweredPerJob<P> {
         fn shares(&mut self, input: &RoundInput<'_>) -> TimeShares {
             shares_per_job(&mut self.0, input)
         }
@@ -1137,8 +1137,13 @@ mod tests {
             ..EngineConfig::default()
         };
         for engine in [EngineConfig::default(), between_rounds] {
-            compare(Isolated, PerJob(Isolated), &trace, &engine);
-            compare(MaxMinFairness, PerJob(MaxMinFairness), &trace, &engine);
+            compare(Isolated, AnsweredPerJob(Isolated), &trace, &engine);
+            compare(
+                MaxMinFairness,
+                AnsweredPerJob(MaxMinFairness),
+                &trace,
+                &engine,
+            );
         }
     }
 

@@ -193,10 +193,12 @@ pub struct JobView<'a> {
     pub last_run_seconds: f64,
     /// Times it has lost its GPUs so far.
     pub preemptions: u32,
-    /// Where the engine keeps it: a small number, unique among the jobs active at once and the
-    /// job's while it is active (a later job may get it once this one has left), given out densely.
-    /// A policy that keeps state per job between rounds finds it by slot in a [`PerJob`] rather
-    /// than by id in a map. Views built by hand ([`JobView::arrived`]) are all at slot 0.
+    /// Where the engine keeps it: a number below the count of jobs the engine holds, unique among
+    /// them, the job's while it is active (a later job may get it once this one has left and been
+    /// forgotten). A fresh engine gives slots in arrival order; a live one reuses those of jobs
+    /// that left. A policy that keeps state per job between rounds finds it by slot in a
+    /// [`PerJob`] rather than by id in a map. Views built by hand ([`JobView::arrived`]) are all at
+    /// slot 0.
     pub slot: usize,
 }
 

@@ -153,7 +153,7 @@ pub(super) struct Queue {
     /// The next job's place in arrival order.
     seen: u64,
     /// Rounds seen (by [`Queue::update`]): a job whose `shown_in` is this one is in this round's
-    /// `RoundInput::jobs`, at `index` (never 0: a job not shown yet holds 0).
+    /// `RoundInput::jobs`, at `index` (counted from 1: a job not shown yet has `shown_in` 0).
     round: u64,
 }
 
@@ -165,7 +165,7 @@ struct Held {
     place: Place,
     slot: usize,
     shown_in: u64,
-    index: u32,
+    index: usize,
 }
 
 impl Queue {
@@ -192,7 +192,7 @@ impl Queue {
         let round = self.round;
         for (k, view) in input.jobs.iter().enumerate() {
             let place = key(view);
-            self.keyed(view, place).shown_in(round, k);
+            self.keyed(view, place).mark_shown(round, k);
         }
         if self.places.len() != backlog.len() {
             // A queue that lost track (a policy moved to another engine) starts again from scratch.
@@ -207,7 +207,7 @@ impl Queue {
     fn show(&mut self, jobs: &[JobView<'_>]) {
         for (k, view) in jobs.iter().enumerate() {
             if let Some(held) = self.places.get_at_mut(view.id(), view.slot) {
-                held.shown_in(self.round, k);
+                held.mark_shown(self.round, k);
             }
         }
     }
@@ -270,7 +270,7 @@ impl Queue {
                 .get_at(id, slot)
                 .filter(|h| h.shown_in == self.round);
             let view = match shown {
-                Some(held) => input.jobs[held.index as usize].clone(),
+                Some(held) => input.jobs[held.index].clone(),
                 None => match input.backlog.and_then(|b| b.view(id)) {
                     Some(view) => view,
                     None => continue,
@@ -303,9 +303,9 @@ impl Queue {
 }
 
 impl Held {
-    fn shown_in(&mut self, round: u64, index: usize) {
+    fn mark_shown(&mut self, round: u64, index: usize) {
         self.shown_in = round;
-        self.index = index as u32;
+        self.index = index;
     }
 }
 
@@ -542,5 +542,69 @@ mod tests {
         let lost = input(&views[..0], Some(&fake));
         assert!(queue.update(&lost, by_arrival).is_empty());
         assert_eq!((queue.len(), granted(&queue, &lost)), (7, vec![4, 5]));
+    }
+
+    #[test]
+    fn a_slot_given_to_a_new_job_in_the_round_its_holder_left_is_the_new_jobs() {
+        let cluster = Cluster::parse_spec("v100=2", 1).unwrap();
+        let model = DurationModel::uniform(1);
+        let probe = crate::placement::PackingProbe::new(&cluster);
+        let rates = [1.0];
+        // Jobs 0, 1 and 2 at slots 0, 1 and 2; job 9, arriving last, gets slot 0 once job 0 left.
+        let jobs: Vec<Job> = [(0, 0.0), (1, 1.0), (2, 2.0), (9, 9.0)]
+            .iter()
+            .map(|&(id, arrival)| job(id, arrival))
+            .collect();
+        let views: Vec<JobView<'_>> = jobs
+            .iter()
+            .zip([0, 1, 2, 0])
+            .map(|(j, slot)| JobView {
+                slot,
+                ..JobView::arrived(j, &rates)
+            })
+            .collect();
+        let input = |jobs, backlog| RoundInput {
+            now: 0.0,
+            round_length: 360.0,
+            cluster: &cluster,
+            capacity: cluster.capacity(),
+            jobs,
+            backlog,
+            placement: &probe,
+            jobs_changed: true,
+            type_order: &[GpuTypeId(0)],
+            model: &model,
+            usage: &[],
+        };
+        let by_arrival = |v: &JobView<'_>| (v.job.arrival, 0.0);
+        let mut queue = Queue::default();
+        let first = Fake {
+            len: 3,
+            jobs: &views[..3],
+            left: Vec::new(),
+        };
+        queue.update(&input(&views[..3], Some(&first)), by_arrival);
+        // Job 0 leaves and job 9 arrives at its slot, in one round: the slot is job 9's.
+        let second = Fake {
+            len: 3,
+            jobs: &views[1..],
+            left: vec![JobId(0)],
+        };
+        let round = input(&views[3..], Some(&second));
+        assert!(queue.update(&round, by_arrival).is_empty());
+        let ids = |ids: &[u32]| ids.iter().map(|&i| JobId(i)).collect::<Vec<_>>();
+        assert_eq!((queue.len(), queue.first(10)), (3, ids(&[1, 2, 9])));
+        assert_eq!(granted(&queue, &round), vec![1, 2]);
+        assert!(queue.places.get_at(JobId(9), 0).is_some());
+        assert!(queue.places.get_at(JobId(0), 0).is_none());
+        // Job 1 leaves: job 9, not shown this round, is granted from the backlog's view.
+        let third = Fake {
+            len: 2,
+            jobs: &views[2..],
+            left: vec![JobId(1)],
+        };
+        let round = input(&views[2..3], Some(&third));
+        assert!(queue.update(&round, by_arrival).is_empty());
+        assert_eq!(granted(&queue, &round), vec![2, 9]);
     }
 }

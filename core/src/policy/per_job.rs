@@ -3,15 +3,17 @@
 //! A round shows a policy every running job: thousands at the scale of a large cluster, each looked
 //! up in the policy's own state. In a map keyed by job id, each lookup is a miss in the cache; in
 //! [`PerJob`], the state sits in a vector at the job's [`JobView::slot`], which the engine gives
-//! out densely and shows in arrival order, so that a round reads it nearly in sequence.
+//! out densely (in arrival order, until it reuses the slots of jobs that left), so that a round
+//! reads it in the order the jobs are shown, most of it in sequence.
 
 use rustc_hash::FxHashMap;
 
 use super::JobView;
 use crate::job::JobId;
 
-/// How far past twice the slots in use (or four times the jobs held) a slot may be and still go in
-/// the vector: a view built by hand may carry any slot, and the vector must not grow to it.
+/// How far past twice the entries ever made a slot may be and still go in the vector: the engine's
+/// slots are below the jobs it holds, which a policy has been shown; a view built by hand may carry
+/// any slot, and the vector must not grow to it.
 const SLACK: usize = 4096;
 
 /// State of type `V` per job, found by [`JobView::slot`] (and the job's id, checked), kept between
@@ -28,6 +30,8 @@ pub struct PerJob<V> {
     at: FxHashMap<JobId, Option<usize>>,
     /// The state of jobs whose slot was taken, or too large.
     spilled: FxHashMap<JobId, V>,
+    /// Entries made so far, removed ones included: what bounds the vector's growth.
+    made: usize,
 }
 
 impl<V> Default for PerJob<V> {
@@ -36,6 +40,7 @@ impl<V> Default for PerJob<V> {
             by_slot: Vec::new(),
             at: FxHashMap::default(),
             spilled: FxHashMap::default(),
+            made: 0,
         }
     }
 }
@@ -61,29 +66,46 @@ impl<V> PerJob<V> {
         self.get_at(view.id(), view.slot)
     }
 
+    /// The state of the job `view` shows, to change, if kept.
+    pub fn get_mut(&mut self, view: &JobView<'_>) -> Option<&mut V> {
+        self.get_at_mut(view.id(), view.slot)
+    }
+
     /// The state of job `id`, which a view showed at `slot`, if kept.
     pub fn get_at(&self, id: JobId, slot: usize) -> Option<&V> {
         match self.by_slot.get(slot) {
             Some(Some((held, v))) if *held == id => Some(v),
-            _ if self.spilled.is_empty() => None,
-            _ => self.spilled.get(&id),
+            _ => self.find(id),
         }
     }
 
     /// The state of job `id`, which a view showed at `slot`, to change, if kept.
     pub fn get_at_mut(&mut self, id: JobId, slot: usize) -> Option<&mut V> {
-        match self.by_slot.get_mut(slot) {
-            Some(Some((held, v))) if *held == id => Some(v),
-            _ => self.spilled.get_mut(&id),
+        if !self.holds_at(id, slot) {
+            return self.find_mut(id);
+        }
+        self.by_slot[slot].as_mut().map(|(_, v)| v)
+    }
+
+    /// The state of job `id`, by id alone (a map lookup: for a job whose view is not at hand).
+    pub fn find(&self, id: JobId) -> Option<&V> {
+        match *self.at.get(&id)? {
+            Some(slot) => self.by_slot[slot].as_ref().map(|(_, v)| v),
+            None => self.spilled.get(&id),
         }
     }
 
-    /// The state of job `id`, by id alone (a map lookup: for jobs whose view is not at hand).
+    /// The state of job `id`, by id alone, to change.
     pub fn find_mut(&mut self, id: JobId) -> Option<&mut V> {
         match *self.at.get(&id)? {
             Some(slot) => self.by_slot[slot].as_mut().map(|(_, v)| v),
             None => self.spilled.get_mut(&id),
         }
+    }
+
+    /// Whether `slot` holds job `id`'s state.
+    fn holds_at(&self, id: JobId, slot: usize) -> bool {
+        matches!(self.by_slot.get(slot), Some(Some((held, _))) if *held == id)
     }
 
     /// The state of the job `view` shows, made by `make` if none is kept.
@@ -93,8 +115,7 @@ impl<V> PerJob<V> {
 
     /// The state of job `id`, which a view showed at `slot`, made by `make` if none is kept.
     pub fn entry_at(&mut self, id: JobId, slot: usize, make: impl FnOnce() -> V) -> &mut V {
-        let held_here = matches!(self.by_slot.get(slot), Some(Some((held, _))) if *held == id);
-        if !held_here {
+        if !self.holds_at(id, slot) {
             let free = self.free(slot);
             match self.at.get(&id).copied() {
                 // In the map, and its slot is free now: moved there.
@@ -104,8 +125,12 @@ impl<V> PerJob<V> {
                 }
                 // Kept elsewhere: in the map, or (a view built by hand) at another slot.
                 Some(_) => return self.find_mut(id).expect("kept where `at` says"),
-                None if free => self.put(id, slot, make()),
+                None if free => {
+                    self.made += 1;
+                    self.put(id, slot, make());
+                }
                 None => {
+                    self.made += 1;
                     self.at.insert(id, None);
                     return self.spilled.entry(id).or_insert_with(make);
                 }
@@ -117,11 +142,11 @@ impl<V> PerJob<V> {
         }
     }
 
-    /// Whether `slot` can take a job's state: empty, and not so far past the slots in use that the
+    /// Whether `slot` can take a job's state: empty, and not so far past the entries made that the
     /// vector would grow out of proportion (the engine gives slots out densely; a view built by hand
     /// may carry any).
     fn free(&self, slot: usize) -> bool {
-        let reach = (2 * self.by_slot.len()).max(4 * self.at.len()) + SLACK;
+        let reach = self.made.saturating_mul(2).saturating_add(SLACK);
         slot < reach && self.by_slot.get(slot).is_none_or(Option::is_none)
     }
 
@@ -139,6 +164,19 @@ impl<V> PerJob<V> {
         match self.at.remove(&id)? {
             Some(slot) => self.by_slot[slot].take().map(|(_, v)| v),
             None => self.spilled.remove(&id),
+        }
+    }
+
+    /// Keeps only the jobs for which `keep` says so (a policy not told which jobs left drops them
+    /// here).
+    pub fn retain(&mut self, mut keep: impl FnMut(JobId, &mut V) -> bool) {
+        let ids: Vec<JobId> = self.at.keys().copied().collect();
+        for id in ids {
+            if let Some(v) = self.find_mut(id)
+                && !keep(id, v)
+            {
+                self.remove(id);
+            }
         }
     }
 
@@ -188,6 +226,12 @@ mod tests {
         assert_eq!(kept.find_mut(JobId(2)).copied(), Some(12));
         assert_eq!(kept.find_mut(JobId(3)).copied(), Some(7));
         assert_eq!(kept.get_at(JobId(3), 0), Some(&7));
+        // Found by id wherever it is kept, the slot shown notwithstanding (a view built by hand
+        // that moved).
+        assert_eq!(kept.get_at(JobId(1), 3), Some(&11));
+        *kept.get_at_mut(JobId(1), 3).unwrap() += 100;
+        assert_eq!(kept.get(&view(&jobs[1], 1)), Some(&111));
+        *kept.get_mut(&view(&jobs[1], 1)).unwrap() -= 100;
         // A slot far past the jobs held is not a vector that long.
         *kept.entry(&view(&jobs[1], 1), || 0) += 1;
         let far = Job::new(JobId(9), 0.0, 1, 1.0);
@@ -200,5 +244,24 @@ mod tests {
         assert_eq!(kept.remove(JobId(9)), Some(5));
         assert_eq!(kept.remove(JobId(9)), None);
         assert_eq!(kept.len(), 3);
+        kept.retain(|id, _| id != JobId(2));
+        assert_eq!((kept.len(), kept.find(JobId(2))), (2, None));
+        assert_eq!(kept.find(JobId(3)), Some(&7));
+    }
+
+    #[test]
+    fn crafted_slots_grow_the_vector_with_the_entries_made_not_with_itself() {
+        let jobs: Vec<Job> = (0..64).map(|k| Job::new(JobId(k), 0.0, 1, 1.0)).collect();
+        let mut kept: PerJob<u8> = PerJob::new();
+        // Each slot just within reach of the last vector's length: the vector may not double each
+        // time.
+        let mut slot = SLACK - 1;
+        for job in &jobs {
+            kept.entry(&view(job, slot), || 1);
+            slot = 2 * kept.by_slot.len() + SLACK - 1;
+        }
+        assert_eq!(kept.len(), jobs.len());
+        assert!(kept.by_slot.len() <= 2 * jobs.len() + SLACK);
+        assert!(jobs.iter().all(|j| kept.find(j.id) == Some(&1)));
     }
 }

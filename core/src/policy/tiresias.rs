@@ -291,6 +291,9 @@ impl Tiresias {
         for (due, id) in due {
             let knob = self.promote_knob;
             let Some(tracked) = self.tracked.find_mut(id) else {
+                // Watched only while tracked, and forgotten together: never here.
+                debug_assert!(false, "job {id} watched but not tracked");
+                self.starving.remove(&(due, id));
                 continue;
             };
             let Some(w) = tracked.waiting.filter(|w| w.starved(knob, now)) else {
