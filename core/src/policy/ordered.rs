@@ -470,6 +470,29 @@ mod tests {
         }
     }
 
+    /// A round at 0 s on `cluster`, showing `jobs`, with `backlog` for the rest.
+    fn round<'a>(
+        cluster: &'a Cluster,
+        model: &'a DurationModel,
+        probe: &'a crate::placement::PackingProbe<'a>,
+        jobs: &'a [JobView<'a>],
+        backlog: Option<&'a dyn Backlog>,
+    ) -> RoundInput<'a> {
+        RoundInput {
+            now: 0.0,
+            round_length: 360.0,
+            cluster,
+            capacity: cluster.capacity(),
+            jobs,
+            backlog,
+            placement: probe,
+            jobs_changed: true,
+            type_order: &[GpuTypeId(0)],
+            model,
+            usage: &[],
+        }
+    }
+
     fn granted(queue: &Queue, input: &RoundInput<'_>) -> Vec<u32> {
         let rules = GrantRules {
             preemptive: true,
@@ -493,19 +516,7 @@ mod tests {
         let rates = [1.0];
         let views: Vec<JobView<'_>> = jobs.iter().map(|j| JobView::arrived(j, &rates)).collect();
         let probe = crate::placement::PackingProbe::new(&cluster);
-        let input = |jobs, backlog| RoundInput {
-            now: 0.0,
-            round_length: 360.0,
-            cluster: &cluster,
-            capacity: cluster.capacity(),
-            jobs,
-            backlog,
-            placement: &probe,
-            jobs_changed: true,
-            type_order: &[GpuTypeId(0)],
-            model: &model,
-            usage: &[],
-        };
+        let input = |jobs, backlog| round(&cluster, &model, &probe, jobs, backlog);
         let by_arrival = |v: &JobView<'_>| (v.job.arrival, 0.0);
         let mut queue = Queue::default();
         // Shown every job: the earliest arrivals, equal ones in input order, until the GPUs are gone.
@@ -563,19 +574,7 @@ mod tests {
                 ..JobView::arrived(j, &rates)
             })
             .collect();
-        let input = |jobs, backlog| RoundInput {
-            now: 0.0,
-            round_length: 360.0,
-            cluster: &cluster,
-            capacity: cluster.capacity(),
-            jobs,
-            backlog,
-            placement: &probe,
-            jobs_changed: true,
-            type_order: &[GpuTypeId(0)],
-            model: &model,
-            usage: &[],
-        };
+        let input = |jobs, backlog| round(&cluster, &model, &probe, jobs, backlog);
         let by_arrival = |v: &JobView<'_>| (v.job.arrival, 0.0);
         let mut queue = Queue::default();
         let first = Fake {
