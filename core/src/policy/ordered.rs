@@ -166,6 +166,8 @@ struct Held {
     slot: usize,
     shown_in: u64,
     index: usize,
+    /// The round in which the queue was last rebuilt with it in (see [`Queue::rebuild`]).
+    rebuilt_in: u64,
 }
 
 impl Queue {
@@ -213,20 +215,40 @@ impl Queue {
     }
 
     /// Rebuilds the queue from `jobs` (every active job, in arrival order); returns the jobs it held
-    /// that are no longer there.
+    /// that are no longer there. The entries stay where they are (a policy shown every job rebuilds
+    /// every round), placed afresh in input order.
     fn rebuild(
         &mut self,
         jobs: &[JobView<'_>],
         mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
     ) -> Vec<JobId> {
-        let old = std::mem::take(&mut self.places);
         self.order.clear();
         self.seen = 0;
+        let round = self.round;
         for view in jobs {
             let k = key(view);
-            self.rekey(view, k);
+            if self.places.get(view).is_some_and(|h| h.rebuilt_in == round) {
+                // Listed twice: the second is a new key for the first.
+                self.rekey(view, k);
+                continue;
+            }
+            let (a, b) = (ascending_key(k.0), ascending_key(k.1));
+            self.seen += 1;
+            let place = (a, b, self.seen);
+            let held = self.places.entry(view, || Held::new(place, view.slot));
+            held.place = place;
+            held.rebuilt_in = round;
+            self.order.insert((place, view.id(), held.slot));
         }
-        old.ids().filter(|&id| !self.places.contains(id)).collect()
+        let mut gone = Vec::new();
+        self.places.retain(|id, held| {
+            let kept = held.rebuilt_in == round;
+            if !kept {
+                gone.push(id);
+            }
+            kept
+        });
+        gone
     }
 
     /// Gives the job `view` shows a new key, adding it if new (last among equal keys).
@@ -238,12 +260,9 @@ impl Queue {
     fn keyed(&mut self, view: &JobView<'_>, (a, b): (f64, f64)) -> &mut Held {
         let (a, b) = (ascending_key(a), ascending_key(b));
         let (id, next) = (view.id(), self.seen + 1);
-        let held = self.places.entry(view, || Held {
-            place: (a, b, next),
-            slot: view.slot,
-            shown_in: 0,
-            index: 0,
-        });
+        let held = self
+            .places
+            .entry(view, || Held::new((a, b, next), view.slot));
         let old = held.place;
         if old.2 == next {
             // New: last in arrival order.
@@ -303,6 +322,16 @@ impl Queue {
 }
 
 impl Held {
+    fn new(place: Place, slot: usize) -> Self {
+        Held {
+            place,
+            slot,
+            shown_in: 0,
+            index: 0,
+            rebuilt_in: 0,
+        }
+    }
+
     fn mark_shown(&mut self, round: u64, index: usize) {
         self.shown_in = round;
         self.index = index;
