@@ -182,9 +182,7 @@ impl Queue {
     ) -> Vec<JobId> {
         self.round += 1;
         let Some(backlog) = input.backlog else {
-            let gone = self.rebuild(input.jobs, &mut key);
-            self.show(input.jobs);
-            return gone;
+            return self.rebuild(input.jobs, true, key);
         };
         for id in backlog.left() {
             if let Some(held) = self.places.remove(*id) {
@@ -198,7 +196,7 @@ impl Queue {
         }
         if self.places.len() != backlog.len() {
             // A queue that lost track (a policy moved to another engine) starts again from scratch.
-            let gone = self.rebuild(&backlog.views(), key);
+            let gone = self.rebuild(&backlog.views(), false, key);
             self.show(input.jobs);
             return gone;
         }
@@ -216,29 +214,34 @@ impl Queue {
 
     /// Rebuilds the queue from `jobs` (every active job, in arrival order); returns the jobs it held
     /// that are no longer there. The entries stay where they are (a policy shown every job rebuilds
-    /// every round), placed afresh in input order.
+    /// every round), placed afresh in input order. `shown`: `jobs` is this round's input, whose
+    /// places are noted as it goes.
     fn rebuild(
         &mut self,
         jobs: &[JobView<'_>],
+        shown: bool,
         mut key: impl FnMut(&JobView<'_>) -> (f64, f64),
     ) -> Vec<JobId> {
         self.order.clear();
         self.seen = 0;
         let round = self.round;
-        for view in jobs {
+        for (index, view) in jobs.iter().enumerate() {
             let k = key(view);
-            if self.places.get(view).is_some_and(|h| h.rebuilt_in == round) {
-                // Listed twice: the second is a new key for the first.
-                self.rekey(view, k);
-                continue;
-            }
-            let (a, b) = (ascending_key(k.0), ascending_key(k.1));
-            self.seen += 1;
-            let place = (a, b, self.seen);
+            let place = (ascending_key(k.0), ascending_key(k.1), self.seen + 1);
             let held = self.places.entry(view, || Held::new(place, view.slot));
-            held.place = place;
-            held.rebuilt_in = round;
-            self.order.insert((place, view.id(), held.slot));
+            let held = if held.rebuilt_in == round {
+                // Listed twice: the second is a new key for the first.
+                self.keyed(view, k)
+            } else {
+                self.seen += 1;
+                held.place = place;
+                held.rebuilt_in = round;
+                self.order.insert((place, view.id(), held.slot));
+                held
+            };
+            if shown {
+                held.mark_shown(round, index);
+            }
         }
         let mut gone = Vec::new();
         self.places.retain(|id, held| {

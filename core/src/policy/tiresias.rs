@@ -287,9 +287,9 @@ impl Tiresias {
             .range(..=(horizon, JobId(u32::MAX)))
             .copied()
             .collect();
+        let knob = self.promote_knob;
         let mut promoted = Vec::new();
         for (due, id) in due {
-            let knob = self.promote_knob;
             let Some(tracked) = self.tracked.find_mut(id) else {
                 // Watched only while tracked, and forgotten together: never here.
                 debug_assert!(false, "job {id} watched but not tracked");
