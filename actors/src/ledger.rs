@@ -14,6 +14,7 @@ use gangway_core::throughput::goodput::perf::Observation;
 use gangway_journal::{Journal, JournalError, Options, Recovered};
 use serde::{Deserialize, Serialize};
 
+use crate::IdMap;
 use crate::executor::RunCommand;
 use crate::lifecycle::Phase;
 
@@ -560,15 +561,19 @@ pub enum Violation {
     },
 }
 
+/// The jobs holding one GPU: one, or two packing partners.
+pub type Holders = smallvec::SmallVec<[JobId; 2]>;
+
 /// The durable state: every job, who holds which GPU, and the clock.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Ledger {
     /// The clock, from [`Record::Epoch`]: (Unix time of control-plane second 0, time scale).
     pub epoch: Option<(f64, f64)>,
-    /// Every job it remembers: the live ones, and the last [`HISTORY`] that ended.
-    pub jobs: BTreeMap<JobId, Entry>,
+    /// Every job it remembers: the live ones, and the last [`HISTORY`] that ended (in no order:
+    /// [`Ledger::ids`] lists them in id order).
+    pub jobs: IdMap<JobId, Entry>,
     /// GPU id -> the jobs holding it (two only for packing partners).
-    pub holders: BTreeMap<u32, Vec<JobId>>,
+    pub holders: IdMap<u32, Holders>,
     /// The attempt number the next start gets: one more than any journaled.
     pub next_attempt: u64,
     /// The id the next submission gets unless it brings one: one more than any journaled.
@@ -620,31 +625,42 @@ impl Ledger {
                     at,
                 } = start;
                 let moves = matches!(record, Record::Moved(_));
-                let entry = self.live(seq, *job)?;
+                let entry = live(&mut self.jobs, seq, *job)?;
                 match (moves, matches!(entry.standing, Standing::Running { .. })) {
                     (false, true) => return Err(Violation::StartedTwice { seq, job: *job }),
                     (true, false) => return Err(Violation::MovedIdle { seq, job: *job }),
                     _ => {}
                 }
-                self.check_free(seq, *job, gpus, *partner)?;
+                check_free(&self.holders, seq, *job, gpus, *partner)?;
                 if moves {
-                    self.stop(*job);
+                    stop(&mut self.holders, *job, entry);
                 }
-                self.take(*job, (*attempt, *gpu_type, gpus, *partner), *at);
+                for g in gpus {
+                    self.holders.entry(g.0).or_default().push(*job);
+                }
+                entry.standing = Standing::Running {
+                    attempt: *attempt,
+                    gpu_type: *gpu_type,
+                    gpus: gpus.clone(),
+                    partner: *partner,
+                };
+                entry.starts += 1;
+                entry.first_start.get_or_insert(*at);
+                self.next_attempt = self.next_attempt.max(attempt + 1);
             }
             Record::Stopped { job, .. } => {
-                self.live(seq, *job)?;
-                self.stop(*job);
+                let entry = live(&mut self.jobs, seq, *job)?;
+                stop(&mut self.holders, *job, entry);
             }
             Record::Checkpointed { job, steps_done } => {
-                let entry = self.live(seq, *job)?;
+                let entry = live(&mut self.jobs, seq, *job)?;
                 entry.checkpoint = entry.checkpoint.max(*steps_done);
             }
             Record::Finished { job, at } => self.end(seq, *job, Standing::Finished { at: *at })?,
             Record::Cancelled { job, at } => {
                 self.end(seq, *job, Standing::Cancelled { at: *at })?
             }
-            Record::Crashed { job, .. } => self.live(seq, *job)?.crashes += 1,
+            Record::Crashed { job, .. } => live(&mut self.jobs, seq, *job)?.crashes += 1,
             Record::Cordoned { gpus, cordoned } => {
                 for &g in gpus {
                     if *cordoned {
@@ -660,7 +676,7 @@ impl Ledger {
             | Record::ShapedV1 { job, .. }
             | Record::ShapedV2 { job, .. }
             | Record::Shaped { job, .. } => {
-                self.live(seq, *job)?;
+                live(&mut self.jobs, seq, *job)?;
             }
             Record::Failed { job, at, error } => self.end(
                 seq,
@@ -674,22 +690,9 @@ impl Ledger {
         Ok(())
     }
 
-    /// A job that exists and has not ended.
-    fn live(&mut self, seq: u64, job: JobId) -> Result<&mut Entry, Violation> {
-        let entry = self
-            .jobs
-            .get_mut(&job)
-            .ok_or(Violation::UnknownJob { seq, job })?;
-        if entry.standing.is_terminal() {
-            return Err(Violation::AfterEnd { seq, job });
-        }
-        Ok(entry)
-    }
-
     fn end(&mut self, seq: u64, job: JobId, standing: Standing) -> Result<(), Violation> {
-        self.live(seq, job)?;
-        self.release(job);
-        let entry = self.jobs.get_mut(&job).expect("checked live");
+        let entry = live(&mut self.jobs, seq, job)?;
+        release(&mut self.holders, job, &entry.standing);
         if matches!(standing, Standing::Finished { .. }) {
             entry.checkpoint = entry.spec.total_steps;
         }
@@ -708,75 +711,75 @@ impl Ledger {
         Ok(())
     }
 
-    /// Whether job `job` may take `gpus`: no job holds them but itself (about to release them) and
-    /// `partner`.
-    fn check_free(
-        &self,
-        seq: u64,
-        job: JobId,
-        gpus: &GpuSet,
-        partner: Option<JobId>,
-    ) -> Result<(), Violation> {
-        for g in gpus {
-            let holders = self.holders.get(&g.0).map_or(&[][..], Vec::as_slice);
-            if let Some(&holder) = holders.iter().find(|&&h| h != job && Some(h) != partner) {
-                return Err(Violation::GpuHeldTwice {
-                    seq,
-                    job,
-                    gpu: g.0,
-                    holder,
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// Live job `job`, holding no GPU, takes `gpus` (checked free) for start `attempt` at `at`.
-    fn take(
-        &mut self,
-        job: JobId,
-        (attempt, gpu_type, gpus, partner): (u64, GpuTypeId, &GpuSet, Option<JobId>),
-        at: f64,
-    ) {
-        for g in gpus {
-            self.holders.entry(g.0).or_default().push(job);
-        }
-        let entry = self.jobs.get_mut(&job).expect("checked live");
-        entry.standing = Standing::Running {
-            attempt,
-            gpu_type,
-            gpus: gpus.clone(),
-            partner,
-        };
-        entry.starts += 1;
-        entry.first_start.get_or_insert(at);
-        self.next_attempt = self.next_attempt.max(attempt + 1);
-    }
-
-    /// Live job `job` stops: it releases its GPUs and queues.
-    fn stop(&mut self, job: JobId) {
-        self.release(job);
-        let entry = self.jobs.get_mut(&job).expect("checked live");
-        entry.standing = Standing::Queued;
-        entry.stops += 1;
-    }
-
-    fn release(&mut self, job: JobId) {
-        if let Some(Standing::Running { gpus, .. }) = self.jobs.get(&job).map(|e| &e.standing) {
-            for g in gpus.clone() {
-                if let Some(holders) = self.holders.get_mut(&g.0) {
-                    holders.retain(|&h| h != job);
-                    if holders.is_empty() {
-                        self.holders.remove(&g.0);
-                    }
-                }
-            }
-        }
+    /// The ids of the jobs it remembers, in id order.
+    pub fn ids(&self) -> Vec<JobId> {
+        let mut ids: Vec<JobId> = self.jobs.keys().copied().collect();
+        ids.sort_unstable();
+        ids
     }
 
     /// Jobs that have not ended, in id order.
     pub fn unfinished(&self) -> impl Iterator<Item = &Entry> {
-        self.jobs.values().filter(|e| !e.standing.is_terminal())
+        let ids = self.ids();
+        ids.into_iter()
+            .map(|id| &self.jobs[&id])
+            .filter(|e| !e.standing.is_terminal())
+    }
+}
+
+/// Job `job` of `jobs`, which exists and has not ended.
+fn live(jobs: &mut IdMap<JobId, Entry>, seq: u64, job: JobId) -> Result<&mut Entry, Violation> {
+    let entry = jobs
+        .get_mut(&job)
+        .ok_or(Violation::UnknownJob { seq, job })?;
+    if entry.standing.is_terminal() {
+        return Err(Violation::AfterEnd { seq, job });
+    }
+    Ok(entry)
+}
+
+/// Whether job `job` may take `gpus`: no job holds them but itself (about to release them) and
+/// `partner`.
+fn check_free(
+    holders: &IdMap<u32, Holders>,
+    seq: u64,
+    job: JobId,
+    gpus: &GpuSet,
+    partner: Option<JobId>,
+) -> Result<(), Violation> {
+    for g in gpus {
+        let on = holders.get(&g.0).map_or(&[][..], |h| h.as_slice());
+        if let Some(&holder) = on.iter().find(|&&h| h != job && Some(h) != partner) {
+            return Err(Violation::GpuHeldTwice {
+                seq,
+                job,
+                gpu: g.0,
+                holder,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Live job `job` (`entry`) stops: it releases its GPUs and queues.
+fn stop(holders: &mut IdMap<u32, Holders>, job: JobId, entry: &mut Entry) {
+    release(holders, job, &entry.standing);
+    entry.standing = Standing::Queued;
+    entry.stops += 1;
+}
+
+/// Job `job`, standing as `standing`, lets go of the GPUs it runs on.
+fn release(holders: &mut IdMap<u32, Holders>, job: JobId, standing: &Standing) {
+    let Standing::Running { gpus, .. } = standing else {
+        return;
+    };
+    for g in gpus {
+        if let Some(on) = holders.get_mut(&g.0) {
+            on.retain(|h| *h != job);
+            if on.is_empty() {
+                holders.remove(&g.0);
+            }
+        }
     }
 }
 
@@ -896,7 +899,7 @@ pub(crate) mod tests {
         );
         assert_eq!((entry.starts, entry.stops), (2, 1));
         assert!(!ledger.holders.contains_key(&0));
-        assert_eq!(ledger.holders[&1], [JobId(1)]);
+        assert_eq!(ledger.holders[&1][..], [JobId(1)]);
         assert_eq!(ledger.next_attempt, 4);
     }
 
@@ -974,7 +977,7 @@ pub(crate) mod tests {
             "a refused record changes nothing"
         );
         ledger.apply(10, &started(2, 3, &[0, 1], Some(1))).unwrap();
-        assert_eq!(ledger.holders[&0], [JobId(1), JobId(2)]);
+        assert_eq!(ledger.holders[&0][..], [JobId(1), JobId(2)]);
         ledger
             .apply(
                 11,
@@ -1072,5 +1075,30 @@ pub(crate) mod tests {
         assert!(ledger.jobs.contains_key(&JobId(5)));
         assert!(ledger.jobs.contains_key(&JobId(total)));
         assert_eq!(ledger.ended.len(), HISTORY);
+    }
+
+    /// The jobs are kept in a hash map, in no order; what lists them lists them by id, and a
+    /// snapshot, which writes them in the map's order, reads back the same.
+    #[test]
+    fn jobs_are_listed_by_id_whatever_order_they_came_in() {
+        let mut ledger = Ledger::default();
+        let ids = [17, 3, 250, 42, 0, 99, 7];
+        for (seq, &id) in ids.iter().enumerate() {
+            ledger.apply(seq as u64, &spec(id)).unwrap();
+        }
+        let ended = Record::Finished {
+            job: JobId(42),
+            at: 1.0,
+        };
+        ledger.apply(ids.len() as u64, &ended).unwrap();
+        let mut sorted = ids.map(JobId);
+        sorted.sort();
+        assert_eq!(ledger.ids(), sorted);
+        let unfinished: Vec<JobId> = ledger.unfinished().map(|e| e.spec.id).collect();
+        let expected: Vec<JobId> = sorted.into_iter().filter(|&j| j != JobId(42)).collect();
+        assert_eq!(unfinished, expected);
+        let bytes = postcard::to_allocvec(&ledger).unwrap();
+        let read: Ledger = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(read, ledger);
     }
 }

@@ -44,6 +44,7 @@ use gangway_core::policy::Policy;
 use rustc_hash::FxHashMap;
 use tokio::sync::{broadcast, oneshot};
 
+use crate::IdMap;
 use crate::clock::{Clock, WallClock};
 use crate::executor::Executor;
 use crate::gpu::{GpuActor, HealthChanged, Holder};
@@ -82,7 +83,7 @@ pub struct ClusterActor {
     /// Home between rounds; on a blocking thread while a round solves.
     sched: Option<Scheduler>,
     store: Store,
-    jobs: FxHashMap<JobId, JobHandle>,
+    jobs: IdMap<JobId, JobHandle>,
     executor: Arc<Mutex<Box<dyn Executor>>>,
     gpus: Arc<[Addr<GpuActor>]>,
     carrier: Carrier,
@@ -178,7 +179,7 @@ impl ClusterActor {
                 sched: None,
                 next_job_id: store.ledger.next_job_id,
                 store,
-                jobs: FxHashMap::default(),
+                jobs: IdMap::default(),
                 executor,
                 gpus,
                 carrier: Carrier::default(),

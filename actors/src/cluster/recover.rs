@@ -25,7 +25,8 @@ impl ClusterActor {
             }
         }
         // Ended jobs still count toward the order in which GPU types are offered (sim/live parity).
-        for entry in self.store.ledger.jobs.values() {
+        for id in self.store.ledger.ids() {
+            let entry = &self.store.ledger.jobs[&id];
             if entry.standing.is_terminal() {
                 let job = job_of(&mut engine, &entry.spec, None);
                 engine.remember_ended(&job);

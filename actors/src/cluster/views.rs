@@ -21,7 +21,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 use gangway_core::cluster::{Cluster, GpuId, NodeId};
 use gangway_core::job::{JobId, Sizes};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use tokio::sync::{broadcast, watch};
 
 use super::ClusterActor;
@@ -31,6 +31,7 @@ use super::messages::{
     ListNodes, NodeInfo, OTHER_TENANTS, Outlook, Peek, QUEUE_SHOWN, QueueBy, QueueOrder, Refusal,
     RunsAs, ShowJob, Subscribe, Timeline,
 };
+use crate::IdSet;
 use crate::job::JobEvent;
 use crate::ledger::Standing;
 use crate::lifecycle::Phase;
@@ -329,7 +330,7 @@ pub(super) struct Publisher {
     /// GPUs whose server's entry is stale.
     stale_gpus: Vec<GpuId>,
     /// Jobs whose entry is stale.
-    dirty: FxHashSet<JobId>,
+    dirty: IdSet<JobId>,
     /// Running and waiting jobs still to refresh in their sweeps, and when the last publication
     /// was.
     running_sweep: Sweep,
@@ -360,7 +361,7 @@ impl Publisher {
             jobs: imbl::OrdMap::new(),
             nodes: Arc::default(),
             stale_gpus: Vec::new(),
-            dirty: FxHashSet::default(),
+            dirty: IdSet::default(),
             running_sweep: Sweep::new(RUNNING_SWEEP_SECONDS),
             waiting_sweep: Sweep::new(WAITING_SWEEP_SECONDS),
             last: Instant::now(),
@@ -638,7 +639,8 @@ impl ClusterActor {
                     .then(|| "cordoned".into())
             })
         };
-        let holders = |g: u32| (self.store.ledger.holders.get(&g)).map_or(&[][..], Vec::as_slice);
+        let holders =
+            |g: u32| (self.store.ledger.holders.get(&g)).map_or(&[][..], |h| h.as_slice());
         let out_of_service: Vec<(u32, String)> = gpus
             .iter()
             .filter_map(|&g| out_of_service(g).map(|why| (g, why)))
@@ -784,7 +786,7 @@ impl Handler<ListJobs> for ClusterActor {
     type Result = MessageResult<ListJobs>;
 
     fn handle(&mut self, _: ListJobs, _: &mut Context<Self>) -> Self::Result {
-        let ids: Vec<JobId> = self.store.ledger.jobs.keys().copied().collect();
+        let ids = self.store.ledger.ids();
         MessageResult(ids.into_iter().filter_map(|id| self.info(id)).collect())
     }
 }
@@ -847,7 +849,7 @@ impl Handler<Timeline> for ClusterActor {
     type Result = MessageResult<Timeline>;
 
     fn handle(&mut self, _: Timeline, _: &mut Context<Self>) -> Self::Result {
-        let ids: Vec<JobId> = self.store.ledger.jobs.keys().copied().collect();
+        let ids = self.store.ledger.ids();
         MessageResult(
             ids.into_iter()
                 .filter_map(|id| self.info(id).map(|i| (id, (i.started, i.finished))))
