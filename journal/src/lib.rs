@@ -1059,6 +1059,13 @@ fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
+/// How long an open waits for a lock held elsewhere before it says the journal is open in another
+/// writer. A process that starts another (a worker, a probe) shares every open file with the child
+/// until the child's `exec`, the lock's included: a journal closed and opened again in that window
+/// finds its own lock still held, for a few milliseconds. A writer that really holds the journal
+/// holds it for as long as it runs.
+pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
+
 /// Takes an advisory lock so that two writers can never interleave frames.
 fn lock_dir(dir: &Path) -> Result<File> {
     let path = dir.join(manifest::LOCK);
@@ -1070,9 +1077,15 @@ fn lock_dir(dir: &Path) -> Result<File> {
             .read(true)
             .write(true),
     )?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(TryLockError::WouldBlock) => Err(JournalError::Locked { path }),
-        Err(TryLockError::Error(error)) => Err(JournalError::Io { path, error }),
+    let began = std::time::Instant::now();
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(file),
+            Err(TryLockError::WouldBlock) if began.elapsed() < LOCK_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => return Err(JournalError::Locked { path }),
+            Err(TryLockError::Error(error)) => return Err(JournalError::Io { path, error }),
+        }
     }
 }

@@ -127,6 +127,20 @@ fn a_second_writer_is_locked_out() {
     assert!(matches!(open_err(tmp.path()), JournalError::Locked { .. }));
 }
 
+/// A lock let go while an open waits for it (as a child process lets go of its parent's, at its
+/// `exec`) is taken: the open does not fail for it.
+#[test]
+fn a_lock_let_go_within_the_patience_is_taken() {
+    let tmp = TempDir::new().unwrap();
+    let first = open(tmp.path());
+    let letting_go = std::thread::spawn(move || {
+        std::thread::sleep(crate::LOCK_PATIENCE / 10);
+        drop(first);
+    });
+    let (_journal, _) = open(tmp.path());
+    letting_go.join().unwrap();
+}
+
 #[test]
 fn torn_tail_is_truncated_and_appends_continue() {
     let tmp = TempDir::new().unwrap();
