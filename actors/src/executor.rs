@@ -2,8 +2,8 @@
 //! that the launcher implements it without depending on the actors), and [`SimExecutor`], which runs
 //! jobs in virtual time at the throughput model's rates.
 
+use crate::IdMap;
 use gangway_core::job::JobId;
-use rustc_hash::FxHashMap;
 
 pub use gangway_protocol::worker::{
     Executor, ExecutorError, Launch, Measured, Resources, RunAs, RunCommand, Segment, WorkerEvent,
@@ -77,7 +77,7 @@ impl SimRun {
 /// `gangway serve --fake-gpus`.
 #[derive(Debug)]
 pub struct SimExecutor {
-    runs: FxHashMap<JobId, SimRun>,
+    runs: IdMap<JobId, SimRun>,
     /// Seconds of (virtual) time between the checkpoints that running jobs report.
     checkpoint_every: f64,
 }
@@ -86,7 +86,7 @@ impl SimExecutor {
     /// No jobs yet; running jobs report a checkpoint every `checkpoint_every` virtual seconds.
     pub fn new(checkpoint_every: f64) -> Self {
         SimExecutor {
-            runs: FxHashMap::default(),
+            runs: IdMap::default(),
             checkpoint_every,
         }
     }
@@ -172,6 +172,12 @@ impl Executor for SimExecutor {
             }
         }
         finished.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // The runs come in the map's order, which differs from run to run; the checkpoints are
+        // journaled in the order they are told.
+        events.sort_by_key(|e| match e {
+            WorkerEvent::Checkpointed { job, .. } => *job,
+            _ => JobId(u32::MAX),
+        });
         for &(at, job, attempt) in &finished {
             self.runs.remove(&job);
             events.push(WorkerEvent::Finished { job, attempt, at });

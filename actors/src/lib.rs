@@ -68,10 +68,4 @@ pub mod stats;
 
 pub use gangway_protocol::lifecycle;
 
-/// A hash map keyed by ids a client may choose (jobs, and what is keyed by them), with a seed drawn
-/// per map: no client can pick ids that all fall in one bucket, as it could with a fixed hash.
-/// Iteration order differs from map to map; nothing may depend on it.
-pub type IdMap<K, V> = foldhash::HashMap<K, V>;
-
-/// A set of ids a client may choose; see [`IdMap`].
-pub type IdSet<K> = foldhash::HashSet<K>;
+pub use gangway_core::job::{IdMap, IdSet};

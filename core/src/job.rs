@@ -8,6 +8,15 @@ use crate::limits;
 
 pub use gangway_protocol::ids::JobId;
 
+/// A hash map keyed by ids (of jobs, which a client of a live control plane may choose, and of
+/// GPUs), with a seed drawn per map: no client can pick ids that all fall in one bucket, as it could
+/// with a fixed hash. Iteration order differs from map to map and run to run: nothing whose
+/// outcome matters may depend on it (sort first).
+pub type IdMap<K, V> = foldhash::HashMap<K, V>;
+
+/// A set of ids; see [`IdMap`].
+pub type IdSet<K> = foldhash::HashSet<K>;
+
 /// Index of a job type (a model and batch size, such as `ResNet-18 (batch size 64)`) in [`Names`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct JobTypeId(pub u32);
@@ -483,6 +492,19 @@ mod tests {
             sizes,
             ..Job::new(JobId(0), 0.0, 4, 1.0)
         }
+    }
+
+    /// Maps keyed by ids a client picks hash them with a seed of their own: two maps of the same
+    /// ids lay them out differently, so ids crafted to collide in one collide in no other (with a
+    /// fixed hash, as before, both would list them alike).
+    #[test]
+    fn id_maps_are_seeded_each_its_own_way() {
+        let ids = || (0..1_000).map(JobId);
+        let one: IdSet<JobId> = ids().collect();
+        let other: IdSet<JobId> = ids().collect();
+        assert_eq!(one, other);
+        let order = |set: &IdSet<JobId>| set.iter().copied().collect::<Vec<_>>();
+        assert_ne!(order(&one), order(&other));
     }
 
     #[test]

@@ -8,11 +8,12 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use super::messages::RoundReport;
 use super::plan::Retune;
+use crate::IdSet;
 use crate::clock::Clock;
 use crate::executor::{Executor, Launch};
 use crate::gang::{Acquire, GangActor};
@@ -184,7 +185,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     };
     outcome.launched_at = clock.now();
     outcome.failed_starts.extend(launch_failures);
-    let failed: FxHashSet<JobId> = outcome.failed_starts.iter().map(|(j, _)| *j).collect();
+    let failed: IdSet<JobId> = outcome.failed_starts.iter().map(|(j, _)| *j).collect();
     for step in starts.iter().filter(|s| failed.contains(&s.launch.job)) {
         step.gang.release();
     }

@@ -4,13 +4,13 @@
 use actix::prelude::*;
 use gangway_core::job::JobId;
 use gangway_core::throughput::goodput::Observation;
-use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::ClusterActor;
 use super::messages::Poll;
 use crate::executor::{Measured, WorkerEvent};
 use crate::ledger::{Record, Standing};
 use crate::lifecycle::Phase;
+use crate::{IdMap, IdSet};
 
 impl ClusterActor {
     /// A running job made progress: if it was restarting, the restart is over, and what it took is
@@ -62,11 +62,11 @@ impl Handler<Poll> for ClusterActor {
         self.tell_retunes(now);
         let count = events.len();
         let mut records = Vec::new();
-        let mut ending = FxHashMap::default();
+        let mut ending = IdMap::default();
         let mut requeue = Vec::new();
         let mut progressed = Vec::new();
         // The ledger learns of this batch only after the loop: one event per job ends it.
-        let mut ended = FxHashSet::default();
+        let mut ended = IdSet::default();
         for event in events {
             let job = event.job();
             if ended.contains(&job) {
@@ -157,7 +157,9 @@ impl Handler<Poll> for ClusterActor {
             self.queue_round(ctx);
         }
         let changes = self.engine().take_changes();
-        let ended: Vec<JobId> = ending.keys().copied().collect();
+        let mut ended: Vec<JobId> = ending.keys().copied().collect();
+        // In id order: the engine reuses the slots of the jobs it forgets, last forgotten first.
+        ended.sort_unstable();
         if changes.is_empty() {
             self.retire(ended);
             if count > 0 {

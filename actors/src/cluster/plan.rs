@@ -6,13 +6,13 @@ use gangway_core::cluster::{GpuSet, GpuTypeId};
 use gangway_core::engine::Change;
 use gangway_core::job::JobId;
 use gangway_core::throughput::BatchPlan;
-use rustc_hash::{FxHashMap, FxHashSet};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
 
 use crate::executor::{Executor, Launch, Resources, Segment};
 use crate::ledger::{Ledger, Record, Shape, Standing, Start};
 use crate::lifecycle::Phase;
+use crate::{IdMap, IdSet};
 
 /// A job to stop.
 #[derive(Clone, Debug, PartialEq)]
@@ -97,7 +97,7 @@ fn chosen(
 pub(super) fn plan(
     changes: Vec<Change>,
     now: f64,
-    ending: &FxHashMap<JobId, Phase>,
+    ending: &IdMap<JobId, Phase>,
     ledger: &Ledger,
     (shapes, gpu_types): (&BTreeMap<JobId, Shape>, &[String]),
     phase_of: impl Fn(JobId) -> Option<Phase>,
@@ -182,7 +182,7 @@ pub(super) fn plan(
         }
     }
     // A stop followed by a start of the same size is a move; of another size, a resize.
-    let restarting: FxHashMap<JobId, usize> = launches
+    let restarting: IdMap<JobId, usize> = launches
         .iter()
         .map(|(l, _)| (l.job, l.gpus.len()))
         .collect();
@@ -190,7 +190,7 @@ pub(super) fn plan(
         Some(Standing::Running { gpus, .. }) => Some(gpus.len()),
         _ => None,
     };
-    let mut after_stops: FxHashMap<JobId, Phase> = FxHashMap::default();
+    let mut after_stops: IdMap<JobId, Phase> = IdMap::default();
     for job in stopped {
         let next = match (ending.get(&job), restarting.get(&job)) {
             (Some(&end), _) => end,
@@ -233,7 +233,7 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
         .position(|r| matches!(r, Record::Started(_)))
         .unwrap_or(records.len());
     let (stops, starts) = records.split_at(first_start);
-    let stopped: FxHashSet<JobId> = stops
+    let stopped: IdSet<JobId> = stops
         .iter()
         .filter(|r| matches!(r, Record::Stopped { .. }))
         .filter_map(Record::job)
@@ -241,7 +241,7 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
     let one_decision =
         stopped.len() == stops.len() && starts.iter().all(|r| matches!(r, Record::Started(_)));
     // Each mover's number, and the GPUs it leaves.
-    let mut movers: FxHashMap<JobId, usize> = FxHashMap::default();
+    let mut movers: IdMap<JobId, usize> = IdMap::default();
     let mut leaves: Vec<&GpuSet> = Vec::new();
     for job in starts.iter().filter_map(Record::job) {
         if stopped.contains(&job)
@@ -452,7 +452,7 @@ mod tests {
     #[test]
     fn a_stop_then_a_start_of_the_same_size_is_a_move_and_of_another_a_resize() {
         let ledger = ledger();
-        let none = FxHashMap::default();
+        let none = IdMap::default();
         let moved = plan(
             vec![stopped(1), started(1, &[2, 3])],
             10.0,
@@ -497,7 +497,7 @@ mod tests {
         let plan = plan(
             vec![started(2, &[2, 3]), started(1, &[4, 5])],
             7.0,
-            &FxHashMap::default(),
+            &IdMap::default(),
             &ledger(),
             (&BTreeMap::new(), &[]),
             pending,
@@ -535,7 +535,7 @@ mod tests {
             let plan = plan(
                 vec![chosen(1), chosen(2)],
                 7.0,
-                &FxHashMap::default(),
+                &IdMap::default(),
                 &ledger(),
                 (&shapes, &[]),
                 pending,
@@ -575,7 +575,7 @@ mod tests {
             let plan = plan(
                 vec![chosen(1), chosen(2)],
                 7.0,
-                &FxHashMap::default(),
+                &IdMap::default(),
                 &ledger(),
                 (&shapes, types),
                 pending,
@@ -616,7 +616,7 @@ mod tests {
             let plan = plan(
                 vec![retuned(job)],
                 7.0,
-                &FxHashMap::default(),
+                &IdMap::default(),
                 &ledger(),
                 (&shapes, &[]),
                 pending,
@@ -654,7 +654,7 @@ mod tests {
 
     #[test]
     fn an_ending_stop_is_not_journaled_as_a_stop_and_a_finish_stops_no_workers() {
-        let ending = FxHashMap::from_iter([(JobId(1), Phase::Finished)]);
+        let ending = IdMap::from_iter([(JobId(1), Phase::Finished)]);
         let plan = plan(
             vec![stopped(1)],
             3.0,
@@ -669,7 +669,7 @@ mod tests {
         );
         assert_eq!(plan.stops[0].next, Phase::Finished);
         assert!(!plan.stops[0].stop_workers && !plan.stops[0].checkpoint);
-        let cancelled = FxHashMap::from_iter([(JobId(1), Phase::Cancelled)]);
+        let cancelled = IdMap::from_iter([(JobId(1), Phase::Cancelled)]);
         let plan = super::plan(
             vec![stopped(1)],
             3.0,

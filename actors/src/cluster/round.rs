@@ -10,13 +10,13 @@ use actix::prelude::*;
 use gangway_core::cluster::GpuId;
 use gangway_core::engine::Change;
 use gangway_core::job::JobId;
-use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
 use super::carry::{Gang, Outcome, StartStep, Steps, StopStep, blocking, carry_out};
 use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
 use super::plan::{self, Retune};
 use super::{ClusterActor, Scheduler};
+use crate::IdMap;
 use crate::gpu::{HealthChanged, Holder};
 use crate::ledger::{Record, Standing};
 use crate::lifecycle::Phase;
@@ -74,7 +74,7 @@ impl ClusterActor {
         &mut self,
         changes: Vec<Change>,
         now: f64,
-        ending: FxHashMap<JobId, Phase>,
+        ending: IdMap<JobId, Phase>,
         round_began: Option<Instant>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
@@ -441,7 +441,7 @@ impl ClusterActor {
                 }
                 let changes = sched.engine.take_changes();
                 actor.sched = Some(sched);
-                let carried = actor.commit(changes, now, FxHashMap::default(), Some(began), ctx);
+                let carried = actor.commit(changes, now, IdMap::default(), Some(began), ctx);
                 ctx.spawn(carried.into_actor(actor).map(move |report, _, _| {
                     let _ = answer.send(RoundReport {
                         solve_seconds,
@@ -470,7 +470,7 @@ impl ClusterActor {
         }
         self.views.touch_gpus(gpus.iter().copied());
         let changes = self.engine().take_changes();
-        let carried = self.commit(changes, now, FxHashMap::default(), None, ctx);
+        let carried = self.commit(changes, now, IdMap::default(), None, ctx);
         self.publish();
         carried
     }
@@ -509,7 +509,7 @@ impl Handler<Cancel> for ClusterActor {
         if !running {
             self.advance(job, Phase::Cancelled, now);
         }
-        let ending = FxHashMap::from_iter([(job, Phase::Cancelled)]);
+        let ending = IdMap::from_iter([(job, Phase::Cancelled)]);
         let carried = self.commit(changes, now, ending, None, ctx);
         self.retire([job]);
         self.publish();

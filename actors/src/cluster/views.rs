@@ -21,7 +21,6 @@ use actix::prelude::*;
 use bytes::Bytes;
 use gangway_core::cluster::{Cluster, GpuId, NodeId};
 use gangway_core::job::{JobId, Sizes};
-use rustc_hash::FxHashMap;
 use tokio::sync::{broadcast, watch};
 
 use super::ClusterActor;
@@ -31,11 +30,11 @@ use super::messages::{
     ListNodes, NodeInfo, OTHER_TENANTS, Outlook, Peek, QUEUE_SHOWN, QueueBy, QueueOrder, Refusal,
     RunsAs, ShowJob, Subscribe, Timeline,
 };
-use crate::IdSet;
 use crate::job::JobEvent;
 use crate::ledger::Standing;
 use crate::lifecycle::Phase;
 use crate::stats::StatsSnapshot;
+use crate::{IdMap, IdSet};
 
 /// Jobs per piece of a streamed job list.
 pub const JOBS_PER_PIECE: usize = 256;
@@ -413,7 +412,7 @@ fn first_in_order<T>(mut items: Vec<T>, n: usize, order: impl Fn(&T, &T) -> Orde
 /// The GPUs each tenant holds, from what each running job holds: the [`HISTORY_TENANTS`] holding the
 /// most by name (ties by name), the rest summed under [`OTHER_TENANTS`].
 fn tenant_shares<'a>(held: impl Iterator<Item = (&'a str, u32)>) -> BTreeMap<String, u32> {
-    let mut by_tenant: FxHashMap<&str, u32> = FxHashMap::default();
+    let mut by_tenant: IdMap<&str, u32> = IdMap::default();
     for (tenant, gpus) in held {
         *by_tenant.entry(tenant).or_default() += gpus;
     }

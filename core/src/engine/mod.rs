@@ -30,10 +30,8 @@ mod runs;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
-
 use crate::cluster::{Cluster, GpuSet, GpuTypeId};
-use crate::job::{Job, JobId, Names};
+use crate::job::{IdMap, Job, JobId, Names};
 use crate::metrics::JobRecord;
 use crate::placement::{FreeGpus, Ledger, Unplaced};
 use crate::policy::effective::FastestFirst;
@@ -125,7 +123,7 @@ pub struct Engine<'m> {
     /// Each job's record, beside its state: the records are what a run returns, handed over whole
     /// instead of copied out of every state at the end.
     records: Vec<JobRecord>,
-    index_of: FxHashMap<JobId, usize>,
+    index_of: IdMap<JobId, usize>,
     /// Slots of forgotten jobs, reused by the next submissions (a live control plane forgets the jobs
     /// that ended, so that its memory follows its active jobs, not its history).
     vacant: Vec<usize>,
@@ -203,7 +201,7 @@ impl<'m> Engine<'m> {
             jobs: Vec::new(),
             states: Vec::new(),
             records: Vec::new(),
-            index_of: FxHashMap::default(),
+            index_of: IdMap::default(),
             vacant: Vec::new(),
             rates: Vec::new(),
             type_order: FastestFirst::new(types),

@@ -16,13 +16,11 @@
 use pathfinding::kuhn_munkres::kuhn_munkres_min;
 use pathfinding::matrix::Matrix;
 
-use rustc_hash::FxHashMap;
-
 use super::{
     Cadenced, JobView, Knob, PolicyEntry, Realize, Registry, RegistryError, RoundInput,
     TimeSharePolicy, TimeShares, TypePreference,
 };
-use crate::job::JobId;
+use crate::job::{IdMap, JobId};
 
 /// Enters this module's policies (the same call a user's policy is entered by).
 pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
@@ -49,7 +47,7 @@ pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
 #[derive(Default)]
 pub struct Matching {
     /// The GPU type each matched job holds until it finishes (AlloX never preempts).
-    assigned: FxHashMap<JobId, usize>,
+    assigned: IdMap<JobId, usize>,
 }
 
 /// Costs are matched as integers: seconds, scaled to keep sub-second resolution.
@@ -60,8 +58,7 @@ const MAX_CELLS: usize = 2_000_000;
 impl Matching {
     /// Matches the jobs not yet assigned to the GPUs no assigned job holds.
     fn rematch(&mut self, input: &RoundInput<'_>) {
-        let active: FxHashMap<JobId, &JobView<'_>> =
-            input.jobs.iter().map(|v| (v.id(), v)).collect();
+        let active: IdMap<JobId, &JobView<'_>> = input.jobs.iter().map(|v| (v.id(), v)).collect();
         self.assigned.retain(|j, _| active.contains_key(j));
         let mut free: Vec<u32> = input.capacity.to_vec();
         for (job, &t) in &self.assigned {

@@ -9,15 +9,13 @@
 //! - the smallest level rho* with sum_i s_i(rho*) gpus_i <= N and s_i <= 1 is found by bisection;
 //! - capacity left over is handed out evenly (capped at a full share), to stay work-conserving.
 
-use rustc_hash::FxHashMap;
-
 use super::effective::{best_rate, effective_throughput, proportional_row};
 use super::fair_share::split;
 use super::{
     PolicyConfig, PolicyEntry, Realize, Registry, RegistryError, RoundInput, TimeSharePolicy,
     TimeShares, TypePreference,
 };
-use crate::job::JobId;
+use crate::job::{IdMap, JobId};
 
 #[derive(Clone, Copy, Debug, Default)]
 struct Isolated {
@@ -87,14 +85,14 @@ impl IsolatedShare {
 #[derive(Default)]
 pub(super) struct IsolatedClock {
     share: IsolatedShare,
-    isolated: FxHashMap<JobId, Isolated>,
+    isolated: IdMap<JobId, Isolated>,
 }
 
 impl IsolatedClock {
     pub fn new(share: IsolatedShare) -> Self {
         IsolatedClock {
             share,
-            isolated: FxHashMap::default(),
+            isolated: IdMap::default(),
         }
     }
 
@@ -120,7 +118,7 @@ impl IsolatedClock {
                 iso_rate,
             });
         }
-        let present: FxHashMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
+        let present: IdMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
         self.isolated.retain(|j, _| present.contains_key(j));
         rows
     }

@@ -9,12 +9,10 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use rustc_hash::FxHashMap;
-
 use super::pick::{Candidate, Choices};
 use super::{JobView, RoundInput};
 use crate::cluster::GpuTypeId;
-use crate::job::JobId;
+use crate::job::{IdMap, JobId};
 use crate::placement::PlaceRequest;
 
 /// Changes `picked` (an option per job of `program`, `jobs[k]` being job `k`'s id) so that every
@@ -27,7 +25,7 @@ pub fn make_placeable(
     picked: &mut [Option<usize>],
     node_size: impl Fn(GpuTypeId) -> u32,
 ) {
-    let views: FxHashMap<JobId, &JobView<'_>> = input.jobs.iter().map(|v| (v.id(), v)).collect();
+    let views: IdMap<JobId, &JobView<'_>> = input.jobs.iter().map(|v| (v.id(), v)).collect();
     let mut tried: Vec<Vec<usize>> = vec![Vec::new(); program.len()];
     // A gang that falls back to the size it runs at keeps its GPUs, which the pass had given away:
     // place again from the start with it kept. Each fallback is taken once, so this ends.
@@ -38,7 +36,7 @@ pub fn make_placeable(
 /// Returns whether a job fell back to the configuration it runs now (and so keeps its GPUs).
 fn place_in_order(
     input: &RoundInput<'_>,
-    views: &FxHashMap<JobId, &JobView<'_>>,
+    views: &IdMap<JobId, &JobView<'_>>,
     jobs: &[JobId],
     program: &[Choices],
     picked: &mut [Option<usize>],

@@ -1,11 +1,9 @@
 //! What goodput policies that learn (Pollux, Sia with learned throughputs) take from a round: each
 //! running job's measurement of the configuration it ran, as its workers would report it.
 
-use rustc_hash::FxHashMap;
-
 use super::{JobView, RoundInput};
 use crate::cluster::{Cluster, GpuTypeId};
-use crate::job::JobId;
+use crate::job::{IdMap, JobId};
 use crate::throughput::RunShape;
 use crate::throughput::goodput::{Elastic, Learned};
 
@@ -26,7 +24,7 @@ pub fn placement(cluster: &Cluster, view: &JobView<'_>) -> Vec<u32> {
 /// its step and synchronization times (under the key `key(gpu_type)`) and its gradient statistics.
 /// A job still restarting has measured nothing.
 pub fn learn(
-    learned: &mut FxHashMap<JobId, Learned>,
+    learned: &mut IdMap<JobId, Learned>,
     input: &RoundInput<'_>,
     elastic: &dyn Elastic,
     key: impl Fn(GpuTypeId) -> u16,

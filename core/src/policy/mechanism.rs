@@ -50,11 +50,11 @@ use std::ops::Bound::{Excluded, Unbounded};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::{Grant, Intent, JobView, Policy, RoundInput, Usage};
 use crate::cluster::GpuTypeId;
-use crate::job::JobId;
+use crate::job::{IdMap, IdSet, JobId};
 
 /// A policy that answers in Gavel's form: a time share per job and GPU type. Wrap it in [`Realize`] to
 /// run it.
@@ -544,13 +544,13 @@ struct Candidate {
 /// The bookkeeping of a policy that answers per unit: an account per unit, every unit every round.
 #[derive(Default)]
 struct UnitBook {
-    accounts: FxHashMap<Unit, Account>,
+    accounts: IdMap<Unit, Account>,
     /// The shares in force (index by unit).
     current: Option<TimeShares>,
-    current_row: FxHashMap<Unit, usize>,
+    current_row: IdMap<Unit, usize>,
     /// Each active job's position in this round's `RoundInput::jobs`, rebuilt every round in its
     /// kept buffer.
-    index: FxHashMap<JobId, usize>,
+    index: IdMap<JobId, usize>,
     /// One type's queue, kept between rounds for its buffer.
     candidates: Vec<Candidate>,
 }
@@ -754,7 +754,7 @@ struct ClassBook {
     /// Every class seen, and how many active jobs it has: what the policy is asked about.
     counts: Vec<ClassCount>,
     class_index: FxHashMap<JobClass, u32>,
-    jobs: FxHashMap<JobId, Member>,
+    jobs: IdMap<JobId, Member>,
     /// Groups by slot; free slots are empty and listed in `free`.
     groups: Vec<Group>,
     free: Vec<u32>,
@@ -766,7 +766,7 @@ struct ClassBook {
     current: Option<ClassShares>,
     /// Buffers kept between rounds.
     heads: Vec<Reverse<Head>>,
-    placed: FxHashSet<JobId>,
+    placed: IdSet<JobId>,
     cohorts: Vec<Option<u32>>,
 }
 
@@ -798,13 +798,15 @@ impl ClassBook {
 
     /// Makes the active jobs exactly `views`.
     fn sync(&mut self, views: &[JobView<'_>], clock: &mut Clock) {
-        let active: FxHashSet<JobId> = views.iter().map(JobView::id).collect();
-        let gone: Vec<JobId> = self
+        let active: IdSet<JobId> = views.iter().map(JobView::id).collect();
+        let mut gone: Vec<JobId> = self
             .jobs
             .keys()
             .filter(|id| !active.contains(id))
             .copied()
             .collect();
+        // In id order, so that the groups' slots are freed (and reused) the same in every run.
+        gone.sort_unstable();
         clock.work += (views.len() + self.jobs.len()) as u64;
         for id in gone {
             self.leave(id, clock);
@@ -1199,7 +1201,7 @@ mod tests {
         realize: Realize<P>,
         calls: Vec<Call>,
         /// Every job seen so far.
-        seen: FxHashSet<JobId>,
+        seen: IdSet<JobId>,
         active: usize,
     }
 
@@ -1238,7 +1240,7 @@ mod tests {
         let mut counted = Counted {
             realize: Realize::new(policy, 3),
             calls: Vec::new(),
-            seen: FxHashSet::default(),
+            seen: IdSet::default(),
             active: 0,
         };
         let result = run(&mut counted, &trace, EngineConfig::default());

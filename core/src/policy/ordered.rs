@@ -251,6 +251,7 @@ impl Queue {
             }
             kept
         });
+        gone.sort_unstable();
         gone
     }
 

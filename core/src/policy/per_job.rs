@@ -6,10 +6,8 @@
 //! out densely (in arrival order, until it reuses the slots of jobs that left), so that a round
 //! reads it in the order the jobs are shown, most of it in sequence.
 
-use rustc_hash::FxHashMap;
-
 use super::JobView;
-use crate::job::JobId;
+use crate::job::{IdMap, JobId};
 
 /// How far past twice the entries ever made a slot may be and still go in the vector: the engine's
 /// slots are below the jobs it holds, which a policy has been shown; a view built by hand may carry
@@ -27,9 +25,9 @@ pub struct PerJob<V> {
     /// By slot: the job whose state it is, and the state.
     by_slot: Vec<Option<(JobId, V)>>,
     /// Where each job's state is: its slot in `by_slot`, or `None` for `spilled`.
-    at: FxHashMap<JobId, Option<usize>>,
+    at: IdMap<JobId, Option<usize>>,
     /// The state of jobs whose slot was taken, or too large.
-    spilled: FxHashMap<JobId, V>,
+    spilled: IdMap<JobId, V>,
     /// Entries made so far, removed ones included: what bounds the vector's growth.
     made: usize,
 }
@@ -38,8 +36,8 @@ impl<V> Default for PerJob<V> {
     fn default() -> Self {
         PerJob {
             by_slot: Vec::new(),
-            at: FxHashMap::default(),
-            spilled: FxHashMap::default(),
+            at: IdMap::default(),
+            spilled: IdMap::default(),
             made: 0,
         }
     }
@@ -168,7 +166,7 @@ impl<V> PerJob<V> {
     }
 
     /// Keeps only the jobs for which `keep` says so (a policy not told which jobs left drops them
-    /// here).
+    /// here). It visits them in no particular order (one that differs from run to run).
     pub fn retain(&mut self, mut keep: impl FnMut(JobId, &mut V) -> bool) {
         let ids: Vec<JobId> = self.at.keys().copied().collect();
         for id in ids {

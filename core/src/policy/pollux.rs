@@ -26,12 +26,12 @@
 //! the pick as the engine will, and a gang that finds no server with room takes its best option that
 //! does.
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::pick::{Candidate, Choices, pick};
 use super::{Grant, Intent, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
-use crate::job::{Job, JobId};
+use crate::job::{IdMap, IdSet, Job, JobId};
 use crate::throughput::goodput::{
     Application, BatchPlan, Elastic, Learned, PerfParams, TypeProfile, batch_range, optimize,
     restart_factor,
@@ -51,13 +51,13 @@ const ANY_TYPE: u16 = 0;
 /// Pollux's goodput-fair allocation.
 #[derive(Debug, Default)]
 pub struct Pollux {
-    learned: FxHashMap<JobId, Learned>,
+    learned: IdMap<JobId, Learned>,
     /// Each job's configuration (GPU type, replicas) when it last got one.
-    previous: FxHashMap<JobId, (GpuTypeId, u32)>,
+    previous: IdMap<JobId, (GpuTypeId, u32)>,
     /// Each job's restarts so far (changes of configuration after its first).
-    restarts: FxHashMap<JobId, u32>,
+    restarts: IdMap<JobId, u32>,
     /// Each job's best goodputs, kept while its model and gradient statistics stay the same.
-    best: FxHashMap<JobId, Memo>,
+    best: IdMap<JobId, Memo>,
     /// Whether it said that the model has no goodput to allocate by.
     unmet_said: bool,
 }
@@ -193,7 +193,7 @@ impl Policy for Pollux {
         let Some(elastic) = input.model.elastic() else {
             return super::unmet("pollux", Needs::GOODPUT, &mut self.unmet_said, input);
         };
-        let active: FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        let active: IdSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
         self.learned.retain(|job, _| active.contains(job));
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
@@ -291,7 +291,7 @@ impl Policy for Pollux {
         };
         let ids: Vec<JobId> = rows.iter().map(|(job, _)| *job).collect();
         super::fit::make_placeable(input, &ids, &program, &mut picked, |t| elastic.node_size(t));
-        let current: FxHashMap<JobId, (GpuTypeId, u32)> = input
+        let current: IdMap<JobId, (GpuTypeId, u32)> = input
             .jobs
             .iter()
             .filter_map(|v| {

@@ -26,14 +26,14 @@
 //! prices with, how fast a job may grow, how dear a move is) are a public [`Settings`]: a policy may
 //! run the same program with its own through [`Sia::with`] (as `ramp` does, `super::ramp`).
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 
 use super::pick::{Candidate, Choices, pick};
 use super::{
     Grant, Intent, Knob, KnobRange, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput,
 };
 use crate::cluster::GpuTypeId;
-use crate::job::{Job, JobId};
+use crate::job::{IdMap, IdSet, Job, JobId};
 use crate::throughput::goodput::{
     BatchPlan, Elastic, Learned, batch_range, optimize, restart_factor, search_batch,
 };
@@ -111,16 +111,16 @@ struct Goodputs {
 pub struct Sia {
     settings: Settings,
     /// Each job's configuration when it last got one (kept while it waits).
-    previous: FxHashMap<JobId, Config>,
+    previous: IdMap<JobId, Config>,
     /// Each job's restarts so far (changes of configuration after its first).
-    restarts: FxHashMap<JobId, u32>,
+    restarts: IdMap<JobId, u32>,
     /// The most GPUs each job has held.
-    most: FxHashMap<JobId, u32>,
+    most: IdMap<JobId, u32>,
     /// Each job's best goodputs and batch plans while its epoch and measurements stay the same:
     /// neither profiles nor past measurements change, and a job's epoch only moves on.
-    cache: FxHashMap<JobId, Goodputs>,
+    cache: IdMap<JobId, Goodputs>,
     /// Goodput from what each job measured as it ran (with [`Settings::learns`]).
-    learned: FxHashMap<JobId, Learned>,
+    learned: IdMap<JobId, Learned>,
     /// Whether it said that the model has no goodput to allocate by.
     unmet_said: bool,
 }
@@ -299,7 +299,7 @@ impl Policy for Sia {
             return super::unmet("sia", Needs::GOODPUT, &mut self.unmet_said, input);
         };
         // Forget the jobs that have ended.
-        let active: FxHashSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        let active: IdSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
         self.most.retain(|job, _| active.contains(job));

@@ -23,13 +23,11 @@
 //! share of jobs that bids, 1 - f in the paper's notation). With gangway's default 6-minute rounds, a
 //! lease is never shorter than one round.
 
-use rustc_hash::FxHashMap;
-
 use super::effective::best_rate;
 use super::finish_time::{FtfRow, IsolatedClock};
 use super::{Grant, JobView, Knob, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
-use crate::job::JobId;
+use crate::job::{IdMap, JobId};
 
 /// Enters this module's policies (the same call a user's policy is entered by).
 pub(super) fn register(registry: &mut Registry) -> Result<(), RegistryError> {
@@ -71,7 +69,7 @@ pub struct Themis {
     /// Seconds a won allocation lasts before its GPUs are offered again (before the hidden payment).
     pub lease_seconds: f64,
     clock: IsolatedClock,
-    leases: FxHashMap<JobId, Lease>,
+    leases: IdMap<JobId, Lease>,
 }
 
 /// A bidder: its index in `RoundInput::jobs`, its gang, and what it values.
@@ -109,7 +107,7 @@ impl Themis {
             fairness: fairness.clamp(0.0, 1.0),
             lease_seconds,
             clock: IsolatedClock::default(),
-            leases: FxHashMap::default(),
+            leases: IdMap::default(),
         }
     }
 
@@ -197,7 +195,7 @@ impl Policy for Themis {
                 }
             }
         }
-        let present: FxHashMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
+        let present: IdMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
         self.leases.retain(|j, _| present.contains_key(j));
 
         // Worst rho first; the worst (1 - f) bid, rounded down (with few jobs open, none bids and the

@@ -23,14 +23,12 @@
 
 use std::collections::BTreeSet;
 
-use rustc_hash::FxHashMap;
-
 use super::ordered::{GrantRules, Queue};
 use super::{
     Grant, JobView, Knob, PerJob, Policy, PolicyConfig, PolicyEntry, Registry, RegistryError,
     RoundInput,
 };
-use crate::job::JobId;
+use crate::job::{IdMap, JobId};
 
 /// What counts as attained service.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +56,7 @@ pub struct Tiresias {
     /// What it keeps of each job it was shown: its promotion, its queue entry, its starvation watch.
     tracked: PerJob<Tracked>,
     /// Last seen service of each active job, to learn the service of jobs that leave.
-    last_seen: FxHashMap<JobId, f64>,
+    last_seen: IdMap<JobId, f64>,
     /// Sorted services of finished jobs (or of a given distribution), and their prefix sums.
     samples: Vec<f64>,
     prefix: Vec<f64>,
@@ -120,7 +118,7 @@ impl Tiresias {
             promote_knob: 10.0,
             gittins,
             tracked: PerJob::new(),
-            last_seen: FxHashMap::default(),
+            last_seen: IdMap::default(),
             samples: Vec::new(),
             prefix: Vec::new(),
             learned: std::collections::VecDeque::new(),
@@ -169,13 +167,16 @@ impl Tiresias {
 
     /// Records the services of jobs that left since the last round.
     fn learn(&mut self, input: &RoundInput<'_>) {
-        let present: FxHashMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
-        let gone: Vec<JobId> = self
+        let present: IdMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
+        let mut gone: Vec<JobId> = self
             .last_seen
             .keys()
             .filter(|j| !present.contains_key(j))
             .copied()
             .collect();
+        // In id order: the services learned are a bounded window, and which leave it first decides
+        // the queues' thresholds (the map's order differs from run to run).
+        gone.sort_unstable();
         let mut added = false;
         for job in gone {
             if let Some(s) = self.last_seen.remove(&job)

@@ -36,14 +36,13 @@ pub mod defragment;
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use rustc_hash::{FxHashMap, FxHashSet};
 
 use super::{
     Cadenced, Grant, Intent, JobView, Knob, Policy, PolicyEntry, Realize, Registry, RegistryError,
     RoundInput, TimeSharePolicy, TimeShares, TypePreference,
 };
 use crate::cluster::GpuTypeId;
-use crate::job::JobId;
+use crate::job::{IdMap, IdSet, JobId};
 
 const GROW: Knob = Knob {
     name: "grow",
@@ -107,7 +106,7 @@ const PACK_THRESHOLD: f64 = 1.0;
 /// Which jobs are packed together: Gandiva's time shares.
 pub struct Pairing {
     /// Each packed job's partner.
-    partners: FxHashMap<JobId, JobId>,
+    partners: IdMap<JobId, JobId>,
     rng: ChaCha8Rng,
 }
 
@@ -115,7 +114,7 @@ impl Pairing {
     /// No job packed yet; `seed` seeds the random choice of partners.
     pub fn new(seed: u64) -> Self {
         Pairing {
-            partners: FxHashMap::default(),
+            partners: IdMap::default(),
             rng: ChaCha8Rng::seed_from_u64(seed ^ 0x6761_6e64_6976_6121),
         }
     }
@@ -139,8 +138,7 @@ impl Pairing {
 
     /// Splits pairs that lost a member or interfere; then, when oversubscribed, pairs jobs at random.
     fn repack(&mut self, input: &RoundInput<'_>) {
-        let views: FxHashMap<JobId, &JobView<'_>> =
-            input.jobs.iter().map(|v| (v.id(), v)).collect();
+        let views: IdMap<JobId, &JobView<'_>> = input.jobs.iter().map(|v| (v.id(), v)).collect();
         let broken: Vec<JobId> = self
             .partners
             .iter()
@@ -196,7 +194,7 @@ impl Pairing {
             .filter(|v| self.partners.get(&v.id()).is_none_or(|p| v.id() < *p))
             .count()
             .max(1) as f64;
-        let mut seen = FxHashSet::default();
+        let mut seen = IdSet::default();
         for view in input.jobs {
             if !seen.insert(view.id()) {
                 continue;
@@ -234,7 +232,7 @@ const GROW_SPEEDUP: f64 = 1.1;
 /// many, doubling while it pays. Jobs already running grown come first, so that growth is stable from
 /// round to round; a job whose extra GPUs are needed again shrinks back to its own gang next round.
 fn grow(grants: &mut [Grant], input: &RoundInput<'_>) {
-    let index: FxHashMap<JobId, usize> = input
+    let index: IdMap<JobId, usize> = input
         .jobs
         .iter()
         .enumerate()

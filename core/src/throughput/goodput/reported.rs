@@ -5,11 +5,9 @@
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use rustc_hash::FxHashMap;
-
 use super::{Application, Elastic, Learned, Observed, TypeProfile};
 use crate::cluster::GpuTypeId;
-use crate::job::{Job, JobId};
+use crate::job::{IdMap, Job, JobId};
 use crate::throughput::resources::ResourceAware;
 use crate::throughput::{RunShape, Segment, ThroughputModel};
 
@@ -20,9 +18,9 @@ pub struct Reports(Arc<RwLock<Measurements>>);
 
 #[derive(Debug, Default)]
 struct Measurements {
-    learned: FxHashMap<JobId, Learned>,
+    learned: IdMap<JobId, Learned>,
     /// Seconds its last restart took, from the decision to its first step after.
-    restart_seconds: FxHashMap<JobId, f64>,
+    restart_seconds: IdMap<JobId, f64>,
 }
 
 impl Reports {
