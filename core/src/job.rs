@@ -8,9 +8,11 @@ use crate::limits;
 
 pub use gangway_protocol::ids::JobId;
 
-/// A hash map keyed by ids (of jobs, which a client of a live control plane may choose, and of
-/// GPUs), with a seed drawn per map: no client can pick ids that all fall in one bucket, as it could
-/// with a fixed hash. Iteration order differs from map to map and run to run: nothing whose
+/// A hash map keyed by what a client of a live control plane may choose (job ids, what a submission
+/// makes of a job: its class, its tenant's name) or by GPU ids, with a seed drawn per map: ids
+/// crafted to fall in one bucket under a fixed hash do not under a seed they cannot know. (foldhash:
+/// fast, and no cryptographic key; a client that could observe the maps' timing at length might
+/// still learn enough.) Iteration order differs from map to map and run to run: nothing whose
 /// outcome matters may depend on it (sort first).
 pub type IdMap<K, V> = foldhash::HashMap<K, V>;
 

@@ -1062,8 +1062,9 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// How long an open waits for a lock held elsewhere before it says the journal is open in another
 /// writer. A process that starts another (a worker, a probe) shares every open file with the child
 /// until the child's `exec`, the lock's included: a journal closed and opened again in that window
-/// finds its own lock still held, for a few milliseconds. A writer that really holds the journal
-/// holds it for as long as it runs.
+/// finds its own lock still held, usually for a few milliseconds (longer where a child runs code
+/// before its `exec`, on a loaded machine). A writer that really holds the journal holds it for as
+/// long as it runs.
 pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Takes an advisory lock so that two writers can never interleave frames.

@@ -9,13 +9,12 @@
 //! A share is split across GPU types in proportion to their GPU counts, which is what an agnostic policy
 //! can do, and what Gavel's solver returns on a cluster with equal counts per type.
 
-use rustc_hash::FxHashMap;
-
 use super::{
     Cadenced, ClassCount, ClassSharePolicy, ClassShares, JobClass, JobView, Knob, PolicyConfig,
     PolicyEntry, Realize, Registry, RegistryError, RoundInput, TimeSharePolicy, TimeShares,
     TypePreference, shares_per_job,
 };
+use crate::job::IdMap;
 
 /// Splits a job's total share `s` over the types it can run on, in proportion to their GPU counts.
 pub(super) fn split<'a>(
@@ -187,7 +186,7 @@ impl ClassSharePolicy for MaxMinFairness {
             let all = input.backlog.map(|b| b.views());
             let views = all.as_deref().unwrap_or(input.jobs);
             let mut shares = vec![0.0; classes.len()];
-            let index: FxHashMap<&JobClass, usize> = classes
+            let index: IdMap<&JobClass, usize> = classes
                 .iter()
                 .enumerate()
                 .map(|(k, c)| (&c.class, k))

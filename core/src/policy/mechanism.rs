@@ -50,7 +50,6 @@ use std::ops::Bound::{Excluded, Unbounded};
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
-use rustc_hash::FxHashMap;
 
 use super::{Grant, Intent, JobView, Policy, RoundInput, Usage};
 use crate::cluster::GpuTypeId;
@@ -170,7 +169,7 @@ impl ClassShares {
 /// against the other.
 pub fn shares_per_job(policy: &mut dyn ClassSharePolicy, input: &RoundInput<'_>) -> TimeShares {
     let mut classes: Vec<ClassCount> = Vec::new();
-    let mut index: FxHashMap<JobClass, usize> = FxHashMap::default();
+    let mut index: IdMap<JobClass, usize> = IdMap::default();
     let of_job: Vec<usize> = input
         .jobs
         .iter()
@@ -753,7 +752,7 @@ struct Head {
 struct ClassBook {
     /// Every class seen, and how many active jobs it has: what the policy is asked about.
     counts: Vec<ClassCount>,
-    class_index: FxHashMap<JobClass, u32>,
+    class_index: IdMap<JobClass, u32>,
     jobs: IdMap<JobId, Member>,
     /// Groups by slot; free slots are empty and listed in `free`.
     groups: Vec<Group>,
