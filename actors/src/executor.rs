@@ -174,10 +174,7 @@ impl Executor for SimExecutor {
         finished.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         // The runs come in the map's order, which differs from run to run; the checkpoints are
         // journaled in the order they are told.
-        events.sort_by_key(|e| match e {
-            WorkerEvent::Checkpointed { job, .. } => *job,
-            _ => JobId(u32::MAX),
-        });
+        events.sort_by_key(WorkerEvent::job);
         for &(at, job, attempt) in &finished {
             self.runs.remove(&job);
             events.push(WorkerEvent::Finished { job, attempt, at });
