@@ -78,7 +78,8 @@ pub trait TimeSharePolicy: Send {
 /// each class has: every job of a class gets its class's row. See [`TimeSharePolicy::by_class`].
 pub trait ClassSharePolicy {
     /// This round's shares: one row per class of `classes`, in that order (a class may have no jobs
-    /// left; its row is then never used). `input.jobs` may hold only the running jobs and those that
+    /// left; its row is then never used, and its place may hold another class in a later call: keep
+    /// nothing by a class's position from one call to the next). `input.jobs` may hold only the running jobs and those that
     /// changed since the last call ([`Policy::keeps_queue`]); `classes` counts every active job.
     fn class_shares(&mut self, input: &RoundInput<'_>, classes: &[ClassCount]) -> ClassShares;
 }
@@ -120,7 +121,7 @@ impl JobClass {
 pub struct ClassCount {
     /// The class: gang size, weight and the GPU types its jobs run on.
     pub class: JobClass,
-    /// Its active jobs (0 once they have all left: classes are kept, so that their order holds).
+    /// Its active jobs (0 once they have all left; the slot may then be given to a new class).
     pub jobs: usize,
 }
 
@@ -750,9 +751,13 @@ struct Head {
 /// offers GPUs to, not every job (see the module's notes for why decisions are the per-unit form's).
 #[derive(Default)]
 struct ClassBook {
-    /// Every class seen, and how many active jobs it has: what the policy is asked about.
+    /// The classes of the active jobs, and how many each has: what the policy is asked about. A
+    /// class whose jobs have all left keeps its slot (with no jobs) until a new class takes it.
     counts: Vec<ClassCount>,
     class_index: IdMap<JobClass, u32>,
+    /// Slots of classes with no jobs left, for the next new class: a client that submits jobs of ever
+    /// new classes (any weight it likes) makes as many slots as it has classes at once, not in all.
+    free_classes: Vec<u32>,
     jobs: IdMap<JobId, Member>,
     /// Groups by slot; free slots are empty and listed in `free`.
     groups: Vec<Group>,
@@ -823,13 +828,22 @@ impl ClassBook {
         }
         clock.work += 1;
         let class = JobClass::of(view);
-        let counts = &mut self.counts;
+        let (counts, free) = (&mut self.counts, &mut self.free_classes);
         let c = *self.class_index.entry(class).or_insert_with_key(|class| {
-            counts.push(ClassCount {
+            let count = ClassCount {
                 class: class.clone(),
                 jobs: 0,
-            });
-            (counts.len() - 1) as u32
+            };
+            match free.pop() {
+                Some(c) => {
+                    counts[c as usize] = count;
+                    c
+                }
+                None => {
+                    counts.push(count);
+                    (counts.len() - 1) as u32
+                }
+            }
         });
         self.counts[c as usize].jobs += 1;
         self.jobs.insert(
@@ -849,7 +863,13 @@ impl ClassBook {
             return;
         };
         clock.work += 1;
-        self.counts[member.class as usize].jobs -= 1;
+        let count = &mut self.counts[member.class as usize];
+        count.jobs -= 1;
+        if count.jobs == 0 {
+            // Its groups are empty (and free): nothing refers to the slot any more.
+            self.class_index.remove(&count.class);
+            self.free_classes.push(member.class);
+        }
         if let Some(g) = member.group {
             let group = &mut self.groups[g as usize];
             group.members.remove(&id);
@@ -1274,6 +1294,53 @@ mod tests {
     #[test]
     fn max_min_fairness_under_a_growing_backlog_visits_what_runs_starts_and_changed() {
         a_growing_backlog_costs_what_a_round_starts(MaxMinFairness);
+    }
+
+    #[test]
+    fn classes_whose_jobs_all_left_give_their_slots_to_new_classes() {
+        // Every job a class of its own (weights 1, 2, 3, ...): the mechanism keeps as many class
+        // slots as classes live at once, not one per job ever seen, and decides as per unit.
+        let gpus = |k: u32| [1, 2, 1, 4][k as usize % 4];
+        let mut trace = trace(400, 200.0, gpus, |k| f64::from(30 + (k * 7919) % 3000));
+        for job in &mut trace.jobs {
+            job.weight = f64::from(1 + job.id.0);
+        }
+        compare(
+            MaxMinFairness,
+            AnsweredPerJob(MaxMinFairness),
+            &trace,
+            &EngineConfig::default(),
+        );
+        let mut counted = Counted {
+            realize: Realize::new(MaxMinFairness, 7),
+            calls: Vec::new(),
+            seen: IdSet::default(),
+            active: 0,
+        };
+        run(&mut counted, &trace, EngineConfig::default());
+        let deepest = counted.calls.iter().map(|c| c.active).max().unwrap();
+        let Some(Mechanism {
+            book: Book::ByClass(book),
+            ..
+        }) = &counted.realize.mechanism
+        else {
+            panic!("max_min_fairness answers by class");
+        };
+        assert!(deepest < 200, "{deepest} jobs were active at once");
+        assert!(
+            book.counts.len() <= deepest,
+            "{} class slots for at most {deepest} jobs at once",
+            book.counts.len()
+        );
+        // The index names exactly the classes that still have jobs, each at its slot.
+        let live: Vec<u32> = (0..book.counts.len() as u32)
+            .filter(|&c| book.counts[c as usize].jobs > 0)
+            .collect();
+        assert_eq!(book.class_index.len(), live.len());
+        assert!(
+            live.iter()
+                .all(|&c| book.class_index.get(&book.counts[c as usize].class) == Some(&c))
+        );
     }
 
     #[test]
