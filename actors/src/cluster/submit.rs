@@ -131,11 +131,19 @@ impl Handler<Submit> for ClusterActor {
         // Checked before its names are interned: a refused submission adds nothing to the engine.
         let engine = self.engine();
         let names = engine.names();
-        for (field, name, known) in [
-            ("job_type", &spec.job_type, &names.job_types),
-            ("tenant", &spec.tenant, &names.tenants),
+        for (field, known, count) in [
+            (
+                "job_type",
+                engine.job_type_id(&spec.job_type).is_some(),
+                names.job_types.len(),
+            ),
+            (
+                "tenant",
+                engine.tenant_id(&spec.tenant).is_some(),
+                names.tenants.len(),
+            ),
         ] {
-            if known.len() >= MAX_NAMES && !known.contains(name) {
+            if count >= MAX_NAMES && !known {
                 return refused(Refusal::Invalid {
                     field,
                     problem: format!(

@@ -1,6 +1,7 @@
 //! Admission: taking jobs in, interning their names, caching their rates per GPU type, and the order in
 //! which GPU types are offered (fastest first for the jobs admitted so far).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::{Engine, JobState};
@@ -15,15 +16,64 @@ use super::live::{Rejected, Unrunnable};
 /// rate of 1e-300), and would only make a run spin through rounds.
 pub const MAX_JOB_SECONDS: f64 = 1e9;
 
+/// Job-type and tenant ids by name (the first id of a name a trace lists twice, as
+/// [`Names::intern_job_type`] finds it). Hashed with a key drawn per map, as names come from clients.
+#[derive(Default)]
+pub(super) struct NameIds {
+    job_types: HashMap<String, u32>,
+    tenants: HashMap<String, u32>,
+}
+
+impl NameIds {
+    pub(super) fn of(names: &Names) -> Self {
+        let index = |list: &[String]| {
+            let mut ids = HashMap::with_capacity(list.len());
+            for (i, name) in list.iter().enumerate() {
+                ids.entry(name.clone()).or_insert(i as u32);
+            }
+            ids
+        };
+        NameIds {
+            job_types: index(&names.job_types),
+            tenants: index(&names.tenants),
+        }
+    }
+}
+
+/// `name`'s id in `list` (indexed by `ids`), added at its end if new.
+fn intern(list: &mut Vec<String>, ids: &mut HashMap<String, u32>, name: &str) -> u32 {
+    if let Some(&id) = ids.get(name) {
+        return id;
+    }
+    let id = list.len() as u32;
+    list.push(name.to_owned());
+    ids.insert(name.to_owned(), id);
+    id
+}
+
 impl Engine<'_> {
     /// The id of a job type by name, added if new.
     pub fn intern_job_type(&mut self, name: &str) -> JobTypeId {
-        let id = self.names.intern_job_type(name);
+        let id = intern(
+            &mut self.names.job_types,
+            &mut self.name_ids.job_types,
+            name,
+        );
         if self.sensitivity.len() < self.names.job_types.len() {
             self.sensitivity.push(default_sensitivity(name));
             self.type_names.push(Arc::from(name));
         }
-        id
+        JobTypeId(id)
+    }
+
+    /// The id of a job type by name, if it has one.
+    pub fn job_type_id(&self, name: &str) -> Option<JobTypeId> {
+        self.name_ids.job_types.get(name).map(|&id| JobTypeId(id))
+    }
+
+    /// The id of a tenant by name, if it has one.
+    pub fn tenant_id(&self, name: &str) -> Option<TenantId> {
+        self.name_ids.tenants.get(name).map(|&id| TenantId(id))
     }
 
     /// A job type's name, shared by its jobs' records.
@@ -36,12 +86,9 @@ impl Engine<'_> {
     /// never the tenant). For checking a submission before anything is stored.
     pub fn candidate(&self, id: JobId, job_type: &str, gpus: u32, total_steps: f64) -> Job {
         let job_type = self
-            .names
-            .job_types
-            .iter()
-            .position(|n| n == job_type)
-            .unwrap_or(self.names.job_types.len());
-        Job::new(id, 0.0, gpus, total_steps).with_type(JobTypeId(job_type as u32))
+            .job_type_id(job_type)
+            .unwrap_or(JobTypeId(self.names.job_types.len() as u32));
+        Job::new(id, 0.0, gpus, total_steps).with_type(job_type)
     }
 
     /// The names job-type and tenant ids refer to.
@@ -51,7 +98,11 @@ impl Engine<'_> {
 
     /// The id of a tenant by name, added if new.
     pub fn intern_tenant(&mut self, name: &str) -> TenantId {
-        self.names.intern_tenant(name)
+        TenantId(intern(
+            &mut self.names.tenants,
+            &mut self.name_ids.tenants,
+            name,
+        ))
     }
 
     /// Takes a job that arrives at `now`. A job that can never run is kept (its record stays
@@ -269,5 +320,48 @@ mod tests {
         }
         remembered.submit(job(2, 1), 0.0).unwrap();
         assert_eq!(remembered.type_order(), before.type_order());
+    }
+
+    #[test]
+    fn names_keep_their_ids_whether_listed_at_the_start_or_interned_later() {
+        // A trace's names, one listed twice (the first id is the name's, as a trace finds it).
+        let names = Names {
+            job_types: vec!["a".into(), "b".into(), "a".into()],
+            tenants: vec!["team".into()],
+        };
+        let cluster = Arc::new(Cluster::parse_spec("a=2,b=2", 1).unwrap());
+        let mut engine = Engine::new(
+            cluster,
+            Arc::new(TwoKinds),
+            EngineConfig::default(),
+            names,
+            0.0,
+        );
+        assert_eq!(engine.job_type_id("a"), Some(JobTypeId(0)));
+        assert_eq!(engine.intern_job_type("b"), JobTypeId(1));
+        assert_eq!(engine.job_type_id("c"), None);
+        assert_eq!(
+            engine.candidate(JobId(1), "c", 1, 1.0).job_type,
+            JobTypeId(3)
+        );
+        assert_eq!(engine.intern_job_type("c"), JobTypeId(3));
+        assert_eq!(
+            engine.candidate(JobId(1), "c", 1, 1.0).job_type,
+            JobTypeId(3)
+        );
+        // Many names: each keeps the id it was given, and the names list them by id.
+        let ids: Vec<_> = (0..5000)
+            .map(|k| engine.intern_tenant(&format!("tenant-{k}")))
+            .collect();
+        assert_eq!(engine.tenant_id("team").map(|t| t.0), Some(0));
+        for (k, id) in ids.iter().enumerate() {
+            let name = format!("tenant-{k}");
+            assert_eq!(id.0 as usize, k + 1);
+            assert_eq!(engine.intern_tenant(&name), *id);
+            assert_eq!(engine.tenant_id(&name), Some(*id));
+            assert_eq!(engine.names().tenant(*id), name);
+        }
+        assert_eq!(engine.names().tenants.len(), 5001);
+        assert_eq!(engine.names().job_type(JobTypeId(3)), "c");
     }
 }

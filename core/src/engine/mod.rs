@@ -47,6 +47,7 @@ pub use failure::PolicyPanic;
 pub use live::{Change, JobStatus, Rejected, Unrunnable};
 
 use accounting::BusyTime;
+use admission::NameIds;
 use completions::CompletionIndex;
 
 /// A job's current run.
@@ -117,6 +118,8 @@ pub struct Engine<'m> {
     config: EngineConfig,
     /// The names job-type and tenant ids refer to.
     names: Names,
+    /// Their ids by name: names are a client's to choose, so finding one must not cost a scan of all.
+    name_ids: NameIds,
     /// Every job submitted so far, in submission order: a job's index is its position here.
     jobs: Vec<Job>,
     states: Vec<JobState>,
@@ -197,6 +200,7 @@ impl<'m> Engine<'m> {
                 .iter()
                 .map(|t| Arc::from(t.as_str()))
                 .collect(),
+            name_ids: NameIds::of(&names),
             names,
             jobs: Vec::new(),
             states: Vec::new(),
