@@ -1,6 +1,8 @@
 //! The control plane keeps answering while workers checkpoint: a preemption that waits on a slow
-//! worker holds neither the job list, the metrics, nor new submissions.
+//! worker holds neither the job list, the metrics, nor new submissions; nor does a GPU's health
+//! probe that hangs.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,8 +14,9 @@ use gangway_actors::cluster::{
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
 };
+use gangway_actors::health::{Health, HealthProbe};
 use gangway_actors::lifecycle::Phase;
-use gangway_core::cluster::Cluster;
+use gangway_core::cluster::{Cluster, GpuId};
 use gangway_core::engine::EngineConfig;
 use gangway_core::job::{JobId, Names};
 use gangway_core::placement::PackingPlacer;
@@ -37,11 +40,20 @@ impl Drop for OpenOnDrop {
 impl Gate {
     /// Blocks until the gate opens, noting that a stop waits.
     fn pass(&self) {
+        self.pass_within(Duration::MAX);
+    }
+
+    /// Blocks until the gate opens or `limit` has passed, noting that something waits.
+    fn pass_within(&self, limit: Duration) {
         let (state, opened) = &*self.0;
+        let began = Instant::now();
         let mut state = state.lock().unwrap();
         state.1 = true;
         while !state.0 {
-            state = opened.wait(state).unwrap();
+            let Some(left) = limit.checked_sub(began.elapsed()) else {
+                return;
+            };
+            state = opened.wait_timeout(state, left).unwrap().0;
         }
     }
 
@@ -80,6 +92,23 @@ impl Executor for SlowToStop {
     }
     fn next_event(&self) -> Option<f64> {
         self.inner.next_event()
+    }
+}
+
+/// A GPU's health probe whose first check hangs at the gate (for at most [`PATIENCE`]), and tells
+/// when it has returned.
+struct HangingProbe {
+    gate: Gate,
+    returned: Arc<AtomicBool>,
+}
+
+impl HealthProbe for HangingProbe {
+    fn check(&mut self, _: GpuId) -> Health {
+        if !self.returned.load(Ordering::SeqCst) {
+            self.gate.pass_within(PATIENCE);
+            self.returned.store(true, Ordering::SeqCst);
+        }
+        Health::healthy()
     }
 }
 
@@ -206,4 +235,59 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
     );
     let waiting = cluster.send(ShowJob(second)).await.unwrap().unwrap();
     assert_eq!(waiting.phase, Phase::Pending, "{waiting:?}");
+}
+
+#[actix::test]
+async fn the_api_answers_while_a_gpus_health_probe_hangs() {
+    let gate = Gate::default();
+    let _opened = OpenOnDrop(gate.clone());
+    let returned = Arc::new(AtomicBool::new(false));
+    let probe = HangingProbe {
+        gate: gate.clone(),
+        returned: Arc::clone(&returned),
+    };
+    let parts = Parts {
+        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
+        model: Arc::new(DurationModel::uniform(1)),
+        names: Names::default(),
+        policy: policy::builtin()
+            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
+        placer: Box::new(PackingPlacer),
+        executor: Box::new(SimExecutor::default()),
+        // GPU 0's probe hangs; the others have none.
+        probes: vec![Box::new(probe) as Box<dyn HealthProbe>],
+        health_every: Duration::from_millis(5),
+    };
+    let settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),
+    );
+    let cluster = ClusterActor::start(parts, settings).unwrap();
+    let waited = Instant::now();
+    while !gate.waiting() {
+        assert!(waited.elapsed() < PATIENCE, "the probe never ran");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    // The probe hangs: submissions, the job list and the metrics are answered meanwhile (a probe
+    // that ran on the control plane's thread would hold them until it returned).
+    let job = cluster
+        .send(Submit {
+            request: request(),
+            at: None,
+            key: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let jobs = cluster.send(ListJobs).await.unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].id, job);
+    let stats = cluster.send(GetStats).await.unwrap();
+    assert_eq!(stats.submitted, 1);
+    assert!(
+        !returned.load(Ordering::SeqCst),
+        "the control plane answered only once the probe had returned"
+    );
+    gate.open();
 }
