@@ -25,7 +25,8 @@ use crate::gpu::{GpuActor, Handover, Holder, Release, Take, Tally};
 pub(super) struct Gang {
     pub holder: Holder,
     pub partner: Option<JobId>,
-    pub gpus: Vec<GpuId>,
+    /// Shared with the job's handle, which keeps the gang while it runs.
+    pub gpus: Arc<[GpuId]>,
     actors: Arc<[Addr<GpuActor>]>,
 }
 
@@ -42,7 +43,7 @@ impl Gang {
         Gang {
             holder,
             partner,
-            gpus,
+            gpus: gpus.into(),
             actors: Arc::clone(actors),
         }
     }
@@ -206,7 +207,7 @@ pub(super) async fn lease_all<'a>(
     // Each GPU's stopped holders, with a gang that names its actor.
     let mut released: FxHashMap<GpuId, (&Gang, SmallVec<[Holder; 2]>)> = FxHashMap::default();
     for gang in stopped {
-        for &gpu in &gang.gpus {
+        for &gpu in gang.gpus.iter() {
             let (_, holders) = released.entry(gpu).or_insert((gang, SmallVec::new()));
             holders.push(gang.holder);
         }
@@ -214,7 +215,7 @@ pub(super) async fn lease_all<'a>(
     let gpus = started.clone().map(|g| g.gpus.len()).sum();
     let (tally, answered) = Tally::new(started.clone().count(), gpus);
     for (k, gang) in started.clone().enumerate() {
-        for &gpu in &gang.gpus {
+        for &gpu in gang.gpus.iter() {
             gang.actor(gpu).do_send(Handover {
                 release: released.remove(&gpu).map(|(_, h)| h).unwrap_or_default(),
                 take: Take {

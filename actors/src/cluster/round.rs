@@ -336,7 +336,7 @@ impl ClusterActor {
             }
             if let Some(handle) = self.jobs.get_mut(job) {
                 if let Some(gang) = handle.gang.take() {
-                    self.views.touch_gpus(gang.gpus);
+                    self.views.touch_gpus(gang.gpus.iter().copied());
                 }
                 handle.note_gpus(now, 0);
                 // A restart that did not start is not one.
