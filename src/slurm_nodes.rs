@@ -175,6 +175,11 @@ impl HealthProbe for SlurmProbe {
     fn check(&mut self, _gpu: GpuId) -> Health {
         self.states.health(&self.node)
     }
+
+    /// A read of the states the watcher's thread keeps.
+    fn quick(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

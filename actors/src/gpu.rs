@@ -13,6 +13,7 @@ use actix::prelude::*;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
@@ -246,7 +247,9 @@ pub struct GpuActor {
     lease: Lease,
     waiters: VecDeque<Waiter>,
     health: Health,
-    probe: Option<(Box<dyn HealthProbe>, std::time::Duration)>,
+    /// Its probe, and how often it is called; the probe is away while a check runs.
+    probe: Option<Box<dyn HealthProbe>>,
+    probe_every: Option<std::time::Duration>,
     watcher: Option<Recipient<HealthChanged>>,
 }
 
@@ -259,6 +262,7 @@ impl GpuActor {
             waiters: VecDeque::new(),
             health: Health::healthy(),
             probe: None,
+            probe_every: None,
             watcher: None,
         }
     }
@@ -270,16 +274,55 @@ impl GpuActor {
         every: std::time::Duration,
         watcher: Recipient<HealthChanged>,
     ) -> Self {
-        self.probe = Some((probe, every));
+        self.probe = Some(probe);
+        self.probe_every = Some(every);
         self.watcher = Some(watcher);
         self
     }
 
-    fn check_health(&mut self) {
-        let Some((probe, _)) = self.probe.as_mut() else {
+    /// Calls the probe: a quick one here, any other on a blocking thread, so that a probe that
+    /// hangs (a wedged driver) holds up neither this GPU's leases nor the other actors on this
+    /// thread. A check still under way is not started again; a probe that panics is not called
+    /// again, and the GPU keeps the health it last had.
+    fn check_health(&mut self, ctx: &mut Context<Self>) {
+        let Some(mut probe) = self.probe.take() else {
             return;
         };
-        let health = probe.check(self.gpu);
+        let gpu = self.gpu;
+        if probe.quick() {
+            let checked = catch_unwind(AssertUnwindSafe(|| probe.check(gpu)));
+            self.checked(
+                checked
+                    .map(|health| (probe, health))
+                    .map_err(|_| "it panicked".into()),
+            );
+            return;
+        }
+        let check = tokio::task::spawn_blocking(move || {
+            let health = probe.check(gpu);
+            (probe, health)
+        });
+        ctx.spawn(fut::wrap_future(check).map(|checked, actor: &mut Self, _| {
+            actor.checked(checked.map_err(|e| e.to_string()));
+        }));
+    }
+
+    /// Takes a check's outcome: the probe back and the health it found, or why it failed.
+    fn checked(&mut self, checked: Result<(Box<dyn HealthProbe>, Health), String>) {
+        match checked {
+            Ok((probe, health)) => {
+                self.probe = Some(probe);
+                self.note_health(health);
+            }
+            Err(error) => {
+                let gpu = self.gpu.0;
+                tracing::error!(gpu, %error, "a GPU's health probe failed; it is not called again");
+            }
+        }
+    }
+
+    /// Takes the health a check found, and tells the watcher if the GPU's turned.
+    fn note_health(&mut self, health: Health) {
         if health.healthy != self.health.healthy {
             tracing::warn!(gpu = self.gpu.0, ?health, "GPU health changed");
             if let Some(watcher) = &self.watcher {
@@ -297,9 +340,8 @@ impl Actor for GpuActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
-        if let Some((_, every)) = &self.probe {
-            // NVML calls take microseconds; polling on the actor's thread is fine at this cadence.
-            ctx.run_interval(*every, |gpu, _| gpu.check_health());
+        if let Some(every) = self.probe_every {
+            ctx.run_interval(every, |gpu, ctx| gpu.check_health(ctx));
         }
     }
 }

@@ -56,10 +56,19 @@ impl Health {
     }
 }
 
-/// Looks at one GPU. Called from the GPU's actor on a timer.
+/// Looks at one GPU. Called for the GPU's actor on a timer, on a blocking thread (unless it is
+/// [`quick`](HealthProbe::quick)): a probe that hangs holds up only its own GPU's next check, and one
+/// that panics is not called again (its GPU keeps the health it last had).
 pub trait HealthProbe: Send {
-    /// The health of GPU `gpu` now; must return quickly (it runs on the actor's thread).
+    /// The health of GPU `gpu` now.
     fn check(&mut self, gpu: GpuId) -> Health;
+
+    /// Whether [`check`](HealthProbe::check) only reads memory and returns at once: then it is
+    /// called on the GPU actor's own thread, which spares a blocking thread per GPU and check (a
+    /// cluster of thousands of GPUs checks them all at each tick).
+    fn quick(&self) -> bool {
+        false
+    }
 }
 
 /// NVML, initialized once per process; `None` where there is no driver (`Nvml::init` fails within a
@@ -219,5 +228,9 @@ impl HealthProbe for Switch {
         } else {
             Health::healthy()
         }
+    }
+
+    fn quick(&self) -> bool {
+        true
     }
 }

@@ -1,6 +1,7 @@
 //! A GPU that fails is taken out of service, and the job on it moves to healthy GPUs.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use gangway_actors::clock::VirtualClock;
@@ -8,9 +9,9 @@ use gangway_actors::cluster::{
     ClusterActor, JobRequest, Parts, Round, Settings, ShowJob, Submit, TimeSource,
 };
 use gangway_actors::executor::SimExecutor;
-use gangway_actors::health::{HealthProbe, Switch};
+use gangway_actors::health::{Health, HealthProbe, Switch};
 use gangway_actors::lifecycle::Phase;
-use gangway_core::cluster::Cluster;
+use gangway_core::cluster::{Cluster, GpuId};
 use gangway_core::engine::EngineConfig;
 use gangway_core::job::Names;
 use gangway_core::placement::PackingPlacer;
@@ -82,4 +83,73 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         after.placement
     );
     assert_eq!(after.preemptions, 1);
+}
+
+/// A probe that panics, counting its calls; quick (called on the actor's thread) or not.
+struct Panicking(Arc<AtomicUsize>, bool);
+
+impl HealthProbe for Panicking {
+    fn check(&mut self, _: GpuId) -> Health {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        panic!("a probe that panics (on purpose, in a test)");
+    }
+
+    fn quick(&self) -> bool {
+        self.1
+    }
+}
+
+#[actix::test]
+async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let parts = Parts {
+        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
+        model: Arc::new(DurationModel::uniform(1)),
+        names: Names::default(),
+        policy: policy::builtin()
+            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
+        placer: Box::new(PackingPlacer),
+        executor: Box::new(SimExecutor::default()),
+        // Two quick, two called on blocking threads.
+        probes: (0..4)
+            .map(|g| Box::new(Panicking(Arc::clone(&calls), g < 2)) as Box<dyn HealthProbe>)
+            .collect(),
+        health_every: Duration::from_millis(5),
+    };
+    let settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),
+    );
+    let cluster = ClusterActor::start(parts, settings).unwrap();
+    for _ in 0..400 {
+        if calls.load(Ordering::SeqCst) == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 4, "each probe is called once");
+    let job = cluster
+        .send(Submit {
+            request: JobRequest::new("toy", 4, 3600.0),
+            at: None,
+            key: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    cluster.send(Round).await.unwrap();
+    let mut shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    for _ in 0..400 {
+        if shown.phase == Phase::Running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    }
+    assert_eq!(shown.phase, Phase::Running, "{shown:?}");
+    assert_eq!(shown.placement.len(), 4);
+    // Many intervals later, no probe has been called again.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
 }

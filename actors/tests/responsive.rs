@@ -269,8 +269,9 @@ async fn the_api_answers_while_a_gpus_health_probe_hangs() {
         assert!(waited.elapsed() < PATIENCE, "the probe never ran");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    // The probe hangs: submissions, the job list and the metrics are answered meanwhile (a probe
-    // that ran on the control plane's thread would hold them until it returned).
+    // The probe hangs: submissions, the job list, the metrics and rounds (which lease the GPU it
+    // checks) go on meanwhile (a probe that ran on the control plane's thread would hold them all
+    // until it returned).
     let job = cluster
         .send(Submit {
             request: request(),
@@ -285,6 +286,19 @@ async fn the_api_answers_while_a_gpus_health_probe_hangs() {
     assert_eq!(jobs[0].id, job);
     let stats = cluster.send(GetStats).await.unwrap();
     assert_eq!(stats.submitted, 1);
+    cluster.send(Round).await.unwrap();
+    let started = tokio::time::timeout(PATIENCE, async {
+        loop {
+            let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+            if shown.phase == Phase::Running {
+                return shown;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("the job never started");
+    assert!(started.placement.contains(&0), "{started:?}");
     assert!(
         !returned.load(Ordering::SeqCst),
         "the control plane answered only once the probe had returned"

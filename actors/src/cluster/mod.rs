@@ -86,9 +86,6 @@ pub struct ClusterActor {
     jobs: IdMap<JobId, JobHandle>,
     executor: Arc<Mutex<Box<dyn Executor>>>,
     gpus: Arc<[Addr<GpuActor>]>,
-    /// The thread the GPU actors run on (stopped with this actor): a round's leases are handled
-    /// there while this thread sends them, and health probes never hold this thread up.
-    gpu_arbiter: Arbiter,
     carrier: Carrier,
     clock: Arc<dyn Clock>,
     stats: Stats,
@@ -168,15 +165,14 @@ impl ClusterActor {
         Ok(ClusterActor::create(move |ctx| {
             let watcher = ctx.address().recipient::<HealthChanged>();
             let mut probes = probes.into_iter();
-            let gpu_arbiter = Arbiter::new();
             let gpus = (0..num_gpus)
                 .map(|g| {
                     let actor = GpuActor::new(GpuId(g));
-                    let actor = match probes.next() {
+                    match probes.next() {
                         Some(probe) => actor.with_probe(probe, health_every, watcher.clone()),
                         None => actor,
-                    };
-                    GpuActor::start_in_arbiter(&gpu_arbiter.handle(), move |_| actor)
+                    }
+                    .start()
                 })
                 .collect();
             let mut actor = ClusterActor {
@@ -186,7 +182,6 @@ impl ClusterActor {
                 jobs: IdMap::default(),
                 executor,
                 gpus,
-                gpu_arbiter,
                 carrier: Carrier::default(),
                 clock,
                 stats: Stats::default(),
@@ -297,10 +292,6 @@ impl ClusterActor {
 
 impl Actor for ClusterActor {
     type Context = Context<Self>;
-
-    fn stopped(&mut self, _: &mut Context<Self>) {
-        self.gpu_arbiter.stop();
-    }
 
     fn started(&mut self, ctx: &mut Context<Self>) {
         // Re-adopted jobs lease their gangs again before anything else happens.
