@@ -250,6 +250,7 @@ pub struct GpuActor {
     /// Its probe, and how often it is called; the probe is away while a check runs.
     probe: Option<Box<dyn HealthProbe>>,
     probe_every: Option<std::time::Duration>,
+    probe_is_quick: bool,
     watcher: Option<Recipient<HealthChanged>>,
 }
 
@@ -263,6 +264,7 @@ impl GpuActor {
             health: Health::healthy(),
             probe: None,
             probe_every: None,
+            probe_is_quick: false,
             watcher: None,
         }
     }
@@ -274,37 +276,48 @@ impl GpuActor {
         every: std::time::Duration,
         watcher: Recipient<HealthChanged>,
     ) -> Self {
+        self.probe_is_quick = probe.quick();
         self.probe = Some(probe);
         self.probe_every = Some(every);
         self.watcher = Some(watcher);
         self
     }
 
-    /// Calls the probe: a quick one here, any other on a blocking thread, so that a probe that
-    /// hangs (a wedged driver) holds up neither this GPU's leases nor the other actors on this
-    /// thread. A check still under way is not started again; a probe that panics is not called
-    /// again, and the GPU keeps the health it last had.
+    /// Calls the probe: a quick one here, any other on a thread of its own, so that a probe that
+    /// hangs (a wedged driver) holds up neither this GPU's leases, nor the other actors on this
+    /// thread, nor the runtime's blocking threads (rounds solve there), nor a shutdown. A check still
+    /// under way is not started again; a probe that panics is not called again, and the GPU keeps the
+    /// health it last had.
     fn check_health(&mut self, ctx: &mut Context<Self>) {
         let Some(mut probe) = self.probe.take() else {
             return;
         };
         let gpu = self.gpu;
-        if probe.quick() {
-            let checked = catch_unwind(AssertUnwindSafe(|| probe.check(gpu)));
-            self.checked(
-                checked
-                    .map(|health| (probe, health))
-                    .map_err(|_| "it panicked".into()),
-            );
+        let check = move || {
+            catch_unwind(AssertUnwindSafe(|| probe.check(gpu)))
+                .map(|health| (probe, health))
+                .map_err(|_| "it panicked".to_owned())
+        };
+        if self.probe_is_quick {
+            self.checked(check());
             return;
         }
-        let check = tokio::task::spawn_blocking(move || {
-            let health = probe.check(gpu);
-            (probe, health)
-        });
-        ctx.spawn(fut::wrap_future(check).map(|checked, actor: &mut Self, _| {
-            actor.checked(checked.map_err(|e| e.to_string()));
-        }));
+        let (answer, answered) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("gpu-{}-probe", gpu.0))
+            .spawn(move || {
+                let _ = answer.send(check());
+            });
+        if let Err(e) = thread {
+            self.checked(Err(format!("no thread to call it on: {e}")));
+            return;
+        }
+        ctx.spawn(
+            fut::wrap_future(answered).map(|checked, actor: &mut Self, _| {
+                actor
+                    .checked(checked.unwrap_or_else(|_| Err("its thread ended unanswered".into())));
+            }),
+        );
     }
 
     /// Takes a check's outcome: the probe back and the health it found, or why it failed.

@@ -56,16 +56,17 @@ impl Health {
     }
 }
 
-/// Looks at one GPU. Called for the GPU's actor on a timer, on a blocking thread (unless it is
-/// [`quick`](HealthProbe::quick)): a probe that hangs holds up only its own GPU's next check, and one
-/// that panics is not called again (its GPU keeps the health it last had).
+/// Looks at one GPU. Called for the GPU's actor on a timer, on a thread of its own for each check
+/// (unless it is [`quick`](HealthProbe::quick)): a probe that hangs holds up only its own GPU's next
+/// check (the GPU keeps the health it last had meanwhile), and one that panics is not called again
+/// (its GPU keeps the health it last had).
 pub trait HealthProbe: Send {
     /// The health of GPU `gpu` now.
     fn check(&mut self, gpu: GpuId) -> Health;
 
     /// Whether [`check`](HealthProbe::check) only reads memory and returns at once: then it is
-    /// called on the GPU actor's own thread, which spares a blocking thread per GPU and check (a
-    /// cluster of thousands of GPUs checks them all at each tick).
+    /// called on the GPU actor's own thread, which spares a thread per GPU and check (a cluster of
+    /// thousands of GPUs checks them all at each tick). Asked once, when the probe is given.
     fn quick(&self) -> bool {
         false
     }

@@ -95,8 +95,8 @@ impl Executor for SlowToStop {
     }
 }
 
-/// A GPU's health probe whose first check hangs at the gate (for at most [`PATIENCE`]), and tells
-/// when it has returned.
+/// A GPU's health probe whose first check hangs at the gate (for at most three times
+/// [`PATIENCE`], longer than the test waits for anything), and tells when it has returned.
 struct HangingProbe {
     gate: Gate,
     returned: Arc<AtomicBool>,
@@ -105,7 +105,7 @@ struct HangingProbe {
 impl HealthProbe for HangingProbe {
     fn check(&mut self, _: GpuId) -> Health {
         if !self.returned.load(Ordering::SeqCst) {
-            self.gate.pass_within(PATIENCE);
+            self.gate.pass_within(3 * PATIENCE);
             self.returned.store(true, Ordering::SeqCst);
         }
         Health::healthy()

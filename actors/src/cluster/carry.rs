@@ -38,12 +38,12 @@ impl Gang {
         partner: Option<JobId>,
         gpus: &[GpuId],
     ) -> Self {
-        let mut gpus = gpus.to_vec();
-        gpus.sort_unstable();
+        let mut gpus: Arc<[GpuId]> = gpus.into();
+        Arc::get_mut(&mut gpus).expect("a new list").sort_unstable();
         Gang {
             holder,
             partner,
-            gpus: gpus.into(),
+            gpus,
             actors: Arc::clone(actors),
         }
     }
