@@ -287,31 +287,32 @@ impl GpuActor {
     /// hangs (a wedged driver) holds up neither this GPU's leases, nor the other actors on this
     /// thread, nor the runtime's blocking threads (rounds solve there), nor a shutdown. A check still
     /// under way is not started again; a probe that panics is not called again, and the GPU keeps the
-    /// health it last had.
+    /// health it last had. Where no thread can be had, the check waits for the next tick.
     fn check_health(&mut self, ctx: &mut Context<Self>) {
-        let Some(mut probe) = self.probe.take() else {
+        let Some(probe) = self.probe.take() else {
             return;
         };
         let gpu = self.gpu;
-        let check = move || {
-            catch_unwind(AssertUnwindSafe(|| probe.check(gpu)))
-                .map(|health| (probe, health))
-                .map_err(|_| "it panicked".to_owned())
-        };
         if self.probe_is_quick {
-            self.checked(check());
+            self.checked(check(probe, gpu));
             return;
         }
+        // The probe goes to the thread once it runs, so that a thread refused leaves it here.
+        let (give, given) = std::sync::mpsc::channel::<Box<dyn HealthProbe>>();
         let (answer, answered) = oneshot::channel();
         let thread = std::thread::Builder::new()
-            .name(format!("gpu-{}-probe", gpu.0))
+            .name(format!("gpu{}-probe", gpu.0))
             .spawn(move || {
-                let _ = answer.send(check());
+                if let Ok(probe) = given.recv() {
+                    let _ = answer.send(check(probe, gpu));
+                }
             });
         if let Err(e) = thread {
-            self.checked(Err(format!("no thread to call it on: {e}")));
+            tracing::warn!(gpu = gpu.0, error = %e, "no thread to check a GPU's health on");
+            self.probe = Some(probe);
             return;
         }
+        give.send(probe).expect("the probe's thread waits for it");
         ctx.spawn(
             fut::wrap_future(answered).map(|checked, actor: &mut Self, _| {
                 actor
@@ -347,6 +348,16 @@ impl GpuActor {
         }
         self.health = health;
     }
+}
+
+/// One check of `probe` on `gpu`: the probe back and the health it found, or the panic it raised.
+fn check(
+    mut probe: Box<dyn HealthProbe>,
+    gpu: GpuId,
+) -> Result<(Box<dyn HealthProbe>, Health), String> {
+    catch_unwind(AssertUnwindSafe(|| probe.check(gpu)))
+        .map(|health| (probe, health))
+        .map_err(|_| "it panicked".to_owned())
 }
 
 impl Actor for GpuActor {

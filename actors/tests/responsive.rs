@@ -237,14 +237,15 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
     assert_eq!(waiting.phase, Phase::Pending, "{waiting:?}");
 }
 
-#[actix::test]
-async fn the_api_answers_while_a_gpus_health_probe_hangs() {
-    let gate = Gate::default();
-    let _opened = OpenOnDrop(gate.clone());
-    let returned = Arc::new(AtomicBool::new(false));
+/// A control plane on four GPUs whose first GPU's health probe hangs (the others have none), once
+/// the probe has begun to hang.
+async fn start_with_a_hanging_probe(
+    gate: &Gate,
+    returned: &Arc<AtomicBool>,
+) -> actix::Addr<ClusterActor> {
     let probe = HangingProbe {
         gate: gate.clone(),
-        returned: Arc::clone(&returned),
+        returned: Arc::clone(returned),
     };
     let parts = Parts {
         cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
@@ -255,7 +256,6 @@ async fn the_api_answers_while_a_gpus_health_probe_hangs() {
             .unwrap(),
         placer: Box::new(PackingPlacer),
         executor: Box::new(SimExecutor::default()),
-        // GPU 0's probe hangs; the others have none.
         probes: vec![Box::new(probe) as Box<dyn HealthProbe>],
         health_every: Duration::from_millis(5),
     };
@@ -269,6 +269,30 @@ async fn the_api_answers_while_a_gpus_health_probe_hangs() {
         assert!(waited.elapsed() < PATIENCE, "the probe never ran");
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    cluster
+}
+
+#[test]
+fn a_shutdown_does_not_wait_for_a_hung_health_probe() {
+    let (gate, returned) = (Gate::default(), Arc::default());
+    let _opened = OpenOnDrop(gate.clone());
+    let system = actix::System::new();
+    system.block_on(async {
+        start_with_a_hanging_probe(&gate, &returned).await;
+    });
+    // The runtime ends, and with it the control plane; the probe's thread is left to hang.
+    drop(system);
+    assert!(
+        !returned.load(Ordering::SeqCst),
+        "the shutdown waited for the probe to return"
+    );
+}
+
+#[actix::test]
+async fn the_api_answers_while_a_gpus_health_probe_hangs() {
+    let (gate, returned) = (Gate::default(), Arc::default());
+    let _opened = OpenOnDrop(gate.clone());
+    let cluster = start_with_a_hanging_probe(&gate, &returned).await;
     // The probe hangs: submissions, the job list, the metrics and rounds (which lease the GPU it
     // checks) go on meanwhile (a probe that ran on the control plane's thread would hold them all
     // until it returned).

@@ -1404,12 +1404,65 @@ mod tests {
             "{} class slots for at most {deepest} jobs at once",
             book.counts.len()
         );
-        // The index names every slot's class, each at its slot (so no class is in two).
+        assert_class_slots(book);
+    }
+
+    /// The book's class slots hang together: the index names every slot's class at its slot, and
+    /// the free list holds each slot at most once, exactly the slots marked listed, among them every
+    /// slot with no jobs.
+    fn assert_class_slots(book: &ClassBook) {
         assert_eq!(book.class_index.len(), book.counts.len());
-        assert!(
-            (0..book.counts.len() as u32)
-                .all(|c| book.class_index.get(&book.counts[c as usize].class) == Some(&c))
-        );
+        for (c, count) in book.counts.iter().enumerate() {
+            assert_eq!(book.class_index.get(&count.class), Some(&(c as u32)));
+            let listed = book
+                .free_classes
+                .iter()
+                .filter(|&&f| f as usize == c)
+                .count();
+            assert_eq!(
+                listed,
+                usize::from(book.listed[c]),
+                "slot {c} listed {listed} times"
+            );
+            assert!(
+                count.jobs > 0 || book.listed[c],
+                "slot {c} is empty but not listed"
+            );
+        }
+    }
+
+    #[test]
+    fn a_class_that_comes_back_keeps_its_slot_and_new_ones_take_only_empty_slots() {
+        let mut book = ClassBook::default();
+        let mut clock = Clock::new(1, 0);
+        let rates = [1.0];
+        let jobs: Vec<Job> = [1.0, 2.0, 1.0, 3.0, 4.0]
+            .iter()
+            .zip(0..)
+            .map(|(&weight, id)| Job {
+                weight,
+                ..Job::new(JobId(id), 0.0, 1, 10.0)
+            })
+            .collect();
+        let join = |book: &mut ClassBook, clock: &mut Clock, k: usize| {
+            book.join(&JobView::arrived(&jobs[k], &rates), clock);
+            book.jobs[&jobs[k].id].class
+        };
+        // Weight 1 in slot 0, weight 2 in slot 1; both empty out.
+        assert_eq!(join(&mut book, &mut clock, 0), 0);
+        assert_eq!(join(&mut book, &mut clock, 1), 1);
+        book.leave(JobId(0), &mut clock);
+        book.leave(JobId(1), &mut clock);
+        assert_class_slots(&book);
+        // Weight 1 comes back to its own slot; weight 3 takes weight 2's; weight 4 passes over slot
+        // 0 (listed, but its class came back) for a new one.
+        assert_eq!(join(&mut book, &mut clock, 2), 0);
+        assert_eq!(join(&mut book, &mut clock, 3), 1);
+        assert_eq!(join(&mut book, &mut clock, 4), 2);
+        assert_class_slots(&book);
+        assert!(book.free_classes.is_empty());
+        let weights: Vec<f64> = book.counts.iter().map(|c| c.class.weight()).collect();
+        assert_eq!(weights, [1.0, 3.0, 4.0]);
     }
 
     #[test]
