@@ -1,42 +1,32 @@
 //! A GPU that fails is taken out of service, and the job on it moves to healthy GPUs.
 
+mod support;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, JobRequest, Parts, Round, Settings, ShowJob, Submit, TimeSource,
+    ClusterActor, JobRequest, Round, Settings, ShowJob, Submit, TimeSource,
 };
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
 use gangway_actors::lifecycle::Phase;
-use gangway_core::cluster::{Cluster, GpuId};
+use gangway_core::cluster::GpuId;
 use gangway_core::engine::EngineConfig;
-use gangway_core::job::Names;
-use gangway_core::placement::PackingPlacer;
-use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::throughput::DurationModel;
 
 #[actix::test]
 async fn a_failed_gpu_moves_its_job_elsewhere() {
     let switches: Vec<Switch> = (0..4).map(|_| Switch::default()).collect();
     let clock = Arc::new(VirtualClock::new(0.0));
-    let parts = Parts {
-        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-        model: Arc::new(DurationModel::uniform(1)),
-        names: Names::default(),
-        policy: policy::builtin()
-            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        placer: Box::new(PackingPlacer),
-        executor: Box::new(SimExecutor::default()),
-        probes: switches
+    let parts = support::probed(
+        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
+        switches
             .iter()
             .map(|s| Box::new(s.clone()) as Box<dyn HealthProbe>)
             .collect(),
-        health_every: Duration::from_millis(5),
-    };
+    );
     let settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(&clock)),
@@ -106,21 +96,13 @@ impl HealthProbe for Panicking {
 #[actix::test]
 async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let parts = Parts {
-        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-        model: Arc::new(DurationModel::uniform(1)),
-        names: Names::default(),
-        policy: policy::builtin()
-            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        placer: Box::new(PackingPlacer),
-        executor: Box::new(SimExecutor::default()),
+    let parts = support::probed(
+        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
         // Two quick, two called on threads of their own.
-        probes: (0..4)
+        (0..4)
             .map(|g| Box::new(Panicking(Arc::clone(&calls), g < 2)) as Box<dyn HealthProbe>)
             .collect(),
-        health_every: Duration::from_millis(5),
-    };
+    );
     let settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),

@@ -3,23 +3,19 @@
 //! becomes the job's goodput model (the simulator's `Learned`), journaled: a restart keeps it, also
 //! past snapshots, which hold the ledger alone.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, JobRequest, LearnedSteps, Parts, Poll, Round, Settings, ShowJob, Submit,
-    TimeSource,
+    ClusterActor, JobRequest, LearnedSteps, Poll, Round, Settings, ShowJob, Submit, TimeSource,
 };
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Measured, Segment, SimExecutor, WorkerEvent,
 };
-use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
-use gangway_core::job::{JobId, Names};
-use gangway_core::placement::PackingPlacer;
-use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::throughput::DurationModel;
+use gangway_core::job::JobId;
 
 /// The last launch, and the steps to report at the next poll.
 #[derive(Default)]
@@ -84,18 +80,7 @@ fn start(
     workers: &Reporting,
     journal: Option<&std::path::Path>,
 ) -> actix::Addr<ClusterActor> {
-    let parts = Parts {
-        cluster: Arc::new(Cluster::parse_spec("v100=1x2", 2).unwrap()),
-        model: Arc::new(DurationModel::uniform(1)),
-        names: Names::default(),
-        policy: policy::builtin()
-            .build("srtf", &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        placer: Box::new(PackingPlacer),
-        executor: Box::new(workers.clone()),
-        probes: Vec::new(),
-        health_every: Duration::from_secs(60),
-    };
+    let parts = support::parts("v100=1x2", 2, "srtf", Box::new(workers.clone()));
     let mut settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(clock)),

@@ -1,24 +1,21 @@
 //! A control plane that restarts while workers keep running re-adopts them (no restart, no lost work,
 //! no second start); jobs whose workers died are requeued from their last checkpoint.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, JobRequest, Parts, Poll, Round, Settings, ShowJob, Submit, TimeSource,
+    ClusterActor, JobRequest, Poll, Round, Settings, ShowJob, Submit, TimeSource,
 };
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
 };
 use gangway_actors::ledger::Ledger;
 use gangway_actors::lifecycle::Phase;
-use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
-use gangway_core::job::{JobId, Names};
-use gangway_core::placement::PackingPlacer;
-use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::throughput::DurationModel;
+use gangway_core::job::JobId;
 
 /// Workers that outlive the control plane: one simulated executor shared by its successive runs.
 #[derive(Clone)]
@@ -53,18 +50,7 @@ fn start(
     clock: &Arc<VirtualClock>,
     workers: &Outliving,
 ) -> actix::Addr<ClusterActor> {
-    let parts = Parts {
-        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-        model: Arc::new(DurationModel::uniform(1)),
-        names: Names::default(),
-        policy: policy::builtin()
-            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        placer: Box::new(PackingPlacer),
-        executor: Box::new(workers.clone()),
-        probes: Vec::new(),
-        health_every: Duration::from_secs(60),
-    };
+    let parts = support::parts("v100=1x4", 4, "fifo", Box::new(workers.clone()));
     let mut settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(clock)),
@@ -193,18 +179,7 @@ fn start_with(
     clock: &Arc<VirtualClock>,
     executor: Box<dyn Executor>,
 ) -> actix::Addr<ClusterActor> {
-    let parts = Parts {
-        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-        model: Arc::new(DurationModel::uniform(1)),
-        names: Names::default(),
-        policy: policy::builtin()
-            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        placer: Box::new(PackingPlacer),
-        executor,
-        probes: Vec::new(),
-        health_every: Duration::from_secs(60),
-    };
+    let parts = support::parts("v100=1x4", 4, "fifo", executor);
     let mut settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(clock)),

@@ -2,13 +2,15 @@
 //! worker holds neither the job list, the metrics, nor new submissions; nor does a GPU's health
 //! probe that hangs.
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Parts, Round, Settings, ShowJob, Submit,
+    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Round, Settings, ShowJob, Submit,
     TimeSource,
 };
 use gangway_actors::executor::{
@@ -16,12 +18,9 @@ use gangway_actors::executor::{
 };
 use gangway_actors::health::{Health, HealthProbe};
 use gangway_actors::lifecycle::Phase;
-use gangway_core::cluster::{Cluster, GpuId};
+use gangway_core::cluster::GpuId;
 use gangway_core::engine::EngineConfig;
-use gangway_core::job::{JobId, Names};
-use gangway_core::placement::PackingPlacer;
-use gangway_core::policy::{self, PolicyConfig};
-use gangway_core::throughput::DurationModel;
+use gangway_core::job::JobId;
 
 /// A gate a stop waits at until the test opens it; it also tells when a stop is waiting.
 #[derive(Clone, Default)]
@@ -127,21 +126,15 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
     let gate = Gate::default();
     let _opened = OpenOnDrop(gate.clone());
     let clock = Arc::new(VirtualClock::new(0.0));
-    let parts = Parts {
-        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-        model: Arc::new(DurationModel::uniform(1)),
-        names: Names::default(),
-        policy: policy::builtin()
-            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        placer: Box::new(PackingPlacer),
-        executor: Box::new(SlowToStop {
+    let parts = support::parts(
+        "v100=1x4",
+        4,
+        "fifo",
+        Box::new(SlowToStop {
             inner: SimExecutor::default(),
             gate: gate.clone(),
         }),
-        probes: Vec::new(),
-        health_every: Duration::from_secs(60),
-    };
+    );
     let settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(&clock)),
@@ -247,18 +240,10 @@ async fn start_with_a_hanging_probe(
         gate: gate.clone(),
         returned: Arc::clone(returned),
     };
-    let parts = Parts {
-        cluster: Arc::new(Cluster::parse_spec("v100=1x4", 4).unwrap()),
-        model: Arc::new(DurationModel::uniform(1)),
-        names: Names::default(),
-        policy: policy::builtin()
-            .build("fifo", &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        placer: Box::new(PackingPlacer),
-        executor: Box::new(SimExecutor::default()),
-        probes: vec![Box::new(probe) as Box<dyn HealthProbe>],
-        health_every: Duration::from_millis(5),
-    };
+    let parts = support::probed(
+        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
+        vec![Box::new(probe) as Box<dyn HealthProbe>],
+    );
     let settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),

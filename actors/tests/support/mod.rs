@@ -1,0 +1,48 @@
+//! What the control plane's integration tests share: the parts of a small control plane.
+
+// Each test binary that includes this module uses part of it.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gangway_actors::cluster::Parts;
+use gangway_actors::executor::Executor;
+use gangway_actors::health::HealthProbe;
+use gangway_core::cluster::Cluster;
+use gangway_core::job::Names;
+use gangway_core::placement::PackingPlacer;
+use gangway_core::policy::{self, PolicyConfig};
+use gangway_core::throughput::DurationModel;
+
+/// A control plane's parts: `cluster` (a `--cluster` spec, one server per node of its GPUs) run by
+/// the built-in `policy` through `executor`, jobs that take their work in seconds, packed placement,
+/// no health probes.
+pub fn parts(
+    cluster: &str,
+    gpus_per_node: u32,
+    policy: &str,
+    executor: Box<dyn Executor>,
+) -> Parts {
+    Parts {
+        cluster: Arc::new(Cluster::parse_spec(cluster, gpus_per_node).unwrap()),
+        model: Arc::new(DurationModel::uniform(1)),
+        names: Names::default(),
+        policy: policy::builtin()
+            .build(policy, &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
+        placer: Box::new(PackingPlacer),
+        executor,
+        probes: Vec::new(),
+        health_every: Duration::from_secs(60),
+    }
+}
+
+/// `parts` with a health probe for each of its first GPUs, checked every 5 ms.
+pub fn probed(parts: Parts, probes: Vec<Box<dyn HealthProbe>>) -> Parts {
+    Parts {
+        probes,
+        health_every: Duration::from_millis(5),
+        ..parts
+    }
+}
