@@ -335,7 +335,7 @@ impl GpuActor {
         }
     }
 
-    /// Takes the health a check found, and tells the watcher if the GPU's turned.
+    /// Takes the health a check found, and tells the watcher if the GPU turned healthy or not.
     fn note_health(&mut self, health: Health) {
         if health.healthy != self.health.healthy {
             tracing::warn!(gpu = self.gpu.0, ?health, "GPU health changed");

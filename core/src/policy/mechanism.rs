@@ -81,8 +81,8 @@ pub trait ClassSharePolicy {
     /// This round's shares: one row per class of `classes`, in that order; each class appears once
     /// (a class may have no jobs left: its row is then never used, and its place may hold another
     /// class in a later call, so keep nothing by a class's position from one call to the next).
-    /// `input.jobs` may hold only the running jobs and those that
-    /// changed since the last call ([`Policy::keeps_queue`]); `classes` counts every active job.
+    /// `input.jobs` may hold only the running jobs and those that changed since the last call
+    /// ([`Policy::keeps_queue`]); `classes` counts every active job.
     fn class_shares(&mut self, input: &RoundInput<'_>, classes: &[ClassCount]) -> ClassShares;
 }
 
@@ -821,8 +821,9 @@ struct ClassBook {
     /// Every slot's class, to its slot.
     class_index: IdMap<JobClass, u32>,
     /// Slots of classes with no jobs left, for the next new class (a client that submits jobs of
-    /// ever new classes, any weight it likes, makes as many slots as it has classes at once, not in
-    /// all); a slot whose class has come back since is passed over. `listed` marks the slots listed.
+    /// ever new classes, any weight it likes, makes as many slots as the most classes it has at
+    /// once, not one per class it ever had); a slot whose class has come back since is passed over.
+    /// `listed` marks the slots listed.
     free_classes: Vec<u32>,
     listed: Vec<bool>,
     jobs: IdMap<JobId, Member>,
