@@ -7,9 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
-use gangway_actors::cluster::{
-    ClusterActor, JobRequest, Round, Settings, ShowJob, Submit, TimeSource,
-};
+use gangway_actors::cluster::{ClusterActor, JobRequest, Round, Settings, ShowJob, TimeSource};
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
 use gangway_actors::lifecycle::Phase;
@@ -36,15 +34,7 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         tenant: "a".into(),
         ..JobRequest::new("toy", 2, 3600.0)
     };
-    let job = cluster
-        .send(Submit {
-            request,
-            at: None,
-            key: None,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let job = support::submit(&cluster, request).await;
     cluster.send(Round).await.unwrap();
     let before = cluster.send(ShowJob(job)).await.unwrap().unwrap();
     assert_eq!(before.phase, Phase::Running);
@@ -113,15 +103,7 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(calls.load(Ordering::SeqCst), 4, "each probe is called once");
-    let job = cluster
-        .send(Submit {
-            request: JobRequest::new("toy", 4, 3600.0),
-            at: None,
-            key: None,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let job = support::submit(&cluster, JobRequest::new("toy", 4, 3600.0)).await;
     cluster.send(Round).await.unwrap();
     let mut shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
     while shown.phase != Phase::Running && Instant::now() < patience {

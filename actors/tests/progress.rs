@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, JobRequest, LearnedSteps, Poll, Round, Settings, ShowJob, Submit, TimeSource,
+    ClusterActor, JobRequest, LearnedSteps, Poll, Round, Settings, ShowJob, TimeSource,
 };
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Measured, Segment, SimExecutor, WorkerEvent,
@@ -96,15 +96,7 @@ async fn submit(cluster: &actix::Addr<ClusterActor>) -> JobId {
         tenant: "a".into(),
         ..JobRequest::new("toy", 2, 1000.0)
     };
-    cluster
-        .send(Submit {
-            request,
-            at: None,
-            key: None,
-        })
-        .await
-        .unwrap()
-        .unwrap()
+    support::submit(cluster, request).await
 }
 
 #[actix::test]

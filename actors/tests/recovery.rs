@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, JobRequest, Poll, Round, Settings, ShowJob, Submit, TimeSource,
+    ClusterActor, JobRequest, Poll, Round, Settings, ShowJob, TimeSource,
 };
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
@@ -78,15 +78,7 @@ fn live_workers_are_readopted_and_dead_ones_requeued() {
     actix::System::new().block_on(async {
         let cluster = start(&journal, &clock, &workers);
         for (gpus, work) in [(2, 1000.0), (2, 400.0)] {
-            cluster
-                .send(Submit {
-                    request: request(gpus, work),
-                    at: None,
-                    key: None,
-                })
-                .await
-                .unwrap()
-                .unwrap();
+            support::submit(&cluster, request(gpus, work)).await;
         }
         cluster.send(Round).await.unwrap();
         clock.set(100.0);
@@ -197,15 +189,7 @@ fn the_restart_budget_survives_a_restart() {
     // Two crashes before the restart, of a budget of three.
     actix::System::new().block_on(async {
         let cluster = start_with(&journal, &clock, Box::new(Crashing::default()));
-        cluster
-            .send(Submit {
-                request: request(2, 100.0),
-                at: None,
-                key: None,
-            })
-            .await
-            .unwrap()
-            .unwrap();
+        support::submit(&cluster, request(2, 100.0)).await;
         for t in [0.0, 10.0] {
             clock.set(t);
             cluster.send(Round).await.unwrap();
@@ -254,15 +238,7 @@ fn cordoned_gpus_stay_out_of_service_after_a_restart() {
     let (first, second) = actix::System::new().block_on(async {
         let cluster = start(&journal, &clock, &workers);
         for _ in 0..2 {
-            cluster
-                .send(Submit {
-                    request: request(2, 1000.0),
-                    at: None,
-                    key: None,
-                })
-                .await
-                .unwrap()
-                .unwrap();
+            support::submit(&cluster, request(2, 1000.0)).await;
         }
         cluster.send(Round).await.unwrap();
         let show = |id| {

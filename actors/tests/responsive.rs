@@ -140,15 +140,7 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
         TimeSource::Virtual(Arc::clone(&clock)),
     );
     let cluster = ClusterActor::start(parts, settings).unwrap();
-    let job = cluster
-        .send(Submit {
-            request: request(),
-            at: None,
-            key: None,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let job = support::submit(&cluster, request()).await;
     cluster.send(Round).await.unwrap();
     let running = cluster.send(ShowJob(job)).await.unwrap().unwrap();
     assert_eq!(running.phase, Phase::Running);
@@ -281,15 +273,7 @@ async fn the_api_answers_while_a_gpus_health_probe_hangs() {
     // The probe hangs: submissions, the job list, the metrics and rounds (which lease the GPU it
     // checks) go on meanwhile (a probe that ran on the control plane's thread would hold them all
     // until it returned).
-    let job = cluster
-        .send(Submit {
-            request: request(),
-            at: None,
-            key: None,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let job = support::submit(&cluster, request()).await;
     let jobs = cluster.send(ListJobs).await.unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, job);

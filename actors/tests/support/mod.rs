@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gangway_actors::cluster::Parts;
+use gangway_actors::cluster::{ClusterActor, JobRequest, Parts, Submit};
 use gangway_actors::executor::Executor;
 use gangway_actors::health::HealthProbe;
 use gangway_core::cluster::Cluster;
-use gangway_core::job::Names;
+use gangway_core::job::{JobId, Names};
 use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
 use gangway_core::throughput::DurationModel;
@@ -45,4 +45,18 @@ pub fn probed(parts: Parts, probes: Vec<Box<dyn HealthProbe>>) -> Parts {
         health_every: Duration::from_millis(5),
         ..parts
     }
+}
+
+/// Submits `request` (no arrival time, no idempotency key) and answers the job's id; panics on a
+/// refusal.
+pub async fn submit(cluster: &actix::Addr<ClusterActor>, request: JobRequest) -> JobId {
+    cluster
+        .send(Submit {
+            request,
+            at: None,
+            key: None,
+        })
+        .await
+        .unwrap()
+        .unwrap()
 }
