@@ -251,6 +251,10 @@ pub struct GpuActor {
     probe: Option<Box<dyn HealthProbe>>,
     probe_every: Option<std::time::Duration>,
     probe_is_quick: bool,
+    /// Ticks since the check under way on a thread began, if one is.
+    unanswered: Option<u32>,
+    /// The health the probe last gave, while the GPU is out of service for its silence.
+    before_silence: Option<Health>,
     watcher: Option<Recipient<HealthChanged>>,
 }
 
@@ -265,6 +269,8 @@ impl GpuActor {
             probe: None,
             probe_every: None,
             probe_is_quick: false,
+            unanswered: None,
+            before_silence: None,
             watcher: None,
         }
     }
@@ -286,10 +292,13 @@ impl GpuActor {
     /// Calls the probe: a quick one here, any other on a thread of its own, so that a probe that
     /// hangs (a wedged driver) holds up neither this GPU's leases, nor the other actors on this
     /// thread, nor the runtime's blocking threads (rounds solve there), nor a shutdown. A check still
-    /// under way is not started again; a probe that panics is not called again, and the GPU keeps the
-    /// health it last had. Where no thread can be had, the check waits for the next tick.
+    /// under way is not started again, and one unanswered for [`UNANSWERED_CHECKS`] ticks takes the
+    /// GPU out of service until the probe answers; a probe that panics is not called again, and the
+    /// GPU keeps the health it last had. Where no thread can be had, the check waits for the next
+    /// tick.
     fn check_health(&mut self, ctx: &mut Context<Self>) {
         let Some(probe) = self.probe.take() else {
+            self.note_silence();
             return;
         };
         let gpu = self.gpu;
@@ -313,6 +322,7 @@ impl GpuActor {
             return;
         }
         give.send(probe).expect("the probe's thread waits for it");
+        self.unanswered = Some(0);
         ctx.spawn(
             fut::wrap_future(answered).map(|checked, actor: &mut Self, _| {
                 actor
@@ -321,8 +331,28 @@ impl GpuActor {
         );
     }
 
+    /// A tick found the last check still under way: past [`UNANSWERED_CHECKS`] ticks, the GPU is
+    /// unhealthy until the probe answers.
+    fn note_silence(&mut self) {
+        let (Some(every), Some(ticks)) = (self.probe_every, self.unanswered.as_mut()) else {
+            return;
+        };
+        *ticks = ticks.saturating_add(1);
+        if *ticks == UNANSWERED_CHECKS {
+            let silent = every * *ticks;
+            let silence = Health::unhealthy(format!(
+                "its health probe has not answered for {:.1} s",
+                silent.as_secs_f64()
+            ));
+            self.before_silence = Some(self.health.clone());
+            self.note_health(silence);
+        }
+    }
+
     /// Takes a check's outcome: the probe back and the health it found, or why it failed.
     fn checked(&mut self, checked: Result<(Box<dyn HealthProbe>, Health), String>) {
+        self.unanswered = None;
+        let before_silence = self.before_silence.take();
         match checked {
             Ok((probe, health)) => {
                 self.probe = Some(probe);
@@ -331,6 +361,10 @@ impl GpuActor {
             Err(error) => {
                 let gpu = self.gpu.0;
                 tracing::error!(gpu, %error, "a GPU's health probe failed; it is not called again");
+                // A probe's fault says nothing of its GPU: back to what the probe last said.
+                if let Some(health) = before_silence {
+                    self.note_health(health);
+                }
             }
         }
     }
@@ -349,6 +383,11 @@ impl GpuActor {
         self.health = health;
     }
 }
+
+/// Ticks a health check may stay unanswered before its GPU is taken out of service: a probe that hangs
+/// (a wedged driver, a GPU fallen off the bus) vouches for nothing, as a node whose health check
+/// times out is drained under Slurm. Its jobs move; the GPU is back once the probe answers healthy.
+pub const UNANSWERED_CHECKS: u32 = 3;
 
 /// One check of `probe` on `gpu`: the probe back and the health it found, or the panic it raised.
 fn check(

@@ -3,16 +3,19 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
-use gangway_actors::cluster::{ClusterActor, JobRequest, Round, Settings, ShowJob, TimeSource};
+use gangway_actors::cluster::{
+    ClusterActor, JobInfo, JobRequest, ListNodes, Parts, Round, Settings, ShowJob, TimeSource,
+};
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::GpuId;
 use gangway_core::engine::EngineConfig;
+use gangway_core::job::JobId;
 
 #[actix::test]
 async fn a_failed_gpu_moves_its_job_elsewhere() {
@@ -86,13 +89,18 @@ impl HealthProbe for Panicking {
 #[actix::test]
 async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again() {
     let calls = Arc::new(AtomicUsize::new(0));
-    let parts = support::probed(
-        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
-        // Two quick, two called on threads of their own.
-        (0..4)
-            .map(|g| Box::new(Panicking(Arc::clone(&calls), g < 2)) as Box<dyn HealthProbe>)
-            .collect(),
-    );
+    // Checked every 200 ms: a panic's report (its backtrace) takes the probe's thread long enough
+    // to be counted silent at 5 ms ticks, which would take the GPU out of service for a while.
+    let parts = Parts {
+        health_every: Duration::from_millis(200),
+        ..support::probed(
+            support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
+            // Two quick, two called on threads of their own.
+            (0..4)
+                .map(|g| Box::new(Panicking(Arc::clone(&calls), g < 2)) as Box<dyn HealthProbe>)
+                .collect(),
+        )
+    };
     let settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),
@@ -112,7 +120,130 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
     }
     assert_eq!(shown.phase, Phase::Running, "{shown:?}");
     assert_eq!(shown.placement.len(), 4);
-    // Many intervals later, no probe has been called again.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Several intervals later, no probe has been called again.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+/// A probe that stalls (as a wedged NVML call does) while `stall` is set, then answers healthy, or
+/// panics if `panics`.
+struct Stalling {
+    stall: Arc<AtomicBool>,
+    panics: bool,
+}
+
+impl HealthProbe for Stalling {
+    fn check(&mut self, _: GpuId) -> Health {
+        let began = Instant::now();
+        while self.stall.load(Ordering::SeqCst) && began.elapsed() < PATIENCE {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!self.panics, "a probe that panics (on purpose, in a test)");
+        Health::healthy()
+    }
+}
+
+/// Waits (within [`PATIENCE`]) until `done` holds of GPU 0's reason for being out of service, if
+/// it is; answers that reason.
+async fn gpu_0_out_of_service(
+    cluster: &actix::Addr<ClusterActor>,
+    done: impl Fn(Option<&str>) -> bool,
+) -> Option<String> {
+    let patience = Instant::now() + PATIENCE;
+    loop {
+        let nodes = cluster.send(ListNodes).await.unwrap();
+        let why = (nodes.iter().flat_map(|n| &n.out_of_service))
+            .find(|(g, _)| *g == 0)
+            .map(|(_, why)| why.clone());
+        if done(why.as_deref()) || Instant::now() > patience {
+            return why;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Waits (within [`PATIENCE`]) until `job` is in `phase`; answers how it is then.
+async fn in_phase(cluster: &actix::Addr<ClusterActor>, job: JobId, phase: Phase) -> JobInfo {
+    let patience = Instant::now() + PATIENCE;
+    loop {
+        let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+        if shown.phase == phase || Instant::now() > patience {
+            return shown;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A control plane on four GPUs, GPU 0's probe stalling while the flag answered is set (the others
+/// have none), running a job on all four; and its clock.
+async fn a_job_beside_a_stalling_probe(
+    panics: bool,
+) -> (
+    actix::Addr<ClusterActor>,
+    JobId,
+    Arc<AtomicBool>,
+    Arc<VirtualClock>,
+) {
+    let stall = Arc::new(AtomicBool::new(false));
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let probe = Stalling {
+        stall: Arc::clone(&stall),
+        panics,
+    };
+    let parts = support::probed(
+        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
+        vec![Box::new(probe) as Box<dyn HealthProbe>],
+    );
+    let settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::clone(&clock)),
+    );
+    let cluster = ClusterActor::start(parts, settings).unwrap();
+    let job = support::submit(&cluster, JobRequest::new("toy", 4, 3600.0)).await;
+    cluster.send(Round).await.unwrap();
+    let running = in_phase(&cluster, job, Phase::Running).await;
+    assert_eq!(running.phase, Phase::Running, "{running:?}");
+    (cluster, job, stall, clock)
+}
+
+#[actix::test]
+async fn a_gpu_whose_probe_stops_answering_is_out_of_service_until_it_answers() {
+    let (cluster, job, stall, clock) = a_job_beside_a_stalling_probe(false).await;
+    stall.store(true, Ordering::SeqCst);
+    let why = gpu_0_out_of_service(&cluster, |why| why.is_some()).await;
+    let why = why.expect("GPU 0 stayed in service while its probe did not answer");
+    assert!(why.contains("has not answered"), "{why}");
+    // Its job, which needs all four GPUs, is stopped and waits.
+    let stopped = in_phase(&cluster, job, Phase::Preempted).await;
+    assert_eq!(stopped.phase, Phase::Preempted, "{stopped:?}");
+
+    stall.store(false, Ordering::SeqCst);
+    let why = gpu_0_out_of_service(&cluster, |why| why.is_none()).await;
+    assert_eq!(
+        why, None,
+        "GPU 0 stayed out of service once its probe answered"
+    );
+    clock.set(60.0);
+    cluster.send(Round).await.unwrap();
+    let back = in_phase(&cluster, job, Phase::Running).await;
+    assert_eq!(back.phase, Phase::Running, "{back:?}");
+    assert_eq!(back.placement.len(), 4);
+}
+
+#[actix::test]
+async fn a_probe_that_stalls_then_panics_gives_its_gpu_back_to_service() {
+    let (cluster, _, stall, _) = a_job_beside_a_stalling_probe(true).await;
+    stall.store(true, Ordering::SeqCst);
+    let why = gpu_0_out_of_service(&cluster, |why| why.is_some()).await;
+    assert!(
+        why.is_some(),
+        "GPU 0 stayed in service while its probe did not answer"
+    );
+    // The probe's fault says nothing of the GPU: it is back in the health the probe last gave.
+    stall.store(false, Ordering::SeqCst);
+    let why = gpu_0_out_of_service(&cluster, |why| why.is_none()).await;
+    assert_eq!(
+        why, None,
+        "GPU 0 stayed out of service after its probe panicked"
+    );
 }

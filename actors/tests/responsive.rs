@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Round, Settings, ShowJob, Submit,
+    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Parts, Round, Settings, ShowJob, Submit,
     TimeSource,
 };
 use gangway_actors::executor::{
@@ -232,10 +232,15 @@ async fn start_with_a_hanging_probe(
         gate: gate.clone(),
         returned: Arc::clone(returned),
     };
-    let parts = support::probed(
-        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
-        vec![Box::new(probe) as Box<dyn HealthProbe>],
-    );
+    // Checked every 2 s: the hung probe takes its GPU out of service only after
+    // `UNANSWERED_CHECKS` more ticks, long after the requests these tests make.
+    let parts = Parts {
+        health_every: Duration::from_secs(2),
+        ..support::probed(
+            support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
+            vec![Box::new(probe) as Box<dyn HealthProbe>],
+        )
+    };
     let settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),
