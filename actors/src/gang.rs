@@ -49,11 +49,12 @@ pub struct Disband;
 pub struct GangActor {
     holder: Holder,
     partner: Option<JobId>,
-    gpus: Vec<Addr<GpuActor>>,
+    /// Its GPUs, in ascending id, each with its actor.
+    gpus: Vec<(GpuId, Addr<GpuActor>)>,
 }
 
 impl GangActor {
-    /// A gang of `gpus` (id, actor), reserved in ascending id.
+    /// A gang of `gpus` (id, and the actor holding it), reserved in ascending id.
     pub fn new(
         holder: Holder,
         partner: Option<JobId>,
@@ -63,7 +64,7 @@ impl GangActor {
         GangActor {
             holder,
             partner,
-            gpus: gpus.into_iter().map(|(_, addr)| addr).collect(),
+            gpus,
         }
     }
 }
@@ -95,20 +96,33 @@ impl Handler<Acquire> for GangActor {
         let job = holder.job;
         Box::pin(async move {
             let mut reserved = Ok(());
-            for gpu in &gpus {
-                reserved = first_error(job, vec![gpu.send(Reserve { holder, partner }).await]);
+            for (gpu, actor) in &gpus {
+                let reserve = Reserve {
+                    gpu: *gpu,
+                    holder,
+                    partner,
+                };
+                reserved = first_error(job, vec![actor.send(reserve).await]);
                 if reserved.is_err() {
                     break;
                 }
             }
             if let Err(e) = reserved {
                 // Discard is idempotent, so it goes to every GPU, reserved or not.
-                join_all(gpus.iter().map(|g| g.send(Discard(holder)))).await;
+                let discards = gpus
+                    .iter()
+                    .map(|(gpu, a)| a.send(Discard { gpu: *gpu, holder }));
+                join_all(discards).await;
                 return Err(e);
             }
-            let committed = join_all(gpus.iter().map(|g| g.send(Commit(holder)))).await;
-            if let Err(e) = first_error(job, committed) {
-                join_all(gpus.iter().map(|g| g.send(Release(holder)))).await;
+            let commits = gpus
+                .iter()
+                .map(|(gpu, a)| a.send(Commit { gpu: *gpu, holder }));
+            if let Err(e) = first_error(job, join_all(commits).await) {
+                let releases = gpus
+                    .iter()
+                    .map(|(gpu, a)| a.send(Release { gpu: *gpu, holder }));
+                join_all(releases).await;
                 return Err(e);
             }
             Ok(())
@@ -122,8 +136,11 @@ impl Handler<Disband> for GangActor {
     fn handle(&mut self, _: Disband, ctx: &mut Context<Self>) -> Self::Result {
         // Releases are queued on the GPUs' mailboxes before this answers, so anything sent to those
         // GPUs afterwards (the next gang's lease) finds them released: no need to wait for replies.
-        for gpu in &self.gpus {
-            gpu.do_send(Release(self.holder));
+        for (gpu, actor) in &self.gpus {
+            actor.do_send(Release {
+                gpu: *gpu,
+                holder: self.holder,
+            });
         }
         ctx.stop();
     }

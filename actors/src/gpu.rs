@@ -1,4 +1,8 @@
-//! The GPU actor: one GPU's lease and health.
+//! The GPU actors: each holds the GPUs of one server, and for each GPU its lease and health.
+//!
+//! One actor per server rather than per GPU: a round that moves thousands of jobs hands each server's
+//! GPUs over in one message ([`Handovers`]) rather than one per GPU, and a server is what is probed,
+//! fails and is drained together. Every message names the GPU it is about.
 //!
 //! A lease is taken in two phases, so that a gang is never half-placed: a gang first *reserves* each of
 //! its GPUs, then *commits* all of them, or *discards* the reservations it got.
@@ -78,12 +82,20 @@ pub enum LeaseError {
         /// The holder's job.
         job: JobId,
     },
+    /// A message about a GPU that is not this actor's.
+    #[error("GPU {gpu} is not this actor's")]
+    Elsewhere {
+        /// The GPU's id.
+        gpu: u32,
+    },
 }
 
 /// Phase one: hold the GPU for `holder`, which may share it with `partner` only.
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
 pub struct Reserve {
+    /// The GPU.
+    pub gpu: GpuId,
     /// Who reserves it.
     pub holder: Holder,
     /// The only job it may share the GPU with (its packing partner), if any.
@@ -96,25 +108,43 @@ pub struct Reserve {
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
 pub struct Take {
+    /// The GPU.
+    pub gpu: GpuId,
     /// Who takes it.
     pub holder: Holder,
     /// The only job it may share the GPU with (its packing partner), if any.
     pub partner: Option<JobId>,
 }
 
-/// A GPU changing hands within one round, in one message: its stopped holders give it back, then
-/// the new one [`Take`]s it. It answers on its batch's [`Tally`], not on a channel of its own: a
-/// round that moves thousands of jobs sends one per GPU.
+/// One GPU changing hands within a round: given back by a holder done with it, or taken (as by a
+/// [`Take`]) by a new one, which answers on its batch's [`Tally`] rather than on a channel of its own.
+pub enum Handover {
+    /// `holder` gives the GPU back.
+    Release {
+        /// The GPU.
+        gpu: GpuId,
+        /// Its holder, done with it.
+        holder: Holder,
+    },
+    /// `holder` takes the GPU, which may share it with `partner` only.
+    Take {
+        /// The GPU.
+        gpu: GpuId,
+        /// Who takes it.
+        holder: Holder,
+        /// The only job it may share the GPU with (its packing partner), if any.
+        partner: Option<JobId>,
+        /// Where it answers.
+        answer: TallyAnswer,
+    },
+}
+
+/// One actor's GPUs changing hands within one round, in one message, in order: a round gives back
+/// the GPUs it stops before it takes them again. A round that moves thousands of jobs sends one per
+/// server.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Handover {
-    /// The holders done with it (none: a free GPU simply taken).
-    pub release: SmallVec<[Holder; 2]>,
-    /// Who takes it.
-    pub take: Take,
-    /// Where it answers.
-    pub answer: TallyAnswer,
-}
+pub struct Handovers(pub Vec<Handover>);
 
 /// The answers of a batch of [`Handover`]s: which of its gangs were refused a GPU, complete once
 /// every GPU has answered.
@@ -196,21 +226,36 @@ impl Drop for TallyAnswer {
 /// Phase two: the whole gang got its reservations; the lease is the holder's.
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
-pub struct Commit(pub Holder);
+pub struct Commit {
+    /// The GPU.
+    pub gpu: GpuId,
+    /// Whose reservation it commits.
+    pub holder: Holder,
+}
 
 /// Phase two, the other way: give the reservation back. Idempotent.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Discard(pub Holder);
+pub struct Discard {
+    /// The GPU.
+    pub gpu: GpuId,
+    /// Whose reservation it gives back.
+    pub holder: Holder,
+}
 
 /// The holder is done with the GPU. Idempotent.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Release(pub Holder);
+pub struct Release {
+    /// The GPU.
+    pub gpu: GpuId,
+    /// Its holder.
+    pub holder: Holder,
+}
 
-/// The GPU's state, for tests and the API.
+/// The state of the actor's GPUs, in ascending id, for tests and the API.
 #[derive(Message)]
-#[rtype(result = "GpuInfo")]
+#[rtype(result = "Vec<GpuInfo>")]
 pub struct Inspect;
 
 /// A GPU's state, as [`Inspect`] answers it.
@@ -241,100 +286,146 @@ struct Waiter {
     answer: oneshot::Sender<Result<(), LeaseError>>,
 }
 
-/// One GPU: its lease, the reservations waiting for it, and its health.
-pub struct GpuActor {
-    gpu: GpuId,
+/// One GPU of an actor's: its lease, the reservations waiting for it, and its health.
+struct Gpu {
+    id: GpuId,
     lease: Lease,
     waiters: VecDeque<Waiter>,
     health: Health,
-    /// Its probe, and how often it is called; the probe is away while a check runs.
+    /// Its probe, if it has one; away while a check runs.
     probe: Option<Box<dyn HealthProbe>>,
-    probe_every: Option<std::time::Duration>,
     probe_is_quick: bool,
     /// Ticks since the check under way on a thread began, if one is.
     unanswered: Option<u32>,
     /// The health the probe last gave, while the GPU is out of service for its silence.
     before_silence: Option<Health>,
+}
+
+/// The GPUs of one server (see the module's doc).
+pub struct GpuActor {
+    /// In ascending id.
+    gpus: Vec<Gpu>,
+    /// How often the probes are called, if any is.
+    probe_every: Option<std::time::Duration>,
     watcher: Option<Recipient<HealthChanged>>,
 }
 
 impl GpuActor {
-    /// GPU `gpu`, free and healthy, with no probe (see [`GpuActor::with_probe`]).
-    pub fn new(gpu: GpuId) -> Self {
+    /// The actor of `gpus`, each free and healthy, with no probe (see [`GpuActor::with_probes`]).
+    pub fn new(gpus: impl IntoIterator<Item = GpuId>) -> Self {
+        let mut gpus: Vec<Gpu> = gpus.into_iter().map(Gpu::new).collect();
+        gpus.sort_unstable_by_key(|g| g.id);
+        gpus.dedup_by_key(|g| g.id);
         GpuActor {
-            gpu,
-            lease: Lease::default(),
-            waiters: VecDeque::new(),
-            health: Health::healthy(),
-            probe: None,
+            gpus,
             probe_every: None,
-            probe_is_quick: false,
-            unanswered: None,
-            before_silence: None,
             watcher: None,
         }
     }
 
-    /// Polls `probe` every `every`, and tells `watcher` when the GPU's health changes.
-    pub fn with_probe(
+    /// Polls each of `probes` (one of this actor's GPUs, and its probe; others are ignored) every
+    /// `every`, and tells `watcher` when a GPU's health changes.
+    pub fn with_probes(
         mut self,
-        probe: Box<dyn HealthProbe>,
+        probes: impl IntoIterator<Item = (GpuId, Box<dyn HealthProbe>)>,
         every: std::time::Duration,
         watcher: Recipient<HealthChanged>,
     ) -> Self {
-        self.probe_is_quick = probe.quick();
-        self.probe = Some(probe);
+        for (id, probe) in probes {
+            if let Ok(gpu) = self.gpu(id) {
+                gpu.probe_is_quick = probe.quick();
+                gpu.probe = Some(probe);
+            }
+        }
         self.probe_every = Some(every);
         self.watcher = Some(watcher);
         self
     }
 
-    /// Calls the probe: a quick one here, any other on a thread of its own, so that a probe that
-    /// hangs (a wedged driver) holds up neither this GPU's leases, nor the other actors on this
-    /// thread, nor the runtime's blocking threads (rounds solve there), nor a shutdown. A check still
-    /// under way is not started again, and one unanswered for [`UNANSWERED_CHECKS`] ticks takes the
-    /// GPU out of service until the probe answers; a probe that panics is not called again, and the
-    /// GPU keeps the health it last had. Where no thread can be had, the check waits for the next
-    /// tick.
+    /// GPU `id`, if it is this actor's.
+    fn gpu(&mut self, id: GpuId) -> Result<&mut Gpu, LeaseError> {
+        match self.gpus.binary_search_by_key(&id, |g| g.id) {
+            Ok(k) => Ok(&mut self.gpus[k]),
+            Err(_) => Err(LeaseError::Elsewhere { gpu: id.0 }),
+        }
+    }
+
+    /// Calls each GPU's probe: a quick one here, any other on a thread of its own, so that a probe
+    /// that hangs (a wedged driver) holds up neither the GPUs' leases, nor the other actors on this
+    /// thread, nor the runtime's blocking threads (rounds solve there), nor a shutdown. A check
+    /// still under way is not started again, and one unanswered for [`UNANSWERED_CHECKS`] ticks
+    /// takes its GPU out of service until the probe answers; a probe that panics is not called
+    /// again, and its GPU keeps the health the probe last gave. Where no thread can be had, the
+    /// check waits for the next tick.
     fn check_health(&mut self, ctx: &mut Context<Self>) {
-        let Some(probe) = self.probe.take() else {
-            self.note_silence();
+        for k in 0..self.gpus.len() {
+            self.check(k, ctx);
+        }
+    }
+
+    /// Checks the `k`th GPU (see [`GpuActor::check_health`]).
+    fn check(&mut self, k: usize, ctx: &mut Context<Self>) {
+        let watcher = self.watcher.as_ref();
+        let gpu = &mut self.gpus[k];
+        let Some(probe) = gpu.probe.take() else {
+            if let Some(every) = self.probe_every {
+                gpu.note_silence(every, watcher);
+            }
             return;
         };
-        let gpu = self.gpu;
-        if self.probe_is_quick {
-            self.checked(check(probe, gpu));
+        let id = gpu.id;
+        if gpu.probe_is_quick {
+            gpu.checked(check(probe, id), watcher);
             return;
         }
         // The probe goes to the thread once it runs, so that a thread refused leaves it here.
         let (give, given) = std::sync::mpsc::channel::<Box<dyn HealthProbe>>();
         let (answer, answered) = oneshot::channel();
         let thread = std::thread::Builder::new()
-            .name(format!("gpu{}-probe", gpu.0))
+            .name(format!("gpu{}-probe", id.0))
             .spawn(move || {
                 if let Ok(probe) = given.recv() {
-                    let _ = answer.send(check(probe, gpu));
+                    let _ = answer.send(check(probe, id));
                 }
             });
         if let Err(e) = thread {
-            tracing::warn!(gpu = gpu.0, error = %e, "no thread to check a GPU's health on");
-            self.probe = Some(probe);
+            tracing::warn!(gpu = id.0, error = %e, "no thread to check a GPU's health on");
+            gpu.probe = Some(probe);
             return;
         }
         give.send(probe).expect("the probe's thread waits for it");
-        self.unanswered = Some(0);
+        gpu.unanswered = Some(0);
         ctx.spawn(
-            fut::wrap_future(answered).map(|checked, actor: &mut Self, _| {
-                actor
-                    .checked(checked.unwrap_or_else(|_| Err("its thread ended unanswered".into())));
+            fut::wrap_future(answered).map(move |checked, actor: &mut Self, _| {
+                let checked = checked.unwrap_or_else(|_| Err("its thread ended unanswered".into()));
+                actor.gpus[k].checked(checked, actor.watcher.as_ref());
             }),
         );
     }
+}
 
-    /// A tick found the last check still under way: past [`UNANSWERED_CHECKS`] ticks, the GPU is
-    /// unhealthy until the probe answers.
-    fn note_silence(&mut self) {
-        let (Some(every), Some(ticks)) = (self.probe_every, self.unanswered.as_mut()) else {
+impl Gpu {
+    fn new(id: GpuId) -> Self {
+        Gpu {
+            id,
+            lease: Lease::default(),
+            waiters: VecDeque::new(),
+            health: Health::healthy(),
+            probe: None,
+            probe_is_quick: false,
+            unanswered: None,
+            before_silence: None,
+        }
+    }
+
+    /// A tick found the last check still under way: past [`UNANSWERED_CHECKS`] ticks of `every`,
+    /// the GPU is unhealthy until the probe answers.
+    fn note_silence(
+        &mut self,
+        every: std::time::Duration,
+        watcher: Option<&Recipient<HealthChanged>>,
+    ) {
+        let Some(ticks) = self.unanswered.as_mut() else {
             return;
         };
         *ticks = ticks.saturating_add(1);
@@ -345,71 +436,48 @@ impl GpuActor {
                 silent.as_secs_f64()
             ));
             self.before_silence = Some(self.health.clone());
-            self.note_health(silence);
+            self.note_health(silence, watcher);
         }
     }
 
     /// Takes a check's outcome: the probe back and the health it found, or why it failed.
-    fn checked(&mut self, checked: Result<(Box<dyn HealthProbe>, Health), String>) {
+    fn checked(
+        &mut self,
+        checked: Result<(Box<dyn HealthProbe>, Health), String>,
+        watcher: Option<&Recipient<HealthChanged>>,
+    ) {
         self.unanswered = None;
         let before_silence = self.before_silence.take();
         match checked {
             Ok((probe, health)) => {
                 self.probe = Some(probe);
-                self.note_health(health);
+                self.note_health(health, watcher);
             }
             Err(error) => {
-                let gpu = self.gpu.0;
+                let gpu = self.id.0;
                 tracing::error!(gpu, %error, "a GPU's health probe failed; it is not called again");
                 // A probe's fault says nothing of its GPU: back to what the probe last said.
                 if let Some(health) = before_silence {
-                    self.note_health(health);
+                    self.note_health(health, watcher);
                 }
             }
         }
     }
 
     /// Takes the health a check found, and tells the watcher if the GPU turned healthy or not.
-    fn note_health(&mut self, health: Health) {
+    fn note_health(&mut self, health: Health, watcher: Option<&Recipient<HealthChanged>>) {
         if health.healthy != self.health.healthy {
-            tracing::warn!(gpu = self.gpu.0, ?health, "GPU health changed");
-            if let Some(watcher) = &self.watcher {
+            tracing::warn!(gpu = self.id.0, ?health, "GPU health changed");
+            if let Some(watcher) = watcher {
                 watcher.do_send(HealthChanged {
-                    gpu: self.gpu,
+                    gpu: self.id,
                     health: health.clone(),
                 });
             }
         }
         self.health = health;
     }
-}
 
-/// Ticks a health check may stay unanswered before its GPU is taken out of service: a probe that hangs
-/// (a wedged driver, a GPU fallen off the bus) vouches for nothing, as a node whose health check
-/// times out is drained under Slurm. Its jobs move; the GPU is back once the probe answers healthy.
-pub const UNANSWERED_CHECKS: u32 = 3;
-
-/// One check of `probe` on `gpu`: the probe back and the health it found, or the panic it raised.
-fn check(
-    mut probe: Box<dyn HealthProbe>,
-    gpu: GpuId,
-) -> Result<(Box<dyn HealthProbe>, Health), String> {
-    catch_unwind(AssertUnwindSafe(|| probe.check(gpu)))
-        .map(|health| (probe, health))
-        .map_err(|_| "it panicked".to_owned())
-}
-
-impl Actor for GpuActor {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Context<Self>) {
-        if let Some(every) = self.probe_every {
-            ctx.run_interval(every, |gpu, ctx| gpu.check_health(ctx));
-        }
-    }
-}
-
-impl GpuActor {
     /// Reserves for `holder` if it can have the GPU now; `None` if it must wait for an in-flight
     /// reservation.
     fn try_reserve(
@@ -417,7 +485,7 @@ impl GpuActor {
         holder: Holder,
         partner: Option<JobId>,
     ) -> Option<Result<(), LeaseError>> {
-        let gpu = self.gpu.0;
+        let gpu = self.id.0;
         if !self.health.healthy {
             return Some(Err(LeaseError::Unhealthy { gpu }));
         }
@@ -448,34 +516,47 @@ impl GpuActor {
     }
 
     /// See [`Take`].
-    fn take(&mut self, msg: Take) -> Result<(), LeaseError> {
+    fn take(&mut self, holder: Holder, partner: Option<JobId>) -> Result<(), LeaseError> {
+        let gpu = self.id.0;
         // Another gang mid-acquisition keeps its place: taking never jumps a queue.
         if !self.waiters.is_empty() || !self.lease.reserved.is_empty() {
-            let by = self
-                .lease
-                .reserved
-                .first()
-                .map_or(msg.holder.job, |(h, _)| h.job);
-            return Err(LeaseError::Busy {
-                gpu: self.gpu.0,
-                by,
-            });
+            let by = (self.lease.reserved.first()).map_or(holder.job, |(h, _)| h.job);
+            return Err(LeaseError::Busy { gpu, by });
         }
-        self.try_reserve(msg.holder, msg.partner)
+        self.try_reserve(holder, partner)
             .unwrap_or(Err(LeaseError::Busy {
-                gpu: self.gpu.0,
-                by: msg.holder.job,
+                gpu,
+                by: holder.job,
             }))?;
-        let k = self
-            .lease
-            .reserved
-            .iter()
-            .position(|(h, _)| *h == msg.holder);
-        if let Some(k) = k {
+        if let Some(k) = self.lease.reserved.iter().position(|(h, _)| *h == holder) {
             let entry = self.lease.reserved.remove(k);
             self.lease.committed.push(entry);
         }
         Ok(())
+    }
+
+    /// See [`Commit`].
+    fn commit(&mut self, holder: Holder) -> Result<(), LeaseError> {
+        if self.lease.committed.iter().any(|(h, _)| *h == holder) {
+            return Ok(());
+        }
+        let Some(k) = self.lease.reserved.iter().position(|(h, _)| *h == holder) else {
+            return Err(LeaseError::NotReserved {
+                gpu: self.id.0,
+                job: holder.job,
+            });
+        };
+        let entry = self.lease.reserved.remove(k);
+        self.lease.committed.push(entry);
+        // The GPU is leased now: waiters that cannot share it are refused.
+        self.wake();
+        Ok(())
+    }
+
+    /// See [`Discard`].
+    fn discard(&mut self, holder: Holder) {
+        self.lease.reserved.retain(|(h, _)| *h != holder);
+        self.wake();
     }
 
     /// See [`Release`].
@@ -499,23 +580,60 @@ impl GpuActor {
             }
         }
     }
+
+    fn info(&self) -> GpuInfo {
+        GpuInfo {
+            gpu: self.id.0,
+            lease: self.lease.clone(),
+            health: self.health.clone(),
+        }
+    }
+}
+
+/// Ticks a health check may stay unanswered before its GPU is taken out of service: a probe that hangs
+/// (a wedged driver, a GPU fallen off the bus) vouches for nothing, as a node whose health check
+/// times out is drained under Slurm. Its jobs move; the GPU is back once the probe answers healthy.
+pub const UNANSWERED_CHECKS: u32 = 3;
+
+/// One check of `probe` on `gpu`: the probe back and the health it found, or the panic it raised.
+fn check(
+    mut probe: Box<dyn HealthProbe>,
+    gpu: GpuId,
+) -> Result<(Box<dyn HealthProbe>, Health), String> {
+    catch_unwind(AssertUnwindSafe(|| probe.check(gpu)))
+        .map(|health| (probe, health))
+        .map_err(|_| "it panicked".to_owned())
+}
+
+impl Actor for GpuActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let probed = self.gpus.iter().any(|g| g.probe.is_some());
+        if let (Some(every), true) = (self.probe_every, probed) {
+            ctx.run_interval(every, |actor, ctx| actor.check_health(ctx));
+        }
+    }
 }
 
 impl Handler<Reserve> for GpuActor {
     type Result = ResponseFuture<Result<(), LeaseError>>;
 
     fn handle(&mut self, msg: Reserve, _: &mut Context<Self>) -> Self::Result {
-        if let Some(answer) = self.try_reserve(msg.holder, msg.partner) {
+        let gpu = match self.gpu(msg.gpu) {
+            Ok(gpu) => gpu,
+            Err(e) => return Box::pin(std::future::ready(Err(e))),
+        };
+        if let Some(answer) = gpu.try_reserve(msg.holder, msg.partner) {
             return Box::pin(std::future::ready(answer));
         }
         let (answer, wait) = oneshot::channel();
-        self.waiters.push_back(Waiter {
+        gpu.waiters.push_back(Waiter {
             holder: msg.holder,
             partner: msg.partner,
             answer,
         });
-        let gpu = self.gpu.0;
-        let holder = msg.holder.job;
+        let (gpu, holder) = (msg.gpu.0, msg.holder.job);
         Box::pin(async move {
             wait.await
                 .unwrap_or(Err(LeaseError::Busy { gpu, by: holder }))
@@ -527,57 +645,61 @@ impl Handler<Take> for GpuActor {
     type Result = Result<(), LeaseError>;
 
     fn handle(&mut self, msg: Take, _: &mut Context<Self>) -> Self::Result {
-        self.take(msg)
+        self.gpu(msg.gpu)?.take(msg.holder, msg.partner)
     }
 }
 
-impl Handler<Handover> for GpuActor {
+impl Handler<Handovers> for GpuActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Handover, _: &mut Context<Self>) {
-        for holder in msg.release {
-            self.release(holder);
+    fn handle(&mut self, Handovers(handovers): Handovers, _: &mut Context<Self>) {
+        for handover in handovers {
+            match handover {
+                Handover::Release { gpu, holder } => {
+                    if let Ok(gpu) = self.gpu(gpu) {
+                        gpu.release(holder);
+                    }
+                }
+                // A GPU not this actor's refuses (its answer, dropped, says so).
+                Handover::Take {
+                    gpu,
+                    holder,
+                    partner,
+                    answer,
+                } => {
+                    let taken = self.gpu(gpu).and_then(|g| g.take(holder, partner));
+                    answer.give(taken.is_ok());
+                }
+            }
         }
-        let taken = self.take(msg.take).is_ok();
-        msg.answer.give(taken);
     }
 }
 
 impl Handler<Commit> for GpuActor {
     type Result = Result<(), LeaseError>;
 
-    fn handle(&mut self, Commit(holder): Commit, _: &mut Context<Self>) -> Self::Result {
-        if self.lease.committed.iter().any(|(h, _)| *h == holder) {
-            return Ok(());
-        }
-        let Some(k) = self.lease.reserved.iter().position(|(h, _)| *h == holder) else {
-            return Err(LeaseError::NotReserved {
-                gpu: self.gpu.0,
-                job: holder.job,
-            });
-        };
-        let entry = self.lease.reserved.remove(k);
-        self.lease.committed.push(entry);
-        // The GPU is leased now: waiters that cannot share it are refused.
-        self.wake();
-        Ok(())
+    fn handle(&mut self, msg: Commit, _: &mut Context<Self>) -> Self::Result {
+        self.gpu(msg.gpu)?.commit(msg.holder)
     }
 }
 
 impl Handler<Discard> for GpuActor {
     type Result = ();
 
-    fn handle(&mut self, Discard(holder): Discard, _: &mut Context<Self>) {
-        self.lease.reserved.retain(|(h, _)| *h != holder);
-        self.wake();
+    fn handle(&mut self, msg: Discard, _: &mut Context<Self>) {
+        if let Ok(gpu) = self.gpu(msg.gpu) {
+            gpu.discard(msg.holder);
+        }
     }
 }
 
 impl Handler<Release> for GpuActor {
     type Result = ();
 
-    fn handle(&mut self, Release(holder): Release, _: &mut Context<Self>) {
-        self.release(holder);
+    fn handle(&mut self, msg: Release, _: &mut Context<Self>) {
+        if let Ok(gpu) = self.gpu(msg.gpu) {
+            gpu.release(msg.holder);
+        }
     }
 }
 
@@ -585,10 +707,6 @@ impl Handler<Inspect> for GpuActor {
     type Result = MessageResult<Inspect>;
 
     fn handle(&mut self, _: Inspect, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(GpuInfo {
-            gpu: self.gpu.0,
-            lease: self.lease.clone(),
-            health: self.health.clone(),
-        })
+        MessageResult(self.gpus.iter().map(Gpu::info).collect())
     }
 }

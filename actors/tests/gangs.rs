@@ -12,6 +12,9 @@ use gangway_core::job::JobId;
 
 const GPUS: u32 = 24;
 
+/// GPUs per server: one actor holds each server's GPUs.
+const PER_SERVER: u32 = 4;
+
 /// xorshift64*, so that a failure can be replayed.
 struct Rng(u64);
 
@@ -39,15 +42,23 @@ fn random_gang(rng: &mut Rng) -> Vec<u32> {
 
 #[actix::test]
 async fn competing_gangs_get_all_their_gpus_or_none_and_never_deadlock() {
-    let gpus: Vec<Addr<GpuActor>> = (0..GPUS).map(|g| GpuActor::new(GpuId(g)).start()).collect();
+    let servers: Vec<Addr<GpuActor>> = (0..GPUS / PER_SERVER)
+        .map(|s| GpuActor::new((s * PER_SERVER..(s + 1) * PER_SERVER).map(GpuId)).start())
+        .collect();
+    let actor = |g: u32| servers[(g / PER_SERVER) as usize].clone();
+    // Every GPU's state, in ascending id.
+    let inspect = || async {
+        let each = join_all(servers.iter().map(|s| s.send(Inspect))).await;
+        each.into_iter()
+            .flat_map(Result::unwrap)
+            .collect::<Vec<_>>()
+    };
     let mut rng = Rng(42);
     let mut granted = 0;
     let mut refused = 0;
     for wave in 0..20u64 {
-        let before: Vec<_> = join_all(gpus.iter().map(|g| g.send(Inspect)))
-            .await
-            .into_iter()
-            .map(|l| l.unwrap().lease.is_free())
+        let before: Vec<bool> = (inspect().await.iter())
+            .map(|l| l.lease.is_free())
             .collect();
         let mut granted_now = 0;
         // Gangs from earlier waves still hold GPUs, so the cluster stays fragmented.
@@ -58,10 +69,7 @@ async fn competing_gangs_get_all_their_gpus_or_none_and_never_deadlock() {
                     job: JobId((wave * 100 + k) as u32),
                     attempt: wave,
                 };
-                let addrs = members
-                    .iter()
-                    .map(|&g| (GpuId(g), gpus[g as usize].clone()))
-                    .collect();
+                let addrs = members.iter().map(|&g| (GpuId(g), actor(g))).collect();
                 (holder, members, GangActor::new(holder, None, addrs).start())
             })
             .collect();
@@ -72,11 +80,8 @@ async fn competing_gangs_get_all_their_gpus_or_none_and_never_deadlock() {
         .await
         .expect("every acquisition ends: no deadlock");
 
-        let leases: Vec<_> = join_all(gpus.iter().map(|g| g.send(Inspect)))
-            .await
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
+        let leases = inspect().await;
+        assert_eq!(leases.len(), GPUS as usize);
         for lease in &leases {
             assert!(
                 lease.lease.reserved.is_empty(),
@@ -137,17 +142,18 @@ async fn competing_gangs_get_all_their_gpus_or_none_and_never_deadlock() {
 #[actix::test]
 async fn take_leases_a_free_gpu_at_once_and_never_jumps_a_gang_still_acquiring() {
     use gangway_actors::gpu::{Release, Reserve, Take};
-    let gpu = GpuActor::new(GpuId(0)).start();
+    let gpu = GpuActor::new([GpuId(0)]).start();
     let holder = |job| Holder {
         job: JobId(job),
         attempt: 0,
     };
     let take = |job| Take {
+        gpu: GpuId(0),
         holder: holder(job),
         partner: None,
     };
     assert_eq!(gpu.send(take(1)).await.unwrap(), Ok(()));
-    let lease = gpu.send(Inspect).await.unwrap().lease;
+    let lease = gpu.send(Inspect).await.unwrap().remove(0).lease;
     assert_eq!(lease.committed.as_slice(), [(holder(1), None)]);
     assert!(lease.reserved.is_empty());
     // Held: refused at once, not queued.
@@ -158,9 +164,14 @@ async fn take_leases_a_free_gpu_at_once_and_never_jumps_a_gang_still_acquiring()
             by: JobId(1)
         })
     );
-    gpu.send(Release(holder(1))).await.unwrap();
+    let release = Release {
+        gpu: GpuId(0),
+        holder: holder(1),
+    };
+    gpu.send(release).await.unwrap();
     // Reserved by a gang still acquiring: taking it would jump that gang, so it is refused.
     let reserve = Reserve {
+        gpu: GpuId(0),
         holder: holder(3),
         partner: None,
     };
@@ -176,41 +187,61 @@ async fn take_leases_a_free_gpu_at_once_and_never_jumps_a_gang_still_acquiring()
 
 #[actix::test]
 async fn a_batch_of_handovers_tells_which_gangs_were_refused_even_by_a_gpu_gone() {
-    use gangway_actors::gpu::{Handover, Take, Tally};
+    use gangway_actors::gpu::{Handover, Handovers, Take, Tally, TallyAnswer};
     let holder = |job| Holder {
         job: JobId(job),
         attempt: 0,
     };
-    let handover = |release: &[u32], job, answer| Handover {
-        release: release.iter().map(|&j| holder(j)).collect(),
-        take: Take {
-            holder: holder(job),
-            partner: None,
-        },
+    let take = |gpu, job, answer: TallyAnswer| Handover::Take {
+        gpu: GpuId(gpu),
+        holder: holder(job),
+        partner: None,
         answer,
     };
-    let mut gpus: Vec<_> = (0..2).map(|g| GpuActor::new(GpuId(g)).start()).collect();
+    let release = |gpu, job| Handover::Release {
+        gpu: GpuId(gpu),
+        holder: holder(job),
+    };
+    // A server of GPUs 0 and 1, and one of GPU 2 whose actor will be gone.
+    let server = GpuActor::new([GpuId(0), GpuId(1)]).start();
     let elsewhere = Arbiter::new();
-    gpus.push(GpuActor::start_in_arbiter(&elsewhere.handle(), |_| {
-        GpuActor::new(GpuId(2))
-    }));
-    // Job 1 holds GPU 0 and job 2 GPU 1.
+    let gone = GpuActor::start_in_arbiter(&elsewhere.handle(), |_| GpuActor::new([GpuId(2)]));
+    // Job 1 takes GPU 0 and job 2 GPU 1, in one message.
     let (tally, answered) = Tally::new(2, 2);
-    gpus[0].do_send(handover(&[], 1, tally.answer_for(0)));
-    gpus[1].do_send(handover(&[], 2, tally.answer_for(1)));
+    let both = vec![
+        take(0, 1, tally.answer_for(0)),
+        take(1, 2, tally.answer_for(1)),
+    ];
+    server.do_send(Handovers(both));
     assert_eq!(answered.await.unwrap(), [false, false]);
-    // Job 3 takes GPU 0 from job 1 (handed over) and GPU 1 (still job 2's: refused); job 4 takes
-    // GPU 2, whose actor is gone.
+    // Job 3 takes GPU 0 from job 1 (given back first, in the same message) and GPU 1 (still job
+    // 2's: refused); job 4 takes GPU 2, whose actor is gone, and GPU 5, which no actor here holds.
     elsewhere.stop();
     elsewhere.join().unwrap();
-    assert!(!gpus[2].connected());
-    let (tally, answered) = Tally::new(2, 3);
-    gpus[0].do_send(handover(&[1], 3, tally.answer_for(0)));
-    gpus[1].do_send(handover(&[], 3, tally.answer_for(0)));
-    gpus[2].do_send(handover(&[], 4, tally.answer_for(1)));
+    assert!(!gone.connected());
+    let (tally, answered) = Tally::new(2, 4);
+    let moves = vec![
+        release(0, 1),
+        take(0, 3, tally.answer_for(0)),
+        take(1, 3, tally.answer_for(0)),
+        take(5, 4, tally.answer_for(1)),
+    ];
+    server.do_send(Handovers(moves));
+    gone.do_send(Handovers(vec![take(2, 4, tally.answer_for(1))]));
     assert_eq!(answered.await.unwrap(), [true, true]);
-    let lease = gpus[0].send(Inspect).await.unwrap().lease;
-    assert_eq!(lease.committed.as_slice(), [(holder(3), None)]);
+    let gpus = server.send(Inspect).await.unwrap();
+    assert_eq!(gpus[0].lease.committed.as_slice(), [(holder(3), None)]);
+    assert_eq!(gpus[1].lease.committed.as_slice(), [(holder(2), None)]);
+    // A message about a GPU the actor does not hold says so.
+    let stray = Take {
+        gpu: GpuId(5),
+        holder: holder(4),
+        partner: None,
+    };
+    assert_eq!(
+        server.send(stray).await.unwrap(),
+        Err(LeaseError::Elsewhere { gpu: 5 })
+    );
     // Nothing to answer: done at once.
     let (_, answered) = Tally::new(0, 0);
     assert_eq!(answered.await.unwrap(), Vec::<bool>::new());

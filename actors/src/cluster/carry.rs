@@ -8,8 +8,6 @@ use std::sync::{Arc, Mutex};
 use actix::prelude::*;
 use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
-use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 
 use super::messages::RoundReport;
 use super::plan::Retune;
@@ -17,7 +15,66 @@ use crate::IdSet;
 use crate::clock::Clock;
 use crate::executor::{Executor, Launch};
 use crate::gang::{Acquire, GangActor};
-use crate::gpu::{GpuActor, Handover, Holder, Release, Take, Tally};
+use crate::gpu::{GpuActor, Handover, Handovers, Holder, Tally};
+
+/// The cluster's GPU actors, one per server, and which of them holds each GPU.
+pub(super) struct GpuActors {
+    actors: Vec<Addr<GpuActor>>,
+    /// By GPU id, the index of the actor holding it.
+    of_gpu: Vec<u32>,
+}
+
+impl GpuActors {
+    /// The actors of `servers` (each server's GPUs), started with `start` (given the GPUs).
+    pub fn start(
+        servers: impl IntoIterator<Item = Vec<GpuId>>,
+        mut start: impl FnMut(&[GpuId]) -> Addr<GpuActor>,
+    ) -> Self {
+        let (mut actors, mut of_gpu) = (Vec::new(), Vec::new());
+        for gpus in servers {
+            for gpu in &gpus {
+                let at = gpu.0 as usize;
+                if of_gpu.len() <= at {
+                    of_gpu.resize(at + 1, u32::MAX);
+                }
+                of_gpu[at] = actors.len() as u32;
+            }
+            actors.push(start(&gpus));
+        }
+        assert!(
+            !of_gpu.contains(&u32::MAX),
+            "every GPU has an actor (the servers' GPUs number 0 to N - 1)"
+        );
+        GpuActors { actors, of_gpu }
+    }
+
+    /// How many GPUs there are.
+    pub fn gpus(&self) -> usize {
+        self.of_gpu.len()
+    }
+
+    fn index(&self, gpu: GpuId) -> usize {
+        self.of_gpu[gpu.0 as usize] as usize
+    }
+
+    fn actor(&self, gpu: GpuId) -> &Addr<GpuActor> {
+        &self.actors[self.index(gpu)]
+    }
+
+    /// Sends each actor its part of `handovers`, in their order, in one message.
+    fn send(&self, handovers: impl IntoIterator<Item = Handover>) {
+        let mut batches: Vec<Vec<Handover>> = self.actors.iter().map(|_| Vec::new()).collect();
+        for handover in handovers {
+            let (Handover::Release { gpu, .. } | Handover::Take { gpu, .. }) = handover;
+            batches[self.index(gpu)].push(handover);
+        }
+        for (actor, batch) in self.actors.iter().zip(batches) {
+            if !batch.is_empty() {
+                actor.do_send(Handovers(batch));
+            }
+        }
+    }
+}
 
 /// A gang's lease: who holds it (or will), and its GPUs, in ascending id, among the cluster's GPU
 /// actors.
@@ -27,13 +84,13 @@ pub(super) struct Gang {
     pub partner: Option<JobId>,
     /// Shared with the job's handle, which keeps the gang while it runs.
     pub gpus: Arc<[GpuId]>,
-    actors: Arc<[Addr<GpuActor>]>,
+    actors: Arc<GpuActors>,
 }
 
 impl Gang {
     /// A gang for `holder` on `gpus` (not yet leased), among the cluster's `actors`.
     pub fn new(
-        actors: &Arc<[Addr<GpuActor>]>,
+        actors: &Arc<GpuActors>,
         holder: Holder,
         partner: Option<JobId>,
         gpus: &[GpuId],
@@ -48,18 +105,10 @@ impl Gang {
         }
     }
 
-    fn actor(&self, gpu: GpuId) -> &Addr<GpuActor> {
-        &self.actors[gpu.0 as usize]
-    }
-
-    fn actors(&self) -> impl Iterator<Item = &Addr<GpuActor>> {
-        self.gpus.iter().map(|&g| self.actor(g))
-    }
-
     /// Leases every GPU in the ordered two-phase way, through a gang actor, which waits where it
     /// must and says why it failed (after a refusal at [`lease_all`]'s).
     pub async fn lease_in_order(&self) -> Result<(), String> {
-        let gpus = self.gpus.iter().copied().zip(self.actors().cloned());
+        let gpus = (self.gpus.iter()).map(|&g| (g, self.actors.actor(g).clone()));
         let actor = GangActor::new(self.holder, self.partner, gpus.collect()).start();
         match actor.send(Acquire).await {
             Ok(leased) => leased.map_err(|e| e.to_string()),
@@ -70,9 +119,13 @@ impl Gang {
     /// Gives every GPU back, without waiting: the releases are queued on the GPUs' mailboxes now, so
     /// a lease sent to them afterwards finds them free. Idempotent.
     pub fn release(&self) {
-        for gpu in self.actors() {
-            gpu.do_send(Release(self.holder));
-        }
+        self.actors.send(self.releases());
+    }
+
+    /// Each of its GPUs given back.
+    fn releases(&self) -> impl Iterator<Item = Handover> + '_ {
+        let holder = self.holder;
+        (self.gpus.iter()).map(move |&gpu| Handover::Release { gpu, holder })
     }
 }
 
@@ -98,6 +151,8 @@ pub(super) struct Steps {
     pub now: f64,
     /// The control plane's clock, to time the stops and the launches.
     pub clock: Arc<dyn Clock>,
+    /// The GPU actors, to lease through.
+    pub actors: Arc<GpuActors>,
 }
 
 /// What carrying out a batch came to.
@@ -121,6 +176,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
         retunes,
         now,
         clock,
+        actors,
     } = steps;
     let mut outcome = Outcome::default();
     outcome.report.stops = stops.len();
@@ -163,7 +219,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
 
     // Starts: lease every gang at once, then launch.
     let stopped = stops.iter().filter_map(|s| s.gang.as_ref());
-    let leased = lease_all(stopped, starts.iter().map(|s| &s.gang)).await;
+    let leased = lease_all(&actors, stopped, starts.iter().map(|s| &s.gang)).await;
     let mut ready = Vec::new();
     for (step, lease) in starts.iter().zip(leased) {
         match lease {
@@ -195,42 +251,27 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
 }
 
 /// Gives the `stopped` gangs' GPUs back and leases the `started` ones, as one batch: one message
-/// per GPU, which hands a GPU from its stopped holders to its new one at once, or takes a free one
-/// ([`Handover`]), or frees one nobody takes ([`Release`]). Within one batch no two gangs
-/// share a GPU (except packing partners), so that is how almost every lease goes; a gang refused
-/// anywhere gives back what it took and leases in order ([`Gang::lease_in_order`]). Answers each
-/// started gang's lease, in order.
+/// per server touched ([`Handovers`]), which gives back the GPUs stopped there and then takes the
+/// started ones, each at once or refused. Within one batch no two gangs share a GPU (except packing
+/// partners), so that is how almost every lease goes; a gang refused anywhere gives back what it took
+/// and leases in order ([`Gang::lease_in_order`]). Answers each started gang's lease, in order.
 pub(super) async fn lease_all<'a>(
+    actors: &GpuActors,
     stopped: impl Iterator<Item = &'a Gang>,
     started: impl Iterator<Item = &'a Gang> + Clone,
 ) -> Vec<Result<(), String>> {
-    // Each GPU's stopped holders, with a gang that names its actor.
-    let mut released: FxHashMap<GpuId, (&Gang, SmallVec<[Holder; 2]>)> = FxHashMap::default();
-    for gang in stopped {
-        for &gpu in gang.gpus.iter() {
-            let (_, holders) = released.entry(gpu).or_insert((gang, SmallVec::new()));
-            holders.push(gang.holder);
-        }
-    }
     let gpus = started.clone().map(|g| g.gpus.len()).sum();
     let (tally, answered) = Tally::new(started.clone().count(), gpus);
-    for (k, gang) in started.clone().enumerate() {
-        for &gpu in gang.gpus.iter() {
-            gang.actor(gpu).do_send(Handover {
-                release: released.remove(&gpu).map(|(_, h)| h).unwrap_or_default(),
-                take: Take {
-                    holder: gang.holder,
-                    partner: gang.partner,
-                },
-                answer: tally.answer_for(k),
-            });
-        }
-    }
-    for (gpu, (gang, holders)) in released {
-        for holder in holders {
-            gang.actor(gpu).do_send(Release(holder));
-        }
-    }
+    let takes = started.clone().enumerate().flat_map(|(k, gang)| {
+        let tally = &tally;
+        gang.gpus.iter().map(move |&gpu| Handover::Take {
+            gpu,
+            holder: gang.holder,
+            partner: gang.partner,
+            answer: tally.answer_for(k),
+        })
+    });
+    actors.send(stopped.flat_map(Gang::releases).chain(takes));
     // Every answer comes, even from a GPU actor gone (its message, dropped, says "refused").
     let refused = answered.await.expect("a tally completes");
     let mut leases = Vec::with_capacity(refused.len());

@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use gangway_core::cluster::GpuId;
+use gangway_core::cluster::{GpuId, NodeId};
 use gangway_core::engine::Engine;
 use gangway_core::job::JobId;
 use gangway_core::placement::Placer;
@@ -48,10 +48,11 @@ use crate::IdMap;
 use crate::clock::{Clock, WallClock};
 use crate::executor::Executor;
 use crate::gpu::{GpuActor, HealthChanged, Holder};
+use crate::health::HealthProbe;
 use crate::ledger::{HISTORY, Record, Standing};
 use crate::lifecycle::Phase;
 use crate::stats::Stats;
-use carry::Gang;
+use carry::{Gang, GpuActors};
 use jobs::JobHandle;
 use plan::Retune;
 use round::Carrier;
@@ -85,7 +86,7 @@ pub struct ClusterActor {
     store: Store,
     jobs: IdMap<JobId, JobHandle>,
     executor: Arc<Mutex<Box<dyn Executor>>>,
-    gpus: Arc<[Addr<GpuActor>]>,
+    gpus: Arc<GpuActors>,
     carrier: Carrier,
     clock: Arc<dyn Clock>,
     stats: Stats,
@@ -159,22 +160,23 @@ impl ClusterActor {
         engine.record_changes();
         let executor = Arc::new(Mutex::new(parts.executor));
         let (events, _) = broadcast::channel(4096);
-        let num_gpus = parts.cluster.num_gpus();
+        let cluster = Arc::clone(&parts.cluster);
         let (probes, health_every) = (parts.probes, parts.health_every);
         let (policy, placer) = (parts.policy, parts.placer);
         Ok(ClusterActor::create(move |ctx| {
             let watcher = ctx.address().recipient::<HealthChanged>();
-            let mut probes = probes.into_iter();
-            let gpus = (0..num_gpus)
-                .map(|g| {
-                    let actor = GpuActor::new(GpuId(g));
-                    match probes.next() {
-                        Some(probe) => actor.with_probe(probe, health_every, watcher.clone()),
-                        None => actor,
-                    }
+            // Probes by GPU id: the first GPUs have them.
+            let mut probes: Vec<Option<Box<dyn HealthProbe>>> =
+                probes.into_iter().map(Some).collect();
+            let servers = (cluster.nodes().iter().enumerate())
+                .map(|(n, _)| cluster.gpus_of(NodeId(n as u32)).collect::<Vec<GpuId>>());
+            let gpus = Arc::new(GpuActors::start(servers, |gpus| {
+                let probes =
+                    (gpus.iter()).filter_map(|&g| Some((g, probes.get_mut(g.0 as usize)?.take()?)));
+                GpuActor::new(gpus.iter().copied())
+                    .with_probes(probes, health_every, watcher.clone())
                     .start()
-                })
-                .collect();
+            }));
             let mut actor = ClusterActor {
                 sched: None,
                 next_job_id: store.ledger.next_job_id,
@@ -315,8 +317,9 @@ impl Actor for ClusterActor {
             }
             gangs.push(gang);
         }
+        let actors = Arc::clone(&self.gpus);
         let leases = async move {
-            let leased = carry::lease_all(std::iter::empty(), gangs.iter()).await;
+            let leased = carry::lease_all(&actors, std::iter::empty(), gangs.iter()).await;
             for (gang, result) in gangs.iter().zip(leased) {
                 if let Err(e) = result {
                     let job = gang.holder.job.0;

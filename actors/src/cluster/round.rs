@@ -214,6 +214,7 @@ impl ClusterActor {
             retunes: plan.retunes,
             now,
             clock: Arc::clone(&self.clock),
+            actors: Arc::clone(&self.gpus),
         };
         let (answer, answered) = oneshot::channel();
         self.carrier.queue.push_back((steps, settling, answer));
@@ -545,7 +546,7 @@ impl Handler<Cordon> for ClusterActor {
     type Result = ResponseFuture<Result<(), Refusal>>;
 
     fn handle(&mut self, msg: Cordon, ctx: &mut Context<Self>) -> Self::Result {
-        let count = self.gpus.len();
+        let count = self.gpus.gpus();
         if let Some(bad) = msg.gpus.iter().find(|&&g| g as usize >= count) {
             let problem = format!(
                 "GPU {bad} does not exist (this cluster has GPUs 0 to {})",

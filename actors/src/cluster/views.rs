@@ -578,7 +578,7 @@ impl ClusterActor {
 
     /// The counters, with the gauges as they are now.
     fn stats_now(&mut self) -> StatsSnapshot {
-        let gpus = self.gpus.len() as u32;
+        let gpus = self.gpus.gpus() as u32;
         let running = self.running;
         let engine = self.engine();
         let (active, busy) = (engine.active_jobs(), engine.busy_gpus());
