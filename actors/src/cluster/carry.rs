@@ -62,11 +62,19 @@ impl GpuActors {
     }
 
     /// Sends each actor its part of `handovers`, in their order, in one message.
-    fn send(&self, handovers: impl IntoIterator<Item = Handover>) {
-        let mut batches: Vec<Vec<Handover>> = self.actors.iter().map(|_| Vec::new()).collect();
+    fn send(&self, handovers: Vec<Handover>) {
+        let actor_of = |h: &Handover| {
+            let (Handover::Release { gpu, .. } | Handover::Take { gpu, .. }) = *h;
+            self.index(gpu)
+        };
+        // Each batch allocated once, at its size.
+        let mut sizes = vec![0; self.actors.len()];
+        for handover in &handovers {
+            sizes[actor_of(handover)] += 1;
+        }
+        let mut batches: Vec<Vec<Handover>> = sizes.into_iter().map(Vec::with_capacity).collect();
         for handover in handovers {
-            let (Handover::Release { gpu, .. } | Handover::Take { gpu, .. }) = handover;
-            batches[self.index(gpu)].push(handover);
+            batches[actor_of(&handover)].push(handover);
         }
         for (actor, batch) in self.actors.iter().zip(batches) {
             if !batch.is_empty() {
@@ -119,7 +127,7 @@ impl Gang {
     /// Gives every GPU back, without waiting: the releases are queued on the GPUs' mailboxes now, so
     /// a lease sent to them afterwards finds them free. Idempotent.
     pub fn release(&self) {
-        self.actors.send(self.releases());
+        self.actors.send(self.releases().collect());
     }
 
     /// Each of its GPUs given back.
@@ -257,10 +265,11 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
 /// and leases in order ([`Gang::lease_in_order`]). Answers each started gang's lease, in order.
 pub(super) async fn lease_all<'a>(
     actors: &GpuActors,
-    stopped: impl Iterator<Item = &'a Gang>,
+    stopped: impl Iterator<Item = &'a Gang> + Clone,
     started: impl Iterator<Item = &'a Gang> + Clone,
 ) -> Vec<Result<(), String>> {
     let gpus = started.clone().map(|g| g.gpus.len()).sum();
+    let released: usize = stopped.clone().map(|g| g.gpus.len()).sum();
     let (tally, answered) = Tally::new(started.clone().count(), gpus);
     let takes = started.clone().enumerate().flat_map(|(k, gang)| {
         let tally = &tally;
@@ -271,7 +280,9 @@ pub(super) async fn lease_all<'a>(
             answer: tally.answer_for(k),
         })
     });
-    actors.send(stopped.flat_map(Gang::releases).chain(takes));
+    let mut handovers = Vec::with_capacity(released + gpus);
+    handovers.extend(stopped.flat_map(Gang::releases).chain(takes));
+    actors.send(handovers);
     // Every answer comes, even from a GPU actor gone (its message, dropped, says "refused").
     let refused = answered.await.expect("a tally completes");
     let mut leases = Vec::with_capacity(refused.len());

@@ -2,6 +2,8 @@
 //! cancellations it reports, requeues after failed starts, re-adoption after a restart, and GPUs going
 //! out of service.
 
+use std::fmt::Write;
+
 use serde::{Deserialize, Serialize};
 
 use super::Engine;
@@ -198,12 +200,11 @@ impl Engine<'_> {
             // a view shows.
             let in_service: u32 = self.capacity.iter().sum();
             let out_of_service = self.cluster.num_gpus() - in_service;
-            text.push_str(&format!(
-                " ({free} of {} GPUs free",
-                self.cluster.num_gpus()
-            ));
+            // Written in place, grown once: every view entry of a waiting job says this.
+            text.reserve(48);
+            let _ = write!(text, " ({free} of {} GPUs free", self.cluster.num_gpus());
             if out_of_service > 0 {
-                text.push_str(&format!(", {out_of_service} out of service"));
+                let _ = write!(text, ", {out_of_service} out of service");
             }
             text.push(')');
         }
