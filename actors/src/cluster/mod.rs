@@ -22,6 +22,7 @@
 
 mod carry;
 mod events;
+mod history;
 mod jobs;
 mod messages;
 mod plan;
@@ -501,10 +502,8 @@ mod tests {
         };
         assert_eq!(points(&moved), [(0.0, 2)], "a move is no stop");
         // The history was not copied for the move: both views share it.
-        assert_eq!(
-            first.gpu_history(id).unwrap().as_ptr(),
-            moved.gpu_history(id).unwrap().as_ptr()
-        );
+        let shared = first.history_of(id).unwrap();
+        assert!(shared.shares(moved.history_of(id).unwrap()));
         let (preempted, _) = history_at(120.0).await;
         assert_eq!(points(&preempted), [(0.0, 2), (120.0, 0)], "a stop shows");
         let (resumed, _) = history_at(180.0).await;
