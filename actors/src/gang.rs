@@ -1,7 +1,8 @@
 //! Gang leases: all of a gang's GPUs or none of them.
 //!
 //! The control plane first takes every GPU of a round's gangs at once (reserve and commit in one
-//! message per GPU, refused rather than kept waiting): that is how leases go when nothing contends.
+//! message per server, each GPU refused rather than kept waiting): that is how leases go when nothing
+//! contends.
 //! A gang refused anywhere gives back what it took, and a gang actor leases it in two phases: phase
 //! one reserves every GPU, one at a time in ascending GPU id; phase two commits them all when every
 //! reservation held, and discards them all otherwise. A leased GPU refuses a reservation at once; a

@@ -1,8 +1,8 @@
 //! The GPU actors: each holds the GPUs of one server, and for each GPU its lease and health.
 //!
 //! One actor per server rather than per GPU: a round that moves thousands of jobs hands each server's
-//! GPUs over in one message ([`Handovers`]) rather than one per GPU, and a server is what is probed,
-//! fails and is drained together. Every message names the GPU it is about.
+//! GPUs over in one message ([`Handovers`]) rather than one per GPU. Every message names the GPU it
+//! is about; leases, probes and health stay per GPU.
 //!
 //! A lease is taken in two phases, so that a gang is never half-placed: a gang first *reserves* each of
 //! its GPUs, then *commits* all of them, or *discards* the reservations it got.
@@ -18,7 +18,9 @@ use gangway_core::cluster::GpuId;
 use gangway_core::job::JobId;
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use smallvec::SmallVec;
@@ -103,8 +105,8 @@ pub struct Reserve {
 }
 
 /// Both phases at once, without waiting: the lease is the holder's if the GPU could be reserved for it
-/// right now, else it is refused. A gang takes all its GPUs this way at once and falls back to
-/// [`Reserve`] in order when one refuses (see [`crate::gang`]).
+/// right now, else it is refused. A round takes its gangs' GPUs this way at once ([`Handover::Take`])
+/// and falls back to [`Reserve`] in order for a gang refused anywhere (see [`crate::gang`]).
 #[derive(Message)]
 #[rtype(result = "Result<(), LeaseError>")]
 pub struct Take {
@@ -295,10 +297,18 @@ struct Gpu {
     /// Its probe, if it has one; away while a check runs.
     probe: Option<Box<dyn HealthProbe>>,
     probe_is_quick: bool,
-    /// Ticks since the check under way on a thread began, if one is.
-    unanswered: Option<u32>,
+    /// The check under way on a thread, if one is.
+    checking: Option<Checking>,
     /// The health the probe last gave, while the GPU is out of service for its silence.
     before_silence: Option<Health>,
+}
+
+/// A check under way on a thread of its own.
+struct Checking {
+    since: Instant,
+    /// Set by the thread as it answers: an answer waiting to be handled is no silence (the actor's
+    /// thread may have been held up, and its ticks then come in a burst).
+    answered: Arc<AtomicBool>,
 }
 
 /// The GPUs of one server (see the module's doc).
@@ -306,7 +316,7 @@ pub struct GpuActor {
     /// In ascending id.
     gpus: Vec<Gpu>,
     /// How often the probes are called, if any is.
-    probe_every: Option<std::time::Duration>,
+    probe_every: Option<Duration>,
     watcher: Option<Recipient<HealthChanged>>,
 }
 
@@ -328,7 +338,7 @@ impl GpuActor {
     pub fn with_probes(
         mut self,
         probes: impl IntoIterator<Item = (GpuId, Box<dyn HealthProbe>)>,
-        every: std::time::Duration,
+        every: Duration,
         watcher: Recipient<HealthChanged>,
     ) -> Self {
         for (id, probe) in probes {
@@ -353,8 +363,8 @@ impl GpuActor {
     /// Calls each GPU's probe: a quick one here, any other on a thread of its own, so that a probe
     /// that hangs (a wedged driver) holds up neither the GPUs' leases, nor the other actors on this
     /// thread, nor the runtime's blocking threads (rounds solve there), nor a shutdown. A check
-    /// still under way is not started again, and one unanswered for [`UNANSWERED_CHECKS`] ticks
-    /// takes its GPU out of service until the probe answers; a probe that panics is not called
+    /// still under way is not started again, and one unanswered for [`UNANSWERED_CHECKS`] ticks'
+    /// time takes its GPU out of service until the probe answers; a probe that panics is not called
     /// again, and its GPU keeps the health the probe last gave. Where no thread can be had, the
     /// check waits for the next tick.
     fn check_health(&mut self, ctx: &mut Context<Self>) {
@@ -381,11 +391,15 @@ impl GpuActor {
         // The probe goes to the thread once it runs, so that a thread refused leaves it here.
         let (give, given) = std::sync::mpsc::channel::<Box<dyn HealthProbe>>();
         let (answer, answered) = oneshot::channel();
+        let done = Arc::new(AtomicBool::new(false));
+        let done_there = Arc::clone(&done);
         let thread = std::thread::Builder::new()
             .name(format!("gpu{}-probe", id.0))
             .spawn(move || {
                 if let Ok(probe) = given.recv() {
-                    let _ = answer.send(check(probe, id));
+                    let checked = check(probe, id);
+                    done_there.store(true, Ordering::Release);
+                    let _ = answer.send(checked);
                 }
             });
         if let Err(e) = thread {
@@ -394,7 +408,10 @@ impl GpuActor {
             return;
         }
         give.send(probe).expect("the probe's thread waits for it");
-        gpu.unanswered = Some(0);
+        gpu.checking = Some(Checking {
+            since: Instant::now(),
+            answered: done,
+        });
         ctx.spawn(
             fut::wrap_future(answered).map(move |checked, actor: &mut Self, _| {
                 let checked = checked.unwrap_or_else(|_| Err("its thread ended unanswered".into()));
@@ -413,31 +430,28 @@ impl Gpu {
             health: Health::healthy(),
             probe: None,
             probe_is_quick: false,
-            unanswered: None,
+            checking: None,
             before_silence: None,
         }
     }
 
-    /// A tick found the last check still under way: past [`UNANSWERED_CHECKS`] ticks of `every`,
-    /// the GPU is unhealthy until the probe answers.
-    fn note_silence(
-        &mut self,
-        every: std::time::Duration,
-        watcher: Option<&Recipient<HealthChanged>>,
-    ) {
-        let Some(ticks) = self.unanswered.as_mut() else {
+    /// A tick found the last check still under way: once it has been for [`UNANSWERED_CHECKS`]
+    /// ticks of `every`, unanswered, the GPU is unhealthy until the probe answers.
+    fn note_silence(&mut self, every: Duration, watcher: Option<&Recipient<HealthChanged>>) {
+        let Some(checking) = &self.checking else {
             return;
         };
-        *ticks = ticks.saturating_add(1);
-        if *ticks == UNANSWERED_CHECKS {
-            let silent = every * *ticks;
-            let silence = Health::unhealthy(format!(
-                "its health probe has not answered for {:.1} s",
-                silent.as_secs_f64()
-            ));
-            self.before_silence = Some(self.health.clone());
-            self.note_health(silence, watcher);
+        let silent = checking.since.elapsed();
+        let answered = checking.answered.load(Ordering::Acquire);
+        if answered || silent < every * UNANSWERED_CHECKS || self.before_silence.is_some() {
+            return;
         }
+        let silence = Health::unhealthy(format!(
+            "its health probe has not answered for {:.1} s",
+            silent.as_secs_f64()
+        ));
+        self.before_silence = Some(self.health.clone());
+        self.note_health(silence, watcher);
     }
 
     /// Takes a check's outcome: the probe back and the health it found, or why it failed.
@@ -446,7 +460,7 @@ impl Gpu {
         checked: Result<(Box<dyn HealthProbe>, Health), String>,
         watcher: Option<&Recipient<HealthChanged>>,
     ) {
-        self.unanswered = None;
+        self.checking = None;
         let before_silence = self.before_silence.take();
         match checked {
             Ok((probe, health)) => {

@@ -59,8 +59,8 @@ impl Health {
 /// Looks at one GPU. Called for the GPU's actor on a timer, on a thread of its own for each check
 /// (unless it is [`quick`](HealthProbe::quick)): a probe that hangs holds up only its own GPU's next
 /// checks, and takes that GPU out of service after [`UNANSWERED_CHECKS`](crate::gpu::UNANSWERED_CHECKS)
-/// ticks until it answers; one that panics is not called again, and its GPU keeps the health it last
-/// had.
+/// ticks' time until it answers; one that panics is not called again, and its GPU keeps the health
+/// the probe last gave.
 pub trait HealthProbe: Send {
     /// The health of GPU `gpu` now.
     fn check(&mut self, gpu: GpuId) -> Health;

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, JobInfo, JobRequest, ListNodes, Parts, Round, Settings, ShowJob, TimeSource,
+    ClusterActor, Cordon, JobInfo, JobRequest, ListNodes, Parts, Round, Settings, ShowJob,
+    TimeSource,
 };
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
@@ -120,13 +121,24 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
     }
     assert_eq!(shown.phase, Phase::Running, "{shown:?}");
     assert_eq!(shown.placement.len(), 4);
-    // Several intervals later, no probe has been called again.
+    // Several intervals later, no probe has been called again, and no GPU left service for it.
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(calls.load(Ordering::SeqCst), 4);
+    let still = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert_eq!(
+        (still.phase, still.preemptions),
+        (Phase::Running, 0),
+        "{still:?}"
+    );
+    let nodes = cluster.send(ListNodes).await.unwrap();
+    assert!(
+        nodes.iter().all(|n| n.out_of_service.is_empty()),
+        "{nodes:?}"
+    );
 }
 
-/// A probe that stalls (as a wedged NVML call does) while `stall` is set, then answers healthy, or
-/// panics if `panics`.
+/// A probe that stalls (as a wedged NVML call does) while `stall` is set, then answers healthy, or,
+/// if `panics`, panics once it has stalled.
 struct Stalling {
     stall: Arc<AtomicBool>,
     panics: bool,
@@ -134,11 +146,14 @@ struct Stalling {
 
 impl HealthProbe for Stalling {
     fn check(&mut self, _: GpuId) -> Health {
-        let began = Instant::now();
+        let (began, stalled) = (Instant::now(), self.stall.load(Ordering::SeqCst));
         while self.stall.load(Ordering::SeqCst) && began.elapsed() < PATIENCE {
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert!(!self.panics, "a probe that panics (on purpose, in a test)");
+        assert!(
+            !(self.panics && stalled),
+            "a probe that panics (on purpose, in a test)"
+        );
         Health::healthy()
     }
 }
@@ -190,10 +205,14 @@ async fn a_job_beside_a_stalling_probe(
         stall: Arc::clone(&stall),
         panics,
     };
-    let parts = support::probed(
-        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
-        vec![Box::new(probe) as Box<dyn HealthProbe>],
-    );
+    // Checked every 100 ms: silent after 300 ms, long beyond a probe thread's start on a busy machine.
+    let parts = Parts {
+        health_every: Duration::from_millis(100),
+        ..support::probed(
+            support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
+            vec![Box::new(probe) as Box<dyn HealthProbe>],
+        )
+    };
     let settings = Settings::new(
         EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(&clock)),
@@ -246,4 +265,57 @@ async fn a_probe_that_stalls_then_panics_gives_its_gpu_back_to_service() {
         why, None,
         "GPU 0 stayed out of service after its probe panicked"
     );
+}
+
+#[actix::test]
+async fn a_gpu_is_in_service_only_while_neither_cordoned_nor_unhealthy() {
+    let switches: Vec<Switch> = (0..4).map(|_| Switch::default()).collect();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let parts = support::probed(
+        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
+        (switches.iter())
+            .map(|s| Box::new(s.clone()) as Box<dyn HealthProbe>)
+            .collect(),
+    );
+    let settings = Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::clone(&clock)),
+    );
+    let cluster = ClusterActor::start(parts, settings).unwrap();
+    let cordon = |cordoned| Cordon {
+        gpus: vec![0],
+        cordoned,
+    };
+    let job = support::submit(&cluster, JobRequest::new("toy", 4, 3600.0)).await;
+    let mut at = 0.0;
+    let mut round = async || {
+        at += 60.0;
+        clock.set(at);
+        cluster.send(Round).await.unwrap();
+        cluster.send(ShowJob(job)).await.unwrap().unwrap().phase
+    };
+
+    // Cordoned, then failed and healed: still cordoned, and the job (all four GPUs) waits.
+    cluster.send(cordon(true)).await.unwrap().unwrap();
+    switches[0].set_failed(true);
+    let why = gpu_0_out_of_service(&cluster, |why| why == Some("marked failed")).await;
+    assert_eq!(why.as_deref(), Some("marked failed"));
+    switches[0].set_failed(false);
+    let why = gpu_0_out_of_service(&cluster, |why| why == Some("cordoned")).await;
+    assert_eq!(why.as_deref(), Some("cordoned"));
+    assert_eq!(round().await, Phase::Pending, "placed on a cordoned GPU");
+
+    // Failed, then uncordoned: still out of service.
+    switches[0].set_failed(true);
+    gpu_0_out_of_service(&cluster, |why| why == Some("marked failed")).await;
+    cluster.send(cordon(false)).await.unwrap().unwrap();
+    assert_eq!(round().await, Phase::Pending, "placed on a failed GPU");
+
+    // Healed: back in service.
+    switches[0].set_failed(false);
+    assert_eq!(
+        gpu_0_out_of_service(&cluster, |why| why.is_none()).await,
+        None
+    );
+    assert_eq!(round().await, Phase::Running);
 }

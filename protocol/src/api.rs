@@ -298,4 +298,3 @@ pub struct GpuCount {
     /// How many GPUs.
     pub gpus: u32,
 }
-

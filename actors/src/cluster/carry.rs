@@ -127,7 +127,16 @@ impl Gang {
     /// Gives every GPU back, without waiting: the releases are queued on the GPUs' mailboxes now, so
     /// a lease sent to them afterwards finds them free. Idempotent.
     pub fn release(&self) {
-        self.actors.send(self.releases().collect());
+        // Its GPUs are in ascending id, each server's together: a message per server it spans.
+        let holder = self.holder;
+        let actors = &self.actors;
+        for run in self
+            .gpus
+            .chunk_by(|a, b| actors.index(*a) == actors.index(*b))
+        {
+            let handovers = (run.iter()).map(|&gpu| Handover::Release { gpu, holder });
+            actors.actor(run[0]).do_send(Handovers(handovers.collect()));
+        }
     }
 
     /// Each of its GPUs given back.

@@ -454,16 +454,18 @@ impl ClusterActor {
         answered
     }
 
-    /// Puts GPUs in or out of service; the jobs on those leaving stop now and wait for a round.
-    fn set_in_service(
+    /// Puts GPUs in service or out of it after their cordon or health changed: in only if neither
+    /// cordoned nor unhealthy (an uncordoned GPU that failed stays out, and so does a cordoned one
+    /// whose probe answers healthy again). The jobs on those leaving stop now and wait for a round.
+    fn refresh_service(
         &mut self,
         gpus: &[GpuId],
-        in_service: bool,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
         let now = self.clock.now();
         for &gpu in gpus {
-            if in_service {
+            let cordoned = self.store.ledger.cordoned.contains(&gpu.0);
+            if !cordoned && !self.unhealthy.contains_key(&gpu) {
                 self.engine().enable_gpu(gpu);
             } else {
                 self.engine().disable_gpu(gpu, now);
@@ -535,7 +537,7 @@ impl Handler<HealthChanged> for ClusterActor {
         }
         // Its job is placed again by the next round on the timer: GPU failures come in bursts
         // (a node's XID storm), and one round then moves all their jobs.
-        let carried = self.set_in_service(&[msg.gpu], msg.health.healthy, ctx);
+        let carried = self.refresh_service(&[msg.gpu], ctx);
         Box::pin(async move {
             let _ = carried.await;
         })
@@ -564,7 +566,7 @@ impl Handler<Cordon> for ClusterActor {
             cordoned: msg.cordoned,
         }]);
         let gpus: Vec<GpuId> = msg.gpus.iter().map(|&g| GpuId(g)).collect();
-        let carried = self.set_in_service(&gpus, !msg.cordoned, ctx);
+        let carried = self.refresh_service(&gpus, ctx);
         // An operator waits on the move: place the jobs now.
         self.queue_round(ctx);
         Box::pin(async move {

@@ -94,8 +94,8 @@ struct Entry {
     /// The GPUs it held over time (not in `info`: lists do not carry it).
     gpu_history: GpuHistory,
     json: OnceLock<Bytes>,
-    /// About how long its JSON will be (the entry it replaced's, set as it replaces it, before any
-    /// reader can see it): the buffer it is written into is made that large at once, instead of
+    /// About how long its JSON will be (the entry it replaced's, set by the thread that makes the
+    /// JSON, just before): the buffer it is written into is made that large at once, instead of
     /// grown (and copied) twice from serde_json's 128 bytes.
     json_capacity: AtomicUsize,
 }
