@@ -298,3 +298,59 @@ pub struct GpuCount {
     /// How many GPUs.
     pub gpus: u32,
 }
+
+impl GpuCount {
+    /// Adds "`gpus` from `at` on" to `history`: a point only where the count changes (a point at the
+    /// same second as the last replaces it: a move decided and carried out at once is not a stop), at
+    /// most [`GPU_HISTORY_POINTS`].
+    pub fn note(history: &mut Vec<GpuCount>, at: f64, gpus: u32) {
+        if let Some(last) = history.last_mut()
+            && last.at == at
+        {
+            last.gpus = gpus;
+            // The change may have undone the one before it.
+            let len = history.len();
+            if len >= 2 && history[len - 2].gpus == gpus {
+                history.pop();
+            }
+            return;
+        }
+        if history.last().is_some_and(|last| last.gpus == gpus) {
+            return;
+        }
+        if history.len() == GPU_HISTORY_POINTS {
+            history.remove(0);
+        }
+        history.push(GpuCount { at, gpus });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_gpu_history_keeps_changes_only_and_its_last_points() {
+        let mut history = Vec::new();
+        let counts = |h: &[GpuCount]| h.iter().map(|p| (p.at, p.gpus)).collect::<Vec<_>>();
+        GpuCount::note(&mut history, 10.0, 4);
+        GpuCount::note(&mut history, 20.0, 4);
+        assert_eq!(counts(&history), [(10.0, 4)], "no change, no point");
+        // Stopped and restarted on 4 others in the same instant: not a stop.
+        GpuCount::note(&mut history, 30.0, 0);
+        GpuCount::note(&mut history, 30.0, 4);
+        assert_eq!(counts(&history), [(10.0, 4)]);
+        // Resized at once: one point.
+        GpuCount::note(&mut history, 40.0, 0);
+        GpuCount::note(&mut history, 40.0, 8);
+        GpuCount::note(&mut history, 50.0, 0);
+        assert_eq!(counts(&history), [(10.0, 4), (40.0, 8), (50.0, 0)]);
+        for k in 0..GPU_HISTORY_POINTS {
+            GpuCount::note(&mut history, 100.0 + k as f64, 1 + k as u32 % 2);
+        }
+        assert_eq!(history.len(), GPU_HISTORY_POINTS);
+        let last = GPU_HISTORY_POINTS - 1;
+        assert_eq!(history[last].at, 100.0 + last as f64, "the newest kept");
+        assert_eq!(history[0].at, 100.0, "the oldest dropped");
+    }
+}

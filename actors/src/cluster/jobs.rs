@@ -2,11 +2,12 @@
 //! its leased gang, and its restart and
 //! resize bookkeeping.
 
+use std::sync::Arc;
+
 use gangway_core::job::JobId;
 
 use super::carry::Gang;
-use super::history::GpuHistory;
-use super::messages::{Resize, RestartPhases};
+use super::messages::{GpuCount, Resize, RestartPhases};
 use crate::executor::Measured;
 use crate::job::JobEvent;
 use crate::lifecycle::{IllegalTransition, Phase};
@@ -26,8 +27,9 @@ pub(super) struct JobHandle {
     /// The global batch its policy chose last (at its latest launch, or retuned since), when it
     /// adapts its batch.
     pub batch: Option<u32>,
-    /// The GPUs it held over time (`GET /gpu-history`), shared with the views that show it.
-    pub gpu_history: GpuHistory,
+    /// The GPUs it held over time (`GET /gpu-history`), shared with the views that show it (copied
+    /// only when it changes while one does).
+    pub gpu_history: Arc<Vec<GpuCount>>,
     /// The count its GPU history ends on (none while it is empty).
     gpus_noted: Option<u32>,
 }
@@ -43,21 +45,22 @@ impl JobHandle {
             measured: None,
             restarts: Restarts::default(),
             batch: None,
-            gpu_history: GpuHistory::default(),
+            gpu_history: Arc::default(),
             gpus_noted: None,
         }
     }
 
-    /// From `at` on, it holds `gpus` GPUs (see [`GpuHistory::note`]). The history is copied (in
-    /// part, when a view shares it) only if this changes it: not for a run moved to as many GPUs.
+    /// From `at` on, it holds `gpus` GPUs (see [`GpuCount::note`]). The history is copied (when a
+    /// view shares it) only if this changes it: not for a run moved to as many GPUs.
     pub fn note_gpus(&mut self, at: f64, gpus: u32) {
         // Asked of the handle, not of the history, which a move would otherwise read from memory
         // no other step of it touches.
         if self.gpus_noted == Some(gpus) {
             return;
         }
-        self.gpu_history.note(at, gpus);
-        self.gpus_noted = self.gpu_history.last_gpus();
+        let history = Arc::make_mut(&mut self.gpu_history);
+        GpuCount::note(history, at, gpus);
+        self.gpus_noted = history.last().map(|last| last.gpus);
     }
 
     /// Its phase.

@@ -22,7 +22,6 @@
 
 mod carry;
 mod events;
-mod history;
 mod jobs;
 mod messages;
 mod plan;
@@ -502,8 +501,10 @@ mod tests {
         };
         assert_eq!(points(&moved), [(0.0, 2)], "a move is no stop");
         // The history was not copied for the move: both views share it.
-        let shared = first.history_of(id).unwrap();
-        assert!(shared.shares(moved.history_of(id).unwrap()));
+        assert_eq!(
+            first.gpu_history(id).unwrap().as_ptr(),
+            moved.gpu_history(id).unwrap().as_ptr()
+        );
         let (preempted, _) = history_at(120.0).await;
         assert_eq!(points(&preempted), [(0.0, 2), (120.0, 0)], "a stop shows");
         let (resumed, _) = history_at(180.0).await;

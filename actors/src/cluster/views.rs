@@ -24,7 +24,6 @@ use gangway_core::job::{JobId, Sizes};
 use tokio::sync::{broadcast, watch};
 
 use super::ClusterActor;
-use super::history::GpuHistory;
 use super::jobs::JobHandle;
 use super::messages::{
     ClusterSample, GetStats, GetViews, GpuCount, JobInfo, JobSizes, LearnedSteps, ListJobs,
@@ -92,7 +91,7 @@ impl Sweep {
 struct Entry {
     info: JobInfo,
     /// The GPUs it held over time (not in `info`: lists do not carry it).
-    gpu_history: GpuHistory,
+    gpu_history: Arc<Vec<GpuCount>>,
     json: OnceLock<Bytes>,
     /// About how long its JSON will be (the entry it replaced's, set by the thread that makes the
     /// JSON, just before): the buffer it is written into is made that large at once, instead of
@@ -107,7 +106,7 @@ const ENTRY_JSON_CAPACITY: usize = 384;
 const ENTRIES_PER_JSON_THREAD: usize = 2048;
 
 impl Entry {
-    fn new(info: JobInfo, gpu_history: GpuHistory) -> Self {
+    fn new(info: JobInfo, gpu_history: Arc<Vec<GpuCount>>) -> Self {
         Entry {
             info,
             gpu_history,
@@ -202,14 +201,8 @@ impl View {
 
     /// The GPUs one job held over time since the control plane started (its last
     /// [`GPU_HISTORY_POINTS`](gangway_protocol::api::GPU_HISTORY_POINTS) changes).
-    pub fn gpu_history(&self, id: JobId) -> Option<Vec<GpuCount>> {
-        self.jobs.get(&id).map(|e| e.gpu_history.points())
-    }
-
-    /// One job's GPU history as held, to tell whether two views share it.
-    #[cfg(test)]
-    pub(super) fn history_of(&self, id: JobId) -> Option<&GpuHistory> {
-        self.jobs.get(&id).map(|e| &e.gpu_history)
+    pub fn gpu_history(&self, id: JobId) -> Option<&[GpuCount]> {
+        self.jobs.get(&id).map(|e| e.gpu_history.as_slice())
     }
 
     /// One job as JSON (what `GET /jobs/{id}` answers).
@@ -477,9 +470,9 @@ impl ClusterActor {
                 Some(info) => {
                     // An ended job's handle is gone: its history is the one last published.
                     let gpu_history = match self.jobs.get(&job) {
-                        Some(handle) => handle.gpu_history.clone(),
+                        Some(handle) => Arc::clone(&handle.gpu_history),
                         None => (self.views.jobs.get(&job))
-                            .map_or_else(GpuHistory::default, |e| e.gpu_history.clone()),
+                            .map_or_else(Arc::default, |e| Arc::clone(&e.gpu_history)),
                     };
                     let entry = Arc::new(Entry::new(info, gpu_history));
                     let replaced = self.views.jobs.insert(job, Arc::clone(&entry));
@@ -885,7 +878,7 @@ mod tests {
                     "resizes": 0
                 }))
                 .unwrap();
-                (JobId(id), Arc::new(Entry::new(info, GpuHistory::default())))
+                (JobId(id), Arc::new(Entry::new(info, Arc::default())))
             })
             .collect();
         Arc::new(View {
@@ -948,7 +941,7 @@ mod tests {
         }
         // An entry that replaces one is written into a buffer of its predecessor's size.
         let old = &view.jobs[&JobId(7)];
-        let next = Arc::new(Entry::new(old.info.clone(), GpuHistory::default()));
+        let next = Arc::new(Entry::new(old.info.clone(), Arc::default()));
         make_json(vec![(Arc::clone(&next), Some(Arc::clone(old)))]);
         let capacity = next.json_capacity.load(AtomicOrdering::Relaxed);
         assert_eq!(capacity, old.json().len() + 16);
