@@ -18,14 +18,14 @@ use gangway_core::cluster::GpuId;
 use gangway_core::engine::EngineConfig;
 use gangway_core::job::JobId;
 
-#[actix::test]
-async fn a_failed_gpu_moves_its_job_elsewhere() {
+/// A control plane on four GPUs, each probed through a fault-injection switch; the switches, and its
+/// clock.
+fn switched() -> (actix::Addr<ClusterActor>, Vec<Switch>, Arc<VirtualClock>) {
     let switches: Vec<Switch> = (0..4).map(|_| Switch::default()).collect();
     let clock = Arc::new(VirtualClock::new(0.0));
     let parts = support::probed(
         support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
-        switches
-            .iter()
+        (switches.iter())
             .map(|s| Box::new(s.clone()) as Box<dyn HealthProbe>)
             .collect(),
     );
@@ -33,7 +33,16 @@ async fn a_failed_gpu_moves_its_job_elsewhere() {
         EngineConfig::default(),
         TimeSource::Virtual(Arc::clone(&clock)),
     );
-    let cluster = ClusterActor::start(parts, settings).unwrap();
+    (
+        ClusterActor::start(parts, settings).unwrap(),
+        switches,
+        clock,
+    )
+}
+
+#[actix::test]
+async fn a_failed_gpu_moves_its_job_elsewhere() {
+    let (cluster, switches, clock) = switched();
     let request = JobRequest {
         tenant: "a".into(),
         ..JobRequest::new("toy", 2, 3600.0)
@@ -269,19 +278,7 @@ async fn a_probe_that_stalls_then_panics_gives_its_gpu_back_to_service() {
 
 #[actix::test]
 async fn a_gpu_is_in_service_only_while_neither_cordoned_nor_unhealthy() {
-    let switches: Vec<Switch> = (0..4).map(|_| Switch::default()).collect();
-    let clock = Arc::new(VirtualClock::new(0.0));
-    let parts = support::probed(
-        support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::default())),
-        (switches.iter())
-            .map(|s| Box::new(s.clone()) as Box<dyn HealthProbe>)
-            .collect(),
-    );
-    let settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(&clock)),
-    );
-    let cluster = ClusterActor::start(parts, settings).unwrap();
+    let (cluster, switches, clock) = switched();
     let cordon = |cordoned| Cordon {
         gpus: vec![0],
         cordoned,
