@@ -674,7 +674,7 @@ impl Handler<Handovers> for GpuActor {
                         gpu.release(holder);
                     }
                 }
-                // A GPU not this actor's refuses (its answer, dropped, says so).
+                // A GPU not this actor's is refused, as a GPU taken by another is.
                 Handover::Take {
                     gpu,
                     holder,
