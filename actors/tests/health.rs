@@ -8,14 +8,12 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, JobInfo, JobRequest, ListNodes, Parts, Round, Settings, ShowJob,
-    TimeSource,
+    ClusterActor, Cordon, JobInfo, JobRequest, ListNodes, Parts, Round, ShowJob,
 };
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::GpuId;
-use gangway_core::engine::EngineConfig;
 use gangway_core::job::JobId;
 
 /// A control plane on four GPUs, each probed through a fault-injection switch; the switches, and its
@@ -29,10 +27,7 @@ fn switched() -> (actix::Addr<ClusterActor>, Vec<Switch>, Arc<VirtualClock>) {
             .map(|s| Box::new(s.clone()) as Box<dyn HealthProbe>)
             .collect(),
     );
-    let settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(&clock)),
-    );
+    let settings = support::virtual_time(&clock);
     (
         ClusterActor::start(parts, settings).unwrap(),
         switches,
@@ -111,10 +106,7 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
                 .collect(),
         )
     };
-    let settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),
-    );
+    let settings = support::virtual_time(&Arc::new(VirtualClock::new(0.0)));
     let cluster = ClusterActor::start(parts, settings).unwrap();
     let patience = Instant::now() + PATIENCE;
     while calls.load(Ordering::SeqCst) < 4 && Instant::now() < patience {
@@ -222,10 +214,7 @@ async fn a_job_beside_a_stalling_probe(
             vec![Box::new(probe) as Box<dyn HealthProbe>],
         )
     };
-    let settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(&clock)),
-    );
+    let settings = support::virtual_time(&clock);
     let cluster = ClusterActor::start(parts, settings).unwrap();
     let job = support::submit(&cluster, JobRequest::new("toy", 4, 3600.0)).await;
     cluster.send(Round).await.unwrap();

@@ -8,13 +8,10 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use gangway_actors::clock::VirtualClock;
-use gangway_actors::cluster::{
-    ClusterActor, JobRequest, LearnedSteps, Poll, Round, Settings, ShowJob, TimeSource,
-};
+use gangway_actors::cluster::{ClusterActor, JobRequest, LearnedSteps, Poll, Round, ShowJob};
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Measured, Segment, SimExecutor, WorkerEvent,
 };
-use gangway_core::engine::EngineConfig;
 use gangway_core::job::JobId;
 
 /// The last launch, and the steps to report at the next poll.
@@ -81,10 +78,7 @@ fn start(
     journal: Option<&std::path::Path>,
 ) -> actix::Addr<ClusterActor> {
     let parts = support::parts("v100=1x2", 2, "srtf", Box::new(workers.clone()));
-    let mut settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(clock)),
-    );
+    let mut settings = support::virtual_time(clock);
     settings.journal = journal.map(std::path::Path::to_owned);
     settings.snapshot_every = 1;
     ClusterActor::start(parts, settings).unwrap()

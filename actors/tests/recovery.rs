@@ -6,15 +6,12 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use gangway_actors::clock::VirtualClock;
-use gangway_actors::cluster::{
-    ClusterActor, JobRequest, Poll, Round, Settings, ShowJob, TimeSource,
-};
+use gangway_actors::cluster::{ClusterActor, JobRequest, Poll, Round, ShowJob};
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
 };
 use gangway_actors::ledger::Ledger;
 use gangway_actors::lifecycle::Phase;
-use gangway_core::engine::EngineConfig;
 use gangway_core::job::JobId;
 
 /// Workers that outlive the control plane: one simulated executor shared by its successive runs.
@@ -51,10 +48,7 @@ fn start(
     workers: &Outliving,
 ) -> actix::Addr<ClusterActor> {
     let parts = support::parts("v100=1x4", 4, "fifo", Box::new(workers.clone()));
-    let mut settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(clock)),
-    );
+    let mut settings = support::virtual_time(clock);
     settings.journal = Some(journal.to_owned());
     ClusterActor::start(parts, settings).unwrap()
 }
@@ -172,10 +166,7 @@ fn start_with(
     executor: Box<dyn Executor>,
 ) -> actix::Addr<ClusterActor> {
     let parts = support::parts("v100=1x4", 4, "fifo", executor);
-    let mut settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(clock)),
-    );
+    let mut settings = support::virtual_time(clock);
     settings.journal = Some(journal.to_owned());
     settings.max_restarts = 3;
     ClusterActor::start(parts, settings).unwrap()

@@ -10,8 +10,7 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Parts, Round, Settings, ShowJob, Submit,
-    TimeSource,
+    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Parts, Round, ShowJob, Submit,
 };
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
@@ -19,7 +18,6 @@ use gangway_actors::executor::{
 use gangway_actors::health::{Health, HealthProbe};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::cluster::GpuId;
-use gangway_core::engine::EngineConfig;
 use gangway_core::job::JobId;
 
 /// A gate a stop waits at until the test opens it; it also tells when a stop is waiting.
@@ -135,10 +133,7 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
             gate: gate.clone(),
         }),
     );
-    let settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::clone(&clock)),
-    );
+    let settings = support::virtual_time(&clock);
     let cluster = ClusterActor::start(parts, settings).unwrap();
     let job = support::submit(&cluster, request()).await;
     cluster.send(Round).await.unwrap();
@@ -241,10 +236,7 @@ async fn start_with_a_hanging_probe(
             vec![Box::new(probe) as Box<dyn HealthProbe>],
         )
     };
-    let settings = Settings::new(
-        EngineConfig::default(),
-        TimeSource::Virtual(Arc::new(VirtualClock::new(0.0))),
-    );
+    let settings = support::virtual_time(&Arc::new(VirtualClock::new(0.0)));
     let cluster = ClusterActor::start(parts, settings).unwrap();
     let waited = Instant::now();
     while !gate.waiting() {

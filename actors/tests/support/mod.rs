@@ -6,10 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gangway_actors::cluster::{ClusterActor, JobRequest, Parts, Submit};
+use gangway_actors::clock::VirtualClock;
+use gangway_actors::cluster::{ClusterActor, JobRequest, Parts, Settings, Submit, TimeSource};
 use gangway_actors::executor::Executor;
 use gangway_actors::health::HealthProbe;
 use gangway_core::cluster::Cluster;
+use gangway_core::engine::EngineConfig;
 use gangway_core::job::{JobId, Names};
 use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, PolicyConfig};
@@ -36,6 +38,14 @@ pub fn parts(
         probes: Vec::new(),
         health_every: Duration::from_secs(60),
     }
+}
+
+/// The engine's default settings, on `clock`'s virtual time.
+pub fn virtual_time(clock: &Arc<VirtualClock>) -> Settings {
+    Settings::new(
+        EngineConfig::default(),
+        TimeSource::Virtual(Arc::clone(clock)),
+    )
 }
 
 /// `parts` with a health probe for each of its first GPUs, checked every 5 ms.
