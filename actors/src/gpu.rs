@@ -369,12 +369,12 @@ impl GpuActor {
     /// check waits for the next tick.
     fn check_health(&mut self, ctx: &mut Context<Self>) {
         for k in 0..self.gpus.len() {
-            self.check(k, ctx);
+            self.check_gpu(k, ctx);
         }
     }
 
     /// Checks the `k`th GPU (see [`GpuActor::check_health`]).
-    fn check(&mut self, k: usize, ctx: &mut Context<Self>) {
+    fn check_gpu(&mut self, k: usize, ctx: &mut Context<Self>) {
         let watcher = self.watcher.as_ref();
         let gpu = &mut self.gpus[k];
         let Some(probe) = gpu.probe.take() else {

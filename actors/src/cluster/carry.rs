@@ -128,22 +128,25 @@ impl Gang {
     /// a lease sent to them afterwards finds them free. Idempotent.
     pub fn release(&self) {
         // Its GPUs are in ascending id, each server's together: a message per server it spans.
-        let holder = self.holder;
         let actors = &self.actors;
         for run in self
             .gpus
             .chunk_by(|a, b| actors.index(*a) == actors.index(*b))
         {
-            let handovers = (run.iter()).map(|&gpu| Handover::Release { gpu, holder });
-            actors.actor(run[0]).do_send(Handovers(handovers.collect()));
+            let handovers = releases(run, self.holder).collect();
+            actors.actor(run[0]).do_send(Handovers(handovers));
         }
     }
 
     /// Each of its GPUs given back.
     fn releases(&self) -> impl Iterator<Item = Handover> + '_ {
-        let holder = self.holder;
-        (self.gpus.iter()).map(move |&gpu| Handover::Release { gpu, holder })
+        releases(&self.gpus, self.holder)
     }
+}
+
+/// `gpus` given back by `holder`.
+fn releases(gpus: &[GpuId], holder: Holder) -> impl Iterator<Item = Handover> + '_ {
+    (gpus.iter()).map(move |&gpu| Handover::Release { gpu, holder })
 }
 
 /// A stop to carry out.
