@@ -465,7 +465,8 @@ pub fn jobs(args: JobsArgs) -> Result<()> {
     Ok(())
 }
 
-/// `gangway nodes`: prints the daemon's servers, their GPUs out of service and their jobs.
+/// `gangway nodes`: prints the daemon's servers, their GPUs out of service or whose health is no
+/// longer checked, and their jobs.
 pub fn nodes(args: JobsArgs) -> Result<()> {
     let body = args
         .daemon
@@ -495,6 +496,10 @@ pub fn nodes(args: JobsArgs) -> Result<()> {
                         escape(why)
                     ),
                 };
+                let state = match n.unwatched.len() {
+                    0 => state,
+                    k => format!("{state}; {k} unwatched"),
+                };
                 let jobs: Vec<String> = n.jobs.iter().map(|j| j.0.to_string()).collect();
                 println!(
                     "{:<16} {:<10} {:>4} {:>4}  {:<12} {}",
@@ -509,6 +514,12 @@ pub fn nodes(args: JobsArgs) -> Result<()> {
                         jobs.join(",")
                     }
                 );
+            }
+            // Why each unwatched GPU is: the table has no room for it.
+            for n in &nodes {
+                for (gpu, why) in &n.unwatched {
+                    println!("GPU {gpu} on {}: {}", escape(&n.name), escape(why));
+                }
             }
         }
     }

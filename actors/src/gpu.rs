@@ -279,6 +279,9 @@ pub struct HealthChanged {
     pub gpu: GpuId,
     /// Its new health.
     pub health: Health,
+    /// Set once its probe failed, with why: its health is no longer checked (the probe is not
+    /// called again) and stays what `health` says.
+    pub unwatched: Option<String>,
 }
 
 /// A reservation waiting for another gang's in-flight reservation to be committed or discarded.
@@ -474,6 +477,16 @@ impl Gpu {
                 if let Some(health) = before_silence {
                     self.note_health(health, watcher);
                 }
+                // But its health is no longer watched, which the operator should see.
+                if let Some(watcher) = watcher {
+                    watcher.do_send(HealthChanged {
+                        gpu: self.id,
+                        health: self.health.clone(),
+                        unwatched: Some(format!(
+                            "its health probe failed ({error}) and is not called again"
+                        )),
+                    });
+                }
             }
         }
     }
@@ -486,6 +499,7 @@ impl Gpu {
                 watcher.do_send(HealthChanged {
                     gpu: self.id,
                     health: health.clone(),
+                    unwatched: None,
                 });
             }
         }

@@ -136,6 +136,28 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
         nodes.iter().all(|n| n.out_of_service.is_empty()),
         "{nodes:?}"
     );
+    // But the operator is told that their health is no longer checked, and why.
+    let unwatched: Vec<&(u32, String)> = nodes.iter().flat_map(|n| &n.unwatched).collect();
+    assert_eq!(unwatched.len(), 4, "{nodes:?}");
+    assert!(
+        unwatched.iter().all(|(_, why)| why.contains("panicked")),
+        "{unwatched:?}"
+    );
+}
+
+/// GPU 0's reason for being unwatched, once it is (within [`PATIENCE`]).
+async fn gpu_0_unwatched(cluster: &actix::Addr<ClusterActor>) -> Option<String> {
+    let patience = Instant::now() + PATIENCE;
+    loop {
+        let nodes = cluster.send(ListNodes).await.unwrap();
+        let why = (nodes.iter().flat_map(|n| &n.unwatched))
+            .find(|(g, _)| *g == 0)
+            .map(|(_, why)| why.clone());
+        if why.is_some() || Instant::now() > patience {
+            return why;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 /// A probe that stalls (as a wedged NVML call does) while `stall` is set, then answers healthy, or,
@@ -245,6 +267,9 @@ async fn a_gpu_whose_probe_stops_answering_is_out_of_service_until_it_answers() 
     let back = in_phase(&cluster, job, Phase::Running).await;
     assert_eq!(back.phase, Phase::Running, "{back:?}");
     assert_eq!(back.placement.len(), 4);
+    // A probe that was slow but answers is still watching its GPU.
+    let nodes = cluster.send(ListNodes).await.unwrap();
+    assert!(nodes.iter().all(|n| n.unwatched.is_empty()), "{nodes:?}");
 }
 
 #[actix::test]
@@ -263,6 +288,10 @@ async fn a_probe_that_stalls_then_panics_gives_its_gpu_back_to_service() {
         why, None,
         "GPU 0 stayed out of service after its probe panicked"
     );
+    // In service, but no longer watched: said so.
+    let unwatched = gpu_0_unwatched(&cluster).await;
+    let unwatched = unwatched.expect("GPU 0 not shown as unwatched after its probe panicked");
+    assert!(unwatched.contains("panicked"), "{unwatched}");
 }
 
 #[actix::test]

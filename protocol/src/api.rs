@@ -169,6 +169,10 @@ pub struct NodeInfo {
     /// down or drained, an NVML fault).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub out_of_service: Vec<(u32, String)>,
+    /// GPUs whose health is no longer checked, with why: their probe failed (it panicked, or its
+    /// thread died) and is not called again, so they keep the health it last gave.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unwatched: Vec<(u32, String)>,
     /// Jobs running on it.
     pub jobs: Vec<JobId>,
 }

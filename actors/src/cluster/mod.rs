@@ -112,6 +112,8 @@ pub struct ClusterActor {
     round_queued: bool,
     /// GPUs their health probes took out of service, with why.
     unhealthy: FxHashMap<GpuId, String>,
+    /// GPUs whose probe failed and is no longer called, with why.
+    unwatched: FxHashMap<GpuId, String>,
     /// Retunes that found the executor busy (stopping workers, which may take a job's whole grace):
     /// told at the next poll that finds it free. The actor's thread never waits on the executor.
     deferred_retunes: Vec<Retune>,
@@ -196,6 +198,7 @@ impl ClusterActor {
                 ended: BTreeMap::new(),
                 adopted: Vec::new(),
                 unhealthy: FxHashMap::default(),
+                unwatched: FxHashMap::default(),
                 round_queued: false,
                 deferred_retunes: Vec::new(),
                 next_event: None,

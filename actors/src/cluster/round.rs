@@ -535,6 +535,9 @@ impl Handler<HealthChanged> for ClusterActor {
             self.unhealthy
                 .insert(msg.gpu, why.unwrap_or_else(|| "unhealthy".into()));
         }
+        if let Some(why) = msg.unwatched {
+            self.unwatched.insert(msg.gpu, why);
+        }
         // Its job is placed again by the next round on the timer: GPU failures come in bursts
         // (a node's XID storm), and one round then moves all their jobs.
         let carried = self.refresh_service(&[msg.gpu], ctx);

@@ -630,8 +630,8 @@ impl ClusterActor {
         self.views.nodes = Arc::new(nodes);
     }
 
-    /// Server `n`: its GPUs, those out of service and why, and the jobs holding them (both
-    /// partners of a packed pair), as the ledger has them.
+    /// Server `n`: its GPUs, those out of service and why, those whose health is no longer
+    /// checked, and the jobs holding them (both partners of a packed pair), as the ledger has them.
     fn node(&self, cluster: &Cluster, n: NodeId) -> NodeInfo {
         let gpus: Vec<u32> = cluster.gpus_of(n).map(|g| g.0).collect();
         // Health first: a cordoned GPU that also failed says why it failed.
@@ -650,6 +650,10 @@ impl ClusterActor {
             .iter()
             .filter_map(|&g| out_of_service(g).map(|why| (g, why)))
             .collect();
+        let unwatched: Vec<(u32, String)> = gpus
+            .iter()
+            .filter_map(|&g| Some((g, self.unwatched.get(&GpuId(g))?.clone())))
+            .collect();
         let mut jobs: Vec<JobId> = gpus.iter().flat_map(|&g| holders(g)).copied().collect();
         jobs.sort_unstable();
         jobs.dedup();
@@ -665,6 +669,7 @@ impl ClusterActor {
             gpus,
             free,
             out_of_service,
+            unwatched,
             jobs,
         }
     }

@@ -146,21 +146,24 @@ function renderServers() {
   for (const job of state.jobs) for (const g of job.placement) holder.set(g, job);
   const reasons = new Map();
   for (const node of state.nodes) for (const [g, why] of node.out_of_service || []) reasons.set(g, why);
+  const unwatched = new Map();
+  for (const node of state.nodes) for (const [g, why] of node.unwatched || []) unwatched.set(g, why);
   for (const [g, cell] of state.cells.entries()) {
     if (!cell) continue;
     const job = holder.get(g);
     const why = reasons.get(g);
-    const key = `${job ? job.id : ''}|${why || ''}`;
+    const blind = unwatched.get(g);
+    const key = `${job ? job.id : ''}|${why || ''}|${blind || ''}`;
     if (cell.dataset.key === key) continue;
     cell.dataset.key = key;
     cell.classList.toggle('out', !!why);
     cell.style.background = job && !why ? colour(job.id) : '';
     if (job) cell.dataset.job = job.id; else delete cell.dataset.job;
     if (why) cell.dataset.out = why; else delete cell.dataset.out;
-    cell.title = `GPU ${g} (${state.gpuType[g]})` + (job ? `: job ${job.id}, ${job.tenant}, ${job.job_type}` : ': free') + (why ? ` — out of service: ${why}` : '');
+    cell.title = `GPU ${g} (${state.gpuType[g]})` + (job ? `: job ${job.id}, ${job.tenant}, ${job.job_type}` : ': free') + (why ? ` — out of service: ${why}` : '') + (blind ? ` — health not checked: ${blind}` : '');
   }
   for (const node of state.nodes) {
-    const list = node.out_of_service || [];
+    const list = [...(node.out_of_service || []), ...(node.unwatched || [])];
     const box = state.reasonBoxes.get(node.name);
     const text = list.map(([g, why]) => `GPU ${g}: ${why}`).join('; ');
     if (box && box.textContent !== text) box.textContent = text;

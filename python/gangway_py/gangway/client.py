@@ -100,7 +100,8 @@ class Job:
 
 @dataclass(frozen=True)
 class Node:
-    """A server (``GET /nodes``): its GPUs, those out of service and why, the jobs on it."""
+    """A server (``GET /nodes``): its GPUs, those out of service and why, the jobs on it, and the GPUs
+    whose health is no longer checked (their probe failed) and why."""
 
     name: str
     gpu_type: str
@@ -108,6 +109,7 @@ class Node:
     free: int
     out_of_service: Dict[int, str]
     jobs: List[int]
+    unwatched: Dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> "Node":
@@ -118,6 +120,7 @@ class Node:
             free=int(raw["free"]),
             out_of_service={int(g): str(why) for g, why in raw.get("out_of_service", [])},
             jobs=[int(j) for j in raw.get("jobs", [])],
+            unwatched={int(g): str(why) for g, why in raw.get("unwatched", [])},
         )
 
 

@@ -12,7 +12,7 @@ import time
 import unittest
 from pathlib import Path
 
-from gangway import Client, GangwayError, Refused, Unreachable
+from gangway import Client, GangwayError, Node, Refused, Unreachable
 
 def gangway_binary() -> str:
     given = os.environ.get("GANGWAY_SERVE_BIN")
@@ -60,6 +60,16 @@ class Daemon:
         self.process.kill()
         self.process.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class NodeFromJson(unittest.TestCase):
+    def test_gpus_whose_health_is_no_longer_checked_are_read_with_why(self) -> None:
+        raw = {"name": "server-0", "gpu_type": "v100", "gpus": [0, 1], "free": 2, "jobs": []}
+        self.assertEqual(Node.from_json(raw).unwatched, {}, "none listed, none unwatched")
+        why = "its health probe failed (it panicked) and is not called again"
+        node = Node.from_json({**raw, "unwatched": [[1, why]]})
+        self.assertEqual(node.unwatched, {1: why})
+        self.assertEqual(node.out_of_service, {}, "unwatched is not out of service")
 
 
 class OverTcp(unittest.TestCase):
