@@ -827,6 +827,18 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         "GPUs held by jobs.",
         s.busy_gpus.to_string(),
     );
+    metric(
+        "gpus_out_of_service",
+        "gauge",
+        "GPUs out of service: cordoned, or unhealthy by their probe.",
+        s.gpus_out_of_service.to_string(),
+    );
+    metric(
+        "gpus_unwatched",
+        "gauge",
+        "GPUs whose health probe failed and is no longer called.",
+        s.gpus_unwatched.to_string(),
+    );
     let utilization = if s.gpus == 0 {
         0.0
     } else {

@@ -79,6 +79,10 @@ pub struct StatsSnapshot {
     pub busy_gpus: u32,
     /// GPUs in the cluster, in service or not.
     pub gpus: u32,
+    /// GPUs out of service: cordoned, or unhealthy by their probe.
+    pub gpus_out_of_service: u32,
+    /// GPUs whose health is no longer checked: their probe failed and is not called again.
+    pub gpus_unwatched: u32,
     /// See [`Stats::submitted`].
     pub submitted: u64,
     /// See [`Stats::finished`].
@@ -177,7 +181,8 @@ impl Stats {
     }
 
     /// The counters, with the gauges the caller knows: `active` jobs (not ended), `running` ones,
-    /// `busy_gpus` held of `gpus`.
+    /// `busy_gpus` held of `gpus` (the GPUs out of service and unwatched at 0: the caller that knows
+    /// them sets them).
     pub fn snapshot(
         &self,
         active: usize,
@@ -191,6 +196,8 @@ impl Stats {
             running_jobs: running,
             busy_gpus,
             gpus,
+            gpus_out_of_service: 0,
+            gpus_unwatched: 0,
             submitted: self.submitted,
             finished: self.finished,
             cancelled: self.cancelled,

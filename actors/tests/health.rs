@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, JobInfo, JobRequest, ListNodes, Parts, Round, ShowJob,
+    ClusterActor, Cordon, GetStats, JobInfo, JobRequest, ListNodes, Parts, Round, ShowJob,
 };
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
@@ -143,6 +143,14 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
         unwatched.iter().all(|(_, why)| why.contains("panicked")),
         "{unwatched:?}"
     );
+    // And so are its metrics.
+    let stats = cluster.send(GetStats).await.unwrap();
+    assert_eq!((stats.gpus_unwatched, stats.gpus_out_of_service), (4, 0));
+    let metrics = gangway_actors::api::prometheus_text(&stats);
+    assert!(
+        metrics.contains("\ngangway_gpus_unwatched 4\n"),
+        "{metrics}"
+    );
 }
 
 /// GPU 0's reason for being unwatched, once it is (within [`PATIENCE`]).
@@ -252,6 +260,8 @@ async fn a_gpu_whose_probe_stops_answering_is_out_of_service_until_it_answers() 
     let why = gpu_0_out_of_service(&cluster, |why| why.is_some()).await;
     let why = why.expect("GPU 0 stayed in service while its probe did not answer");
     assert!(why.contains("has not answered"), "{why}");
+    let stats = cluster.send(GetStats).await.unwrap();
+    assert_eq!((stats.gpus_out_of_service, stats.gpus_unwatched), (1, 0));
     // Its job, which needs all four GPUs, is stopped and waits.
     let stopped = in_phase(&cluster, job, Phase::Preempted).await;
     assert_eq!(stopped.phase, Phase::Preempted, "{stopped:?}");
@@ -315,6 +325,8 @@ async fn a_gpu_is_in_service_only_while_neither_cordoned_nor_unhealthy() {
     switches[0].set_failed(true);
     let why = gpu_0_out_of_service(&cluster, |why| why == Some("marked failed")).await;
     assert_eq!(why.as_deref(), Some("marked failed"));
+    let stats = cluster.send(GetStats).await.unwrap();
+    assert_eq!(stats.gpus_out_of_service, 1, "cordoned and failed: one GPU");
     switches[0].set_failed(false);
     let why = gpu_0_out_of_service(&cluster, |why| why == Some("cordoned")).await;
     assert_eq!(why.as_deref(), Some("cordoned"));

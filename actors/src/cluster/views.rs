@@ -582,7 +582,14 @@ impl ClusterActor {
         let running = self.running;
         let engine = self.engine();
         let (active, busy) = (engine.active_jobs(), engine.busy_gpus());
-        self.stats.snapshot(active, running, busy, gpus)
+        let cordoned_only = (self.store.ledger.cordoned.iter())
+            .filter(|&&g| !self.unhealthy.contains_key(&GpuId(g)))
+            .count();
+        StatsSnapshot {
+            gpus_out_of_service: (self.unhealthy.len() + cordoned_only) as u32,
+            gpus_unwatched: self.unwatched.len() as u32,
+            ..self.stats.snapshot(active, running, busy, gpus)
+        }
     }
 
     /// Every server: its GPUs, those out of service and why, and the jobs running on it.
