@@ -165,8 +165,8 @@ fn main() {
         stats.finished
     );
     println!(
-        "ledger: {} migrations, {} records refused",
-        stats.migrations, stats.violations
+        "ledger: {} migrations, {} records refused; {} gangs leased GPU by GPU",
+        stats.migrations, stats.violations, stats.leases_in_order
     );
     // The rounds after the submissions, from the latency histogram's buckets.
     let buckets = gangway::actors::stats::LATENCY_BUCKETS;

@@ -929,6 +929,12 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         s.illegal_transitions.to_string(),
     );
     metric(
+        "leases_in_order_total",
+        "counter",
+        "Started gangs whose batched lease was refused and that leased GPU by GPU instead.",
+        s.leases_in_order.to_string(),
+    );
+    metric(
         "round_failures_total",
         "counter",
         "Rounds whose policy failed (panicked); nothing of them was applied.",

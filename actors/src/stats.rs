@@ -49,6 +49,10 @@ pub struct Stats {
     pub recovery_seconds: f64,
     /// Rounds whose policy failed (panicked): nothing of them was applied.
     pub round_failures: u64,
+    /// Gangs whose lease in a batch was refused (one of their GPUs still held when its take came)
+    /// and that leased GPU by GPU instead: none where every batch gives its stopped GPUs back before
+    /// it takes them, as it should.
+    pub leases_in_order: u64,
     /// The last such failure: the control plane's time, and the policy's message.
     pub last_round_failure: Option<RoundFailure>,
     latency_sum: f64,
@@ -115,6 +119,8 @@ pub struct StatsSnapshot {
     pub recovery_seconds: f64,
     /// See [`Stats::round_failures`].
     pub round_failures: u64,
+    /// See [`Stats::leases_in_order`].
+    pub leases_in_order: u64,
     /// See [`Stats::last_round_failure`].
     pub last_round_failure: Option<RoundFailure>,
     /// Wall seconds of every round, summed: each from the start of its solve until its changes
@@ -214,6 +220,7 @@ impl Stats {
             publish_seconds: self.publish_seconds,
             recovery_seconds: self.recovery_seconds,
             round_failures: self.round_failures,
+            leases_in_order: self.leases_in_order,
             last_round_failure: self.last_round_failure.clone(),
             round_latency_sum: self.latency_sum,
             round_latency_buckets: self

@@ -239,7 +239,8 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
 
     // Starts: lease every gang at once, then launch.
     let stopped = stops.iter().filter_map(|s| s.gang.as_ref());
-    let leased = lease_all(&actors, stopped, starts.iter().map(|s| &s.gang)).await;
+    let (leased, in_order) = lease_all(&actors, stopped, starts.iter().map(|s| &s.gang)).await;
+    outcome.report.leased_in_order = in_order;
     let mut ready = Vec::new();
     for (step, lease) in starts.iter().zip(leased) {
         match lease {
@@ -274,12 +275,13 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
 /// per server touched ([`Handovers`]), which gives back the GPUs stopped there and then takes the
 /// started ones, each at once or refused. Within one batch no two gangs share a GPU (except packing
 /// partners), so that is how almost every lease goes; a gang refused anywhere gives back what it took
-/// and leases in order ([`Gang::lease_in_order`]). Answers each started gang's lease, in order.
+/// and leases in order ([`Gang::lease_in_order`]). Answers each started gang's lease, in order, and
+/// how many gangs leased in order.
 pub(super) async fn lease_all<'a>(
     actors: &GpuActors,
     stopped: impl Iterator<Item = &'a Gang> + Clone,
     started: impl Iterator<Item = &'a Gang> + Clone,
-) -> Vec<Result<(), String>> {
+) -> (Vec<Result<(), String>>, usize) {
     let gpus = started.clone().map(|g| g.gpus.len()).sum();
     let released: usize = stopped.clone().map(|g| g.gpus.len()).sum();
     let (tally, answered) = Tally::new(started.clone().count(), gpus);
@@ -298,6 +300,7 @@ pub(super) async fn lease_all<'a>(
     // Every answer comes, even from a GPU actor gone (its message, dropped, says "refused").
     let refused = answered.await.expect("a tally completes");
     let mut leases = Vec::with_capacity(refused.len());
+    let in_order = refused.iter().filter(|&&r| r).count();
     for (gang, refused) in started.zip(refused) {
         leases.push(if refused {
             gang.release();
@@ -306,7 +309,7 @@ pub(super) async fn lease_all<'a>(
             Ok(())
         });
     }
-    leases
+    (leases, in_order)
 }
 
 /// Runs `f` on tokio's blocking pool.

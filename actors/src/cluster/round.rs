@@ -319,6 +319,7 @@ impl ClusterActor {
             .collect();
         self.persist(&records);
         self.fail_starts(&outcome.failed_starts, now);
+        self.stats.leases_in_order += outcome.report.leased_in_order as u64;
         outcome.report
     }
 
