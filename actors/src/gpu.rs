@@ -271,7 +271,8 @@ pub struct GpuInfo {
     pub health: Health,
 }
 
-/// Told to the cluster when a GPU's health changes.
+/// Told to the cluster when a GPU's health changes, and when its probe fails (its health then
+/// unchanged, `unwatched` set).
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct HealthChanged {

@@ -49,9 +49,11 @@ pub struct Stats {
     pub recovery_seconds: f64,
     /// Rounds whose policy failed (panicked): nothing of them was applied.
     pub round_failures: u64,
-    /// Gangs whose lease in a batch was refused (one of their GPUs still held when its take came)
-    /// and that leased GPU by GPU instead: none where every batch gives its stopped GPUs back before
-    /// it takes them, as it should.
+    /// Started gangs whose lease in a round's batch was refused and that leased GPU by GPU instead
+    /// (not counting the gangs re-adopted at recovery). A take is refused where its GPU is still
+    /// held (none, where every batch gives its stopped GPUs back before it takes them, as it
+    /// should), part-way through another gang's ordered lease, or already known unhealthy to its
+    /// actor before the cluster heard of it: a few are a race with health, many an ordering bug.
     pub leases_in_order: u64,
     /// The last such failure: the control plane's time, and the policy's message.
     pub last_round_failure: Option<RoundFailure>,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, GetStats, JobInfo, JobRequest, ListNodes, Parts, Round, ShowJob,
+    ClusterActor, Cordon, GetStats, GetViews, JobInfo, JobRequest, ListNodes, Parts, Round, ShowJob,
 };
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
@@ -146,19 +146,25 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
     // And so are its metrics.
     let stats = cluster.send(GetStats).await.unwrap();
     assert_eq!((stats.gpus_unwatched, stats.gpus_out_of_service), (4, 0));
-    let metrics = gangway_actors::api::prometheus_text(&stats);
+    // As the API serves them: from the view published last, not the actor's state.
+    let view = cluster.send(GetViews).await.unwrap().latest();
+    let published = (view.nodes().iter()).flat_map(|n| &n.unwatched).count();
+    assert_eq!(published, 4, "{:?}", view.nodes());
+    assert_eq!(view.stats().gpus_unwatched, 4);
+    let metrics = gangway_actors::api::prometheus_text(view.stats());
     assert!(
         metrics.contains("\ngangway_gpus_unwatched 4\n"),
         "{metrics}"
     );
 }
 
-/// GPU 0's reason for being unwatched, once it is (within [`PATIENCE`]).
+/// GPU 0's reason for being unwatched in the view published last (what the API serves), once it
+/// is (within [`PATIENCE`]).
 async fn gpu_0_unwatched(cluster: &actix::Addr<ClusterActor>) -> Option<String> {
     let patience = Instant::now() + PATIENCE;
     loop {
-        let nodes = cluster.send(ListNodes).await.unwrap();
-        let why = (nodes.iter().flat_map(|n| &n.unwatched))
+        let view = cluster.send(GetViews).await.unwrap().latest();
+        let why = (view.nodes().iter().flat_map(|n| &n.unwatched))
             .find(|(g, _)| *g == 0)
             .map(|(_, why)| why.clone());
         if why.is_some() || Instant::now() > patience {

@@ -6,7 +6,9 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use gangway_actors::clock::VirtualClock;
-use gangway_actors::cluster::{ClusterActor, JobRequest, Poll, Round, ShowJob};
+use gangway_actors::cluster::{
+    ClusterActor, GetStats, JobRequest, ListNodes, Poll, Round, ShowJob,
+};
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
 };
@@ -207,6 +209,44 @@ fn the_restart_budget_survives_a_restart() {
         phases
     });
     assert_eq!(phases, [Phase::Preempted, Phase::Failed]);
+}
+
+#[test]
+fn cordons_of_gpus_the_restarted_cluster_lacks_are_not_counted_out_of_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let on = |spec: &str| {
+        let parts = support::parts(spec, 4, "fifo", Box::new(SimExecutor::default()));
+        let mut settings = support::virtual_time(&clock);
+        settings.journal = Some(journal.clone());
+        ClusterActor::start(parts, settings).unwrap()
+    };
+    // GPU 1 and GPU 6 cordoned on two servers; then the daemon restarts on the first alone.
+    actix::System::new().block_on(async {
+        let cluster = on("v100=2x4");
+        let cordon = gangway_actors::cluster::Cordon {
+            gpus: vec![1, 6],
+            cordoned: true,
+        };
+        cluster.send(cordon).await.unwrap().unwrap();
+        let stats = cluster.send(GetStats).await.unwrap();
+        assert_eq!((stats.gpus, stats.gpus_out_of_service), (8, 2));
+    });
+    actix::System::new().block_on(async {
+        let cluster = on("v100=1x4");
+        let stats = cluster.send(GetStats).await.unwrap();
+        assert_eq!(
+            (stats.gpus, stats.gpus_out_of_service),
+            (4, 1),
+            "only GPU 1 is this cluster's"
+        );
+        let nodes = cluster.send(ListNodes).await.unwrap();
+        let out: Vec<u32> = (nodes.iter().flat_map(|n| &n.out_of_service))
+            .map(|(g, _)| *g)
+            .collect();
+        assert_eq!(out, [1]);
+    });
 }
 
 #[test]

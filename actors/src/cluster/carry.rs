@@ -318,3 +318,41 @@ pub(super) async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + '
         .await
         .expect("a blocking control-plane task panicked")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[actix::test]
+    async fn a_gang_refused_in_the_batch_is_counted_as_leased_in_order() {
+        let server = vec![GpuId(0), GpuId(1)];
+        let actors = Arc::new(GpuActors::start([server], |gpus| {
+            GpuActor::new(gpus.iter().copied()).start()
+        }));
+        let gang = |job: u32, gpus: &[GpuId]| {
+            let holder = Holder {
+                job: JobId(job),
+                attempt: 1,
+            };
+            Gang::new(&actors, holder, None, gpus)
+        };
+        let first = gang(1, &[GpuId(0)]);
+        let (leased, in_order) = lease_all(&actors, std::iter::empty(), [&first].into_iter()).await;
+        assert_eq!(
+            (leased, in_order),
+            (vec![Ok(())], 0),
+            "a free GPU is taken at once"
+        );
+        // GPU 0 is still the first gang's: the second's take of it is refused, and its lease in
+        // order finds it held too.
+        let second = gang(2, &[GpuId(0), GpuId(1)]);
+        let (leased, in_order) =
+            lease_all(&actors, std::iter::empty(), [&second].into_iter()).await;
+        assert_eq!(in_order, 1);
+        assert!(leased[0].is_err(), "{leased:?}");
+        // Given back in the same batch, first: taken at once.
+        let (leased, in_order) =
+            lease_all(&actors, [&first].into_iter(), [&second].into_iter()).await;
+        assert_eq!((leased, in_order), (vec![Ok(())], 0));
+    }
+}

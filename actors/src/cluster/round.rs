@@ -531,10 +531,14 @@ impl Handler<HealthChanged> for ClusterActor {
         if msg.health.healthy {
             self.unhealthy.remove(&msg.gpu);
         } else {
-            tracing::warn!(gpu = msg.gpu.0, reason = ?msg.health.reason, "GPU out of service; its job moves");
             let why = msg.health.reason.clone();
-            self.unhealthy
-                .insert(msg.gpu, why.unwrap_or_else(|| "unhealthy".into()));
+            let newly = (self.unhealthy)
+                .insert(msg.gpu, why.unwrap_or_else(|| "unhealthy".into()))
+                .is_none();
+            // Told again (its probe then failed, say): said once.
+            if newly {
+                tracing::warn!(gpu = msg.gpu.0, reason = ?msg.health.reason, "GPU out of service; its job moves");
+            }
         }
         if let Some(why) = msg.unwatched {
             self.unwatched.insert(msg.gpu, why);

@@ -582,8 +582,9 @@ impl ClusterActor {
         let running = self.running;
         let engine = self.engine();
         let (active, busy) = (engine.active_jobs(), engine.busy_gpus());
+        // Cordons journaled on a larger cluster than this one name GPUs it does not have.
         let cordoned_only = (self.store.ledger.cordoned.iter())
-            .filter(|&&g| !self.unhealthy.contains_key(&GpuId(g)))
+            .filter(|&&g| g < gpus && !self.unhealthy.contains_key(&GpuId(g)))
             .count();
         StatsSnapshot {
             gpus_out_of_service: (self.unhealthy.len() + cordoned_only) as u32,

@@ -12,7 +12,8 @@ import time
 import unittest
 from pathlib import Path
 
-from gangway import Client, GangwayError, Node, Refused, Unreachable
+from gangway import Client, GangwayError, Refused, Unreachable
+from gangway.client import Node
 
 def gangway_binary() -> str:
     given = os.environ.get("GANGWAY_SERVE_BIN")
