@@ -169,7 +169,7 @@ function renderServers() {
     if (box && box.textContent !== text) box.textContent = text;
   }
   const out = state.nodes.reduce((n, node) => n + (node.out_of_service || []).length, 0);
-  $('cluster-note').textContent = `${state.nodes.length} servers, ${total} GPUs${out ? `, ${out} out of service` : ''}`;
+  $('cluster-note').textContent = `${state.nodes.length} servers, ${total} GPUs${out ? `, ${out} out of service` : ''}${unwatched.size ? `, ${unwatched.size} unwatched` : ''}`;
 }
 
 function buildServers() {
