@@ -271,8 +271,8 @@ pub struct GpuInfo {
     pub health: Health,
 }
 
-/// Told to the cluster when a GPU's health changes, and when its probe fails (its health then
-/// unchanged, `unwatched` set).
+/// Told to the cluster when a GPU's health changes, and when its probe fails (with the health the
+/// GPU keeps, `unwatched` set).
 #[derive(Message, Clone, Debug)]
 #[rtype(result = "()")]
 pub struct HealthChanged {
@@ -455,7 +455,7 @@ impl Gpu {
             silent.as_secs_f64()
         ));
         self.before_silence = Some(self.health.clone());
-        self.note_health(silence, watcher);
+        self.note_health(silence, None, watcher);
     }
 
     /// Takes a check's outcome: the probe back and the health it found, or why it failed.
@@ -469,40 +469,38 @@ impl Gpu {
         match checked {
             Ok((probe, health)) => {
                 self.probe = Some(probe);
-                self.note_health(health, watcher);
+                self.note_health(health, None, watcher);
             }
             Err(error) => {
                 let gpu = self.id.0;
                 tracing::error!(gpu, %error, "a GPU's health probe failed; it is not called again");
-                // A probe's fault says nothing of its GPU: back to what the probe last said.
-                if let Some(health) = before_silence {
-                    self.note_health(health, watcher);
-                }
-                // But its health is no longer watched, which the operator should see.
-                if let Some(watcher) = watcher {
-                    watcher.do_send(HealthChanged {
-                        gpu: self.id,
-                        health: self.health.clone(),
-                        unwatched: Some(format!(
-                            "its health probe failed ({error}) and is not called again"
-                        )),
-                    });
-                }
+                // A probe's fault says nothing of its GPU: back to what the probe last said. But its
+                // health is no longer watched, which the operator should see.
+                let health = before_silence.unwrap_or_else(|| self.health.clone());
+                let why = format!("its health probe failed ({error}) and is not called again");
+                self.note_health(health, Some(why), watcher);
             }
         }
     }
 
-    /// Takes the health a check found, and tells the watcher if the GPU turned healthy or not.
-    fn note_health(&mut self, health: Health, watcher: Option<&Recipient<HealthChanged>>) {
-        if health.healthy != self.health.healthy {
+    /// Takes the health a check found, and tells the watcher if the GPU turned healthy or not, or
+    /// if it is `unwatched` from now on (its probe failed), in one message.
+    fn note_health(
+        &mut self,
+        health: Health,
+        unwatched: Option<String>,
+        watcher: Option<&Recipient<HealthChanged>>,
+    ) {
+        let turned = health.healthy != self.health.healthy;
+        if turned {
             tracing::warn!(gpu = self.id.0, ?health, "GPU health changed");
-            if let Some(watcher) = watcher {
-                watcher.do_send(HealthChanged {
-                    gpu: self.id,
-                    health: health.clone(),
-                    unwatched: None,
-                });
-            }
+        }
+        if let Some(watcher) = watcher.filter(|_| turned || unwatched.is_some()) {
+            watcher.do_send(HealthChanged {
+                gpu: self.id,
+                health: health.clone(),
+                unwatched,
+            });
         }
         self.health = health;
     }
@@ -557,11 +555,7 @@ impl Gpu {
                 gpu,
                 by: holder.job,
             }))?;
-        if let Some(k) = self.lease.reserved.iter().position(|(h, _)| *h == holder) {
-            let entry = self.lease.reserved.remove(k);
-            self.lease.committed.push(entry);
-        }
-        Ok(())
+        self.commit(holder)
     }
 
     /// See [`Commit`].

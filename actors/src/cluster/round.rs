@@ -455,6 +455,13 @@ impl ClusterActor {
         answered
     }
 
+    /// Why `gpu` is out of service, if it is: unhealthy (its probe's reason, first: a cordoned GPU
+    /// that also failed says why it failed) or cordoned.
+    pub(super) fn out_of_service(&self, gpu: GpuId) -> Option<&str> {
+        (self.unhealthy.get(&gpu).map(String::as_str))
+            .or_else(|| (self.store.ledger.cordoned.contains(&gpu.0)).then_some("cordoned"))
+    }
+
     /// Puts GPUs in service or out of it after their cordon or health changed: in only if neither
     /// cordoned nor unhealthy (an uncordoned GPU that failed stays out, and so does a cordoned one
     /// whose probe answers healthy again). The jobs on those leaving stop now and wait for a round.
@@ -465,8 +472,7 @@ impl ClusterActor {
     ) -> oneshot::Receiver<RoundReport> {
         let now = self.clock.now();
         for &gpu in gpus {
-            let cordoned = self.store.ledger.cordoned.contains(&gpu.0);
-            if !cordoned && !self.unhealthy.contains_key(&gpu) {
+            if self.out_of_service(gpu).is_none() {
                 self.engine().enable_gpu(gpu);
             } else {
                 self.engine().disable_gpu(gpu, now);

@@ -642,21 +642,11 @@ impl ClusterActor {
     /// checked, and the jobs holding them (both partners of a packed pair), as the ledger has them.
     fn node(&self, cluster: &Cluster, n: NodeId) -> NodeInfo {
         let gpus: Vec<u32> = cluster.gpus_of(n).map(|g| g.0).collect();
-        // Health first: a cordoned GPU that also failed says why it failed.
-        let out_of_service = |g: u32| {
-            (self.unhealthy.get(&GpuId(g)).cloned()).or_else(|| {
-                self.store
-                    .ledger
-                    .cordoned
-                    .contains(&g)
-                    .then(|| "cordoned".into())
-            })
-        };
         let holders =
             |g: u32| (self.store.ledger.holders.get(&g)).map_or(&[][..], |h| h.as_slice());
         let out_of_service: Vec<(u32, String)> = gpus
             .iter()
-            .filter_map(|&g| out_of_service(g).map(|why| (g, why)))
+            .filter_map(|&g| Some((g, self.out_of_service(GpuId(g))?.to_owned())))
             .collect();
         let unwatched: Vec<(u32, String)> = gpus
             .iter()
