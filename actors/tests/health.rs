@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, GetStats, GetViews, JobInfo, JobRequest, ListNodes, Parts, Round, ShowJob,
+    ClusterActor, Cordon, GetStats, GetViews, JobInfo, JobRequest, ListNodes, NodeInfo, Parts,
+    Round, ShowJob,
 };
 use gangway_actors::executor::SimExecutor;
 use gangway_actors::health::{Health, HealthProbe, Switch};
@@ -158,22 +159,6 @@ async fn a_probe_that_panics_leaves_its_gpu_in_service_and_is_not_called_again()
     );
 }
 
-/// GPU 0's reason for being unwatched in the view published last (what the API serves), once it
-/// is (within [`PATIENCE`]).
-async fn gpu_0_unwatched(cluster: &actix::Addr<ClusterActor>) -> Option<String> {
-    let patience = Instant::now() + PATIENCE;
-    loop {
-        let view = cluster.send(GetViews).await.unwrap().latest();
-        let why = (view.nodes().iter().flat_map(|n| &n.unwatched))
-            .find(|(g, _)| *g == 0)
-            .map(|(_, why)| why.clone());
-        if why.is_some() || Instant::now() > patience {
-            return why;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// A probe that stalls (as a wedged NVML call does) while `stall` is set, then answers healthy, or,
 /// if `panics`, panics once it has stalled.
 struct Stalling {
@@ -195,16 +180,18 @@ impl HealthProbe for Stalling {
     }
 }
 
-/// Waits (within [`PATIENCE`]) until `done` holds of GPU 0's reason for being out of service, if
-/// it is; answers that reason.
-async fn gpu_0_out_of_service(
+/// Waits (within [`PATIENCE`]) until `done` holds of GPU 0's reason in a list of each server's
+/// (`list`: out of service, or unwatched) as the view published last has it (what the API serves);
+/// answers that reason.
+async fn gpu_0_reason(
     cluster: &actix::Addr<ClusterActor>,
+    list: impl Fn(&NodeInfo) -> &[(u32, String)],
     done: impl Fn(Option<&str>) -> bool,
 ) -> Option<String> {
     let patience = Instant::now() + PATIENCE;
     loop {
-        let nodes = cluster.send(ListNodes).await.unwrap();
-        let why = (nodes.iter().flat_map(|n| &n.out_of_service))
+        let view = cluster.send(GetViews).await.unwrap().latest();
+        let why = (view.nodes().iter().flat_map(|n| list(n)))
             .find(|(g, _)| *g == 0)
             .map(|(_, why)| why.clone());
         if done(why.as_deref()) || Instant::now() > patience {
@@ -212,6 +199,19 @@ async fn gpu_0_out_of_service(
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// GPU 0's reason for being out of service once `done` holds of it (see [`gpu_0_reason`]).
+async fn gpu_0_out_of_service(
+    cluster: &actix::Addr<ClusterActor>,
+    done: impl Fn(Option<&str>) -> bool,
+) -> Option<String> {
+    gpu_0_reason(cluster, |n| &n.out_of_service, done).await
+}
+
+/// GPU 0's reason for being unwatched, once it is (see [`gpu_0_reason`]).
+async fn gpu_0_unwatched(cluster: &actix::Addr<ClusterActor>) -> Option<String> {
+    gpu_0_reason(cluster, |n| &n.unwatched, |why| why.is_some()).await
 }
 
 /// Waits (within [`PATIENCE`]) until `job` is in `phase`; answers how it is then.
