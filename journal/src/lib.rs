@@ -25,7 +25,7 @@
 //! A journal is a directory:
 //!
 //! ```text
-//! LOCK                       advisory lock: one writer per directory; a copy of the manifest
+//! LOCK                       a copy of the manifest (the one-writer lock is on the directory)
 //! MANIFEST                   the manifest: the newest segment, and how much of it was committed
 //! segment-<FIRST>.log        frames, append-only; FIRST = sequence number of its first record
 //! snapshot-<SEQ>.snap        one frame: the caller's state after applying records 1..=SEQ
@@ -290,6 +290,18 @@ pub enum JournalError {
         /// What the gap means, where it is between two files: empty, or starts with "; ".
         context: String,
     },
+    /// A file that cannot be this journal's: recovery stops rather than trust it over the
+    /// committed records.
+    #[error(
+        "{}: {why}: it is not this journal's, so recovery stops rather than trust it over the committed records (move the file aside)",
+        .path.display()
+    )]
+    Stray {
+        /// The file.
+        path: PathBuf,
+        /// What it holds, and what says it cannot.
+        why: String,
+    },
     /// A record or snapshot could not be serialized; nothing was written.
     #[error("cannot encode a record or snapshot: {0}")]
     Encode(#[from] postcard::Error),
@@ -300,7 +312,7 @@ pub enum JournalError {
     /// Another writer (in this process or another) holds the directory's lock.
     #[error("{}: the journal is already open in another writer", .path.display())]
     Locked {
-        /// The `LOCK` file.
+        /// The journal's directory.
         path: PathBuf,
     },
     /// An earlier write or fsync failed, so the segment may end in a partial frame: this handle
@@ -341,8 +353,10 @@ pub struct Journal<R> {
     /// Set while a write is in flight. If it is still set, the tail may hold a partial
     /// frame, and appending after that would turn a torn tail into mid-file corruption.
     poisoned: bool,
-    /// The locked `LOCK` file, which also holds a copy of the manifest.
+    /// `LOCK`, which holds a copy of the manifest.
     lock: File,
+    /// The journal's directory, locked: the one writer's claim ([`lock_dir`]).
+    _held: File,
     /// `MANIFEST`, the other copy.
     manifest_file: File,
     /// What the manifest says now.
@@ -363,10 +377,24 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
     ) -> Result<(Self, Recovered<S, R>)> {
         let dir = dir.as_ref().to_path_buf();
         private::prepare_dir(&dir)?;
-        let lock = lock_dir(&dir)?;
+        let (lock, held) = lock_dir(&dir)?;
         let claim = read_claim(&dir, &lock)?;
         let (segments, snapshots) = list(&dir)?;
 
+        // A snapshot is begun on a segment the manifest named durably, with every record it
+        // covers: one past the manifest's last record is of records never committed here (a
+        // stray file, another journal's), and trusting it would compact the committed ones away.
+        if let (Some(claim), Some(&seq)) = (&claim, snapshots.last())
+            && let Some(last) = claim.manifest.last.filter(|&last| seq > last)
+        {
+            return Err(JournalError::Stray {
+                path: dir.join(snapshot_name(seq)),
+                why: format!(
+                    "a snapshot of records up to {seq}, but {} says the last record committed is {last}",
+                    claim.name()
+                ),
+            });
+        }
         let (snapshot, snap) = match snapshots.last() {
             Some(&seq) => (Some(read_snapshot(&dir, seq)?), seq),
             None => (None, 0),
@@ -529,6 +557,7 @@ impl<R: Serialize + DeserializeOwned> Journal<R> {
             next_seq,
             poisoned: false,
             lock,
+            _held: held,
             manifest_file,
             manifest,
             _records: PhantomData,
@@ -1067,8 +1096,33 @@ fn sync_dir(dir: &Path) -> Result<()> {
 /// long as it runs.
 pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Takes an advisory lock so that two writers can never interleave frames.
-fn lock_dir(dir: &Path) -> Result<File> {
+/// Takes an advisory lock so that two writers can never interleave frames, and opens `LOCK` (the
+/// manifest's second copy). The lock is on the directory itself, not on `LOCK`: a lock on a file
+/// that someone deletes (a "stale" lock file, say) holds an inode no later open finds, and a second
+/// writer would lock the new file beside the first. Returns `LOCK`, and the directory's handle,
+/// which holds the lock for as long as it is open.
+fn lock_dir(dir: &Path) -> Result<(File, File)> {
+    let held = File::open(dir).at(dir)?;
+    let began = std::time::Instant::now();
+    loop {
+        match held.try_lock() {
+            Ok(()) => break,
+            Err(TryLockError::WouldBlock) if began.elapsed() < LOCK_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(TryLockError::WouldBlock) => {
+                return Err(JournalError::Locked {
+                    path: dir.to_owned(),
+                });
+            }
+            Err(TryLockError::Error(error)) => {
+                return Err(JournalError::Io {
+                    path: dir.to_owned(),
+                    error,
+                });
+            }
+        }
+    }
     let path = dir.join(manifest::LOCK);
     let file = private::open(
         &path,
@@ -1078,15 +1132,5 @@ fn lock_dir(dir: &Path) -> Result<File> {
             .read(true)
             .write(true),
     )?;
-    let began = std::time::Instant::now();
-    loop {
-        match file.try_lock() {
-            Ok(()) => return Ok(file),
-            Err(TryLockError::WouldBlock) if began.elapsed() < LOCK_PATIENCE => {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            Err(TryLockError::WouldBlock) => return Err(JournalError::Locked { path }),
-            Err(TryLockError::Error(error)) => return Err(JournalError::Io { path, error }),
-        }
-    }
+    Ok((file, held))
 }

@@ -127,6 +127,24 @@ fn a_second_writer_is_locked_out() {
     assert!(matches!(open_err(tmp.path()), JournalError::Locked { .. }));
 }
 
+/// Deleting `LOCK` (a "stale" lock file, say) while a writer has the journal open does not let a
+/// second writer in: the lock is on the directory, not on the file.
+#[test]
+fn a_second_writer_is_locked_out_when_lock_is_deleted() {
+    let tmp = TempDir::new().unwrap();
+    let (mut first, _) = open(tmp.path());
+    append_all(&mut first, 1..=2);
+    fs::remove_file(tmp.path().join("LOCK")).unwrap();
+    let err = open_err(tmp.path());
+    assert!(
+        matches!(&err, JournalError::Locked { path } if path == tmp.path()),
+        "{err}"
+    );
+    append_all(&mut first, 3..=3);
+    drop(first);
+    assert_eq!(open(tmp.path()).1.records, ds(1..=3));
+}
+
 /// A lock let go while an open waits for it (as a child process lets go of its parent's, at its
 /// `exec`) is taken: the open does not fail for it.
 #[test]
@@ -564,6 +582,31 @@ fn a_damaged_snapshot_is_a_hard_error() {
         "{err}"
     );
     assert!(err.to_string().contains(&snapshot_name(2)));
+}
+
+/// A snapshot past the last committed record (another journal's, copied in) is refused, and the
+/// records it would have compacted away are still there once it is moved aside.
+#[test]
+fn a_snapshot_of_records_never_committed_is_refused_and_deletes_nothing() {
+    let tmp = TempDir::new().unwrap();
+    let (p, other) = (tmp.path().join("journal"), tmp.path().join("other"));
+    append_all(&mut open(&p).0, 1..=5);
+    let (mut j, _) = open(&other);
+    append_all(&mut j, 1..=9);
+    j.snapshot(&(1..=9).map(d).collect::<State>()).unwrap();
+    drop(j);
+    let stray = p.join(snapshot_name(9));
+    fs::copy(other.join(snapshot_name(9)), &stray).unwrap();
+    let err = open_err(&p);
+    assert!(
+        matches!(&err, JournalError::Stray { path, .. } if *path == stray),
+        "{err}"
+    );
+    assert!(err.to_string().contains("last record committed is 5"), "{err}");
+    assert_eq!(files(&p, ".log"), [p.join(segment_name(1))]);
+    fs::remove_file(&stray).unwrap();
+    let (j, rec) = open(&p);
+    assert_eq!((rec.records, rec.snapshot_seq, j.last_seq()), (ds(1..=5), 0, 5));
 }
 
 #[derive(Debug, Clone)]
