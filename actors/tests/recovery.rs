@@ -284,3 +284,39 @@ fn cordoned_gpus_stay_out_of_service_after_a_restart() {
     let why = second.waiting.expect("a waiting job says why");
     assert!(why.contains("2 out of service"), "{why}");
 }
+
+/// A job the restarted cluster cannot run fails, and workers of its that still run are stopped
+/// first: the ledger gives its GPUs back, and another job may be placed on them.
+#[test]
+fn a_job_that_cannot_run_after_a_restart_has_its_live_workers_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let workers = Outliving(Arc::new(Mutex::new(SimExecutor::new(50.0))));
+    let on = |spec: &str| {
+        let parts = support::parts(spec, 4, "fifo", Box::new(workers.clone()));
+        let mut settings = support::virtual_time(&clock);
+        settings.journal = Some(journal.clone());
+        ClusterActor::start(parts, settings).unwrap()
+    };
+    let alive = || (0..4).any(|attempt| workers.0.lock().unwrap().alive(JobId(0), attempt));
+    // Job 0 runs on both servers' eight GPUs; the daemon restarts on the first server alone.
+    actix::System::new().block_on(async {
+        let cluster = on("v100=2x4");
+        support::submit(&cluster, request(8, 1000.0)).await;
+        cluster.send(Round).await.unwrap();
+        let job = cluster.send(ShowJob(JobId(0))).await.unwrap().unwrap();
+        assert_eq!((job.phase, job.placement.len()), (Phase::Running, 8));
+    });
+    assert!(alive(), "its workers outlive the daemon");
+    clock.set(100.0);
+    let failed = actix::System::new().block_on(async {
+        let cluster = on("v100=1x4");
+        cluster.send(ShowJob(JobId(0))).await.unwrap().unwrap()
+    });
+    assert_eq!(failed.phase, Phase::Failed);
+    assert!(
+        !alive(),
+        "its workers are stopped before its GPUs are given back"
+    );
+}

@@ -602,11 +602,17 @@ fn a_snapshot_of_records_never_committed_is_refused_and_deletes_nothing() {
         matches!(&err, JournalError::Stray { path, .. } if *path == stray),
         "{err}"
     );
-    assert!(err.to_string().contains("last record committed is 5"), "{err}");
+    assert!(
+        err.to_string().contains("last record committed is 5"),
+        "{err}"
+    );
     assert_eq!(files(&p, ".log"), [p.join(segment_name(1))]);
     fs::remove_file(&stray).unwrap();
     let (j, rec) = open(&p);
-    assert_eq!((rec.records, rec.snapshot_seq, j.last_seq()), (ds(1..=5), 0, 5));
+    assert_eq!(
+        (rec.records, rec.snapshot_seq, j.last_seq()),
+        (ds(1..=5), 0, 5)
+    );
 }
 
 #[derive(Debug, Clone)]

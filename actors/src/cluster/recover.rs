@@ -40,8 +40,15 @@ impl ClusterActor {
             let id = job.id;
             if engine.submit(job, entry.spec.arrival).is_err() {
                 // The cluster changed under the journal: the job can never run here. It fails, and
-                // gives back whatever the ledger says it held.
+                // gives back whatever the ledger says it held, once workers of its that still run
+                // there are stopped (another job may be placed on those GPUs).
                 tracing::error!(job = id.0, "a journaled job cannot run on this cluster");
+                if let Standing::Running { attempt, .. } = &entry.standing {
+                    let mut executor = self.executor.lock().expect("executor");
+                    if executor.alive(id, *attempt) {
+                        let _ = executor.stop(id, now);
+                    }
+                }
                 requeued.push(Record::Failed {
                     job: id,
                     at: now,
