@@ -44,6 +44,11 @@ pub struct ServeArgs {
     /// trailing `*` allows a prefix.
     #[arg(long, value_name = "NAME")]
     pub allow_env: Vec<String>,
+    /// The longest `--grace` a submitted command may give its workers to checkpoint when stopped,
+    /// in seconds; a stop waits at most this (and a minute more) before killing them. Every round
+    /// waits for its stops, so one job's grace holds up every other job's start.
+    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    pub max_grace: f64,
     /// Connections open at once; beyond it, one of the peer holding the most is closed, idle or
     /// still sending its body (default: from the open-files limit, at most 1024).
     #[arg(long, value_name = "N")]
@@ -223,6 +228,7 @@ fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
         token_file: args.token_file,
         socket_mode: args.socket_mode,
         allow_env: args.allow_env,
+        max_grace: args.max_grace,
         max_connections: args.max_connections,
         max_connections_per_peer: args.max_connections_per_peer,
         header_timeout: args.header_timeout,

@@ -47,7 +47,7 @@ use gangway_core::policy::{self, BuildError, Registry};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::throughput::goodput::Reports;
 use gangway_launcher::confine::{Cgroups, CorePool};
-use gangway_launcher::executor::{Hosts, ProcessExecutor, check_command};
+use gangway_launcher::executor::{DEFAULT_MAX_GRACE, Hosts, ProcessExecutor, check_command};
 use gangway_topology::topology::ClusterSpec;
 
 use crate::scenario::{self, Scenario, ScenarioArgs};
@@ -153,6 +153,9 @@ pub struct ApiOptions {
     /// Start-up variables (LD_*, BASH_ENV, ...) submitted jobs may set; a trailing `*` allows a
     /// prefix.
     pub allow_env: Vec<String>,
+    /// The longest `--grace`, in seconds, a submitted command may give its workers to checkpoint
+    /// when stopped, and the most of it a stop waits for: rounds wait for their stops.
+    pub max_grace: f64,
     /// Connections open at once (default: from the open-files limit, at most 1024).
     pub max_connections: Option<usize>,
     /// Connections one peer may hold (default: half of `max_connections`).
@@ -173,6 +176,7 @@ impl ApiOptions {
             token_file: None,
             socket_mode: 0o600,
             allow_env: Vec::new(),
+            max_grace: DEFAULT_MAX_GRACE.as_secs_f64(),
             max_connections: None,
             max_connections_per_peer: None,
             header_timeout: 10.0,
@@ -190,6 +194,9 @@ impl ApiOptions {
             if !(seconds.is_finite() && (0.1..=3600.0).contains(&seconds)) {
                 return Err(setting(format!("{flag} must be from 0.1 to 3600 seconds")));
             }
+        }
+        if !(self.max_grace.is_finite() && (1.0..=604_800.0).contains(&self.max_grace)) {
+            return Err(setting("--max-grace must be from 1 to 604800 seconds"));
         }
         if self.max_connections == Some(0) || self.max_connections_per_peer == Some(0) {
             return Err(setting(
@@ -541,7 +548,7 @@ impl ControlPlaneBuilder {
                 ));
             }
             (WorkerChoice::Processes, Some(hosts)) => {
-                let executor = process_executor(
+                let mut executor = process_executor(
                     hosts,
                     cores,
                     self.time_scale,
@@ -549,6 +556,9 @@ impl ControlPlaneBuilder {
                     self.journal.as_deref(),
                     note,
                 )?;
+                if let Some(api) = &self.api {
+                    executor.max_grace = Duration::from_secs_f64(api.max_grace);
+                }
                 (Box::new(executor), "process")
             }
         };
@@ -858,7 +868,10 @@ fn api(
     let mut run_policy = RunPolicy::new(Submitter::this_process());
     run_policy.allowed_env = options.allow_env.clone();
     if processes {
-        run_policy.args = Some(Arc::new(check_command));
+        let max_grace = Duration::from_secs_f64(options.max_grace);
+        run_policy.args = Some(Arc::new(move |run, submitter| {
+            check_command(run, submitter, max_grace)
+        }));
     }
     let open_files = gangway_actors::listener::raise_open_files_limit();
     let limits = Limits {

@@ -434,6 +434,22 @@ fn serve_refuses_a_public_address_a_short_round_and_a_port_in_use_cleanly() {
         stderr(&out)
     );
 
+    let out = run(&[
+        "serve",
+        "--fake-gpus",
+        "1",
+        "--max-grace",
+        "0",
+        "--journal",
+        &journal_arg,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--max-grace must be from 1 to 604800 seconds"),
+        "{}",
+        stderr(&out)
+    );
+
     // A port in use: only the clean error, no panic and no backtrace.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
@@ -1025,6 +1041,11 @@ fn submitted_commands_are_checked_before_they_can_run() {
             command(json!({"args": ["--backend", "slurm", "train.py"]})),
             422,
             "leave out --backend",
+        ),
+        (
+            command(json!({"args": ["--grace", "604800", "train.py"]})),
+            422,
+            "run.args: --grace 604800 s is longer than this daemon allows (600 s",
         ),
         (
             command(json!({"args": ["--python", "no-such-python", "train.py"]})),

@@ -127,12 +127,33 @@ fn write_atomically_as(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<
     std::fs::rename(temp, path)
 }
 
+/// The longest `--grace` a job may ask for unless the operator says otherwise
+/// ([`ProcessExecutor::max_grace`]).
+pub const DEFAULT_MAX_GRACE: Duration = Duration::from_secs(600);
+
 /// Checks a submitted command as the process executor will run it (its GPUs first): `elastic-run`
-/// must accept the command line, on this machine's GPUs (no `--backend slurm`), and the programs it
-/// names to run (the `--python` interpreter, or the script under torchrun's `--no-python`) must be
-/// ones the submitter may run: see [`open_program`].
-pub fn check_command(run: &RunCommand, submitter: &Submitter) -> Result<(), Invalid> {
-    checked_program(run, submitter).map(drop)
+/// must accept the command line, on this machine's GPUs (no `--backend slurm`), with a `--grace` of
+/// at most `max_grace`, and the programs it names to run (the `--python` interpreter, or the script
+/// under torchrun's `--no-python`) must be ones the submitter may run: see [`open_program`].
+pub fn check_command(
+    run: &RunCommand,
+    submitter: &Submitter,
+    max_grace: Duration,
+) -> Result<(), Invalid> {
+    checked_program(run, submitter)?;
+    let grace = crate::cli::parse(&run.args).map_or(Duration::ZERO, |inv| inv.options.grace());
+    if grace > max_grace {
+        return Err(Invalid {
+            field: "run.args",
+            problem: format!(
+                "--grace {} s is longer than this daemon allows ({} s, gangway serve --max-grace): \
+                 a stop waits for it, and the rounds wait for the stop",
+                grace.as_secs_f64(),
+                max_grace.as_secs_f64()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// [`check_command`]'s checks, made again at every launch (what was fine at submission may not be
@@ -550,6 +571,10 @@ pub struct ProcessExecutor {
     /// How long a stop may take, beyond the job's own `--grace`, before the attempt's processes
     /// are killed.
     pub stop_margin: Duration,
+    /// The most of a job's `--grace` a stop waits for, whatever the job asked (one journaled
+    /// before the limit was lowered, say): rounds wait for their stops, so one job's grace holds
+    /// up every other job's start. Submissions asking for more are refused ([`check_command`]).
+    pub max_grace: Duration,
     runs: HashMap<JobId, Run>,
     /// Events found outside `poll` (a launch refused before it ran).
     pending: Vec<WorkerEvent>,
@@ -595,6 +620,7 @@ impl ProcessExecutor {
             hosts,
             state_dir,
             stop_margin: Duration::from_secs(60),
+            max_grace: DEFAULT_MAX_GRACE,
             runs: HashMap::new(),
             pending: Vec::new(),
             cores: CorePool::of_this_process(),
@@ -855,13 +881,19 @@ impl ProcessExecutor {
         format!("{}-pools", self.instance)
     }
 
-    /// How long `launch`'s workers get to checkpoint and exit when stopped: their grace, and a
-    /// margin. (A command elastic-run refuses still starts: it reports why in its exit file.)
+    /// How long `launch`'s workers get to checkpoint and exit when stopped: their grace, at most
+    /// [`ProcessExecutor::max_grace`], and a margin. (A command elastic-run refuses still starts:
+    /// it reports why in its exit file.)
     fn stop_timeout(&self, launch: &Launch) -> Duration {
         let grace = launch.run.as_ref().map_or(Duration::ZERO, |run| {
             crate::cli::parse(&run.args).map_or(Duration::ZERO, |inv| inv.options.grace())
         });
-        grace + self.stop_margin
+        self.capped_stop_timeout(grace + self.stop_margin)
+    }
+
+    /// `stop_timeout`, at most the longest this executor waits for a stop.
+    fn capped_stop_timeout(&self, stop_timeout: Duration) -> Duration {
+        stop_timeout.min(self.max_grace + self.stop_margin)
     }
 
     /// The event for a run that exited.
@@ -1158,7 +1190,7 @@ impl Executor for ProcessExecutor {
             job,
             Run {
                 attempt,
-                stop_timeout: record.stop_timeout,
+                stop_timeout: self.capped_stop_timeout(record.stop_timeout),
                 child: None,
                 pid: record.pid,
                 files,

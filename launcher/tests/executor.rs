@@ -24,6 +24,7 @@ case "$FAKE_MODE" in
     trap 'put "$GANGWAY_EXIT_FD" "{\"code\":75,\"why\":\"stopped\"}"; exit 75' TERM
     # What the daemon's policy chose last, as read through the descriptor.
     while true; do tr -d ' ' < "/proc/self/fd/$GANGWAY_POLICY_BATCH_FD" > "batch-seen-$GANGWAY_ATTEMPT"; sleep 0.05; done ;;
+  stubborn) trap '' TERM; while true; do sleep 0.05; done ;;
   report)
     # 30 of 120 steps with what goodput needs, then 90 of 120 on the way out (its checkpoint at the
     # stop), with a measurement that does not check out (sync longer than the step).
@@ -416,4 +417,45 @@ fn stopping_a_job_leaves_another_daemons_job_of_the_same_number_alone() {
     );
     theirs.stop(JobId(0), 1.0).unwrap();
     assert!(attempt_processes(&theirs_marker).is_empty());
+}
+
+/// Workers that ignore the stop (a job's own code may) are killed once the daemon's longest grace
+/// and its margin have passed, not the week the job asked for: every round waits for its stops. The
+/// same holds for an attempt a daemon allowing longer graces launched, once a restarted daemon with
+/// a shorter limit adopts it.
+#[test]
+fn a_stop_waits_for_at_most_the_longest_grace_the_daemon_allows() {
+    let (dir, fake) = setup();
+    let week = |job: u32| {
+        let mut launch = launch(job, 1, &[job], Some("stubborn"), dir.path());
+        let run = launch.run.as_mut().unwrap();
+        run.args = ["--grace", "604800", "train.py"].map(String::from).to_vec();
+        launch
+    };
+    let stopped_in_time = |mut exec: ProcessExecutor, job: u32| {
+        let marker = exec.attempt_marker(JobId(job), 1);
+        let (done, stopped) = std::sync::mpsc::channel();
+        std::thread::spawn(move || done.send(exec.stop(JobId(job), 5.0).is_ok()));
+        // Bounded only so that a regression fails instead of hanging for a week.
+        let stopped = stopped.recv_timeout(Duration::from_secs(60));
+        (stopped, attempt_processes(&marker).is_empty())
+    };
+    let limited = |mut exec: ProcessExecutor| {
+        exec.max_grace = Duration::from_secs(1);
+        exec.stop_margin = Duration::from_millis(500);
+        exec
+    };
+
+    let mut exec = limited(executor(dir.path(), &fake));
+    exec.launch(&week(0), 0.0).unwrap();
+    assert_eq!(stopped_in_time(exec, 0), (Ok(true), true));
+
+    // Launched by a daemon that allowed a week, adopted by one that allows a second.
+    let mut first = executor(dir.path(), &fake);
+    first.max_grace = Duration::from_secs(604_800);
+    first.launch(&week(1), 0.0).unwrap();
+    drop(first);
+    let mut second = limited(executor(dir.path(), &fake));
+    assert!(second.alive(JobId(1), 1), "adopted");
+    assert_eq!(stopped_in_time(second, 1), (Ok(true), true));
 }
