@@ -290,6 +290,19 @@ pub enum JournalError {
         /// What the gap means, where it is between two files: empty, or starts with "; ".
         context: String,
     },
+    /// The journal's directory, one above it, or one of its files is one another user could
+    /// change (or a link, or not a file): what the journal holds is what the daemon runs, so
+    /// nothing in it is read.
+    #[error(
+        "{}: {why}: another user could change the journal, whose records this daemon runs; keep the journal where only this user (and root) may change it",
+        .path.display()
+    )]
+    Unsafe {
+        /// The directory or file.
+        path: PathBuf,
+        /// Who may change it.
+        why: String,
+    },
     /// A file that cannot be this journal's: recovery stops rather than trust it over the
     /// committed records.
     #[error(

@@ -9,12 +9,65 @@ use std::path::Path;
 
 use tracing::{debug, warn};
 
-use crate::{At, Result, parse};
+use crate::{At, JournalError, Result, parse};
 
 /// The mode of every journal file.
 pub(crate) const FILE_MODE: u32 = 0o600;
 /// The mode of the journal's directory.
 pub(crate) const DIR_MODE: u32 = 0o700;
+
+/// This process's user and group, the journal's owners (besides root).
+fn owners() -> (u32, u32) {
+    // SAFETY: geteuid(2) and getegid(2) cannot fail and touch no memory.
+    unsafe { (libc::geteuid(), libc::getegid()) }
+}
+
+/// Why `meta`'s owner may not own the journal's files or directories, if it may not: only root and
+/// this process's user may.
+fn foreign_owner(meta: &fs::Metadata) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = owners().0;
+    (![0, uid].contains(&meta.uid())).then(|| {
+        format!(
+            "belongs to uid {}, not to this user ({uid}) or root",
+            meta.uid()
+        )
+    })
+}
+
+/// Refuses a journal directory that another user could change: its records are what the daemon
+/// runs, often as root. `dir` and every directory above it (links resolved) must belong to root or
+/// to this process's user; and none may be writable by other users, nor by a group other than
+/// root's or this process's, unless it is sticky (as `/tmp` is: there nobody may rename or delete
+/// what another user made). Where `dir` is the journal's own directory (`journal`), its own mode is
+/// not checked: it is made private next, and each of the journal's files in it must be the
+/// owners' own regular file ([`prepare_dir`]). A `.gangway/journal` that another user made in a
+/// shared directory, or one under a directory they may write, is refused before anything in it is
+/// read.
+fn check_owners(dir: &Path, journal: bool) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let gid = owners().1;
+    let real = dir.canonicalize().at(dir)?;
+    for (depth, place) in real.ancestors().enumerate() {
+        let meta = fs::metadata(place).at(place)?;
+        let mode = meta.mode();
+        let open = (depth > 0 || !journal) && mode & 0o1000 == 0;
+        let why = if let Some(why) = foreign_owner(&meta) {
+            why
+        } else if open && mode & 0o002 != 0 {
+            "is writable by every user".to_owned()
+        } else if open && mode & 0o020 != 0 && ![0, gid].contains(&meta.gid()) {
+            format!("is writable by group {}", meta.gid())
+        } else {
+            continue;
+        };
+        return Err(JournalError::Unsafe {
+            path: place.to_owned(),
+            why,
+        });
+    }
+    Ok(())
+}
 
 /// The permission bits of `mode` (no file type).
 fn bits(mode: u32) -> u32 {
@@ -32,14 +85,23 @@ fn is_journal_file(name: &str) -> bool {
 
 /// Creates `dir` (and missing parents), and makes the journal in it private: the directory gets
 /// exactly [`DIR_MODE`], and each journal file exactly [`FILE_MODE`]. Says so once, at
-/// warn, when a journal that was there was open to other users.
+/// warn, when a journal that was there was open to other users. Refuses a directory another user
+/// could change ([`check_owners`]), and journal files that are not its owners' own regular files.
 pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
     let mode = DIR_MODE;
+    // Where it is to be made first, so that nothing is made where another user could change it.
+    let cwd = Path::new(".");
+    let above = (dir.ancestors().skip(1))
+        .map(|a| if a.as_os_str().is_empty() { cwd } else { a })
+        .find(|a| a.exists())
+        .unwrap_or(cwd);
+    check_owners(above, false)?;
     DirBuilder::new()
         .recursive(true)
         .mode(mode)
         .create(dir)
         .at(dir)?;
+    check_owners(dir, true)?;
     let was = bits(fs::metadata(dir).at(dir)?.permissions().mode());
     if was != mode {
         fs::set_permissions(dir, Permissions::from_mode(mode)).at(dir)?;
@@ -52,8 +114,19 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
             continue;
         }
         let path = entry.path();
-        // Not through a link: only the journal's own regular files are changed.
+        // Not through a link: the journal's files are its owners' own regular files, or the
+        // journal is not opened (a link could point its appends, truncations and reads anywhere; a
+        // FIFO would block the open).
         let meta = fs::symlink_metadata(&path).at(&path)?;
+        let why = match foreign_owner(&meta) {
+            Some(why) => Some(why),
+            None if meta.file_type().is_symlink() => Some("is a symbolic link".to_owned()),
+            None if !meta.is_file() => Some("is not a regular file".to_owned()),
+            None => None,
+        };
+        if let Some(why) = why {
+            return Err(JournalError::Unsafe { path, why });
+        }
         let file_mode = bits(meta.permissions().mode());
         if meta.is_file() && file_mode != FILE_MODE {
             fs::set_permissions(&path, Permissions::from_mode(FILE_MODE)).at(&path)?;

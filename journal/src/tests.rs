@@ -11,6 +11,17 @@ struct Decision {
     note: Option<String>,
 }
 
+/// A temporary directory made 0700 whatever the umask: a test that sets the umask to 0 (under
+/// `cargo test`, in the same process) would otherwise make others' directories writable by every
+/// user, which the journal refuses to live under.
+fn temp_dir() -> TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    tempfile::Builder::new()
+        .permissions(fs::Permissions::from_mode(0o700))
+        .tempdir()
+        .unwrap()
+}
+
 fn d(job: u64) -> Decision {
     let note = job.is_multiple_of(2).then(|| format!("job {job}"));
     Decision {
@@ -93,7 +104,7 @@ fn frame_offsets(buf: &[u8]) -> Vec<usize> {
 #[test]
 fn round_trip() {
     fn movable_to_a_blocking_thread<T: Send + 'static>(_: &T) {}
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let (mut j, rec) = open(tmp.path());
     movable_to_a_blocking_thread(&j);
     assert!(rec.snapshot.is_none() && rec.records.is_empty());
@@ -111,7 +122,7 @@ fn round_trip() {
 
 #[test]
 fn reopen_continues_the_sequence() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     append_all(&mut open(tmp.path()).0, 1..=2);
     let (mut j, rec) = open(tmp.path());
     assert_eq!(rec.records, ds(1..=2));
@@ -122,7 +133,7 @@ fn reopen_continues_the_sequence() {
 
 #[test]
 fn a_second_writer_is_locked_out() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let _first = open(tmp.path());
     assert!(matches!(open_err(tmp.path()), JournalError::Locked { .. }));
 }
@@ -131,7 +142,7 @@ fn a_second_writer_is_locked_out() {
 /// second writer in: the lock is on the directory, not on the file.
 #[test]
 fn a_second_writer_is_locked_out_when_lock_is_deleted() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let (mut first, _) = open(tmp.path());
     append_all(&mut first, 1..=2);
     fs::remove_file(tmp.path().join("LOCK")).unwrap();
@@ -149,7 +160,7 @@ fn a_second_writer_is_locked_out_when_lock_is_deleted() {
 /// `exec`) is taken: the open does not fail for it.
 #[test]
 fn a_lock_let_go_within_the_patience_is_taken() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let first = open(tmp.path());
     let letting_go = std::thread::spawn(move || {
         std::thread::sleep(crate::LOCK_PATIENCE / 10);
@@ -161,7 +172,7 @@ fn a_lock_let_go_within_the_patience_is_taken() {
 
 #[test]
 fn torn_tail_is_truncated_and_appends_continue() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     append_all(&mut open(p).0, 1..=3);
     let seg = files(p, ".log")[0].clone();
@@ -183,7 +194,7 @@ fn torn_tail_is_truncated_and_appends_continue() {
 
 #[test]
 fn corruption_before_valid_frames_is_a_hard_error() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     append_all(&mut open(p).0, 1..=4);
     let seg = files(p, ".log")[0].clone();
@@ -235,7 +246,7 @@ fn corruption_before_valid_frames_is_a_hard_error() {
 
 #[test]
 fn damage_in_a_sealed_segment_or_a_missing_segment_is_a_hard_error() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     // A 1-byte limit gives every frame its own segment.
     append_all(&mut open_small(p, 1).0, 1..=3);
@@ -274,7 +285,7 @@ fn damage_in_a_sealed_segment_or_a_missing_segment_is_a_hard_error() {
 /// finished job went back to pending), and a segment truncated to nothing as an empty journal.
 #[test]
 fn a_segment_that_must_exist_but_is_missing_or_empty_is_a_hard_error() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open(p);
     append_all(&mut j, 1..=3);
@@ -328,7 +339,7 @@ fn a_segment_that_must_exist_but_is_missing_or_empty_is_a_hard_error() {
 
 #[test]
 fn new_and_freshly_rotated_segments_may_be_empty() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     drop(open(p));
     assert!(open(p).1.records.is_empty());
@@ -354,7 +365,7 @@ fn new_and_freshly_rotated_segments_may_be_empty() {
 /// still be read, for the caller to name what they touched.
 #[test]
 fn a_torn_tail_reports_the_records_it_dropped() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     append_all(&mut open(p).0, 1..=2);
     let seg = files(p, ".log")[0].clone();
@@ -390,7 +401,7 @@ fn a_torn_tail_reports_the_records_it_dropped() {
 
 #[test]
 fn a_frame_that_passes_its_crc_but_does_not_decode_is_never_truncated() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     append_all(&mut open(p).0, 1..=2);
     let seg = files(p, ".log")[0].clone();
@@ -407,7 +418,7 @@ fn a_frame_that_passes_its_crc_but_does_not_decode_is_never_truncated() {
 
 #[test]
 fn segments_rotate_by_size() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open_small(p, 64);
     append_all(&mut j, 1..=20);
@@ -426,7 +437,7 @@ fn segments_rotate_by_size() {
 
 #[test]
 fn snapshot_compacts_and_recovery_returns_it_with_later_records() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open_small(p, 64);
     append_all(&mut j, 1..=10);
@@ -461,7 +472,7 @@ fn snapshot_compacts_and_recovery_returns_it_with_later_records() {
 
 #[test]
 fn a_snapshot_finished_on_another_thread_while_segments_rotate_keeps_every_record() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open_small(p, 64);
     append_all(&mut j, 1..=10);
@@ -486,7 +497,7 @@ fn a_snapshot_finished_on_another_thread_while_segments_rotate_keeps_every_recor
 
 #[test]
 fn a_snapshot_begun_and_never_finished_loses_nothing() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open_small(p, 64);
     append_all(&mut j, 1..=5);
@@ -502,7 +513,7 @@ fn a_snapshot_begun_and_never_finished_loses_nothing() {
 
 #[test]
 fn crash_before_the_rename_ignores_the_temp_snapshot() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     append_all(&mut open(p).0, 1..=3);
     let frame = encode_frame(3, &(1..=3).map(d).collect::<State>()).unwrap();
@@ -518,7 +529,7 @@ fn crash_before_the_rename_ignores_the_temp_snapshot() {
 
 #[test]
 fn crash_after_the_rename_before_rotation_finishes_compaction() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open(p);
     append_all(&mut j, 1..=3);
@@ -539,7 +550,7 @@ fn crash_after_the_rename_before_rotation_finishes_compaction() {
 
 #[test]
 fn crash_before_old_files_are_deleted_recovers_from_the_new_snapshot() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open_small(p, 64);
     append_all(&mut j, 1..=3);
@@ -566,7 +577,7 @@ fn crash_before_old_files_are_deleted_recovers_from_the_new_snapshot() {
 
 #[test]
 fn a_damaged_snapshot_is_a_hard_error() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open(p);
     append_all(&mut j, 1..=2);
@@ -588,7 +599,7 @@ fn a_damaged_snapshot_is_a_hard_error() {
 /// records it would have compacted away are still there once it is moved aside.
 #[test]
 fn a_snapshot_of_records_never_committed_is_refused_and_deletes_nothing() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let (p, other) = (tmp.path().join("journal"), tmp.path().join("other"));
     append_all(&mut open(&p).0, 1..=5);
     let (mut j, _) = open(&other);
@@ -613,6 +624,78 @@ fn a_snapshot_of_records_never_committed_is_refused_and_deletes_nothing() {
         (rec.records, rec.snapshot_seq, j.last_seq()),
         (ds(1..=5), 0, 5)
     );
+}
+
+/// What another user could change is never read: a journal file that is a link or not a regular
+/// file, one of another user's, a directory above the journal that every user may write, and (as
+/// root, which CI runs as) a directory of another user's. Each is refused naming it, and nothing
+/// is changed through it.
+#[test]
+fn a_journal_another_user_could_change_is_refused_naming_what() {
+    use std::os::unix::fs::{PermissionsExt, chown, symlink};
+    let unsafe_at = |dir: &Path| match open_err(dir) {
+        JournalError::Unsafe { path, why } => (path, why),
+        err => panic!("{err}"),
+    };
+    let tmp = temp_dir();
+    let p = tmp.path().join("journal");
+    append_all(&mut open(&p).0, 1..=3);
+    let segment = p.join(segment_name(1));
+    let saved = fs::read(&segment).unwrap();
+
+    // A segment linked to a file elsewhere: neither read nor truncated through the link.
+    let elsewhere = tmp.path().join("elsewhere");
+    fs::write(&elsewhere, b"not a segment").unwrap();
+    fs::remove_file(&segment).unwrap();
+    symlink(&elsewhere, &segment).unwrap();
+    let (path, why) = unsafe_at(&p);
+    assert_eq!(
+        (path, why.as_str()),
+        (segment.clone(), "is a symbolic link")
+    );
+    assert_eq!(fs::read(&elsewhere).unwrap(), b"not a segment");
+
+    // A FIFO: refused, where opening it would block.
+    fs::remove_file(&segment).unwrap();
+    let fifo = std::ffi::CString::new(segment.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo(3) on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    assert_eq!(
+        unsafe_at(&p),
+        (segment.clone(), "is not a regular file".to_owned())
+    );
+    fs::remove_file(&segment).unwrap();
+    fs::write(&segment, &saved).unwrap();
+    assert_eq!(open(&p).1.records, ds(1..=3), "put back, it opens");
+
+    // Under a directory every user may write (not sticky): another could swap the journal.
+    let shared = tmp.path().join("shared");
+    fs::create_dir(&shared).unwrap();
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o777)).unwrap();
+    let (path, why) = unsafe_at(&shared.join("journal"));
+    assert_eq!(
+        (path, why.as_str()),
+        (shared.clone(), "is writable by every user")
+    );
+    assert!(!shared.join("journal").exists(), "nothing is made there");
+    // Sticky, as /tmp is, it is fine.
+    fs::set_permissions(&shared, fs::Permissions::from_mode(0o1777)).unwrap();
+    assert!(open(&shared.join("journal")).1.records.is_empty());
+
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return; // Only root can give a file away; CI runs as root.
+    }
+    let other = 54_321;
+    chown(&segment, Some(other), None).unwrap();
+    let (path, why) = unsafe_at(&p);
+    assert_eq!(path, segment);
+    assert!(why.starts_with("belongs to uid 54321"), "{why}");
+    chown(&segment, Some(0), None).unwrap();
+    chown(&p, Some(other), None).unwrap();
+    assert_eq!(unsafe_at(&p).0, p);
+    chown(&p, Some(0), None).unwrap();
+    assert_eq!(open(&p).1.records, ds(1..=3));
 }
 
 #[derive(Debug, Clone)]
@@ -643,7 +726,7 @@ proptest! {
         ops in prop::collection::vec(op(), 1..40),
         segment_bytes in 32..256u64,
     ) {
-        let tmp = TempDir::new().unwrap();
+        let tmp = temp_dir();
         let p = tmp.path();
         let (mut j, _) = open_small(p, segment_bytes);
         let mut committed: Vec<Decision> = Vec::new();
@@ -739,7 +822,7 @@ fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
 /// 0755 directory under the usual umask, readable by every local user.
 #[test]
 fn every_journal_file_is_private_whatever_the_umask() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path().join("journal");
     with_umask(0, || {
         let (mut j, _) = open_small(&p, 64);
@@ -775,7 +858,7 @@ fn every_journal_file_is_private_whatever_the_umask() {
 /// said once.
 #[test]
 fn an_older_journal_is_made_private_when_opened() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path().join("journal");
     let (mut j, _) = open(&p);
     append_all(&mut j, 1..=3);
@@ -819,7 +902,7 @@ fn an_older_journal_is_made_private_when_opened() {
 /// that never held a journal still starts empty.
 #[test]
 fn a_directory_whose_segments_are_gone_is_not_a_new_journal() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     append_all(&mut open(p).0, 1..=3);
     let seg = p.join(segment_name(1));
@@ -860,7 +943,7 @@ fn a_directory_whose_segments_are_gone_is_not_a_new_journal() {
 /// A copy of the manifest that is not one is never believed: its CRC catches a changed digit.
 #[test]
 fn a_damaged_manifest_is_a_hard_error_naming_it() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     append_all(&mut open(p).0, 1..=3);
     let path = p.join("MANIFEST");
@@ -885,7 +968,7 @@ fn a_damaged_manifest_is_a_hard_error_naming_it() {
 /// neither the snapshot nor what it should have held.
 #[test]
 fn a_missing_snapshot_is_named() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open(p);
     append_all(&mut j, 1..=3);
@@ -915,7 +998,7 @@ fn a_missing_snapshot_is_named() {
 /// (beyond what the manifest says was committed) is dropped, and reported.
 #[test]
 fn a_segment_cut_anywhere_is_recovered_exactly_or_refused() {
-    let tmp = TempDir::new().unwrap();
+    let tmp = temp_dir();
     let p = tmp.path();
     let (mut j, _) = open(p);
     append_all(&mut j, 1..=4);
