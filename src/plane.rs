@@ -868,6 +868,7 @@ fn api(
     let mut run_policy = RunPolicy::new(Submitter::this_process());
     run_policy.allowed_env = options.allow_env.clone();
     if processes {
+        run_policy.command_required = true;
         let max_grace = Duration::from_secs_f64(options.max_grace);
         run_policy.args = Some(Arc::new(move |run, submitter| {
             check_command(run, submitter, max_grace)

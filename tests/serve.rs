@@ -1047,6 +1047,12 @@ fn submitted_commands_are_checked_before_they_can_run() {
             422,
             "run.args: --grace 604800 s is longer than this daemon allows (600 s",
         ),
+        // Nothing to run: it would be placed, preempting others, only to fail at its launch.
+        (
+            json!({"gpus": 1, "work": 60}),
+            422,
+            "run: this daemon's workers are processes: a job needs a command",
+        ),
         (
             command(json!({"args": ["--python", "no-such-python", "train.py"]})),
             422,

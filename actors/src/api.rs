@@ -487,14 +487,23 @@ async fn submit(
         ));
     }
     request::validate(&request).map_err(Refusal::from)?;
-    if let Some(run) = &mut request.run {
-        state
+    match &mut request.run {
+        Some(run) => state
             .runs
             .check(run, &submitter)
             .map_err(|refusal| match refusal {
                 RunRefusal::Invalid(i) => ApiError::from(Refusal::from(i)),
                 RunRefusal::Forbidden(why) => ApiError(StatusCode::FORBIDDEN, why),
-            })?;
+            })?,
+        None if state.runs.command_required => {
+            return Err(ApiError::from(Refusal::from(request::Invalid {
+                field: "run",
+                problem: "this daemon's workers are processes: a job needs a command to run \
+                          (elastic-run --daemon sends one)"
+                    .into(),
+            })));
+        }
+        None => {}
     }
     let key = idempotency_key(&headers, &submitter)?;
     let sent = state

@@ -579,6 +579,9 @@ pub struct RunPolicy {
     pub allowed_env: Vec<String>,
     /// The executor's own check of a command's arguments, if it has one.
     pub args: Option<ArgsCheck>,
+    /// Whether every job must bring a command: process workers run nothing else, and a job without
+    /// one would be placed (preempting others) only to fail at its launch.
+    pub command_required: bool,
 }
 
 impl fmt::Debug for RunPolicy {
@@ -587,6 +590,7 @@ impl fmt::Debug for RunPolicy {
             .field("daemon", &self.daemon)
             .field("allowed_env", &self.allowed_env)
             .field("args", &self.args.as_ref().map(|_| ".."))
+            .field("command_required", &self.command_required)
             .finish()
     }
 }
@@ -598,6 +602,7 @@ impl RunPolicy {
             daemon,
             allowed_env: Vec::new(),
             args: None,
+            command_required: false,
         }
     }
 
