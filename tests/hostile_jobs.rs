@@ -552,7 +552,8 @@ fn gangway_as(daemon: &Daemon, uid: u32, args: &[&str]) -> (bool, String) {
 }
 
 /// A user who may reach the socket submits jobs that run as them: they may cancel those, and only
-/// those; taking GPUs out of service is the operator's (the daemon's user, or root).
+/// those; taking GPUs out of service, and weighing a job above the default, is the operator's (the
+/// daemon's user, or root).
 #[test]
 fn another_user_may_cancel_only_their_own_jobs_and_never_cordon() {
     if !as_root() {
@@ -590,6 +591,16 @@ fn another_user_may_cancel_only_their_own_jobs_and_never_cordon() {
         !ok && said.contains("may not take GPUs in or out of service"),
         "{said}"
     );
+    // Nor may they weigh their jobs above everyone else's; the operator may (that job is then
+    // refused for having no command, which this daemon's process workers need).
+    let weighed = ["submit", "--gpus", "1", "--work", "60", "--weight", "5"];
+    let (ok, said) = gangway_as(&daemon, NOBODY, &weighed);
+    assert!(
+        !ok && said.contains("only the daemon's operator (its user, or root) may give a job more"),
+        "{said}"
+    );
+    let (ok, said) = gangway_as(&daemon, 0, &weighed);
+    assert!(!ok && said.contains("a job needs a command"), "{said}");
     assert!(daemon.job(my_job)["phase"] != "cancelled");
     let (ok, said) = gangway_as(&daemon, NOBODY, &["cancel", &their_job.to_string()]);
     assert!(ok, "{said}");

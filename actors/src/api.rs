@@ -487,6 +487,17 @@ async fn submit(
         ));
     }
     request::validate(&request).map_err(Refusal::from)?;
+    // A weight above the default is a claim on every other job's share: the operator's to give.
+    if request.weight > 1.0 && !state.operates(&submitter) {
+        return Err(ApiError(
+            StatusCode::FORBIDDEN,
+            format!(
+                "weight: only the daemon's operator (its user, or root) may give a job more than \
+                 the default weight of 1; uid {} asked for {}",
+                submitter.uid, request.weight
+            ),
+        ));
+    }
     match &mut request.run {
         Some(run) => state
             .runs
