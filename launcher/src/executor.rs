@@ -220,7 +220,9 @@ fn log_to(command: &mut Command, log: &Path) -> Result<(), SpawnError> {
                 | libc::O_NOFOLLOW
                 | libc::O_NONBLOCK
                 | libc::O_CLOEXEC;
-            let fd = libc::open(path.as_ptr(), flags, 0o644 as libc::c_uint);
+            // The job's own output (it may print its secrets): its user's alone, as the
+            // journal's files are the daemon's.
+            let fd = libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint);
             if fd < 0 {
                 return Err(std::io::Error::last_os_error());
             }

@@ -459,3 +459,19 @@ fn a_stop_waits_for_at_most_the_longest_grace_the_daemon_allows() {
     assert!(second.alive(JobId(1), 1), "adopted");
     assert_eq!(stopped_in_time(second, 1), (Ok(true), true));
 }
+
+/// A job's log is its user's alone when the daemon creates it: the job may print its secrets.
+#[test]
+fn a_jobs_log_is_created_readable_by_its_user_alone() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    exec.launch(&launch(3, 1, &[0], Some("finish"), dir.path()), 0.0)
+        .unwrap();
+    assert!(matches!(
+        wait_for_event(&mut exec),
+        WorkerEvent::Finished { .. }
+    ));
+    let log = std::fs::metadata(dir.path().join("job.log")).unwrap();
+    assert_eq!(log.permissions().mode() & 0o777, 0o600);
+}
