@@ -137,7 +137,17 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
     }
     check_writers(&meta, "the program")?;
     // Opened for reading to see whether it is a script, the same file (a script must be readable to
-    // run; a binary need not be, and then runs from the descriptor above).
+    // run; a binary need not be, and then runs from the descriptor above). Only where the submitter
+    // may read it: the descriptor goes to their `elastic-run`, and a root daemon's read-only one
+    // would hand them a file root may read and they may not (a binary only they may run, 0711).
+    // (A daemon that is not root opens as the submitter it runs as: the kernel decides below.)
+    if Submitter::this_process().uid == 0 && !readable_by(&meta, submitter) {
+        return Ok(CheckedProgram {
+            path: path.to_owned(),
+            file: link,
+            script: false,
+        });
+    }
     let file = match at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK) {
         Ok(file) => {
             let again = stat(&file).map_err(|e| e.to_string())?;
@@ -162,6 +172,21 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
         file,
         script: interpreter.is_some(),
     })
+}
+
+/// Whether `submitter` may read the file `meta` describes, by its mode bits: as its owner, its
+/// group (their primary group: their jobs run with no other) or anyone else; root may read anything.
+fn readable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
+    let bit = if submitter.uid == 0 {
+        return true;
+    } else if meta.st_uid == submitter.uid {
+        libc::S_IRUSR
+    } else if meta.st_gid == submitter.gid {
+        libc::S_IRGRP
+    } else {
+        libc::S_IROTH
+    };
+    meta.st_mode & bit != 0
 }
 
 /// The interpreter a script's first line names (`#!/usr/bin/python3 -u`: `/usr/bin/python3`).
@@ -422,6 +447,36 @@ mod tests {
         // A relative link with `..` resolves from where it is.
         symlink("../safe/prog", open.join("relative")).unwrap();
         assert!(check(&open.join("relative")).is_ok());
+    }
+
+    /// A root daemon hands a submitter's `elastic-run` the program's descriptor: one the submitter
+    /// may not read (root's 0711 binary) goes as a path-only descriptor, never a readable one. Only
+    /// root can make such a file another user may run; CI runs as root.
+    #[test]
+    fn a_program_the_submitter_may_not_read_is_handed_over_unreadable() {
+        let dir = tempfile::tempdir().unwrap();
+        if Submitter::this_process().uid != 0 {
+            return;
+        }
+        mode(dir.path(), 0o755);
+        let nobody = Submitter {
+            uid: 65534,
+            gid: 65534,
+        };
+        let run = run_in(dir.path());
+        let prog = with_program(dir.path(), "bin", "\x7fELF secret");
+        let flags = |mode_bits: u32| {
+            mode(&prog, mode_bits);
+            let checked = open_program("run.args", &prog, &run, &nobody).unwrap();
+            // SAFETY: fcntl(2) F_GETFL on an open descriptor.
+            unsafe { libc::fcntl(checked.file.as_raw_fd(), libc::F_GETFL) }
+        };
+        assert_eq!(
+            flags(0o711) & libc::O_PATH,
+            libc::O_PATH,
+            "root's alone to read"
+        );
+        assert_eq!(flags(0o755) & libc::O_PATH, 0, "readable by anyone");
     }
 
     #[test]
