@@ -116,6 +116,61 @@ pub enum Bound {
     Unix(UnixListener, PathBuf),
 }
 
+/// Binds a Unix socket at `path` with `mode`, with no moment at which it has another mode or its
+/// name could be swapped for a link: it is bound and given its mode in a new directory only this
+/// user may enter, beside `path`, then renamed into place, never over anything there. (Bound at
+/// `path` and then changed, it was open to every user for a moment under a loose umask, and the
+/// change followed a link someone in a directory they could write put at its name.)
+fn bind_private(path: &Path, mode: u32) -> io::Result<std::os::unix::net::UnixListener> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let staging = parent.join(format!(
+        ".gangway-socket-{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    let staged = staging.join("socket");
+    let bound = std::os::unix::net::UnixListener::bind(&staged).and_then(|socket| {
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(mode))?;
+        let c_path = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))
+        };
+        let (from, to) = (c_path(&staged)?, c_path(path)?);
+        // SAFETY: renameat2(2) on two NUL-terminated paths.
+        let renamed = unsafe {
+            libc::renameat2(
+                libc::AT_FDCWD,
+                from.as_ptr(),
+                libc::AT_FDCWD,
+                to.as_ptr(),
+                libc::RENAME_NOREPLACE,
+            )
+        };
+        if renamed != 0 {
+            let error = io::Error::last_os_error();
+            let _ = std::fs::remove_file(&staged);
+            return Err(match error.raw_os_error() {
+                Some(libc::EEXIST) => io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("{} exists and is not a socket", path.display()),
+                ),
+                _ => error,
+            });
+        }
+        Ok(socket)
+    });
+    let _ = std::fs::remove_dir(&staging);
+    bound
+}
+
 impl Bound {
     /// Binds `listen`; a Unix socket gets `socket_mode` (0o600: this user only).
     pub fn bind(listen: &Listen, socket_mode: u32) -> io::Result<Bound> {
@@ -127,12 +182,11 @@ impl Bound {
             }
             Listen::Unix(path) => {
                 // A socket left by a crashed daemon would make bind fail; anything else is not ours.
-                use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+                use std::os::unix::fs::FileTypeExt;
                 if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket()) {
                     std::fs::remove_file(path)?;
                 }
-                let socket = std::os::unix::net::UnixListener::bind(path)?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(socket_mode))?;
+                let socket = bind_private(path, socket_mode)?;
                 socket.set_nonblocking(true)?;
                 Ok(Bound::Unix(UnixListener::from_std(socket)?, path.clone()))
             }
@@ -663,6 +717,43 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A socket is bound with its mode from the start and renamed into place: never over a file
+    /// that is not a socket, over a stale socket, and leaving nothing beside it.
+    #[test]
+    fn a_socket_is_bound_with_its_mode_and_never_over_another_file() {
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("api.sock");
+        let socket = bind_private(&path, 0o660).unwrap();
+        let meta = std::fs::symlink_metadata(&path).unwrap();
+        assert!(meta.file_type().is_socket());
+        assert_eq!(meta.permissions().mode() & 0o777, 0o660);
+        let connected = std::os::unix::net::UnixStream::connect(&path);
+        assert!(connected.is_ok(), "it listens at its name");
+        drop(socket);
+        // The socket left behind (as by a crashed daemon) is replaced; a regular file is not ours.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let again = runtime.block_on(async { Bound::bind(&Listen::Unix(path.clone()), 0o600) });
+        assert!(again.is_ok(), "a stale socket is replaced");
+        drop(again);
+        let file = dir.path().join("notes.txt");
+        std::fs::write(&file, "mine").unwrap();
+        let err = bind_private(&file, 0o600).unwrap_err();
+        assert!(
+            err.to_string().contains("exists and is not a socket"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+        let left: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 2, "no staging directory left: {left:?}");
+    }
 
     fn limits(max_connections: usize, max_per_peer: Option<usize>) -> Limits {
         Limits {
