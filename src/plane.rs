@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use gangway_actors::api::{ApiConfig, Listen};
 use gangway_actors::auth::{Token, TokenError};
-use gangway_actors::cluster::{Parts, Settings, TimeSource};
+use gangway_actors::cluster::{Parts, Settings, StartError, TimeSource};
 use gangway_actors::executor::{Executor, SimExecutor};
 use gangway_actors::health::{HealthProbe, NvmlProbe};
 use gangway_actors::listener::Limits;
@@ -481,6 +481,12 @@ impl ControlPlaneBuilder {
         gangway_core::limits::TIME_SCALE
             .check_option("--time-scale", self.time_scale)
             .map_err(setting)?;
+        // The journal's directory before anything is put there (the workers' runs, the API's
+        // token): made private, or refused if another user could change it.
+        if let Some(journal) = &self.journal {
+            gangway_journal::prepare_dir(journal)
+                .map_err(|e| ControlError::Start(StartError::Journal(e)))?;
+        }
         let Served {
             cluster,
             topology,

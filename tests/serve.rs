@@ -434,6 +434,22 @@ fn serve_refuses_a_public_address_a_short_round_and_a_port_in_use_cleanly() {
         stderr(&out)
     );
 
+    use std::os::unix::fs::PermissionsExt;
+    // A journal under a directory every user may write: refused before anything is made there
+    // (the API's token was written into it before the journal was checked).
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let shared_journal = shared.join("journal").display().to_string();
+    let out = run(&["serve", "--fake-gpus", "1", "--journal", &shared_journal]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("shared: is writable by every user"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!shared.join("journal").exists(), "nothing is made there");
+
     let out = run(&[
         "serve",
         "--fake-gpus",

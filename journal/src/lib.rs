@@ -25,7 +25,7 @@
 //! A journal is a directory:
 //!
 //! ```text
-//! LOCK                       a copy of the manifest (the one-writer lock is on the directory)
+//! LOCK                       a copy of the manifest; locked, with the directory, by the one writer
 //! MANIFEST                   the manifest: the newest segment, and how much of it was committed
 //! segment-<FIRST>.log        frames, append-only; FIRST = sequence number of its first record
 //! snapshot-<SEQ>.snap        one frame: the caller's state after applying records 1..=SEQ
@@ -294,7 +294,7 @@ pub enum JournalError {
     /// change (or a link, or not a file): what the journal holds is what the daemon runs, so
     /// nothing in it is read.
     #[error(
-        "{}: {why}: another user could change the journal, whose records this daemon runs; keep the journal where only this user (and root) may change it",
+        "{}: {why}: another user could change the journal, whose records this daemon runs; keep the journal where only this user (and root) may change it, such as /var/lib/gangway/journal or a directory of this user's own",
         .path.display()
     )]
     Unsafe {
@@ -366,9 +366,9 @@ pub struct Journal<R> {
     /// Set while a write is in flight. If it is still set, the tail may hold a partial
     /// frame, and appending after that would turn a torn tail into mid-file corruption.
     poisoned: bool,
-    /// `LOCK`, which holds a copy of the manifest.
+    /// `LOCK`, locked, which holds a copy of the manifest.
     lock: File,
-    /// The journal's directory, locked: the one writer's claim ([`lock_dir`]).
+    /// The journal's directory, locked too: the one writer's claim ([`lock_dir`]).
     _held: File,
     /// `MANIFEST`, the other copy.
     manifest_file: File,
@@ -1101,6 +1101,13 @@ fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
 }
 
+/// Makes `dir` ready to hold a journal, as [`Journal::open`] does first: created private if it is
+/// missing, and refused ([`JournalError::Unsafe`]) if another user could change it or the journal's
+/// files in it. For a program that keeps other files there, to call before it makes them.
+pub fn prepare_dir(dir: impl AsRef<Path>) -> Result<()> {
+    private::prepare_dir(dir.as_ref())
+}
+
 /// How long an open waits for a lock held elsewhere before it says the journal is open in another
 /// writer. A process that starts another (a worker, a probe) shares every open file with the child
 /// until the child's `exec`, the lock's included: a journal closed and opened again in that window
@@ -1110,16 +1117,34 @@ fn sync_dir(dir: &Path) -> Result<()> {
 pub const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Takes an advisory lock so that two writers can never interleave frames, and opens `LOCK` (the
-/// manifest's second copy). The lock is on the directory itself, not on `LOCK`: a lock on a file
-/// that someone deletes (a "stale" lock file, say) holds an inode no later open finds, and a second
-/// writer would lock the new file beside the first. Returns `LOCK`, and the directory's handle,
-/// which holds the lock for as long as it is open.
+/// manifest's second copy). Two locks, both held for as long as the journal is open: one on the
+/// directory itself, since a lock on a file that someone deletes (a "stale" lock file, say) holds an
+/// inode no later open finds, and a second writer would lock the new file beside the first; and one
+/// on `LOCK`, since only a file's lock reaches an NFS server (a directory's stays on its host), and
+/// a daemon of an older version locks only it. Returns `LOCK` and the directory's handle.
 fn lock_dir(dir: &Path) -> Result<(File, File)> {
     let held = File::open(dir).at(dir)?;
+    lock_within_patience(&held, dir)?;
+    let path = dir.join(manifest::LOCK);
+    let file = private::open(
+        &path,
+        OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true),
+    )?;
+    lock_within_patience(&file, dir)?;
+    Ok((file, held))
+}
+
+/// Locks `file`, waiting up to [`LOCK_PATIENCE`] for another holder to let go; `Locked` names the
+/// journal's directory `dir` otherwise.
+fn lock_within_patience(file: &File, dir: &Path) -> Result<()> {
     let began = std::time::Instant::now();
     loop {
-        match held.try_lock() {
-            Ok(()) => break,
+        match file.try_lock() {
+            Ok(()) => return Ok(()),
             Err(TryLockError::WouldBlock) if began.elapsed() < LOCK_PATIENCE => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
@@ -1136,14 +1161,4 @@ fn lock_dir(dir: &Path) -> Result<(File, File)> {
             }
         }
     }
-    let path = dir.join(manifest::LOCK);
-    let file = private::open(
-        &path,
-        OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true),
-    )?;
-    Ok((file, held))
 }

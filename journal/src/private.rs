@@ -16,17 +16,31 @@ pub(crate) const FILE_MODE: u32 = 0o600;
 /// The mode of the journal's directory.
 pub(crate) const DIR_MODE: u32 = 0o700;
 
-/// This process's user and group, the journal's owners (besides root).
-fn owners() -> (u32, u32) {
-    // SAFETY: geteuid(2) and getegid(2) cannot fail and touch no memory.
-    unsafe { (libc::geteuid(), libc::getegid()) }
+/// This process's user, who owns the journal (besides root).
+fn owner() -> u32 {
+    // SAFETY: geteuid(2) cannot fail and touches no memory.
+    unsafe { libc::geteuid() }
+}
+
+/// Whether this process is in group `gid` (its own, or a supplementary one): a directory that
+/// group may write is one this process's user may write anyway.
+fn in_group(gid: u32) -> bool {
+    // SAFETY: getegid(2) cannot fail; getgroups(2) fills at most the buffer's length given.
+    unsafe {
+        if libc::getegid() == gid {
+            return true;
+        }
+        let mut groups = [0 as libc::gid_t; 256];
+        let n = libc::getgroups(groups.len() as libc::c_int, groups.as_mut_ptr());
+        groups[..usize::try_from(n).unwrap_or(0)].contains(&gid)
+    }
 }
 
 /// Why `meta`'s owner may not own the journal's files or directories, if it may not: only root and
 /// this process's user may.
 fn foreign_owner(meta: &fs::Metadata) -> Option<String> {
     use std::os::unix::fs::MetadataExt;
-    let uid = owners().0;
+    let uid = owner();
     (![0, uid].contains(&meta.uid())).then(|| {
         format!(
             "belongs to uid {}, not to this user ({uid}) or root",
@@ -36,35 +50,39 @@ fn foreign_owner(meta: &fs::Metadata) -> Option<String> {
 }
 
 /// Refuses a journal directory that another user could change: its records are what the daemon
-/// runs, often as root. `dir` and every directory above it (links resolved) must belong to root or
-/// to this process's user; and none may be writable by other users, nor by a group other than
-/// root's or this process's, unless it is sticky (as `/tmp` is: there nobody may rename or delete
-/// what another user made). Where `dir` is the journal's own directory (`journal`), its own mode is
-/// not checked: it is made private next, and each of the journal's files in it must be the
-/// owners' own regular file ([`prepare_dir`]). A `.gangway/journal` that another user made in a
-/// shared directory, or one under a directory they may write, is refused before anything in it is
-/// read.
+/// runs, often as root. `dir` and every directory above it must belong to root or to this
+/// process's user; and none may be writable by other users, nor by a group this process is not in
+/// (root's is fine), unless it is sticky (as `/tmp` is: there nobody may rename or delete what
+/// another user made). Both the path as written and the one its links resolve to are checked, and
+/// every link on the way must be root's or this user's too: then nobody else can change what the
+/// path names after the check. Where `dir` is the journal's own directory (`journal`), its own
+/// mode is not checked: it is made private next, and each of the journal's files in it must be the
+/// owners' own regular file ([`prepare_dir`]). A `.gangway/journal` that another user made (or
+/// linked) in a shared directory, or one under a directory they may write, is refused before
+/// anything in it is read.
 fn check_owners(dir: &Path, journal: bool) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
-    let gid = owners().1;
+    let written = std::path::absolute(dir).at(dir)?;
     let real = dir.canonicalize().at(dir)?;
-    for (depth, place) in real.ancestors().enumerate() {
-        let meta = fs::metadata(place).at(place)?;
-        let mode = meta.mode();
-        let open = (depth > 0 || !journal) && mode & 0o1000 == 0;
-        let why = if let Some(why) = foreign_owner(&meta) {
-            why
-        } else if open && mode & 0o002 != 0 {
-            "is writable by every user".to_owned()
-        } else if open && mode & 0o020 != 0 && ![0, gid].contains(&meta.gid()) {
-            format!("is writable by group {}", meta.gid())
-        } else {
-            continue;
-        };
-        return Err(JournalError::Unsafe {
-            path: place.to_owned(),
-            why,
-        });
+    for chain in [&written, &real] {
+        for (depth, place) in chain.ancestors().enumerate() {
+            let meta = fs::symlink_metadata(place).at(place)?;
+            let mode = meta.mode();
+            let open = (depth > 0 || !journal) && mode & 0o1000 == 0 && meta.is_dir();
+            let why = if let Some(why) = foreign_owner(&meta) {
+                why
+            } else if open && mode & 0o002 != 0 {
+                "is writable by every user".to_owned()
+            } else if open && mode & 0o020 != 0 && meta.gid() != 0 && !in_group(meta.gid()) {
+                format!("is writable by group {}", meta.gid())
+            } else {
+                continue;
+            };
+            return Err(JournalError::Unsafe {
+                path: place.to_owned(),
+                why,
+            });
+        }
     }
     Ok(())
 }

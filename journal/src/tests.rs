@@ -696,6 +696,17 @@ fn a_journal_another_user_could_change_is_refused_naming_what() {
     assert_eq!(unsafe_at(&p).0, p);
     chown(&p, Some(0), None).unwrap();
     assert_eq!(open(&p).1.records, ds(1..=3));
+    // A link another user made (as `.gangway` in their directory), to a directory of root's: refused
+    // for the link, whatever it names (they could point it elsewhere after the check).
+    let roots = tmp.path().join("roots");
+    fs::create_dir(&roots).unwrap();
+    let link = tmp.path().join(".gangway");
+    symlink(&roots, &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(other), None).unwrap();
+    let (path, why) = unsafe_at(&link.join("journal"));
+    assert_eq!(path, link);
+    assert!(why.starts_with("belongs to uid 54321"), "{why}");
+    assert!(!roots.join("journal").exists(), "nothing is made there");
 }
 
 #[derive(Debug, Clone)]
