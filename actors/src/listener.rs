@@ -118,55 +118,37 @@ pub enum Bound {
 
 /// Binds a Unix socket at `path` with `mode`, with no moment at which it has another mode or its
 /// name could be swapped for a link: it is bound and given its mode in a new directory only this
-/// user may enter, beside `path`, then renamed into place, never over anything there. (Bound at
-/// `path` and then changed, it was open to every user for a moment under a loose umask, and the
-/// change followed a link someone in a directory they could write put at its name.)
+/// user may enter, beside `path`, then linked into place (link(2) never replaces anything there)
+/// and unlinked from the directory. (Bound at `path` and then changed, it was open to every user for
+/// a moment under a loose umask, and the change followed a link someone in a directory they could
+/// write put at its name.) The directory's name is short: a socket's path is limited to 107 bytes.
 fn bind_private(path: &Path, mode: u32) -> io::Result<std::os::unix::net::UnixListener> {
-    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
     let parent = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let staging = parent.join(format!(
-        ".gangway-socket-{}-{:x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-    ));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let staging = parent.join(format!(".gw{:x}", nanos ^ std::process::id()));
     std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
-    let staged = staging.join("socket");
+    let staged = staging.join("s");
     let bound = std::os::unix::net::UnixListener::bind(&staged).and_then(|socket| {
         std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(mode))?;
-        let c_path = |p: &Path| {
-            std::ffi::CString::new(p.as_os_str().as_bytes())
-                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in the path"))
-        };
-        let (from, to) = (c_path(&staged)?, c_path(path)?);
-        // SAFETY: renameat2(2) on two NUL-terminated paths.
-        let renamed = unsafe {
-            libc::renameat2(
-                libc::AT_FDCWD,
-                from.as_ptr(),
-                libc::AT_FDCWD,
-                to.as_ptr(),
-                libc::RENAME_NOREPLACE,
-            )
-        };
-        if renamed != 0 {
-            let error = io::Error::last_os_error();
-            let _ = std::fs::remove_file(&staged);
-            return Err(match error.raw_os_error() {
-                Some(libc::EEXIST) => io::Error::new(
-                    io::ErrorKind::AddrInUse,
-                    format!("{} exists and is not a socket", path.display()),
+        std::fs::hard_link(&staged, path).map_err(|e| match e.kind() {
+            io::ErrorKind::AlreadyExists => io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!(
+                    "{} exists: another daemon's socket, or a file that is not one",
+                    path.display()
                 ),
-                _ => error,
-            });
-        }
+            ),
+            _ => e,
+        })?;
         Ok(socket)
     });
+    let _ = std::fs::remove_file(&staged);
     let _ = std::fs::remove_dir(&staging);
     bound
 }
@@ -744,7 +726,8 @@ mod tests {
         std::fs::write(&file, "mine").unwrap();
         let err = bind_private(&file, 0o600).unwrap_err();
         assert!(
-            err.to_string().contains("exists and is not a socket"),
+            err.to_string()
+                .contains("exists: another daemon's socket, or a file that is not one"),
             "{err}"
         );
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
