@@ -140,8 +140,15 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
     // run; a binary need not be, and then runs from the descriptor above). Only where the submitter
     // may read it: the descriptor goes to their `elastic-run`, and a root daemon's read-only one
     // would hand them a file root may read and they may not (a binary only they may run, 0711).
-    // (A daemon that is not root opens as the submitter it runs as: the kernel decides below.)
+    // (A daemon that is not root opens as the submitter it runs as: the kernel decides below.) A
+    // script they may not read could not run (its interpreter reads it as them), and its
+    // interpreter would go unchecked: refused.
     if Submitter::this_process().uid == 0 && !readable_by(&meta, submitter) {
+        let script = at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .is_ok_and(|file| shebang(&file).is_some());
+        if script {
+            return Err("is a script its submitter may not read, so it could not run".into());
+        }
         return Ok(CheckedProgram {
             path: path.to_owned(),
             file: link,
@@ -477,6 +484,14 @@ mod tests {
             "root's alone to read"
         );
         assert_eq!(flags(0o755) & libc::O_PATH, 0, "readable by anyone");
+        // A script they may not read could not run, and its interpreter would go unchecked.
+        let script = with_program(dir.path(), "scripts", "#!/bin/sh\necho secret\n");
+        mode(&script, 0o711);
+        let e = open_program("run.args", &script, &run, &nobody).unwrap_err();
+        assert!(
+            e.problem.contains("is a script its submitter may not read"),
+            "{e}"
+        );
     }
 
     #[test]
