@@ -45,8 +45,10 @@ impl ClusterActor {
                 tracing::error!(job = id.0, "a journaled job cannot run on this cluster");
                 if let Standing::Running { attempt, .. } = &entry.standing {
                     let mut executor = self.executor.lock().expect("executor");
-                    if executor.alive(id, *attempt) {
-                        let _ = executor.stop(id, now);
+                    if executor.alive(id, *attempt)
+                        && let Err(e) = executor.stop(id, now)
+                    {
+                        tracing::error!(job = id.0, error = %e, "stopping its workers failed");
                     }
                 }
                 requeued.push(Record::Failed {
