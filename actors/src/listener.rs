@@ -700,7 +700,7 @@ where
 mod tests {
     use super::*;
 
-    /// A socket is bound with its mode from the start and renamed into place: never over a file
+    /// A socket is bound with its mode from the start and linked into place: never over a file
     /// that is not a socket, over a stale socket, and leaving nothing beside it.
     #[test]
     fn a_socket_is_bound_with_its_mode_and_never_over_another_file() {
