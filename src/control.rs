@@ -47,7 +47,11 @@ pub struct ServeArgs {
     /// The longest `--grace` a submitted command may give its workers to checkpoint when stopped,
     /// in seconds; a stop waits at most this (and a minute more) before killing them. Every round
     /// waits for its stops, so one job's grace holds up every other job's start.
-    #[arg(long, default_value_t = 600.0, value_name = "SECONDS")]
+    #[arg(
+        long,
+        default_value_t = gangway_launcher::executor::DEFAULT_MAX_GRACE.as_secs_f64(),
+        value_name = "SECONDS"
+    )]
     pub max_grace: f64,
     /// Connections open at once; beyond it, one of the peer holding the most is closed, idle or
     /// still sending its body (default: from the open-files limit, at most 1024).

@@ -140,8 +140,7 @@ pub fn check_command(
     submitter: &Submitter,
     max_grace: Duration,
 ) -> Result<(), Invalid> {
-    checked_program(run, submitter)?;
-    let grace = crate::cli::parse(&run.args).map_or(Duration::ZERO, |inv| inv.options.grace());
+    let grace = checked(run, submitter)?.0.options.grace();
     if grace > max_grace {
         return Err(Invalid {
             field: "run.args",
@@ -159,6 +158,14 @@ pub fn check_command(
 /// [`check_command`]'s checks, made again at every launch (what was fine at submission may not be
 /// any more): returns the program `elastic-run` runs its workers with, open.
 pub fn checked_program(run: &RunCommand, submitter: &Submitter) -> Result<CheckedProgram, Invalid> {
+    checked(run, submitter).map(|(_, program)| program)
+}
+
+/// [`checked_program`], with the command line as `elastic-run` reads it.
+fn checked(
+    run: &RunCommand,
+    submitter: &Submitter,
+) -> Result<(crate::cli::Invocation, CheckedProgram), Invalid> {
     const FIELD: &str = "run.args";
     let mut args = vec!["--devices".to_owned(), "0".to_owned()];
     args.extend(run.args.iter().cloned());
@@ -196,7 +203,7 @@ pub fn checked_program(run: &RunCommand, submitter: &Submitter) -> Result<Checke
     {
         open_program(FIELD, Path::new(&inv.script), run, submitter)?;
     }
-    Ok(program)
+    Ok((inv, program))
 }
 
 /// Makes `command`'s output go to `log`, appended, which the child opens once it runs as the job's
