@@ -137,36 +137,28 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
     }
     check_writers(&meta, "the program")?;
     // Opened for reading to see whether it is a script, the same file (a script must be readable to
-    // run; a binary need not be, and then runs from the descriptor above). Only where the submitter
-    // may read it: the descriptor goes to their `elastic-run`, and a root daemon's read-only one
-    // would hand them a file root may read and they may not (a binary only they may run, 0711).
-    // (A daemon that is not root opens as the submitter it runs as: the kernel decides below.) A
-    // script they may not read could not run (its interpreter reads it as them), and its
-    // interpreter would go unchecked: refused.
-    if Submitter::this_process().uid == 0 && !readable_by(&meta, submitter) {
-        let script = at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .is_ok_and(|file| shebang(&file).is_some());
-        if script {
-            return Err("is a script its submitter may not read, so it could not run".into());
-        }
-        return Ok(CheckedProgram {
-            path: path.to_owned(),
-            file: link,
-            script: false,
-        });
-    }
-    let file = match at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK) {
+    // run; a binary need not be, and then runs from the descriptor above).
+    let readable = match at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK) {
         Ok(file) => {
             let again = stat(&file).map_err(|e| e.to_string())?;
             if (again.st_dev, again.st_ino) != (meta.st_dev, meta.st_ino) {
                 return Err("changed while it was checked".into());
             }
-            file
+            Some(file)
         }
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => link,
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
         Err(e) => return Err(e.to_string()),
     };
-    let interpreter = shebang(&file);
+    let interpreter = readable.as_ref().and_then(shebang);
+    // The descriptor goes to the submitter's `elastic-run`: a root daemon hands over a readable one
+    // only where they may read the file (not root's 0711 binary), and refuses a script they may not
+    // read (it could not run: its interpreter reads it as them; and that interpreter would go
+    // unchecked). A daemon that is not root opened it as the submitter it runs as: the kernel
+    // decided above.
+    let theirs = Submitter::this_process().uid != 0 || readable_by(&meta, submitter);
+    if !theirs && interpreter.is_some() {
+        return Err("is a script its submitter may not read, so it could not run".into());
+    }
     if let Some(interpreter) = &interpreter {
         if depth == 0 {
             return Err("names scripts as interpreters too deeply".into());
@@ -174,6 +166,7 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
         open_checked(interpreter, submitter, depth - 1)
             .map_err(|why| format!("its interpreter {}: {why}", interpreter.display()))?;
     }
+    let file = readable.filter(|_| theirs).unwrap_or(link);
     Ok(CheckedProgram {
         path: path.to_owned(),
         file,
