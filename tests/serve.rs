@@ -406,32 +406,23 @@ fn serve_refuses_a_public_address_a_short_round_and_a_port_in_use_cleanly() {
     let journal_arg = journal.display().to_string();
     let port = support::free_port();
     let public = format!("0.0.0.0:{port}");
-    let out = run(&[
-        "serve",
-        "--fake-gpus",
-        "1",
-        "--listen",
-        &public,
-        "--journal",
-        &journal_arg,
-    ]);
-    assert!(!out.status.success());
-    assert!(stderr(&out).contains("--allow-remote"), "{}", stderr(&out));
-
-    let out = run(&[
-        "serve",
-        "--fake-gpus",
-        "1",
-        "--round",
-        "1e-9",
-        "--journal",
-        &journal_arg,
-    ]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("--round must be at least 1 second"),
-        "{}",
-        stderr(&out)
+    // `serve --fake-gpus 1` with `args` fails, saying `says`.
+    let refuses = |args: &[&str], says: &str| {
+        let out = run(&[&["serve", "--fake-gpus", "1"], args].concat());
+        assert!(!out.status.success(), "{args:?}");
+        assert!(stderr(&out).contains(says), "{}", stderr(&out));
+    };
+    refuses(
+        &["--listen", &public, "--journal", &journal_arg],
+        "--allow-remote",
+    );
+    refuses(
+        &["--round", "1e-9", "--journal", &journal_arg],
+        "--round must be at least 1 second",
+    );
+    refuses(
+        &["--max-grace", "0", "--journal", &journal_arg],
+        "--max-grace must be from 1 to 604800 seconds",
     );
 
     use std::os::unix::fs::PermissionsExt;
@@ -441,30 +432,11 @@ fn serve_refuses_a_public_address_a_short_round_and_a_port_in_use_cleanly() {
     std::fs::create_dir(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
     let shared_journal = shared.join("journal").display().to_string();
-    let out = run(&["serve", "--fake-gpus", "1", "--journal", &shared_journal]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("shared: is writable by every user"),
-        "{}",
-        stderr(&out)
+    refuses(
+        &["--journal", &shared_journal],
+        "shared: is writable by every user",
     );
     assert!(!shared.join("journal").exists(), "nothing is made there");
-
-    let out = run(&[
-        "serve",
-        "--fake-gpus",
-        "1",
-        "--max-grace",
-        "0",
-        "--journal",
-        &journal_arg,
-    ]);
-    assert!(!out.status.success());
-    assert!(
-        stderr(&out).contains("--max-grace must be from 1 to 604800 seconds"),
-        "{}",
-        stderr(&out)
-    );
 
     // A port in use: only the clean error, no panic and no backtrace.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

@@ -49,7 +49,17 @@ fn start(
     clock: &Arc<VirtualClock>,
     workers: &Outliving,
 ) -> actix::Addr<ClusterActor> {
-    let parts = support::parts("v100=1x4", 4, "fifo", Box::new(workers.clone()));
+    start_on("v100=1x4", journal, clock, Box::new(workers.clone()))
+}
+
+/// A FIFO control plane on the cluster `spec` (servers of 4 GPUs), journaling to `journal`.
+fn start_on(
+    spec: &str,
+    journal: &std::path::Path,
+    clock: &Arc<VirtualClock>,
+    executor: Box<dyn Executor>,
+) -> actix::Addr<ClusterActor> {
+    let parts = support::parts(spec, 4, "fifo", executor);
     let mut settings = support::virtual_time(clock);
     settings.journal = Some(journal.to_owned());
     ClusterActor::start(parts, settings).unwrap()
@@ -216,12 +226,7 @@ fn cordons_of_gpus_the_restarted_cluster_lacks_are_not_counted_out_of_service() 
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
-    let on = |spec: &str| {
-        let parts = support::parts(spec, 4, "fifo", Box::new(SimExecutor::default()));
-        let mut settings = support::virtual_time(&clock);
-        settings.journal = Some(journal.clone());
-        ClusterActor::start(parts, settings).unwrap()
-    };
+    let on = |spec: &str| start_on(spec, &journal, &clock, Box::new(SimExecutor::default()));
     // GPU 1 and GPU 6 cordoned on two servers; then the daemon restarts on the first alone.
     actix::System::new().block_on(async {
         let cluster = on("v100=2x4");
@@ -293,12 +298,7 @@ fn a_job_that_cannot_run_after_a_restart_has_its_live_workers_stopped() {
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
     let workers = Outliving(Arc::new(Mutex::new(SimExecutor::new(50.0))));
-    let on = |spec: &str| {
-        let parts = support::parts(spec, 4, "fifo", Box::new(workers.clone()));
-        let mut settings = support::virtual_time(&clock);
-        settings.journal = Some(journal.clone());
-        ClusterActor::start(parts, settings).unwrap()
-    };
+    let on = |spec: &str| start_on(spec, &journal, &clock, Box::new(workers.clone()));
     let alive = || (0..4).any(|attempt| workers.0.lock().unwrap().alive(JobId(0), attempt));
     // Job 0 runs on both servers' eight GPUs; the daemon restarts on the first server alone.
     actix::System::new().block_on(async {
