@@ -2523,3 +2523,129 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
             .ok_or(format!("left behind: {left:?}"))
     });
 }
+
+/// A daemon starts `elastic-run` in `/` and names the job's directory and log, which it enters and
+/// opens itself, as the job's user: the launch never waits on a path of the job's. The log is
+/// appended to, created readable by that user alone (a job may print its secrets), and never a
+/// link or a FIFO (opened without blocking); what cannot be entered or opened is reported as the
+/// job's error, where the daemon reads it.
+#[test]
+fn elastic_run_enters_the_directory_and_opens_the_log_a_daemon_names() {
+    use gangway_launcher::executor::EXIT_FILE_VAR;
+    use gangway_launcher::inherit::{LOG_VAR, WORKDIR_VAR};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    // A command line it refuses at once (no script): what it says goes to the log, and its report to the exit
+    // file, named relative to the directory it was told to enter.
+    let told = |workdir: &Path, log: &Path, exit: &Path| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
+        command
+            .arg("--no-such-option")
+            .current_dir("/")
+            .env(WORKDIR_VAR, workdir)
+            .env(LOG_VAR, log)
+            .env(EXIT_FILE_VAR, exit)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = command.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("elastic-run waited on {}", log.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(2));
+    };
+    let log = work.join("job.log");
+    told(&work, &log, Path::new("exit.json"));
+    let report = std::fs::read_to_string(work.join("exit.json")).unwrap();
+    assert!(report.contains("bad command line"), "{report}");
+    let said = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        said.contains("elastic-run: no training script given"),
+        "{said}"
+    );
+    let mode = std::fs::metadata(&log).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // Appended to, not truncated.
+    told(&work, &log, Path::new("exit.json"));
+    assert_eq!(
+        std::fs::read_to_string(&log)
+            .unwrap()
+            .matches("no training script given")
+            .count(),
+        2
+    );
+
+    let exit = dir.path().join("exit-refused.json");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::write(&elsewhere, "").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, work.join("link.log")).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(work.join("fifo.log"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for (workdir, log, says) in [
+        (work.clone(), work.join("link.log"), "cannot write its log"),
+        (work.clone(), work.join("fifo.log"), "cannot write its log"),
+        (
+            dir.path().join("gone"),
+            work.join("job.log"),
+            "cannot enter its working directory",
+        ),
+    ] {
+        told(&workdir, &log, &exit);
+        let report = std::fs::read_to_string(&exit).unwrap();
+        assert!(report.contains(says), "{}: {report}", log.display());
+    }
+    assert_eq!(
+        std::fs::read_to_string(&elsewhere).unwrap(),
+        "",
+        "never followed"
+    );
+}
+
+/// Under torchrun's `--no-python`, the script a daemon checked (named by its absolute path) runs,
+/// not whatever its name finds first on the job's `PATH`: as the job's user, that search could
+/// skip a directory only root may enter and run a file nobody checked.
+#[test]
+fn under_no_python_the_script_the_daemon_checked_runs() {
+    let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    for which in ["checked", "decoy"] {
+        std::fs::create_dir(dir.path().join(which)).unwrap();
+        let script = write_script(
+            &dir.path().join(which),
+            "job.sh",
+            &format!("#!/bin/sh\necho {which} > ran.txt\n"),
+        );
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let path = format!("{}:/usr/bin:/bin", dir.path().join("decoy").display());
+    let ran = |job: &str, checked: Option<PathBuf>| {
+        let mut command = elastic_run(&python, dir.path(), job, &["--gpus", "1"]);
+        command.args(["--no-python", "job.sh"]).env("PATH", &path);
+        if let Some(checked) = checked {
+            command.env(gangway_launcher::inherit::SCRIPT_VAR, checked);
+        }
+        let out = run(&mut command);
+        assert!(out.status.success(), "{}", text(&out));
+        std::fs::read_to_string(dir.path().join("ran.txt")).unwrap()
+    };
+    assert_eq!(
+        ran("by-name", None),
+        "decoy\n",
+        "the name alone searches PATH"
+    );
+    let checked = dir.path().join("checked/job.sh");
+    assert_eq!(ran("checked", Some(checked)), "checked\n");
+}

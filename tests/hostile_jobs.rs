@@ -462,6 +462,7 @@ fn a_program_swapped_after_submission_never_runs_as_root() {
 /// The stand-in `elastic-run` of the orphan test: it leaves a process in a session of its own with
 /// an empty environment (nothing marks it as the job's), then ends as `$END` says.
 const ORPHANING_ELASTIC_RUN: &str = r#"#!/bin/bash
+cd "$GANGWAY_WORKDIR" || exit 1
 # How it ended, where the daemon reads it (a descriptor it handed over, or a file it named).
 report() {
   if [ -n "$GANGWAY_EXIT_FD" ]; then echo "$1" >&"$GANGWAY_EXIT_FD"; else echo "$1" > "$GANGWAY_EXIT_FILE"; fi

@@ -1290,7 +1290,8 @@ fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
     let fake = dir.path().join("elastic-run");
     std::fs::write(
         &fake,
-        "#!/bin/bash\nid -u > \"$(pwd)/whoami\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
+        // Into the job's directory and log, as elastic-run goes.
+        "#!/bin/bash\ncd \"$GANGWAY_WORKDIR\" && exec >> \"$GANGWAY_LOG\" 2>&1\nid -u > \"$(pwd)/whoami\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
     )
     .unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -155,17 +155,28 @@ pub fn check_command(
     Ok(())
 }
 
-/// [`check_command`]'s checks, made again at every launch (what was fine at submission may not be
-/// any more): returns the program `elastic-run` runs its workers with, open.
-pub fn checked_program(run: &RunCommand, submitter: &Submitter) -> Result<CheckedProgram, Invalid> {
-    checked(run, submitter).map(|(_, program)| program)
+/// What [`check_command`] found a command runs, held as checked.
+#[derive(Debug)]
+pub struct CheckedCommand {
+    /// The program `elastic-run` runs its workers with (its `--python`), open.
+    pub program: CheckedProgram,
+    /// Under torchrun's `--no-python`, where the script the workers run was found (absolute): the
+    /// workers run this path rather than search their `PATH` again, which as their user could find
+    /// another file than the one checked.
+    pub script: Option<PathBuf>,
 }
 
-/// [`checked_program`], with the command line as `elastic-run` reads it.
+/// [`check_command`]'s checks, made again at every launch (what was fine at submission may not be
+/// any more).
+pub fn checked_command(run: &RunCommand, submitter: &Submitter) -> Result<CheckedCommand, Invalid> {
+    checked(run, submitter).map(|(_, command)| command)
+}
+
+/// [`checked_command`], with the command line as `elastic-run` reads it.
 fn checked(
     run: &RunCommand,
     submitter: &Submitter,
-) -> Result<(crate::cli::Invocation, CheckedProgram), Invalid> {
+) -> Result<(crate::cli::Invocation, CheckedCommand), Invalid> {
     const FIELD: &str = "run.args";
     let mut args = vec!["--devices".to_owned(), "0".to_owned()];
     args.extend(run.args.iter().cloned());
@@ -196,77 +207,16 @@ fn checked(
         });
     }
     let program = open_program(FIELD, &inv.options.python, run, submitter)?;
-    if inv
+    let script = if inv
         .torchrun
         .iter()
         .any(|a| a == "--no-python" || a == "--no_python")
     {
-        open_program(FIELD, Path::new(&inv.script), run, submitter)?;
-    }
-    Ok((inv, program))
-}
-
-/// Makes `command`'s output go to `log`, appended, which the child opens once it runs as the job's
-/// user: a link at its name, a file that user may not write, or anything but a regular file (a FIFO
-/// would block; it is opened without blocking and refused) fails the launch, checked by the kernel
-/// and on the open descriptor rather than trusted from a check made earlier.
-fn log_to(command: &mut Command, log: &Path) -> Result<(), SpawnError> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::process::CommandExt;
-    let path = std::ffi::CString::new(log.as_os_str().as_bytes()).map_err(|_| {
-        SpawnError::Refused(format!("the log {} contains a NUL byte", log.display()))
-    })?;
-    // SAFETY: between fork and exec the closure only calls open(2), fstat(2), fcntl(2), dup2(2) and
-    // close(2), which are async-signal-safe, and allocates nothing (the path was made before the
-    // fork).
-    unsafe {
-        command.pre_exec(move || {
-            let flags = libc::O_WRONLY
-                | libc::O_APPEND
-                | libc::O_CREAT
-                | libc::O_NOFOLLOW
-                | libc::O_NONBLOCK
-                | libc::O_CLOEXEC;
-            // The job's own output (it may print its secrets): its user's alone, as the
-            // journal's files are the daemon's.
-            let fd = libc::open(path.as_ptr(), flags, 0o600 as libc::c_uint);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let mut meta: libc::stat = std::mem::zeroed();
-            let regular =
-                libc::fstat(fd, &mut meta) == 0 && meta.st_mode & libc::S_IFMT == libc::S_IFREG;
-            if !regular
-                || libc::fcntl(fd, libc::F_SETFL, libc::O_APPEND) != 0
-                || libc::dup2(fd, 1) < 0
-                || libc::dup2(fd, 2) < 0
-            {
-                let error = if regular {
-                    std::io::Error::last_os_error()
-                } else {
-                    std::io::Error::from_raw_os_error(libc::EINVAL)
-                };
-                libc::close(fd);
-                return Err(error);
-            }
-            libc::close(fd);
-            Ok(())
-        });
-    }
-    Ok(())
-}
-
-/// Refuses a log that is there and is not a regular file (a link, a FIFO), with a clear reason; the
-/// child's own open ([`log_to`]) is what enforces it.
-fn check_log(log: &Path) -> Result<(), SpawnError> {
-    match std::fs::symlink_metadata(log) {
-        Ok(meta) if !meta.file_type().is_file() => Err(SpawnError::Refused(format!(
-            "the log {} is not a regular file ({:?})",
-            log.display(),
-            meta.file_type()
-        ))),
-        _ => Ok(()),
-    }
+        Some(open_program(FIELD, Path::new(&inv.script), run, submitter)?.path)
+    } else {
+        None
+    };
+    Ok((inv, CheckedCommand { program, script }))
 }
 
 /// Makes `dir` (and its parents) with only this process's user let in (0700), or makes it so if it
@@ -753,7 +703,7 @@ impl ProcessExecutor {
                 uid: u.uid,
                 gid: u.gid,
             });
-        let program = checked_program(run, &submitter)
+        let checked = checked_command(run, &submitter)
             .map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))?;
         let mut handover = files
             .create(launch.batch)
@@ -763,15 +713,14 @@ impl ProcessExecutor {
             use std::os::unix::process::CommandExt;
             command.uid(user.uid).gid(user.gid);
         }
-        if let Some(log) = &run.log {
-            check_log(log)?;
-            log_to(&mut command, log)?;
-        }
         // The GPUs first: a submitted command never names them (the client refuses --devices).
+        // It starts in `/` and enters its working directory and opens its log itself, once it
+        // runs: here, between fork and exec, a path of the submitter's that never answers (their
+        // FUSE mount) would hold this launch, the executor and the round for good.
         command
             .args(&placement)
             .args(&run.args)
-            .current_dir(&run.cwd)
+            .current_dir("/")
             .env_clear()
             .envs(&run.env)
             .env(ATTEMPT_VAR, self.attempt_marker(launch.job, launch.attempt))
@@ -784,11 +733,21 @@ impl ProcessExecutor {
             PROGRESS_FILE_VAR,
             inherit::PROGRAM_FD_VAR,
             inherit::PROGRAM_PATH_VAR,
+            inherit::SCRIPT_VAR,
+            inherit::WORKDIR_VAR,
+            inherit::LOG_VAR,
             pool::OFF_VAR,
             pool::POOL_CGROUP_VAR,
             pool::CGROUP_VAR,
         ] {
             command.env_remove(var);
+        }
+        command.env(inherit::WORKDIR_VAR, &run.cwd);
+        if let Some(log) = &run.log {
+            command.env(inherit::LOG_VAR, log);
+        }
+        if let Some(script) = &checked.script {
+            command.env(inherit::SCRIPT_VAR, script);
         }
         self.pool_env(&mut command, run, confinement)?;
         // Only the policy chooses a batch and stages.
@@ -799,6 +758,7 @@ impl ProcessExecutor {
             };
         }
         // A script runs through its (checked) interpreter, by its path: the kernel reads it there.
+        let program = checked.program;
         if !program.script {
             handover.add(inherit::PROGRAM_FD_VAR, program.file);
             command.env(inherit::PROGRAM_PATH_VAR, &program.path);
@@ -839,14 +799,7 @@ impl ProcessExecutor {
         // daemon restart to be re-adopted.
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
         let child = command.spawn().map_err(|e| {
-            SpawnError::from_io(
-                format!(
-                    "starting {} in {}",
-                    self.elastic_run.display(),
-                    run.cwd.display()
-                ),
-                e,
-            )
+            SpawnError::from_io(format!("starting {}", self.elastic_run.display()), e)
         })?;
         drop(handover);
         Ok((child, stop_timeout))

@@ -19,7 +19,13 @@
 //!
 //! The same way, the program `elastic-run` starts (its `--python`) is checked by the daemon at launch
 //! ([`gangway_protocol::command::open_program`]) and handed over open ([`PROGRAM_FD_VAR`]):
-//! `elastic-run` executes that descriptor, so a file swapped after the check never runs.
+//! `elastic-run` executes that descriptor, so a file swapped after the check never runs. Under
+//! torchrun's `--no-python`, the script's checked path ([`SCRIPT_VAR`]) is what the workers run.
+//!
+//! Nor does the daemon wait on a path of the job's while it launches it: `elastic-run` starts in `/`
+//! and itself enters the job's working directory ([`WORKDIR_VAR`]) and opens its log
+//! ([`LOG_VAR`]), as the job's user ([`Inherited::enter`]). Between fork and exec, a directory
+//! that never answers (a submitter's FUSE mount) held the daemon's launch with it.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -41,6 +47,13 @@ pub const PROGRAM_FD_VAR: &str = "GANGWAY_PROGRAM_FD";
 /// Where that program was found (its name for the program itself: Python finds its virtualenv by
 /// it), beside [`PROGRAM_FD_VAR`].
 pub const PROGRAM_PATH_VAR: &str = "GANGWAY_PROGRAM";
+/// Under torchrun's `--no-python`: where the daemon found the script the workers run (absolute), run
+/// in place of the name on the command line.
+pub const SCRIPT_VAR: &str = "GANGWAY_SCRIPT";
+/// The job's working directory, which `elastic-run` enters first ([`Inherited::enter`]).
+pub const WORKDIR_VAR: &str = "GANGWAY_WORKDIR";
+/// The job's log, which `elastic-run` appends its output and its workers' to ([`Inherited::enter`]).
+pub const LOG_VAR: &str = "GANGWAY_LOG";
 
 /// The most the daemon reads of an attempt's report: a progress report is one line of JSON.
 pub const REPORT_LIMIT: u64 = 64 * 1024;
@@ -320,6 +333,10 @@ pub struct Inherited {
     progress: Option<File>,
     batch: Option<File>,
     program: Option<Program>,
+    /// What the daemon named rather than handed over open: see [`Inherited::enter`].
+    workdir: Option<PathBuf>,
+    log: Option<PathBuf>,
+    script: Option<PathBuf>,
     /// The progress report last copied, so that an unchanged one is not written again.
     last_progress: Vec<u8>,
 }
@@ -348,6 +365,29 @@ impl Program {
         command.env(PROGRAM_PATH_VAR, &self.path);
         pass_fds(command, &[(PROGRAM_FD_VAR, self.fd.as_raw_fd())]);
     }
+}
+
+/// Sends this process's standard output and error to `log`, appended (see [`Inherited::enter`]).
+fn output_to(log: &Path) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(log)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("it is not a regular file"));
+    }
+    // SAFETY: fcntl(2) and dup2(2) on descriptors this process owns; dup2 replaces 1 and 2 atomically.
+    unsafe {
+        if libc::fcntl(file.as_raw_fd(), libc::F_SETFL, libc::O_APPEND) != 0
+            || libc::dup2(file.as_raw_fd(), 1) < 0
+            || libc::dup2(file.as_raw_fd(), 2) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 /// A command that runs `python`: the program the daemon checked, when it handed one over.
@@ -391,6 +431,9 @@ impl Inherited {
             progress: take_fd(PROGRESS_FD_VAR).map(File::from),
             batch: take_fd(POLICY_BATCH_FD_VAR).map(File::from),
             program,
+            workdir: std::env::var_os(WORKDIR_VAR).map(PathBuf::from),
+            log: std::env::var_os(LOG_VAR).map(PathBuf::from),
+            script: std::env::var_os(SCRIPT_VAR).map(PathBuf::from),
             last_progress: Vec::new(),
         };
         for var in [
@@ -399,11 +442,37 @@ impl Inherited {
             POLICY_BATCH_FD_VAR,
             PROGRAM_FD_VAR,
             PROGRAM_PATH_VAR,
+            WORKDIR_VAR,
+            LOG_VAR,
+            SCRIPT_VAR,
         ] {
             // SAFETY: the caller guarantees no other thread exists.
             unsafe { std::env::remove_var(var) };
         }
         inherited
+    }
+
+    /// Enters the working directory and opens the log the daemon named, as the job's user: the log
+    /// is appended to, created readable by that user alone (the job may print its secrets), and
+    /// must be a regular file (a link at its name is not followed; a FIFO is opened without
+    /// blocking and refused). Standard output and error go there from now on. Call it first, before
+    /// the signal handlers: until then a stop's `SIGTERM` ends it wherever it waits.
+    pub fn enter(&self) -> Result<(), String> {
+        if let Some(dir) = &self.workdir {
+            std::env::set_current_dir(dir).map_err(|e| {
+                format!("cannot enter its working directory {}: {e}", dir.display())
+            })?;
+        }
+        if let Some(log) = &self.log {
+            output_to(log).map_err(|e| format!("cannot write its log {}: {e}", log.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Under torchrun's `--no-python`, the script the daemon checked, to run in place of the name
+    /// on the command line.
+    pub fn script(&self) -> Option<&Path> {
+        self.script.as_deref()
     }
 
     /// Copies the workers' progress report (their file, `from`) to the daemon, if one reads it and

@@ -15,6 +15,11 @@ use gangway_launcher::{slurm, spawn};
 fn main() {
     // SAFETY: first in main, before any other thread exists.
     let mut inherited = unsafe { Inherited::from_env() };
+    // Where the daemon that launched it said: the job's directory and log, entered as its user.
+    if let Err(why) = inherited.enter() {
+        eprintln!("elastic-run: {why}");
+        finish(Ok(Ending::Failed { code: 2, why }), &inherited);
+    }
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some(spawn::SPAWN_FLAG) => spawn::run(&args[1..], inherited.program(), spawn::Mode::Direct),
@@ -28,7 +33,7 @@ fn main() {
         );
     }
     gangway::cli::init_logging();
-    let inv = match cli::parse(&args) {
+    let mut inv = match cli::parse(&args) {
         Ok(inv) => inv,
         // --help and --version.
         Err(CliError::Clap(e)) if !e.use_stderr() => e.exit(),
@@ -45,6 +50,10 @@ fn main() {
             );
         }
     };
+    // Under --no-python, the script the daemon checked, not another its name finds on PATH.
+    if let Some(script) = inherited.script().and_then(|s| s.to_str()) {
+        inv.script = script.to_owned();
+    }
     // SIGTERM or SIGINT: checkpoint and stop (a scheduler's preemption, or Ctrl-C).
     let stop = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
