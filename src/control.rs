@@ -53,6 +53,10 @@ pub struct ServeArgs {
         value_name = "SECONDS"
     )]
     pub max_grace: f64,
+    /// The most unfinished jobs another user may have on a root daemon (jobs that run as them); more
+    /// are refused with a 429 until some end. The daemon's user and root are not limited.
+    #[arg(long, default_value_t = crate::plane::DEFAULT_MAX_JOBS_PER_USER, value_name = "N")]
+    pub max_jobs_per_user: u32,
     /// Connections open at once; beyond it, one of the peer holding the most is closed, idle or
     /// still sending its body (default: from the open-files limit, at most 1024).
     #[arg(long, value_name = "N")]
@@ -233,6 +237,7 @@ fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
         socket_mode: args.socket_mode,
         allow_env: args.allow_env,
         max_grace: args.max_grace,
+        max_jobs_per_user: args.max_jobs_per_user,
         max_connections: args.max_connections,
         max_connections_per_peer: args.max_connections_per_peer,
         header_timeout: args.header_timeout,

@@ -137,6 +137,12 @@ enum WorkerChoice {
     Own(Box<dyn Executor>),
 }
 
+/// The most unfinished jobs a user other than the daemon's may have, unless the operator says
+/// otherwise ([`ApiOptions::max_jobs_per_user`]): the daemon keeps about 7 KiB for each.
+pub const DEFAULT_MAX_JOBS_PER_USER: u32 = 10_000;
+/// The largest [`ApiOptions::max_jobs_per_user`] accepted.
+const MAX_JOBS_PER_USER: u32 = 10_000_000;
+
 /// What the HTTP API serves and whom it lets in: see [`ControlPlaneBuilder::listen`].
 #[derive(Clone, Debug)]
 pub struct ApiOptions {
@@ -156,6 +162,9 @@ pub struct ApiOptions {
     /// The longest `--grace`, in seconds, a submitted command may give its workers to checkpoint
     /// when stopped, and the most of it a stop waits for: rounds wait for their stops.
     pub max_grace: f64,
+    /// The most unfinished jobs a user other than the daemon's may have (jobs that run as them, on a
+    /// root daemon): a bound on what one local user can make the daemon keep.
+    pub max_jobs_per_user: u32,
     /// Connections open at once (default: from the open-files limit, at most 1024).
     pub max_connections: Option<usize>,
     /// Connections one peer may hold (default: half of `max_connections`).
@@ -177,6 +186,7 @@ impl ApiOptions {
             socket_mode: 0o600,
             allow_env: Vec::new(),
             max_grace: DEFAULT_MAX_GRACE.as_secs_f64(),
+            max_jobs_per_user: DEFAULT_MAX_JOBS_PER_USER,
             max_connections: None,
             max_connections_per_peer: None,
             header_timeout: 10.0,
@@ -197,6 +207,11 @@ impl ApiOptions {
         }
         if !(self.max_grace.is_finite() && (1.0..=604_800.0).contains(&self.max_grace)) {
             return Err(setting("--max-grace must be from 1 to 604800 seconds"));
+        }
+        if !(1..=MAX_JOBS_PER_USER).contains(&self.max_jobs_per_user) {
+            return Err(setting(format!(
+                "--max-jobs-per-user must be from 1 to {MAX_JOBS_PER_USER}"
+            )));
         }
         if self.max_connections == Some(0) || self.max_connections_per_peer == Some(0) {
             return Err(setting(
@@ -623,6 +638,7 @@ impl ControlPlaneBuilder {
         settings.reports = reports;
         let api = match self.api {
             Some(options) => {
+                settings.max_jobs_per_user = options.max_jobs_per_user;
                 let mut api = api(options, self.journal.as_deref(), processes, note)?;
                 api.config.policy = Some(self.policy.clone());
                 Some(api)

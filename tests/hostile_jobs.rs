@@ -35,6 +35,8 @@ struct Daemon {
     dir: tempfile::TempDir,
     listen: String,
     elastic_run: PathBuf,
+    /// `gangway serve`'s flags beyond [`serve`]'s own.
+    flags: Vec<String>,
 }
 
 impl Drop for Daemon {
@@ -47,28 +49,45 @@ impl Drop for Daemon {
 impl Daemon {
     /// On a Unix socket anyone may connect to, with a stand-in `elastic-run` running `fake`.
     fn on_socket(fake: &str) -> Daemon {
+        Daemon::on_socket_with(fake, &[])
+    }
+
+    /// [`Daemon::on_socket`], `gangway serve` given `flags` too.
+    fn on_socket_with(fake: &str, flags: &[&str]) -> Daemon {
         let dir = shared_tempdir();
         let elastic_run = dir.path().join("elastic-run");
         std::fs::write(&elastic_run, fake).unwrap();
         std::fs::set_permissions(&elastic_run, std::fs::Permissions::from_mode(0o755)).unwrap();
         let listen = format!("unix:{}", dir.path().join("gangway.sock").display());
-        Daemon::start(dir, listen, elastic_run)
+        let flags = flags.iter().map(|f| f.to_string()).collect();
+        Daemon::start(dir, listen, elastic_run, flags)
     }
 
     /// On TCP (its token's holders are the daemon's own user: root), with the real `elastic-run`.
     fn on_tcp() -> Daemon {
         let dir = shared_tempdir();
         let listen = format!("127.0.0.1:{}", support::free_port());
-        Daemon::start(dir, listen, env!("CARGO_BIN_EXE_elastic-run").into())
+        Daemon::start(
+            dir,
+            listen,
+            env!("CARGO_BIN_EXE_elastic-run").into(),
+            Vec::new(),
+        )
     }
 
-    fn start(dir: tempfile::TempDir, listen: String, elastic_run: PathBuf) -> Daemon {
-        let child = serve(dir.path(), &listen, &elastic_run);
+    fn start(
+        dir: tempfile::TempDir,
+        listen: String,
+        elastic_run: PathBuf,
+        flags: Vec<String>,
+    ) -> Daemon {
+        let child = serve(dir.path(), &listen, &elastic_run, &flags);
         let daemon = Daemon {
             child,
             dir,
             listen,
             elastic_run,
+            flags,
         };
         daemon.wait_until_answering();
         daemon
@@ -90,7 +109,12 @@ impl Daemon {
     fn restart(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
-        self.child = serve(self.dir.path(), &self.listen, &self.elastic_run);
+        self.child = serve(
+            self.dir.path(),
+            &self.listen,
+            &self.elastic_run,
+            &self.flags,
+        );
         self.wait_until_answering();
     }
 
@@ -194,8 +218,8 @@ impl Daemon {
     }
 }
 
-/// `gangway serve` with process workers on one fake GPU, its journal and log in `dir`.
-fn serve(dir: &Path, listen: &str, elastic_run: &Path) -> Child {
+/// `gangway serve` with process workers on one fake GPU, its journal and log in `dir`, and `flags`.
+fn serve(dir: &Path, listen: &str, elastic_run: &Path, flags: &[String]) -> Child {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -208,6 +232,7 @@ fn serve(dir: &Path, listen: &str, elastic_run: &Path) -> Child {
         .arg(elastic_run)
         .arg("--journal")
         .arg(dir.join("journal"))
+        .args(flags)
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .spawn()
@@ -613,6 +638,43 @@ fn another_user_may_cancel_only_their_own_jobs_and_never_cordon() {
         let _ = follower.kill();
         let _ = follower.wait();
     }
+}
+
+/// Another user may keep only so many unfinished jobs on a root daemon (each is memory and journal
+/// the daemon keeps): one more is a 429 that names the limit and its flag.
+#[test]
+fn another_users_jobs_past_the_limit_are_refused_until_theirs_end() {
+    if !as_root() {
+        return;
+    }
+    let daemon = Daemon::on_socket_with(WAITING_ELASTIC_RUN, &["--max-jobs-per-user", "1"]);
+    let mut first = submit_as_nobody(&daemon, "first", &[]);
+    let job = newest_job(&daemon, None);
+    let second = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+        .args(["--daemon", &daemon.listen, "--python", "/bin/sh"])
+        .args(["--job-id", "second", "--expected-runtime", "60", "train.py"])
+        .current_dir(home_of_nobody(&daemon))
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{said}");
+    assert!(
+        said.contains(&format!("uid {NOBODY} has 1 unfinished jobs"))
+            && said.contains("--max-jobs-per-user"),
+        "{said}"
+    );
+    let (ok, said) = gangway_as(&daemon, NOBODY, &["cancel", &job.to_string()]);
+    assert!(ok, "{said}");
+    daemon.wait_for_phase(job, &["cancelled"]);
+    let _ = first.kill();
+    let _ = first.wait();
+    let mut third = submit_as_nobody(&daemon, "third", &[]);
+    newest_job(&daemon, Some(job));
+    let _ = third.kill();
+    let _ = third.wait();
 }
 
 /// What another user runs to reach a socket: `refused ERRNO` (no connection), `closed` (connected,

@@ -320,3 +320,61 @@ fn a_job_that_cannot_run_after_a_restart_has_its_live_workers_stopped() {
         "its workers are stopped before its GPUs are given back"
     );
 }
+
+/// Jobs that run as another user than the daemon's (on a root daemon, a socket peer's) are bounded
+/// per user, and the count is the journal's: after a restart (from a snapshot and the records after
+/// it) one more is still refused, until one of theirs ends. Other users, and the daemon's own
+/// jobs, are not held back by it.
+#[test]
+fn another_users_unfinished_jobs_are_bounded_across_a_restart() {
+    use gangway_actors::cluster::{Cancel, Refusal, Submit};
+    use gangway_actors::executor::{RunAs, RunCommand};
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let start = || {
+        let parts = support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::new(50.0)));
+        let mut settings = support::virtual_time(&clock);
+        settings.journal = Some(journal.clone());
+        settings.max_jobs_per_user = 2;
+        settings.snapshot_every = 3;
+        ClusterActor::start(parts, settings).unwrap()
+    };
+    let theirs = |uid: u32| JobRequest {
+        run: Some(RunCommand {
+            args: vec!["train.py".into()],
+            cwd: "/".into(),
+            env: Default::default(),
+            log: None,
+            user: Some(RunAs { uid, gid: uid }),
+        }),
+        ..request(4, 1000.0)
+    };
+    let submit = |cluster: &actix::Addr<ClusterActor>, request: JobRequest| {
+        cluster.send(Submit {
+            request,
+            at: None,
+            key: None,
+        })
+    };
+    let too_many = Err(Refusal::TooMany {
+        uid: 1000,
+        unfinished: 2,
+    });
+    actix::System::new().block_on(async {
+        let cluster = start();
+        for _ in 0..2 {
+            assert!(submit(&cluster, theirs(1000)).await.unwrap().is_ok());
+        }
+        assert_eq!(submit(&cluster, theirs(1000)).await.unwrap(), too_many);
+        assert!(submit(&cluster, theirs(1001)).await.unwrap().is_ok());
+        assert!(submit(&cluster, request(1, 10.0)).await.unwrap().is_ok());
+    });
+    actix::System::new().block_on(async {
+        let cluster = start();
+        assert_eq!(submit(&cluster, theirs(1000)).await.unwrap(), too_many);
+        cluster.send(Cancel(JobId(0))).await.unwrap().unwrap();
+        assert!(submit(&cluster, theirs(1000)).await.unwrap().is_ok());
+        assert_eq!(submit(&cluster, theirs(1000)).await.unwrap(), too_many);
+    });
+}

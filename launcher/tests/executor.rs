@@ -560,7 +560,10 @@ fn a_launch_never_waits_on_a_directory_that_never_answers() {
         .recv_timeout(Duration::from_secs(10))
         .expect("the launch waited on the job's directory");
     result.unwrap();
-    assert!(exec.alive(JobId(1), 1), "its elastic-run waits in the directory");
+    assert!(
+        exec.alive(JobId(1), 1),
+        "its elastic-run waits in the directory"
+    );
     exec.stop(JobId(1), 1.0).unwrap();
     assert!(attempt_processes(&marker).is_empty(), "stopped");
 }

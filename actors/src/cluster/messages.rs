@@ -58,6 +58,10 @@ pub struct Settings {
     pub snapshot_every: u64,
     /// Worker crashes retried per job before it fails.
     pub max_restarts: u32,
+    /// The most unfinished jobs one user may have whose commands run as them rather than as the
+    /// daemon's user (`run.user`: another user's jobs, on a root daemon); more are refused
+    /// ([`Refusal::TooMany`]). The daemon's user and root are not limited.
+    pub max_jobs_per_user: u32,
     /// How often the executor is polled for worker events, in wall time.
     pub poll_every: Duration,
     /// The servers' names, in the cluster's node order (`GET /nodes`); `server-N` for those not
@@ -70,7 +74,8 @@ pub struct Settings {
 
 impl Settings {
     /// `engine` and `time`, with the defaults for the rest: no journal, a snapshot every 100,000
-    /// records, 3 restarts per job, the executor polled every 20 ms, no server names, empty reports.
+    /// records, 3 restarts per job, no limit on another user's jobs, the executor polled every 20 ms,
+    /// no server names, empty reports.
     pub fn new(engine: EngineConfig, time: TimeSource) -> Self {
         Settings {
             engine,
@@ -79,6 +84,7 @@ impl Settings {
             journal_options: gangway_journal::Options::default(),
             snapshot_every: 100_000,
             max_restarts: 3,
+            max_jobs_per_user: u32::MAX,
             poll_every: Duration::from_millis(20),
             node_names: Vec::new(),
             reports: Reports::default(),
@@ -141,6 +147,18 @@ pub enum Refusal {
         key: String,
         /// The job it was first used for.
         job: JobId,
+    },
+    /// The user whose command it runs as has as many unfinished jobs as one user may (a 429 over
+    /// the API).
+    #[error(
+        "uid {uid} has {unfinished} unfinished jobs, the most one user may have on this daemon \
+         (gangway serve --max-jobs-per-user); submit more once some have ended"
+    )]
+    TooMany {
+        /// The user.
+        uid: u32,
+        /// Their unfinished jobs, the limit.
+        unfinished: u32,
     },
 }
 

@@ -10,6 +10,11 @@ use gangway_journal::{Journal, JournalError, Options};
 
 use crate::ledger::{Ledger, Record, Shape, Violation, open_journal_with};
 
+/// The user a job's command runs as, where that is not the daemon's own.
+fn runs_as(spec: &crate::ledger::JobSpec) -> Option<u32> {
+    spec.run.as_ref()?.user.map(|user| user.uid)
+}
+
 /// The durable state and where it is written.
 pub(super) struct Store {
     journal: Option<Journal<Record>>,
@@ -20,6 +25,9 @@ pub(super) struct Store {
     pub shapes: BTreeMap<JobId, Shape>,
     /// Where each job's learned model is published, as it changes.
     reports: Reports,
+    /// Unfinished jobs by the user their commands run as, where that is another user than the
+    /// daemon's (`run.user`, on a root daemon): what [`super::Settings::max_jobs_per_user`] limits.
+    pub unfinished_by_user: crate::IdMap<u32, u32>,
     /// Sequence numbers when there is no journal.
     memory_seq: u64,
     records_since_snapshot: u64,
@@ -55,11 +63,19 @@ impl Store {
             learned: BTreeMap::new(),
             shapes: BTreeMap::new(),
             reports,
+            unfinished_by_user: crate::IdMap::default(),
             memory_seq: 0,
             records_since_snapshot: replayed,
             snapshot_every,
             snapshotting: None,
         };
+        for entry in store.ledger.jobs.values() {
+            if let Some(uid) = runs_as(&entry.spec)
+                && !entry.standing.is_terminal()
+            {
+                *store.unfinished_by_user.entry(uid).or_default() += 1;
+            }
+        }
         // What the snapshot kept beside the ledger, which the ledger has already taken.
         for record in &beside {
             store.fold_beside(record);
@@ -76,6 +92,25 @@ impl Store {
     /// beside it.
     fn fold(&mut self, seq: u64, record: &Record) -> Result<(), Violation> {
         self.ledger.apply(seq, record)?;
+        let counted = match record {
+            Record::Submitted(spec) => runs_as(spec).map(|uid| (uid, true)),
+            ended if ended.ends_job() => (ended.job())
+                .and_then(|job| self.ledger.jobs.get(&job))
+                .and_then(|entry| runs_as(&entry.spec))
+                .map(|uid| (uid, false)),
+            _ => None,
+        };
+        if let Some((uid, submitted)) = counted {
+            let count = self.unfinished_by_user.entry(uid).or_default();
+            if submitted {
+                *count += 1;
+            } else {
+                *count = count.saturating_sub(1);
+                if *count == 0 {
+                    self.unfinished_by_user.remove(&uid);
+                }
+            }
+        }
         self.fold_beside(record);
         Ok(())
     }

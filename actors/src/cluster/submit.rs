@@ -128,6 +128,21 @@ impl Handler<Submit> for ClusterActor {
             run: request.run,
             key,
         };
+        if let Some(user) = spec.run.as_ref().and_then(|r| r.user) {
+            let waiting = (self.unjournaled.iter())
+                .filter(|(s, ..)| {
+                    s.run.as_ref().and_then(|r| r.user).map(|u| u.uid) == Some(user.uid)
+                })
+                .count() as u32;
+            let unfinished = self.store.unfinished_by_user.get(&user.uid).copied();
+            let unfinished = unfinished.unwrap_or(0) + waiting;
+            if unfinished >= self.settings.max_jobs_per_user {
+                return refused(Refusal::TooMany {
+                    uid: user.uid,
+                    unfinished,
+                });
+            }
+        }
         // Checked before its names are interned: a refused submission adds nothing to the engine.
         let engine = self.engine();
         let names = engine.names();
