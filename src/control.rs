@@ -57,6 +57,11 @@ pub struct ServeArgs {
     /// are refused with a 429 until some end. The daemon's user and root are not limited.
     #[arg(long, default_value_t = crate::plane::DEFAULT_MAX_JOBS_PER_USER, value_name = "N")]
     pub max_jobs_per_user: u32,
+    /// A CSV file of `user,tenant` rows (`user` an account's name or a user id): the tenants each
+    /// user other than the daemon's and root may submit under. Without it, or for a user it does
+    /// not name, a user submits under their account's name only (a tenant is a share).
+    #[arg(long, value_name = "FILE")]
+    pub tenants: Option<PathBuf>,
     /// Connections open at once; beyond it, one of the peer holding the most is closed, idle or
     /// still sending its body (default: from the open-files limit, at most 1024).
     #[arg(long, value_name = "N")]
@@ -238,6 +243,7 @@ fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
         allow_env: args.allow_env,
         max_grace: args.max_grace,
         max_jobs_per_user: args.max_jobs_per_user,
+        tenants: args.tenants,
         max_connections: args.max_connections,
         max_connections_per_peer: args.max_connections_per_peer,
         header_timeout: args.header_timeout,
@@ -316,9 +322,11 @@ pub struct SubmitArgs {
     /// The job's type (its application, for throughput and goodput profiles).
     #[arg(long, default_value = "default", value_name = "NAME")]
     pub job_type: String,
-    /// The team or user it counts against, for fairness.
-    #[arg(long, default_value = "default", value_name = "NAME")]
-    pub tenant: String,
+    /// The team or user it counts against, for fairness (default: this user's account name, as
+    /// `elastic-run --daemon` sends; a daemon lets another user than its own submit under their
+    /// account's name, or the tenants its operator gave them).
+    #[arg(long, value_name = "NAME")]
+    pub tenant: Option<String>,
     /// Its priority weight: a fair share this many times a weight-1 job's.
     #[arg(
         long,
@@ -371,7 +379,11 @@ pub fn submit(args: SubmitArgs) -> Result<()> {
     let request = JobRequest {
         id: None,
         job_type: args.job_type,
-        tenant: args.tenant,
+        tenant: args.tenant.unwrap_or_else(|| {
+            gangway_protocol::command::own_tenant(
+                gangway_protocol::command::Submitter::this_process().uid,
+            )
+        }),
         gpus: args.gpus.1,
         min_gpus: (args.gpus.0 < args.gpus.1).then_some(args.gpus.0),
         tp: args.tp,

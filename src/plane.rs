@@ -37,10 +37,11 @@ use gangway_actors::executor::{Executor, SimExecutor};
 use gangway_actors::health::{HealthProbe, NvmlProbe};
 use gangway_actors::listener::Limits;
 use gangway_actors::plane::{Api, ControlError, ControlPlane};
-use gangway_actors::request::{RunPolicy, Submitter, escape, startup_variable};
+use gangway_actors::request::{RunPolicy, Submitter, check_name, escape, startup_variable};
+use gangway_actors::tenants::Tenants;
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
-use gangway_core::error::{InputError, SimError};
+use gangway_core::error::{InputError, SimError, Source, read_text};
 use gangway_core::job::Names;
 use gangway_core::placement::Placer;
 use gangway_core::policy::{self, BuildError, Registry};
@@ -48,6 +49,7 @@ use gangway_core::throughput::ThroughputModel;
 use gangway_core::throughput::goodput::Reports;
 use gangway_launcher::confine::{Cgroups, CorePool};
 use gangway_launcher::executor::{DEFAULT_MAX_GRACE, Hosts, ProcessExecutor, check_command};
+use gangway_protocol::command::account_uid;
 use gangway_topology::topology::ClusterSpec;
 
 use crate::scenario::{self, Scenario, ScenarioArgs};
@@ -165,6 +167,10 @@ pub struct ApiOptions {
     /// The most unfinished jobs a user other than the daemon's may have (jobs that run as them, on a
     /// root daemon): a bound on what one local user can make the daemon keep.
     pub max_jobs_per_user: u32,
+    /// A CSV file of `user,tenant` rows: the tenants each user other than the operator may submit
+    /// under (a user may have several rows). A user it does not name, or every user without one,
+    /// submits under their account's name.
+    pub tenants: Option<PathBuf>,
     /// Connections open at once (default: from the open-files limit, at most 1024).
     pub max_connections: Option<usize>,
     /// Connections one peer may hold (default: half of `max_connections`).
@@ -187,6 +193,7 @@ impl ApiOptions {
             allow_env: Vec::new(),
             max_grace: DEFAULT_MAX_GRACE.as_secs_f64(),
             max_jobs_per_user: DEFAULT_MAX_JOBS_PER_USER,
+            tenants: None,
             max_connections: None,
             max_connections_per_peer: None,
             header_timeout: 10.0,
@@ -887,6 +894,10 @@ fn api(
         }
         Listen::Unix(_) => None,
     };
+    let tenants = match &options.tenants {
+        Some(path) => read_tenants(path)?,
+        None => Tenants::own_names(),
+    };
     let mut run_policy = RunPolicy::new(Submitter::this_process());
     run_policy.allowed_env = options.allow_env.clone();
     if processes {
@@ -914,9 +925,59 @@ fn api(
             token: token.map(|(token, _)| token),
             hosts: None,
             run_policy,
+            tenants,
             limits,
             policy: None,
         },
         allowed_hosts: options.allow_hosts,
     })
+}
+
+/// The tenants the operator gives users ([`ApiOptions::tenants`]): `user,tenant` rows under that
+/// header, `user` an account's name or a user id. A bad row is refused naming the file, line and
+/// field.
+fn read_tenants(path: &std::path::Path) -> Result<Tenants, InputError> {
+    let source = Source::path(path);
+    let text = read_text(path)?;
+    let mut reader = csv::ReaderBuilder::new().from_reader(text.as_bytes());
+    let header = reader
+        .headers()
+        .map_err(|e| InputError::row(&source, 1, e.to_string()))?
+        .clone();
+    let column = |name: &str| {
+        (header.iter().position(|h| h.trim() == name)).ok_or_else(|| {
+            InputError::whole(
+                &source,
+                format!("needs a `user,tenant` header (no `{name}` column)"),
+            )
+        })
+    };
+    let (user_at, tenant_at) = (column("user")?, column("tenant")?);
+    let mut pairs = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| {
+            let line = e.position().map_or(0, |p| p.line());
+            InputError::row(&source, line, e.to_string())
+        })?;
+        let line = record.position().map_or(0, |p| p.line());
+        let field = |at: usize| record.get(at).map_or("", str::trim);
+        let user = field(user_at);
+        let uid = user
+            .parse::<u32>()
+            .ok()
+            .or_else(|| account_uid(user))
+            .ok_or_else(|| {
+                InputError::field(
+                    &source,
+                    line,
+                    "user",
+                    format!("no account is named `{}`", escape(user)),
+                )
+            })?;
+        let tenant = field(tenant_at);
+        check_name("tenant", tenant)
+            .map_err(|e| InputError::field(&source, line, "tenant", e.problem))?;
+        pairs.push((uid, tenant.to_owned()));
+    }
+    Ok(Tenants::given(pairs))
 }

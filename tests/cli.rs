@@ -1744,3 +1744,43 @@ fn a_job_that_can_never_run_is_an_error_at_its_line() {
     ));
     assert!(!run.stderr.contains("warning"), "{}", run.stderr);
 }
+
+/// `serve --tenants FILE` refuses a bad row before it starts, naming the file, the line and the
+/// field: an account that does not exist, a tenant name with a control character, a file without
+/// its header.
+#[test]
+fn serve_refuses_a_bad_tenants_file_naming_the_line_and_field() {
+    let dir = tempdir();
+    let socket = format!("unix:{}", dir.path().join("api.sock").display());
+    let journal = dir.path().join("journal");
+    for (text, says) in [
+        (
+            "user,tenant\nroot,team-a\nno-such-account-here,team-b\n",
+            ":3: field `user`: no account is named `no-such-account-here`",
+        ),
+        (
+            "user,tenant\n0,\"team\u{1b}[31m\"\n",
+            ":2: field `tenant`: must not contain control characters",
+        ),
+        ("name,team\nroot,team-a\n", ": needs a `user,tenant` header"),
+    ] {
+        let file = dir.path().join("tenants.csv");
+        std::fs::write(&file, text).unwrap();
+        let run = gangway(
+            &[
+                "serve",
+                "--tenants",
+                &path_arg(&file),
+                "--fake-gpus",
+                "1",
+                "--listen",
+                &socket,
+                "--journal",
+                &path_arg(&journal),
+            ],
+            AT_ONCE,
+        )
+        .failure();
+        run.stderr_has(&format!("{}{says}", file.display()));
+    }
+}

@@ -627,6 +627,18 @@ fn another_user_may_cancel_only_their_own_jobs_and_never_cordon() {
     );
     let (ok, said) = gangway_as(&daemon, 0, &weighed);
     assert!(!ok && said.contains("a job needs a command"), "{said}");
+    // Nor take a team's share, or invent tenants for more shares: their own name only.
+    let (ok, said) = gangway_as(
+        &daemon,
+        NOBODY,
+        &[
+            "submit", "--gpus", "1", "--work", "60", "--tenant", "team-a",
+        ],
+    );
+    assert!(
+        !ok && said.contains(&format!("uid {NOBODY} may submit under `nobody` only")),
+        "{said}"
+    );
     assert!(daemon.job(my_job)["phase"] != "cancelled");
     let (ok, said) = gangway_as(&daemon, NOBODY, &["cancel", &their_job.to_string()]);
     assert!(ok, "{said}");
@@ -641,24 +653,66 @@ fn another_user_may_cancel_only_their_own_jobs_and_never_cordon() {
 }
 
 /// Another user may keep only so many unfinished jobs on a root daemon (each is memory and journal
-/// the daemon keeps): one more is a 429 that names the limit and its flag.
+/// the daemon keeps): one more is a 429 that names the limit and its flag. And they submit under the
+/// tenants the operator gave them, in place of their own name.
 #[test]
-fn another_users_jobs_past_the_limit_are_refused_until_theirs_end() {
+fn another_users_tenants_and_unfinished_jobs_are_the_operators_to_give() {
     if !as_root() {
         return;
     }
-    let daemon = Daemon::on_socket_with(WAITING_ELASTIC_RUN, &["--max-jobs-per-user", "1"]);
-    let mut first = submit_as_nobody(&daemon, "first", &[]);
+    // The operator gives nobody a team's tenant, which is then theirs, in place of their own name.
+    let tenants = std::env::temp_dir().join(format!("gangway-tenants-{}.csv", std::process::id()));
+    std::fs::write(&tenants, "user,tenant\nnobody,team-a\n").unwrap();
+    let daemon = Daemon::on_socket_with(
+        WAITING_ELASTIC_RUN,
+        &[
+            "--max-jobs-per-user",
+            "1",
+            "--tenants",
+            tenants.to_str().unwrap(),
+        ],
+    );
+    std::fs::remove_file(&tenants).unwrap();
+    let submit = |tenant: &str| {
+        let args = ["submit", "--gpus", "1", "--work", "60", "--tenant", tenant];
+        gangway_as(&daemon, NOBODY, &args)
+    };
+    let (ok, said) = submit("nobody");
+    assert!(
+        !ok && said.contains("`team-a` only (the tenants the operator gave it"),
+        "{said}"
+    );
+    // Past the tenant, refused for what this daemon needs of every job: a command.
+    let (ok, said) = submit("team-a");
+    assert!(!ok && said.contains("a job needs a command"), "{said}");
+    let nobodys = |job: &str| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
+        command
+            .args([
+                "--daemon",
+                &daemon.listen,
+                "--python",
+                "/bin/sh",
+                "--job-id",
+                job,
+            ])
+            .args(["--tenant", "team-a", "--expected-runtime", "60", "train.py"])
+            .current_dir(home_of_nobody(&daemon))
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .env_remove("LD_LIBRARY_PATH");
+        command
+    };
+    let quiet = |mut command: Command| {
+        command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut first = quiet(nobodys("first"));
     let job = newest_job(&daemon, None);
-    let second = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
-        .args(["--daemon", &daemon.listen, "--python", "/bin/sh"])
-        .args(["--job-id", "second", "--expected-runtime", "60", "train.py"])
-        .current_dir(home_of_nobody(&daemon))
-        .uid(NOBODY)
-        .gid(NOBODY)
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .unwrap();
+    let second = nobodys("second").output().unwrap();
     let said = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success(), "{said}");
     assert!(
@@ -671,7 +725,7 @@ fn another_users_jobs_past_the_limit_are_refused_until_theirs_end() {
     daemon.wait_for_phase(job, &["cancelled"]);
     let _ = first.kill();
     let _ = first.wait();
-    let mut third = submit_as_nobody(&daemon, "third", &[]);
+    let mut third = quiet(nobodys("third"));
     newest_job(&daemon, Some(job));
     let _ = third.kill();
     let _ = third.wait();

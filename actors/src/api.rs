@@ -58,6 +58,7 @@ use crate::lifecycle::Phase;
 use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
 use crate::stats::{LATENCY_BUCKETS, StatsSnapshot};
+use crate::tenants::Tenants;
 
 /// The largest request body.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -107,6 +108,8 @@ pub struct ApiConfig {
     pub hosts: Option<HostCheck>,
     /// What a submitted command may do, and whom it runs as.
     pub run_policy: RunPolicy,
+    /// The tenants each user other than the operator may submit under.
+    pub tenants: Tenants,
     /// Bounds on connections and the time a request may take.
     pub limits: Limits,
     /// The policy's spec, as `GET /about` and the dashboard show it.
@@ -122,6 +125,7 @@ impl ApiConfig {
             token_file: None,
             hosts: None,
             run_policy: RunPolicy::new(Submitter::this_process()),
+            tenants: Tenants::own_names(),
             limits: Limits::default(),
             policy: None,
         }
@@ -175,6 +179,7 @@ struct ApiState {
     /// What reads are answered from: never a message queued behind a round.
     views: Views,
     runs: Arc<RunPolicy>,
+    tenants: Arc<Tenants>,
     sessions: Arc<Sessions>,
     policy: Option<String>,
 }
@@ -209,6 +214,7 @@ pub fn router(cluster: Addr<ClusterActor>, views: Views, config: &ApiConfig) -> 
         cluster,
         views,
         runs: Arc::new(config.run_policy.clone()),
+        tenants: Arc::new(config.tenants.clone()),
         sessions: Arc::clone(&sessions),
         policy: config.policy.clone(),
     };
@@ -498,6 +504,11 @@ async fn submit(
                 submitter.uid, request.weight
             ),
         ));
+    }
+    // A tenant is a share: another user draws on their own (or those the operator gave them).
+    if !state.operates(&submitter) {
+        (state.tenants.check(submitter.uid, &request.tenant))
+            .map_err(|why| ApiError(StatusCode::FORBIDDEN, why))?;
     }
     match &mut request.run {
         Some(run) => state

@@ -12,7 +12,8 @@
 //! Workers are reached only through the [`executor::Executor`] trait. Every decision is journaled
 //! ([`ledger`], on `gangway-journal`) before it is acted on, and a restart recovers from the journal.
 //! [`api`] serves the HTTP API: [`request`] checks what a submission may say and run, [`auth`] holds
-//! the token and the `Host` check, [`listener`] bounds connections and timeouts. [`driver`] replays a
+//! the token and the `Host` check, [`tenants`] which tenants a user may name, [`listener`] bounds
+//! connections and timeouts. [`driver`] replays a
 //! trace in virtual time.
 //!
 //! [`plane::ControlPlane`] runs them in-process, on a thread of their own, behind typed blocking
@@ -65,6 +66,7 @@ pub mod listener;
 pub mod plane;
 pub mod request;
 pub mod stats;
+pub mod tenants;
 
 pub use gangway_protocol::lifecycle;
 

@@ -56,6 +56,11 @@ pub struct Options {
     /// table, or a model of its Synergy --profiles (`res18`), which sizes the job's CPUs and memory.
     #[arg(long, default_value = "default", value_name = "NAME")]
     pub job_type: String,
+    /// With --daemon: the team or user the job counts against, for fairness (default: this user's
+    /// account name). A daemon lets another user than its own name only that, or the tenants its
+    /// operator gave them (`gangway serve --tenants`).
+    #[arg(long, value_name = "NAME")]
+    pub tenant: Option<String>,
     /// With --daemon: seconds the job is expected to run at its full size (for the daemon's policy).
     #[arg(long, default_value_t = 3600.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub expected_runtime: f64,

@@ -78,7 +78,10 @@ pub fn submit_and_follow(
     let request = JobRequest {
         id: None,
         job_type: options.job_type.clone(),
-        tenant: std::env::var("USER").unwrap_or_else(|_| "default".into()),
+        // Its user's share unless it names another: a daemon lets another user name only theirs, or
+        // the tenants its operator gave them.
+        tenant: (options.tenant.clone())
+            .unwrap_or_else(|| gangway_protocol::command::own_tenant(crate::inherit::this_user())),
         gpus: options.gpus.1,
         min_gpus: (options.gpus.0 < options.gpus.1).then_some(options.gpus.0),
         tp: options.tp,

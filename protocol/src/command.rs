@@ -3,7 +3,7 @@
 //! would start may run.
 
 use std::collections::VecDeque;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
@@ -44,6 +44,58 @@ impl Submitter {
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         Submitter { uid, gid }
     }
+}
+
+/// The tenant a user without given ones submits under: their account's name, or `uid-N` for a user
+/// id with no account.
+pub fn own_tenant(uid: u32) -> String {
+    account_name(uid).unwrap_or_else(|| format!("uid-{uid}"))
+}
+
+/// The name of user `uid`'s account, if it has one.
+pub fn account_name(uid: u32) -> Option<String> {
+    let mut buffer = vec![0u8; 4096];
+    // SAFETY: a zeroed passwd is a valid out-parameter for getpwuid_r(3).
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r(3) writes into `entry` and `buffer`, of the length given, and points
+    // `found` at `entry` or leaves it null.
+    let error = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if error != 0 || found.is_null() {
+        return None;
+    }
+    // SAFETY: on success pw_name points to a NUL-terminated string inside `buffer`.
+    let name = unsafe { CStr::from_ptr(entry.pw_name) };
+    Some(name.to_string_lossy().into_owned())
+}
+
+/// The user id of the account `name`, if there is one.
+pub fn account_uid(name: &str) -> Option<u32> {
+    let name = CString::new(name).ok()?;
+    let mut buffer = vec![0u8; 4096];
+    // SAFETY: a zeroed passwd is a valid out-parameter for getpwnam_r(3).
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwnam_r(3) reads the NUL-terminated name and writes into `entry` and `buffer`, of
+    // the length given, pointing `found` at `entry` or leaving it null.
+    let error = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut entry,
+            buffer.as_mut_ptr().cast(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    (error == 0 && !found.is_null()).then_some(entry.pw_uid)
 }
 
 /// Checks a program the command would start (an interpreter it names): see [`open_program`].
@@ -513,5 +565,14 @@ mod tests {
         let e = check(&script).unwrap_err();
         assert!(e.problem.contains("its interpreter"), "{e}");
         assert!(!check(Path::new("/bin/sh")).unwrap().script);
+    }
+
+    #[test]
+    fn accounts_are_found_by_name_and_by_id() {
+        assert_eq!(account_uid("root"), Some(0));
+        assert_eq!(account_name(0).as_deref(), Some("root"));
+        assert_eq!(own_tenant(0), "root");
+        assert_eq!(account_uid("no such user, surely"), None);
+        assert_eq!(own_tenant(4_000_000_000), "uid-4000000000");
     }
 }
