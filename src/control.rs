@@ -57,8 +57,9 @@ pub struct ServeArgs {
     /// are refused with a 429 until some end. The daemon's user and root are not limited.
     #[arg(long, default_value_t = crate::plane::DEFAULT_MAX_JOBS_PER_USER, value_name = "N")]
     pub max_jobs_per_user: u32,
-    /// A CSV file of `user,tenant` rows (`user` an account's name or a user id): the tenants each
-    /// user other than the daemon's and root may submit under. Without it, or for a user it does
+    /// A CSV file of `user,tenant` rows (`user` a user id, or an account's name; all digits is read
+    /// as a user id): the tenants each user other than the daemon's and root may submit under, in
+    /// place of their own name. Without it, or for a user it does
     /// not name, a user submits under their account's name only (a tenant is a share).
     #[arg(long, value_name = "FILE")]
     pub tenants: Option<PathBuf>,

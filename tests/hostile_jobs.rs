@@ -661,7 +661,8 @@ fn another_users_tenants_and_unfinished_jobs_are_the_operators_to_give() {
         return;
     }
     // The operator gives nobody a team's tenant, which is then theirs, in place of their own name.
-    let tenants = std::env::temp_dir().join(format!("gangway-tenants-{}.csv", std::process::id()));
+    let private = tempfile::tempdir().unwrap();
+    let tenants = private.path().join("tenants.csv");
     std::fs::write(&tenants, "user,tenant\nnobody,team-a\n").unwrap();
     let daemon = Daemon::on_socket_with(
         WAITING_ELASTIC_RUN,
@@ -672,7 +673,6 @@ fn another_users_tenants_and_unfinished_jobs_are_the_operators_to_give() {
             tenants.to_str().unwrap(),
         ],
     );
-    std::fs::remove_file(&tenants).unwrap();
     let submit = |tenant: &str| {
         let args = ["submit", "--gpus", "1", "--work", "60", "--tenant", tenant];
         gangway_as(&daemon, NOBODY, &args)
@@ -726,7 +726,11 @@ fn another_users_tenants_and_unfinished_jobs_are_the_operators_to_give() {
     let _ = first.kill();
     let _ = first.wait();
     let mut third = quiet(nobodys("third"));
-    newest_job(&daemon, Some(job));
+    let last = newest_job(&daemon, Some(job));
+    // Cancelled, not left running: the daemon's jobs outlive it.
+    let (ok, said) = gangway_as(&daemon, NOBODY, &["cancel", &last.to_string()]);
+    assert!(ok, "{said}");
+    daemon.wait_for_phase(last, &["cancelled"]);
     let _ = third.kill();
     let _ = third.wait();
 }

@@ -54,7 +54,8 @@ impl Tenants {
             "its account's name; the operator gives others with gangway serve --tenants"
         };
         Err(format!(
-            "tenant: uid {uid} may submit under {listed} only ({why}), not `{}`",
+            "tenant: uid {uid} may submit under {listed} only ({why}), not `{}` (elastic-run \
+             --daemon --tenant NAME, gangway submit --tenant NAME)",
             crate::request::escape(tenant)
         ))
     }

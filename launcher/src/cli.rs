@@ -282,6 +282,10 @@ pub enum CliError {
     /// A torchrun option that elastic-run sets itself, and what sets it.
     #[error("`{0}` is set by elastic-run ({1}); leave it out")]
     Reserved(String, &'static str),
+    /// A torchrun option shortened: torchrun would read it as the whole option, elastic-run reads
+    /// options by their whole names.
+    #[error("`{0}`: write torchrun's `{1}` in full")]
+    Abbreviated(String, &'static str),
 }
 
 /// Whether `name` (`--gpus`) is one of gangway's options, and whether it takes a value: read from
@@ -326,6 +330,25 @@ const RESERVED: [(&str, &str); 9] = [
     ("--node_rank", "from the placement"),
 ];
 
+/// The option among those elastic-run reads by name (torchrun's flags, and those it sets itself)
+/// that `name` shortens, if it does: torchrun (argparse) takes `--no-p` for `--no-python` and
+/// `--max-r` for `--max-restarts`, which would slip a script past the daemon's check, or an option
+/// past elastic-run's.
+fn abbreviates(name: &str) -> Option<&'static str> {
+    if !name.starts_with("--") {
+        return None;
+    }
+    let known = TORCHRUN_FLAGS
+        .iter()
+        .copied()
+        .chain(RESERVED.iter().map(|(r, _)| *r));
+    let mut known = known.filter(|k| k.starts_with("--"));
+    if known.clone().any(|k| k == name) {
+        return None;
+    }
+    known.find(|k| k.starts_with(name))
+}
+
 /// Splits `args` (without the program name).
 pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
     let mut own = vec!["elastic-run".to_owned()];
@@ -347,6 +370,9 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
         } else if name == "-h" || name == "--help" || name == "-V" || name == "--version" {
             own.push(arg.clone());
         } else if arg.starts_with('-') {
+            if let Some(full) = abbreviates(name) {
+                return Err(CliError::Abbreviated(name.to_owned(), full));
+            }
             if let Some((_, why)) = RESERVED.iter().find(|(r, _)| *r == name) {
                 return Err(CliError::Reserved(name.to_owned(), why));
             }
@@ -483,5 +509,28 @@ mod tests {
             let e = parse_pp_by_type(bad).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
+    }
+
+    /// torchrun reads a shortened option as the whole one (`--no-p x train.sh` would run `x`,
+    /// which nobody checked, and `--max-r` would set what elastic-run keeps): refused, naming it.
+    #[test]
+    fn a_shortened_torchrun_option_is_refused_naming_the_whole() {
+        for (line, short, full) in [
+            ("--no-p x train.sh", "--no-p", "--no-python"),
+            ("--stand train.py", "--stand", "--standalone"),
+            ("--max-r 9 train.py", "--max-r", "--max-restarts"),
+            ("--node_r=1 train.py", "--node_r", "--node_rank"),
+        ] {
+            match parse(&args(line)) {
+                Err(CliError::Abbreviated(got, whole)) => {
+                    assert_eq!((got.as_str(), whole), (short, full))
+                }
+                other => panic!("{line}: {other:?}"),
+            }
+        }
+        // Whole names, and torchrun's other options, pass as they are.
+        let inv = parse(&args("--no-python --rdzv-backend c10d train.sh")).unwrap();
+        assert_eq!(inv.torchrun, ["--no-python", "--rdzv-backend", "c10d"]);
+        assert_eq!(inv.script, "train.sh");
     }
 }

@@ -127,6 +127,9 @@ fn write_atomically_as(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<
     std::fs::rename(temp, path)
 }
 
+/// How long a stop waits for a killed `elastic-run` to end before it goes on without it.
+const KILL_PATIENCE: Duration = Duration::from_secs(5);
+
 /// The longest `--grace` a job may ask for unless the operator says otherwise
 /// ([`ProcessExecutor::max_grace`]).
 pub const DEFAULT_MAX_GRACE: Duration = Duration::from_secs(600);
@@ -545,6 +548,10 @@ pub struct ProcessExecutor {
     /// Ended attempts some of whose processes had not yet gone: their markers and cgroups, swept
     /// again at every poll.
     lingering: Vec<(String, Option<PathBuf>)>,
+    /// Children killed at a stop that had not ended [`KILL_PATIENCE`] later (the kernel holds a
+    /// process waiting on a file system that never answers, even through SIGKILL): reaped at later
+    /// polls, never waited for.
+    unreaped: Vec<Child>,
     /// Whether Slurm steps left by an earlier life of this executor that no attempt accounts for
     /// have been cancelled (at the first poll, after the control plane re-adopted what it knows).
     swept: bool,
@@ -585,6 +592,7 @@ impl ProcessExecutor {
             cores: CorePool::of_this_process(),
             cgroups,
             lingering: Vec::new(),
+            unreaped: Vec::new(),
             instance,
         })
     }
@@ -695,8 +703,9 @@ impl ProcessExecutor {
         };
         let stop_timeout = self.stop_timeout(launch);
         let placement = self.hosts.placement_args(&launch.gpus)?;
-        // Checked again now, as the user it runs as: directories on its path may have changed hands
-        // since it was submitted. What runs is the file checked, open.
+        // Checked again now, for the user it runs as (by this process, on their behalf): directories
+        // on its path may have changed hands since it was submitted. What runs is the file checked,
+        // open.
         let submitter = run
             .user
             .map_or_else(Submitter::this_process, |u| Submitter {
@@ -905,7 +914,7 @@ impl ProcessExecutor {
 
     /// Waits for `run` to exit; at `deadline`, kills every process of the attempt. (What it leaves
     /// behind is ended when it is released.)
-    fn wait_stopped(&self, run: &mut Run, deadline: Instant) {
+    fn wait_stopped(&mut self, run: &mut Run, deadline: Instant) {
         while !run.exited() {
             if Instant::now() >= deadline {
                 tracing::warn!(
@@ -920,9 +929,24 @@ impl ProcessExecutor {
                         kill_all_with_env(ATTEMPT_VAR, &run.marker);
                     }
                 }
-                if let Some(child) = &mut run.child {
+                if let Some(mut child) = run.child.take() {
                     let _ = child.kill();
-                    let _ = child.wait();
+                    let given_up = Instant::now() + KILL_PATIENCE;
+                    while matches!(child.try_wait(), Ok(None)) {
+                        if Instant::now() >= given_up {
+                            tracing::error!(
+                                job = run.launch.job.0,
+                                pid = run.pid,
+                                "elastic-run has not ended {} s after SIGKILL: the kernel holds \
+                                 it, most likely waiting on a file system that does not answer \
+                                 (the job's own FUSE mount, say); the stop goes on without it",
+                                KILL_PATIENCE.as_secs()
+                            );
+                            self.unreaped.push(child);
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
                 }
                 return;
             }
@@ -1174,6 +1198,8 @@ impl Executor for ProcessExecutor {
             self.sweep_orphans();
         }
         let mut events = std::mem::take(&mut self.pending);
+        self.unreaped
+            .retain_mut(|child| matches!(child.try_wait(), Ok(None)));
         events.extend(self.runs.values_mut().filter_map(Run::progressed));
         let exited: Vec<JobId> = self
             .runs

@@ -367,6 +367,40 @@ impl Program {
     }
 }
 
+/// Why [`Inherited::enter`] could not enter the job's directory or open its log.
+#[derive(Debug)]
+pub struct EnterError {
+    /// What it could not do, and what the system said.
+    pub why: String,
+    /// Whether it will not do better later (the directory is gone, or not the user's to enter; the
+    /// log is a link): a user error. Otherwise (an I/O error, a stale NFS handle, a full disk) the
+    /// job is worth placing again.
+    pub lasting: bool,
+}
+
+impl EnterError {
+    fn of(what: String, verb: &str, error: &std::io::Error) -> EnterError {
+        use std::io::ErrorKind;
+        let lasting = matches!(
+            error.kind(),
+            ErrorKind::NotFound
+                | ErrorKind::PermissionDenied
+                | ErrorKind::NotADirectory
+                | ErrorKind::IsADirectory
+                | ErrorKind::InvalidInput
+                | ErrorKind::Other
+        ) || matches!(
+            error.raw_os_error(),
+            // A link at the log's name; a FIFO with no reader.
+            Some(libc::ELOOP | libc::ENXIO)
+        );
+        EnterError {
+            why: format!("cannot {verb} {what}: {error}"),
+            lasting,
+        }
+    }
+}
+
 /// Sends this process's standard output and error to `log`, appended (see [`Inherited::enter`]).
 fn output_to(log: &Path) -> std::io::Result<()> {
     let file = std::fs::OpenOptions::new()
@@ -456,15 +490,22 @@ impl Inherited {
     /// is appended to, created readable by that user alone (the job may print its secrets), and
     /// must be a regular file (a link at its name is not followed; a FIFO is opened without
     /// blocking and refused). Standard output and error go there from now on. Call it first, before
-    /// the signal handlers: until then a stop's `SIGTERM` ends it wherever it waits.
-    pub fn enter(&self) -> Result<(), String> {
+    /// the signal handlers, so that a stop's `SIGTERM` ends it while it waits here, wherever the
+    /// kernel lets a signal in (a FUSE server that took the request and never answers holds it even
+    /// through SIGKILL: the daemon's stop then goes on without it).
+    pub fn enter(&self) -> Result<(), EnterError> {
         if let Some(dir) = &self.workdir {
             std::env::set_current_dir(dir).map_err(|e| {
-                format!("cannot enter its working directory {}: {e}", dir.display())
+                EnterError::of(
+                    format!("its working directory {}", dir.display()),
+                    "enter",
+                    &e,
+                )
             })?;
         }
         if let Some(log) = &self.log {
-            output_to(log).map_err(|e| format!("cannot write its log {}: {e}", log.display()))?;
+            output_to(log)
+                .map_err(|e| EnterError::of(format!("its log {}", log.display()), "write", &e))?;
         }
         Ok(())
     }
@@ -525,6 +566,38 @@ impl Inherited {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A directory gone or not the user's, a link or a FIFO at the log's name, will not do better
+    /// later (a user error); an I/O error, a stale handle or a full disk may.
+    #[test]
+    fn what_entering_fails_on_is_lasting_or_worth_another_try() {
+        let lasting = |errno| {
+            EnterError::of(
+                "x".into(),
+                "enter",
+                &std::io::Error::from_raw_os_error(errno),
+            )
+            .lasting
+        };
+        for errno in [
+            libc::ENOENT,
+            libc::EACCES,
+            libc::ENOTDIR,
+            libc::ELOOP,
+            libc::ENXIO,
+        ] {
+            assert!(lasting(errno), "errno {errno}");
+        }
+        for errno in [
+            libc::EIO,
+            libc::ESTALE,
+            libc::ENOSPC,
+            libc::EINTR,
+            libc::ENOTCONN,
+        ] {
+            assert!(!lasting(errno), "errno {errno}");
+        }
+    }
 
     #[test]
     fn private_files_are_read_only_when_regular_owned_and_small() {

@@ -481,18 +481,28 @@ fn elastic_run_starts_in_the_root_told_where_the_jobs_directory_and_log_are() {
     assert_eq!(started, format!("/ {d} {d}/job.log\n"));
 }
 
-/// A FUSE file system whose server never answers (nothing reads its `/dev/fuse`): whatever enters
-/// it waits until it is killed, as in a submitter's own FUSE mount that hangs. Mounting one takes
-/// root; unmounted (lazily) when dropped, which fails the waiters.
-struct Unanswered {
+/// A FUSE file system whose server answers the kernel's handshake and then reads every request
+/// without answering it, until dropped: a process that asks it anything waits in the kernel, where
+/// not even SIGKILL reaches it (a submitter's FUSE mount that hangs does this). Mounting one takes
+/// root. Dropped, it answers what it swallowed with an error, which lets those processes go, and is
+/// unmounted.
+struct Swallowing {
     dir: PathBuf,
-    _fuse: std::fs::File,
+    /// Requests read and not answered.
+    swallowed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    released: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    server: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Unanswered {
+/// FUSE's opcode for the handshake, and the sizes of a request's and an answer's headers.
+const FUSE_INIT: u32 = 26;
+const IN_HEADER: usize = 40;
+const OUT_HEADER: usize = 16;
+
+impl Swallowing {
     /// Mounts one at `dir`; `None` where this process may not mount (not root, or not allowed to
     /// by its container).
-    fn mount(dir: &Path) -> Option<Unanswered> {
+    fn mount(dir: &Path) -> Option<Swallowing> {
         use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
         let fuse = std::fs::OpenOptions::new()
@@ -509,61 +519,170 @@ impl Unanswered {
         // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
         let mounted = unsafe {
             libc::mount(
-                c"unanswered".as_ptr(),
+                c"swallowing".as_ptr(),
                 target.as_ptr(),
                 c"fuse".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV,
                 options.as_ptr().cast(),
             )
         };
-        (mounted == 0).then(|| Unanswered {
+        if mounted != 0 {
+            return None;
+        }
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swallowed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let server = {
+            let (released, swallowed) = (released.clone(), swallowed.clone());
+            std::thread::spawn(move || serve_swallowing(fuse, &released, &swallowed))
+        };
+        Some(Swallowing {
             dir: dir.to_owned(),
-            _fuse: fuse,
+            swallowed,
+            released,
+            server: Some(server),
         })
     }
 }
 
-impl Drop for Unanswered {
+/// The server of a [`Swallowing`] file system: the handshake answered, every other request read and
+/// kept unanswered until `released`, then answered with EIO.
+fn serve_swallowing(
+    mut fuse: std::fs::File,
+    released: &std::sync::atomic::AtomicBool,
+    count: &std::sync::atomic::AtomicUsize,
+) {
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+    let answer = |fuse: &mut std::fs::File, unique: u64, error: i32, body: &[u8]| {
+        let mut out = Vec::with_capacity(OUT_HEADER + body.len());
+        out.extend_from_slice(&((OUT_HEADER + body.len()) as u32).to_ne_bytes());
+        out.extend_from_slice(&error.to_ne_bytes());
+        out.extend_from_slice(&unique.to_ne_bytes());
+        out.extend_from_slice(body);
+        let _ = fuse.write_all(&out);
+    };
+    let mut swallowed = Vec::new();
+    let mut request = vec![0u8; 1 << 20];
+    while !released.load(std::sync::atomic::Ordering::SeqCst) {
+        let mut ready = libc::pollfd {
+            fd: fuse.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) on one descriptor this thread owns.
+        if unsafe { libc::poll(&mut ready, 1, 20) } <= 0 {
+            continue;
+        }
+        let Ok(n) = fuse.read(&mut request) else {
+            break;
+        };
+        if n < IN_HEADER {
+            continue;
+        }
+        let opcode = u32::from_ne_bytes(request[4..8].try_into().unwrap());
+        let unique = u64::from_ne_bytes(request[8..16].try_into().unwrap());
+        if opcode == FUSE_INIT {
+            // Protocol 7.31; everything else zero: no options, the smallest writes.
+            let mut init = [0u8; 64];
+            init[0..4].copy_from_slice(&7u32.to_ne_bytes());
+            init[4..8].copy_from_slice(&31u32.to_ne_bytes());
+            init[20..24].copy_from_slice(&4096u32.to_ne_bytes());
+            answer(&mut fuse, unique, 0, &init);
+        } else {
+            swallowed.push(unique);
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    for unique in swallowed {
+        answer(&mut fuse, unique, -libc::EIO, &[]);
+    }
+}
+
+impl Drop for Swallowing {
     fn drop(&mut self) {
         use std::os::unix::ffi::OsStrExt;
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(server) = self.server.take() {
+            let _ = server.join();
+        }
         let target = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).unwrap();
         // SAFETY: umount2(2) with a NUL-terminated path.
         unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
     }
 }
 
-/// A job whose directory never answers (a FUSE mount whose server hangs) neither holds its launch
-/// (which, between fork and exec, held the executor and every later launch with it, for good) nor
-/// outlives its stop. Needs root to mount, as CI runs.
+/// A job whose directory never answers (a FUSE mount whose server took the request and hangs)
+/// holds neither its launch (which, between fork and exec, held the executor and every later
+/// launch with it, for good) nor its stop, although not even SIGKILL ends its `elastic-run` then
+/// (the stop waited for it for good): the stop gives up on it after a while, and a later poll reaps
+/// it once the file system lets it go. Needs root to mount, as CI runs.
 #[test]
-fn a_launch_never_waits_on_a_directory_that_never_answers() {
+fn neither_launch_nor_stop_waits_on_a_directory_that_never_answers() {
     let (dir, fake) = setup();
     let hanging = dir.path().join("hanging");
     std::fs::create_dir(&hanging).unwrap();
-    let Some(_mount) = Unanswered::mount(&hanging) else {
+    let Some(mount) = Swallowing::mount(&hanging) else {
         // Mounting is the kernel's to allow (root, and a container that lets it): no set-up step can
         // provide it, so this skips even under CI=true, saying why.
         eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
         return;
     };
     let mut exec = executor(dir.path(), &fake);
+    exec.stop_margin = Duration::from_millis(200);
     let mut job = launch(1, 1, &[0], Some("run"), dir.path());
     job.run.as_mut().unwrap().cwd = hanging.clone();
     let marker = exec.attempt_marker(JobId(1), 1);
-    let (done, launched) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let result = exec.launch(&job, 0.0).map_err(|e| e.to_string());
-        let _ = done.send((exec, result));
-    });
-    // Bounded only so that a regression fails instead of hanging.
-    let (mut exec, result) = launched
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the launch waited on the job's directory");
-    result.unwrap();
-    assert!(
-        exec.alive(JobId(1), 1),
-        "its elastic-run waits in the directory"
+    // Each step on a thread, bounded only so that a regression fails instead of hanging.
+    let in_time = |exec: ProcessExecutor,
+                   step: fn(&mut ProcessExecutor, &Launch) -> String,
+                   job: &Launch,
+                   what: &str| {
+        let (done, finished) = std::sync::mpsc::channel();
+        let job = job.clone();
+        std::thread::spawn(move || {
+            let mut exec = exec;
+            let said = step(&mut exec, &job);
+            let _ = done.send((exec, said));
+        });
+        finished
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("the {what} waited on the job's directory"))
+    };
+    let (mut exec, launched) = in_time(
+        exec,
+        |e, j| format!("{:?}", e.launch(j, 0.0)),
+        &job,
+        "launch",
     );
-    exec.stop(JobId(1), 1.0).unwrap();
-    assert!(attempt_processes(&marker).is_empty(), "stopped");
+    assert_eq!(launched, "Ok(())");
+    // Its elastic-run waits in the kernel for the file system's answer about the directory.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "its elastic-run never asked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(exec.alive(JobId(1), 1));
+    let (mut exec, stopped) = in_time(
+        exec,
+        |e, j| format!("{:?}", e.stop(j.job, 1.0)),
+        &job,
+        "stop",
+    );
+    assert!(stopped.starts_with("Ok("), "{stopped}");
+    assert!(
+        !attempt_processes(&marker).is_empty(),
+        "SIGKILL did not end it"
+    );
+    // Let go by the file system, it dies of the SIGKILL it was sent, and a poll reaps it.
+    drop(mount);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        exec.poll(2.0);
+        if attempt_processes(&marker).is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never reaped");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -54,48 +54,49 @@ pub fn own_tenant(uid: u32) -> String {
 
 /// The name of user `uid`'s account, if it has one.
 pub fn account_name(uid: u32) -> Option<String> {
-    let mut buffer = vec![0u8; 4096];
-    // SAFETY: a zeroed passwd is a valid out-parameter for getpwuid_r(3).
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwuid_r(3) writes into `entry` and `buffer`, of the length given, and points
-    // `found` at `entry` or leaves it null.
-    let error = unsafe {
-        libc::getpwuid_r(
-            uid,
-            &mut entry,
-            buffer.as_mut_ptr().cast(),
-            buffer.len(),
-            &mut found,
-        )
-    };
-    if error != 0 || found.is_null() {
-        return None;
-    }
-    // SAFETY: on success pw_name points to a NUL-terminated string inside `buffer`.
-    let name = unsafe { CStr::from_ptr(entry.pw_name) };
+    // SAFETY: getpwuid_r(3) with the buffer `lookup` gives it.
+    let entry = lookup(|entry, buffer, found| unsafe {
+        libc::getpwuid_r(uid, entry, buffer.as_mut_ptr().cast(), buffer.len(), found)
+    })?;
+    // SAFETY: on success pw_name points to a NUL-terminated string inside the buffer, which
+    // `lookup` returns alive beside the entry.
+    let name = unsafe { CStr::from_ptr(entry.0.pw_name) };
     Some(name.to_string_lossy().into_owned())
 }
 
 /// The user id of the account `name`, if there is one.
 pub fn account_uid(name: &str) -> Option<u32> {
     let name = CString::new(name).ok()?;
-    let mut buffer = vec![0u8; 4096];
-    // SAFETY: a zeroed passwd is a valid out-parameter for getpwnam_r(3).
-    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut found: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: getpwnam_r(3) reads the NUL-terminated name and writes into `entry` and `buffer`, of
-    // the length given, pointing `found` at `entry` or leaving it null.
-    let error = unsafe {
+    // SAFETY: getpwnam_r(3) with a NUL-terminated name and the buffer `lookup` gives it.
+    let entry = lookup(|entry, buffer, found| unsafe {
         libc::getpwnam_r(
             name.as_ptr(),
-            &mut entry,
+            entry,
             buffer.as_mut_ptr().cast(),
             buffer.len(),
-            &mut found,
+            found,
         )
-    };
-    (error == 0 && !found.is_null()).then_some(entry.pw_uid)
+    })?;
+    Some(entry.0.pw_uid)
+}
+
+/// A password-database entry found by `call` (getpwuid_r(3) or getpwnam_r(3) given an entry, a
+/// buffer and where to say it found one), with the buffer its strings live in: the buffer grows
+/// while the entry does not fit (an account with many fields from LDAP), up to 1 MiB.
+fn lookup(
+    mut call: impl FnMut(&mut libc::passwd, &mut [u8], &mut *mut libc::passwd) -> libc::c_int,
+) -> Option<(libc::passwd, Vec<u8>)> {
+    let mut buffer = vec![0u8; 4096];
+    loop {
+        // SAFETY: a zeroed passwd is a valid out-parameter.
+        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        match call(&mut entry, &mut buffer, &mut found) {
+            0 if !found.is_null() => return Some((entry, buffer)),
+            libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 4, 0),
+            _ => return None,
+        }
+    }
 }
 
 /// Checks a program the command would start (an interpreter it names): see [`open_program`].

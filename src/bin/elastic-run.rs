@@ -16,9 +16,11 @@ fn main() {
     // SAFETY: first in main, before any other thread exists.
     let mut inherited = unsafe { Inherited::from_env() };
     // Where the daemon that launched it said: the job's directory and log, entered as its user.
-    if let Err(why) = inherited.enter() {
-        eprintln!("elastic-run: {why}");
-        finish(Ok(Ending::Failed { code: 2, why }), &inherited);
+    if let Err(e) = inherited.enter() {
+        eprintln!("elastic-run: {}", e.why);
+        // A user error (never retried), or worth placing again (75, as a stop's).
+        let code = if e.lasting { 2 } else { 75 };
+        finish(Ok(Ending::Failed { code, why: e.why }), &inherited);
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
