@@ -13,7 +13,7 @@ use gangway_protocol::worker::{Executor, Launch, Measured, Resources, RunCommand
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 # Where it started, and the directory and log it was told of; then into that directory, as
 # elastic-run enters it.
-echo "$(pwd) $GANGWAY_WORKDIR ${GANGWAY_LOG:-none}" >> "$GANGWAY_WORKDIR/started.log"
+echo "$(pwd) $GANGWAY_WORKDIR ${GANGWAY_LOG:-none} ${GANGWAY_SCRIPT:-none}" >> "$GANGWAY_WORKDIR/started.log"
 cd "$GANGWAY_WORKDIR" || exit 1
 # Writes $2 as the whole of the file behind descriptor $1 (one the daemon handed over).
 put() { printf '%s\n' "$2" > "/proc/self/fd/$1"; }
@@ -465,20 +465,51 @@ fn a_stop_waits_for_at_most_the_longest_grace_the_daemon_allows() {
 }
 
 /// `elastic-run` starts in `/` and is told the job's directory and log, which it enters and opens
-/// itself once it runs as the job's user: the launch never waits on a path of the job's.
+/// itself once it runs as the job's user: the launch never waits on a path of the job's. Under
+/// torchrun's `--no-python` it is told where the script it runs was found, checked.
 #[test]
-fn elastic_run_starts_in_the_root_told_where_the_jobs_directory_and_log_are() {
+fn elastic_run_starts_in_the_root_told_where_the_jobs_directory_log_and_script_are() {
+    use std::os::unix::fs::PermissionsExt;
     let (dir, fake) = setup();
+    let script = dir.path().join("job.sh");
+    std::fs::write(&script, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut exec = executor(dir.path(), &fake);
     exec.launch(&launch(3, 1, &[0], Some("finish"), dir.path()), 0.0)
         .unwrap();
-    assert!(matches!(
-        wait_for_event(&mut exec),
-        WorkerEvent::Finished { .. }
-    ));
-    let started = std::fs::read_to_string(dir.path().join("started.log")).unwrap();
+    let mut no_python = launch(4, 1, &[1], Some("finish"), dir.path());
+    no_python.run.as_mut().unwrap().args = ["--grace", "1", "--no-python", "./job.sh"]
+        .map(String::from)
+        .to_vec();
+    exec.launch(&no_python, 0.0).unwrap();
+    // Both finish (one poll may hear both).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut finished = 0;
+    while finished < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "{finished} of 2 finished within 20 s"
+        );
+        let events = exec.poll(1.0);
+        finished += (events.iter())
+            .filter(|e| matches!(e, WorkerEvent::Finished { .. }))
+            .count();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut started: Vec<String> = std::fs::read_to_string(dir.path().join("started.log"))
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    started.sort();
     let d = dir.path().display();
-    assert_eq!(started, format!("/ {d} {d}/job.log\n"));
+    assert_eq!(
+        started,
+        [
+            format!("/ {d} {d}/job.log {d}/./job.sh"),
+            format!("/ {d} {d}/job.log none"),
+        ]
+    );
 }
 
 /// A FUSE file system whose server answers the kernel's handshake and then reads every request
