@@ -969,6 +969,18 @@ fn submitted_commands_are_checked_before_they_can_run() {
             422,
             "run.env: BASH_ENV changes how",
         ),
+        // What torchrun would run instead of the checked script, said where elastic-run cannot see
+        // it, or shortened so that elastic-run reads it otherwise.
+        (
+            command(json!({"env": {"PATH": "/usr/bin:/bin", "PET_NO_PYTHON": "1"}})),
+            422,
+            "PET_NO_PYTHON sets torchrun's --no-python where elastic-run cannot see it",
+        ),
+        (
+            command(json!({"args": ["--python", "/bin/sh", "--no-p", "x", "train.py"]})),
+            422,
+            "`--no-p`: write torchrun's `--no-python` in full",
+        ),
         (
             command(json!({"env": {"LD_PRELOAD": "/tmp/x.so"}})),
             422,

@@ -286,6 +286,9 @@ pub enum CliError {
     /// options by their whole names.
     #[error("`{0}`: write torchrun's `{1}` in full")]
     Abbreviated(String, &'static str),
+    /// Short torchrun options written together after a flag (`-mr3`).
+    #[error("`{0}`: write torchrun's short options apart (`-m -r 3`)")]
+    Combined(String),
 }
 
 /// Whether `name` (`--gpus`) is one of gangway's options, and whether it takes a value: read from
@@ -306,7 +309,7 @@ fn own_option(name: &str) -> Option<bool> {
 }
 
 /// torchrun's options that take no value; every other torchrun option takes one.
-const TORCHRUN_FLAGS: [&str; 8] = [
+const TORCHRUN_FLAGS: [&str; 10] = [
     "--standalone",
     "-m",
     "--module",
@@ -314,8 +317,27 @@ const TORCHRUN_FLAGS: [&str; 8] = [
     "--no_python",
     "--run-path",
     "--run_path",
+    "--virtual-local-rank",
+    "--virtual_local_rank",
     "--help",
 ];
+
+/// What torchrun runs, other than a Python script, and the variables its parser also reads them
+/// from (`PET_` and the option's name): a daemon checks the program a job runs, so these may be
+/// set only where elastic-run sees them, on the command line.
+const TORCHRUN_PROGRAM_VARIABLES: [(&str, &str); 3] = [
+    ("PET_NO_PYTHON", "--no-python"),
+    ("PET_MODULE", "--module"),
+    ("PET_RUN_PATH", "--run-path"),
+];
+
+/// The torchrun option `variable` sets behind the command line, if it sets one that changes what
+/// torchrun runs ([`TORCHRUN_PROGRAM_VARIABLES`]).
+pub fn hidden_program_option(variable: &str) -> Option<&'static str> {
+    (TORCHRUN_PROGRAM_VARIABLES.iter())
+        .find(|(v, _)| *v == variable)
+        .map(|(_, option)| *option)
+}
 
 /// torchrun options elastic-run decides itself, with why.
 const RESERVED: [(&str, &str); 9] = [
@@ -335,7 +357,7 @@ const RESERVED: [(&str, &str); 9] = [
 /// `--max-r` for `--max-restarts`, which would slip a script past the daemon's check, or an option
 /// past elastic-run's.
 fn abbreviates(name: &str) -> Option<&'static str> {
-    if !name.starts_with("--") {
+    if !name.starts_with("--") || name.len() <= 2 {
         return None;
     }
     let known = TORCHRUN_FLAGS
@@ -376,8 +398,14 @@ pub fn parse(args: &[String]) -> Result<Invocation, CliError> {
             if let Some((_, why)) = RESERVED.iter().find(|(r, _)| *r == name) {
                 return Err(CliError::Reserved(name.to_owned(), why));
             }
+            // A short option with its value attached (`-r3`) is whole; one after a flag (`-mr3`,
+            // argparse's `-m -r 3`) is refused, as elastic-run reads options one by one.
+            let attached = !arg.starts_with("--") && arg.len() > 2;
+            if attached && TORCHRUN_FLAGS.contains(&&arg[..2]) {
+                return Err(CliError::Combined(arg.clone()));
+            }
             torchrun.push(arg.clone());
-            if takes_value && !TORCHRUN_FLAGS.contains(&name) && k + 1 < args.len() {
+            if takes_value && !attached && !TORCHRUN_FLAGS.contains(&name) && k + 1 < args.len() {
                 torchrun.push(args[k + 1].clone());
                 k += 1;
             }
@@ -528,9 +556,17 @@ mod tests {
                 other => panic!("{line}: {other:?}"),
             }
         }
-        // Whole names, and torchrun's other options, pass as they are.
+        // Whole names, and torchrun's other options, pass as they are; a short option's value may
+        // be attached, but not after a flag.
         let inv = parse(&args("--no-python --rdzv-backend c10d train.sh")).unwrap();
         assert_eq!(inv.torchrun, ["--no-python", "--rdzv-backend", "c10d"]);
         assert_eq!(inv.script, "train.sh");
+        let inv = parse(&args("--no-python -r3 --virtual-local-rank x job.sh")).unwrap();
+        assert_eq!(inv.torchrun, ["--no-python", "-r3", "--virtual-local-rank"]);
+        assert_eq!(
+            (inv.script.as_str(), inv.script_args.as_slice()),
+            ("x", &["job.sh".to_owned()][..])
+        );
+        assert!(matches!(parse(&args("-mr3 train")), Err(CliError::Combined(a)) if a == "-mr3"));
     }
 }

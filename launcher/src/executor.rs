@@ -209,6 +209,17 @@ fn checked(
                 .into(),
         });
     }
+    if let Some((variable, option)) = (run.env.keys())
+        .find_map(|v| crate::cli::hidden_program_option(v).map(|option| (v, option)))
+    {
+        return Err(Invalid {
+            field: "run.env",
+            problem: format!(
+                "{variable} sets torchrun's {option} where elastic-run cannot see it (it changes \
+                 the program that runs, which the daemon checks): give {option} on the command line"
+            ),
+        });
+    }
     let program = open_program(FIELD, &inv.options.python, run, submitter)?;
     let script = if inv
         .torchrun
@@ -931,7 +942,10 @@ impl ProcessExecutor {
                 }
                 if let Some(mut child) = run.child.take() {
                     let _ = child.kill();
-                    let given_up = Instant::now() + KILL_PATIENCE;
+                    // From the stop's own deadline, so that the stops of one batch give up
+                    // together (a moment at least, for a SIGKILL that lands).
+                    let given_up =
+                        (deadline + KILL_PATIENCE).max(Instant::now() + Duration::from_millis(200));
                     while matches!(child.try_wait(), Ok(None)) {
                         if Instant::now() >= given_up {
                             tracing::error!(

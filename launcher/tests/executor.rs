@@ -536,9 +536,13 @@ impl Swallowing {
     fn mount(dir: &Path) -> Option<Swallowing> {
         use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
+        use std::os::unix::fs::OpenOptionsExt;
+        // Without blocking: a request its caller gave up on (a fatal signal while it was pending)
+        // leaves nothing to read, and the server must still see that it was released.
         let fuse = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open("/dev/fuse")
             .ok()?;
         let target = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
@@ -604,8 +608,10 @@ fn serve_swallowing(
         if unsafe { libc::poll(&mut ready, 1, 20) } <= 0 {
             continue;
         }
-        let Ok(n) = fuse.read(&mut request) else {
-            break;
+        let n = match fuse.read(&mut request) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => break,
         };
         if n < IN_HEADER {
             continue;
@@ -664,6 +670,8 @@ fn neither_launch_nor_stop_waits_on_a_directory_that_never_answers() {
     let mut job = launch(1, 1, &[0], Some("run"), dir.path());
     job.run.as_mut().unwrap().cwd = hanging.clone();
     let marker = exec.attempt_marker(JobId(1), 1);
+    // Whatever happens below, the attempt's processes do not outlive the test.
+    let _reaper = KillAtEnd(marker.clone());
     // Each step on a thread, bounded only so that a regression fails instead of hanging.
     let in_time = |exec: ProcessExecutor,
                    step: fn(&mut ProcessExecutor, &Launch) -> String,
@@ -701,19 +709,30 @@ fn neither_launch_nor_stop_waits_on_a_directory_that_never_answers() {
         "stop",
     );
     assert!(stopped.starts_with("Ok("), "{stopped}");
-    assert!(
-        !attempt_processes(&marker).is_empty(),
-        "SIGKILL did not end it"
-    );
-    // Let go by the file system, it dies of the SIGKILL it was sent, and a poll reaps it.
+    let held = attempt_processes(&marker);
+    assert!(!held.is_empty(), "SIGKILL did not end it");
+    // Let go by the file system, it dies of the SIGKILL it was sent, and a poll reaps it (until
+    // then it stays in /proc, a zombie).
     drop(mount);
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        exec.poll(2.0);
-        if attempt_processes(&marker).is_empty() {
-            break;
-        }
+    while held
+        .iter()
+        .any(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    {
         assert!(Instant::now() < deadline, "never reaped");
+        exec.poll(2.0);
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Kills an attempt's processes when dropped.
+struct KillAtEnd(String);
+
+impl Drop for KillAtEnd {
+    fn drop(&mut self) {
+        for pid in attempt_processes(&self.0) {
+            // SAFETY: kill(2) of a process that carries the test's attempt marker.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
     }
 }
