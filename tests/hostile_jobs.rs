@@ -301,27 +301,28 @@ fn home_of_nobody(daemon: &Daemon) -> PathBuf {
 
 /// `nobody` submits a job over the daemon's socket with `elastic-run --daemon`, and follows it.
 fn submit_as_nobody(daemon: &Daemon, job: &str, env: &[(&str, &str)]) -> Child {
-    let home = home_of_nobody(daemon);
-    Command::new(env!("CARGO_BIN_EXE_elastic-run"))
-        .args([
-            "--daemon",
-            &daemon.listen,
-            "--python",
-            "/bin/sh",
-            "--job-id",
-            job,
-        ])
-        .args(["--expected-runtime", "60", "train.py"])
-        .current_dir(&home)
+    nobodys_submission(daemon, job, &[])
         .envs(env.iter().copied())
-        .uid(NOBODY)
-        .gid(NOBODY)
-        // cargo's library path for the tests: the daemon refuses loader variables by default.
-        .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap()
+}
+
+/// `elastic-run --daemon`, with `options`, as `nobody` in their home: a job of theirs to submit.
+fn nobodys_submission(daemon: &Daemon, job: &str, options: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
+    command
+        .args(["--daemon", &daemon.listen, "--python", "/bin/sh"])
+        .args(["--job-id", job])
+        .args(options)
+        .args(["--expected-runtime", "60", "train.py"])
+        .current_dir(home_of_nobody(daemon))
+        .uid(NOBODY)
+        .gid(NOBODY)
+        // cargo's library path for the tests: the daemon refuses loader variables by default.
+        .env_remove("LD_LIBRARY_PATH");
+    command
 }
 
 /// The id of the newest job, once there is one newer than `after`.
@@ -685,24 +686,7 @@ fn another_users_tenants_and_unfinished_jobs_are_the_operators_to_give() {
     // Past the tenant, refused for what this daemon needs of every job: a command.
     let (ok, said) = submit("team-a");
     assert!(!ok && said.contains("a job needs a command"), "{said}");
-    let nobodys = |job: &str| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_elastic-run"));
-        command
-            .args([
-                "--daemon",
-                &daemon.listen,
-                "--python",
-                "/bin/sh",
-                "--job-id",
-                job,
-            ])
-            .args(["--tenant", "team-a", "--expected-runtime", "60", "train.py"])
-            .current_dir(home_of_nobody(&daemon))
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .env_remove("LD_LIBRARY_PATH");
-        command
-    };
+    let nobodys = |job: &str| nobodys_submission(&daemon, job, &["--tenant", "team-a"]);
     let quiet = |mut command: Command| {
         command
             .stdout(Stdio::null())

@@ -6,6 +6,7 @@
 //! or invent names for more shares. The daemon's user and root name any tenant.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use gangway_protocol::command::own_tenant;
 
@@ -17,6 +18,9 @@ pub struct Tenants {
     /// By user id, the tenants the operator gave; a user not here submits under their account's
     /// name only.
     given: IdMap<u32, BTreeSet<String>>,
+    /// Account names looked up, by user id: once each, as a lookup may go to a directory server
+    /// (LDAP) while the API's thread waits (a renamed account is seen after a restart).
+    names: Arc<Mutex<IdMap<u32, String>>>,
 }
 
 impl Tenants {
@@ -31,14 +35,29 @@ impl Tenants {
         for (uid, tenant) in pairs {
             given.entry(uid).or_default().insert(tenant);
         }
-        Tenants { given }
+        Tenants {
+            given,
+            names: Arc::default(),
+        }
+    }
+
+    /// The tenant user `uid` submits under when given none ([`own_tenant`]), looked up once.
+    fn own_name(&self, uid: u32) -> String {
+        let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(name) = names().get(&uid) {
+            return name.clone();
+        }
+        // Looked up without the lock: another user's first submission need not wait for it.
+        let name = own_tenant(uid);
+        names().insert(uid, name.clone());
+        name
     }
 
     /// Whether user `uid` may submit under `tenant`; the refusal says what they may.
     pub fn check(&self, uid: u32, tenant: &str) -> Result<(), String> {
         let theirs: Vec<String> = match self.given.get(&uid) {
             Some(given) => given.iter().cloned().collect(),
-            None => vec![own_tenant(uid)],
+            None => vec![self.own_name(uid)],
         };
         if theirs.iter().any(|t| t == tenant) {
             return Ok(());
