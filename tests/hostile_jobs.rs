@@ -683,9 +683,15 @@ fn another_users_tenants_and_unfinished_jobs_are_the_operators_to_give() {
         !ok && said.contains("`team-a` only (the tenants the operator gave it"),
         "{said}"
     );
-    // Past the tenant, refused for what this daemon needs of every job: a command.
-    let (ok, said) = submit("team-a");
-    assert!(!ok && said.contains("a job needs a command"), "{said}");
+    // Past the tenant, refused for what this daemon needs of every job: a command. A request
+    // naming no tenant (the API's `default`) goes under the one they were given.
+    for tenant in ["team-a", "default"] {
+        let (ok, said) = submit(tenant);
+        assert!(
+            !ok && said.contains("a job needs a command"),
+            "{tenant}: {said}"
+        );
+    }
     let nobodys = |job: &str| nobodys_submission(&daemon, job, &["--tenant", "team-a"]);
     let quiet = |mut command: Command| {
         command

@@ -505,8 +505,14 @@ async fn submit(
             ),
         ));
     }
-    // A tenant is a share: another user draws on their own (or those the operator gave them).
+    // A tenant is a share: another user draws on their own (or those the operator gave them); a
+    // request that names none goes under theirs.
     if !state.operates(&submitter) {
+        if request.tenant == gangway_protocol::api::DEFAULT_NAME
+            && let Some(theirs) = state.tenants.default_for(submitter.uid)
+        {
+            request.tenant = theirs;
+        }
         (state.tenants.check(submitter.uid, &request.tenant))
             .map_err(|why| ApiError(StatusCode::FORBIDDEN, why))?;
     }

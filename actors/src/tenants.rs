@@ -53,6 +53,16 @@ impl Tenants {
         name
     }
 
+    /// The tenant user `uid`'s job goes under when its request names none (the API's `default`):
+    /// their account's name, or the one tenant the operator gave them; `None` when given several.
+    pub fn default_for(&self, uid: u32) -> Option<String> {
+        match self.given.get(&uid) {
+            Some(given) if given.len() == 1 => given.first().cloned(),
+            Some(_) => None,
+            None => Some(self.own_name(uid)),
+        }
+    }
+
     /// Whether user `uid` may submit under `tenant`; the refusal says what they may.
     pub fn check(&self, uid: u32, tenant: &str) -> Result<(), String> {
         let theirs: Vec<String> = match self.given.get(&uid) {
@@ -104,6 +114,11 @@ mod tests {
             refused.contains("`team-a`, `team-b` only (the tenants the operator gave it"),
             "{refused}"
         );
+        // A request that names no tenant goes under theirs, or the one they were given.
+        assert_eq!(own.default_for(0).as_deref(), Some("root"));
+        assert_eq!(given.default_for(0), None, "two given: name one");
+        let one = Tenants::given([(0, "team-a".to_owned())]);
+        assert_eq!(one.default_for(0).as_deref(), Some("team-a"));
         // Users the file does not name keep their own names.
         assert_eq!(given.check(4_000_000_000, "uid-4000000000"), Ok(()));
     }

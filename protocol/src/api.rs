@@ -84,8 +84,11 @@ impl JobRequest {
     }
 }
 
+/// The job type and tenant a request that names none has.
+pub const DEFAULT_NAME: &str = "default";
+
 fn default_name() -> String {
-    "default".to_owned()
+    DEFAULT_NAME.to_owned()
 }
 
 fn one() -> u32 {
