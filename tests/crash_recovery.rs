@@ -1,5 +1,7 @@
-//! `gangway serve` killed with SIGKILL at random points, and restarted on the same journal: no job is
-//! lost, none runs twice at once, no GPU is leased twice, and every job finishes.
+//! `gangway serve` killed with SIGKILL at random points, while jobs are being submitted and while
+//! they run, and restarted on the same journal: no job is lost or made twice, none runs twice at
+//! once, no GPU is leased twice, and every job finishes. (Its workers are simulated and die with
+//! it: re-adopting live workers is `actors/tests/recovery.rs`'s and `launcher/tests/executor.rs`'s.)
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -83,34 +85,71 @@ impl Rng {
     }
 }
 
-/// Submits the jobs, kills and restarts the daemon `kills` times, then waits for every job to finish.
-/// Returns the recovery times.
+/// Submits the jobs while the daemon is killed and restarted `kills` times, then waits for every
+/// job to finish. Returns the recovery times.
+///
+/// The jobs go in one by one, 50 ms apart, from a client that retries each (with its idempotency
+/// key) until it is answered, as a client of a daemon that restarts would: whatever a kill
+/// interrupts, no job is lost or made twice. (A kill between the journal taking a job and its
+/// answer is a narrow window these kills seldom hit: `tests/serve.rs`'s idempotency test covers
+/// that retry directly.)
 fn chaos(journal: &Path, kills: u32, snapshot_every: u64) -> Vec<Duration> {
     let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ u64::from(kills));
     let (mut daemon, _) = Daemon::start(journal, port, snapshot_every);
-    for k in 0..JOBS {
-        let gpus = [1, 2, 4, 8][(k % 4) as usize];
-        let body = serde_json::json!({
-            "gpus": gpus,
-            "work": 600 + rng.below(6000),
-            "tenant": format!("team-{}", k % 3),
-        });
-        let response = daemon.api.post("/jobs", &body).unwrap();
-        assert_eq!(response.status(), 201);
-    }
+    let bodies: Vec<String> = (0..JOBS)
+        .map(|k| {
+            let gpus = [1, 2, 4, 8][(k % 4) as usize];
+            serde_json::json!({
+                "gpus": gpus,
+                "work": 600 + rng.below(6000),
+                "tenant": format!("team-{}", k % 3),
+            })
+            .to_string()
+        })
+        .collect();
+    let submitted = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let client = {
+        let (journal, submitted) = (journal.to_owned(), std::sync::Arc::clone(&submitted));
+        std::thread::spawn(move || {
+            for (k, body) in bodies.iter().enumerate() {
+                let key = format!("chaos-{k}");
+                let deadline = Instant::now() + Duration::from_secs(120);
+                // The token is read afresh: each start of the daemon writes a new one.
+                while !support::Api::new(&base, &journal, Duration::from_secs(5))
+                    .post_raw("/jobs", body, &[("Idempotency-Key", &key)])
+                    .is_ok_and(|r| r.status() == 201)
+                {
+                    assert!(Instant::now() < deadline, "job {k} was never accepted");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                submitted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
     let mut recoveries = Vec::new();
+    let mut during_submissions = 0;
     for _ in 0..kills {
         std::thread::sleep(Duration::from_millis(20 + rng.below(300)));
+        if submitted.load(std::sync::atomic::Ordering::SeqCst) < JOBS {
+            during_submissions += 1;
+        }
         daemon.kill();
         let (restarted, took) = Daemon::start(journal, port, snapshot_every);
         recoveries.push(took);
         daemon = restarted;
     }
+    client.join().expect("every job was accepted");
+    assert!(
+        during_submissions > 0,
+        "the kills should have come while jobs were being submitted"
+    );
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
         let jobs = daemon.jobs();
-        assert_eq!(jobs.len(), JOBS as usize, "a job was lost");
+        assert_eq!(jobs.len(), JOBS as usize, "a job was lost, or made twice");
         if jobs.iter().all(|j| j.phase == Phase::Finished) {
             break;
         }
