@@ -1417,6 +1417,16 @@ fn fifo(path: &Path) -> PathBuf {
 /// How long a run that must be refused at once may take before it counts as hung.
 const AT_ONCE: Duration = Duration::from_secs(30);
 
+/// `gangway serve ARGS` on a socket and a journal in `dir`, which must refuse to start, at once.
+fn serve_refused(dir: &Path, args: &[&str]) -> Run {
+    let socket = format!("unix:{}", dir.join("api.sock").display());
+    let journal = path_arg(&dir.join("journal"));
+    let mut all = vec!["serve"];
+    all.extend_from_slice(args);
+    all.extend(["--listen", &socket, "--journal", &journal]);
+    gangway(&all, AT_ONCE).failure()
+}
+
 /// A FIFO in place of a profile CSV hung `simulate --profiles` (and every other input the same
 /// way: a plain open waits for a writer that never comes); a device was read until memory ran out.
 #[test]
@@ -1480,23 +1490,15 @@ fn serve_refuses_a_fifo_among_its_goodput_profiles_at_once() {
     let validation = profiles.join("cifar10/validation-64.csv");
     std::fs::remove_file(&validation).unwrap();
     fifo(&validation);
-    let journal = dir.path().join("journal");
-    let socket = format!("unix:{}", dir.path().join("api.sock").display());
-    let run = gangway(
+    let run = serve_refused(
+        dir.path(),
         &[
-            "serve",
             "--goodput-profiles",
             &path_arg(&profiles),
             "--fake-gpus",
             "2",
-            "--listen",
-            &socket,
-            "--journal",
-            &path_arg(&journal),
         ],
-        AT_ONCE,
-    )
-    .failure();
+    );
     run.stderr_has(&format!(
         "{}: is a FIFO (named pipe), not a regular file",
         validation.display()
@@ -1604,8 +1606,6 @@ fn every_number_option_is_range_checked() {
         run.no_table();
     }
     let dir = tempdir();
-    let journal = path_arg(&dir.path().join("journal"));
-    let socket = format!("unix:{}", dir.path().join("api.sock").display());
     for (option, says) in [
         (
             "--round",
@@ -1617,21 +1617,7 @@ fn every_number_option_is_range_checked() {
         ),
         ("--memory-gb", "memory_gb = 1e300 is out of range"),
     ] {
-        let run = gangway(
-            &[
-                "serve",
-                "--fake-gpus",
-                "1",
-                option,
-                "1e300",
-                "--listen",
-                &socket,
-                "--journal",
-                &journal,
-            ],
-            AT_ONCE,
-        )
-        .failure();
+        let run = serve_refused(dir.path(), &["--fake-gpus", "1", option, "1e300"]);
         run.stderr_has(says);
     }
 }
@@ -1751,8 +1737,6 @@ fn a_job_that_can_never_run_is_an_error_at_its_line() {
 #[test]
 fn serve_refuses_a_bad_tenants_file_naming_the_line_and_field() {
     let dir = tempdir();
-    let socket = format!("unix:{}", dir.path().join("api.sock").display());
-    let journal = dir.path().join("journal");
     for (text, says) in [
         (
             "user,tenant\nroot,team-a\nno-such-account-here,team-b\n",
@@ -1766,21 +1750,10 @@ fn serve_refuses_a_bad_tenants_file_naming_the_line_and_field() {
     ] {
         let file = dir.path().join("tenants.csv");
         std::fs::write(&file, text).unwrap();
-        let run = gangway(
-            &[
-                "serve",
-                "--tenants",
-                &path_arg(&file),
-                "--fake-gpus",
-                "1",
-                "--listen",
-                &socket,
-                "--journal",
-                &path_arg(&journal),
-            ],
-            AT_ONCE,
-        )
-        .failure();
+        let run = serve_refused(
+            dir.path(),
+            &["--tenants", &path_arg(&file), "--fake-gpus", "1"],
+        );
         run.stderr_has(&format!("{}{says}", file.display()));
     }
 }
