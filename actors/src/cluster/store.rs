@@ -11,7 +11,7 @@ use gangway_journal::{Journal, JournalError, Options};
 use crate::ledger::{Ledger, Record, Shape, Violation, open_journal_with};
 
 /// The user a job's command runs as, where that is not the daemon's own.
-fn runs_as(spec: &crate::ledger::JobSpec) -> Option<u32> {
+pub(super) fn runs_as(spec: &crate::ledger::JobSpec) -> Option<u32> {
     spec.run.as_ref()?.user.map(|user| user.uid)
 }
 

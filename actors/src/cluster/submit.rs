@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 
 use super::ClusterActor;
 use super::messages::{JobRequest, Refusal, Submit};
+use super::store::runs_as;
 use crate::ledger::{JobSpec, Record, Shape};
 use crate::lifecycle::Phase;
 use crate::request::same_request;
@@ -128,19 +129,14 @@ impl Handler<Submit> for ClusterActor {
             run: request.run,
             key,
         };
-        if let Some(user) = spec.run.as_ref().and_then(|r| r.user) {
+        if let Some(uid) = runs_as(&spec) {
             let waiting = (self.unjournaled.iter())
-                .filter(|(s, ..)| {
-                    s.run.as_ref().and_then(|r| r.user).map(|u| u.uid) == Some(user.uid)
-                })
+                .filter(|(s, ..)| runs_as(s) == Some(uid))
                 .count() as u32;
-            let unfinished = self.store.unfinished_by_user.get(&user.uid).copied();
+            let unfinished = self.store.unfinished_by_user.get(&uid).copied();
             let unfinished = unfinished.unwrap_or(0) + waiting;
             if unfinished >= self.settings.max_jobs_per_user {
-                return refused(Refusal::TooMany {
-                    uid: user.uid,
-                    unfinished,
-                });
+                return refused(Refusal::TooMany { uid, unfinished });
             }
         }
         // Checked before its names are interned: a refused submission adds nothing to the engine.
