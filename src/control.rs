@@ -59,8 +59,8 @@ pub struct ServeArgs {
     pub max_jobs_per_user: u32,
     /// A CSV file of `user,tenant` rows (`user` a user id, or an account's name; all digits is read
     /// as a user id): the tenants each user other than the daemon's and root may submit under, in
-    /// place of their own name. Without it, or for a user it does
-    /// not name, a user submits under their account's name only (a tenant is a share).
+    /// place of their own name. Without it, or for a user it does not name, a user submits under
+    /// their account's name only (a tenant is a share).
     #[arg(long, value_name = "FILE")]
     pub tenants: Option<PathBuf>,
     /// Connections open at once; beyond it, one of the peer holding the most is closed, idle or
