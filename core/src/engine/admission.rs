@@ -205,6 +205,7 @@ impl Engine<'_> {
             order: 0,
             active: false,
             touched: false,
+            held: false,
             grant: None,
         };
         let record = new_record(&job, self.type_name(job.job_type), self.types());

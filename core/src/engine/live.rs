@@ -354,6 +354,27 @@ impl Engine<'_> {
         Ok(())
     }
 
+    /// Job `id` may not start (whatever its policy grants it) until [`Engine::release_hold`]: its
+    /// last run's workers have not stopped yet, and two runs of a job never overlap. It waits,
+    /// saying why ([`Unplaced::Stopping`]).
+    pub fn hold(&mut self, id: JobId) -> Result<(), Rejected> {
+        let i = self.active_index(id)?;
+        self.states[i].held = true;
+        self.explain_wait(i, Unplaced::Stopping);
+        self.touch(i);
+        Ok(())
+    }
+
+    /// Job `id` may start again (see [`Engine::hold`]).
+    pub fn release_hold(&mut self, id: JobId) -> Result<(), Rejected> {
+        let i = self.active_index(id)?;
+        if std::mem::take(&mut self.states[i].held) {
+            self.touch(i);
+            self.jobs_changed = true;
+        }
+        Ok(())
+    }
+
     /// Takes GPU `gpu` out of service at `now` (it failed, or an operator cordoned it). A job running
     /// on it stops, and waits with its work saved, as if preempted.
     pub fn disable_gpu(&mut self, gpu: GpuId, now: f64) {
@@ -528,5 +549,31 @@ mod tests {
             why.ends_with(" (7 of 8 GPUs free, 1 out of service)"),
             "{why}"
         );
+    }
+
+    /// A held job waits whatever it is granted, saying why, and is placed once released.
+    #[test]
+    fn a_held_job_is_not_placed_until_released() {
+        let mut engine = uniform_engine("v100=1x4");
+        let job = Job::new(JobId(1), 0.0, 2, 100.0).with_type(engine.intern_job_type("toy"));
+        engine.submit(job, 0.0).unwrap();
+        engine.hold(JobId(1)).unwrap();
+        let mut policy = Watching::default();
+        engine.schedule(&mut policy, &mut PackingPlacer, 1.0);
+        assert!(engine.status(JobId(1)).unwrap().gpus.is_none());
+        let why = engine.waiting_reason(JobId(1)).expect("a reason");
+        assert!(why.contains("have not stopped yet"), "{why}");
+        engine.schedule(&mut policy, &mut PackingPlacer, 2.0);
+        assert!(
+            engine.status(JobId(1)).unwrap().gpus.is_none(),
+            "held still"
+        );
+        engine.release_hold(JobId(1)).unwrap();
+        engine.schedule(&mut policy, &mut PackingPlacer, 3.0);
+        assert!(
+            engine.status(JobId(1)).unwrap().gpus.is_some(),
+            "placed once released"
+        );
+        assert_eq!(engine.hold(JobId(9)), Err(Rejected::Unknown(JobId(9))));
     }
 }

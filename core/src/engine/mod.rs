@@ -106,6 +106,9 @@ struct JobState {
     active: bool,
     /// It is listed in [`Engine::touched`].
     touched: bool,
+    /// It may not start until released ([`Engine::hold`]): its last run's workers are still
+    /// stopping.
+    held: bool,
     /// While a pass runs: its grant, by position in [`Engine::grants`] (none, or taken once placed
     /// or claimed as a partner's).
     grant: Option<u32>,
@@ -158,7 +161,7 @@ pub struct Engine<'m> {
     free: FreeGpus,
     /// CPUs and memory in use per server.
     ledger: Ledger,
-    /// GPUs out of service (failed or cordoned), per GPU id; they are neither free nor held.
+    /// GPUs out of service (failed, cordoned, or held by workers still stopping), per GPU id; they are neither free nor held.
     disabled: Vec<bool>,
     /// GPUs in service per type: what policies may allocate.
     capacity: Vec<u32>,

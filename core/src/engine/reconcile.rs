@@ -56,7 +56,12 @@ impl Engine<'_> {
         for i in std::mem::take(&mut self.unexplained) {
             let state = &mut self.states[i];
             if state.active && state.run.is_none() {
-                state.waiting = Some(Unplaced::NotGranted);
+                if state.held {
+                    // Whatever it is granted, that is why it waits.
+                    self.explain_wait(i, Unplaced::Stopping);
+                } else {
+                    state.waiting = Some(Unplaced::NotGranted);
+                }
             }
         }
         let mut displaced = Vec::with_capacity(running.len());
@@ -112,6 +117,10 @@ impl Engine<'_> {
                 || self.records[i].finish.is_some()
                 || self.rate_at(i, g.gpu_type, g.gpus) <= 0.0
             {
+                continue;
+            }
+            if self.states[i].held {
+                self.explain_wait(i, Unplaced::Stopping);
                 continue;
             }
             let partner = match g.partner() {
@@ -231,7 +240,7 @@ impl Engine<'_> {
     }
 
     /// Job `i` waits because of `why` (until the next pass looks at it again).
-    fn explain_wait(&mut self, i: usize, why: Unplaced) {
+    pub(super) fn explain_wait(&mut self, i: usize, why: Unplaced) {
         self.states[i].waiting = Some(why);
         self.unexplained.push(i);
     }
@@ -306,7 +315,7 @@ impl Engine<'_> {
             g,
             self.grant_of(p).as_ref(),
         );
-        if !runs || state.run.is_some() || self.records[p].finish.is_some() {
+        if !runs || state.run.is_some() || state.held || self.records[p].finish.is_some() {
             return None;
         }
         self.states[p].grant = None;

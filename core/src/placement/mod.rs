@@ -102,7 +102,7 @@ pub enum Unplaced {
         /// GPUs of that type free when the placer looked.
         free: u32,
     },
-    /// As many are free, but GPUs out of service (failed or cordoned) are among those it would need.
+    /// As many are free, but GPUs out of service (failed, cordoned, or held by a stopping job) are among those it would need.
     Cordoned {
         /// The GPU type the gang asked for.
         gpu_type: GpuTypeId,
@@ -143,6 +143,9 @@ pub enum Unplaced {
     },
     /// Its packing partner could not run with it this round.
     PartnerUnavailable,
+    /// Its last run's workers have not stopped yet (they still checkpoint, or ignore the stop
+    /// until they are killed): it may start again once they have.
+    Stopping,
     /// It cannot run on this cluster at all (its gang is larger than any type's capacity, or the
     /// throughput model has no rate for it).
     Unschedulable,
@@ -171,7 +174,7 @@ impl Unplaced {
                 free,
                 out_of_service,
             } => format!(
-                "needs {wanted} {} GPUs, {free} free; {out_of_service} are out of service (failed or cordoned)",
+                "needs {wanted} {} GPUs, {free} free; {out_of_service} are out of service (failed, cordoned, or still held by a stopping job)",
                 name(gpu_type)
             ),
             Unplaced::Consolidation {
@@ -199,6 +202,9 @@ impl Unplaced {
                 name(gpu_type)
             ),
             Unplaced::PartnerUnavailable => "its packing partner cannot run with it".into(),
+            Unplaced::Stopping => {
+                "its last run's workers have not stopped yet; it starts again once they have".into()
+            }
             Unplaced::Unschedulable => "no GPU type can run its gang on this cluster".into(),
         }
     }
