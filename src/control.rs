@@ -45,8 +45,8 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME")]
     pub allow_env: Vec<String>,
     /// The longest `--grace` a submitted command may give its workers to checkpoint when stopped,
-    /// in seconds; a stop waits at most this (and a minute more) before killing them. Every round
-    /// waits for its stops, so one job's grace holds up every other job's start.
+    /// in seconds; a stop waits at most this (and a minute more) before killing them, its GPUs out
+    /// of service meanwhile.
     #[arg(
         long,
         default_value_t = gangway_launcher::executor::DEFAULT_MAX_GRACE.as_secs_f64(),
@@ -152,6 +152,16 @@ pub struct ServeArgs {
     /// each job's own budget; this one counts launches that died without reporting, e.g. killed.)
     #[arg(long, default_value_t = 3, value_name = "N")]
     pub max_restarts: u32,
+    /// Seconds a round waits for the workers it stops to checkpoint and exit; those still at it
+    /// then go on in the background, their GPUs out of service and their jobs waiting until they
+    /// have, so that a job that takes its whole grace (or ignores the stop) holds no other job's
+    /// start.
+    #[arg(
+        long,
+        default_value_t = gangway_launcher::executor::DEFAULT_STOP_PATIENCE.as_secs_f64(),
+        value_name = "SECONDS"
+    )]
+    pub stop_patience: f64,
     /// Who runs the jobs: real `processes` (through `elastic-run`; the default on NVML GPUs), or
     /// `simulated` workers in virtual time (the default otherwise).
     #[arg(long, value_enum, value_name = "KIND")]
@@ -258,6 +268,7 @@ fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
         .journal(args.journal)
         .snapshot_every(args.snapshot_every)
         .max_restarts(args.max_restarts)
+        .stop_patience(args.stop_patience)
         .time_scale(args.time_scale)
         .listen(api)
         .notes(|note| eprintln!("gangway serve: {note}")))

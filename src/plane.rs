@@ -48,7 +48,9 @@ use gangway_core::policy::{self, BuildError, Registry};
 use gangway_core::throughput::ThroughputModel;
 use gangway_core::throughput::goodput::Reports;
 use gangway_launcher::confine::{Cgroups, CorePool};
-use gangway_launcher::executor::{DEFAULT_MAX_GRACE, Hosts, ProcessExecutor, check_command};
+use gangway_launcher::executor::{
+    DEFAULT_MAX_GRACE, DEFAULT_STOP_PATIENCE, Hosts, ProcessExecutor, check_command,
+};
 use gangway_protocol::command::account_uid;
 use gangway_topology::topology::ClusterSpec;
 
@@ -162,7 +164,8 @@ pub struct ApiOptions {
     /// prefix.
     pub allow_env: Vec<String>,
     /// The longest `--grace`, in seconds, a submitted command may give its workers to checkpoint
-    /// when stopped, and the most of it a stop waits for: rounds wait for their stops.
+    /// when stopped, and the most of it a stop waits for before killing them (rounds wait for
+    /// stops only up to the builder's stop patience).
     pub max_grace: f64,
     /// The most unfinished jobs a user other than the daemon's may have (jobs that run as them, on a
     /// root daemon): a bound on what one local user can make the daemon keep.
@@ -283,6 +286,7 @@ pub struct ControlPlaneBuilder {
     journal: Option<PathBuf>,
     snapshot_every: u64,
     max_restarts: u32,
+    stop_patience: f64,
     time_scale: f64,
     api: Option<ApiOptions>,
     notes: Box<dyn FnMut(&str) + Send>,
@@ -307,6 +311,7 @@ impl Default for ControlPlaneBuilder {
             journal: None,
             snapshot_every: 100_000,
             max_restarts: 3,
+            stop_patience: DEFAULT_STOP_PATIENCE.as_secs_f64(),
             time_scale: 1.0,
             api: None,
             notes: Box::new(|note| tracing::info!("{note}")),
@@ -474,6 +479,15 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// Seconds a batch of stops waits for process workers to checkpoint and exit before those still
+    /// at it go on in the background, their GPUs out of service and their jobs waiting until they
+    /// have (default 10): a job that takes its whole grace, or ignores the stop, holds no other
+    /// job's start.
+    pub fn stop_patience(mut self, seconds: f64) -> Self {
+        self.stop_patience = seconds;
+        self
+    }
+
     /// Control-plane time runs this many times faster than the wall clock (simulated workers).
     pub fn time_scale(mut self, factor: f64) -> Self {
         self.time_scale = factor;
@@ -503,6 +517,9 @@ impl ControlPlaneBuilder {
         gangway_core::limits::TIME_SCALE
             .check_option("--time-scale", self.time_scale)
             .map_err(setting)?;
+        if !(self.stop_patience.is_finite() && (0.0..=3600.0).contains(&self.stop_patience)) {
+            return Err(setting("--stop-patience must be from 0 to 3600 seconds"));
+        }
         // The journal's directory before anything is put there (the workers' runs, the API's
         // token): made private, or refused if another user could change it.
         if let Some(journal) = &self.journal {
@@ -587,6 +604,7 @@ impl ControlPlaneBuilder {
                 if let Some(api) = &self.api {
                     executor.max_grace = Duration::from_secs_f64(api.max_grace);
                 }
+                executor.stop_patience = Duration::from_secs_f64(self.stop_patience);
                 (Box::new(executor), "process")
             }
         };

@@ -1547,3 +1547,78 @@ fn the_job_list_pages_by_phase_and_id_and_names_a_bad_parameter() {
     let all: Vec<Value> = serde_json::from_slice(&body).unwrap();
     assert_eq!(all.len(), 6);
 }
+
+/// A stand-in `elastic-run` for the stop tests: `MODE=finish` ends at once; `MODE=slow` runs until
+/// stopped, then takes 8 s to checkpoint (longer than the daemon's stop patience) before it exits.
+const SLOW_TO_STOP: &str = r#"#!/bin/bash
+if [ "$MODE" = finish ]; then echo '{"code":0,"why":"done"}' >&"$GANGWAY_EXIT_FD"; exit 0; fi
+trap 'sleep 8; echo "{\"code\":75,\"why\":\"stopped\"}" >&"$GANGWAY_EXIT_FD"; exit 75' TERM
+while true; do sleep 0.1; done
+"#;
+
+/// A job slow to checkpoint holds no other job's start behind the round: its stop goes on in the
+/// background once the daemon's `--stop-patience` has passed, its GPU out of service (and said so)
+/// until its workers exit; then the next job runs there.
+#[test]
+fn a_slow_checkpoint_goes_on_in_the_background_its_gpu_out_of_service() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let fake = dir.path().join("elastic-run");
+    std::fs::write(&fake, SLOW_TO_STOP).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let port = support::free_port();
+    let mut command = gangway();
+    command
+        .args(["serve", "--fake-gpus", "1", "--policy", "fifo"])
+        .args([
+            "--workers",
+            "processes",
+            "--round",
+            "1",
+            "--stop-patience",
+            "1",
+        ])
+        .arg("--elastic-run")
+        .arg(&fake)
+        .args(["--listen", &format!("127.0.0.1:{port}"), "--journal"])
+        .arg(&journal)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let d = start(command, &journal, port);
+    let work = dir.path().display().to_string();
+    let job = |mode: &str| {
+        json!({"gpus": 1, "work": 600, "run": {
+            "args": ["--python", "/bin/sh", "train.py"],
+            "cwd": work,
+            "env": {"PATH": "/usr/bin:/bin", "MODE": mode},
+        }})
+    };
+    let (status, answer) = status_and_body(d.api.post("/jobs", &job("slow")));
+    assert_eq!(status, 201, "{answer}");
+    wait_for_phase(&d.api, 0, "running");
+    let (status, answer) = status_and_body(d.api.post("/jobs", &job("finish")));
+    assert_eq!(status, 201, "{answer}");
+
+    // The cancel is answered after the patience, while the workers still checkpoint.
+    let (status, answer) = status_and_body(d.api.delete("/jobs/0"));
+    assert_eq!(status, 200, "{answer}");
+    let (_, nodes) = status_and_body(d.api.get("/nodes"));
+    let out = &nodes[0]["out_of_service"];
+    assert_eq!(out[0][0], 0, "{nodes}");
+    let why = out[0][1].as_str().unwrap_or_default();
+    assert!(
+        why.contains("job 0's workers, which have not stopped yet"),
+        "{nodes}"
+    );
+    let (_, stats) = status_and_body(d.api.get("/stats"));
+    assert_eq!(stats["stops_in_background"], 1, "{stats}");
+    let (_, waiting) = status_and_body(d.api.get("/jobs/1"));
+    assert_eq!(waiting["phase"], "pending", "{waiting}");
+
+    // Once they have exited, the GPU is back and the next job runs on it.
+    wait_for_phase(&d.api, 1, "finished");
+    let (_, stats) = status_and_body(d.api.get("/stats"));
+    assert_eq!(stats["stops_in_background"], 0, "{stats}");
+    assert_eq!(stats["gpus_out_of_service"], 0, "{stats}");
+}

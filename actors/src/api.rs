@@ -868,8 +868,14 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
     metric(
         "gpus_out_of_service",
         "gauge",
-        "GPUs out of service: cordoned, or unhealthy by their probe.",
+        "GPUs out of service: cordoned, unhealthy by their probe, or held by workers still stopping.",
         s.gpus_out_of_service.to_string(),
+    );
+    metric(
+        "stops_in_background",
+        "gauge",
+        "Stops whose workers outlasted the executor's patience: they go on without holding the rounds.",
+        s.stops_in_background.to_string(),
     );
     metric(
         "gpus_unwatched",

@@ -85,10 +85,13 @@ pub struct StatsSnapshot {
     pub busy_gpus: u32,
     /// GPUs in the cluster, in service or not.
     pub gpus: u32,
-    /// GPUs out of service: cordoned, or unhealthy by their probe.
+    /// GPUs out of service: cordoned, unhealthy by their probe, or held by workers still stopping.
     pub gpus_out_of_service: u32,
     /// GPUs whose health is no longer checked: their probe failed and is not called again.
     pub gpus_unwatched: u32,
+    /// Stops whose workers outlasted the executor's patience and go on in the background, their
+    /// GPUs out of service until the workers are gone.
+    pub stops_in_background: u32,
     /// See [`Stats::submitted`].
     pub submitted: u64,
     /// See [`Stats::finished`].
@@ -205,6 +208,7 @@ impl Stats {
             busy_gpus,
             gpus,
             gpus_out_of_service: 0,
+            stops_in_background: 0,
             gpus_unwatched: 0,
             submitted: self.submitted,
             finished: self.finished,

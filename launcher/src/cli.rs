@@ -332,7 +332,7 @@ const TORCHRUN_PROGRAM_VARIABLES: [(&str, &str); 3] = [
 ];
 
 /// The torchrun option `variable` sets behind the command line, if it sets one that changes what
-/// torchrun runs ([`TORCHRUN_PROGRAM_VARIABLES`]).
+/// torchrun runs (`PET_NO_PYTHON`, `PET_MODULE`, `PET_RUN_PATH`).
 pub fn hidden_program_option(variable: &str) -> Option<&'static str> {
     (TORCHRUN_PROGRAM_VARIABLES.iter())
         .find(|(v, _)| *v == variable)

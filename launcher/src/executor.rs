@@ -130,6 +130,10 @@ fn write_atomically_as(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<
 /// How long a stop waits for a killed `elastic-run` to end before it goes on without it.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
+/// How long a batch of stops waits for its workers before those still checkpointing go on in the
+/// background ([`ProcessExecutor::stop_patience`]).
+pub const DEFAULT_STOP_PATIENCE: Duration = Duration::from_secs(10);
+
 /// The longest `--grace` a job may ask for unless the operator says otherwise
 /// ([`ProcessExecutor::max_grace`]).
 pub const DEFAULT_MAX_GRACE: Duration = Duration::from_secs(600);
@@ -149,7 +153,7 @@ pub fn check_command(
             field: "run.args",
             problem: format!(
                 "--grace {} s is longer than this daemon allows ({} s, gangway serve --max-grace): \
-                 a stop waits for it, and the rounds wait for the stop",
+                 a stopped job's GPUs wait for it",
                 grace.as_secs_f64(),
                 max_grace.as_secs_f64()
             ),
@@ -365,6 +369,15 @@ struct Run {
     marker: String,
 }
 
+/// A stop under way.
+struct Stopping {
+    run: Run,
+    /// When its workers are killed if they have not exited.
+    deadline: Instant,
+    /// When they were killed, once they were.
+    killed_at: Option<Instant>,
+}
+
 impl Run {
     /// Work done by control-plane time `now`, as the scheduler counts it: what the workers last
     /// reported; without a report, the model's estimate from the launch.
@@ -545,10 +558,16 @@ pub struct ProcessExecutor {
     /// are killed.
     pub stop_margin: Duration,
     /// The most of a job's `--grace` a stop waits for, whatever the job asked (one journaled
-    /// before the limit was lowered, say): rounds wait for their stops, so one job's grace holds
-    /// up every other job's start. Submissions asking for more are refused ([`check_command`]).
+    /// before the limit was lowered, say): its GPUs stay out of service for as long. Submissions
+    /// asking for more are refused ([`check_command`]).
     pub max_grace: Duration,
+    /// How long a batch of stops waits for its workers to exit: those still checkpointing then
+    /// go on in the background ([`ExecutorError::StillStopping`]), reported by `poll` once over,
+    /// so that a job that takes its whole grace (or ignores the stop) holds no other job's start.
+    pub stop_patience: Duration,
     runs: HashMap<JobId, Run>,
+    /// Stops that outlasted the patience, moved on at each poll.
+    stopping: Vec<Stopping>,
     /// Events found outside `poll` (a launch refused before it ran).
     pending: Vec<WorkerEvent>,
     cores: CorePool,
@@ -563,8 +582,8 @@ pub struct ProcessExecutor {
     /// process waiting on a file system that never answers, even through SIGKILL): reaped at later
     /// polls, never waited for.
     unreaped: Vec<Child>,
-    /// Whether Slurm steps left by an earlier life of this executor that no attempt accounts for
-    /// have been cancelled (at the first poll, after the control plane re-adopted what it knows).
+    /// Whether what an earlier life of this executor left that no attempt accounts for has been
+    /// ended (at the first poll, after the control plane re-adopted what it knows).
     swept: bool,
 }
 
@@ -593,12 +612,14 @@ impl ProcessExecutor {
         };
         Ok(ProcessExecutor {
             elastic_run,
-            swept: !matches!(hosts, Hosts::Slurm(_)),
+            swept: false,
             hosts,
             state_dir,
             stop_margin: Duration::from_secs(60),
             max_grace: DEFAULT_MAX_GRACE,
+            stop_patience: DEFAULT_STOP_PATIENCE,
             runs: HashMap::new(),
+            stopping: Vec::new(),
             pending: Vec::new(),
             cores: CorePool::of_this_process(),
             cgroups,
@@ -911,7 +932,7 @@ impl ProcessExecutor {
         }
     }
 
-    /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `wait_stopped` for what follows).
+    /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_over` for what follows).
     fn signal_stop(run: &Run) {
         // An adopted run is not our child: its pid may have been reused since it exited.
         if run.child.is_none()
@@ -923,62 +944,148 @@ impl ProcessExecutor {
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
     }
 
-    /// Waits for `run` to exit; at `deadline`, kills every process of the attempt. (What it leaves
-    /// behind is ended when it is released.)
-    fn wait_stopped(&mut self, run: &mut Run, deadline: Instant) {
-        while !run.exited() {
-            if Instant::now() >= deadline {
-                tracing::warn!(
-                    job = run.launch.job.0,
-                    "the workers outlived the stop timeout; killing them"
-                );
-                match &run.confinement.cgroup {
-                    Some(cgroup) => {
-                        confine::kill(cgroup);
-                    }
-                    None => {
-                        kill_all_with_env(ATTEMPT_VAR, &run.marker);
-                    }
+    /// Moves `stop` on without waiting: whether it is over (its run exited, or was killed at its
+    /// deadline and then ended or was given up on [`KILL_PATIENCE`] later). At the deadline every
+    /// process of the attempt is killed (what it leaves behind is ended when it is released).
+    fn stop_over(&mut self, stop: &mut Stopping) -> bool {
+        let run = &mut stop.run;
+        if run.exited() {
+            return true;
+        }
+        let now = Instant::now();
+        if now < stop.deadline {
+            return false;
+        }
+        let killed_at = *stop.killed_at.get_or_insert_with(|| {
+            tracing::warn!(
+                job = run.launch.job.0,
+                "the workers outlived the stop timeout; killing them"
+            );
+            match &run.confinement.cgroup {
+                Some(cgroup) => {
+                    confine::kill(cgroup);
                 }
-                if let Some(mut child) = run.child.take() {
-                    let _ = child.kill();
-                    // From the stop's own deadline, so that the stops of one batch give up
-                    // together (a moment at least, for a SIGKILL that lands).
-                    let given_up =
-                        (deadline + KILL_PATIENCE).max(Instant::now() + Duration::from_millis(200));
-                    while matches!(child.try_wait(), Ok(None)) {
-                        if Instant::now() >= given_up {
-                            tracing::error!(
-                                job = run.launch.job.0,
-                                pid = run.pid,
-                                "elastic-run has not ended {} s after SIGKILL: the kernel holds \
-                                 it, most likely waiting on a file system that does not answer \
-                                 (the job's own FUSE mount, say); the stop goes on without it",
-                                KILL_PATIENCE.as_secs()
-                            );
-                            self.unreaped.push(child);
-                            break;
-                        }
-                        std::thread::sleep(Duration::from_millis(20));
-                    }
+                None => {
+                    kill_all_with_env(ATTEMPT_VAR, &run.marker);
                 }
-                return;
             }
-            // A resize waits on this: look often (a wait, or a read of one process's files).
-            std::thread::sleep(Duration::from_millis(20));
+            if let Some(child) = &mut run.child {
+                let _ = child.kill();
+            }
+            now
+        });
+        let Some(child) = &mut run.child else {
+            // Not our child (re-adopted): nothing to reap.
+            return true;
+        };
+        if !matches!(child.try_wait(), Ok(None)) {
+            return true;
+        }
+        // From the stop's own deadline, so that the stops of one batch give up together (a moment
+        // at least, for a SIGKILL that lands).
+        let given_up = (stop.deadline + KILL_PATIENCE).max(killed_at + Duration::from_millis(200));
+        if now < given_up {
+            return false;
+        }
+        tracing::error!(
+            job = run.launch.job.0,
+            pid = run.pid,
+            "elastic-run has not ended {} s after SIGKILL: the kernel holds it, most likely \
+             waiting on a file system that does not answer (the job's own FUSE mount, say); the \
+             stop goes on without it",
+            KILL_PATIENCE.as_secs()
+        );
+        self.unreaped.extend(run.child.take());
+        true
+    }
+
+    /// What a stop that is over comes to: the work its workers saved. Its files and whatever it
+    /// left behind go.
+    fn finish_stop(&mut self, mut run: Run, now: f64) -> f64 {
+        // The workers' last report: their checkpoint on the way out.
+        run.progressed();
+        tracing::info!(
+            job = run.launch.job.0,
+            seconds = run.launched.elapsed().as_secs_f64(),
+            "workers stopped"
+        );
+        run.forget();
+        self.release(&run.marker, &run.confinement);
+        run.work_done(now)
+    }
+
+    /// Whether `job`'s last attempt is still stopping (in the background).
+    fn still_stopping(&self, job: JobId) -> bool {
+        self.stopping.iter().any(|s| s.run.launch.job == job)
+    }
+
+    /// The attempts it runs or still stops.
+    fn attempts(&self) -> impl Iterator<Item = &Run> {
+        self.runs
+            .values()
+            .chain(self.stopping.iter().map(|s| &s.run))
+    }
+
+    /// Ends what an earlier life of this executor left that no attempt it runs accounts for (the
+    /// control plane re-adopted what it knows before the first poll): attempts whose run files
+    /// remain (one stopped in the background when the daemon died, whose workers would hold GPUs
+    /// the control plane gives to others), and on Slurm, steps whose `elastic-run` died with the
+    /// daemon or that the journal never knew.
+    fn sweep_orphans(&mut self) {
+        self.swept = true;
+        self.end_unaccounted_attempts();
+        if matches!(self.hosts, Hosts::Slurm(_)) {
+            self.cancel_unaccounted_steps();
         }
     }
 
-    /// Cancels this executor's Slurm jobs that no attempt it runs accounts for: steps of attempts
-    /// whose `elastic-run` died with the daemon, or that the journal never knew.
-    fn sweep_orphans(&mut self) {
-        self.swept = true;
-        let prefix = slurm_job_name(&format!("{}-", self.instance));
+    /// Kills the processes of every attempt with a run file in the state directory that no attempt
+    /// it runs or stops accounts for, and removes its files. (Its checkpoint in progress, if it
+    /// was stopping, is lost: the job resumes from the one before.)
+    fn end_unaccounted_attempts(&mut self) {
+        let Ok(entries) = std::fs::read_dir(&self.state_dir) else {
+            return;
+        };
         let known: Vec<String> = self
-            .runs
-            .values()
-            .map(|r| slurm_job_name(&r.marker))
+            .attempts()
+            .map(|r| marker(r.launch.job, r.attempt))
             .collect();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".run")) else {
+                continue;
+            };
+            if known.iter().any(|k| k == stem) {
+                continue;
+            }
+            let path = entry.path();
+            // The state directory is the daemon's own (private): its run files are its own.
+            let record: Option<RunRecord> = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+            if let Some(record) = record {
+                // Run files of before it named the executor: the attempt's own name.
+                let marker = record.marker.unwrap_or_else(|| stem.to_owned());
+                tracing::warn!(
+                    attempt = stem,
+                    "ending an attempt an earlier life of this daemon left, which no job accounts for"
+                );
+                let cgroup = record.confinement.cgroup;
+                if !self.sweep_once(&marker, cgroup.as_deref()) {
+                    self.lingering.push((marker, cgroup));
+                }
+                if let Some(files) = record.files {
+                    files.remove();
+                }
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+
+    /// Cancels this executor's Slurm jobs that no attempt it runs accounts for.
+    fn cancel_unaccounted_steps(&mut self) {
+        let prefix = slurm_job_name(&format!("{}-", self.instance));
+        let known: Vec<String> = self.attempts().map(|r| slurm_job_name(&r.marker)).collect();
         match crate::slurm::my_jobs() {
             Ok(jobs) => {
                 for (id, name) in jobs {
@@ -1007,6 +1114,13 @@ impl Executor for ProcessExecutor {
                 let _ = self.stop(launch.job, now);
             }
             None => {}
+        }
+        // Two attempts of a job never run at once (they would share its checkpoints).
+        if self.still_stopping(launch.job) {
+            return Err(ExecutorError::Launch {
+                job: launch.job,
+                reason: "its last attempt's workers have not stopped yet".into(),
+            });
         }
         let run_file = self.attempt_file(launch.job, launch.attempt, "run");
         let marker = self.attempt_marker(launch.job, launch.attempt);
@@ -1095,19 +1209,41 @@ impl Executor for ProcessExecutor {
             }
         }
         let began = Instant::now();
-        for mut run in stopping {
-            let deadline = began + run.stop_timeout;
-            self.wait_stopped(&mut run, deadline);
-            // The workers' last report: their checkpoint on the way out.
-            run.progressed();
-            tracing::info!(
-                job = run.launch.job.0,
-                seconds = run.launched.elapsed().as_secs_f64(),
-                "workers stopped"
+        let mut stopping: Vec<Stopping> = stopping
+            .into_iter()
+            .map(|run| Stopping {
+                deadline: began + run.stop_timeout,
+                run,
+                killed_at: None,
+            })
+            .collect();
+        // The stops of one batch wait together, for the slowest, up to the patience.
+        loop {
+            let mut k = 0;
+            while k < stopping.len() {
+                if self.stop_over(&mut stopping[k]) {
+                    let run = stopping.swap_remove(k).run;
+                    let job = run.launch.job;
+                    answers.push((job, Ok(self.finish_stop(run, now))));
+                } else {
+                    k += 1;
+                }
+            }
+            if stopping.is_empty() || began.elapsed() >= self.stop_patience {
+                break;
+            }
+            // A resize waits on this: look often (a wait, or a read of one process's files).
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for stop in stopping {
+            let job = stop.run.launch.job;
+            tracing::warn!(
+                job = job.0,
+                patience = self.stop_patience.as_secs_f64(),
+                "the workers are still checkpointing; their stop goes on without holding the round"
             );
-            run.forget();
-            self.release(&run.marker, &run.confinement);
-            answers.push((run.launch.job, Ok(run.work_done(now))));
+            answers.push((job, Err(ExecutorError::StillStopping(job))));
+            self.stopping.push(stop);
         }
         answers
     }
@@ -1225,6 +1361,19 @@ impl Executor for ProcessExecutor {
             events.push(self.ending(&run, now));
             run.forget();
             self.release(&run.marker, &run.confinement);
+        }
+        for mut stop in std::mem::take(&mut self.stopping) {
+            if self.stop_over(&mut stop) {
+                let (job, attempt) = (stop.run.launch.job, stop.run.attempt);
+                let steps_done = self.finish_stop(stop.run, now);
+                events.push(WorkerEvent::Stopped {
+                    job,
+                    attempt,
+                    steps_done,
+                });
+            } else {
+                self.stopping.push(stop);
+            }
         }
         let lingering = std::mem::take(&mut self.lingering);
         self.lingering = lingering

@@ -8,7 +8,9 @@ use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, reported};
 use gangway_launcher::process::processes_with_env;
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
-use gangway_protocol::worker::{Executor, Launch, Measured, Resources, RunCommand, WorkerEvent};
+use gangway_protocol::worker::{
+    Executor, ExecutorError, Launch, Measured, Resources, RunCommand, WorkerEvent,
+};
 
 const FAKE_ELASTIC_RUN: &str = r#"#!/bin/sh
 # Where it started, and the directory and log it was told of; then into that directory, as
@@ -253,10 +255,16 @@ fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
     first
         .launch(&launch(2, 7, &[1], Some("finish"), dir.path()), 10.0)
         .unwrap();
-    let (one, two) = (
+    // Job 3's attempt is one no journal accounts for any more (the daemon died while it stopped).
+    first
+        .launch(&launch(3, 2, &[2], Some("stubborn"), dir.path()), 10.0)
+        .unwrap();
+    let (one, two, three) = (
         first.attempt_marker(JobId(1), 4),
         first.attempt_marker(JobId(2), 7),
+        first.attempt_marker(JobId(3), 2),
     );
+    let _reaper = KillAtEnd(three.clone());
     // Job 2 ends while no daemon watches: its exit file is all that is left of it.
     let deadline = Instant::now() + Duration::from_secs(10);
     while !attempt_processes(&two).is_empty() {
@@ -264,6 +272,7 @@ fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(!attempt_processes(&one).is_empty(), "job 1 runs");
+    assert!(!attempt_processes(&three).is_empty(), "job 3 runs");
     drop(first); // the daemon dies; its children live on
 
     let mut second = executor(dir.path(), &fake);
@@ -286,6 +295,16 @@ fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
         ),
         "and reports how it ended"
     );
+    // The first poll, after the control plane re-adopted what it knows, ended the rest.
+    assert!(
+        attempt_processes(&three).is_empty(),
+        "job 3's attempt outlived its daemon"
+    );
+    assert!(
+        !dir.path().join("runs/3.2.run").exists(),
+        "its run file is left"
+    );
+    assert!(!attempt_processes(&one).is_empty(), "job 1 was ended too");
     // Stopping the adopted run: SIGTERM, it exits, and the work counts from its launch at t=10.
     let saved = second.stop(JobId(1), 30.0).unwrap();
     assert_eq!(saved, 40.0, "20 s at 2 steps/s");
@@ -462,6 +481,64 @@ fn a_stop_waits_for_at_most_the_longest_grace_the_daemon_allows() {
     let mut second = limited(executor(dir.path(), &fake));
     assert!(second.alive(JobId(1), 1), "adopted");
     assert_eq!(stopped_in_time(second, 1), (Ok(true), true));
+}
+
+/// A stop that outlasts the executor's patience (a job that ignores it, here) does not hold its
+/// caller, the round, until the job's grace ends: the batch's other stops are answered, the
+/// stubborn one goes on in the background, its job cannot start again while its workers live, and
+/// a later poll reports its end once they are killed.
+#[test]
+fn a_stop_that_outlasts_the_patience_goes_on_in_the_background() {
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    exec.stop_patience = Duration::from_millis(300);
+    exec.stop_margin = Duration::from_millis(500);
+    let stubborn = launch(0, 1, &[0], Some("stubborn"), dir.path());
+    exec.launch(&stubborn, 0.0).unwrap();
+    exec.launch(&launch(1, 1, &[1], Some("run"), dir.path()), 0.0)
+        .unwrap();
+    let marker = exec.attempt_marker(JobId(0), 1);
+    let _reaper = KillAtEnd(marker.clone());
+    // Both running (the script has set its trap) before they are stopped.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let obeying = dir
+        .path()
+        .join(format!("batch-seen-{}", exec.attempt_marker(JobId(1), 1)));
+    while !obeying.exists() || attempt_processes(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let mut answers = exec.stop_many(&[JobId(0), JobId(1)], 1.0);
+    answers.sort_by_key(|(job, _)| *job);
+    assert!(matches!(answers[1], (JobId(1), Ok(_))), "{answers:?}");
+    assert_eq!(
+        answers[0],
+        (JobId(0), Err(ExecutorError::StillStopping(JobId(0))))
+    );
+    assert!(
+        !attempt_processes(&marker).is_empty(),
+        "the stubborn workers were killed before the stop returned: it waited for their grace"
+    );
+    let again = Launch {
+        attempt: 2,
+        ..stubborn.clone()
+    };
+    let refused = exec.launch(&again, 1.5).unwrap_err().to_string();
+    assert!(refused.contains("have not stopped yet"), "{refused}");
+
+    // Killed at the end of its grace and margin, then reported by a poll.
+    match wait_for_event(&mut exec) {
+        WorkerEvent::Stopped {
+            job: JobId(0),
+            attempt: 1,
+            steps_done,
+        } => assert!((0.0..100.0).contains(&steps_done), "{steps_done}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(attempt_processes(&marker).is_empty(), "still running");
+    let _again_reaper = KillAtEnd(exec.attempt_marker(JobId(0), 2));
+    exec.launch(&again, 2.0).unwrap();
 }
 
 /// `elastic-run` starts in `/` and is told the job's directory and log, which it enters and opens

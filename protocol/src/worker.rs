@@ -222,6 +222,16 @@ pub enum WorkerEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         measured: Option<Measured>,
     },
+    /// The workers of a stop that outlasted the executor's patience
+    /// ([`ExecutorError::StillStopping`]) have exited (or were given up on after their kill).
+    Stopped {
+        /// The job.
+        job: JobId,
+        /// The attempt whose workers stopped.
+        attempt: u64,
+        /// Work their checkpoint saved, as [`Executor::stop`] answers it.
+        steps_done: f64,
+    },
 }
 
 impl WorkerEvent {
@@ -231,7 +241,8 @@ impl WorkerEvent {
             WorkerEvent::Finished { job, .. }
             | WorkerEvent::Failed { job, .. }
             | WorkerEvent::Checkpointed { job, .. }
-            | WorkerEvent::Progressed { job, .. } => *job,
+            | WorkerEvent::Progressed { job, .. }
+            | WorkerEvent::Stopped { job, .. } => *job,
         }
     }
 
@@ -241,7 +252,8 @@ impl WorkerEvent {
             WorkerEvent::Finished { attempt, .. }
             | WorkerEvent::Failed { attempt, .. }
             | WorkerEvent::Checkpointed { attempt, .. }
-            | WorkerEvent::Progressed { attempt, .. } => *attempt,
+            | WorkerEvent::Progressed { attempt, .. }
+            | WorkerEvent::Stopped { attempt, .. } => *attempt,
         }
     }
 }
@@ -252,6 +264,11 @@ pub enum ExecutorError {
     /// The job has no workers running here to stop.
     #[error("job {0} has no running workers")]
     NotRunning(JobId),
+    /// The workers were told to stop and have not exited within the executor's patience: the stop
+    /// goes on without holding the caller, and [`Executor::poll`] reports
+    /// [`WorkerEvent::Stopped`] once they have. Their GPUs are still in use until then.
+    #[error("job {0}'s workers have not stopped yet")]
+    StillStopping(JobId),
     /// The workers could not be started.
     #[error("job {job}: launch failed: {reason}")]
     Launch {
@@ -266,7 +283,9 @@ pub enum ExecutorError {
 ///
 /// The control plane calls [`Executor::launch`], [`Executor::stop`] and [`Executor::stop_many`] on a
 /// blocking thread, outside its actors: they may block for as long as workers take to start or to
-/// checkpoint (bounded by the grace period). [`Executor::poll`], [`Executor::alive`],
+/// checkpoint. An executor of real processes bounds that wait by a patience of its own and answers
+/// [`ExecutorError::StillStopping`] for workers still checkpointing then, so that one job's long
+/// grace does not hold every other job's start. [`Executor::poll`], [`Executor::alive`],
 /// [`Executor::retune`] and [`Executor::next_event`] run on the control plane's own thread and must
 /// return at once.
 pub trait Executor: Send + 'static {
@@ -274,7 +293,8 @@ pub trait Executor: Send + 'static {
     fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError>;
 
     /// Makes the workers of `job` save a checkpoint and exit; returns the work saved, once they have
-    /// exited.
+    /// exited, or [`ExecutorError::StillStopping`] (then [`Executor::poll`] reports
+    /// [`WorkerEvent::Stopped`] with the work saved once they have).
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError>;
 
     /// Stops several jobs' workers; an executor of real processes stops them all at once, so that

@@ -13,7 +13,7 @@ use super::messages::RoundReport;
 use super::plan::Retune;
 use crate::IdSet;
 use crate::clock::Clock;
-use crate::executor::{Executor, Launch};
+use crate::executor::{Executor, ExecutorError, Launch};
 use crate::gang::{Acquire, GangActor};
 use crate::gpu::{GpuActor, Handover, Handovers, Holder, Tally};
 
@@ -185,6 +185,9 @@ pub(super) struct Outcome {
     pub launched_at: f64,
     /// Starts whose gang could not be leased or whose workers could not launch, with why.
     pub failed_starts: Vec<(JobId, String)>,
+    /// Stops whose workers had not exited within the executor's patience, with their gangs (still
+    /// leased): they go on, and the executor's poll reports their end.
+    pub still_stopping: Vec<(JobId, Option<Gang>)>,
     pub report: RoundReport,
 }
 
@@ -212,30 +215,37 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     // wait for a thread.
     let exec = Arc::clone(executor);
     let nothing_to_stop = to_stop.is_empty() && retunes.is_empty();
-    outcome.saved = if nothing_to_stop {
+    let answers = if nothing_to_stop {
         Vec::new()
     } else {
         blocking(move || {
             let mut exec = exec.lock().expect("executor");
-            let saved = exec
-                .stop_many(&to_stop, now)
-                .into_iter()
-                .filter_map(|(job, stopped)| match stopped {
-                    Ok(steps) => Some((job, steps)),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "stopping workers");
-                        None
-                    }
-                })
-                .collect();
+            let answers = exec.stop_many(&to_stop, now);
             for retune in &retunes {
                 retune.apply(&mut **exec, now);
             }
-            saved
+            answers
         })
         .await
     };
+    let mut still_stopping = IdSet::default();
+    for (job, stopped) in answers {
+        match stopped {
+            Ok(steps) => outcome.saved.push((job, steps)),
+            Err(ExecutorError::StillStopping(job)) => {
+                still_stopping.insert(job);
+            }
+            Err(e) => tracing::warn!(error = %e, "stopping workers"),
+        }
+    }
     outcome.stopped_at = clock.now();
+
+    // A stop still under way keeps its GPUs: no start of this batch may take them.
+    let (stops, starts) = if still_stopping.is_empty() {
+        (stops, starts)
+    } else {
+        set_aside(stops, starts, &still_stopping, &mut outcome)
+    };
 
     // Starts: lease every gang at once, then launch.
     let stopped = stops.iter().filter_map(|s| s.gang.as_ref());
@@ -269,6 +279,45 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     }
     outcome.report.failed_starts = outcome.failed_starts.len();
     outcome
+}
+
+/// Sets aside the stops that go on in the background (`still_stopping`) with their gangs, which stay
+/// leased ([`Outcome::still_stopping`]), and fails the starts that need their GPUs or their jobs:
+/// answers the other stops and starts.
+fn set_aside(
+    stops: Vec<StopStep>,
+    starts: Vec<StartStep>,
+    still_stopping: &IdSet<JobId>,
+    outcome: &mut Outcome,
+) -> (Vec<StopStep>, Vec<StartStep>) {
+    let (lingering, stops): (Vec<StopStep>, Vec<StopStep>) = stops
+        .into_iter()
+        .partition(|s| still_stopping.contains(&s.job));
+    let held: IdSet<GpuId> = (lingering.iter())
+        .flat_map(|s| s.gang.iter().flat_map(|g| g.gpus.iter().copied()))
+        .collect();
+    let mut ready = Vec::with_capacity(starts.len());
+    for step in starts {
+        let job = step.launch.job;
+        let taken: Vec<String> = (step.gang.gpus.iter())
+            .filter(|g| held.contains(g))
+            .map(|g| g.0.to_string())
+            .collect();
+        if still_stopping.contains(&job) {
+            let why = "its last attempt's workers have not stopped yet";
+            outcome.failed_starts.push((job, why.to_owned()));
+        } else if !taken.is_empty() {
+            let why = format!(
+                "GPUs {} are still held by workers that have not stopped yet",
+                taken.join(", ")
+            );
+            outcome.failed_starts.push((job, why));
+        } else {
+            ready.push(step);
+        }
+    }
+    outcome.still_stopping = (lingering.into_iter()).map(|s| (s.job, s.gang)).collect();
+    (stops, ready)
 }
 
 /// Gives the `stopped` gangs' GPUs back and leases the `started` ones, as one batch: one message

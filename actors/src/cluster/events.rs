@@ -65,11 +65,17 @@ impl Handler<Poll> for ClusterActor {
         let mut ending = IdMap::default();
         let mut requeue = Vec::new();
         let mut progressed = Vec::new();
+        let mut stops_ended = Vec::new();
         // The ledger learns of this batch only after the loop: one event per job ends it.
         let mut ended = IdSet::default();
         for event in events {
             let job = event.job();
             if ended.contains(&job) {
+                continue;
+            }
+            // About an attempt that no longer runs: the stop in the background it ends says.
+            if let WorkerEvent::Stopped { steps_done, .. } = event {
+                stops_ended.push((job, steps_done));
                 continue;
             }
             if self.current_attempt(job) != Some(event.attempt()) {
@@ -130,6 +136,7 @@ impl Handler<Poll> for ClusterActor {
                         ending.insert(job, Phase::Failed);
                     }
                 }
+                WorkerEvent::Stopped { .. } => unreachable!("taken above"),
             }
         }
         self.persist(&records);
@@ -152,6 +159,9 @@ impl Handler<Poll> for ClusterActor {
         }
         for &phase in ending.values() {
             self.stats.note_end(phase);
+        }
+        for (job, steps_done) in stops_ended {
+            self.stop_ended(job, steps_done, now, ctx);
         }
         if !ending.is_empty() && self.settings.engine.schedule_on_completion {
             self.queue_round(ctx);

@@ -27,6 +27,7 @@ mod messages;
 mod plan;
 mod recover;
 mod round;
+mod stopping;
 mod store;
 mod submit;
 mod views;
@@ -114,6 +115,10 @@ pub struct ClusterActor {
     unhealthy: FxHashMap<GpuId, String>,
     /// GPUs whose probe failed and is no longer called, with why.
     unwatched: FxHashMap<GpuId, String>,
+    /// Stops going on in the background, by job ([`stopping`]).
+    stopping: IdMap<JobId, stopping::Lingering>,
+    /// GPUs out of service while the workers that hold them stop, with why.
+    draining: FxHashMap<GpuId, String>,
     /// Retunes that found the executor busy (stopping workers, which may take a job's whole grace):
     /// told at the next poll that finds it free. The actor's thread never waits on the executor.
     deferred_retunes: Vec<Retune>,
@@ -199,6 +204,8 @@ impl ClusterActor {
                 adopted: Vec::new(),
                 unhealthy: FxHashMap::default(),
                 unwatched: FxHashMap::default(),
+                stopping: IdMap::default(),
+                draining: FxHashMap::default(),
                 round_queued: false,
                 deferred_retunes: Vec::new(),
                 next_event: None,

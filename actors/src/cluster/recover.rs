@@ -5,6 +5,7 @@ use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 
 use super::{ClusterActor, Scheduler, job_of};
+use crate::executor::ExecutorError;
 use crate::ledger::{Record, Standing};
 use crate::lifecycle::Phase;
 
@@ -34,6 +35,8 @@ impl ClusterActor {
         }
         let entries: Vec<_> = self.store.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
+        // Live workers stopped here that went on stopping in the background: job, attempt, GPUs.
+        let mut lingering = Vec::new();
         for entry in &entries {
             let shape = self.store.shapes.get(&entry.spec.id);
             let job = job_of(&mut engine, &entry.spec, shape);
@@ -43,12 +46,18 @@ impl ClusterActor {
                 // gives back whatever the ledger says it held, once workers of its that still run
                 // there are stopped (another job may be placed on those GPUs).
                 tracing::error!(job = id.0, "a journaled job cannot run on this cluster");
-                if let Standing::Running { attempt, .. } = &entry.standing {
+                if let Standing::Running { attempt, gpus, .. } = &entry.standing {
                     let mut executor = self.executor.lock().expect("executor");
-                    if executor.alive(id, *attempt)
-                        && let Err(e) = executor.stop(id, now)
-                    {
-                        tracing::error!(job = id.0, error = %e, "stopping its workers failed");
+                    if executor.alive(id, *attempt) {
+                        match executor.stop(id, now) {
+                            Err(ExecutorError::StillStopping(_)) => {
+                                lingering.push((id, *attempt, gpus.clone()))
+                            }
+                            Err(e) => {
+                                tracing::error!(job = id.0, error = %e, "stopping its workers failed")
+                            }
+                            Ok(_) => {}
+                        }
                     }
                 }
                 requeued.push(Record::Failed {
@@ -80,12 +89,18 @@ impl ClusterActor {
                 } else {
                     // Live workers that cannot be re-adopted (a packed partner's GPUs are taken by
                     // then) are stopped, so that the job never runs twice.
-                    if alive && let Ok(saved) = executor.stop(id, now) {
-                        requeued.push(Record::Checkpointed {
-                            job: id,
-                            steps_done: saved,
-                        });
-                        engine.restore_progress(id, saved, entry.stops);
+                    match alive.then(|| executor.stop(id, now)) {
+                        Some(Ok(saved)) => {
+                            requeued.push(Record::Checkpointed {
+                                job: id,
+                                steps_done: saved,
+                            });
+                            engine.restore_progress(id, saved, entry.stops);
+                        }
+                        Some(Err(ExecutorError::StillStopping(_))) => {
+                            lingering.push((id, *attempt, gpus.clone()))
+                        }
+                        _ => {}
                     }
                     requeued.push(Record::Stopped { job: id, at: now });
                 }
@@ -102,6 +117,9 @@ impl ClusterActor {
             policy,
             placer,
         });
+        for (job, attempt, gpus) in lingering {
+            self.keep_stopping_recovered(job, attempt, &gpus);
+        }
         self.persist(&requeued);
         let ended: Vec<Phase> = self
             .store

@@ -253,7 +253,7 @@ impl ClusterActor {
         let work = async move { carry_out(steps, &executor).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
             let round_began = settling.round_began;
-            let report = actor.settle(outcome, settling, now);
+            let report = actor.settle(outcome, settling, now, ctx);
             // A round lasts from its start until its changes are carried out; publishing what it
             // changed for the readers comes after.
             if let Some(began) = round_began {
@@ -280,11 +280,22 @@ impl ClusterActor {
     }
 
     /// Moves the batch's jobs on, journals the checkpoints the stops saved, and requeues the starts
-    /// that failed.
-    fn settle(&mut self, outcome: Outcome, settling: Settling, now: f64) -> RoundReport {
+    /// that failed. A job whose stop goes on in the background stays in Checkpointing.
+    fn settle(
+        &mut self,
+        mut outcome: Outcome,
+        settling: Settling,
+        now: f64,
+        ctx: &mut Context<Self>,
+    ) -> RoundReport {
+        let lingering = std::mem::take(&mut outcome.still_stopping);
+        let still_stopping = |job: JobId| lingering.iter().any(|(j, _)| *j == job);
+        let mut next_after = IdMap::default();
         for (job, next) in settling.stopped {
+            if still_stopping(job) {
+                next_after.insert(job, next);
             // Unless it ended meanwhile (cancelled while it checkpointed).
-            if self.jobs.get(&job).map(|h| h.phase()) == Some(Phase::Checkpointing) {
+            } else if self.jobs.get(&job).map(|h| h.phase()) == Some(Phase::Checkpointing) {
                 self.advance(job, next, now);
             }
         }
@@ -293,7 +304,12 @@ impl ClusterActor {
                 continue;
             };
             if outcome.failed_starts.iter().any(|(j, _)| *j == job) {
-                self.advance(job, Phase::Pending, now);
+                if still_stopping(job) {
+                    // Stopped to move or resize, and not started: it waits, once stopped.
+                    next_after.insert(job, Phase::Preempted);
+                } else {
+                    self.advance(job, Phase::Pending, now);
+                }
                 continue;
             }
             handle
@@ -319,6 +335,7 @@ impl ClusterActor {
             .collect();
         self.persist(&records);
         self.fail_starts(&outcome.failed_starts, now);
+        self.keep_stopping(lingering, |job| next_after.get(&job).copied(), ctx);
         self.stats.leases_in_order += outcome.report.leased_in_order as u64;
         outcome.report
     }
@@ -456,16 +473,18 @@ impl ClusterActor {
     }
 
     /// Why `gpu` is out of service, if it is: unhealthy (its probe's reason, first: a cordoned GPU
-    /// that also failed says why it failed) or cordoned.
+    /// that also failed says why it failed), cordoned, or held by workers still stopping.
     pub(super) fn out_of_service(&self, gpu: GpuId) -> Option<&str> {
         (self.unhealthy.get(&gpu).map(String::as_str))
             .or_else(|| (self.store.ledger.cordoned.contains(&gpu.0)).then_some("cordoned"))
+            .or_else(|| self.draining(gpu))
     }
 
-    /// Puts GPUs in service or out of it after their cordon or health changed: in only if neither
-    /// cordoned nor unhealthy (an uncordoned GPU that failed stays out, and so does a cordoned one
-    /// whose probe answers healthy again). The jobs on those leaving stop now and wait for a round.
-    fn refresh_service(
+    /// Puts GPUs in service or out of it after their cordon, health or stopping workers changed: in
+    /// only if none holds it out (an uncordoned GPU that failed stays out, and so does a cordoned
+    /// one whose probe answers healthy again). The jobs on those leaving stop now and wait for a
+    /// round.
+    pub(super) fn refresh_service(
         &mut self,
         gpus: &[GpuId],
         ctx: &mut Context<Self>,

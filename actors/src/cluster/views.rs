@@ -586,8 +586,14 @@ impl ClusterActor {
         let cordoned_only = (self.store.ledger.cordoned.iter())
             .filter(|&&g| g < gpus && !self.unhealthy.contains_key(&GpuId(g)))
             .count();
+        let draining_only = (self.draining.keys())
+            .filter(|&&g| {
+                !self.unhealthy.contains_key(&g) && !self.store.ledger.cordoned.contains(&g.0)
+            })
+            .count();
         StatsSnapshot {
-            gpus_out_of_service: (self.unhealthy.len() + cordoned_only) as u32,
+            gpus_out_of_service: (self.unhealthy.len() + cordoned_only + draining_only) as u32,
+            stops_in_background: self.stops_in_background() as u32,
             gpus_unwatched: self.unwatched.len() as u32,
             ..self.stats.snapshot(active, running, busy, gpus)
         }
@@ -689,7 +695,9 @@ impl ClusterActor {
         let checkpoint = entry.checkpoint;
         let engine = &self.sched.as_ref().expect("the scheduler is home").engine;
         let status = engine.status(id);
-        let waiting = matches!(phase, Phase::Pending | Phase::Preempted)
+        // A job whose stop goes on in the background waits too, for its workers to go.
+        let held = phase == Phase::Checkpointing && self.stopping.contains_key(&id);
+        let waiting = (matches!(phase, Phase::Pending | Phase::Preempted) || held)
             .then(|| engine.waiting_reason(id))
             .flatten();
         let resources = status.as_ref().and_then(|s| s.resources);
