@@ -135,6 +135,12 @@ async fn show(cluster: &actix::Addr<ClusterActor>, job: JobId) -> JobInfo {
     cluster.send(ShowJob(job)).await.unwrap().unwrap()
 }
 
+/// Nothing broke the ledger's invariants or the job state machine.
+async fn assert_consistent(cluster: &actix::Addr<ClusterActor>) {
+    let stats = cluster.send(GetStats).await.unwrap();
+    assert_eq!((stats.violations, stats.illegal_transitions), (0, 0));
+}
+
 /// Polls the executor and runs rounds until `job` reaches `phase`.
 async fn until_phase(cluster: &actix::Addr<ClusterActor>, job: JobId, phase: Phase) -> JobInfo {
     tokio::time::timeout(PATIENCE, async {
@@ -205,6 +211,7 @@ async fn a_cancelled_jobs_lingering_workers_keep_their_gpus_out_of_service_until
         nodes.iter().all(|n| n.out_of_service.is_empty()),
         "{nodes:?}"
     );
+    assert_consistent(&cluster).await;
 }
 
 /// A job moved off cordoned GPUs whose workers go on stopping is not started elsewhere until they
@@ -256,6 +263,7 @@ async fn a_job_whose_workers_still_stop_is_not_started_again_until_they_are_gone
             .map(|&g| (g, "cordoned".to_owned()))
             .collect::<Vec<_>>()
     );
+    assert_consistent(&cluster).await;
 }
 
 /// Workers a restarted control plane finds alive and cannot re-adopt (their job cannot run on the
@@ -296,5 +304,6 @@ fn workers_a_restart_cannot_readopt_hold_their_gpus_while_they_stop() {
             (stats.stops_in_background, stats.gpus_out_of_service),
             (0, 0)
         );
+        assert_consistent(&cluster).await;
     });
 }

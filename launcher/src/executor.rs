@@ -372,6 +372,9 @@ struct Run {
 /// A stop under way.
 struct Stopping {
     run: Run,
+    /// When it was asked for, in control-plane seconds: the work its workers saved is counted to
+    /// then, however long they take to go.
+    asked_at: f64,
     /// When its workers are killed if they have not exited.
     deadline: Instant,
     /// When they were killed, once they were.
@@ -1063,20 +1066,25 @@ impl ProcessExecutor {
             let record: Option<RunRecord> = std::fs::read(&path)
                 .ok()
                 .and_then(|bytes| serde_json::from_slice(&bytes).ok());
-            if let Some(record) = record {
+            tracing::warn!(
+                attempt = stem,
+                "ending an attempt an earlier life of this daemon left, which no job accounts for"
+            );
+            // A run file it cannot read: its processes by this executor's marker for the name.
+            let (marker, cgroup, files) = match record {
                 // Run files of before it named the executor: the attempt's own name.
-                let marker = record.marker.unwrap_or_else(|| stem.to_owned());
-                tracing::warn!(
-                    attempt = stem,
-                    "ending an attempt an earlier life of this daemon left, which no job accounts for"
-                );
-                let cgroup = record.confinement.cgroup;
-                if !self.sweep_once(&marker, cgroup.as_deref()) {
-                    self.lingering.push((marker, cgroup));
-                }
-                if let Some(files) = record.files {
-                    files.remove();
-                }
+                Some(r) => (
+                    r.marker.unwrap_or_else(|| stem.to_owned()),
+                    r.confinement.cgroup,
+                    r.files,
+                ),
+                None => (format!("{}-{stem}", self.instance), None, None),
+            };
+            if !self.sweep_once(&marker, cgroup.as_deref()) {
+                self.lingering.push((marker, cgroup));
+            }
+            if let Some(files) = files {
+                files.remove();
             }
             let _ = std::fs::remove_file(&path);
         }
@@ -1214,6 +1222,7 @@ impl Executor for ProcessExecutor {
             .map(|run| Stopping {
                 deadline: began + run.stop_timeout,
                 run,
+                asked_at: now,
                 killed_at: None,
             })
             .collect();
@@ -1365,7 +1374,7 @@ impl Executor for ProcessExecutor {
         for mut stop in std::mem::take(&mut self.stopping) {
             if self.stop_over(&mut stop) {
                 let (job, attempt) = (stop.run.launch.job, stop.run.attempt);
-                let steps_done = self.finish_stop(stop.run, now);
+                let steps_done = self.finish_stop(stop.run, stop.asked_at);
                 events.push(WorkerEvent::Stopped {
                     job,
                     attempt,

@@ -4,6 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod fuse;
+
+use fuse::Swallowing;
 use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, reported};
 use gangway_launcher::process::processes_with_env;
@@ -87,6 +90,15 @@ fn wait_for_event(exec: &mut ProcessExecutor) -> WorkerEvent {
             return event;
         }
         assert!(Instant::now() < deadline, "no event within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until no process carries `marker` (a SIGKILL lands asynchronously), for 10 s at most.
+fn gone_within(marker: &str, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !attempt_processes(marker).is_empty() {
+        assert!(Instant::now() < deadline, "{what}");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -296,10 +308,7 @@ fn a_restarted_daemon_readopts_live_and_ended_attempts_and_stops_them() {
         "and reports how it ended"
     );
     // The first poll, after the control plane re-adopted what it knows, ended the rest.
-    assert!(
-        attempt_processes(&three).is_empty(),
-        "job 3's attempt outlived its daemon"
-    );
+    gone_within(&three, "job 3's attempt outlived its daemon");
     assert!(
         !dir.path().join("runs/3.2.run").exists(),
         "its run file is left"
@@ -443,7 +452,7 @@ fn stopping_a_job_leaves_another_daemons_job_of_the_same_number_alone() {
 }
 
 /// Workers that ignore the stop (a job's own code may) are killed once the daemon's longest grace
-/// and its margin have passed, not the week the job asked for: every round waits for its stops. The
+/// and its margin have passed, not the week the job asked for: its GPUs wait for its stop. The
 /// same holds for an attempt a daemon allowing longer graces launched, once a restarted daemon with
 /// a shorter limit adopts it.
 #[test]
@@ -536,7 +545,7 @@ fn a_stop_that_outlasts_the_patience_goes_on_in_the_background() {
         } => assert!((0.0..100.0).contains(&steps_done), "{steps_done}"),
         other => panic!("{other:?}"),
     }
-    assert!(attempt_processes(&marker).is_empty(), "still running");
+    gone_within(&marker, "still running");
     let _again_reaper = KillAtEnd(exec.attempt_marker(JobId(0), 2));
     exec.launch(&again, 2.0).unwrap();
 }
@@ -587,143 +596,6 @@ fn elastic_run_starts_in_the_root_told_where_the_jobs_directory_log_and_script_a
             format!("/ {d} {d}/job.log none"),
         ]
     );
-}
-
-/// A FUSE file system whose server answers the kernel's handshake and then reads every request
-/// without answering it, until dropped: a process that asks it anything waits in the kernel, where
-/// not even SIGKILL reaches it (a submitter's FUSE mount that hangs does this). Mounting one takes
-/// root. Dropped, it answers what it swallowed with an error, which lets those processes go, and is
-/// unmounted.
-struct Swallowing {
-    dir: PathBuf,
-    /// Requests read and not answered.
-    swallowed: std::sync::Arc<std::sync::atomic::AtomicUsize>,
-    released: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    server: Option<std::thread::JoinHandle<()>>,
-}
-
-/// FUSE's opcode for the handshake, and the sizes of a request's and an answer's headers.
-const FUSE_INIT: u32 = 26;
-const IN_HEADER: usize = 40;
-const OUT_HEADER: usize = 16;
-
-impl Swallowing {
-    /// Mounts one at `dir`; `None` where this process may not mount (not root, or not allowed to
-    /// by its container).
-    fn mount(dir: &Path) -> Option<Swallowing> {
-        use std::os::fd::AsRawFd;
-        use std::os::unix::ffi::OsStrExt;
-        use std::os::unix::fs::OpenOptionsExt;
-        // Without blocking: a request its caller gave up on (a fatal signal while it was pending)
-        // leaves nothing to read, and the server must still see that it was released.
-        let fuse = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open("/dev/fuse")
-            .ok()?;
-        let target = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-        let options = std::ffi::CString::new(format!(
-            "fd={},rootmode=40000,user_id=0,group_id=0",
-            fuse.as_raw_fd()
-        ))
-        .unwrap();
-        // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
-        let mounted = unsafe {
-            libc::mount(
-                c"swallowing".as_ptr(),
-                target.as_ptr(),
-                c"fuse".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                options.as_ptr().cast(),
-            )
-        };
-        if mounted != 0 {
-            return None;
-        }
-        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let swallowed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let server = {
-            let (released, swallowed) = (released.clone(), swallowed.clone());
-            std::thread::spawn(move || serve_swallowing(fuse, &released, &swallowed))
-        };
-        Some(Swallowing {
-            dir: dir.to_owned(),
-            swallowed,
-            released,
-            server: Some(server),
-        })
-    }
-}
-
-/// The server of a [`Swallowing`] file system: the handshake answered, every other request read and
-/// kept unanswered until `released`, then answered with EIO.
-fn serve_swallowing(
-    mut fuse: std::fs::File,
-    released: &std::sync::atomic::AtomicBool,
-    count: &std::sync::atomic::AtomicUsize,
-) {
-    use std::io::{Read, Write};
-    use std::os::fd::AsRawFd;
-    let answer = |fuse: &mut std::fs::File, unique: u64, error: i32, body: &[u8]| {
-        let mut out = Vec::with_capacity(OUT_HEADER + body.len());
-        out.extend_from_slice(&((OUT_HEADER + body.len()) as u32).to_ne_bytes());
-        out.extend_from_slice(&error.to_ne_bytes());
-        out.extend_from_slice(&unique.to_ne_bytes());
-        out.extend_from_slice(body);
-        let _ = fuse.write_all(&out);
-    };
-    let mut swallowed = Vec::new();
-    let mut request = vec![0u8; 1 << 20];
-    while !released.load(std::sync::atomic::Ordering::SeqCst) {
-        let mut ready = libc::pollfd {
-            fd: fuse.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: poll(2) on one descriptor this thread owns.
-        if unsafe { libc::poll(&mut ready, 1, 20) } <= 0 {
-            continue;
-        }
-        let n = match fuse.read(&mut request) {
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(_) => break,
-        };
-        if n < IN_HEADER {
-            continue;
-        }
-        let opcode = u32::from_ne_bytes(request[4..8].try_into().unwrap());
-        let unique = u64::from_ne_bytes(request[8..16].try_into().unwrap());
-        if opcode == FUSE_INIT {
-            // Protocol 7.31; everything else zero: no options, the smallest writes.
-            let mut init = [0u8; 64];
-            init[0..4].copy_from_slice(&7u32.to_ne_bytes());
-            init[4..8].copy_from_slice(&31u32.to_ne_bytes());
-            init[20..24].copy_from_slice(&4096u32.to_ne_bytes());
-            answer(&mut fuse, unique, 0, &init);
-        } else {
-            swallowed.push(unique);
-            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-    for unique in swallowed {
-        answer(&mut fuse, unique, -libc::EIO, &[]);
-    }
-}
-
-impl Drop for Swallowing {
-    fn drop(&mut self) {
-        use std::os::unix::ffi::OsStrExt;
-        self.released
-            .store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(server) = self.server.take() {
-            let _ = server.join();
-        }
-        let target = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).unwrap();
-        // SAFETY: umount2(2) with a NUL-terminated path.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
 }
 
 /// A job whose directory never answers (a FUSE mount whose server took the request and hangs)

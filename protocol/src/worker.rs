@@ -298,7 +298,7 @@ pub trait Executor: Send + 'static {
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError>;
 
     /// Stops several jobs' workers; an executor of real processes stops them all at once, so that
-    /// one round waits for the slowest checkpoint rather than for the sum of them.
+    /// one round waits for the slowest checkpoint (up to its patience) rather than for the sum of them.
     fn stop_many(&mut self, jobs: &[JobId], now: f64) -> Vec<(JobId, Result<f64, ExecutorError>)> {
         jobs.iter().map(|&job| (job, self.stop(job, now))).collect()
     }

@@ -180,7 +180,8 @@ pub(super) struct Steps {
 pub(super) struct Outcome {
     /// Work the stopped workers saved.
     pub saved: Vec<(JobId, f64)>,
-    /// When the stopped workers had all exited, and when the new ones had all been launched.
+    /// When the stopped workers had all exited (or the rest went on stopping in the background), and
+    /// when the new ones had all been launched.
     pub stopped_at: f64,
     pub launched_at: f64,
     /// Starts whose gang could not be leased or whose workers could not launch, with why.

@@ -74,8 +74,13 @@ impl Handler<Poll> for ClusterActor {
                 continue;
             }
             // About an attempt that no longer runs: the stop in the background it ends says.
-            if let WorkerEvent::Stopped { steps_done, .. } = event {
-                stops_ended.push((job, steps_done));
+            if let WorkerEvent::Stopped {
+                attempt,
+                steps_done,
+                ..
+            } = event
+            {
+                stops_ended.push((job, attempt, steps_done));
                 continue;
             }
             if self.current_attempt(job) != Some(event.attempt()) {
@@ -160,8 +165,8 @@ impl Handler<Poll> for ClusterActor {
         for &phase in ending.values() {
             self.stats.note_end(phase);
         }
-        for (job, steps_done) in stops_ended {
-            self.stop_ended(job, steps_done, now, ctx);
+        for (job, attempt, steps_done) in stops_ended {
+            self.stop_ended(job, attempt, steps_done, now, ctx);
         }
         if !ending.is_empty() && self.settings.engine.schedule_on_completion {
             self.queue_round(ctx);

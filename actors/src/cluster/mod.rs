@@ -119,7 +119,10 @@ pub struct ClusterActor {
     stopping: IdMap<JobId, stopping::Lingering>,
     /// GPUs out of service while the workers that hold them stop, with why.
     draining: FxHashMap<GpuId, String>,
-    /// Retunes that found the executor busy (stopping workers, which may take a job's whole grace):
+    /// Ends of stops in the background polled before the batch that began them settled (the
+    /// executor answered, and the workers went, while the batch's starts were carried out).
+    stopped_early: IdMap<JobId, (u64, f64)>,
+    /// Retunes that found the executor busy (stopping workers, for up to its patience):
     /// told at the next poll that finds it free. The actor's thread never waits on the executor.
     deferred_retunes: Vec<Retune>,
     /// What the executor last said of its next event, for when it is busy.
@@ -206,6 +209,7 @@ impl ClusterActor {
                 unwatched: FxHashMap::default(),
                 stopping: IdMap::default(),
                 draining: FxHashMap::default(),
+                stopped_early: IdMap::default(),
                 round_queued: false,
                 deferred_retunes: Vec::new(),
                 next_event: None,

@@ -480,6 +480,19 @@ impl ClusterActor {
             .or_else(|| self.draining(gpu))
     }
 
+    /// Puts `gpus` in service or out of it in the engine, as [`ClusterActor::out_of_service`] says
+    /// (the jobs on those leaving stop there: the caller commits that).
+    pub(super) fn follow_service(&mut self, gpus: &[GpuId], now: f64) {
+        for &gpu in gpus {
+            if self.out_of_service(gpu).is_none() {
+                self.engine().enable_gpu(gpu);
+            } else {
+                self.engine().disable_gpu(gpu, now);
+            }
+        }
+        self.views.touch_gpus(gpus.iter().copied());
+    }
+
     /// Puts GPUs in service or out of it after their cordon, health or stopping workers changed: in
     /// only if none holds it out (an uncordoned GPU that failed stays out, and so does a cordoned
     /// one whose probe answers healthy again). The jobs on those leaving stop now and wait for a
@@ -490,14 +503,7 @@ impl ClusterActor {
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
         let now = self.clock.now();
-        for &gpu in gpus {
-            if self.out_of_service(gpu).is_none() {
-                self.engine().enable_gpu(gpu);
-            } else {
-                self.engine().disable_gpu(gpu, now);
-            }
-        }
-        self.views.touch_gpus(gpus.iter().copied());
+        self.follow_service(gpus, now);
         let changes = self.engine().take_changes();
         let carried = self.commit(changes, now, IdMap::default(), None, ctx);
         self.publish();

@@ -9,6 +9,7 @@ use gangway_core::job::JobId;
 
 use super::ClusterActor;
 use super::carry::Gang;
+use crate::IdMap;
 use crate::gpu::Holder;
 use crate::ledger::Record;
 use crate::lifecycle::Phase;
@@ -17,8 +18,11 @@ use crate::lifecycle::Phase;
 pub(super) struct Lingering {
     /// Its gang, still leased to the stopping attempt.
     gang: Option<Gang>,
-    /// Where its job goes once its workers are gone (none for a job that already ended).
+    /// Where its job goes once its workers are gone (none: it stays where it is, a job that ended
+    /// or one recovery found).
     next: Option<Phase>,
+    /// Found at recovery: the engine has its job's progress from the journal, not from a run.
+    recovered: bool,
 }
 
 impl ClusterActor {
@@ -42,13 +46,21 @@ impl ClusterActor {
         ctx: &mut Context<Self>,
     ) {
         let mut gpus = Vec::new();
+        let mut over = Vec::new();
         for (job, gang) in lingering {
-            let next = next(job);
-            gpus.extend(self.linger(job, gang, next));
+            gpus.extend(self.linger(job, gang, next(job), false));
+            // Its end may have been polled while the batch was still carried out.
+            if let Some((attempt, steps_done)) = self.stopped_early.remove(&job) {
+                over.push((job, attempt, steps_done));
+            }
         }
         if !gpus.is_empty() {
-            // Nothing to carry out (nothing runs there), and nobody waits on it.
+            // Nothing runs there (the batch's starts on them failed), so nothing is carried out.
             drop(self.refresh_service(&gpus, ctx));
+        }
+        let now = self.clock.now();
+        for (job, attempt, steps_done) in over {
+            self.stop_ended(job, attempt, steps_done, now, ctx);
         }
     }
 
@@ -61,7 +73,7 @@ impl ClusterActor {
             .collect();
         let gang = Gang::new(&self.gpus, Holder { job, attempt }, None, &gpus);
         let now = self.clock.now();
-        for gpu in self.linger(job, Some(gang), None) {
+        for gpu in self.linger(job, Some(gang), None, true) {
             // Nothing runs there: the ledger gave them to that attempt.
             self.engine().disable_gpu(gpu, now);
         }
@@ -69,7 +81,13 @@ impl ClusterActor {
 
     /// Notes `job`'s stop going on with `gang` (out of service until it ends) and holds the job;
     /// answers the gang's GPUs.
-    fn linger(&mut self, job: JobId, gang: Option<Gang>, next: Option<Phase>) -> Vec<GpuId> {
+    fn linger(
+        &mut self,
+        job: JobId,
+        gang: Option<Gang>,
+        next: Option<Phase>,
+        recovered: bool,
+    ) -> Vec<GpuId> {
         tracing::warn!(
             job = job.0,
             "its workers are still stopping: its GPUs stay out of service until they have"
@@ -88,50 +106,65 @@ impl ClusterActor {
         // A job that ended is not placed again anyway.
         let _ = self.engine().hold(job);
         self.views.touch(job);
-        self.stopping.insert(job, Lingering { gang, next });
+        let lingering = Lingering {
+            gang,
+            next,
+            recovered,
+        };
+        self.stopping.insert(job, lingering);
         gpus
     }
 
-    /// The executor reports that the workers of `job`'s stop in the background are gone, having
-    /// saved `steps_done`: its gang is given back, its GPUs come back in service, its job moves on
-    /// and may start again, and a round is queued to use them.
+    /// The executor reports that the workers of `job`'s attempt `attempt`, stopped in the
+    /// background, are gone, having saved `steps_done`: its gang is given back, its GPUs come back
+    /// in service, its job moves on and may start again, and a round is queued to use them.
+    /// Nothing here changes what runs, so nothing is committed.
     pub(super) fn stop_ended(
         &mut self,
         job: JobId,
+        attempt: u64,
         steps_done: f64,
         now: f64,
         ctx: &mut Context<Self>,
     ) {
-        let Some(Lingering { gang, next }) = self.stopping.remove(&job) else {
-            tracing::debug!(
-                job = job.0,
-                "a stop's end that no stop in the background awaits"
-            );
+        let awaited = self
+            .stopping
+            .get(&job)
+            .is_some_and(|l| (l.gang.as_ref()).is_none_or(|g| g.holder.attempt == attempt));
+        let Some(lingering) = awaited.then(|| self.stopping.remove(&job)).flatten() else {
+            // Polled between the executor's answer and the batch's settling: kept for then.
+            self.stopped_early.insert(job, (attempt, steps_done));
             return;
         };
         let mut gpus = Vec::new();
-        if let Some(gang) = gang {
+        if let Some(gang) = &lingering.gang {
             gang.release();
-            for &gpu in gang.gpus.iter() {
-                self.draining.remove(&gpu);
-                gpus.push(gpu);
-            }
+            gpus.extend(gang.gpus.iter().copied());
+        }
+        // A GPU another stop still holds (a packing partner's) stays out.
+        let still_held = |gpu: &GpuId, stopping: &IdMap<JobId, Lingering>| {
+            (stopping.values()).any(|l| l.gang.as_ref().is_some_and(|g| g.gpus.contains(gpu)))
+        };
+        gpus.retain(|gpu| !still_held(gpu, &self.stopping));
+        for gpu in &gpus {
+            self.draining.remove(gpu);
         }
         // A job that ended meanwhile (cancelled) keeps no checkpoint.
-        let alive = (self.store.ledger.jobs.get(&job)).is_some_and(|e| !e.standing.is_terminal());
-        if alive {
+        let entry = self.store.ledger.jobs.get(&job);
+        if let Some(stops) = entry.filter(|e| !e.standing.is_terminal()).map(|e| e.stops) {
             self.persist(&[Record::Checkpointed { job, steps_done }]);
+            if lingering.recovered {
+                self.engine().restore_progress(job, steps_done, stops);
+            }
             let _ = self.engine().release_hold(job);
         }
         let checkpointing = self.jobs.get(&job).map(|h| h.phase()) == Some(Phase::Checkpointing);
-        if let Some(next) = next.filter(|_| checkpointing) {
+        if let Some(next) = lingering.next.filter(|_| checkpointing) {
             self.advance(job, next, now);
         }
         self.views.touch(job);
         tracing::info!(job = job.0, "workers stopped in the background");
-        if !gpus.is_empty() {
-            drop(self.refresh_service(&gpus, ctx));
-        }
+        self.follow_service(&gpus, now);
         self.queue_round(ctx);
     }
 }

@@ -27,9 +27,8 @@ impl Backlog for Waiting<'_, '_> {
 
     fn view(&self, id: JobId) -> Option<JobView<'_>> {
         let &i = self.engine.index_of.get(&id)?;
-        self.engine.states[i]
-            .active
-            .then(|| self.engine.view(i, self.now))
+        let state = &self.engine.states[i];
+        (state.active && !state.held).then(|| self.engine.view(i, self.now))
     }
 
     fn views(&self) -> Vec<JobView<'_>> {
@@ -78,7 +77,7 @@ impl Engine<'_> {
             .iter()
             .filter_map(|&i| {
                 let state = &self.states[i];
-                (state.active && state.run.is_none()).then_some((state.order, i))
+                (state.active && state.run.is_none() && !state.held).then_some((state.order, i))
             })
             .collect();
         // A slot forgotten and reused since the last call may be listed twice.

@@ -354,21 +354,32 @@ impl Engine<'_> {
         Ok(())
     }
 
-    /// Job `id` may not start (whatever its policy grants it) until [`Engine::release_hold`]: its
-    /// last run's workers have not stopped yet, and two runs of a job never overlap. It waits,
-    /// saying why ([`Unplaced::Stopping`]).
+    /// Waiting job `id` may not start until [`Engine::release_hold`]: its last run's workers have
+    /// not stopped yet, and two runs of a job never overlap. Its policy no longer sees it (for a
+    /// policy that keeps its own queue, it left), so that no grant goes to it and no GPU waits for
+    /// it; it waits, saying why ([`Unplaced::Stopping`]).
     pub fn hold(&mut self, id: JobId) -> Result<(), Rejected> {
         let i = self.active_index(id)?;
-        self.states[i].held = true;
+        let state = &mut self.states[i];
+        debug_assert!(state.run.is_none(), "only a waiting job is held");
+        if std::mem::replace(&mut state.held, true) {
+            return Ok(());
+        }
+        self.active.remove(&(state.order, i));
+        self.held_jobs += 1;
+        self.left.push(id);
         self.explain_wait(i, Unplaced::Stopping);
-        self.touch(i);
+        self.jobs_changed = true;
         Ok(())
     }
 
-    /// Job `id` may start again (see [`Engine::hold`]).
+    /// Job `id` may start again (see [`Engine::hold`]): its policy sees it again, as a job that
+    /// changed.
     pub fn release_hold(&mut self, id: JobId) -> Result<(), Rejected> {
         let i = self.active_index(id)?;
         if std::mem::take(&mut self.states[i].held) {
+            self.active.insert((self.states[i].order, i));
+            self.held_jobs -= 1;
             self.touch(i);
             self.jobs_changed = true;
         }
@@ -548,6 +559,49 @@ mod tests {
         assert!(
             why.ends_with(" (7 of 8 GPUs free, 1 out of service)"),
             "{why}"
+        );
+    }
+
+    /// Grants the jobs it is shown their GPUs, in order, while the capacity lasts.
+    struct InOrder;
+
+    impl crate::policy::Policy for InOrder {
+        fn allocate(&mut self, input: &crate::policy::RoundInput<'_>) -> Vec<crate::policy::Grant> {
+            let mut left = input.capacity[0];
+            let mut grants = Vec::new();
+            for v in input.jobs {
+                if v.job.gpus <= left {
+                    left -= v.job.gpus;
+                    grants.push(crate::policy::Grant::new(v.id(), GpuTypeId(0), v.job.gpus));
+                }
+            }
+            grants
+        }
+    }
+
+    /// A held job is not shown to its policy: the GPUs it would be granted go to the next job in
+    /// line rather than stay idle, and it is shown again once released.
+    #[test]
+    fn a_held_job_takes_no_grant_from_the_next_in_line() {
+        let mut engine = uniform_engine("v100=1x4");
+        let toy = engine.intern_job_type("toy");
+        for id in [1, 2] {
+            let job = Job::new(JobId(id), 0.0, 4, 100.0).with_type(toy);
+            engine.submit(job, 0.0).unwrap();
+        }
+        engine.hold(JobId(1)).unwrap();
+        engine.schedule(&mut InOrder, &mut PackingPlacer, 1.0);
+        assert!(
+            engine.status(JobId(2)).unwrap().gpus.is_some(),
+            "the next in line runs"
+        );
+        assert_eq!(engine.active_jobs(), 2, "a held job is still active");
+        engine.release_hold(JobId(1)).unwrap();
+        engine.cancel(JobId(2), 2.0).unwrap();
+        engine.schedule(&mut InOrder, &mut PackingPlacer, 3.0);
+        assert!(
+            engine.status(JobId(1)).unwrap().gpus.is_some(),
+            "shown again once released"
         );
     }
 

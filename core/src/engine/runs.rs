@@ -428,10 +428,15 @@ impl Engine<'_> {
     /// Job `i` leaves the active set.
     pub(super) fn retire(&mut self, i: usize) {
         let state = &mut self.states[i];
-        self.active.remove(&(state.order, i));
+        // A held job left its policy's sight when it was held.
+        if std::mem::take(&mut state.held) {
+            self.held_jobs -= 1;
+        } else {
+            self.active.remove(&(state.order, i));
+            self.left.push(self.jobs[i].id);
+        }
         state.active = false;
         state.waiting = None;
-        self.left.push(self.jobs[i].id);
         self.jobs_changed = true;
     }
 }
