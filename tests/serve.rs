@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 
 mod support;
 
+#[path = "../launcher/tests/fuse/mod.rs"]
+mod fuse;
+
 use support::Api;
 
 struct Daemon {
@@ -1621,4 +1624,69 @@ fn a_slow_checkpoint_goes_on_in_the_background_its_gpu_out_of_service() {
     let (_, stats) = status_and_body(d.api.get("/stats"));
     assert_eq!(stats["stops_in_background"], 0, "{stats}");
     assert_eq!(stats["gpus_out_of_service"], 0, "{stats}");
+}
+
+/// A submission whose directory is on a file system that never answers (a FUSE mount whose server
+/// takes every request and hangs) waits on the daemon's check of it, and the API must go on
+/// answering everyone else: the check ran on the API's own threads, and as many such submissions
+/// as it has threads froze it (`/healthz` included) until the file system answered. Needs root to
+/// mount, as CI runs.
+#[test]
+fn submissions_whose_paths_never_answer_hold_none_of_the_apis_threads() {
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        support::skip("mounting a FUSE file system needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let fake = fake_elastic_run(dir.path()).display().to_string();
+    let port = support::free_port();
+    let flags = ["--workers", "processes", "--elastic-run", &fake];
+    let d = daemon_with(&journal, port, &flags);
+    let hanging = dir.path().join("hanging");
+    std::fs::create_dir(&hanging).unwrap();
+    // Mounted after the daemon started, so that it is let go first if this test fails (a daemon
+    // waiting on it cannot end until it is).
+    let Some(mount) = fuse::Swallowing::mount(&hanging) else {
+        // The kernel's to allow (a container may refuse root the mount): no set-up step can
+        // provide it, so this skips even under CI=true, saying why.
+        eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+        return;
+    };
+    let base = format!("http://{}", d.addr);
+    // More than the API has threads (one per core).
+    let count = std::thread::available_parallelism().map_or(2, |n| n.get()) + 2;
+    let submissions: Vec<_> = (0..count)
+        .map(|_| {
+            let (base, journal) = (base.clone(), journal.clone());
+            let cwd = hanging.display().to_string();
+            std::thread::spawn(move || {
+                let api = Api::new(&base, &journal, Duration::from_secs(60));
+                let job = json!({"gpus": 1, "work": 60, "run": {
+                    "args": ["--python", "/bin/sh", "train.py"], "cwd": cwd,
+                }});
+                status_and_body(api.post("/jobs", &job)).0
+            })
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) < count {
+        assert!(
+            Instant::now() < deadline,
+            "{} of {count} submissions reached the file system: the others wait for an API thread",
+            mount.swallowed.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let prompt = Api::new(&base, &journal, Duration::from_secs(3));
+    for path in ["/healthz", "/jobs"] {
+        let (status, _) = status_and_body(prompt.get(path));
+        assert_eq!(status, 200, "{path}");
+    }
+    // Answered at last (with an error), the submissions are refused for their directory.
+    drop(mount);
+    for submission in submissions {
+        assert_eq!(submission.join().unwrap(), 422);
+    }
 }

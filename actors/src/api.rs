@@ -479,6 +479,47 @@ fn idempotency_key(headers: &HeaderMap, submitter: &Submitter) -> Result<Option<
     )))
 }
 
+/// The checks of a submission that look outside the daemon: the tenant `submitter` may name (their
+/// account's name, unless the operator gave them others; `operates`: they name any), and the
+/// command's paths and arguments. Answers the request as it is to be journaled.
+fn check_submitter(
+    mut request: JobRequest,
+    submitter: &Submitter,
+    operates: bool,
+    tenants: &Tenants,
+    runs: &RunPolicy,
+) -> Result<JobRequest, ApiError> {
+    // A tenant is a share: another user draws on their own (or those the operator gave them); a
+    // request that names none goes under theirs.
+    if !operates {
+        if request.tenant == gangway_protocol::api::DEFAULT_NAME
+            && let Some(theirs) = tenants.default_for(submitter.uid)
+        {
+            request.tenant = theirs;
+        }
+        (tenants.check(submitter.uid, &request.tenant))
+            .map_err(|why| ApiError(StatusCode::FORBIDDEN, why))?;
+    }
+    match &mut request.run {
+        Some(run) => runs
+            .check(run, submitter)
+            .map_err(|refusal| match refusal {
+                RunRefusal::Invalid(i) => ApiError::from(Refusal::from(i)),
+                RunRefusal::Forbidden(why) => ApiError(StatusCode::FORBIDDEN, why),
+            })?,
+        None if runs.command_required => {
+            return Err(ApiError::from(Refusal::from(request::Invalid {
+                field: "run",
+                problem: "this daemon's workers are processes: a job needs a command to run \
+                          (elastic-run --daemon sends one)"
+                    .into(),
+            })));
+        }
+        None => {}
+    }
+    Ok(request)
+}
+
 async fn submit(
     State(state): State<ApiState>,
     Extension(submitter): Extension<Submitter>,
@@ -486,7 +527,7 @@ async fn submit(
     body: Body,
 ) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let bytes = json_body(&headers, body).await?;
-    let mut request: JobRequest = request::parse_job_request(&bytes)?;
+    let request: JobRequest = request::parse_job_request(&bytes)?;
     if request.id.is_some() {
         return Err(ApiError(
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -505,35 +546,22 @@ async fn submit(
             ),
         ));
     }
-    // A tenant is a share: another user draws on their own (or those the operator gave them); a
-    // request that names none goes under theirs.
-    if !state.operates(&submitter) {
-        if request.tenant == gangway_protocol::api::DEFAULT_NAME
-            && let Some(theirs) = state.tenants.default_for(submitter.uid)
-        {
-            request.tenant = theirs;
-        }
-        (state.tenants.check(submitter.uid, &request.tenant))
-            .map_err(|why| ApiError(StatusCode::FORBIDDEN, why))?;
-    }
-    match &mut request.run {
-        Some(run) => state
-            .runs
-            .check(run, &submitter)
-            .map_err(|refusal| match refusal {
-                RunRefusal::Invalid(i) => ApiError::from(Refusal::from(i)),
-                RunRefusal::Forbidden(why) => ApiError(StatusCode::FORBIDDEN, why),
-            })?,
-        None if state.runs.command_required => {
-            return Err(ApiError::from(Refusal::from(request::Invalid {
-                field: "run",
-                problem: "this daemon's workers are processes: a job needs a command to run \
-                          (elastic-run --daemon sends one)"
-                    .into(),
-            })));
-        }
-        None => {}
-    }
+    // The submitter's account and the command's paths are looked up on the blocking pool: a
+    // directory server that answers slowly, or a path on a file system that never answers, holds
+    // one of its threads, not one of the API's, which answer everyone.
+    let request = {
+        let (tenants, runs) = (Arc::clone(&state.tenants), Arc::clone(&state.runs));
+        let (operates, who) = (state.operates(&submitter), submitter);
+        let checked = tokio::task::spawn_blocking(move || {
+            check_submitter(request, &who, operates, &tenants, &runs)
+        });
+        checked.await.map_err(|e| {
+            ApiError(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("checking the submission failed: {e}"),
+            )
+        })??
+    };
     let key = idempotency_key(&headers, &submitter)?;
     let sent = state
         .cluster
