@@ -180,8 +180,72 @@ struct ApiState {
     views: Views,
     runs: Arc<RunPolicy>,
     tenants: Arc<Tenants>,
+    checking: Arc<Checking>,
     sessions: Arc<Sessions>,
     policy: Option<String>,
+}
+
+/// Submissions checked at once, in all: each check holds a thread of tokio's blocking pool, which
+/// the control plane's own calls (stopping and launching workers) share, for as long as the file
+/// systems its paths are on (or the directory server its account is in) take to answer.
+const CHECKS_AT_ONCE: usize = 64;
+
+/// Submissions of one user checked at once.
+const CHECKS_PER_USER: usize = 16;
+
+/// Submissions being checked: in all, and by user id.
+#[derive(Default)]
+struct Checking(std::sync::Mutex<(usize, crate::IdMap<u32, usize>)>);
+
+impl Checking {
+    /// A place for a check of `uid`'s submission, or why there is none (503 when every place is
+    /// taken, 429 when theirs are).
+    fn enter(self: &Arc<Self>, uid: u32) -> Result<CheckPlace, ApiError> {
+        let mut counts = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, by_user) = &mut *counts;
+        if by_user
+            .get(&uid)
+            .is_some_and(|&theirs| theirs >= CHECKS_PER_USER)
+        {
+            return Err(ApiError(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!(
+                    "uid {uid} has {CHECKS_PER_USER} submissions being checked already (their \
+                     paths' file systems may not be answering); try again once they are"
+                ),
+            ));
+        }
+        if *all >= CHECKS_AT_ONCE {
+            return Err(ApiError(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "{CHECKS_AT_ONCE} submissions are being checked already (their paths' file \
+                     systems may not be answering); try again"
+                ),
+            ));
+        }
+        *by_user.entry(uid).or_default() += 1;
+        *all += 1;
+        Ok(CheckPlace(Arc::clone(self), uid))
+    }
+}
+
+/// A check's place, given back when dropped (when the check ends, whether or not its client still
+/// waits for it).
+struct CheckPlace(Arc<Checking>, u32);
+
+impl Drop for CheckPlace {
+    fn drop(&mut self) {
+        let mut counts = self.0.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (all, by_user) = &mut *counts;
+        *all -= 1;
+        if let Some(theirs) = by_user.get_mut(&self.1) {
+            *theirs -= 1;
+            if *theirs == 0 {
+                by_user.remove(&self.1);
+            }
+        }
+    }
 }
 
 impl FromRef<ApiState> for Arc<Sessions> {
@@ -215,6 +279,7 @@ pub fn router(cluster: Addr<ClusterActor>, views: Views, config: &ApiConfig) -> 
         views,
         runs: Arc::new(config.run_policy.clone()),
         tenants: Arc::new(config.tenants.clone()),
+        checking: Arc::default(),
         sessions: Arc::clone(&sessions),
         policy: config.policy.clone(),
     };
@@ -548,11 +613,13 @@ async fn submit(
     }
     // The submitter's account and the command's paths are looked up on the blocking pool: a
     // directory server that answers slowly, or a path on a file system that never answers, holds
-    // one of its threads, not one of the API's, which answer everyone.
+    // one of its threads (a bounded number of them), not one of the API's, which answer everyone.
     let request = {
+        let place = state.checking.enter(submitter.uid)?;
         let (tenants, runs) = (Arc::clone(&state.tenants), Arc::clone(&state.runs));
         let (operates, who) = (state.operates(&submitter), submitter);
         let checked = tokio::task::spawn_blocking(move || {
+            let _place = place;
             check_submitter(request, &who, operates, &tenants, &runs)
         });
         checked.await.map_err(|e| {
@@ -1033,4 +1100,39 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
     );
     out += &format!("gangway_round_latency_seconds_count {}\n", s.rounds);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn submissions_checked_at_once_are_bounded_per_user_and_in_all() {
+        let checking = Arc::new(Checking::default());
+        let status = |entered: Result<CheckPlace, ApiError>| entered.err().map(|e| e.0);
+        let mut places: Vec<CheckPlace> = (0..CHECKS_PER_USER)
+            .map(|_| checking.enter(7).ok().unwrap())
+            .collect();
+        assert_eq!(
+            status(checking.enter(7)),
+            Some(StatusCode::TOO_MANY_REQUESTS)
+        );
+        // Others fill the rest.
+        for uid in 100.. {
+            match checking.enter(uid) {
+                Ok(place) => places.push(place),
+                Err(e) => {
+                    assert_eq!(e.0, StatusCode::SERVICE_UNAVAILABLE);
+                    break;
+                }
+            }
+        }
+        assert_eq!(places.len(), CHECKS_AT_ONCE);
+        // A check that ends gives its place back, to anyone.
+        places.truncate(CHECKS_AT_ONCE - 1);
+        assert!(checking.enter(8).is_ok());
+        places.clear();
+        assert_eq!(checking.0.lock().unwrap().0, 0);
+        assert!(checking.0.lock().unwrap().1.is_empty());
+    }
 }

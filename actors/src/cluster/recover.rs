@@ -35,7 +35,8 @@ impl ClusterActor {
         }
         let entries: Vec<_> = self.store.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
-        // Live workers stopped here that went on stopping in the background: job, attempt, GPUs.
+        // Live workers stopped here that went on stopping in the background: job, attempt, GPUs, and
+        // the stops the journal counted before.
         let mut lingering = Vec::new();
         for entry in &entries {
             let shape = self.store.shapes.get(&entry.spec.id);
@@ -51,7 +52,7 @@ impl ClusterActor {
                     if executor.alive(id, *attempt) {
                         match executor.stop(id, now) {
                             Err(ExecutorError::StillStopping(_)) => {
-                                lingering.push((id, *attempt, gpus.clone()))
+                                lingering.push((id, *attempt, gpus.clone(), entry.stops))
                             }
                             Err(e) => {
                                 tracing::error!(job = id.0, error = %e, "stopping its workers failed")
@@ -98,7 +99,7 @@ impl ClusterActor {
                             engine.restore_progress(id, saved, entry.stops);
                         }
                         Some(Err(ExecutorError::StillStopping(_))) => {
-                            lingering.push((id, *attempt, gpus.clone()))
+                            lingering.push((id, *attempt, gpus.clone(), entry.stops))
                         }
                         _ => {}
                     }
@@ -117,8 +118,8 @@ impl ClusterActor {
             policy,
             placer,
         });
-        for (job, attempt, gpus) in lingering {
-            self.keep_stopping_recovered(job, attempt, &gpus);
+        for (job, attempt, gpus, stops) in lingering {
+            self.keep_stopping_recovered(job, attempt, &gpus, stops);
         }
         self.persist(&requeued);
         let ended: Vec<Phase> = self

@@ -21,8 +21,9 @@ pub(super) struct Lingering {
     /// Where its job goes once its workers are gone (none: it stays where it is, a job that ended
     /// or one recovery found).
     next: Option<Phase>,
-    /// Found at recovery: the engine has its job's progress from the journal, not from a run.
-    recovered: bool,
+    /// Found at recovery: the stops the journal counted before, for the job's progress, which the
+    /// engine has from the journal rather than from a run.
+    recovered: Option<u32>,
 }
 
 impl ClusterActor {
@@ -48,7 +49,7 @@ impl ClusterActor {
         let mut gpus = Vec::new();
         let mut over = Vec::new();
         for (job, gang) in lingering {
-            gpus.extend(self.linger(job, gang, next(job), false));
+            gpus.extend(self.linger(job, gang, next(job), None));
             // Its end may have been polled while the batch was still carried out.
             if let Some((attempt, steps_done)) = self.stopped_early.remove(&job) {
                 over.push((job, attempt, steps_done));
@@ -66,14 +67,21 @@ impl ClusterActor {
 
     /// Recovery found `job`'s attempt `attempt` alive on `gpus` and could not re-adopt it: its stop
     /// goes on in the background (as [`ClusterActor::keep_stopping`]'s, once the engine is home).
-    pub(super) fn keep_stopping_recovered(&mut self, job: JobId, attempt: u64, gpus: &[GpuId]) {
+    /// `stops`: the stops the journal counted before.
+    pub(super) fn keep_stopping_recovered(
+        &mut self,
+        job: JobId,
+        attempt: u64,
+        gpus: &[GpuId],
+        stops: u32,
+    ) {
         // Those this cluster still has (it may have changed under the journal).
         let gpus: Vec<GpuId> = (gpus.iter().copied())
             .filter(|g| (g.0 as usize) < self.gpus.gpus())
             .collect();
         let gang = Gang::new(&self.gpus, Holder { job, attempt }, None, &gpus);
         let now = self.clock.now();
-        for gpu in self.linger(job, Some(gang), None, true) {
+        for gpu in self.linger(job, Some(gang), None, Some(stops)) {
             // Nothing runs there: the ledger gave them to that attempt.
             self.engine().disable_gpu(gpu, now);
         }
@@ -86,7 +94,7 @@ impl ClusterActor {
         job: JobId,
         gang: Option<Gang>,
         next: Option<Phase>,
-        recovered: bool,
+        recovered: Option<u32>,
     ) -> Vec<GpuId> {
         tracing::warn!(
             job = job.0,
@@ -94,12 +102,8 @@ impl ClusterActor {
         );
         let mut gpus = Vec::new();
         if let Some(gang) = &gang {
-            let why = format!(
-                "held by job {}'s workers, which have not stopped yet",
-                job.0
-            );
             for &gpu in gang.gpus.iter() {
-                self.draining.insert(gpu, why.clone());
+                self.draining.insert(gpu, held_by(job));
                 gpus.push(gpu);
             }
         }
@@ -141,19 +145,27 @@ impl ClusterActor {
             gang.release();
             gpus.extend(gang.gpus.iter().copied());
         }
-        // A GPU another stop still holds (a packing partner's) stays out.
-        let still_held = |gpu: &GpuId, stopping: &IdMap<JobId, Lingering>| {
-            (stopping.values()).any(|l| l.gang.as_ref().is_some_and(|g| g.gpus.contains(gpu)))
+        // A GPU another stop still holds (a packing partner's) stays out, for that one.
+        let other_holder = |gpu: &GpuId, stopping: &IdMap<JobId, Lingering>| {
+            (stopping.iter())
+                .find(|(_, l)| l.gang.as_ref().is_some_and(|g| g.gpus.contains(gpu)))
+                .map(|(&other, _)| other)
         };
-        gpus.retain(|gpu| !still_held(gpu, &self.stopping));
-        for gpu in &gpus {
-            self.draining.remove(gpu);
-        }
+        gpus.retain(|gpu| match other_holder(gpu, &self.stopping) {
+            Some(other) => {
+                self.draining.insert(*gpu, held_by(other));
+                false
+            }
+            None => {
+                self.draining.remove(gpu);
+                true
+            }
+        });
         // A job that ended meanwhile (cancelled) keeps no checkpoint.
         let entry = self.store.ledger.jobs.get(&job);
-        if let Some(stops) = entry.filter(|e| !e.standing.is_terminal()).map(|e| e.stops) {
+        if entry.is_some_and(|e| !e.standing.is_terminal()) {
             self.persist(&[Record::Checkpointed { job, steps_done }]);
-            if lingering.recovered {
+            if let Some(stops) = lingering.recovered {
                 self.engine().restore_progress(job, steps_done, stops);
             }
             let _ = self.engine().release_hold(job);
@@ -167,4 +179,12 @@ impl ClusterActor {
         self.follow_service(&gpus, now);
         self.queue_round(ctx);
     }
+}
+
+/// Why a GPU that `job`'s stopping workers hold is out of service.
+fn held_by(job: JobId) -> String {
+    format!(
+        "held by job {}'s workers, which have not stopped yet",
+        job.0
+    )
 }

@@ -27,8 +27,9 @@ impl Backlog for Waiting<'_, '_> {
 
     fn view(&self, id: JobId) -> Option<JobView<'_>> {
         let &i = self.engine.index_of.get(&id)?;
-        let state = &self.engine.states[i];
-        (state.active && !state.held).then(|| self.engine.view(i, self.now))
+        self.engine.states[i]
+            .active
+            .then(|| self.engine.view(i, self.now))
     }
 
     fn views(&self) -> Vec<JobView<'_>> {
@@ -77,7 +78,7 @@ impl Engine<'_> {
             .iter()
             .filter_map(|&i| {
                 let state = &self.states[i];
-                (state.active && state.run.is_none() && !state.held).then_some((state.order, i))
+                (state.active && state.run.is_none()).then_some((state.order, i))
             })
             .collect();
         // A slot forgotten and reused since the last call may be listed twice.

@@ -355,31 +355,22 @@ impl Engine<'_> {
     }
 
     /// Waiting job `id` may not start until [`Engine::release_hold`]: its last run's workers have
-    /// not stopped yet, and two runs of a job never overlap. Its policy no longer sees it (for a
-    /// policy that keeps its own queue, it left), so that no grant goes to it and no GPU waits for
-    /// it; it waits, saying why ([`Unplaced::Stopping`]).
+    /// not stopped yet, and two runs of a job never overlap. It waits, saying why
+    /// ([`Unplaced::Stopping`]). Its policy still sees it, and keeps what it knows of it (its
+    /// restarts, its service, its leases): a grant to it is not placed, and its GPUs stay free for
+    /// that round.
     pub fn hold(&mut self, id: JobId) -> Result<(), Rejected> {
         let i = self.active_index(id)?;
-        let state = &mut self.states[i];
-        debug_assert!(state.run.is_none(), "only a waiting job is held");
-        if std::mem::replace(&mut state.held, true) {
-            return Ok(());
-        }
-        self.active.remove(&(state.order, i));
-        self.held_jobs += 1;
-        self.left.push(id);
+        self.states[i].held = true;
         self.explain_wait(i, Unplaced::Stopping);
-        self.jobs_changed = true;
+        self.touch(i);
         Ok(())
     }
 
-    /// Job `id` may start again (see [`Engine::hold`]): its policy sees it again, as a job that
-    /// changed.
+    /// Job `id` may start again (see [`Engine::hold`]).
     pub fn release_hold(&mut self, id: JobId) -> Result<(), Rejected> {
         let i = self.active_index(id)?;
         if std::mem::take(&mut self.states[i].held) {
-            self.active.insert((self.states[i].order, i));
-            self.held_jobs -= 1;
             self.touch(i);
             self.jobs_changed = true;
         }
@@ -562,47 +553,19 @@ mod tests {
         );
     }
 
-    /// Grants the jobs it is shown their GPUs, in order, while the capacity lasts.
-    struct InOrder;
+    /// Grants every job its GPUs, and notes which jobs it was shown each pass.
+    #[derive(Default)]
+    struct Shown(Vec<Vec<JobId>>);
 
-    impl crate::policy::Policy for InOrder {
+    impl crate::policy::Policy for Shown {
         fn allocate(&mut self, input: &crate::policy::RoundInput<'_>) -> Vec<crate::policy::Grant> {
-            let mut left = input.capacity[0];
-            let mut grants = Vec::new();
-            for v in input.jobs {
-                if v.job.gpus <= left {
-                    left -= v.job.gpus;
-                    grants.push(crate::policy::Grant::new(v.id(), GpuTypeId(0), v.job.gpus));
-                }
-            }
-            grants
+            self.0.push(input.jobs.iter().map(|v| v.id()).collect());
+            input
+                .jobs
+                .iter()
+                .map(|v| crate::policy::Grant::new(v.id(), GpuTypeId(0), v.job.gpus))
+                .collect()
         }
-    }
-
-    /// A held job is not shown to its policy: the GPUs it would be granted go to the next job in
-    /// line rather than stay idle, and it is shown again once released.
-    #[test]
-    fn a_held_job_takes_no_grant_from_the_next_in_line() {
-        let mut engine = uniform_engine("v100=1x4");
-        let toy = engine.intern_job_type("toy");
-        for id in [1, 2] {
-            let job = Job::new(JobId(id), 0.0, 4, 100.0).with_type(toy);
-            engine.submit(job, 0.0).unwrap();
-        }
-        engine.hold(JobId(1)).unwrap();
-        engine.schedule(&mut InOrder, &mut PackingPlacer, 1.0);
-        assert!(
-            engine.status(JobId(2)).unwrap().gpus.is_some(),
-            "the next in line runs"
-        );
-        assert_eq!(engine.active_jobs(), 2, "a held job is still active");
-        engine.release_hold(JobId(1)).unwrap();
-        engine.cancel(JobId(2), 2.0).unwrap();
-        engine.schedule(&mut InOrder, &mut PackingPlacer, 3.0);
-        assert!(
-            engine.status(JobId(1)).unwrap().gpus.is_some(),
-            "shown again once released"
-        );
     }
 
     /// A held job waits whatever it is granted, saying why, and is placed once released.
@@ -612,8 +575,9 @@ mod tests {
         let job = Job::new(JobId(1), 0.0, 2, 100.0).with_type(engine.intern_job_type("toy"));
         engine.submit(job, 0.0).unwrap();
         engine.hold(JobId(1)).unwrap();
-        let mut policy = Watching::default();
+        let mut policy = Shown::default();
         engine.schedule(&mut policy, &mut PackingPlacer, 1.0);
+        assert_eq!(policy.0, [vec![JobId(1)]], "its policy still sees it");
         assert!(engine.status(JobId(1)).unwrap().gpus.is_none());
         let why = engine.waiting_reason(JobId(1)).expect("a reason");
         assert!(why.contains("have not stopped yet"), "{why}");

@@ -142,11 +142,8 @@ pub struct Engine<'m> {
     /// Per job type: its name, shared by its jobs' records.
     type_names: Vec<Arc<str>>,
     /// Active jobs as (admission order, index): in arrival order, each removed in O(log n), so that
-    /// a job's end costs nothing that grows with the backlog. Held jobs ([`Engine::hold`]) are
-    /// left out while held: this is what policies see.
+    /// a job's end costs nothing that grows with the backlog.
     active: BTreeSet<(u64, usize)>,
-    /// Active jobs held, and so not in `active`.
-    held_jobs: usize,
     /// Running jobs as (admission order, index): what the per-round work visits, rather than every
     /// active job (a backlog far beyond the cluster must not make every round pay for it).
     running: BTreeSet<(u64, usize)>,
@@ -216,7 +213,6 @@ impl<'m> Engine<'m> {
             rates: Vec::new(),
             type_order: FastestFirst::new(types),
             active: BTreeSet::new(),
-            held_jobs: 0,
             running: BTreeSet::new(),
             admissions: 0,
             touched: Vec::new(),
@@ -252,12 +248,12 @@ impl<'m> Engine<'m> {
 
     /// Whether no job waits or runs.
     pub fn is_idle(&self) -> bool {
-        self.active.is_empty() && self.held_jobs == 0
+        self.active.is_empty()
     }
 
-    /// Jobs admitted and not ended: waiting (held ones too) or running.
+    /// Jobs admitted and not ended: waiting or running.
     pub fn active_jobs(&self) -> usize {
-        self.active.len() + self.held_jobs
+        self.active.len()
     }
 
     /// GPUs held by runs now (a packed pair's GPUs count once).

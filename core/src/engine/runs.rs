@@ -428,15 +428,10 @@ impl Engine<'_> {
     /// Job `i` leaves the active set.
     pub(super) fn retire(&mut self, i: usize) {
         let state = &mut self.states[i];
-        // A held job left its policy's sight when it was held.
-        if std::mem::take(&mut state.held) {
-            self.held_jobs -= 1;
-        } else {
-            self.active.remove(&(state.order, i));
-            self.left.push(self.jobs[i].id);
-        }
+        self.active.remove(&(state.order, i));
         state.active = false;
         state.waiting = None;
+        self.left.push(self.jobs[i].id);
         self.jobs_changed = true;
     }
 }
