@@ -1,10 +1,13 @@
 //! Recovery: the engine rebuilt from the ledger after a restart.
 
+use gangway_core::cluster::GpuId;
 use gangway_core::engine::Engine;
+use gangway_core::job::JobId;
 use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 
 use super::{ClusterActor, Scheduler, job_of};
+use crate::IdMap;
 use crate::executor::ExecutorError;
 use crate::ledger::{Record, Standing};
 use crate::lifecycle::Phase;
@@ -35,9 +38,9 @@ impl ClusterActor {
         }
         let entries: Vec<_> = self.store.ledger.unfinished().cloned().collect();
         let mut requeued = Vec::new();
-        // Live workers stopped here that went on stopping in the background: job, attempt, GPUs, and
-        // the stops the journal counted before.
-        let mut lingering = Vec::new();
+        // Live workers that cannot be re-adopted, stopped together once all are known (each stop
+        // may take the executor's patience).
+        let mut to_stop = Vec::new();
         for entry in &entries {
             let shape = self.store.shapes.get(&entry.spec.id);
             let job = job_of(&mut engine, &entry.spec, shape);
@@ -47,19 +50,16 @@ impl ClusterActor {
                 // gives back whatever the ledger says it held, once workers of its that still run
                 // there are stopped (another job may be placed on those GPUs).
                 tracing::error!(job = id.0, "a journaled job cannot run on this cluster");
-                if let Standing::Running { attempt, gpus, .. } = &entry.standing {
-                    let mut executor = self.executor.lock().expect("executor");
-                    if executor.alive(id, *attempt) {
-                        match executor.stop(id, now) {
-                            Err(ExecutorError::StillStopping(_)) => {
-                                lingering.push((id, *attempt, gpus.clone(), entry.stops))
-                            }
-                            Err(e) => {
-                                tracing::error!(job = id.0, error = %e, "stopping its workers failed")
-                            }
-                            Ok(_) => {}
-                        }
-                    }
+                if let Standing::Running { attempt, gpus, .. } = &entry.standing
+                    && self.executor.lock().expect("executor").alive(id, *attempt)
+                {
+                    to_stop.push(Unadopted {
+                        job: id,
+                        attempt: *attempt,
+                        gpus: gpus.to_vec(),
+                        stops: entry.stops,
+                        resumes: false,
+                    });
                 }
                 requeued.push(Record::Failed {
                     job: id,
@@ -78,8 +78,7 @@ impl ClusterActor {
                 ..
             } = &entry.standing
             {
-                let mut executor = self.executor.lock().expect("executor");
-                let alive = executor.alive(id, *attempt);
+                let alive = self.executor.lock().expect("executor").alive(id, *attempt);
                 if alive
                     && engine
                         .adopt(id, *gpu_type, gpus.clone(), placer.as_mut(), now)
@@ -90,18 +89,14 @@ impl ClusterActor {
                 } else {
                     // Live workers that cannot be re-adopted (a packed partner's GPUs are taken by
                     // then) are stopped, so that the job never runs twice.
-                    match alive.then(|| executor.stop(id, now)) {
-                        Some(Ok(saved)) => {
-                            requeued.push(Record::Checkpointed {
-                                job: id,
-                                steps_done: saved,
-                            });
-                            engine.restore_progress(id, saved, entry.stops);
-                        }
-                        Some(Err(ExecutorError::StillStopping(_))) => {
-                            lingering.push((id, *attempt, gpus.clone(), entry.stops))
-                        }
-                        _ => {}
+                    if alive {
+                        to_stop.push(Unadopted {
+                            job: id,
+                            attempt: *attempt,
+                            gpus: gpus.to_vec(),
+                            stops: entry.stops,
+                            resumes: true,
+                        });
                     }
                     requeued.push(Record::Stopped { job: id, at: now });
                 }
@@ -111,6 +106,7 @@ impl ClusterActor {
                 handle.crashes = entry.crashes;
             }
         }
+        let lingering = self.stop_unadopted(to_stop, &mut engine, &mut requeued, now);
         // Changes from adoption are already journaled.
         engine.take_changes();
         self.sched = Some(Scheduler {
@@ -118,7 +114,14 @@ impl ClusterActor {
             policy,
             placer,
         });
-        for (job, attempt, gpus, stops) in lingering {
+        for stopping in lingering {
+            let Unadopted {
+                job,
+                attempt,
+                gpus,
+                stops,
+                ..
+            } = stopping;
             self.keep_stopping_recovered(job, attempt, &gpus, stops);
         }
         self.persist(&requeued);
@@ -137,4 +140,56 @@ impl ClusterActor {
             self.views.touch(job);
         }
     }
+
+    /// Stops the live workers recovery could not re-adopt, all at once: what those of a job that
+    /// resumes saved becomes its checkpoint (journaled into `records`); answers those still
+    /// stopping after the executor's patience.
+    fn stop_unadopted(
+        &mut self,
+        to_stop: Vec<Unadopted>,
+        engine: &mut Engine<'static>,
+        records: &mut Vec<Record>,
+        now: f64,
+    ) -> Vec<Unadopted> {
+        if to_stop.is_empty() {
+            return Vec::new();
+        }
+        let jobs: Vec<JobId> = to_stop.iter().map(|u| u.job).collect();
+        let answers: IdMap<JobId, Result<f64, ExecutorError>> = (self.executor.lock())
+            .expect("executor")
+            .stop_many(&jobs, now)
+            .into_iter()
+            .collect();
+        let mut lingering = Vec::new();
+        for unadopted in to_stop {
+            match &answers[&unadopted.job] {
+                Ok(saved) if unadopted.resumes => {
+                    let job = unadopted.job;
+                    records.push(Record::Checkpointed {
+                        job,
+                        steps_done: *saved,
+                    });
+                    engine.restore_progress(job, *saved, unadopted.stops);
+                }
+                Ok(_) => {}
+                Err(ExecutorError::StillStopping(_)) => lingering.push(unadopted),
+                Err(e) => {
+                    tracing::error!(job = unadopted.job.0, error = %e, "stopping its workers failed")
+                }
+            }
+        }
+        lingering
+    }
+}
+
+/// Live workers recovery found and could not re-adopt.
+struct Unadopted {
+    job: JobId,
+    attempt: u64,
+    /// The GPUs the journal gave them.
+    gpus: Vec<GpuId>,
+    /// The job's stops the journal counted before.
+    stops: u32,
+    /// Whether the job resumes here (else it fails: it cannot run on this cluster).
+    resumes: bool,
 }
