@@ -935,7 +935,7 @@ impl ProcessExecutor {
         }
     }
 
-    /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_over` for what follows).
+    /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_is_over` for what follows).
     fn signal_stop(run: &Run) {
         // An adopted run is not our child: its pid may have been reused since it exited.
         if run.child.is_none()
@@ -950,7 +950,7 @@ impl ProcessExecutor {
     /// Moves `stop` on without waiting: whether it is over (its run exited, or was killed at its
     /// deadline and then ended or was given up on [`KILL_PATIENCE`] later). At the deadline every
     /// process of the attempt is killed (what it leaves behind is ended when it is released).
-    fn stop_over(&mut self, stop: &mut Stopping) -> bool {
+    fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
         let run = &mut stop.run;
         if run.exited() {
             return true;
@@ -1044,7 +1044,7 @@ impl ProcessExecutor {
 
     /// Kills the processes of every attempt with a run file in the state directory that no attempt
     /// it runs or stops accounts for, and removes its files. (Its checkpoint in progress, if it
-    /// was stopping, is lost: the job resumes from the one before.)
+    /// was stopping, is lost: the job resumes from the last one its workers saved whole.)
     fn end_unaccounted_attempts(&mut self) {
         let Ok(entries) = std::fs::read_dir(&self.state_dir) else {
             return;
@@ -1230,7 +1230,7 @@ impl Executor for ProcessExecutor {
         loop {
             let mut k = 0;
             while k < stopping.len() {
-                if self.stop_over(&mut stopping[k]) {
+                if self.stop_is_over(&mut stopping[k]) {
                     let run = stopping.swap_remove(k).run;
                     let job = run.launch.job;
                     answers.push((job, Ok(self.finish_stop(run, now))));
@@ -1372,7 +1372,7 @@ impl Executor for ProcessExecutor {
             self.release(&run.marker, &run.confinement);
         }
         for mut stop in std::mem::take(&mut self.stopping) {
-            if self.stop_over(&mut stop) {
+            if self.stop_is_over(&mut stop) {
                 let (job, attempt) = (stop.run.launch.job, stop.run.attempt);
                 let steps_done = self.finish_stop(stop.run, stop.asked_at);
                 events.push(WorkerEvent::Stopped {
