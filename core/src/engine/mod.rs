@@ -161,7 +161,8 @@ pub struct Engine<'m> {
     free: FreeGpus,
     /// CPUs and memory in use per server.
     ledger: Ledger,
-    /// GPUs out of service (failed, cordoned, or held by workers still stopping), per GPU id; they are neither free nor held.
+    /// GPUs out of service (failed, cordoned, or held by workers still stopping), per GPU id; they
+    /// are neither free nor held.
     disabled: Vec<bool>,
     /// GPUs in service per type: what policies may allocate.
     capacity: Vec<u32>,
