@@ -117,8 +117,6 @@ pub struct ClusterActor {
     unwatched: FxHashMap<GpuId, String>,
     /// Stops going on in the background, by job ([`stopping`]).
     stopping: IdMap<JobId, stopping::Lingering>,
-    /// GPUs out of service while the workers that hold them stop, with why.
-    draining: FxHashMap<GpuId, String>,
     /// Ends of stops in the background polled before the batch that began them settled (the
     /// executor answered, and the workers went, while the batch's starts were carried out).
     stopped_early: IdMap<JobId, (u64, f64)>,
@@ -208,7 +206,6 @@ impl ClusterActor {
                 unhealthy: FxHashMap::default(),
                 unwatched: FxHashMap::default(),
                 stopping: IdMap::default(),
-                draining: FxHashMap::default(),
                 stopped_early: IdMap::default(),
                 round_queued: false,
                 deferred_retunes: Vec::new(),

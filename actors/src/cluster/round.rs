@@ -2,6 +2,7 @@
 //! health) decide: plan, journal as one group, move the jobs' phases, then carry out one batch at a
 //! time and settle its outcome.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use tokio::sync::oneshot;
 use super::carry::{Gang, Outcome, StartStep, Steps, StopStep, blocking, carry_out};
 use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
 use super::plan::{self, Retune};
+use super::stopping::held_by;
 use super::{ClusterActor, Scheduler};
 use crate::IdMap;
 use crate::gpu::{HealthChanged, Holder};
@@ -474,10 +476,13 @@ impl ClusterActor {
 
     /// Why `gpu` is out of service, if it is: unhealthy (its probe's reason, first: a cordoned GPU
     /// that also failed says why it failed), cordoned, or held by workers still stopping.
-    pub(super) fn out_of_service(&self, gpu: GpuId) -> Option<&str> {
-        (self.unhealthy.get(&gpu).map(String::as_str))
-            .or_else(|| (self.store.ledger.cordoned.contains(&gpu.0)).then_some("cordoned"))
-            .or_else(|| self.draining(gpu))
+    pub(super) fn out_of_service(&self, gpu: GpuId) -> Option<Cow<'_, str>> {
+        (self
+            .unhealthy
+            .get(&gpu)
+            .map(|why| Cow::Borrowed(why.as_str())))
+        .or_else(|| (self.store.ledger.cordoned.contains(&gpu.0)).then_some("cordoned".into()))
+        .or_else(|| self.draining(gpu).map(|job| held_by(job).into()))
     }
 
     /// Puts `gpus` in service or out of it in the engine, as [`ClusterActor::out_of_service`] says

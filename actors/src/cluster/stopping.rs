@@ -9,7 +9,6 @@ use gangway_core::job::JobId;
 
 use super::ClusterActor;
 use super::carry::Gang;
-use crate::IdMap;
 use crate::gpu::Holder;
 use crate::ledger::Record;
 use crate::lifecycle::Phase;
@@ -27,9 +26,18 @@ pub(super) struct Lingering {
 }
 
 impl ClusterActor {
-    /// Why `gpu` is held by workers still stopping, if it is.
-    pub(super) fn draining(&self, gpu: GpuId) -> Option<&str> {
-        self.draining.get(&gpu).map(String::as_str)
+    /// The job whose workers, still stopping, hold `gpu`, if one does.
+    pub(super) fn draining(&self, gpu: GpuId) -> Option<JobId> {
+        (self.stopping.iter())
+            .find(|(_, l)| l.gang.as_ref().is_some_and(|g| g.gpus.contains(&gpu)))
+            .map(|(&job, _)| job)
+    }
+
+    /// The GPUs workers still stopping hold, each once.
+    pub(super) fn gpus_draining(&self) -> impl Iterator<Item = GpuId> + '_ {
+        let held = (self.stopping.values()).filter_map(|l| l.gang.as_ref());
+        let gpus: crate::IdSet<GpuId> = held.flat_map(|g| g.gpus.iter().copied()).collect();
+        gpus.into_iter()
     }
 
     /// How many stops go on in the background.
@@ -100,13 +108,7 @@ impl ClusterActor {
             job = job.0,
             "its workers are still stopping: its GPUs stay out of service until they have"
         );
-        let mut gpus = Vec::new();
-        if let Some(gang) = &gang {
-            for &gpu in gang.gpus.iter() {
-                self.draining.insert(gpu, held_by(job));
-                gpus.push(gpu);
-            }
-        }
+        let gpus = gang.as_ref().map_or(Vec::new(), |g| g.gpus.to_vec());
         // A job that ended is not placed again anyway.
         let _ = self.engine().hold(job);
         self.views.touch(job);
@@ -140,27 +142,15 @@ impl ClusterActor {
             self.stopped_early.insert(job, (attempt, steps_done));
             return;
         };
-        let mut gpus = Vec::new();
+        // Its GPUs come back unless something else holds them out (another stop's, a packing
+        // partner's, still holds the GPU; a cordon; its health).
+        let gpus = lingering
+            .gang
+            .as_ref()
+            .map_or(Vec::new(), |g| g.gpus.to_vec());
         if let Some(gang) = &lingering.gang {
             gang.release();
-            gpus.extend(gang.gpus.iter().copied());
         }
-        // A GPU another stop still holds (a packing partner's) stays out, for that one.
-        let other_holder = |gpu: &GpuId, stopping: &IdMap<JobId, Lingering>| {
-            (stopping.iter())
-                .find(|(_, l)| l.gang.as_ref().is_some_and(|g| g.gpus.contains(gpu)))
-                .map(|(&other, _)| other)
-        };
-        gpus.retain(|gpu| match other_holder(gpu, &self.stopping) {
-            Some(other) => {
-                self.draining.insert(*gpu, held_by(other));
-                false
-            }
-            None => {
-                self.draining.remove(gpu);
-                true
-            }
-        });
         // A job that ended meanwhile (cancelled) keeps no checkpoint.
         let entry = self.store.ledger.jobs.get(&job);
         if entry.is_some_and(|e| !e.standing.is_terminal()) {
@@ -182,7 +172,7 @@ impl ClusterActor {
 }
 
 /// Why a GPU that `job`'s stopping workers hold is out of service.
-fn held_by(job: JobId) -> String {
+pub(super) fn held_by(job: JobId) -> String {
     format!(
         "held by job {}'s workers, which have not stopped yet",
         job.0

@@ -586,8 +586,9 @@ impl ClusterActor {
         let cordoned_only = (self.store.ledger.cordoned.iter())
             .filter(|&&g| g < gpus && !self.unhealthy.contains_key(&GpuId(g)))
             .count();
-        let draining_only = (self.draining.keys())
-            .filter(|&&g| {
+        let draining_only = self
+            .gpus_draining()
+            .filter(|&g| {
                 !self.unhealthy.contains_key(&g) && !self.store.ledger.cordoned.contains(&g.0)
             })
             .count();
@@ -652,7 +653,7 @@ impl ClusterActor {
             |g: u32| (self.store.ledger.holders.get(&g)).map_or(&[][..], |h| h.as_slice());
         let out_of_service: Vec<(u32, String)> = gpus
             .iter()
-            .filter_map(|&g| Some((g, self.out_of_service(GpuId(g))?.to_owned())))
+            .filter_map(|&g| Some((g, self.out_of_service(GpuId(g))?.into_owned())))
             .collect();
         let unwatched: Vec<(u32, String)> = gpus
             .iter()
