@@ -9,9 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{ClusterActor, JobRequest, LearnedSteps, Poll, Round, ShowJob};
-use gangway_actors::executor::{
-    Executor, ExecutorError, Launch, Measured, Segment, SimExecutor, WorkerEvent,
-};
+use gangway_actors::executor::{Executor, ExecutorError, Launch, Measured, Segment, WorkerEvent};
 use gangway_core::job::JobId;
 
 /// The last launch, and the steps to report at the next poll.
@@ -24,7 +22,7 @@ struct Reports {
 /// Simulated workers that also report the progress the test gives them.
 #[derive(Clone, Default)]
 struct Reporting {
-    inner: Arc<Mutex<SimExecutor>>,
+    inner: support::Outliving,
     reports: Arc<Mutex<Reports>>,
 }
 
@@ -37,22 +35,19 @@ impl Reporting {
 impl Executor for Reporting {
     fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
         self.reports.lock().unwrap().launched = Some((launch.job, launch.attempt));
-        self.inner.lock().unwrap().launch(launch, now)
+        self.inner.launch(launch, now)
     }
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
-        self.inner.lock().unwrap().stop(job, now)
+        self.inner.stop(job, now)
     }
     fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
-        self.inner
-            .lock()
-            .unwrap()
-            .retune(job, steps_per_second, pace, now)
+        self.inner.retune(job, steps_per_second, pace, now)
     }
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
-        self.inner.lock().unwrap().alive(job, attempt)
+        self.inner.alive(job, attempt)
     }
     fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
-        let mut events = self.inner.lock().unwrap().poll(now);
+        let mut events = self.inner.poll(now);
         let mut reports = self.reports.lock().unwrap();
         if let (Some((job, attempt)), Some((steps_done, measured))) =
             (reports.launched, reports.due.take())
@@ -67,7 +62,7 @@ impl Executor for Reporting {
         events
     }
     fn next_event(&self) -> Option<f64> {
-        self.inner.lock().unwrap().next_event()
+        self.inner.next_event()
     }
 }
 

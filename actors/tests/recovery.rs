@@ -16,33 +16,7 @@ use gangway_actors::ledger::Ledger;
 use gangway_actors::lifecycle::Phase;
 use gangway_core::job::JobId;
 
-/// Workers that outlive the control plane: one simulated executor shared by its successive runs.
-#[derive(Clone)]
-struct Outliving(Arc<Mutex<SimExecutor>>);
-
-impl Executor for Outliving {
-    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
-        self.0.lock().unwrap().launch(launch, now)
-    }
-    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
-        self.0.lock().unwrap().stop(job, now)
-    }
-    fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
-        self.0
-            .lock()
-            .unwrap()
-            .retune(job, steps_per_second, pace, now)
-    }
-    fn alive(&mut self, job: JobId, attempt: u64) -> bool {
-        self.0.lock().unwrap().alive(job, attempt)
-    }
-    fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
-        self.0.lock().unwrap().poll(now)
-    }
-    fn next_event(&self) -> Option<f64> {
-        self.0.lock().unwrap().next_event()
-    }
-}
+use support::Outliving;
 
 fn start(
     journal: &std::path::Path,

@@ -13,9 +13,7 @@ use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
     Cancel, ClusterActor, Cordon, GetStats, JobInfo, JobRequest, ListNodes, Poll, Round, ShowJob,
 };
-use gangway_actors::executor::{
-    Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
-};
+use gangway_actors::executor::{Executor, ExecutorError, Launch, Segment, WorkerEvent};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::job::JobId;
 
@@ -32,18 +30,15 @@ struct Shared {
 
 /// Simulated workers whose stops, while the test says so, go on until the test ends them; they
 /// outlive the control plane (its clones share them).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct Lingering {
-    inner: Arc<Mutex<SimExecutor>>,
+    inner: support::Outliving,
     shared: Arc<Mutex<Shared>>,
 }
 
 impl Lingering {
     fn new() -> Self {
-        Lingering {
-            inner: Arc::new(Mutex::new(SimExecutor::default())),
-            shared: Arc::default(),
-        }
+        Lingering::default()
     }
 
     fn linger(&self, linger: bool) {
@@ -58,10 +53,10 @@ impl Executor for Lingering {
             panic!("job {} launched while its last workers stop", launch.job.0);
         }
         shared.attempts.insert(launch.job, launch.attempt);
-        self.inner.lock().unwrap().launch(launch, now)
+        self.inner.launch(launch, now)
     }
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
-        let saved = self.inner.lock().unwrap().stop(job, now)?;
+        let saved = self.inner.stop(job, now)?;
         let mut shared = self.shared.lock().unwrap();
         if !shared.linger {
             return Ok(saved);
@@ -71,16 +66,13 @@ impl Executor for Lingering {
         Err(ExecutorError::StillStopping(job))
     }
     fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
-        self.inner
-            .lock()
-            .unwrap()
-            .retune(job, steps_per_second, pace, now)
+        self.inner.retune(job, steps_per_second, pace, now)
     }
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
-        self.inner.lock().unwrap().alive(job, attempt)
+        self.inner.alive(job, attempt)
     }
     fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
-        let mut events = self.inner.lock().unwrap().poll(now);
+        let mut events = self.inner.poll(now);
         let mut shared = self.shared.lock().unwrap();
         if !shared.linger {
             let ended = shared.stopping.drain(..);
@@ -95,7 +87,7 @@ impl Executor for Lingering {
         events
     }
     fn next_event(&self) -> Option<f64> {
-        self.inner.lock().unwrap().next_event()
+        self.inner.next_event()
     }
 }
 

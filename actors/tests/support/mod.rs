@@ -3,12 +3,14 @@
 // Each test binary that includes this module uses part of it.
 #![allow(dead_code)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{ClusterActor, JobRequest, Parts, Settings, Submit, TimeSource};
-use gangway_actors::executor::Executor;
+use gangway_actors::executor::{
+    Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
+};
 use gangway_actors::health::HealthProbe;
 use gangway_core::cluster::Cluster;
 use gangway_core::engine::EngineConfig;
@@ -69,4 +71,33 @@ pub async fn submit(cluster: &actix::Addr<ClusterActor>, request: JobRequest) ->
         .await
         .unwrap()
         .unwrap()
+}
+
+/// Workers that outlive the control plane: one simulated executor shared by its successive runs
+/// (and by the test, and by executors of a test's own that wrap it).
+#[derive(Clone, Default)]
+pub struct Outliving(pub Arc<Mutex<SimExecutor>>);
+
+impl Executor for Outliving {
+    fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
+        self.0.lock().unwrap().launch(launch, now)
+    }
+    fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
+        self.0.lock().unwrap().stop(job, now)
+    }
+    fn retune(&mut self, job: JobId, steps_per_second: f64, pace: &[Segment], now: f64) {
+        self.0
+            .lock()
+            .unwrap()
+            .retune(job, steps_per_second, pace, now)
+    }
+    fn alive(&mut self, job: JobId, attempt: u64) -> bool {
+        self.0.lock().unwrap().alive(job, attempt)
+    }
+    fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
+        self.0.lock().unwrap().poll(now)
+    }
+    fn next_event(&self) -> Option<f64> {
+        self.0.lock().unwrap().next_event()
+    }
 }
