@@ -1570,28 +1570,24 @@ fn a_slow_checkpoint_goes_on_in_the_background_its_gpu_out_of_service() {
     let fake = dir.path().join("elastic-run");
     std::fs::write(&fake, SLOW_TO_STOP).unwrap();
     std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let port = support::free_port();
-    let mut command = gangway();
-    command
-        .args(["serve", "--fake-gpus", "1", "--policy", "fifo"])
-        .args([
-            "--workers",
-            "processes",
-            "--round",
-            "1",
-            "--stop-patience",
-            "1",
-        ])
-        .arg("--elastic-run")
-        .arg(&fake)
-        .args(["--listen", &format!("127.0.0.1:{port}"), "--journal"])
-        .arg(&journal)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let d = start(command, &journal, port);
+    let fake = fake.display().to_string();
+    let flags = [
+        "--workers",
+        "processes",
+        "--round",
+        "1",
+        "--stop-patience",
+        "1",
+    ];
+    let d = daemon_with(
+        &journal,
+        support::free_port(),
+        &[&flags[..], &["--elastic-run", &fake]].concat(),
+    );
     let work = dir.path().display().to_string();
+    // Each job takes the whole server (4 GPUs): the second waits for the first's.
     let job = |mode: &str| {
-        json!({"gpus": 1, "work": 600, "run": {
+        json!({"gpus": 4, "work": 600, "run": {
             "args": ["--python", "/bin/sh", "train.py"],
             "cwd": work,
             "env": {"PATH": "/usr/bin:/bin", "MODE": mode},
