@@ -581,9 +581,9 @@ pub struct ProcessExecutor {
     /// Ended attempts some of whose processes had not yet gone: their markers and cgroups, swept
     /// again at every poll.
     lingering: Vec<(String, Option<PathBuf>)>,
-    /// Children killed at a stop that had not ended [`KILL_PATIENCE`] later (the kernel holds a
-    /// process waiting on a file system that never answers, even through SIGKILL): reaped at later
-    /// polls, never waited for.
+    /// Children never waited for, reaped at later polls: those killed at a stop that had not ended
+    /// [`KILL_PATIENCE`] later (the kernel holds a process waiting on a file system that never
+    /// answers, even through SIGKILL), and the `scancel`s of ended attempts' Slurm steps.
     unreaped: Vec<Child>,
     /// Whether what an earlier life of this executor left that no attempt accounts for has been
     /// ended (at the first poll, after the control plane re-adopted what it knows).
@@ -671,11 +671,17 @@ impl ProcessExecutor {
     }
 
     /// Gives back an ended attempt's cores, and ends whatever it left, without waiting: what does
-    /// not go at once is swept again at the next polls. (On Slurm, its step is cancelled.)
+    /// not go at once is swept again at the next polls. (On Slurm, its step is cancelled by an
+    /// `scancel` reaped at later polls: this runs in `poll`, on the control plane's thread.)
     fn release(&mut self, marker: &str, confinement: &Confinement) {
         self.cores.give_back(&confinement.cores);
         if let Hosts::Slurm(_) = self.hosts {
-            crate::slurm::cancel(&slurm_job_name(marker));
+            match crate::slurm::start_cancel(&slurm_job_name(marker)) {
+                Ok(scancel) => self.unreaped.push(scancel),
+                Err(error) => {
+                    tracing::warn!(%error, attempt = marker, "starting scancel for an ended attempt")
+                }
+            }
         }
         if !self.sweep_once(marker, confinement.cgroup.as_deref()) {
             self.lingering

@@ -5,7 +5,7 @@
 //!
 //! Checkpoints and the stop file must be on storage every node sees, as for any multi-node training.
 
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use gangway_elastic::{HostOffer, Plan};
 
@@ -344,13 +344,29 @@ impl Allocation {
 
 /// Cancels this user's Slurm jobs named `name` (best effort: at worst they have ended already).
 pub fn cancel(name: &str) {
+    let _ = cancel_command(name).status();
+}
+
+/// Starts cancelling this user's Slurm jobs named `name`, without waiting for `scancel`: a
+/// controller that does not answer holds `scancel` for its message timeout and retries, and the
+/// daemon's control plane must not wait that long. The caller reaps the child.
+pub fn start_cancel(name: &str) -> std::io::Result<std::process::Child> {
+    cancel_command(name)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+}
+
+/// `scancel` of this user's Slurm jobs named `name`.
+fn cancel_command(name: &str) -> Command {
     // SAFETY: getuid(2) cannot fail.
     let uid = unsafe { libc::getuid() };
-    let _ = Command::new("scancel")
+    let mut command = Command::new("scancel");
+    command
         .arg(format!("--name={name}"))
         .arg(format!("--user={uid}"))
-        .arg("--quiet")
-        .status();
+        .arg("--quiet");
+    command
 }
 
 #[cfg(test)]
