@@ -449,7 +449,9 @@ impl ControlPlaneBuilder {
         self
     }
 
-    /// The `elastic-run` process workers run (default: the one beside this executable).
+    /// The `elastic-run` process workers run (default: the one beside this executable). `start`
+    /// refuses one that anyone but root and this process's user could change, or that speaks
+    /// another hand-over ([`gangway_launcher::inherit::check_elastic_run`]).
     pub fn elastic_run(mut self, path: impl Into<PathBuf>) -> Self {
         self.elastic_run = Some(path.into());
         self
@@ -853,6 +855,7 @@ fn process_executor(
             elastic_run.display()
         )));
     }
+    gangway_launcher::inherit::check_elastic_run(&elastic_run).map_err(setting)?;
     let journal = journal.ok_or_else(|| {
         setting("process workers keep their runs in the journal's directory: give one (--journal)")
     })?;

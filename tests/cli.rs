@@ -1505,6 +1505,54 @@ fn serve_refuses_a_fifo_among_its_goodput_profiles_at_once() {
     ));
 }
 
+/// `serve --workers processes` runs every job through `elastic-run`, as the job's user (root, for
+/// root's jobs): it refuses one another user could change, and one that does not speak its
+/// hand-over (an `elastic-run` older than the daemon ignored the job's directory and ran it in `/`).
+#[test]
+fn serve_refuses_an_elastic_run_another_user_could_change_or_of_another_hand_over() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir();
+    let refused = |elastic_run: &Path| {
+        serve_refused(
+            dir.path(),
+            &[
+                "--fake-gpus",
+                "1",
+                "--workers",
+                "processes",
+                "--elastic-run",
+                &path_arg(elastic_run),
+            ],
+        )
+    };
+    let fake = dir.path().join("elastic-run");
+    std::fs::write(&fake, "#!/bin/sh\nexit 2\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    refused(&fake).stderr_has(&format!(
+        "{}: does not say which hand-over it speaks (it is older than this gangway): install \
+         the elastic-run built with this gangway",
+        fake.display()
+    ));
+    std::fs::write(&fake, "#!/bin/sh\necho 999\n").unwrap();
+    refused(&fake).stderr_has(&format!(
+        "{}: speaks hand-over 999, this gangway {}",
+        fake.display(),
+        gangway::launcher::inherit::HANDOVER
+    ));
+    // The right hand-over, in a directory anyone may write to (not sticky, as /tmp is).
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let fake = open.join("elastic-run");
+    support::stand_in_elastic_run(&fake, "#!/bin/sh\nexit 0\n");
+    refused(&fake).stderr_has(&format!(
+        "{}: the directory {} is writable by everyone (mode 777): they could change what runs; \
+         it runs every job",
+        fake.display(),
+        open.display()
+    ));
+}
+
 /// Durations or steps of 1e300 (or 1e23) were accepted in every trace format; the job never ran,
 /// the warning said it needed more GPUs than the cluster had, and the exit code was 0.
 #[test]

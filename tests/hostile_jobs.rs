@@ -56,8 +56,7 @@ impl Daemon {
     fn on_socket_with(fake: &str, flags: &[&str]) -> Daemon {
         let dir = shared_tempdir();
         let elastic_run = dir.path().join("elastic-run");
-        std::fs::write(&elastic_run, fake).unwrap();
-        std::fs::set_permissions(&elastic_run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        support::stand_in_elastic_run(&elastic_run, fake);
         let listen = format!("unix:{}", dir.path().join("gangway.sock").display());
         let flags = flags.iter().map(|f| f.to_string()).collect();
         Daemon::start(dir, listen, elastic_run, flags)

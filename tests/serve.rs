@@ -918,14 +918,11 @@ fn malformed_requests_get_a_json_error_and_well_formed_ones_keep_alive() {
 
 /// A stand-in for `elastic-run` that records how it was called.
 fn fake_elastic_run(dir: &Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let path = dir.join("elastic-run");
-    std::fs::write(
+    support::stand_in_elastic_run(
         &path,
         "#!/bin/bash\necho \"$@\" >> \"$(dirname \"$0\")/calls.log\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     path
 }
 
@@ -1303,13 +1300,11 @@ fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
     std::fs::create_dir(&home).unwrap();
     std::os::unix::fs::chown(&home, Some(NOBODY), Some(NOBODY)).unwrap();
     let fake = dir.path().join("elastic-run");
-    std::fs::write(
+    support::stand_in_elastic_run(
         &fake,
         // Into the job's directory and log, as elastic-run goes.
         "#!/bin/bash\ncd \"$GANGWAY_WORKDIR\" && exec >> \"$GANGWAY_LOG\" 2>&1\nid -u > \"$(pwd)/whoami\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let socket = dir.path().join("gangway.sock");
     let listen = format!("unix:{}", socket.display());
     let _daemon = KillOnDrop(
@@ -1385,15 +1380,12 @@ fn tune_gives_a_cpu_hungry_job_more_cores_live() {
         let dir = tempfile::tempdir().unwrap();
         let journal = dir.path().join("journal");
         let fake = dir.path().join("elastic-run");
-        std::fs::write(
+        support::stand_in_elastic_run(
             &fake,
             "#!/bin/bash\nallowed=$(grep Cpus_allowed_list /proc/self/status | cut -f2)\n\
              echo \"$GANGWAY_CPUS $allowed $GANGWAY_MEMORY_GB\" >> \"$(dirname \"$0\")/told.log\"\n\
              echo '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        );
         let port = support::free_port();
         let mut command = gangway();
         command
@@ -1564,12 +1556,10 @@ while true; do sleep 0.1; done
 /// until its workers exit; then the next job runs there.
 #[test]
 fn a_slow_checkpoint_goes_on_in_the_background_its_gpu_out_of_service() {
-    use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let fake = dir.path().join("elastic-run");
-    std::fs::write(&fake, SLOW_TO_STOP).unwrap();
-    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    support::stand_in_elastic_run(&fake, SLOW_TO_STOP);
     let fake = fake.display().to_string();
     let flags = [
         "--workers",

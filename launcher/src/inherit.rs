@@ -55,6 +55,92 @@ pub const WORKDIR_VAR: &str = "GANGWAY_WORKDIR";
 /// The job's log, which `elastic-run` appends its output and its workers' to ([`Inherited::enter`]).
 pub const LOG_VAR: &str = "GANGWAY_LOG";
 
+/// The version of this hand-over (the variables and descriptors above, and what `elastic-run` does
+/// with them). A daemon runs only an `elastic-run` that speaks its own ([`check_elastic_run`]): one
+/// that does not would ignore what it was handed (an older one, without [`WORKDIR_VAR`], ran the job
+/// in `/`). Raise it with any change either side must know of.
+pub const HANDOVER: u32 = 1;
+/// `elastic-run HANDOVER_FLAG` prints [`HANDOVER`] and exits.
+pub const HANDOVER_FLAG: &str = "--handover";
+/// How long [`check_elastic_run`] waits for `elastic-run` to say its hand-over.
+const HANDOVER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Checks the `elastic-run` a daemon would launch every job through, before it launches any: that
+/// nobody but root and the daemon's user can change it (it runs as every job's user, root's
+/// included: as a program a job names, [`gangway_protocol::command::open_program`]), and that it
+/// speaks this daemon's [`HANDOVER`]. Says what is wrong and what to do.
+pub fn check_elastic_run(path: &Path) -> Result<(), String> {
+    let daemon = gangway_protocol::command::Submitter::this_process();
+    let nowhere = gangway_protocol::worker::RunCommand {
+        args: Vec::new(),
+        cwd: PathBuf::from("/"),
+        env: Default::default(),
+        log: None,
+        user: None,
+    };
+    let path = gangway_protocol::command::check_program("elastic-run", path, &nowhere, &daemon)
+        .map_err(|e| {
+            format!(
+                "{}; it runs every job, so only root and the daemon's user may be able to \
+                 change it: install it where they alone can (`install -m 755 elastic-run \
+                 /usr/local/bin/`) and pass --elastic-run PATH",
+                e.problem
+            )
+        })?;
+    let said = handover_of(&path)?;
+    if said.trim() != HANDOVER.to_string() {
+        let said = match said.trim() {
+            "" => "does not say which hand-over it speaks (it is older than this gangway)".into(),
+            other => format!("speaks hand-over {other:.40}, this gangway {HANDOVER}"),
+        };
+        return Err(format!(
+            "{}: {said}: install the elastic-run built with this gangway",
+            path.display()
+        ));
+    }
+    Ok(())
+}
+
+/// What `path HANDOVER_FLAG` prints (nothing, if it fails), within [`HANDOVER_PATIENCE`].
+fn handover_of(path: &Path) -> Result<String, String> {
+    let mut child = Command::new(path)
+        .arg(HANDOVER_FLAG)
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let deadline = std::time::Instant::now() + HANDOVER_PATIENCE;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut said = String::new();
+                if status.success()
+                    && let Some(out) = child.stdout.as_mut()
+                {
+                    // A line at most: a number.
+                    let _ = out.take(64).read_to_string(&mut said);
+                }
+                return Ok(said);
+            }
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{} did not say which hand-over it speaks within {} s",
+                    path.display(),
+                    HANDOVER_PATIENCE.as_secs()
+                ));
+            }
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        }
+    }
+}
+
 /// The most the daemon reads of an attempt's report: a progress report is one line of JSON.
 pub const REPORT_LIMIT: u64 = 64 * 1024;
 

@@ -7,7 +7,7 @@ use clap::ValueEnum;
 use gangway_launcher::cli::{self, Backend, CliError, Options};
 use gangway_launcher::daemon;
 use gangway_launcher::executor::{EXIT_FILE_VAR, ExitReport};
-use gangway_launcher::inherit::Inherited;
+use gangway_launcher::inherit::{self, Inherited};
 use gangway_launcher::local::{self, Ending, Target};
 use gangway_launcher::process::{GUARD_FLAG, GUARD_SLURM, Guardian};
 use gangway_launcher::{slurm, spawn};
@@ -15,6 +15,11 @@ use gangway_launcher::{slurm, spawn};
 fn main() {
     // SAFETY: first in main, before any other thread exists.
     let mut inherited = unsafe { Inherited::from_env() };
+    // The daemon asks which hand-over this elastic-run speaks before it launches any job through it.
+    if std::env::args().nth(1).as_deref() == Some(inherit::HANDOVER_FLAG) {
+        println!("{}", inherit::HANDOVER);
+        return;
+    }
     // Where the daemon that launched it said: the job's directory and log, entered as its user.
     if let Err(e) = inherited.enter() {
         eprintln!("elastic-run: {}", e.why);
