@@ -187,7 +187,9 @@ struct ApiState {
 
 /// Submissions checked at once, in all: each check holds a thread of tokio's blocking pool, which
 /// the control plane's own calls (stopping and launching workers) share, for as long as the file
-/// systems its paths are on (or the directory server its account is in) take to answer.
+/// systems its paths are on (or the directory server its account is in) take to answer. The
+/// operator's (the daemon's user's and root's) are not counted against it, only against their own
+/// share: users whose paths hang can refuse each other's submissions, never the operator's.
 const CHECKS_AT_ONCE: usize = 64;
 
 /// Submissions of one user checked at once.
@@ -199,8 +201,8 @@ struct Checking(std::sync::Mutex<crate::IdMap<u32, usize>>);
 
 impl Checking {
     /// A place for a check of `uid`'s submission, or why there is none (503 when every place is
-    /// taken, 429 when theirs are).
-    fn enter(self: &Arc<Self>, uid: u32) -> Result<CheckPlace, ApiError> {
+    /// taken, unless `operator`; 429 when theirs are).
+    fn enter(self: &Arc<Self>, uid: u32, operator: bool) -> Result<CheckPlace, ApiError> {
         let mut by_user = self.0.lock().unwrap_or_else(|e| e.into_inner());
         if by_user
             .get(&uid)
@@ -214,7 +216,7 @@ impl Checking {
                 ),
             ));
         }
-        if by_user.values().sum::<usize>() >= CHECKS_AT_ONCE {
+        if !operator && by_user.values().sum::<usize>() >= CHECKS_AT_ONCE {
             return Err(ApiError(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
@@ -611,9 +613,10 @@ async fn submit(
     // directory server that answers slowly, or a path on a file system that never answers, holds
     // one of its threads (a bounded number of them), not one of the API's, which answer everyone.
     let request = {
-        let place = state.checking.enter(submitter.uid)?;
+        let operates = state.operates(&submitter);
+        let place = state.checking.enter(submitter.uid, operates)?;
         let (tenants, runs) = (Arc::clone(&state.tenants), Arc::clone(&state.runs));
-        let (operates, who) = (state.operates(&submitter), submitter);
+        let who = submitter;
         let checked = tokio::task::spawn_blocking(move || {
             let _place = place;
             check_submitter(request, &who, operates, &tenants, &runs)
@@ -1103,19 +1106,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn submissions_checked_at_once_are_bounded_per_user_and_in_all() {
+    fn submissions_checked_at_once_are_bounded_per_user_and_in_all_but_the_operators() {
         let checking = Arc::new(Checking::default());
         let status = |entered: Result<CheckPlace, ApiError>| entered.err().map(|e| e.0);
         let mut places: Vec<CheckPlace> = (0..CHECKS_PER_USER)
-            .map(|_| checking.enter(7).ok().unwrap())
+            .map(|_| checking.enter(7, false).ok().unwrap())
             .collect();
         assert_eq!(
-            status(checking.enter(7)),
+            status(checking.enter(7, false)),
             Some(StatusCode::TOO_MANY_REQUESTS)
         );
         // Others fill the rest.
         for uid in 100.. {
-            match checking.enter(uid) {
+            match checking.enter(uid, false) {
                 Ok(place) => places.push(place),
                 Err(e) => {
                     assert_eq!(e.0, StatusCode::SERVICE_UNAVAILABLE);
@@ -1124,9 +1127,18 @@ mod tests {
             }
         }
         assert_eq!(places.len(), CHECKS_AT_ONCE);
+        // The operator still has their own share, and no more.
+        let operators: Vec<CheckPlace> = (0..CHECKS_PER_USER)
+            .map(|_| checking.enter(0, true).ok().unwrap())
+            .collect();
+        assert_eq!(
+            status(checking.enter(0, true)),
+            Some(StatusCode::TOO_MANY_REQUESTS)
+        );
+        drop(operators);
         // A check that ends gives its place back, to anyone.
         places.truncate(CHECKS_AT_ONCE - 1);
-        assert!(checking.enter(8).is_ok());
+        assert!(checking.enter(8, false).is_ok());
         places.clear();
         assert!(checking.0.lock().unwrap().is_empty(), "none left counted");
     }
