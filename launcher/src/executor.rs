@@ -845,9 +845,20 @@ impl ProcessExecutor {
             None => None,
         };
         handover.pass_to(&mut command);
-        // Its own process group: the daemon's terminal signals never reach it, and it outlives a
-        // daemon restart to be re-adopted.
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        // Its own session (and so its own process group): the daemon's terminal signals never
+        // reach it, it outlives a daemon restart to be re-adopted, and, above all, it has no
+        // controlling terminal. In the daemon's session, a job of another user's could open the
+        // terminal root started the daemon from (`/dev/tty`) and type commands into it (TIOCSTI)
+        // or read what root types.
+        // SAFETY: setsid(2) is async-signal-safe, and the child is a new process, no group leader.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         let child = command.spawn().map_err(|e| {
             SpawnError::from_io(format!("starting {}", self.elastic_run.display()), e)
         })?;

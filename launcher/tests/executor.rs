@@ -34,6 +34,10 @@ case "$FAKE_MODE" in
     # What the daemon's policy chose last, as read through the descriptor.
     while true; do tr -d ' ' < "/proc/self/fd/$GANGWAY_POLICY_BATCH_FD" > "batch-seen-$GANGWAY_ATTEMPT"; sleep 0.05; done ;;
   stubborn) trap '' TERM; while true; do sleep 0.05; done ;;
+  session)
+    # Its pid and session (the sixth field of its stat; its name has no space).
+    echo "$$ $(cut -d' ' -f6 /proc/$$/stat)" > session.log
+    put "$GANGWAY_EXIT_FD" '{"code":0,"why":"completed"}'; exit 0 ;;
   report)
     # 30 of 120 steps with what goodput needs, then 90 of 120 on the way out (its checkpoint at the
     # stop), with a measurement that does not check out (sync longer than the step).
@@ -106,6 +110,26 @@ fn gone_within(marker: &str, what: &str) {
 /// The processes of an attempt, by the marker its executor gave them.
 fn attempt_processes(marker: &str) -> Vec<i32> {
     processes_with_env(ATTEMPT_VAR, marker)
+}
+
+/// A job's `elastic-run` starts a session of its own: in the daemon's, a job of another user's
+/// could open the terminal root started the daemon from and type commands into it (TIOCSTI).
+#[test]
+fn a_launched_job_has_a_session_of_its_own_and_so_no_terminal_of_the_daemons() {
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    exec.launch(&launch(3, 0, &[0], Some("session"), dir.path()), 0.0)
+        .unwrap();
+    assert!(matches!(
+        wait_for_event(&mut exec),
+        WorkerEvent::Finished { .. }
+    ));
+    let said = std::fs::read_to_string(dir.path().join("session.log")).unwrap();
+    let (pid, session) = said.trim().split_once(' ').unwrap();
+    assert_eq!(pid, session, "elastic-run leads its own session");
+    // SAFETY: getsid(0) reads this process's session.
+    let ours = unsafe { libc::getsid(0) };
+    assert_ne!(session, ours.to_string(), "not the daemon's session");
 }
 
 #[test]
