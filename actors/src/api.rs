@@ -721,7 +721,10 @@ fn job_page(query: &str) -> Result<JobPage, ApiError> {
                         let name = request::escape(name);
                         bad(format!("`{name}` is not a phase (one of {})", known()))
                     })?;
-                    page.phases.push(*phase);
+                    // Each phase once: a page's cost is its jobs times this list.
+                    if !page.phases.contains(phase) {
+                        page.phases.push(*phase);
+                    }
                 }
             }
             "after" => {
@@ -1104,6 +1107,14 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_lists_each_phase_once_however_often_the_query_repeats_it() {
+        let page = job_page("phase=running,running,pending&phase=running")
+            .ok()
+            .unwrap();
+        assert_eq!(page.phases, [Phase::Running, Phase::Pending]);
+    }
 
     #[test]
     fn submissions_checked_at_once_are_bounded_per_user_and_in_all_but_the_operators() {
