@@ -977,6 +977,11 @@ fn submitted_commands_are_checked_before_they_can_run() {
             "PET_NO_PYTHON sets torchrun's --no-python where elastic-run cannot see it",
         ),
         (
+            command(json!({"env": {"PATH": "/usr/bin:/bin", "PYTHON_EXEC": "/tmp/x"}})),
+            422,
+            "run.env: PYTHON_EXEC makes torchrun start its workers with another program",
+        ),
+        (
             command(json!({"args": ["--python", "/bin/sh", "--no-p", "x", "train.py"]})),
             422,
             "`--no-p`: write torchrun's `--no-python` in full",

@@ -331,6 +331,11 @@ const TORCHRUN_PROGRAM_VARIABLES: [(&str, &str); 3] = [
     ("PET_RUN_PATH", "--run-path"),
 ];
 
+/// The variable whose program torchrun starts its workers with, in place of its own interpreter
+/// (`os.getenv("PYTHON_EXEC", sys.executable)` in `torch.distributed.run`): a daemon checks the
+/// program a job runs (`--python`), so a job may not name another here.
+pub const WORKER_PROGRAM_VAR: &str = "PYTHON_EXEC";
+
 /// The torchrun option `variable` sets behind the command line, if it sets one that changes what
 /// torchrun runs (`PET_NO_PYTHON`, `PET_MODULE`, `PET_RUN_PATH`).
 pub fn hidden_program_option(variable: &str) -> Option<&'static str> {

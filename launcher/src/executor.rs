@@ -224,6 +224,15 @@ fn checked(
             ),
         });
     }
+    if run.env.contains_key(crate::cli::WORKER_PROGRAM_VAR) {
+        return Err(Invalid {
+            field: "run.env",
+            problem: format!(
+                "{} makes torchrun start its workers with another program than the one the                  daemon checks: leave it out, and give the interpreter as --python",
+                crate::cli::WORKER_PROGRAM_VAR
+            ),
+        });
+    }
     let program = open_program(FIELD, &inv.options.python, run, submitter)?;
     let script = if inv
         .torchrun
