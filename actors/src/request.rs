@@ -635,7 +635,7 @@ impl RunPolicy {
             )));
         }
         // Root may name any path (it could write there anyway); another submitter only their own.
-        let owner = (as_root && submitter.uid != 0).then_some(submitter.uid);
+        let owner = (as_root && submitter.uid != 0).then_some(submitter);
         check_dir("run.cwd", &run.cwd, owner)?;
         if let Some(log) = &run.log {
             check_log(log, owner)?;
@@ -655,25 +655,30 @@ impl RunPolicy {
         if let Some(args) = &self.args {
             args(run, submitter)?;
         }
-        run.user = owner.map(|uid| RunAs {
-            uid,
-            gid: submitter.gid,
+        run.user = owner.map(|owner| RunAs {
+            uid: owner.uid,
+            gid: owner.gid,
         });
         Ok(())
     }
 }
 
-/// `path` is absolute, exists, is a directory (not a link to one), and belongs to `owner` if given.
+/// `path` is absolute, exists, is a directory (not a link to one), and belongs to `owner` if given,
+/// who may reach it (nothing else is said of a path they could not look up themselves).
 ///
 /// The kernel follows a link whose name ends a path with `/`, `/.` or `//` (`link/` is the directory
 /// it points to), so the check is of `path` as it resolves: without `.` components and extra
 /// slashes, ending in a name, looked up without following it.
-fn check_dir(field: &'static str, path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
+fn check_dir(field: &'static str, path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
     let shown = path.display();
     if !path.is_absolute() {
         return invalid(field, format!("{shown} is not an absolute path"));
     }
     let named: PathBuf = path.components().collect();
+    if let Some(owner) = owner {
+        gangway_protocol::command::reachable_by(&named, owner)
+            .or_else(|why| invalid(field, why))?;
+    }
     let meta = std::fs::symlink_metadata(&named)
         .or_else(|_| invalid(field, format!("{shown} does not exist")))?;
     if meta.file_type().is_symlink() {
@@ -690,7 +695,7 @@ fn check_dir(field: &'static str, path: &Path, owner: Option<u32>) -> Result<(),
 
 /// A log: an absolute path in an existing directory (the submitter's, if `owner`); if it exists, a
 /// regular file (not a link, a device or a pipe), the submitter's too.
-fn check_log(path: &Path, owner: Option<u32>) -> Result<(), Invalid> {
+fn check_log(path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
     const FIELD: &str = "run.log";
     let shown = path.display();
     if !path.is_absolute() {
@@ -720,15 +725,16 @@ fn check_owner(
     field: &'static str,
     path: &Path,
     meta: &std::fs::Metadata,
-    owner: Option<u32>,
+    owner: Option<&Submitter>,
 ) -> Result<(), Invalid> {
     match owner {
-        Some(uid) if meta.uid() != uid => invalid(
+        Some(owner) if meta.uid() != owner.uid => invalid(
             field,
             format!(
-                "{} belongs to uid {}, not to the submitter (uid {uid})",
+                "{} belongs to uid {}, not to the submitter (uid {})",
                 path.display(),
-                meta.uid()
+                meta.uid(),
+                owner.uid
             ),
         ),
         _ => Ok(()),
@@ -1179,6 +1185,41 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(refused, RunRefusal::Forbidden(_)), "{refused:?}");
+    }
+
+    /// A root daemon looks paths up as root: of a path another user names in a directory they may
+    /// not enter, it says only that (not whether it exists, is a directory, or whose it is). Only
+    /// root can make such a tree for another user; CI runs as root.
+    #[test]
+    fn a_root_daemon_says_nothing_of_paths_the_submitter_could_not_reach() {
+        let dir = tempfile::tempdir().unwrap();
+        if Submitter::this_process().uid != 0 {
+            return;
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::create_dir(dir.path().join("there")).unwrap();
+        std::fs::write(dir.path().join("file"), "").unwrap();
+        let policy = RunPolicy::new(Submitter { uid: 0, gid: 0 });
+        let nobody = Submitter {
+            uid: 65534,
+            gid: 65534,
+        };
+        for name in ["there", "file", "absent"] {
+            let mut run = command(&dir.path().join(name));
+            let refused = policy.check(&mut run, &nobody).unwrap_err();
+            let RunRefusal::Invalid(i) = refused else {
+                panic!("{name}: {refused:?}")
+            };
+            assert_eq!(
+                i.problem,
+                format!(
+                    "uid 65534 may not enter {}, on the way to {}",
+                    dir.path().display(),
+                    dir.path().join(name).display()
+                ),
+                "{name}"
+            );
+        }
     }
 
     #[test]

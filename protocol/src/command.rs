@@ -158,7 +158,8 @@ pub fn open_program(
                     .join(if dir.is_empty() { "." } else { dir })
                     .join(program)
             })
-            .find(|candidate| candidate.is_file())
+            // Where they may look, as their own search would.
+            .find(|candidate| reachable_by(candidate, submitter).is_ok() && candidate.is_file())
     };
     let Some(found) = found else {
         return invalid(
@@ -188,6 +189,9 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
     if meta.st_mode & 0o111 == 0 {
         return Err("is not an executable file".into());
     }
+    if !searchable_by(&meta, submitter) {
+        return Err(format!("is not a file uid {} may run", submitter.uid));
+    }
     check_writers(&meta, "the program")?;
     // Opened for reading to see whether it is a script, the same file (a script must be readable to
     // run; a binary need not be, and then runs from the descriptor above).
@@ -213,6 +217,15 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
         return Err("is a script its submitter may not read, so it could not run".into());
     }
     if let Some(interpreter) = &interpreter {
+        // The kernel looks for it from the process's working directory, which is not where it
+        // would be checked.
+        if interpreter.is_relative() {
+            return Err(format!(
+                "names a relative interpreter ({}), which the kernel looks for from the \
+                 directory it runs in: give its absolute path",
+                interpreter.display()
+            ));
+        }
         if depth == 0 {
             return Err("names scripts as interpreters too deeply".into());
         }
@@ -227,19 +240,64 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
     })
 }
 
-/// Whether `submitter` may read the file `meta` describes, by its mode bits: as its owner, its
-/// group (their primary group: their jobs run with no other) or anyone else; root may read anything.
-fn readable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
-    let bit = if submitter.uid == 0 {
+/// What a mode's bits allow, for [`permits`].
+const READ: u32 = 4;
+/// Entering a directory, or running a file.
+const SEARCH: u32 = 1;
+
+/// Whether `submitter` may do `what` ([`READ`], [`SEARCH`]) to a file of `mode`, `uid` and `gid`, by
+/// its mode bits: as its owner, its group (their primary group: their jobs run with no other) or
+/// anyone else. Root may do anything (a file no one may run is refused apart).
+fn permits(mode: u32, uid: u32, gid: u32, submitter: &Submitter, what: u32) -> bool {
+    let shift = if submitter.uid == 0 {
         return true;
-    } else if meta.st_uid == submitter.uid {
-        libc::S_IRUSR
-    } else if meta.st_gid == submitter.gid {
-        libc::S_IRGRP
+    } else if uid == submitter.uid {
+        6
+    } else if gid == submitter.gid {
+        3
     } else {
-        libc::S_IROTH
+        0
     };
-    meta.st_mode & bit != 0
+    (mode >> shift) & what == what
+}
+
+/// Whether `submitter` may read the file `meta` describes (see [`permits`]).
+fn readable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
+    permits(meta.st_mode, meta.st_uid, meta.st_gid, submitter, READ)
+}
+
+/// Whether `submitter` may enter the directory, or run the file, `meta` describes.
+fn searchable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
+    permits(meta.st_mode, meta.st_uid, meta.st_gid, submitter, SEARCH)
+}
+
+/// Whether `submitter` may reach `path`: enter every directory above its last name, as a process
+/// of theirs would (links followed by the kernel). Says which directory stops them, or that one
+/// does not exist. A root daemon asks this before it says anything else of a path a submitter
+/// named, so that it tells them nothing of paths they could not look up themselves.
+pub fn reachable_by(path: &Path, submitter: &Submitter) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(parent) = path.parent() else {
+        return Ok(());
+    };
+    let mut dir = PathBuf::new();
+    for component in parent.components() {
+        dir.push(component);
+        let meta =
+            std::fs::metadata(&dir).map_err(|_| format!("{} does not exist", path.display()))?;
+        if !meta.is_dir() {
+            return Err(format!("{} does not exist", path.display()));
+        }
+        if !permits(meta.mode(), meta.uid(), meta.gid(), submitter, SEARCH) {
+            return Err(format!(
+                "uid {} may not enter {}, on the way to {}",
+                submitter.uid,
+                dir.display(),
+                path.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The interpreter a script's first line names (`#!/usr/bin/python3 -u`: `/usr/bin/python3`).
@@ -340,6 +398,11 @@ fn walk_to(path: &Path, submitter: &Submitter) -> Result<(OwnedFd, OsString), St
 fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter) -> Result<(), String> {
     let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
     let what = format!("the directory {}", name.display());
+    // Before anything else is said of what is in it: a root daemon walks where the submitter may
+    // not, and would run (and tell of) what they could not reach themselves.
+    if !searchable_by(&meta, submitter) {
+        return Err(format!("uid {} may not enter {what}", submitter.uid));
+    }
     check_owner(&meta, submitter, &what)?;
     // A sticky directory lets its users replace only their own entries (which are checked in turn).
     if meta.st_mode & libc::S_ISVTX == 0 {
@@ -566,6 +629,71 @@ mod tests {
         let e = check(&script).unwrap_err();
         assert!(e.problem.contains("its interpreter"), "{e}");
         assert!(!check(Path::new("/bin/sh")).unwrap().script);
+        // A relative interpreter is looked for from where the script runs, not where it was
+        // checked: refused.
+        std::fs::write(&script, "#!bin/sh\nbody\n").unwrap();
+        let e = check(&script).unwrap_err();
+        assert!(
+            e.problem.contains("names a relative interpreter (bin/sh)"),
+            "{e}"
+        );
+    }
+
+    /// A root daemon walks where a submitter may not: what they could not reach or run themselves
+    /// is refused, and nothing is said of what lies beyond. Only root can make such a tree for
+    /// another user; CI runs as root.
+    #[test]
+    fn a_program_the_submitter_could_not_reach_or_run_is_refused_saying_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        if Submitter::this_process().uid != 0 {
+            return;
+        }
+        mode(dir.path(), 0o755);
+        let nobody = Submitter {
+            uid: 65534,
+            gid: 65534,
+        };
+        let run = run_in(dir.path());
+        let prog = with_program(dir.path(), "rootonly", "\x7fELF");
+        assert!(open_program("run.args", &prog, &run, &nobody).is_ok());
+        mode(prog.parent().unwrap(), 0o700);
+        let hidden = format!(
+            "uid 65534 may not enter the directory {}",
+            prog.parent().unwrap().display()
+        );
+        let e = open_program("run.args", &prog, &run, &nobody).unwrap_err();
+        assert!(e.problem.contains(&hidden), "{e}");
+        // A name that is not there says the same as one that is.
+        let e =
+            open_program("run.args", &prog.with_file_name("absent"), &run, &nobody).unwrap_err();
+        assert!(e.problem.contains(&hidden), "{e}");
+        assert_eq!(
+            reachable_by(&prog, &nobody).unwrap_err(),
+            format!(
+                "uid 65534 may not enter {}, on the way to {}",
+                prog.parent().unwrap().display(),
+                prog.display()
+            )
+        );
+        assert!(reachable_by(&prog, &Submitter { uid: 0, gid: 0 }).is_ok());
+        // Reachable, but runnable by its owner alone.
+        mode(prog.parent().unwrap(), 0o755);
+        mode(&prog, 0o744);
+        let e = open_program("run.args", &prog, &run, &nobody).unwrap_err();
+        assert!(e.problem.contains("is not a file uid 65534 may run"), "{e}");
+        // On a PATH, a directory they may not enter is passed over, as their own search would.
+        mode(&prog, 0o755);
+        mode(prog.parent().unwrap(), 0o700);
+        let mut on_path = run_in(dir.path());
+        on_path.env.insert(
+            "PATH".into(),
+            format!("{}:/usr/bin:/bin", prog.parent().unwrap().display()),
+        );
+        let found = open_program("run.args", Path::new("prog"), &on_path, &nobody).unwrap_err();
+        assert!(
+            found.problem.contains("prog is not on the submitted PATH"),
+            "{found}"
+        );
     }
 
     #[test]
