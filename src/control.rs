@@ -57,6 +57,14 @@ pub struct ServeArgs {
     /// are refused with a 429 until some end. The daemon's user and root are not limited.
     #[arg(long, default_value_t = crate::plane::DEFAULT_MAX_JOBS_PER_USER, value_name = "N")]
     pub max_jobs_per_user: u32,
+    /// The most MiB the commands of those jobs may hold in all (their arguments, environments and
+    /// paths, which the daemon keeps while each job lives); more are refused with a 429.
+    #[arg(
+        long,
+        default_value_t = crate::plane::DEFAULT_MAX_COMMAND_MIB_PER_USER,
+        value_name = "MIB"
+    )]
+    pub max_command_mib_per_user: u64,
     /// A CSV file of `user,tenant` rows (`user` a user id, or an account's name; all digits is read
     /// as a user id): the tenants each user other than the daemon's and root may submit under, in
     /// place of their own name. Without it, or for a user it does not name, a user submits under
@@ -254,6 +262,7 @@ fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
         allow_env: args.allow_env,
         max_grace: args.max_grace,
         max_jobs_per_user: args.max_jobs_per_user,
+        max_command_mib_per_user: args.max_command_mib_per_user,
         tenants: args.tenants,
         max_connections: args.max_connections,
         max_connections_per_peer: args.max_connections_per_peer,

@@ -146,6 +146,12 @@ enum WorkerChoice {
 pub const DEFAULT_MAX_JOBS_PER_USER: u32 = 10_000;
 /// The largest [`ApiOptions::max_jobs_per_user`] accepted.
 const MAX_JOBS_PER_USER: u32 = 10_000_000;
+/// The most MiB the commands of a user's unfinished jobs may hold, unless the operator says
+/// otherwise ([`ApiOptions::max_command_mib_per_user`]): a command may hold up to 256 KiB, and a
+/// typical one (a training environment's variables) 4 to 30 KiB.
+pub const DEFAULT_MAX_COMMAND_MIB_PER_USER: u64 = 128;
+/// The largest [`ApiOptions::max_command_mib_per_user`] accepted (1 TiB).
+const MAX_COMMAND_MIB_PER_USER: u64 = 1 << 20;
 
 /// What the HTTP API serves and whom it lets in: see [`ControlPlaneBuilder::listen`].
 #[derive(Clone, Debug)]
@@ -170,6 +176,9 @@ pub struct ApiOptions {
     /// The most unfinished jobs a user other than the daemon's may have (jobs that run as them, on a
     /// root daemon): a bound on what one local user can make the daemon keep.
     pub max_jobs_per_user: u32,
+    /// The most MiB the commands of those jobs may hold in all (their arguments, environments and
+    /// paths, which the daemon keeps in memory and in its journal while each job lives).
+    pub max_command_mib_per_user: u64,
     /// A CSV file of `user,tenant` rows: the tenants each user other than the operator may submit
     /// under (a user may have several rows). A user it does not name, or every user without one,
     /// submits under their account's name.
@@ -196,6 +205,7 @@ impl ApiOptions {
             allow_env: Vec::new(),
             max_grace: DEFAULT_MAX_GRACE.as_secs_f64(),
             max_jobs_per_user: DEFAULT_MAX_JOBS_PER_USER,
+            max_command_mib_per_user: DEFAULT_MAX_COMMAND_MIB_PER_USER,
             tenants: None,
             max_connections: None,
             max_connections_per_peer: None,
@@ -221,6 +231,11 @@ impl ApiOptions {
         if !(1..=MAX_JOBS_PER_USER).contains(&self.max_jobs_per_user) {
             return Err(setting(format!(
                 "--max-jobs-per-user must be from 1 to {MAX_JOBS_PER_USER}"
+            )));
+        }
+        if !(1..=MAX_COMMAND_MIB_PER_USER).contains(&self.max_command_mib_per_user) {
+            return Err(setting(format!(
+                "--max-command-mib-per-user must be from 1 to {MAX_COMMAND_MIB_PER_USER}"
             )));
         }
         if self.max_connections == Some(0) || self.max_connections_per_peer == Some(0) {
@@ -666,6 +681,7 @@ impl ControlPlaneBuilder {
         let api = match self.api {
             Some(options) => {
                 settings.max_jobs_per_user = options.max_jobs_per_user;
+                settings.max_command_bytes_per_user = options.max_command_mib_per_user << 20;
                 let mut api = api(options, self.journal.as_deref(), processes, note)?;
                 api.config.policy = Some(self.policy.clone());
                 Some(api)

@@ -147,7 +147,7 @@ impl From<Refusal> for ApiError {
             Refusal::Invalid { .. } | Refusal::KeyReused { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Refusal::NoSuchJob(_) => StatusCode::NOT_FOUND,
             Refusal::Ended(_) | Refusal::Exists(_) => StatusCode::CONFLICT,
-            Refusal::TooMany { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::TooMany { .. } | Refusal::TooLarge { .. } => StatusCode::TOO_MANY_REQUESTS,
         };
         ApiError(status, r.to_string())
     }

@@ -36,11 +36,36 @@ pub struct JobSpec {
     pub weight: f64,
     /// Control-plane seconds.
     pub arrival: f64,
-    /// The command of a real job.
+    /// The command of a real job. Once the job has ended only its directory, log and user are
+    /// kept: its arguments and environment may take up to
+    /// [`crate::request::limits::MAX_COMMAND_BYTES`], and the ledger remembers [`HISTORY`] ended
+    /// jobs.
     pub run: Option<RunCommand>,
     /// The idempotency key it was submitted with (scoped to its submitter): a retry with the same
     /// key gets this job, across restarts.
     pub key: Option<String>,
+}
+
+impl JobSpec {
+    /// Keeps of its command only what an ended job needs: its directory, log and user. (A command
+    /// has at least one argument, so one with none was forgotten.)
+    fn forget_command(&mut self) {
+        if let Some(run) = self.run.as_mut() {
+            run.args = Vec::new();
+            run.env = Default::default();
+        }
+    }
+
+    /// Whether `run` could be the command it was submitted with: the same, or, once the job has
+    /// ended and its arguments and environment are forgotten, the same directory, log and user.
+    pub fn same_command(&self, run: Option<&RunCommand>) -> bool {
+        match (self.run.as_ref(), run) {
+            (Some(kept), Some(run)) if kept.args.is_empty() => {
+                (&kept.cwd, &kept.log, kept.user) == (&run.cwd, &run.log, run.user)
+            }
+            (kept, run) => kept == run,
+        }
+    }
 }
 
 /// One journal record.
@@ -697,6 +722,7 @@ impl Ledger {
             entry.checkpoint = entry.spec.total_steps;
         }
         entry.standing = standing;
+        entry.spec.forget_command();
         self.ended.push_back(job);
         while self.ended.len() > HISTORY {
             let Some(old) = self.ended.pop_front() else {
@@ -1046,6 +1072,49 @@ pub(crate) mod tests {
             })
         );
         assert_eq!(ledger.unfinished().count(), 0);
+    }
+
+    /// An ended job's command keeps what its answers need (its directory, log and user): its
+    /// arguments and environment, up to 256 KiB, are not kept for [`HISTORY`] ended jobs.
+    #[test]
+    fn an_ended_jobs_command_keeps_only_its_directory_log_and_user() {
+        let run = RunCommand {
+            args: vec!["train.py".into(), "--lr".into()],
+            cwd: "/home/a".into(),
+            env: [("DATA".to_owned(), "x".repeat(1000))].into(),
+            log: Some("/home/a/job.log".into()),
+            user: Some(crate::executor::RunAs { uid: 7, gid: 7 }),
+        };
+        let Record::Submitted(mut submitted) = spec(1) else {
+            unreachable!()
+        };
+        submitted.run = Some(run.clone());
+        let mut ledger = Ledger::default();
+        ledger.apply(0, &Record::Submitted(submitted)).unwrap();
+        assert!(ledger.jobs[&JobId(1)].spec.same_command(Some(&run)));
+        let mut other = run.clone();
+        other.args.push("1e-3".into());
+        assert!(!ledger.jobs[&JobId(1)].spec.same_command(Some(&other)));
+        ledger
+            .apply(
+                1,
+                &Record::Finished {
+                    job: JobId(1),
+                    at: 9.0,
+                },
+            )
+            .unwrap();
+        let kept = ledger.jobs[&JobId(1)].spec.run.clone().unwrap();
+        assert!(kept.args.is_empty() && kept.env.is_empty(), "{kept:?}");
+        assert_eq!(
+            (&kept.cwd, &kept.log, kept.user),
+            (&run.cwd, &run.log, run.user)
+        );
+        // A retry of the same submission is still that job's; one elsewhere is not.
+        assert!(ledger.jobs[&JobId(1)].spec.same_command(Some(&run)));
+        other.cwd = "/home/b".into();
+        assert!(!ledger.jobs[&JobId(1)].spec.same_command(Some(&other)));
+        assert!(!ledger.jobs[&JobId(1)].spec.same_command(None));
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub mod limits {
     pub const MAX_ENV_BYTES: usize = 128 * 1024;
     /// Bytes in a path.
     pub const MAX_PATH_BYTES: usize = 4_096;
+    /// Bytes in a whole command: its arguments, environment and paths (kept for as long as its job
+    /// lives, in memory and in the journal).
+    pub const MAX_COMMAND_BYTES: usize = 256 * 1024;
     /// Bytes in an `Idempotency-Key`.
     pub const MAX_KEY_BYTES: usize = 255;
 }
@@ -460,6 +463,16 @@ fn check_run_shape(run: &RunCommand) -> Result<(), Invalid> {
             );
         }
     }
+    if run.bytes() > MAX_COMMAND_BYTES {
+        return invalid(
+            "run",
+            format!(
+                "its arguments, environment and paths come to {} bytes, above the limit of \
+                 {MAX_COMMAND_BYTES}",
+                run.bytes()
+            ),
+        );
+    }
     for (field, path) in [("run.cwd", Some(&run.cwd)), ("run.log", run.log.as_ref())] {
         if let Some(path) = path {
             let bytes = path.as_os_str().len();
@@ -513,7 +526,7 @@ pub(crate) fn same_request(spec: &JobSpec, request: &JobRequest) -> bool {
         && spec.gpus == request.gpus
         && spec.total_steps == request.work
         && spec.weight == request.weight
-        && spec.run == request.run
+        && spec.same_command(request.run.as_ref())
 }
 
 /// Whether `name` changes how a shell, the dynamic loader or the C library starts a program, before
@@ -1135,6 +1148,17 @@ mod tests {
             assert!(why.contains("is not a file path"), "{log}: {why}");
         }
         assert!(refused(&|r| r.args.push("\0".into())).starts_with("run.args:"));
+        // Each variable within its limit, the whole command past its own.
+        let whole = refused(&|r| {
+            for k in 0..3 {
+                r.env.insert(format!("BIG{k}"), "x".repeat(100_000));
+            }
+        });
+        assert!(
+            whole.starts_with("run: its arguments, environment and paths come to")
+                && whole.contains("above the limit of 262144"),
+            "{whole}"
+        );
         assert!(refused(&|r| r.user = Some(RunAs { uid: 0, gid: 0 })).starts_with("run.user:"));
         let mut run = command(dir.path());
         policy.check(&mut run, &me).unwrap();

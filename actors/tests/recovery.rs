@@ -352,3 +352,85 @@ fn another_users_unfinished_jobs_are_bounded_across_a_restart() {
         assert_eq!(submit(&cluster, theirs(1000)).await.unwrap(), too_many);
     });
 }
+
+/// What the commands of another user's unfinished jobs hold is bounded too (each is kept in memory
+/// and in the journal while its job lives), and counted from the journal across a restart; an
+/// ended job's command is forgotten but its idempotency key still answers the same request.
+#[test]
+fn another_users_commands_are_bounded_in_bytes_across_a_restart() {
+    use gangway_actors::cluster::{Cancel, Refusal, Submit};
+    use gangway_actors::executor::{RunAs, RunCommand};
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let big = RunCommand {
+        args: vec!["train.py".into()],
+        cwd: "/".into(),
+        env: [("DATA".to_owned(), "x".repeat(100_000))].into(),
+        log: None,
+        user: Some(RunAs {
+            uid: 1000,
+            gid: 1000,
+        }),
+    };
+    let one = big.bytes() as u64;
+    let start = || {
+        let parts = support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::new(50.0)));
+        let mut settings = support::virtual_time(&clock);
+        settings.journal = Some(journal.clone());
+        settings.max_command_bytes_per_user = 2 * one + one / 2;
+        settings.snapshot_every = 3;
+        ClusterActor::start(parts, settings).unwrap()
+    };
+    let theirs = || JobRequest {
+        run: Some(big.clone()),
+        ..request(4, 1000.0)
+    };
+    let submit = |cluster: &actix::Addr<ClusterActor>, request: JobRequest, key: Option<&str>| {
+        cluster.send(Submit {
+            request,
+            at: None,
+            key: key.map(str::to_owned),
+        })
+    };
+    let too_large = Err(Refusal::TooLarge {
+        uid: 1000,
+        bytes: 2 * one,
+        limit: 2 * one + one / 2,
+    });
+    actix::System::new().block_on(async {
+        let cluster = start();
+        assert_eq!(
+            submit(&cluster, theirs(), Some("1000:a")).await.unwrap(),
+            Ok(JobId(0))
+        );
+        assert!(submit(&cluster, theirs(), None).await.unwrap().is_ok());
+        assert_eq!(submit(&cluster, theirs(), None).await.unwrap(), too_large);
+        // Others are not held back by it.
+        assert!(
+            submit(&cluster, request(1, 10.0), None)
+                .await
+                .unwrap()
+                .is_ok()
+        );
+    });
+    actix::System::new().block_on(async {
+        let cluster = start();
+        assert_eq!(submit(&cluster, theirs(), None).await.unwrap(), too_large);
+        cluster.send(Cancel(JobId(0))).await.unwrap().unwrap();
+        // Ended, its arguments and environment forgotten: its key still answers the request it
+        // was made with, and still refuses one in another directory.
+        assert_eq!(
+            submit(&cluster, theirs(), Some("1000:a")).await.unwrap(),
+            Ok(JobId(0))
+        );
+        let mut other = theirs();
+        other.run.as_mut().unwrap().cwd = "/tmp".into();
+        assert!(matches!(
+            submit(&cluster, other, Some("1000:a")).await.unwrap(),
+            Err(Refusal::KeyReused { .. })
+        ));
+        assert!(submit(&cluster, theirs(), None).await.unwrap().is_ok());
+        assert_eq!(submit(&cluster, theirs(), None).await.unwrap(), too_large);
+    });
+}

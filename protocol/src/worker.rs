@@ -29,6 +29,22 @@ pub struct RunCommand {
     pub user: Option<RunAs>,
 }
 
+impl RunCommand {
+    /// The bytes it holds: its arguments, its environment's names and values, and its paths (what
+    /// a control plane keeps of it for as long as its job lives).
+    pub fn bytes(&self) -> usize {
+        let args: usize = self.args.iter().map(String::len).sum();
+        let env: usize = self
+            .env
+            .iter()
+            .map(|(name, value)| name.len() + value.len())
+            .sum();
+        let paths =
+            self.cwd.as_os_str().len() + self.log.as_ref().map_or(0, |l| l.as_os_str().len());
+        args + env + paths
+    }
+}
+
 /// A user and group to run a command as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

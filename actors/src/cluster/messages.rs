@@ -62,6 +62,10 @@ pub struct Settings {
     /// daemon's user (`run.user`: another user's jobs, on a root daemon); more are refused
     /// ([`Refusal::TooMany`]). The daemon's user and root are not limited.
     pub max_jobs_per_user: u32,
+    /// The most bytes the commands of those unfinished jobs may hold in all (their arguments,
+    /// environments and paths, kept in memory and in the journal while each job lives); more are
+    /// refused ([`Refusal::TooLarge`]).
+    pub max_command_bytes_per_user: u64,
     /// How often the executor is polled for worker events, in wall time.
     pub poll_every: Duration,
     /// The servers' names, in the cluster's node order (`GET /nodes`); `server-N` for those not
@@ -85,6 +89,7 @@ impl Settings {
             snapshot_every: 100_000,
             max_restarts: 3,
             max_jobs_per_user: u32::MAX,
+            max_command_bytes_per_user: u64::MAX,
             poll_every: Duration::from_millis(20),
             node_names: Vec::new(),
             reports: Reports::default(),
@@ -159,6 +164,21 @@ pub enum Refusal {
         uid: u32,
         /// Their unfinished jobs, the limit.
         unfinished: u32,
+    },
+    /// The user whose command it runs as has unfinished jobs whose commands hold as many bytes as
+    /// one user's may, with this one's (a 429 over the API).
+    #[error(
+        "uid {uid}'s unfinished jobs' commands (arguments, environments and paths) hold {bytes} \
+         bytes; with this one's they would pass the {limit} bytes one user's may hold on this daemon \
+         (gangway serve --max-command-mib-per-user): submit more once some have ended"
+    )]
+    TooLarge {
+        /// The user.
+        uid: u32,
+        /// What their unfinished jobs' commands hold.
+        bytes: u64,
+        /// What one user's may hold, in bytes.
+        limit: u64,
     },
 }
 

@@ -10,9 +10,26 @@ use gangway_journal::{Journal, JournalError, Options};
 
 use crate::ledger::{Ledger, Record, Shape, Violation, open_journal_with};
 
-/// The user a job's command runs as, where that is not the daemon's own.
-pub(super) fn runs_as(spec: &crate::ledger::JobSpec) -> Option<u32> {
-    spec.run.as_ref()?.user.map(|user| user.uid)
+/// One user's unfinished jobs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Unfinished {
+    /// How many.
+    pub jobs: u32,
+    /// The bytes of their commands.
+    pub command_bytes: u64,
+}
+
+/// Whom `spec` runs as, when that is another user than the daemon's, and what its command holds.
+pub(super) fn load_of(spec: &crate::ledger::JobSpec) -> Option<(u32, Unfinished)> {
+    let run = spec.run.as_ref()?;
+    let uid = run.user?.uid;
+    Some((
+        uid,
+        Unfinished {
+            jobs: 1,
+            command_bytes: run.bytes() as u64,
+        },
+    ))
 }
 
 /// The durable state and where it is written.
@@ -26,8 +43,9 @@ pub(super) struct Store {
     /// Where each job's learned model is published, as it changes.
     reports: Reports,
     /// Unfinished jobs by the user their commands run as, where that is another user than the
-    /// daemon's (`run.user`, on a root daemon): what [`super::Settings::max_jobs_per_user`] limits.
-    pub unfinished_by_user: crate::IdMap<u32, u32>,
+    /// daemon's (`run.user`, on a root daemon): what [`super::Settings::max_jobs_per_user`] and
+    /// [`super::Settings::max_command_bytes_per_user`] limit.
+    pub unfinished_by_user: crate::IdMap<u32, Unfinished>,
     /// Sequence numbers when there is no journal.
     memory_seq: u64,
     records_since_snapshot: u64,
@@ -69,12 +87,12 @@ impl Store {
             snapshot_every,
             snapshotting: None,
         };
-        for entry in store.ledger.jobs.values() {
-            if let Some(uid) = runs_as(&entry.spec)
-                && !entry.standing.is_terminal()
-            {
-                *store.unfinished_by_user.entry(uid).or_default() += 1;
-            }
+        let loads: Vec<(u32, Unfinished)> = (store.ledger.jobs.values())
+            .filter(|entry| !entry.standing.is_terminal())
+            .filter_map(|entry| load_of(&entry.spec))
+            .collect();
+        for (uid, load) in loads {
+            store.count(uid, load, true);
         }
         // What the snapshot kept beside the ledger, which the ledger has already taken.
         for record in &beside {
@@ -91,28 +109,37 @@ impl Store {
     /// Folds one record into the ledger and, when the ledger takes it, into what the store keeps
     /// beside it.
     fn fold(&mut self, seq: u64, record: &Record) -> Result<(), Violation> {
-        self.ledger.apply(seq, record)?;
+        // Read before the ledger takes the record: an ending forgets the job's command.
         let counted = match record {
-            Record::Submitted(spec) => runs_as(spec).map(|uid| (uid, true)),
+            Record::Submitted(spec) => load_of(spec).map(|(uid, load)| (uid, load, true)),
             ended if ended.ends_job() => (ended.job())
                 .and_then(|job| self.ledger.jobs.get(&job))
-                .and_then(|entry| runs_as(&entry.spec))
-                .map(|uid| (uid, false)),
+                .filter(|entry| !entry.standing.is_terminal())
+                .and_then(|entry| load_of(&entry.spec))
+                .map(|(uid, load)| (uid, load, false)),
             _ => None,
         };
-        if let Some((uid, submitted)) = counted {
-            let count = self.unfinished_by_user.entry(uid).or_default();
-            if submitted {
-                *count += 1;
-            } else {
-                *count = count.saturating_sub(1);
-                if *count == 0 {
-                    self.unfinished_by_user.remove(&uid);
-                }
-            }
+        self.ledger.apply(seq, record)?;
+        if let Some((uid, load, submitted)) = counted {
+            self.count(uid, load, submitted);
         }
         self.fold_beside(record);
         Ok(())
+    }
+
+    /// Counts a job of `uid`'s in (`submitted`) or out of their unfinished ones.
+    fn count(&mut self, uid: u32, load: Unfinished, submitted: bool) {
+        let theirs = self.unfinished_by_user.entry(uid).or_default();
+        if submitted {
+            theirs.jobs += load.jobs;
+            theirs.command_bytes += load.command_bytes;
+        } else {
+            theirs.jobs = theirs.jobs.saturating_sub(load.jobs);
+            theirs.command_bytes = theirs.command_bytes.saturating_sub(load.command_bytes);
+            if theirs.jobs == 0 {
+                self.unfinished_by_user.remove(&uid);
+            }
+        }
     }
 
     /// Folds one record into what the store keeps beside the ledger: learned models and sizes.

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use super::ClusterActor;
 use super::messages::{JobRequest, Refusal, Submit};
-use super::store::runs_as;
+use super::store::load_of;
 use crate::ledger::{JobSpec, Record, Shape};
 use crate::lifecycle::Phase;
 use crate::request::same_request;
@@ -129,14 +129,28 @@ impl Handler<Submit> for ClusterActor {
             run: request.run,
             key,
         };
-        if let Some(uid) = runs_as(&spec) {
-            let waiting = (self.unjournaled.iter())
-                .filter(|(s, ..)| runs_as(s) == Some(uid))
-                .count() as u32;
-            let unfinished = self.store.unfinished_by_user.get(&uid).copied();
-            let unfinished = unfinished.unwrap_or(0) + waiting;
-            if unfinished >= self.settings.max_jobs_per_user {
-                return refused(Refusal::TooMany { uid, unfinished });
+        if let Some((uid, this)) = load_of(&spec) {
+            // Theirs journaled, and theirs waiting to be.
+            let mut theirs = (self.store.unfinished_by_user.get(&uid).copied()).unwrap_or_default();
+            for (uid_waiting, load) in self.unjournaled.iter().filter_map(|(s, ..)| load_of(s)) {
+                if uid_waiting == uid {
+                    theirs.jobs += load.jobs;
+                    theirs.command_bytes += load.command_bytes;
+                }
+            }
+            if theirs.jobs >= self.settings.max_jobs_per_user {
+                return refused(Refusal::TooMany {
+                    uid,
+                    unfinished: theirs.jobs,
+                });
+            }
+            let limit = self.settings.max_command_bytes_per_user;
+            if theirs.command_bytes + this.command_bytes > limit {
+                return refused(Refusal::TooLarge {
+                    uid,
+                    bytes: theirs.command_bytes,
+                    limit,
+                });
             }
         }
         // Checked before its names are interned: a refused submission adds nothing to the engine.
