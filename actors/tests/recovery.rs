@@ -434,3 +434,90 @@ fn another_users_commands_are_bounded_in_bytes_across_a_restart() {
         assert_eq!(submit(&cluster, theirs(), None).await.unwrap(), too_large);
     });
 }
+
+/// Job types are kept for good, so one user other than the daemon's may name only so many the
+/// control plane did not know (before, one could name the 10,000 it keeps, after which nobody,
+/// root included, could name a new one); the count is rebuilt from the journal at a restart.
+#[test]
+fn another_user_names_only_so_many_new_job_types_across_a_restart() {
+    use gangway_actors::cluster::{Refusal, Submit};
+    use gangway_actors::executor::{RunAs, RunCommand};
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let start = || {
+        let parts = support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::new(50.0)));
+        let mut settings = support::virtual_time(&clock);
+        settings.journal = Some(journal.clone());
+        settings.snapshot_every = 50;
+        ClusterActor::start(parts, settings).unwrap()
+    };
+    let typed = |uid: Option<u32>, job_type: String| JobRequest {
+        job_type,
+        run: uid.map(|uid| RunCommand {
+            args: vec!["train.py".into()],
+            cwd: "/".into(),
+            env: Default::default(),
+            log: None,
+            user: Some(RunAs { uid, gid: uid }),
+        }),
+        ..request(1, 1000.0)
+    };
+    let submit = |cluster: &actix::Addr<ClusterActor>, request: JobRequest| {
+        cluster.send(Submit {
+            request,
+            at: None,
+            key: None,
+        })
+    };
+    let refused = |answer: Result<_, Refusal>| match answer {
+        Err(Refusal::Invalid { field, problem }) => Some((field, problem)),
+        _ => None,
+    };
+    let past_the_limit = Some((
+        "job_type",
+        "uid 1000 has named 64 job types this control plane did not know, the most one user \
+         may: name one it knows"
+            .to_owned(),
+    ));
+    actix::System::new().block_on(async {
+        let cluster = start();
+        for k in 0..64 {
+            let answer = submit(&cluster, typed(Some(1000), format!("mine-{k}"))).await;
+            assert!(answer.unwrap().is_ok(), "type {k}");
+        }
+        let answer = submit(&cluster, typed(Some(1000), "mine-64".into())).await;
+        assert_eq!(refused(answer.unwrap()), past_the_limit);
+        // A type it knows, theirs or another's, still goes; others and the operator still name
+        // new ones.
+        assert!(
+            submit(&cluster, typed(Some(1000), "mine-3".into()))
+                .await
+                .unwrap()
+                .is_ok()
+        );
+        assert!(
+            submit(&cluster, typed(Some(1001), "theirs".into()))
+                .await
+                .unwrap()
+                .is_ok()
+        );
+        assert!(
+            submit(&cluster, typed(None, "operators".into()))
+                .await
+                .unwrap()
+                .is_ok()
+        );
+    });
+    actix::System::new().block_on(async {
+        let cluster = start();
+        let answer = submit(&cluster, typed(Some(1000), "mine-64".into())).await;
+        assert_eq!(refused(answer.unwrap()), past_the_limit);
+        assert!(
+            submit(&cluster, typed(Some(1001), "theirs-2".into()))
+                .await
+                .unwrap()
+                .is_ok()
+        );
+    });
+}

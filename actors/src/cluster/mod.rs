@@ -120,6 +120,8 @@ pub struct ClusterActor {
     /// Ends of stops in the background polled before the batch that began them settled (the
     /// executor answered, and the workers went, while the batch's starts were carried out).
     stopped_early: IdMap<JobId, (u64, f64)>,
+    /// Job types each user other than the daemon's named first ([`submit::MAX_NEW_TYPES_PER_USER`]).
+    types_named_by: IdMap<u32, u32>,
     /// Retunes that found the executor busy (stopping workers, for up to its patience):
     /// told at the next poll that finds it free. The actor's thread never waits on the executor.
     deferred_retunes: Vec<Retune>,
@@ -207,6 +209,7 @@ impl ClusterActor {
                 unwatched: FxHashMap::default(),
                 stopping: IdMap::default(),
                 stopped_early: IdMap::default(),
+                types_named_by: IdMap::default(),
                 round_queued: false,
                 deferred_retunes: Vec::new(),
                 next_event: None,

@@ -6,6 +6,7 @@ use gangway_core::job::JobId;
 use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 
+use super::store::load_of;
 use super::{ClusterActor, Scheduler, job_of};
 use crate::IdMap;
 use crate::executor::ExecutorError;
@@ -26,6 +27,17 @@ impl ClusterActor {
         for &gpu in &self.store.ledger.cordoned {
             if gpu < engine.cluster().num_gpus() {
                 engine.disable_gpu(gangway_core::cluster::GpuId(gpu), now);
+            }
+        }
+        // Who first named each job type the engine did not know, in the order of the submissions.
+        let mut named = std::collections::HashSet::new();
+        for id in self.store.ledger.ids() {
+            let spec = &self.store.ledger.jobs[&id].spec;
+            if engine.job_type_id(&spec.job_type).is_none()
+                && named.insert(spec.job_type.as_str())
+                && let Some((uid, _)) = load_of(spec)
+            {
+                *self.types_named_by.entry(uid).or_default() += 1;
             }
         }
         // Ended jobs still count toward the order in which GPU types are offered (sim/live parity).

@@ -18,6 +18,14 @@ use crate::request::same_request;
 /// must stay stable), so a client that invents a new one per job is refused past this many.
 pub(super) const MAX_NAMES: usize = 10_000;
 
+/// Job types one user other than the daemon's may name that the control plane did not know: every
+/// name is kept for good, so without this one user could take every one left, and no one, the
+/// operator included, could name a new type again.
+pub(super) const MAX_NEW_TYPES_PER_USER: u32 = 64;
+
+/// The last of [`MAX_NAMES`] job types, which only the operator (the daemon's user, root) may name.
+const TYPES_KEPT_FOR_THE_OPERATOR: usize = 1_000;
+
 /// A submission validated and waiting for its journal records: the spec, what it asked beyond its
 /// GPUs, the engine's job, and where to answer.
 pub(super) type Unjournaled = (JobSpec, Shape, Job, oneshot::Sender<Result<JobId, Refusal>>);
@@ -154,6 +162,32 @@ impl Handler<Submit> for ClusterActor {
             }
         }
         // Checked before its names are interned: a refused submission adds nothing to the engine.
+        let another_user = load_of(&spec).map(|(uid, _)| uid);
+        let new_type = self.engine().job_type_id(&spec.job_type).is_none();
+        if let Some(uid) = another_user.filter(|_| new_type) {
+            let named = self.types_named_by.get(&uid).copied().unwrap_or(0);
+            let known = self.engine().names().job_types.len();
+            let refusal = if named >= MAX_NEW_TYPES_PER_USER {
+                Some(format!(
+                    "uid {uid} has named {named} job types this control plane did not know, the \
+                     most one user may: name one it knows"
+                ))
+            } else if known >= MAX_NAMES - TYPES_KEPT_FOR_THE_OPERATOR {
+                Some(format!(
+                    "this control plane knows {known} job types; the last \
+                     {TYPES_KEPT_FOR_THE_OPERATOR} it may keep are its operator's to name: name one \
+                     it knows"
+                ))
+            } else {
+                None
+            };
+            if let Some(problem) = refusal {
+                return refused(Refusal::Invalid {
+                    field: "job_type",
+                    problem,
+                });
+            }
+        }
         let engine = self.engine();
         let names = engine.names();
         for (field, known, count) in [
@@ -199,6 +233,9 @@ impl Handler<Submit> for ClusterActor {
                 field,
                 problem: format!("job type {:?} cannot run here: {why}", spec.job_type),
             });
+        }
+        if let Some(uid) = another_user.filter(|_| new_type) {
+            *self.types_named_by.entry(uid).or_default() += 1;
         }
         let job = job_of(self.engine(), &spec, Some(&shape));
         self.next_job_id = self.next_job_id.max(id.0 + 1);
