@@ -176,6 +176,25 @@ pub fn open_program(
     Ok(checked)
 }
 
+/// Checks a directory as those on a program's path are checked ([`open_program`]): it, every
+/// directory above it and every link on the way belong to root or `owner`, who may enter them, and
+/// are writable by nobody else (a sticky directory excepted, as `/tmp` is). Nobody else can then
+/// change what is at `path`.
+pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
+    let (dir, name) = walk_to(path, owner)?;
+    let shown = path.display();
+    let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let meta = stat(&entry).map_err(|e| format!("{shown}: {e}"))?;
+    if meta.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(format!(
+            "{shown} is {}, not a directory",
+            kind(meta.st_mode)
+        ));
+    }
+    check_dir(&entry, path, owner)
+}
+
 /// [`open_program`]'s checks of the file at `path`, and of its interpreter while `depth` allows.
 fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<CheckedProgram, String> {
     let (dir, name) = walk_to(path, submitter)?;

@@ -464,17 +464,35 @@ fn start_time(pid: i32) -> Result<String, String> {
         .ok_or_else(|| format!("the pool's owner {pid}: no readable /proc/{pid}/stat"))
 }
 
-/// This user's pool directory: `$XDG_RUNTIME_DIR/gangway` when that is set, else
-/// `/tmp/gangway-pool-UID`; made 0700, and refused unless it is a directory of the user's own that
-/// nobody else may enter (a link, another owner, or a wider mode on an existing one).
+/// This user's pool directory ([`pool_dir_of`]); made 0700, and refused unless it is a directory of
+/// the user's own that nobody else may enter (a link, another owner, or a wider mode on an existing
+/// one).
 pub fn private_dir() -> Result<PathBuf, String> {
-    let uid = crate::inherit::this_user();
-    let dir = match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(runtime) if Path::new(&runtime).is_absolute() => Path::new(&runtime).join("gangway"),
-        _ => PathBuf::from(format!("/tmp/gangway-pool-{uid}")),
-    };
-    check_private_dir(&dir, uid)?;
+    let user = gangway_protocol::command::Submitter::this_process();
+    let dir = pool_dir_of(&user, std::env::var_os("XDG_RUNTIME_DIR").as_deref());
+    check_private_dir(&dir, user.uid)?;
     Ok(dir)
+}
+
+/// Where `user`'s pool lives, given their `XDG_RUNTIME_DIR`: `$XDG_RUNTIME_DIR/gangway` when that
+/// is absolute and nobody but root and the user can change it or any directory above it
+/// ([`gangway_protocol::command::check_directory`]), else `/tmp/gangway-pool-UID`. A root job's
+/// environment may carry another user's `XDG_RUNTIME_DIR` (`su` without `-` keeps it, and
+/// `elastic-run --daemon` sends the whole environment), whose owner could swap the directory for a
+/// link between its check and root's sweep of it, which removes files there.
+pub fn pool_dir_of(
+    user: &gangway_protocol::command::Submitter,
+    runtime_dir: Option<&std::ffi::OsStr>,
+) -> PathBuf {
+    match runtime_dir.map(Path::new) {
+        Some(runtime)
+            if runtime.is_absolute()
+                && gangway_protocol::command::check_directory(runtime, user).is_ok() =>
+        {
+            runtime.join("gangway")
+        }
+        _ => PathBuf::from(format!("/tmp/gangway-pool-{}", user.uid)),
+    }
 }
 
 /// Makes `dir` (mode 0700) if it is not there, then checks it is a directory of `uid`'s, not a
@@ -762,6 +780,34 @@ fn send_with_fds(stream: &UnixStream, bytes: &[u8], fds: &[RawFd]) -> std::io::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A user's pool is in their runtime directory only while nobody else could change it (a root
+    /// job's environment may name another user's).
+    #[test]
+    fn a_pool_is_in_the_runtime_directory_only_where_nobody_else_could_change_it() {
+        use gangway_protocol::command::Submitter;
+        use std::os::unix::fs::PermissionsExt;
+        let me = Submitter::this_process();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let runtime = dir.path().join("runtime");
+        std::fs::create_dir(&runtime).unwrap();
+        let fallback = PathBuf::from(format!("/tmp/gangway-pool-{}", me.uid));
+        assert_eq!(
+            pool_dir_of(&me, Some(runtime.as_os_str())),
+            runtime.join("gangway")
+        );
+        assert_eq!(pool_dir_of(&me, Some("run".as_ref())), fallback);
+        assert_eq!(pool_dir_of(&me, None), fallback);
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(pool_dir_of(&me, Some(runtime.as_os_str())), fallback);
+        // Another user's (only root can make one).
+        if me.uid == 0 {
+            std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&runtime, Some(65534), Some(65534)).unwrap();
+            assert_eq!(pool_dir_of(&me, Some(runtime.as_os_str())), fallback);
+        }
+    }
 
     /// Sets `path`'s times `ago` in the past (a socket, too, which cannot be opened).
     fn age(path: &Path, ago: Duration) {
