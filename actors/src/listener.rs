@@ -330,6 +330,22 @@ impl Slots {
         Some(slot)
     }
 
+    /// With every connection answering, the longest-answering one of the peer that holds the most,
+    /// when it holds at least two more than `newcomer` does: answers are lost only to even the
+    /// peers' holdings out, so that peers holding every slot with answers they never finish
+    /// reading (event streams, a list read a byte at a time) cannot shut everyone else out.
+    fn hog(&self, newcomer: Peer) -> Option<u64> {
+        let (&hog, &held) = self.peers.iter().max_by_key(|&(_, &held)| held)?;
+        if held < self.held_by(newcomer) + 2 {
+            return None;
+        }
+        self.conns
+            .iter()
+            .filter(|(_, s)| s.peer == hog)
+            .min_by_key(|(_, s)| s.since)
+            .map(|(&id, _)| id)
+    }
+
     /// Closes the connection [`Slots::victim`] names; false when none may be closed.
     fn evict_one(&mut self, peer: Option<Peer>) -> bool {
         let Some(id) = self.victim(peer) else {
@@ -340,7 +356,7 @@ impl Slots {
     }
 
     /// Admits a connection from `peer`, closing one of its own beyond its share, and one of the
-    /// largest holder's at the limit.
+    /// largest holder's at the limit (an answering one only as [`Slots::hog`] says).
     fn admit(&mut self, peer: Peer, limits: &Limits) -> Result<(u64, Arc<Notify>), Full> {
         let share = limits.per_peer();
         while self.held_by(peer) >= share {
@@ -351,7 +367,10 @@ impl Slots {
         let limit = limits.max_connections.max(1);
         while self.conns.len() >= limit {
             if !self.evict_one(None) {
-                return Err(Full::All(limit));
+                let Some(id) = self.hog(peer) else {
+                    return Err(Full::All(limit));
+                };
+                self.evict(id);
             }
         }
         let id = self.next;
@@ -797,7 +816,7 @@ mod tests {
     }
 
     #[test]
-    fn at_the_limit_the_largest_holder_loses_its_longest_wait_never_an_answer() {
+    fn at_the_limit_the_largest_holder_loses_its_longest_wait_then_an_answer_to_a_smaller_peer() {
         let table = Table::default();
         let limits = limits(4, Some(4));
         let (big, small, new) = (Peer::User(1), Peer::User(2), Peer::User(3));
@@ -820,15 +839,23 @@ mod tests {
         drop(slots);
         let second = admit(new).unwrap();
         assert!(!table.lock().conns.contains_key(&idle));
-        // Once every connection answers, none is closed for a newcomer.
-        let _answers: Vec<_> = [small_idle, first, second]
+        // Once every connection answers, a newcomer closes the longest answer of a peer that holds
+        // two more than it (`new`, two), and none when the holdings are even.
+        let mut answers: Vec<_> = [small_idle, first, second]
             .into_iter()
             .map(|id| table.begin(id, false))
             .collect();
-        assert_eq!(admit(Peer::User(9)), Err(Full::All(4)));
+        let ninth = admit(Peer::User(9)).unwrap();
+        assert!(
+            !table.lock().conns.contains_key(&first),
+            "new's longest answer"
+        );
+        assert!(table.lock().conns.contains_key(&second));
+        answers.push(table.begin(ninth, false));
+        assert_eq!(admit(Peer::User(10)), Err(Full::All(4)));
         // An answer written makes its connection idle, and closable, again.
         drop(busy);
-        assert!(admit(Peer::User(9)).is_ok());
+        assert!(admit(Peer::User(10)).is_ok());
         assert!(!table.lock().conns.contains_key(&answering));
     }
 
