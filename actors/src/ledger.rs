@@ -529,6 +529,11 @@ pub struct Entry {
 /// its active jobs and a bounded history, in memory and in its snapshots.
 pub const HISTORY: usize = 10_000;
 
+/// Of those, the most one user other than the daemon's keeps (jobs whose commands run as them):
+/// submitting and cancelling in a loop, one user could otherwise push every other job's ending (its
+/// answer, and its idempotency key) out of the history.
+pub const HISTORY_PER_USER: usize = 1_000;
+
 /// A record that breaks an invariant.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum Violation {
@@ -723,18 +728,51 @@ impl Ledger {
         }
         entry.standing = standing;
         entry.spec.forget_command();
+        let user = entry.spec.run.as_ref().and_then(|r| r.user).map(|u| u.uid);
         self.ended.push_back(job);
+        if let Some(uid) = user {
+            self.keep_within_users_history(uid);
+        }
         while self.ended.len() > HISTORY {
             let Some(old) = self.ended.pop_front() else {
                 break;
             };
-            if let Some(entry) = self.jobs.remove(&old)
-                && let Some(key) = &entry.spec.key
-            {
-                self.keys.remove(key);
-            }
+            self.forget(old);
         }
         Ok(())
+    }
+
+    /// Forgets user `uid`'s oldest ended job if they have more than [`HISTORY_PER_USER`] in the
+    /// history.
+    fn keep_within_users_history(&mut self, uid: u32) {
+        let theirs = |id: &JobId| {
+            (self.jobs.get(id))
+                .and_then(|e| e.spec.run.as_ref()?.user)
+                .is_some_and(|u| u.uid == uid)
+        };
+        let mut count = 0;
+        let mut oldest = None;
+        for (at, id) in self.ended.iter().enumerate() {
+            if theirs(id) {
+                count += 1;
+                oldest.get_or_insert(at);
+            }
+        }
+        if count > HISTORY_PER_USER
+            && let Some(at) = oldest
+            && let Some(old) = self.ended.remove(at)
+        {
+            self.forget(old);
+        }
+    }
+
+    /// Forgets ended job `old` (and its idempotency key).
+    fn forget(&mut self, old: JobId) {
+        if let Some(entry) = self.jobs.remove(&old)
+            && let Some(key) = &entry.spec.key
+        {
+            self.keys.remove(key);
+        }
     }
 
     /// The ids of the jobs it remembers, in id order.
@@ -1115,6 +1153,63 @@ pub(crate) mod tests {
         other.cwd = "/home/b".into();
         assert!(!ledger.jobs[&JobId(1)].spec.same_command(Some(&other)));
         assert!(!ledger.jobs[&JobId(1)].spec.same_command(None));
+    }
+
+    /// One user cancelling their own jobs in a loop pushes only their own out of the history:
+    /// another's ending (and its idempotency key) stays.
+    #[test]
+    fn one_users_endings_never_push_anothers_out_of_the_history() {
+        let mut ledger = Ledger::default();
+        let mut seq = 0;
+        let mut apply = |ledger: &mut Ledger, record: Record| {
+            ledger.apply(seq, &record).unwrap();
+            seq += 1;
+        };
+        let Record::Submitted(mut operators) = spec(0) else {
+            unreachable!()
+        };
+        operators.key = Some("0:first".into());
+        apply(&mut ledger, Record::Submitted(operators));
+        apply(
+            &mut ledger,
+            Record::Finished {
+                job: JobId(0),
+                at: 1.0,
+            },
+        );
+        let total = HISTORY as u32 + 5;
+        for id in 1..=total {
+            let Record::Submitted(mut theirs) = spec(id) else {
+                unreachable!()
+            };
+            theirs.run = Some(RunCommand {
+                args: vec!["train.py".into()],
+                cwd: "/".into(),
+                env: Default::default(),
+                log: None,
+                user: Some(crate::executor::RunAs { uid: 7, gid: 7 }),
+            });
+            apply(&mut ledger, Record::Submitted(theirs));
+            apply(
+                &mut ledger,
+                Record::Cancelled {
+                    job: JobId(id),
+                    at: 2.0,
+                },
+            );
+        }
+        assert!(
+            ledger.jobs.contains_key(&JobId(0)),
+            "the operator's ending stays"
+        );
+        assert_eq!(ledger.keys.get("0:first"), Some(&JobId(0)));
+        assert_eq!(ledger.ended.len(), HISTORY_PER_USER + 1);
+        assert!(ledger.jobs.contains_key(&JobId(total)));
+        assert!(
+            !ledger
+                .jobs
+                .contains_key(&JobId(total - HISTORY_PER_USER as u32))
+        );
     }
 
     #[test]
