@@ -148,8 +148,9 @@ pub const DEFAULT_MAX_JOBS_PER_USER: u32 = 10_000;
 const MAX_JOBS_PER_USER: u32 = 10_000_000;
 /// The most MiB the commands of a user's unfinished jobs may hold, unless the operator says
 /// otherwise ([`ApiOptions::max_command_mib_per_user`]): a command may hold up to 256 KiB, and a
-/// typical one (a training environment's variables) 4 to 30 KiB.
-pub const DEFAULT_MAX_COMMAND_MIB_PER_USER: u64 = 128;
+/// typical one (a training environment's variables) 4 to 50 KiB (an HPC site's modules): 5,000
+/// unfinished jobs of 50 KiB each.
+pub const DEFAULT_MAX_COMMAND_MIB_PER_USER: u64 = 256;
 /// The largest [`ApiOptions::max_command_mib_per_user`] accepted (1 TiB).
 const MAX_COMMAND_MIB_PER_USER: u64 = 1 << 20;
 
@@ -857,7 +858,8 @@ fn process_executor(
         ));
     }
     let elastic_run = match elastic_run {
-        Some(path) => path,
+        // Where the operator meant it, from here: the checks and the launches read it from `/`.
+        Some(path) => std::path::absolute(&path).unwrap_or(path),
         None => std::env::current_exe()
             .map_err(|error| PlaneError::Io {
                 what: "locating gangway".into(),

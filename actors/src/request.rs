@@ -1237,9 +1237,9 @@ mod tests {
             assert_eq!(
                 i.problem,
                 format!(
-                    "uid 65534 may not enter {}, on the way to {}",
-                    dir.path().display(),
-                    dir.path().join(name).display()
+                    "{}: uid 65534 may not enter the directory {}",
+                    dir.path().join(name).display(),
+                    dir.path().display()
                 ),
                 "{name}"
             );

@@ -228,7 +228,8 @@ fn checked(
         return Err(Invalid {
             field: "run.env",
             problem: format!(
-                "{} makes torchrun start its workers with another program than the one the                  daemon checks: leave it out, and give the interpreter as --python",
+                "{} makes torchrun start its workers with another program than the one the \
+                 daemon checks: leave it out, and give the interpreter as --python",
                 crate::cli::WORKER_PROGRAM_VAR
             ),
         });

@@ -80,17 +80,53 @@ pub fn account_uid(name: &str) -> Option<u32> {
     Some(entry.0.pw_uid)
 }
 
-/// A password-database entry found by `call` (getpwuid_r(3) or getpwnam_r(3) given an entry, a
-/// buffer and where to say it found one), with the buffer its strings live in: the buffer grows
-/// while the entry does not fit (an account with many fields from LDAP), up to 1 MiB.
-fn lookup(
-    mut call: impl FnMut(&mut libc::passwd, &mut [u8], &mut *mut libc::passwd) -> libc::c_int,
-) -> Option<(libc::passwd, Vec<u8>)> {
+/// Whether group `gid` is `uid`'s own (a user private group, as umask 002 systems make them): their
+/// primary group, with no member but them. A directory that group may write is then theirs alone
+/// to change, as OpenSSH's StrictModes allows on those systems.
+fn private_group(gid: u32, uid: u32) -> bool {
+    // SAFETY: getpwuid_r(3) with the buffer `lookup` gives it.
+    let Some((user, _user_strings)) = lookup(|entry: &mut libc::passwd, buffer, found| unsafe {
+        libc::getpwuid_r(uid, entry, buffer.as_mut_ptr().cast(), buffer.len(), found)
+    }) else {
+        return false;
+    };
+    // SAFETY: getgrgid_r(3) with the buffer `lookup` gives it.
+    let Some((group, _group_strings)) = lookup(|entry: &mut libc::group, buffer, found| unsafe {
+        libc::getgrgid_r(gid, entry, buffer.as_mut_ptr().cast(), buffer.len(), found)
+    }) else {
+        return false;
+    };
+    if user.pw_gid != gid {
+        return false;
+    }
+    // SAFETY: on success gr_mem is a NULL-terminated array of NUL-terminated strings, and pw_name
+    // a NUL-terminated string, inside the buffers `lookup` returns alive beside the entries.
+    unsafe {
+        let owner = CStr::from_ptr(user.pw_name);
+        let mut member = group.gr_mem;
+        while !member.is_null() && !(*member).is_null() {
+            if CStr::from_ptr(*member) != owner {
+                return false;
+            }
+            member = member.add(1);
+        }
+    }
+    true
+}
+
+/// A password- or group-database entry found by `call` (getpwuid_r(3), getpwnam_r(3) or
+/// getgrgid_r(3) given an entry, a buffer and where to say it found one), with the buffer its
+/// strings live in: the buffer grows while the entry does not fit (an account with many fields
+/// from LDAP, a large group), up to 1 MiB.
+fn lookup<E>(
+    mut call: impl FnMut(&mut E, &mut [u8], &mut *mut E) -> libc::c_int,
+) -> Option<(E, Vec<u8>)> {
     let mut buffer = vec![0u8; 4096];
     loop {
-        // SAFETY: a zeroed passwd is a valid out-parameter.
-        let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: the entries asked for (passwd, group) are plain C structs, for which all zeroes
+        // is a valid out-parameter.
+        let mut entry: E = unsafe { std::mem::zeroed() };
+        let mut found: *mut E = std::ptr::null_mut();
         match call(&mut entry, &mut buffer, &mut found) {
             0 if !found.is_null() => return Some((entry, buffer)),
             libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 4, 0),
@@ -181,7 +217,7 @@ pub fn open_program(
 /// are writable by nobody else (a sticky directory excepted, as `/tmp` is). Nobody else can then
 /// change what is at `path`.
 pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
-    let (dir, name) = walk_to(path, owner)?;
+    let (dir, name) = walk_to(path, owner, Walk::Program)?;
     let shown = path.display();
     let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
         .map_err(|e| format!("{shown}: {e}"))?;
@@ -192,12 +228,12 @@ pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
             kind(meta.st_mode)
         ));
     }
-    check_dir(&entry, path, owner)
+    check_dir(&entry, path, owner, Walk::Program)
 }
 
 /// [`open_program`]'s checks of the file at `path`, and of its interpreter while `depth` allows.
 fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<CheckedProgram, String> {
-    let (dir, name) = walk_to(path, submitter)?;
+    let (dir, name) = walk_to(path, submitter, Walk::Program)?;
     let at = |flags| open_at(dir.as_raw_fd(), &name, flags);
     let link = at(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| e.to_string())?;
     let meta = stat(&link).map_err(|e| e.to_string())?;
@@ -266,9 +302,13 @@ const SEARCH: u32 = 1;
 
 /// Whether `submitter` may do `what` ([`READ`], [`SEARCH`]) to a file of `mode`, `uid` and `gid`, by
 /// its mode bits: as its owner, its group (their primary group: their jobs run with no other) or
-/// anyone else. Root may do anything (a file no one may run is refused apart).
+/// anyone else. Root may do anything (a file no one may run is refused apart). Asked only where
+/// this process is root, walking for someone else: a process that is not root looked with its own
+/// rights, all its groups included, and its jobs run as it.
 fn permits(mode: u32, uid: u32, gid: u32, submitter: &Submitter, what: u32) -> bool {
-    let shift = if submitter.uid == 0 {
+    // SAFETY: geteuid(2) cannot fail.
+    let walked_as_root = unsafe { libc::geteuid() } == 0;
+    let shift = if submitter.uid == 0 || !walked_as_root {
         return true;
     } else if uid == submitter.uid {
         6
@@ -295,28 +335,30 @@ fn searchable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
 /// does not exist. A root daemon asks this before it says anything else of a path a submitter
 /// named, so that it tells them nothing of paths they could not look up themselves.
 pub fn reachable_by(path: &Path, submitter: &Submitter) -> Result<(), String> {
-    use std::os::unix::fs::MetadataExt;
-    let Some(parent) = path.parent() else {
+    if path.parent().is_none() {
         return Ok(());
-    };
-    let mut dir = PathBuf::new();
-    for component in parent.components() {
-        dir.push(component);
-        let meta =
-            std::fs::metadata(&dir).map_err(|_| format!("{} does not exist", path.display()))?;
-        if !meta.is_dir() {
-            return Err(format!("{} does not exist", path.display()));
-        }
-        if !permits(meta.mode(), meta.uid(), meta.gid(), submitter, SEARCH) {
-            return Err(format!(
-                "uid {} may not enter {}, on the way to {}",
-                submitter.uid,
-                dir.display(),
-                path.display()
-            ));
-        }
     }
-    Ok(())
+    // A path that ends in `..` names no last entry of its own: all of it is walked into.
+    let ends_above = path.components().next_back() == Some(std::path::Component::ParentDir);
+    let walked = if ends_above {
+        path.join("-")
+    } else {
+        path.to_owned()
+    };
+    // Links followed one by one, each from where it is: the directories on a link's way count too.
+    walk_to(&walked, submitter, Walk::Reach)
+        .map(|_| ())
+        .map_err(|why| format!("{}: {why}", path.display()))
+}
+
+/// What [`walk_to`] checks of the directories and links on its way.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// A program's way: each directory and link root's or the submitter's, writable by nobody
+    /// else, and each directory one the submitter may enter.
+    Program,
+    /// Only that the submitter may enter each directory.
+    Reach,
 }
 
 /// The interpreter a script's first line names (`#!/usr/bin/python3 -u`: `/usr/bin/python3`).
@@ -336,7 +378,7 @@ fn shebang(file: &OwnedFd) -> Option<PathBuf> {
 
 /// Follows `path` from `/` one name at a time, checking each directory and link on the way; returns
 /// the directory that holds its last name, open, and that name.
-fn walk_to(path: &Path, submitter: &Submitter) -> Result<(OwnedFd, OsString), String> {
+fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, OsString), String> {
     use std::path::Component;
     let root = open_at(
         libc::AT_FDCWD,
@@ -344,7 +386,7 @@ fn walk_to(path: &Path, submitter: &Submitter) -> Result<(OwnedFd, OsString), St
         libc::O_PATH | libc::O_DIRECTORY,
     )
     .map_err(|e| format!("/: {e}"))?;
-    check_dir(&root, Path::new("/"), submitter)?;
+    check_dir(&root, Path::new("/"), submitter, walk)?;
     // The directories walked into, from the root, with their names for messages.
     let mut dirs = vec![(root, PathBuf::from("/"))];
     let mut names: VecDeque<OsString> = VecDeque::new();
@@ -377,7 +419,9 @@ fn walk_to(path: &Path, submitter: &Submitter) -> Result<(OwnedFd, OsString), St
         let meta = stat(&entry).map_err(|e| format!("{}: {e}", here.display()))?;
         match meta.st_mode & libc::S_IFMT {
             libc::S_IFLNK => {
-                check_owner(&meta, submitter, &format!("the link {}", here.display()))?;
+                if walk == Walk::Program {
+                    check_owner(&meta, submitter, &format!("the link {}", here.display()))?;
+                }
                 links += 1;
                 if links > MAX_LINKS {
                     return Err(format!("{}: too many links", path.display()));
@@ -395,7 +439,7 @@ fn walk_to(path: &Path, submitter: &Submitter) -> Result<(OwnedFd, OsString), St
                 return Ok((dir, name));
             }
             libc::S_IFDIR => {
-                check_dir(&entry, &here, submitter)?;
+                check_dir(&entry, &here, submitter, walk)?;
                 dirs.push((entry, here));
             }
             mode => {
@@ -413,14 +457,18 @@ fn walk_to(path: &Path, submitter: &Submitter) -> Result<(OwnedFd, OsString), St
     ))
 }
 
-/// Checks a directory on a program's path.
-fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter) -> Result<(), String> {
+/// Checks a directory on a program's path (or, walking to [`Walk::Reach`], only that the
+/// submitter may enter it).
+fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> Result<(), String> {
     let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
     let what = format!("the directory {}", name.display());
     // Before anything else is said of what is in it: a root daemon walks where the submitter may
     // not, and would run (and tell of) what they could not reach themselves.
     if !searchable_by(&meta, submitter) {
         return Err(format!("uid {} may not enter {what}", submitter.uid));
+    }
+    if walk == Walk::Reach {
+        return Ok(());
     }
     check_owner(&meta, submitter, &what)?;
     // A sticky directory lets its users replace only their own entries (which are checked in turn).
@@ -447,7 +495,7 @@ fn check_writers(meta: &libc::stat, what: &str) -> Result<(), String> {
     let mode = meta.st_mode & 0o7777;
     let by = if mode & 0o002 != 0 {
         "everyone".to_owned()
-    } else if mode & 0o020 != 0 && meta.st_gid != 0 {
+    } else if mode & 0o020 != 0 && meta.st_gid != 0 && !private_group(meta.st_gid, meta.st_uid) {
         format!("group {}", meta.st_gid)
     } else {
         return Ok(());
@@ -688,13 +736,28 @@ mod tests {
         assert!(e.problem.contains(&hidden), "{e}");
         assert_eq!(
             reachable_by(&prog, &nobody).unwrap_err(),
-            format!(
-                "uid 65534 may not enter {}, on the way to {}",
-                prog.parent().unwrap().display(),
-                prog.display()
-            )
+            format!("{}: {hidden}", prog.display())
         );
         assert!(reachable_by(&prog, &Submitter { uid: 0, gid: 0 }).is_ok());
+        // Through a link of their own, the directories on the link's way count too.
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        symlink(prog.parent().unwrap(), theirs.join("link")).unwrap();
+        let e = reachable_by(&theirs.join("link/absent"), &nobody).unwrap_err();
+        assert!(e.ends_with(&hidden), "{e}");
+        // A directory their own private group may write is theirs alone (umask 002 systems).
+        let shared = dir.path().join("nobodys");
+        std::fs::create_dir(&shared).unwrap();
+        std::os::unix::fs::chown(&shared, Some(65534), Some(65534)).unwrap();
+        mode(&shared, 0o775);
+        let nobodys = shared.join("prog");
+        std::fs::write(&nobodys, "\x7fELF").unwrap();
+        std::os::unix::fs::chown(&nobodys, Some(65534), Some(65534)).unwrap();
+        mode(&nobodys, 0o755);
+        let private = super::private_group(65534, 65534);
+        assert!(!super::private_group(65534, 0), "not root's primary group");
+        let checked = open_program("run.args", &nobodys, &run, &nobody);
+        assert_eq!(checked.is_ok(), private, "{checked:?}");
         // Reachable, but runnable by its owner alone.
         mode(prog.parent().unwrap(), 0o755);
         mode(&prog, 0o744);
