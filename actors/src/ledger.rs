@@ -614,6 +614,16 @@ pub struct Ledger {
     pub cordoned: std::collections::BTreeSet<u32>,
     /// Ended jobs, oldest first: beyond [`HISTORY`], the oldest are forgotten.
     pub ended: std::collections::VecDeque<JobId>,
+    /// Of those, how many ran as each user other than the daemon's: what [`HISTORY_PER_USER`]
+    /// bounds. Neither journaled nor snapshotted: a ledger read back counts them again
+    /// ([`Ledger::count_ended_by_user`]).
+    #[serde(skip)]
+    ended_by_user: IdMap<u32, usize>,
+}
+
+/// The user another user's job runs as.
+fn runs_as(entry: &Entry) -> Option<u32> {
+    Some(entry.spec.run.as_ref()?.user?.uid)
 }
 
 impl Ledger {
@@ -728,9 +738,10 @@ impl Ledger {
         }
         entry.standing = standing;
         entry.spec.forget_command();
-        let user = entry.spec.run.as_ref().and_then(|r| r.user).map(|u| u.uid);
+        let user = runs_as(entry);
         self.ended.push_back(job);
         if let Some(uid) = user {
+            *self.ended_by_user.entry(uid).or_default() += 1;
             self.keep_within_users_history(uid);
         }
         while self.ended.len() > HISTORY {
@@ -743,35 +754,48 @@ impl Ledger {
     }
 
     /// Forgets user `uid`'s oldest ended job if they have more than [`HISTORY_PER_USER`] in the
-    /// history.
+    /// history (looked for only then).
     fn keep_within_users_history(&mut self, uid: u32) {
-        let theirs = |id: &JobId| {
-            (self.jobs.get(id))
-                .and_then(|e| e.spec.run.as_ref()?.user)
-                .is_some_and(|u| u.uid == uid)
-        };
-        let mut count = 0;
-        let mut oldest = None;
-        for (at, id) in self.ended.iter().enumerate() {
-            if theirs(id) {
-                count += 1;
-                oldest.get_or_insert(at);
-            }
-        }
-        if count > HISTORY_PER_USER
-            && let Some(at) = oldest
-            && let Some(old) = self.ended.remove(at)
+        if self
+            .ended_by_user
+            .get(&uid)
+            .is_none_or(|&n| n <= HISTORY_PER_USER)
         {
+            return;
+        }
+        let oldest =
+            (self.ended.iter()).position(|id| (self.jobs.get(id)).and_then(runs_as) == Some(uid));
+        if let Some(old) = oldest.and_then(|at| self.ended.remove(at)) {
             self.forget(old);
         }
     }
 
     /// Forgets ended job `old` (and its idempotency key).
     fn forget(&mut self, old: JobId) {
-        if let Some(entry) = self.jobs.remove(&old)
-            && let Some(key) = &entry.spec.key
-        {
+        let Some(entry) = self.jobs.remove(&old) else {
+            return;
+        };
+        if let Some(key) = &entry.spec.key {
             self.keys.remove(key);
+        }
+        if let Some(uid) = runs_as(&entry)
+            && let Some(n) = self.ended_by_user.get_mut(&uid)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.ended_by_user.remove(&uid);
+            }
+        }
+    }
+
+    /// Counts the ended jobs each user other than the daemon's has in the history, for a ledger
+    /// read back from a snapshot (which does not keep the counts).
+    pub fn count_ended_by_user(&mut self) {
+        self.ended_by_user.clear();
+        for id in &self.ended {
+            if let Some(uid) = self.jobs.get(id).and_then(runs_as) {
+                *self.ended_by_user.entry(uid).or_default() += 1;
+            }
         }
     }
 
@@ -1210,6 +1234,12 @@ pub(crate) mod tests {
                 .jobs
                 .contains_key(&JobId(total - HISTORY_PER_USER as u32))
         );
+        // A snapshot keeps no counts: read back, the ledger counts them again.
+        let bytes = postcard::to_allocvec(&ledger).unwrap();
+        let mut read: Ledger = postcard::from_bytes(&bytes).unwrap();
+        assert_ne!(read, ledger, "the counts are not in the snapshot");
+        read.count_ended_by_user();
+        assert_eq!(read, ledger);
     }
 
     #[test]

@@ -69,7 +69,8 @@ impl Store {
                 if let Some(torn) = &recovered.torn {
                     tracing::warn!("{}", crate::ledger::torn_tail_report(torn));
                 }
-                let (ledger, beside) = recovered.snapshot.unwrap_or_default();
+                let (mut ledger, beside) = recovered.snapshot.unwrap_or_default();
+                ledger.count_ended_by_user();
                 let replayed = recovered.records.len() as u64;
                 (Some(journal), ledger, beside, recovered.records, replayed)
             }
