@@ -295,42 +295,62 @@ fn a_job_that_cannot_run_after_a_restart_has_its_live_workers_stopped() {
     );
 }
 
+/// A command of `uid`'s (another user's than the daemon's, as a root daemon runs it).
+fn as_user(uid: u32) -> gangway_actors::executor::RunCommand {
+    gangway_actors::executor::RunCommand {
+        args: vec!["train.py".into()],
+        cwd: "/".into(),
+        env: Default::default(),
+        log: None,
+        user: Some(gangway_actors::executor::RunAs { uid, gid: uid }),
+    }
+}
+
+/// A control plane on one 4-GPU server, journaled in `journal` and snapshotted every `snapshot_every`
+/// records, its settings otherwise as `settings` leaves them.
+fn journaled(
+    journal: &std::path::Path,
+    clock: &Arc<VirtualClock>,
+    snapshot_every: u64,
+    settings: impl Fn(&mut gangway_actors::cluster::Settings),
+) -> actix::Addr<ClusterActor> {
+    let parts = support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::new(50.0)));
+    let mut all = support::virtual_time(clock);
+    all.journal = Some(journal.to_path_buf());
+    all.snapshot_every = snapshot_every;
+    settings(&mut all);
+    ClusterActor::start(parts, all).unwrap()
+}
+
+/// Submits `request` under idempotency key `key`, if given.
+fn submit(
+    cluster: &actix::Addr<ClusterActor>,
+    request: JobRequest,
+    key: Option<&str>,
+) -> actix::prelude::Request<ClusterActor, gangway_actors::cluster::Submit> {
+    cluster.send(gangway_actors::cluster::Submit {
+        request,
+        at: None,
+        key: key.map(str::to_owned),
+    })
+}
+
 /// Jobs that run as another user than the daemon's (on a root daemon, a socket peer's) are bounded
 /// per user, and the count is the journal's: after a restart (from a snapshot and the records after
 /// it) one more is still refused, until one of theirs ends. Other users, and the daemon's own
 /// jobs, are not held back by it.
 #[test]
 fn another_users_unfinished_jobs_are_bounded_across_a_restart() {
-    use gangway_actors::cluster::{Cancel, Refusal, Submit};
-    use gangway_actors::executor::{RunAs, RunCommand};
+    use gangway_actors::cluster::{Cancel, Refusal};
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
-    let start = || {
-        let parts = support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::new(50.0)));
-        let mut settings = support::virtual_time(&clock);
-        settings.journal = Some(journal.clone());
-        settings.max_jobs_per_user = 2;
-        settings.snapshot_every = 3;
-        ClusterActor::start(parts, settings).unwrap()
-    };
+    let start = || journaled(&journal, &clock, 3, |s| s.max_jobs_per_user = 2);
     let theirs = |uid: u32| JobRequest {
-        run: Some(RunCommand {
-            args: vec!["train.py".into()],
-            cwd: "/".into(),
-            env: Default::default(),
-            log: None,
-            user: Some(RunAs { uid, gid: uid }),
-        }),
+        run: Some(as_user(uid)),
         ..request(4, 1000.0)
     };
-    let submit = |cluster: &actix::Addr<ClusterActor>, request: JobRequest| {
-        cluster.send(Submit {
-            request,
-            at: None,
-            key: None,
-        })
-    };
+    let submit = |cluster: &actix::Addr<ClusterActor>, request| submit(cluster, request, None);
     let too_many = Err(Refusal::TooMany {
         uid: 1000,
         unfinished: 2,
@@ -358,40 +378,21 @@ fn another_users_unfinished_jobs_are_bounded_across_a_restart() {
 /// ended job's command is forgotten but its idempotency key still answers the same request.
 #[test]
 fn another_users_commands_are_bounded_in_bytes_across_a_restart() {
-    use gangway_actors::cluster::{Cancel, Refusal, Submit};
-    use gangway_actors::executor::{RunAs, RunCommand};
+    use gangway_actors::cluster::{Cancel, Refusal};
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
-    let big = RunCommand {
-        args: vec!["train.py".into()],
-        cwd: "/".into(),
-        env: [("DATA".to_owned(), "x".repeat(100_000))].into(),
-        log: None,
-        user: Some(RunAs {
-            uid: 1000,
-            gid: 1000,
-        }),
-    };
+    let mut big = as_user(1000);
+    big.env.insert("DATA".into(), "x".repeat(100_000));
     let one = big.bytes() as u64;
     let start = || {
-        let parts = support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::new(50.0)));
-        let mut settings = support::virtual_time(&clock);
-        settings.journal = Some(journal.clone());
-        settings.max_command_bytes_per_user = 2 * one + one / 2;
-        settings.snapshot_every = 3;
-        ClusterActor::start(parts, settings).unwrap()
+        journaled(&journal, &clock, 3, |s| {
+            s.max_command_bytes_per_user = 2 * one + one / 2
+        })
     };
     let theirs = || JobRequest {
         run: Some(big.clone()),
         ..request(4, 1000.0)
-    };
-    let submit = |cluster: &actix::Addr<ClusterActor>, request: JobRequest, key: Option<&str>| {
-        cluster.send(Submit {
-            request,
-            at: None,
-            key: key.map(str::to_owned),
-        })
     };
     let too_large = Err(Refusal::TooLarge {
         uid: 1000,
@@ -440,36 +441,17 @@ fn another_users_commands_are_bounded_in_bytes_across_a_restart() {
 /// root included, could name a new one); the count is rebuilt from the journal at a restart.
 #[test]
 fn another_user_names_only_so_many_new_job_types_across_a_restart() {
-    use gangway_actors::cluster::{Refusal, Submit};
-    use gangway_actors::executor::{RunAs, RunCommand};
+    use gangway_actors::cluster::Refusal;
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let clock = Arc::new(VirtualClock::new(0.0));
-    let start = || {
-        let parts = support::parts("v100=1x4", 4, "fifo", Box::new(SimExecutor::new(50.0)));
-        let mut settings = support::virtual_time(&clock);
-        settings.journal = Some(journal.clone());
-        settings.snapshot_every = 50;
-        ClusterActor::start(parts, settings).unwrap()
-    };
+    let start = || journaled(&journal, &clock, 50, |_| {});
     let typed = |uid: Option<u32>, job_type: String| JobRequest {
         job_type,
-        run: uid.map(|uid| RunCommand {
-            args: vec!["train.py".into()],
-            cwd: "/".into(),
-            env: Default::default(),
-            log: None,
-            user: Some(RunAs { uid, gid: uid }),
-        }),
+        run: uid.map(as_user),
         ..request(1, 1000.0)
     };
-    let submit = |cluster: &actix::Addr<ClusterActor>, request: JobRequest| {
-        cluster.send(Submit {
-            request,
-            at: None,
-            key: None,
-        })
-    };
+    let submit = |cluster: &actix::Addr<ClusterActor>, request| submit(cluster, request, None);
     let refused = |answer: Result<_, Refusal>| match answer {
         Err(Refusal::Invalid { field, problem }) => Some((field, problem)),
         _ => None,

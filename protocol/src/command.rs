@@ -632,21 +632,30 @@ mod tests {
         assert!(check(&open.join("relative")).is_ok());
     }
 
-    /// A root daemon hands a submitter's `elastic-run` the program's descriptor: one the submitter
-    /// may not read (root's 0711 binary) goes as a path-only descriptor, never a readable one. Only
-    /// root can make such a file another user may run; CI runs as root.
-    #[test]
-    fn a_program_the_submitter_may_not_read_is_handed_over_unreadable() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A directory anyone may enter, `nobody` as a submitter, and a command run there: for the tests
+    /// of a root daemon walking for another user (only root can make such a tree; CI runs as root).
+    fn roots_tree_for_nobody() -> Option<(tempfile::TempDir, Submitter, RunCommand)> {
         if Submitter::this_process().uid != 0 {
-            return;
+            return None;
         }
+        let dir = tempfile::tempdir().unwrap();
         mode(dir.path(), 0o755);
         let nobody = Submitter {
             uid: 65534,
             gid: 65534,
         };
         let run = run_in(dir.path());
+        Some((dir, nobody, run))
+    }
+
+    /// A root daemon hands a submitter's `elastic-run` the program's descriptor: one the submitter
+    /// may not read (root's 0711 binary) goes as a path-only descriptor, never a readable one. Only
+    /// root can make such a file another user may run; CI runs as root.
+    #[test]
+    fn a_program_the_submitter_may_not_read_is_handed_over_unreadable() {
+        let Some((dir, nobody, run)) = roots_tree_for_nobody() else {
+            return;
+        };
         let prog = with_program(dir.path(), "bin", "\x7fELF secret");
         let flags = |mode_bits: u32| {
             mode(&prog, mode_bits);
@@ -711,16 +720,9 @@ mod tests {
     /// another user; CI runs as root.
     #[test]
     fn a_program_the_submitter_could_not_reach_or_run_is_refused_saying_no_more() {
-        let dir = tempfile::tempdir().unwrap();
-        if Submitter::this_process().uid != 0 {
+        let Some((dir, nobody, run)) = roots_tree_for_nobody() else {
             return;
-        }
-        mode(dir.path(), 0o755);
-        let nobody = Submitter {
-            uid: 65534,
-            gid: 65534,
         };
-        let run = run_in(dir.path());
         let prog = with_program(dir.path(), "rootonly", "\x7fELF");
         assert!(open_program("run.args", &prog, &run, &nobody).is_ok());
         mode(prog.parent().unwrap(), 0o700);
