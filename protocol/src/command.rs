@@ -331,9 +331,10 @@ fn searchable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
 }
 
 /// Whether `submitter` may reach `path`: enter every directory above its last name, as a process
-/// of theirs would (links followed by the kernel). Says which directory stops them, or that one
-/// does not exist. A root daemon asks this before it says anything else of a path a submitter
-/// named, so that it tells them nothing of paths they could not look up themselves.
+/// of theirs would, links followed one name at a time (the directories on a link's way count too).
+/// Says which directory stops them, or that one does not exist. A root daemon asks this before it
+/// says anything else of a path a submitter named, so that it tells them nothing of paths they
+/// could not look up themselves.
 pub fn reachable_by(path: &Path, submitter: &Submitter) -> Result<(), String> {
     if path.parent().is_none() {
         return Ok(());
