@@ -619,6 +619,9 @@ pub struct Ledger {
     /// ([`Ledger::count_ended_by_user`]).
     #[serde(skip)]
     ended_by_user: IdMap<u32, usize>,
+    /// Ended jobs forgotten since [`Ledger::take_forgotten`] last took them (not kept either).
+    #[serde(skip)]
+    forgotten: Vec<JobId>,
 }
 
 /// The user another user's job runs as.
@@ -775,6 +778,7 @@ impl Ledger {
         let Some(entry) = self.jobs.remove(&old) else {
             return;
         };
+        self.forgotten.push(old);
         if let Some(key) = &entry.spec.key {
             self.keys.remove(key);
         }
@@ -786,6 +790,11 @@ impl Ledger {
                 self.ended_by_user.remove(&uid);
             }
         }
+    }
+
+    /// The ended jobs it forgot since the last call: what a reader of it forgets too.
+    pub fn take_forgotten(&mut self) -> Vec<JobId> {
+        std::mem::take(&mut self.forgotten)
     }
 
     /// Counts the ended jobs each user other than the daemon's has in the history, for a ledger
@@ -1239,6 +1248,10 @@ pub(crate) mod tests {
         let mut read: Ledger = postcard::from_bytes(&bytes).unwrap();
         assert_ne!(read, ledger, "the counts are not in the snapshot");
         read.count_ended_by_user();
+        assert_eq!(
+            ledger.take_forgotten().len(),
+            total as usize - HISTORY_PER_USER
+        );
         assert_eq!(read, ledger);
     }
 

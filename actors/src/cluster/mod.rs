@@ -265,36 +265,13 @@ impl ClusterActor {
 
     /// Journals `records` (fsynced) and folds them into the ledger; counts what the ledger refused.
     fn persist(&mut self, records: &[Record]) {
-        // Each record that ends a job makes the ledger forget at most its oldest ended one beyond
-        // its history, and, for another user's job, that user's oldest beyond theirs
-        // ([`crate::ledger::HISTORY_PER_USER`]): the views and the endings kept forget them too.
-        let ending = records.iter().filter(|r| r.ends_job()).count();
-        let oldest: Vec<JobId> = (self.store.ledger.ended.iter().take(ending))
-            .copied()
-            .collect();
-        let another_users = records.iter().any(|r| {
-            r.ends_job()
-                && (r.job())
-                    .and_then(|job| self.store.ledger.jobs.get(&job))
-                    .is_some_and(|e| e.spec.run.as_ref().is_some_and(|run| run.user.is_some()))
-        });
         let violations = self.store.persist(records);
         self.stats.violations += violations.len() as u64;
-        for job in oldest {
-            if !self.store.ledger.jobs.contains_key(&job) {
-                self.views.touch(job);
-            }
-        }
-        if another_users {
-            let ledger = &self.store.ledger;
-            let forgotten: Vec<JobId> = (self.ended.keys())
-                .filter(|id| !ledger.jobs.contains_key(id))
-                .copied()
-                .collect();
-            for job in forgotten {
-                self.ended.remove(&job);
-                self.views.touch(job);
-            }
+        // Ended jobs past the ledger's history (or a user's share of it): the views and the
+        // endings kept forget them too.
+        for job in self.store.ledger.take_forgotten() {
+            self.ended.remove(&job);
+            self.views.touch(job);
         }
     }
 

@@ -104,6 +104,8 @@ impl Store {
                 tracing::error!(%v, "journal record breaks an invariant; skipped");
             }
         }
+        // What the replay forgot, nothing has seen yet.
+        store.ledger.take_forgotten();
         Ok((store, replayed))
     }
 
