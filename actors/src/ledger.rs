@@ -47,6 +47,12 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
+    /// The user its command runs as, where that is another user than the daemon's (`run.user`, set
+    /// by a root daemon to whoever submitted it).
+    pub fn runs_as(&self) -> Option<u32> {
+        Some(self.run.as_ref()?.user?.uid)
+    }
+
     /// Keeps of its command only what an ended job needs: its directory, log and user. (A command
     /// has at least one argument, so one with none was forgotten.)
     fn forget_command(&mut self) {
@@ -624,11 +630,6 @@ pub struct Ledger {
     forgotten: Vec<JobId>,
 }
 
-/// The user another user's job runs as.
-fn runs_as(entry: &Entry) -> Option<u32> {
-    Some(entry.spec.run.as_ref()?.user?.uid)
-}
-
 impl Ledger {
     /// Folds record `seq` in; a record that breaks an invariant is refused and changes nothing.
     pub fn apply(&mut self, seq: u64, record: &Record) -> Result<(), Violation> {
@@ -741,7 +742,7 @@ impl Ledger {
         }
         entry.standing = standing;
         entry.spec.forget_command();
-        let user = runs_as(entry);
+        let user = entry.spec.runs_as();
         self.ended.push_back(job);
         if let Some(uid) = user {
             *self.ended_by_user.entry(uid).or_default() += 1;
@@ -766,8 +767,8 @@ impl Ledger {
         {
             return;
         }
-        let oldest =
-            (self.ended.iter()).position(|id| (self.jobs.get(id)).and_then(runs_as) == Some(uid));
+        let oldest = (self.ended.iter())
+            .position(|id| (self.jobs.get(id)).and_then(|e| e.spec.runs_as()) == Some(uid));
         if let Some(old) = oldest.and_then(|at| self.ended.remove(at)) {
             self.forget(old);
         }
@@ -782,7 +783,7 @@ impl Ledger {
         if let Some(key) = &entry.spec.key {
             self.keys.remove(key);
         }
-        if let Some(uid) = runs_as(&entry)
+        if let Some(uid) = entry.spec.runs_as()
             && let Some(n) = self.ended_by_user.get_mut(&uid)
         {
             *n -= 1;
@@ -802,7 +803,7 @@ impl Ledger {
     pub fn count_ended_by_user(&mut self) {
         self.ended_by_user.clear();
         for id in &self.ended {
-            if let Some(uid) = self.jobs.get(id).and_then(runs_as) {
+            if let Some(uid) = self.jobs.get(id).and_then(|e| e.spec.runs_as()) {
                 *self.ended_by_user.entry(uid).or_default() += 1;
             }
         }

@@ -6,7 +6,6 @@ use gangway_core::job::JobId;
 use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 
-use super::store::load_of;
 use super::{ClusterActor, Scheduler, job_of};
 use crate::IdMap;
 use crate::executor::ExecutorError;
@@ -35,7 +34,7 @@ impl ClusterActor {
             let spec = &self.store.ledger.jobs[&id].spec;
             if engine.job_type_id(&spec.job_type).is_none()
                 && named.insert(spec.job_type.as_str())
-                && let Some((uid, _)) = load_of(spec)
+                && let Some(uid) = spec.runs_as()
             {
                 *self.types_named_by.entry(uid).or_default() += 1;
             }

@@ -21,8 +21,8 @@ pub struct Unfinished {
 
 /// Whom `spec` runs as, when that is another user than the daemon's, and what its command holds.
 pub(super) fn load_of(spec: &crate::ledger::JobSpec) -> Option<(u32, Unfinished)> {
+    let uid = spec.runs_as()?;
     let run = spec.run.as_ref()?;
-    let uid = run.user?.uid;
     Some((
         uid,
         Unfinished {

@@ -162,7 +162,7 @@ impl Handler<Submit> for ClusterActor {
             }
         }
         // Checked before its names are interned: a refused submission adds nothing to the engine.
-        let another_user = load_of(&spec).map(|(uid, _)| uid);
+        let another_user = spec.runs_as();
         let new_type = self.engine().job_type_id(&spec.job_type).is_none();
         if let Some(uid) = another_user.filter(|_| new_type) {
             let named = self.types_named_by.get(&uid).copied().unwrap_or(0);

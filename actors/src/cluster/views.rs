@@ -826,7 +826,7 @@ impl Handler<RunsAs> for ClusterActor {
             .jobs
             .get(&job)
             .ok_or(Refusal::NoSuchJob(job))?;
-        Ok(entry.spec.run.as_ref().and_then(|r| r.user).map(|u| u.uid))
+        Ok(entry.spec.runs_as())
     }
 }
 
