@@ -50,7 +50,7 @@ use crate::clock::{Clock, WallClock};
 use crate::executor::Executor;
 use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::health::HealthProbe;
-use crate::ledger::{HISTORY, Record, Standing};
+use crate::ledger::{Record, Standing};
 use crate::lifecycle::Phase;
 use crate::stats::Stats;
 use carry::{Gang, GpuActors};
@@ -105,8 +105,9 @@ pub struct ClusterActor {
     /// Submissions that repeat the idempotency key of one waiting to be journaled: answered with
     /// its id once it is.
     key_waiters: Vec<(JobId, oneshot::Sender<Result<JobId, Refusal>>)>,
-    /// How the jobs that ended since the start ended, as the API shows them (the most recent
-    /// [`HISTORY`]); the engine forgets them.
+    /// How the jobs that ended since the start ended, as the API shows them, for as long as the
+    /// ledger remembers them (at most [`HISTORY`](crate::ledger::HISTORY): those it forgets are taken out as it does); the
+    /// engine forgets them.
     ended: BTreeMap<JobId, JobInfo>,
     /// Jobs re-adopted at recovery whose gangs are leased once the actor runs.
     adopted: Vec<JobId>,
@@ -287,9 +288,6 @@ impl ClusterActor {
                 self.running -= usize::from(handle.phase() == Phase::Running);
             }
             self.views.touch(job);
-        }
-        while self.ended.len() > HISTORY {
-            self.ended.pop_first();
         }
     }
 

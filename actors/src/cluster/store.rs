@@ -19,6 +19,14 @@ pub struct Unfinished {
     pub command_bytes: u64,
 }
 
+impl Unfinished {
+    /// Counts `more` in.
+    pub(super) fn add(&mut self, more: Unfinished) {
+        self.jobs += more.jobs;
+        self.command_bytes += more.command_bytes;
+    }
+}
+
 /// Whom `spec` runs as, when that is another user than the daemon's, and what its command holds.
 pub(super) fn load_of(spec: &crate::ledger::JobSpec) -> Option<(u32, Unfinished)> {
     let uid = spec.runs_as()?;
@@ -134,8 +142,7 @@ impl Store {
     fn count(&mut self, uid: u32, load: Unfinished, submitted: bool) {
         let theirs = self.unfinished_by_user.entry(uid).or_default();
         if submitted {
-            theirs.jobs += load.jobs;
-            theirs.command_bytes += load.command_bytes;
+            theirs.add(load);
         } else {
             theirs.jobs = theirs.jobs.saturating_sub(load.jobs);
             theirs.command_bytes = theirs.command_bytes.saturating_sub(load.command_bytes);

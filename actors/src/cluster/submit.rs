@@ -142,8 +142,7 @@ impl Handler<Submit> for ClusterActor {
             let mut theirs = (self.store.unfinished_by_user.get(&uid).copied()).unwrap_or_default();
             for (uid_waiting, load) in self.unjournaled.iter().filter_map(|(s, ..)| load_of(s)) {
                 if uid_waiting == uid {
-                    theirs.jobs += load.jobs;
-                    theirs.command_bytes += load.command_bytes;
+                    theirs.add(load);
                 }
             }
             if theirs.jobs >= self.settings.max_jobs_per_user {
