@@ -373,6 +373,62 @@ fn another_users_unfinished_jobs_are_bounded_across_a_restart() {
     });
 }
 
+/// Submissions of one user that arrive together are journaled together: those still waiting to be
+/// journaled count toward the user's bounds, jobs and bytes, as the journaled ones do.
+#[test]
+fn another_users_submissions_waiting_to_be_journaled_count_toward_their_bounds() {
+    use gangway_actors::cluster::Refusal;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let big = || {
+        let mut run = as_user(1000);
+        run.env.insert("DATA".into(), "x".repeat(100_000));
+        run
+    };
+    let one = big().bytes() as u64;
+    for (jobs, bytes, refusal) in [
+        (
+            2,
+            u64::MAX,
+            Refusal::TooMany {
+                uid: 1000,
+                unfinished: 2,
+            },
+        ),
+        (
+            u32::MAX,
+            2 * one + one / 2,
+            Refusal::TooLarge {
+                uid: 1000,
+                bytes: 2 * one,
+                limit: 2 * one + one / 2,
+            },
+        ),
+    ] {
+        let journal = dir.path().join(format!("journal-{jobs}"));
+        let answers = actix::System::new().block_on(async {
+            let cluster = journaled(&journal, &clock, 100, |s| {
+                s.max_jobs_per_user = jobs;
+                s.max_command_bytes_per_user = bytes;
+            });
+            let theirs = || JobRequest {
+                run: Some(big()),
+                ..request(4, 1000.0)
+            };
+            // Sent before any is answered: one batch.
+            let sent: Vec<_> = (0..3).map(|_| submit(&cluster, theirs(), None)).collect();
+            futures::future::join_all(sent).await
+        });
+        let answers: Vec<_> = answers.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            answers.iter().filter(|a| a.is_ok()).count(),
+            2,
+            "{answers:?}"
+        );
+        assert_eq!(answers[2], Err(refusal));
+    }
+}
+
 /// What the commands of another user's unfinished jobs hold is bounded too (each is kept in memory
 /// and in the journal while its job lives), and counted from the journal across a restart; an
 /// ended job's command is forgotten but its idempotency key still answers the same request.

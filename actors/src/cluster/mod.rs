@@ -97,6 +97,9 @@ pub struct ClusterActor {
     settings: Settings,
     /// Submissions validated and waiting to be journaled together.
     unjournaled: Vec<Unjournaled>,
+    /// What those hold of each user's (as the store counts them once journaled): kept as they
+    /// come, since summing the commands again at each submission costs a batch times their sizes.
+    unjournaled_by_user: IdMap<u32, store::Unfinished>,
     /// Jobs that ended since the last batch that started one: what a resize's reason names as the
     /// GPUs' source.
     ended_since_starts: Vec<JobId>,
@@ -202,6 +205,7 @@ impl ClusterActor {
                 views: views::Publisher::new(events),
                 settings,
                 unjournaled: Vec::new(),
+                unjournaled_by_user: IdMap::default(),
                 ended_since_starts: Vec::new(),
                 key_waiters: Vec::new(),
                 ended: BTreeMap::new(),

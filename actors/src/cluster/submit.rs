@@ -140,10 +140,8 @@ impl Handler<Submit> for ClusterActor {
         if let Some((uid, this)) = load_of(&spec) {
             // Theirs journaled, and theirs waiting to be.
             let mut theirs = (self.store.unfinished_by_user.get(&uid).copied()).unwrap_or_default();
-            for (uid_waiting, load) in self.unjournaled.iter().filter_map(|(s, ..)| load_of(s)) {
-                if uid_waiting == uid {
-                    theirs.add(load);
-                }
+            if let Some(&waiting) = self.unjournaled_by_user.get(&uid) {
+                theirs.add(waiting);
             }
             if theirs.jobs >= self.settings.max_jobs_per_user {
                 return refused(Refusal::TooMany {
@@ -239,6 +237,9 @@ impl Handler<Submit> for ClusterActor {
         let job = job_of(self.engine(), &spec, Some(&shape));
         self.next_job_id = self.next_job_id.max(id.0 + 1);
         let (answer, answered) = oneshot::channel();
+        if let Some((uid, load)) = load_of(&spec) {
+            self.unjournaled_by_user.entry(uid).or_default().add(load);
+        }
         self.unjournaled.push((spec, shape, job, answer));
         if self.unjournaled.len() == 1 {
             // Through the mailbox, behind the submissions already waiting there, so that they join
@@ -266,6 +267,7 @@ impl Handler<JournalSubmissions> for ClusterActor {
 
     fn handle(&mut self, _: JournalSubmissions, ctx: &mut Context<Self>) {
         let batch = std::mem::take(&mut self.unjournaled);
+        self.unjournaled_by_user.clear();
         let records: Vec<Record> = batch
             .iter()
             .flat_map(|(spec, shape, _, _)| {
