@@ -170,6 +170,10 @@ pub struct ServeArgs {
         value_name = "SECONDS"
     )]
     pub stop_patience: f64,
+    /// The most processes and threads one job's attempt may have, where cgroups bound them
+    /// (default: a quarter of the machine's pids; all jobs together have at most half).
+    #[arg(long, value_name = "N")]
+    pub max_tasks_per_job: Option<u64>,
     /// Who runs the jobs: real `processes` (through `elastic-run`; the default on NVML GPUs), or
     /// `simulated` workers in virtual time (the default otherwise).
     #[arg(long, value_enum, value_name = "KIND")]
@@ -278,6 +282,7 @@ fn builder(args: ServeArgs) -> Result<ControlPlaneBuilder> {
         .snapshot_every(args.snapshot_every)
         .max_restarts(args.max_restarts)
         .stop_patience(args.stop_patience)
+        .max_tasks_per_job(args.max_tasks_per_job)
         .time_scale(args.time_scale)
         .listen(api)
         .notes(|note| eprintln!("gangway serve: {note}")))

@@ -153,6 +153,9 @@ const MAX_JOBS_PER_USER: u32 = 10_000_000;
 pub const DEFAULT_MAX_COMMAND_MIB_PER_USER: u64 = 256;
 /// The largest [`ApiOptions::max_command_mib_per_user`] accepted (1 TiB).
 const MAX_COMMAND_MIB_PER_USER: u64 = 1 << 20;
+/// The fewest tasks `--max-tasks-per-job` may allow: elastic-run, torchrun and one worker with the
+/// threads a Python interpreter with torch starts.
+const MIN_TASKS_PER_JOB: u64 = 64;
 
 /// What the HTTP API serves and whom it lets in: see [`ControlPlaneBuilder::listen`].
 #[derive(Clone, Debug)]
@@ -303,6 +306,7 @@ pub struct ControlPlaneBuilder {
     snapshot_every: u64,
     max_restarts: u32,
     stop_patience: f64,
+    max_tasks_per_job: Option<u64>,
     time_scale: f64,
     api: Option<ApiOptions>,
     notes: Box<dyn FnMut(&str) + Send>,
@@ -328,6 +332,7 @@ impl Default for ControlPlaneBuilder {
             snapshot_every: 100_000,
             max_restarts: 3,
             stop_patience: DEFAULT_STOP_PATIENCE.as_secs_f64(),
+            max_tasks_per_job: None,
             time_scale: 1.0,
             api: None,
             notes: Box::new(|note| tracing::info!("{note}")),
@@ -506,6 +511,14 @@ impl ControlPlaneBuilder {
         self
     }
 
+    /// The most tasks (processes and threads) one attempt of a job may have, where cgroups bound
+    /// them (process workers on this machine; `None`: a quarter of the machine's pids, see
+    /// [`gangway_launcher::confine::default_max_tasks`]). All attempts together have at most half.
+    pub fn max_tasks_per_job(mut self, tasks: Option<u64>) -> Self {
+        self.max_tasks_per_job = tasks;
+        self
+    }
+
     /// Control-plane time runs this many times faster than the wall clock (simulated workers).
     pub fn time_scale(mut self, factor: f64) -> Self {
         self.time_scale = factor;
@@ -537,6 +550,15 @@ impl ControlPlaneBuilder {
             .map_err(setting)?;
         if !(self.stop_patience.is_finite() && (0.0..=3600.0).contains(&self.stop_patience)) {
             return Err(setting("--stop-patience must be from 0 to 3600 seconds"));
+        }
+        let all_tasks = gangway_launcher::confine::machine_tasks() / 2;
+        if let Some(tasks) = self.max_tasks_per_job
+            && !(MIN_TASKS_PER_JOB..=all_tasks).contains(&tasks)
+        {
+            return Err(setting(format!(
+                "--max-tasks-per-job must be from {MIN_TASKS_PER_JOB} to {all_tasks} (half the \
+                 machine's pids, what all jobs together may have)"
+            )));
         }
         // The journal's directory before anything is put there (the workers' runs, the API's
         // token): made private, or refused if another user could change it.
@@ -623,6 +645,9 @@ impl ControlPlaneBuilder {
                     executor.max_grace = Duration::from_secs_f64(api.max_grace);
                 }
                 executor.stop_patience = Duration::from_secs_f64(self.stop_patience);
+                if let Some(tasks) = self.max_tasks_per_job {
+                    executor.max_tasks = tasks;
+                }
                 (Box::new(executor), "process")
             }
         };

@@ -556,6 +556,84 @@ fn nothing_a_job_started_outlives_its_end_or_its_cancel() {
     }
 }
 
+/// The stand-in `elastic-run` of the fork test: as its job's user, it forks until it is refused,
+/// keeping every child, writes their pids to `forked`, and waits to be stopped.
+const FORKING_ELASTIC_RUN: &str = r#"#!/bin/bash
+cd "$GANGWAY_WORKDIR" || exit 1
+exec python3 -c '
+import os, signal
+kids = []
+try:
+    for _ in range(1000):
+        pid = os.fork()
+        if pid == 0:
+            signal.pause()
+            os._exit(0)
+        kids.append(pid)
+except OSError:
+    pass
+with open("forked.part", "w") as f:
+    f.write("".join(f"{pid}\n" for pid in kids))
+os.rename("forked.part", "forked")
+signal.pause()
+'
+"#;
+
+/// Jobs run through a root daemon escape their users' own limits (no login session sets them), so
+/// a job forking without end took every pid of the machine, the daemon's next fork included. Each
+/// attempt's tasks are bounded (`--max-tasks-per-job`), and its children end with it.
+#[test]
+fn a_job_that_forks_without_end_is_held_to_its_bound_and_ends_with_its_children() {
+    if !as_root() {
+        return;
+    }
+    let daemon = Daemon::on_socket_with(FORKING_ELASTIC_RUN, &["--max-tasks-per-job", "64"]);
+    let log = daemon.log();
+    if !log.contains("its tasks are bounded") {
+        support::skip(&format!("no cgroup bounds tasks here: {log}"));
+        return;
+    }
+    let forked = home_of_nobody(&daemon).join("forked");
+    let mut follower = submit_as_nobody(&daemon, "forks", &[]);
+    let id = newest_job(&daemon, None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let kids: Vec<i32> = loop {
+        if let Ok(text) = std::fs::read_to_string(&forked) {
+            break text.lines().map(|l| l.parse().unwrap()).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the job never said what it forked\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Below the bound: elastic-run's interpreter counts too.
+    assert!(
+        (8..64).contains(&kids.len()),
+        "{} children under a bound of 64",
+        kids.len()
+    );
+    assert_answers_promptly(&daemon);
+    daemon.wait_for_phase(id, &["running"]);
+    daemon.cancel(id);
+    daemon.wait_for_phase(id, &["cancelled"]);
+    let _ = follower.kill();
+    let _ = follower.wait();
+    let alive = |pid: &i32| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"python3\0"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while kids.iter().any(alive) {
+        assert!(
+            Instant::now() < deadline,
+            "the job's children outlived it\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A stand-in `elastic-run` that runs until it is stopped.
 const WAITING_ELASTIC_RUN: &str = r#"#!/bin/bash
 trap 'echo "{\"code\":75,\"why\":\"stopped\"}" >&"$GANGWAY_EXIT_FD"; exit 75' TERM

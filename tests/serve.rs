@@ -427,6 +427,10 @@ fn serve_refuses_a_public_address_a_short_round_and_a_port_in_use_cleanly() {
         &["--max-grace", "0", "--journal", &journal_arg],
         "--max-grace must be from 1 to 604800 seconds",
     );
+    refuses(
+        &["--max-tasks-per-job", "63", "--journal", &journal_arg],
+        "--max-tasks-per-job must be from 64 to",
+    );
 
     use std::os::unix::fs::PermissionsExt;
     // A journal under a directory every user may write: refused before anything is made there

@@ -9,6 +9,11 @@
 //!   cgroup v2, `memory.limit_in_bytes` on v1's memory hierarchy), when this process may create
 //!   one; otherwise processes are found by their environment marker, the allotment is only advised
 //!   to the workers (`GANGWAY_MEMORY_GB`), and the reason is kept for the operator.
+//! - **Tasks**: the same cgroup (v2) or one of its own in v1's pids hierarchy bounds how many
+//!   processes and threads an attempt may have (`pids.max`), and all attempts together leave the
+//!   machine half its pids ([`Tasks`]): jobs run through a root daemon escape their users' own
+//!   limits (no login session sets them), so without it one job forking without end would take
+//!   every pid, the daemon's next fork included.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -181,6 +186,37 @@ impl Version {
     }
 }
 
+/// Where the number of an attempt's tasks (processes and threads) is bounded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tasks {
+    /// In the attempt's cgroup itself (cgroup v2 with the pids controller).
+    InCgroup,
+    /// In a cgroup of the attempt's own under this directory, in cgroup v1's pids hierarchy (v1
+    /// keeps each controller in a hierarchy of its own).
+    Apart(PathBuf),
+    /// Nowhere, and why.
+    Unbounded(String),
+}
+
+/// The file that bounds a cgroup's tasks, in both versions.
+const TASKS_LIMIT_FILE: &str = "pids.max";
+
+/// The most tasks the machine can have: the smaller of the kernel's pid and thread limits.
+pub fn machine_tasks() -> u64 {
+    ["/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok()?.trim().parse::<u64>().ok())
+        .min()
+        .unwrap_or(32_768)
+}
+
+/// The default bound on one attempt's tasks: a quarter of the machine's, so that no one job takes
+/// more than the two or three others running beside it leave (the largest torch jobs, eight
+/// workers of a hundred threads and their data loaders, need a few thousand).
+pub fn default_max_tasks() -> u64 {
+    machine_tasks() / 4
+}
+
 /// Cgroups for the attempts of jobs: each attempt gets one, which holds every process it starts (a
 /// process cannot leave a cgroup the daemon made: its files are the daemon's), so that ending the
 /// attempt ends all of them, whatever they did to their environment or session; where the
@@ -195,6 +231,8 @@ pub enum Cgroups {
         version: Version,
         /// Whether memory limits are enforced there (the hierarchy has the memory controller).
         memory: bool,
+        /// Where an attempt's tasks are bounded.
+        tasks: Tasks,
     },
     /// None can be made here, and why: processes are found by their environment marker only, and
     /// memory allotments are only told to the workers.
@@ -214,10 +252,19 @@ impl Cgroups {
         ] {
             match find_cgroup(version, memory).and_then(|dir| prepare_root(&dir, version, memory)) {
                 Ok(root) => {
+                    let tasks = match version {
+                        Version::V2 => bound_all_tasks(&root, Tasks::InCgroup),
+                        Version::V1 => find_v1("pids")
+                            .and_then(|dir| prepare_root(&dir, version, false))
+                            .map_or_else(Tasks::Unbounded, |apart| {
+                                bound_all_tasks(&apart, Tasks::Apart(apart.clone()))
+                            }),
+                    };
                     return Cgroups::Made {
                         root,
                         version,
                         memory,
+                        tasks,
                     };
                 }
                 Err(e) => why.push(e),
@@ -266,22 +313,74 @@ impl Cgroups {
         matches!(self, Cgroups::Made { memory: true, .. })
     }
 
+    /// Bounds the tasks of the attempt whose cgroup [`Cgroups::create`] made as `cgroup` (named
+    /// `name`) to `max`: in that cgroup, or in one it makes in v1's pids hierarchy, which it
+    /// returns (the attempt joins it too, and it goes when the attempt has).
+    pub fn bound_tasks(
+        &self,
+        name: &str,
+        cgroup: &Path,
+        max: u64,
+    ) -> std::io::Result<Option<PathBuf>> {
+        let Cgroups::Made { tasks, .. } = self else {
+            return Ok(None);
+        };
+        let (dir, apart) = match tasks {
+            Tasks::InCgroup => (cgroup.to_owned(), None),
+            Tasks::Apart(root) => {
+                let dir = root.join(name);
+                match std::fs::create_dir(&dir) {
+                    Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                    _ => {}
+                }
+                (dir.clone(), Some(dir))
+            }
+            Tasks::Unbounded(_) => return Ok(None),
+        };
+        std::fs::write(dir.join(TASKS_LIMIT_FILE), max.to_string())?;
+        Ok(apart)
+    }
+
+    /// Whether attempts' tasks are bounded.
+    pub fn bounds_tasks(&self) -> bool {
+        matches!(
+            self,
+            Cgroups::Made {
+                tasks: Tasks::InCgroup | Tasks::Apart(_),
+                ..
+            }
+        )
+    }
+
     /// A one-line description for the operator.
     pub fn describe(&self) -> String {
+        let tasks = |tasks: &Tasks| match tasks {
+            Tasks::InCgroup => "its tasks are bounded there (pids.max)".to_owned(),
+            Tasks::Apart(root) => format!("its tasks are bounded in {} (pids.max)", root.display()),
+            Tasks::Unbounded(why) => format!(
+                "its tasks are not bounded ({why}): a job that forks without end can take every \
+                 pid of the machine"
+            ),
+        };
         match self {
             Cgroups::Made {
                 root,
                 version,
                 memory: true,
+                tasks: bound,
             } => format!(
-                "a cgroup per attempt in {} holds its processes and its memory limit ({})",
+                "a cgroup per attempt in {} holds its processes and its memory limit ({}); {}",
                 root.display(),
-                version.limit_file()
+                version.limit_file(),
+                tasks(bound)
             ),
-            Cgroups::Made { root, .. } => format!(
+            Cgroups::Made {
+                root, tasks: bound, ..
+            } => format!(
                 "a cgroup per attempt in {} holds its processes; memory allotments are advisory \
-                 (no memory controller there)",
-                root.display()
+                 (no memory controller there); {}",
+                root.display(),
+                tasks(bound)
             ),
             Cgroups::Unavailable(why) => format!(
                 "no cgroup can be made ({why}): a job's processes are found by their environment \
@@ -348,54 +447,68 @@ pub fn remove(cgroup: &Path) -> bool {
 /// This process's cgroup directory in its hierarchy of `version`, with the memory controller there
 /// when `memory` is asked for.
 fn find_cgroup(version: Version, memory: bool) -> Result<PathBuf, String> {
-    let membership = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
-    let mount_of = |wanted: &dyn Fn(&str, &str) -> bool| -> Option<PathBuf> {
-        mounts.lines().find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split(' ').nth(4)?;
-            let mut right = right.split(' ');
-            let (fstype, options) = (right.next()?, right.nth(1).unwrap_or(""));
-            wanted(fstype, options).then(|| PathBuf::from(mount_point))
-        })
-    };
     match version {
         Version::V2 => {
+            let membership = std::fs::read_to_string("/proc/self/cgroup")
+                .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
             let path = membership
                 .lines()
                 .find_map(|l| l.strip_prefix("0::"))
                 .ok_or("this process is in no cgroup v2")?;
             let mount =
-                mount_of(&|fstype, _| fstype == "cgroup2").ok_or("no cgroup v2 is mounted")?;
+                mount_of(&|fstype, _| fstype == "cgroup2")?.ok_or("no cgroup v2 is mounted")?;
             let dir = mount.join(path.trim_start_matches('/'));
-            let controllers =
-                std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-            if memory && !controllers.split_whitespace().any(|c| c == "memory") {
+            if memory && !controllers(&dir).contains(&"memory".to_owned()) {
                 return Err("cgroup v2 has no memory controller here".into());
             }
             Ok(dir)
         }
-        Version::V1 => {
-            let path = membership
-                .lines()
-                .find_map(|l| {
-                    let mut parts = l.splitn(3, ':');
-                    let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-                    controllers
-                        .split(',')
-                        .any(|c| c == "memory")
-                        .then_some(path)
-                })
-                .ok_or("no cgroup v1 memory hierarchy")?;
-            let mount = mount_of(&|fstype, options| {
-                fstype == "cgroup" && options.split(',').any(|o| o == "memory")
-            })
-            .ok_or("no cgroup v1 memory hierarchy is mounted")?;
-            Ok(mount.join(path.trim_start_matches('/')))
-        }
+        Version::V1 => find_v1("memory"),
     }
+}
+
+/// Where the first file system `wanted` (given its type and options) accepts is mounted.
+fn mount_of(wanted: &dyn Fn(&str, &str) -> bool) -> Result<Option<PathBuf>, String> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("reading /proc/self/mountinfo: {e}"))?;
+    Ok(mounts.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mount_point = left.split(' ').nth(4)?;
+        let mut right = right.split(' ');
+        let (fstype, options) = (right.next()?, right.nth(1).unwrap_or(""));
+        wanted(fstype, options).then(|| PathBuf::from(mount_point))
+    }))
+}
+
+/// The controllers a cgroup v2 directory's children may have.
+fn controllers(dir: &Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("cgroup.controllers"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// This process's cgroup directory in cgroup v1's hierarchy of `controller`.
+fn find_v1(controller: &str) -> Result<PathBuf, String> {
+    let membership = std::fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("reading /proc/self/cgroup: {e}"))?;
+    let path = membership
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then_some(path)
+        })
+        .ok_or_else(|| format!("no cgroup v1 {controller} hierarchy"))?;
+    let mount = mount_of(&|fstype, options| {
+        fstype == "cgroup" && options.split(',').any(|o| o == controller)
+    })?
+    .ok_or_else(|| format!("no cgroup v1 {controller} hierarchy is mounted"))?;
+    Ok(mount.join(path.trim_start_matches('/')))
 }
 
 /// Makes `dir/gangway`, under which each attempt gets its cgroup (with the memory controller on for
@@ -405,7 +518,7 @@ fn prepare_root(dir: &Path, version: Version, memory: bool) -> Result<PathBuf, S
     let shown = root.display().to_string();
     let v2_memory = version == Version::V2 && memory;
     if v2_memory {
-        enable_memory(dir).map_err(|e| {
+        enable(dir, "memory").map_err(|e| {
             format!(
                 "cannot turn on the memory controller for {}'s children: {e} (a cgroup v2 that \
                  holds processes cannot; run the daemon in a delegated cgroup of its own)",
@@ -420,7 +533,7 @@ fn prepare_root(dir: &Path, version: Version, memory: bool) -> Result<PathBuf, S
         _ => {}
     }
     if v2_memory {
-        enable_memory(&root).map_err(|e| format!("cannot turn on memory in {shown}: {e}"))?;
+        enable(&root, "memory").map_err(|e| format!("cannot turn on memory in {shown}: {e}"))?;
     }
     // A cgroup made and (with memory) a limit written prove the files are ours to write.
     let probe = root.join(format!("probe-{}", std::process::id()));
@@ -436,13 +549,35 @@ fn prepare_root(dir: &Path, version: Version, memory: bool) -> Result<PathBuf, S
     Ok(root)
 }
 
-/// Turns on the memory controller for `dir`'s children (cgroup v2).
-fn enable_memory(dir: &Path) -> std::io::Result<()> {
+/// Turns on `controller` for `dir`'s children (cgroup v2).
+fn enable(dir: &Path, controller: &str) -> std::io::Result<()> {
     let on = std::fs::read_to_string(dir.join("cgroup.subtree_control"))?;
-    if on.split_whitespace().any(|c| c == "memory") {
+    if on.split_whitespace().any(|c| c == controller) {
         return Ok(());
     }
-    std::fs::write(dir.join("cgroup.subtree_control"), "+memory")
+    std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}"))
+}
+
+/// Bounds the tasks of all attempts together, under `root`, to half the machine's, so that the
+/// daemon and everything else keep the other half: `bound` where that holds (for v2, with the pids
+/// controller turned on for `root`'s parent and `root`, so that each attempt's cgroup has its own
+/// bound too), else why not.
+fn bound_all_tasks(root: &Path, bound: Tasks) -> Tasks {
+    let shown = root.display();
+    let turned_on = match (&bound, root.parent()) {
+        (Tasks::InCgroup, Some(parent)) => enable(parent, "pids")
+            .and_then(|()| enable(root, "pids"))
+            .map_err(|e| format!("cannot turn on the pids controller for {shown}: {e}")),
+        _ => Ok(()),
+    };
+    let written = turned_on.and_then(|()| {
+        std::fs::write(
+            root.join(TASKS_LIMIT_FILE),
+            (machine_tasks() / 2).to_string(),
+        )
+        .map_err(|e| format!("cannot bound the tasks of {shown}: {e}"))
+    });
+    written.map_or_else(Tasks::Unbounded, |()| bound)
 }
 
 #[cfg(test)]
@@ -558,6 +693,74 @@ mod tests {
                 || !std::fs::read_to_string(format!("/proc/{orphan}/cmdline"))
                     .unwrap_or_default()
                     .contains("sleep")
+        );
+    }
+
+    #[test]
+    fn an_attempts_tasks_are_bounded_and_its_bound_goes_with_it() {
+        let cgroups = Cgroups::detect();
+        if !cgroups.bounds_tasks() {
+            // The operator is told the bound is missing, and what that risks.
+            assert!(
+                cgroups.describe().contains("can take every pid"),
+                "{cgroups:?}"
+            );
+            return;
+        }
+        let name = format!("test-tasks-{}", std::process::id());
+        let cgroup = cgroups.create(&name, None).unwrap().unwrap();
+        let apart = cgroups.bound_tasks(&name, &cgroup, 16).unwrap();
+        // Forks until refused, holding every child, then says how many it got and ends them.
+        let mut command = Command::new("python3");
+        command.args([
+            "-c",
+            "import os, signal\n\
+             kids = []\n\
+             try:\n\
+             \x20   for _ in range(200):\n\
+             \x20       pid = os.fork()\n\
+             \x20       if pid == 0:\n\
+             \x20           signal.pause()\n\
+             \x20       kids.append(pid)\n\
+             except OSError:\n\
+             \x20   pass\n\
+             print(len(kids))\n\
+             for pid in kids:\n\
+             \x20   os.kill(pid, signal.SIGKILL)\n",
+        ]);
+        let joined: Vec<_> = [Some(&cgroup), apart.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|c| join(&mut command, c).unwrap())
+            .collect();
+        let out = command.output().unwrap();
+        drop(joined);
+        let forked: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert!(
+            (1..16).contains(&forked),
+            "{forked} children under a bound of 16: {out:?}"
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !(kill(&cgroup) && remove(&cgroup) && apart.as_deref().is_none_or(remove)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the attempt's cgroups outlived it"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        // All attempts together leave the machine half its pids.
+        let Cgroups::Made { root, tasks, .. } = &cgroups else {
+            unreachable!()
+        };
+        let all = match tasks {
+            Tasks::Apart(root) => root,
+            _ => root,
+        };
+        assert_eq!(
+            std::fs::read_to_string(all.join(TASKS_LIMIT_FILE))
+                .unwrap()
+                .trim(),
+            (machine_tasks() / 2).to_string()
         );
     }
 

@@ -354,6 +354,10 @@ struct Confinement {
     cores: Vec<usize>,
     /// Its memory cgroup, where limits are enforced.
     cgroup: Option<PathBuf>,
+    /// Its cgroup in cgroup v1's pids hierarchy, where its tasks are bounded apart from its memory
+    /// (none in run files of before the bound).
+    #[serde(default)]
+    tasks: Option<PathBuf>,
 }
 
 /// One running attempt.
@@ -578,6 +582,9 @@ pub struct ProcessExecutor {
     /// go on in the background ([`ExecutorError::StillStopping`]), reported by `poll` once over,
     /// so that a job that takes its whole grace (or ignores the stop) holds no other job's start.
     pub stop_patience: Duration,
+    /// The most tasks (processes and threads) an attempt may have where cgroups bound them
+    /// (default: [`confine::default_max_tasks`]).
+    pub max_tasks: u64,
     runs: HashMap<JobId, Run>,
     /// Stops that outlasted the patience, moved on at each poll.
     stopping: Vec<Stopping>,
@@ -590,7 +597,7 @@ pub struct ProcessExecutor {
     instance: String,
     /// Ended attempts some of whose processes had not yet gone: their markers and cgroups, swept
     /// again at every poll.
-    lingering: Vec<(String, Option<PathBuf>)>,
+    lingering: Vec<(String, Confinement)>,
     /// Children never waited for, reaped at later polls: those killed at a stop that had not ended
     /// [`KILL_PATIENCE`] later (the kernel holds a process waiting on a file system that never
     /// answers, even through SIGKILL), and the `scancel`s of ended attempts' Slurm steps.
@@ -631,6 +638,7 @@ impl ProcessExecutor {
             stop_margin: Duration::from_secs(60),
             max_grace: DEFAULT_MAX_GRACE,
             stop_patience: DEFAULT_STOP_PATIENCE,
+            max_tasks: confine::default_max_tasks(),
             runs: HashMap::new(),
             stopping: Vec::new(),
             pending: Vec::new(),
@@ -669,15 +677,27 @@ impl ProcessExecutor {
     /// its cores (on this machine: Slurm binds a remote step's resources itself).
     fn confine(&mut self, launch: &Launch) -> Result<Confinement, SpawnError> {
         let memory = launch.resources.and_then(|r| r.memory_bytes());
+        let name = self.attempt_marker(launch.job, launch.attempt);
         let cgroup = self
             .cgroups
-            .create(&self.attempt_marker(launch.job, launch.attempt), memory)
+            .create(&name, memory)
             .map_err(|e| SpawnError::from_io("making the attempt's cgroup".into(), e))?;
+        let tasks = match &cgroup {
+            Some(cgroup) => self
+                .cgroups
+                .bound_tasks(&name, cgroup, self.max_tasks)
+                .map_err(|e| SpawnError::from_io("bounding the attempt's tasks".into(), e))?,
+            None => None,
+        };
         let cores = match (launch.resources, &self.hosts) {
             (Some(resources), Hosts::Local(_)) => self.cores.take(resources.cores()),
             _ => Vec::new(),
         };
-        Ok(Confinement { cores, cgroup })
+        Ok(Confinement {
+            cores,
+            cgroup,
+            tasks,
+        })
     }
 
     /// Gives back an ended attempt's cores, and ends whatever it left, without waiting: what does
@@ -693,16 +713,17 @@ impl ProcessExecutor {
                 }
             }
         }
-        if !self.sweep_once(marker, confinement.cgroup.as_deref()) {
+        if !self.sweep_once(marker, confinement) {
             self.lingering
-                .push((marker.to_owned(), confinement.cgroup.clone()));
+                .push((marker.to_owned(), confinement.clone()));
         }
     }
 
-    /// One pass at ending an attempt's processes: its cgroup's (then the cgroup itself) or, without
-    /// one, those carrying its marker. Whether nothing of it is left.
-    fn sweep_once(&self, marker: &str, cgroup: Option<&Path>) -> bool {
-        match cgroup {
+    /// One pass at ending an attempt's processes: its cgroup's (then the cgroup itself, and the one
+    /// that bounds its tasks apart) or, without one, those carrying its marker. Whether nothing of
+    /// it is left.
+    fn sweep_once(&self, marker: &str, confinement: &Confinement) -> bool {
+        let ended = match confinement.cgroup.as_deref() {
             Some(cgroup) => confine::kill(cgroup) && confine::remove(cgroup),
             None => {
                 let pids = processes_with_env(ATTEMPT_VAR, marker);
@@ -712,7 +733,9 @@ impl ProcessExecutor {
                 }
                 pids.is_empty()
             }
-        }
+        };
+        // The pids hierarchy's cgroup empties with the other.
+        ended && confinement.tasks.as_deref().is_none_or(confine::remove)
     }
 
     fn attempt_file(&self, job: JobId, attempt: u64, what: &str) -> PathBuf {
@@ -847,13 +870,14 @@ impl ProcessExecutor {
             );
             confine::pin(&mut command, &confinement.cores);
         }
-        let _cgroup_procs = match &confinement.cgroup {
-            Some(cgroup) => Some(
+        let _cgroup_procs = [&confinement.cgroup, &confinement.tasks]
+            .into_iter()
+            .flatten()
+            .map(|cgroup| {
                 confine::join(&mut command, cgroup)
-                    .map_err(|e| SpawnError::from_io(format!("opening {}", cgroup.display()), e))?,
-            ),
-            None => None,
-        };
+                    .map_err(|e| SpawnError::from_io(format!("opening {}", cgroup.display()), e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         handover.pass_to(&mut command);
         // Its own session (and so its own process group): the daemon's terminal signals never
         // reach it, it outlives a daemon restart to be re-adopted, and, above all, it has no
@@ -1098,17 +1122,21 @@ impl ProcessExecutor {
                 "ending an attempt an earlier life of this daemon left, which no job accounts for"
             );
             // A run file it cannot read: its processes by this executor's marker for the name.
-            let (marker, cgroup, files) = match record {
+            let (marker, confinement, files) = match record {
                 // Run files of before it named the executor: the attempt's own name.
                 Some(r) => (
                     r.marker.unwrap_or_else(|| stem.to_owned()),
-                    r.confinement.cgroup,
+                    r.confinement,
                     r.files,
                 ),
-                None => (format!("{}-{stem}", self.instance), None, None),
+                None => (
+                    format!("{}-{stem}", self.instance),
+                    Confinement::default(),
+                    None,
+                ),
             };
-            if !self.sweep_once(&marker, cgroup.as_deref()) {
-                self.lingering.push((marker, cgroup));
+            if !self.sweep_once(&marker, &confinement) {
+                self.lingering.push((marker, confinement));
             }
             if let Some(files) = files {
                 files.remove();
@@ -1414,7 +1442,7 @@ impl Executor for ProcessExecutor {
         let lingering = std::mem::take(&mut self.lingering);
         self.lingering = lingering
             .into_iter()
-            .filter(|(marker, cgroup)| !self.sweep_once(marker, cgroup.as_deref()))
+            .filter(|(marker, confinement)| !self.sweep_once(marker, confinement))
             .collect();
         events
     }
