@@ -217,6 +217,11 @@ pub fn open_program(
 /// are writable by nobody else (a sticky directory excepted, as `/tmp` is). Nobody else can then
 /// change what is at `path`.
 pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
+    as_submitter(owner, || directory_checked(path, owner))
+}
+
+/// [`check_directory`]'s checks, as [`as_submitter`] runs them.
+fn directory_checked(path: &Path, owner: &Submitter) -> Result<(), String> {
     let (dir, name) = walk_to(path, owner, Walk::Program)?;
     let shown = path.display();
     let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
@@ -233,44 +238,25 @@ pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
 
 /// [`open_program`]'s checks of the file at `path`, and of its interpreter while `depth` allows.
 fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<CheckedProgram, String> {
-    let (dir, name) = walk_to(path, submitter, Walk::Program)?;
-    let at = |flags| open_at(dir.as_raw_fd(), &name, flags);
-    let link = at(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| e.to_string())?;
-    let meta = stat(&link).map_err(|e| e.to_string())?;
-    check_owner(&meta, submitter, "the program")?;
-    if meta.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(format!("is {}, not an executable file", kind(meta.st_mode)));
-    }
-    if meta.st_mode & 0o111 == 0 {
-        return Err("is not an executable file".into());
-    }
-    if !searchable_by(&meta, submitter) {
-        return Err(format!("is not a file uid {} may run", submitter.uid));
-    }
-    check_writers(&meta, "the program")?;
-    // Opened for reading to see whether it is a script, the same file (a script must be readable to
-    // run; a binary need not be, and then runs from the descriptor above).
-    let readable = match at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK) {
-        Ok(file) => {
-            let again = stat(&file).map_err(|e| e.to_string())?;
-            if (again.st_dev, again.st_ino) != (meta.st_dev, meta.st_ino) {
-                return Err("changed while it was checked".into());
+    let found = as_submitter(submitter, || find_program(path, submitter))?;
+    // A file its submitter may not read is handed over unread (it runs from the descriptor above:
+    // root's 0711 binary), unless it is a script, whose interpreter would read it as them and fail,
+    // and which would be run through an interpreter nobody checked: looked at here, as this
+    // process.
+    let interpreter = match &found.readable {
+        Some(file) => shebang(file),
+        None => {
+            let file = open_at(
+                found.dir.as_raw_fd(),
+                &found.name,
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            );
+            if file.is_ok_and(|file| same_file(&file, &found.meta) && shebang(&file).is_some()) {
+                return Err("is a script its submitter may not read, so it could not run".into());
             }
-            Some(file)
+            None
         }
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
-        Err(e) => return Err(e.to_string()),
     };
-    let interpreter = readable.as_ref().and_then(shebang);
-    // The descriptor goes to the submitter's `elastic-run`: a root daemon hands over a readable one
-    // only where they may read the file (not root's 0711 binary), and refuses a script they may not
-    // read (it could not run: its interpreter reads it as them; and that interpreter would go
-    // unchecked). A daemon that is not root opened it as the submitter it runs as: the kernel
-    // decided above.
-    let theirs = Submitter::this_process().uid != 0 || readable_by(&meta, submitter);
-    if !theirs && interpreter.is_some() {
-        return Err("is a script its submitter may not read, so it could not run".into());
-    }
     if let Some(interpreter) = &interpreter {
         // The kernel looks for it from the process's working directory, which is not where it
         // would be checked.
@@ -287,47 +273,135 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
         open_checked(interpreter, submitter, depth - 1)
             .map_err(|why| format!("its interpreter {}: {why}", interpreter.display()))?;
     }
-    let file = readable.filter(|_| theirs).unwrap_or(link);
     Ok(CheckedProgram {
         path: path.to_owned(),
-        file,
+        file: found.readable.unwrap_or(found.link),
         script: interpreter.is_some(),
     })
 }
 
-/// What a mode's bits allow, for [`permits`].
-const READ: u32 = 4;
-/// Entering a directory, or running a file.
-const SEARCH: u32 = 1;
+/// A program found where its submitter could reach it.
+struct Found {
+    /// The directory that holds it, open.
+    dir: OwnedFd,
+    /// Its name there.
+    name: OsString,
+    /// It, open without being read (`O_PATH`).
+    link: OwnedFd,
+    /// What it was when checked.
+    meta: libc::stat,
+    /// It, open for reading, where its submitter may read it.
+    readable: Option<OwnedFd>,
+}
 
-/// Whether `submitter` may do `what` ([`READ`], [`SEARCH`]) to a file of `mode`, `uid` and `gid`, by
-/// its mode bits: as its owner, its group (their primary group: their jobs run with no other) or
-/// anyone else. Root may do anything (a file no one may run is refused apart). Asked only where
-/// this process is root, walking for someone else: a process that is not root looked with its own
-/// rights, all its groups included, and its jobs run as it.
-fn permits(mode: u32, uid: u32, gid: u32, submitter: &Submitter, what: u32) -> bool {
-    // SAFETY: geteuid(2) cannot fail.
-    let walked_as_root = unsafe { libc::geteuid() } == 0;
-    let shift = if submitter.uid == 0 || !walked_as_root {
-        return true;
-    } else if uid == submitter.uid {
-        6
-    } else if gid == submitter.gid {
-        3
-    } else {
-        0
+/// Walks to the program at `path` and checks it (see [`open_program`]), as [`as_submitter`] runs
+/// it: with their rights.
+fn find_program(path: &Path, submitter: &Submitter) -> Result<Found, String> {
+    let (dir, name) = walk_to(path, submitter, Walk::Program)?;
+    let at = |flags| open_at(dir.as_raw_fd(), &name, flags);
+    let link = at(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| e.to_string())?;
+    let meta = stat(&link).map_err(|e| e.to_string())?;
+    check_owner(&meta, submitter, "the program")?;
+    if meta.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("is {}, not an executable file", kind(meta.st_mode)));
+    }
+    if meta.st_mode & 0o111 == 0 {
+        return Err("is not an executable file".into());
+    }
+    if !may_run(&dir, &name) {
+        return Err(format!("is not a file uid {} may run", submitter.uid));
+    }
+    check_writers(&meta, "the program")?;
+    // Opened for reading to see whether it is a script, the same file (a script must be readable to
+    // run; a binary need not be, and then runs from the descriptor above).
+    let readable = match at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK) {
+        Ok(file) if same_file(&file, &meta) => Some(file),
+        Ok(_) => return Err("changed while it was checked".into()),
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
+        Err(e) => return Err(e.to_string()),
     };
-    (mode >> shift) & what == what
+    Ok(Found {
+        dir,
+        name,
+        link,
+        meta,
+        readable,
+    })
 }
 
-/// Whether `submitter` may read the file `meta` describes (see [`permits`]).
-fn readable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
-    permits(meta.st_mode, meta.st_uid, meta.st_gid, submitter, READ)
+/// Whether `file` is the file `meta` describes.
+fn same_file(file: &OwnedFd, meta: &libc::stat) -> bool {
+    stat(file).is_ok_and(|again| (again.st_dev, again.st_ino) == (meta.st_dev, meta.st_ino))
 }
 
-/// Whether `submitter` may enter the directory, or run the file, `meta` describes.
-fn searchable_by(meta: &libc::stat, submitter: &Submitter) -> bool {
-    permits(meta.st_mode, meta.st_uid, meta.st_gid, submitter, SEARCH)
+/// Whether the directory `dir` is one this thread may enter: looking up `.` in it asks the kernel
+/// (every directory a path walk passes is checked so, ACLs included).
+fn may_enter(dir: &OwnedFd) -> bool {
+    !open_at(dir.as_raw_fd(), OsStr::new("."), libc::O_PATH)
+        .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
+}
+
+/// Whether this thread may run the file `name` in `dir`, as the kernel decides it.
+fn may_run(dir: &OwnedFd, name: &OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(name) = CString::new(name.as_bytes()) else {
+        return false;
+    };
+    // SAFETY: faccessat(3) with an open directory and a NUL-terminated name. With AT_EACCESS the
+    // kernel checks this thread's file-system ids (`as_submitter`'s), not its real ones.
+    unsafe {
+        libc::faccessat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::X_OK,
+            libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW,
+        ) == 0
+    }
+}
+
+/// Runs `check` with `submitter`'s rights on the file system where this process is root and they are
+/// not: on a thread of its own whose file-system user and group are theirs, with no other group
+/// (their jobs run so), so that the kernel decides every permission on the way, ACLs included,
+/// and nothing of what root could reach and they could not is opened or told of. The identity is
+/// set by raw system calls, which change the calling thread's alone (the C library's `setgroups`
+/// would change every thread's); the thread ends with the check. Elsewhere `check` runs here,
+/// with this process's rights, which are its jobs'.
+fn as_submitter<T: Send>(
+    submitter: &Submitter,
+    check: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 || submitter.uid == 0 {
+        return check();
+    }
+    let Submitter { uid, gid } = *submitter;
+    std::thread::scope(|scope| {
+        let checker = scope.spawn(move || {
+            // SAFETY: setgroups(2), setfsgid(2) and setfsuid(2) as raw system calls change only
+            // this thread's credentials; an id of -1 changes nothing and returns the current one.
+            let took_their_rights = unsafe {
+                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
+                    && {
+                        libc::syscall(libc::SYS_setfsgid, gid);
+                        libc::syscall(libc::SYS_setfsgid, u32::MAX) == i64::from(gid)
+                    }
+                    && {
+                        libc::syscall(libc::SYS_setfsuid, uid);
+                        libc::syscall(libc::SYS_setfsuid, u32::MAX) == i64::from(uid)
+                    }
+            };
+            if !took_their_rights {
+                return Err(format!(
+                    "cannot take uid {uid}'s rights to check its paths: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            check()
+        });
+        checker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// Whether `submitter` may reach `path`: enter every directory above its last name, as a process
@@ -347,9 +421,10 @@ pub fn reachable_by(path: &Path, submitter: &Submitter) -> Result<(), String> {
         path.to_owned()
     };
     // Links followed one by one, each from where it is: the directories on a link's way count too.
-    walk_to(&walked, submitter, Walk::Reach)
-        .map(|_| ())
-        .map_err(|why| format!("{}: {why}", path.display()))
+    as_submitter(submitter, || {
+        walk_to(&walked, submitter, Walk::Reach).map(|_| ())
+    })
+    .map_err(|why| format!("{}: {why}", path.display()))
 }
 
 /// What [`walk_to`] checks of the directories and links on its way.
@@ -461,13 +536,13 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
 /// Checks a directory on a program's path (or, walking to [`Walk::Reach`], only that the
 /// submitter may enter it).
 fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> Result<(), String> {
-    let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
     let what = format!("the directory {}", name.display());
-    // Before anything else is said of what is in it: a root daemon walks where the submitter may
-    // not, and would run (and tell of) what they could not reach themselves.
-    if !searchable_by(&meta, submitter) {
+    // Before anything else is said of it or of what is in it (a root daemon walks with the
+    // submitter's rights, `as_submitter`).
+    if !may_enter(dir) {
         return Err(format!("uid {} may not enter {what}", submitter.uid));
     }
+    let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
     if walk == Walk::Reach {
         return Ok(());
     }
@@ -779,6 +854,81 @@ mod tests {
             found.problem.contains("prog is not on the submitted PATH"),
             "{found}"
         );
+    }
+
+    /// Sets `path`'s access ACL (`system.posix_acl_access`, the kernel's format): its owner `rwx`,
+    /// `nobody` `theirs`, its group and everyone else `others` (`r-x` is 5).
+    fn set_acl(path: &Path, theirs: u16, others: u16) {
+        let mut acl = 2u32.to_le_bytes().to_vec();
+        for (tag, perm, id) in [
+            (0x01u16, 7u16, u32::MAX), // the owner
+            (0x02, theirs, 65534),     // nobody
+            (0x04, others, u32::MAX),  // the owning group
+            (0x10, 7, u32::MAX),       // the mask
+            (0x20, others, u32::MAX),  // everyone else
+        ] {
+            acl.extend(tag.to_le_bytes());
+            acl.extend(perm.to_le_bytes());
+            acl.extend(id.to_le_bytes());
+        }
+        let name = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: setxattr(2) with NUL-terminated names and a buffer of the length given.
+        let set = unsafe {
+            libc::setxattr(
+                name.as_ptr(),
+                c"system.posix_acl_access".as_ptr(),
+                acl.as_ptr().cast(),
+                acl.len(),
+                0,
+            )
+        };
+        assert_eq!(
+            set,
+            0,
+            "{}: {}",
+            path.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+
+    /// The kernel decides what a submitter may reach and run, ACLs included: a directory whose
+    /// mode lets everyone in but whose ACL shuts them out stops them, and one whose mode lets its
+    /// owner alone in but whose ACL lets them in does not (the checks once read the mode bits).
+    /// Only root can make such a tree for another user; CI runs as root.
+    #[test]
+    fn the_kernel_decides_what_a_submitter_may_reach_acls_included() {
+        let Some((dir, nobody, run)) = roots_tree_for_nobody() else {
+            return;
+        };
+        let shut = with_program(dir.path(), "shut", "\x7fELF");
+        set_acl(shut.parent().unwrap(), 0, 5);
+        let e = open_program("run.args", &shut, &run, &nobody).unwrap_err();
+        assert!(
+            e.problem.contains(&format!(
+                "uid 65534 may not enter the directory {}",
+                shut.parent().unwrap().display()
+            )),
+            "{e}"
+        );
+        assert!(reachable_by(&shut, &nobody).is_err());
+        let let_in = with_program(dir.path(), "let-in", "\x7fELF");
+        set_acl(let_in.parent().unwrap(), 5, 0);
+        assert!(reachable_by(&let_in, &nobody).is_ok());
+        let checked = open_program("run.args", &let_in, &run, &nobody).unwrap();
+        // SAFETY: fcntl(2) F_GETFL on an open descriptor.
+        let flags = unsafe { libc::fcntl(checked.file.as_raw_fd(), libc::F_GETFL) };
+        assert_eq!(
+            flags & libc::O_PATH,
+            0,
+            "they may read it, so it goes readable"
+        );
+        // A program whose ACL denies them running it, whatever its mode says.
+        set_acl(&let_in, 0, 5);
+        let e = open_program("run.args", &let_in, &run, &nobody).unwrap_err();
+        assert!(e.problem.contains("is not a file uid 65534 may run"), "{e}");
+        // Root's own checks are root's: nothing above stops them.
+        let root = Submitter { uid: 0, gid: 0 };
+        assert!(open_program("run.args", &shut, &run, &root).is_ok());
     }
 
     #[test]
