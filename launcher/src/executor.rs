@@ -564,6 +564,10 @@ pub fn slurm_job_name(marker: &str) -> String {
     format!("gangway-{marker}")
 }
 
+/// Slurm's queue of this user's jobs (id, name), being listed.
+type QueueListing =
+    std::thread::JoinHandle<Result<Vec<(String, String)>, crate::slurm::SlurmError>>;
+
 /// Runs each job as an `elastic-run` child process of this one, on this machine's GPUs or, through
 /// Slurm, on its nodes'.
 pub struct ProcessExecutor {
@@ -600,8 +604,13 @@ pub struct ProcessExecutor {
     lingering: Vec<(String, Confinement)>,
     /// Children never waited for, reaped at later polls: those killed at a stop that had not ended
     /// [`KILL_PATIENCE`] later (the kernel holds a process waiting on a file system that never
-    /// answers, even through SIGKILL), and the `scancel`s of ended attempts' Slurm steps.
+    /// answers, even through SIGKILL), and the `scancel`s of Slurm steps that ended or that no
+    /// attempt accounts for.
     unreaped: Vec<Child>,
+    /// Slurm's queue of this user's jobs, being listed at the first poll (on a thread of its own: a
+    /// controller that does not answer holds `squeue` for its timeout and retries), so that steps
+    /// no attempt accounts for are cancelled once it is in.
+    slurm_queue: Option<QueueListing>,
     /// Whether what an earlier life of this executor left that no attempt accounts for has been
     /// ended (at the first poll, after the control plane re-adopted what it knows).
     swept: bool,
@@ -646,6 +655,7 @@ impl ProcessExecutor {
             cgroups,
             lingering: Vec::new(),
             unreaped: Vec::new(),
+            slurm_queue: None,
             instance,
         })
     }
@@ -1089,7 +1099,7 @@ impl ProcessExecutor {
         self.swept = true;
         self.end_unaccounted_attempts();
         if matches!(self.hosts, Hosts::Slurm(_)) {
-            self.cancel_unaccounted_steps();
+            self.slurm_queue = Some(std::thread::spawn(crate::slurm::my_jobs));
         }
     }
 
@@ -1145,20 +1155,35 @@ impl ProcessExecutor {
         }
     }
 
-    /// Cancels this executor's Slurm jobs that no attempt it runs accounts for.
+    /// Once Slurm's queue is listed, starts cancelling this executor's jobs there that no attempt
+    /// accounts for (an attempt launched since the listing began accounts for its own), without
+    /// waiting for `scancel`: the children are reaped at later polls.
     fn cancel_unaccounted_steps(&mut self) {
+        if !self.slurm_queue.as_ref().is_some_and(|l| l.is_finished()) {
+            return;
+        }
+        let listed = self.slurm_queue.take().expect("finished").join();
+        let jobs = match listed {
+            Ok(Ok(jobs)) => jobs,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "listing Slurm's jobs to cancel orphans");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("listing Slurm's jobs to cancel orphans panicked");
+                return;
+            }
+        };
         let prefix = slurm_job_name(&format!("{}-", self.instance));
         let known: Vec<String> = self.attempts().map(|r| slurm_job_name(&r.marker)).collect();
-        match crate::slurm::my_jobs() {
-            Ok(jobs) => {
-                for (id, name) in jobs {
-                    if name.starts_with(&prefix) && !known.contains(&name) {
-                        tracing::warn!(slurm_job = %id, %name, "cancelling a Slurm job no attempt accounts for");
-                        crate::slurm::cancel_id(&id);
-                    }
+        for (id, name) in jobs {
+            if name.starts_with(&prefix) && !known.contains(&name) {
+                tracing::warn!(slurm_job = %id, %name, "cancelling a Slurm job no attempt accounts for");
+                match crate::slurm::start_cancel(&name) {
+                    Ok(scancel) => self.unreaped.push(scancel),
+                    Err(error) => tracing::warn!(%error, %name, "starting scancel for an orphan"),
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "listing Slurm's jobs to cancel orphans"),
         }
     }
 }
@@ -1411,6 +1436,7 @@ impl Executor for ProcessExecutor {
         if !self.swept {
             self.sweep_orphans();
         }
+        self.cancel_unaccounted_steps();
         let mut events = std::mem::take(&mut self.pending);
         self.unreaped
             .retain_mut(|child| matches!(child.try_wait(), Ok(None)));

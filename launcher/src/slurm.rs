@@ -180,11 +180,6 @@ pub fn my_jobs() -> Result<Vec<(String, String)>, SlurmError> {
     )
 }
 
-/// Cancels one Slurm job by id (best effort: at worst it has ended already).
-pub fn cancel_id(id: &str) {
-    let _ = Command::new("scancel").arg("--quiet").arg(id).status();
-}
-
 /// The names in a Slurm host list (`node[1-3],gpu7`), as `scontrol show hostnames` expands them.
 pub fn expand(list: &str) -> Result<Vec<String>, SlurmError> {
     Ok(run("scontrol", &["show", "hostnames", list])?

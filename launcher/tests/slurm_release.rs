@@ -1,6 +1,7 @@
-//! On Slurm, an ended attempt's step is cancelled without the executor's `poll` waiting for
-//! `scancel`: `poll` runs on the control plane's thread, and `scancel` waits for Slurm's controller
-//! (its message timeout, then retries) when the controller does not answer.
+//! On Slurm, an ended attempt's step is cancelled, and the queue is listed for steps an earlier
+//! daemon left, without the executor's `poll` waiting for `scancel` or `squeue`: `poll` runs on the
+//! control plane's thread, and both wait for Slurm's controller (its message timeout, then retries)
+//! when the controller does not answer.
 //!
 //! The only test in this binary: it puts fake Slurm commands first on this process's `PATH`, which
 //! no other thread reads meanwhile.
@@ -21,12 +22,17 @@ printf '{"code":0,"why":"completed"}\n' > "/proc/self/fd/$GANGWAY_EXIT_FD"
 /// test can end it by its pid).
 const HANGING_SCANCEL: &str = r#"#!/bin/sh
 echo "$@" >> "$(dirname "$0")/scancel.log"
-echo $$ > "$(dirname "$0")/scancel.pid"
+echo $$ >> "$(dirname "$0")/scancel.pid"
 exec sleep 60
 "#;
 
-/// Slurm's queue, empty (the executor lists it once, for steps an earlier daemon left).
-const EMPTY_SQUEUE: &str = "#!/bin/sh\n";
+/// A controller slow to list the queue (the executor lists it once, for steps an earlier daemon
+/// left): it answers once the test writes `queue` beside it.
+const SLOW_SQUEUE: &str = r#"#!/bin/sh
+d="$(dirname "$0")"
+while [ ! -e "$d/queue" ]; do sleep 0.05; done
+cat "$d/queue"
+"#;
 
 fn script(dir: &Path, name: &str, body: &str) {
     use std::os::unix::fs::PermissionsExt;
@@ -36,12 +42,12 @@ fn script(dir: &Path, name: &str, body: &str) {
 }
 
 #[test]
-fn an_ended_slurm_attempt_is_cancelled_without_poll_waiting_for_scancel() {
+fn slurm_steps_are_listed_and_cancelled_without_poll_waiting_for_slurm() {
     let dir = tempfile::tempdir().unwrap();
     let bin = dir.path().join("bin");
     std::fs::create_dir(&bin).unwrap();
     script(&bin, "scancel", HANGING_SCANCEL);
-    script(&bin, "squeue", EMPTY_SQUEUE);
+    script(&bin, "squeue", SLOW_SQUEUE);
     script(dir.path(), "elastic-run", FINISHING_ELASTIC_RUN);
     let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
     // SAFETY: the only test of this binary, and no thread of it reads the environment meanwhile.
@@ -79,7 +85,8 @@ fn an_ended_slurm_attempt_is_cancelled_without_poll_waiting_for_scancel() {
     )
     .unwrap();
 
-    // The attempt ends; the poll that reports it starts its step's scancel, which hangs.
+    // The first poll starts listing the queue, which does not answer yet; the attempt ends; the
+    // poll that reports it starts its step's scancel, which hangs.
     let deadline = Instant::now() + Duration::from_secs(20);
     let (event, slowest) = loop {
         let began = Instant::now();
@@ -116,11 +123,39 @@ fn an_ended_slurm_attempt_is_cancelled_without_poll_waiting_for_scancel() {
     assert!(exec.poll(2.0).is_empty());
     assert!(began.elapsed() < Duration::from_secs(10));
 
-    let pid: i32 = std::fs::read_to_string(dir.path().join("bin/scancel.pid"))
+    // The queue comes in: a step of this executor's that no attempt accounts for is cancelled at a
+    // later poll, a step of another's is not.
+    let stray = gangway_launcher::executor::slurm_job_name(&exec.attempt_marker(JobId(99), 0));
+    let queue = format!("41 {stray}\n42 gangway-another-daemon-1.0\n");
+    std::fs::write(dir.path().join("bin/queue.part"), queue).unwrap();
+    std::fs::rename(
+        dir.path().join("bin/queue.part"),
+        dir.path().join("bin/queue"),
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log).unwrap().contains(&stray) {
+        let began = Instant::now();
+        exec.poll(3.0);
+        assert!(began.elapsed() < Duration::from_secs(10));
+        assert!(
+            Instant::now() < deadline,
+            "the stray step was never cancelled"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    exec.poll(4.0);
+    let asked = std::fs::read_to_string(&log).unwrap();
+    assert!(!asked.contains("another-daemon"), "{asked}");
+    assert_eq!(asked.lines().count(), 2, "{asked}");
+
+    for pid in std::fs::read_to_string(dir.path().join("bin/scancel.pid"))
         .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    // SAFETY: kill(2) of the fake scancel this test started (the executor's child, not yet reaped).
-    unsafe { libc::kill(pid, libc::SIGKILL) };
+        .lines()
+    {
+        let pid: i32 = pid.trim().parse().unwrap();
+        // SAFETY: kill(2) of a fake scancel this test started (the executor's child, not yet
+        // reaped).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
 }
