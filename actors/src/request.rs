@@ -10,6 +10,7 @@
 //!   variable that changes how a shell or the dynamic loader starts, see [`startup_variable`]), and
 //!   whatever the executor knows about its arguments ([`ArgsCheck`]).
 
+use std::cell::Cell;
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -139,13 +140,19 @@ pub fn parse_job_request(body: &[u8]) -> Result<JobRequest, BodyError> {
 
 /// Reads `body` as JSON whose objects name each key once: serde keeps the last of a repeated key,
 /// so `"env": {"A": "1", "A": "2"}` would silently drop a variable. A repeated key is a 422 naming
-/// it and the object's path; a body that is not JSON a 400.
+/// it and the object's path, as is a body of more than [`MAX_JSON_VALUES`] values; a body that is
+/// not JSON a 400.
 fn unique_keys(body: &[u8]) -> Result<serde_json::Value, BodyError> {
+    use serde::de::DeserializeSeed;
     let mut json = serde_json::Deserializer::from_slice(body);
-    let read = serde_path_to_error::deserialize(&mut json)
-        .map_err(|e| {
-            let path = e.path().to_string();
-            let inner = e.into_inner();
+    let mut track = serde_path_to_error::Track::new();
+    let values = Cell::new(0);
+    let read = Unique { values: &values }
+        .deserialize(serde_path_to_error::Deserializer::new(
+            &mut json, &mut track,
+        ))
+        .map_err(|inner| {
+            let path = track.path().to_string();
             if inner.is_data() {
                 let at = if path == "." { "the body" } else { &path };
                 BodyError::Unprocessable(format!("{at}: {inner}"))
@@ -153,7 +160,7 @@ fn unique_keys(body: &[u8]) -> Result<serde_json::Value, BodyError> {
                 BodyError::Malformed(format!("the body is not JSON: {inner}"))
             }
         })
-        .and_then(|Unique(value)| {
+        .and_then(|value| {
             json.end()
                 .map(|()| value)
                 .map_err(|e| BodyError::Malformed(format!("the body is not JSON: {e}")))
@@ -161,18 +168,35 @@ fn unique_keys(body: &[u8]) -> Result<serde_json::Value, BodyError> {
     Ok(read)
 }
 
-/// A JSON value whose objects have no repeated key.
-struct Unique(serde_json::Value);
+/// The most values (numbers, strings, arrays, objects...) a request body may hold: a job request's
+/// arguments and variables, at their limits, and its other fields. Each costs 32 bytes or more
+/// once read, so 1 MiB of `[0,0,...]` would take 16-32 MiB before a field was checked.
+pub const MAX_JSON_VALUES: usize = limits::MAX_ARGS + limits::MAX_ENV_VARS + 1_024;
 
-impl<'de> serde::Deserialize<'de> for Unique {
-    fn deserialize<D: serde::Deserializer<'de>>(json: D) -> Result<Self, D::Error> {
-        json.deserialize_any(UniqueVisitor).map(Unique)
+/// Reads a JSON value whose objects have no repeated key, counting the values read in `values`.
+#[derive(Clone, Copy)]
+struct Unique<'a> {
+    values: &'a Cell<usize>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Unique<'_> {
+    type Value = serde_json::Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, json: D) -> Result<Self::Value, D::Error> {
+        self.values.set(self.values.get() + 1);
+        if self.values.get() > MAX_JSON_VALUES {
+            return Err(serde::de::Error::custom(format_args!(
+                "the body holds more than {MAX_JSON_VALUES} JSON values (a job request has at \
+                 most {} arguments and {} variables)",
+                limits::MAX_ARGS,
+                limits::MAX_ENV_VARS
+            )));
+        }
+        json.deserialize_any(self)
     }
 }
 
-struct UniqueVisitor;
-
-impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+impl<'de> serde::de::Visitor<'de> for Unique<'_> {
     type Value = serde_json::Value;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -209,7 +233,7 @@ impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut items = Vec::new();
-        while let Some(Unique(item)) = seq.next_element()? {
+        while let Some(item) = seq.next_element_seed(self)? {
             items.push(item);
         }
         Ok(items.into())
@@ -224,7 +248,7 @@ impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
                     escape(&key)
                 )));
             }
-            let Unique(value) = map.next_value()?;
+            let value = map.next_value_seed(self)?;
             object.insert(key, value);
         }
         Ok(object.into())
@@ -839,6 +863,30 @@ mod tests {
             body(r#"{"gpus": 1}"#),
             Err(BodyError::Unprocessable(m)) if m.contains("missing field `work`")
         ));
+    }
+
+    /// A body of many small values (1 MiB of `[0,0,...]`) is refused as it is read, before it
+    /// takes 16-32 MiB; a request with as many arguments and variables as a command may have
+    /// is read whole.
+    #[test]
+    fn a_body_of_more_values_than_a_request_can_hold_is_refused_as_it_is_read() {
+        let zeros = format!("[{}0]", "0,".repeat(500_000));
+        let Err(BodyError::Unprocessable(message)) = body(&zeros) else {
+            panic!("read whole")
+        };
+        assert!(
+            message.contains(&format!("more than {MAX_JSON_VALUES} JSON values")),
+            "{message}"
+        );
+        let args: Vec<String> = (0..limits::MAX_ARGS).map(|i| format!("a{i}")).collect();
+        let env: serde_json::Map<String, serde_json::Value> = (0..limits::MAX_ENV_VARS)
+            .map(|i| (format!("V{i}"), "x".into()))
+            .collect();
+        let full = serde_json::json!({
+            "gpus": 1, "work": 5, "run": {"args": args, "cwd": "/", "env": env}
+        });
+        let request = body(&full.to_string()).unwrap();
+        assert_eq!(request.run.unwrap().args.len(), limits::MAX_ARGS);
     }
 
     #[test]
