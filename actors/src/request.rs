@@ -716,7 +716,7 @@ fn check_dir(field: &'static str, path: &Path, owner: Option<&Submitter>) -> Res
         gangway_protocol::command::reachable_by(&named, owner)
             .or_else(|why| invalid(field, why))?;
     }
-    let meta = std::fs::symlink_metadata(&named)
+    let meta = metadata_as(field, &named, owner)?
         .or_else(|_| invalid(field, format!("{shown} does not exist")))?;
     if meta.file_type().is_symlink() {
         return invalid(
@@ -748,7 +748,7 @@ fn check_log(path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
         return invalid(FIELD, format!("{shown} is not a file path"));
     };
     check_dir(FIELD, parent, owner)?;
-    match std::fs::symlink_metadata(path) {
+    match metadata_as(FIELD, path, owner)? {
         Ok(meta) if !meta.file_type().is_file() => invalid(
             FIELD,
             format!("{shown} exists and is not a regular file (a link, a device or a pipe)"),
@@ -756,6 +756,20 @@ fn check_log(path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
         Ok(meta) => check_owner(FIELD, path, &meta, owner),
         Err(_) => Ok(()),
     }
+}
+
+/// `path`'s own metadata (a link's, not its target's), looked up with `owner`'s rights where a root
+/// daemon checks another user's path ([`gangway_protocol::command::as_submitter`]): a directory
+/// swapped for a link after [`gangway_protocol::command::reachable_by`] then tells them nothing they
+/// could not look up themselves.
+fn metadata_as(
+    field: &'static str,
+    path: &Path,
+    owner: Option<&Submitter>,
+) -> Result<std::io::Result<std::fs::Metadata>, Invalid> {
+    let owner = owner.copied().unwrap_or_else(Submitter::this_process);
+    gangway_protocol::command::as_submitter(&owner, || Ok(std::fs::symlink_metadata(path)))
+        .or_else(|why| invalid(field, why))
 }
 
 fn check_owner(

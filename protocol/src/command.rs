@@ -188,14 +188,16 @@ pub fn open_program(
     } else {
         // Without PATH, the C library searches its default one.
         let path = run.env.get("PATH").map_or("/bin:/usr/bin", String::as_str);
-        path.split(':')
-            .map(|dir| {
-                run.cwd
-                    .join(if dir.is_empty() { "." } else { dir })
-                    .join(program)
-            })
-            // Where they may look, as their own search would.
-            .find(|candidate| reachable_by(candidate, submitter).is_ok() && candidate.is_file())
+        let candidates = path.split(':').map(|dir| {
+            run.cwd
+                .join(if dir.is_empty() { "." } else { dir })
+                .join(program)
+        });
+        // Where they may look, as their own search would, with their rights.
+        as_submitter(submitter, || {
+            Ok(candidates.into_iter().find(|c| c.is_file()))
+        })
+        .or_else(|why| invalid(field, why))?
     };
     let Some(found) = found else {
         return invalid(
@@ -308,7 +310,7 @@ fn find_program(path: &Path, submitter: &Submitter) -> Result<Found, String> {
     if meta.st_mode & 0o111 == 0 {
         return Err("is not an executable file".into());
     }
-    if !may_run(&dir, &name) {
+    if !may_run(&dir, &name, &meta, submitter) {
         return Err(format!("is not a file uid {} may run", submitter.uid));
     }
     check_writers(&meta, "the program")?;
@@ -341,32 +343,54 @@ fn may_enter(dir: &OwnedFd) -> bool {
         .is_err_and(|e| e.raw_os_error() == Some(libc::EACCES))
 }
 
-/// Whether this thread may run the file `name` in `dir`, as the kernel decides it.
-fn may_run(dir: &OwnedFd, name: &OsStr) -> bool {
+/// Whether this thread may run the file `name` in `dir` (`meta`), as the kernel decides it
+/// (`faccessat2`, which checks this thread's file-system ids with `AT_EACCESS`). Kernels before
+/// 5.8 lack it, and the C library's stand-in decides by the effective uid, root's: there the mode
+/// bits are read for the submitter, as owner, group or other (the kernel still decides at launch).
+fn may_run(dir: &OwnedFd, name: &OsStr, meta: &libc::stat, submitter: &Submitter) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(name) = CString::new(name.as_bytes()) else {
         return false;
     };
-    // SAFETY: faccessat(3) with an open directory and a NUL-terminated name. With AT_EACCESS the
-    // kernel checks this thread's file-system ids (`as_submitter`'s), not its real ones.
-    unsafe {
-        libc::faccessat(
+    // SAFETY: faccessat2(2) as a raw system call, with an open directory and a NUL-terminated name.
+    let asked = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
             dir.as_raw_fd(),
             name.as_ptr(),
             libc::X_OK,
             libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW,
-        ) == 0
+        )
+    };
+    if asked == 0 {
+        return true;
     }
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
+        return false;
+    }
+    let shift = if submitter.uid == 0 {
+        return true;
+    } else if meta.st_uid == submitter.uid {
+        6
+    } else if meta.st_gid == submitter.gid {
+        3
+    } else {
+        0
+    };
+    (meta.st_mode >> shift) & 1 == 1
 }
 
 /// Runs `check` with `submitter`'s rights on the file system where this process is root and they are
 /// not: on a thread of its own whose file-system user and group are theirs, with no other group
-/// (their jobs run so), so that the kernel decides every permission on the way, ACLs included,
-/// and nothing of what root could reach and they could not is opened or told of. The identity is
-/// set by raw system calls, which change the calling thread's alone (the C library's `setgroups`
-/// would change every thread's); the thread ends with the check. Elsewhere `check` runs here,
-/// with this process's rights, which are its jobs'.
-fn as_submitter<T: Send>(
+/// (their jobs run so) and no capability, so that the kernel decides every permission on the way,
+/// ACLs included, and nothing of what root could reach and they could not is opened or told of.
+/// The identity is set by raw system calls, which change the calling thread's alone (the C
+/// library's `setgroups` would change every thread's); the capabilities are dropped after it,
+/// since a new file-system uid drops only the file-system ones (and not even those under
+/// `SECBIT_NO_SETUID_FIXUP`), while `CAP_SYS_PTRACE` would open other users' `/proc` entries.
+/// The thread ends with the check. Elsewhere `check` runs here, with this process's rights, which
+/// are its jobs'. Refuses (rather than checks as root) where no such thread can be made.
+pub fn as_submitter<T: Send>(
     submitter: &Submitter,
     check: impl FnOnce() -> Result<T, String> + Send,
 ) -> Result<T, String> {
@@ -376,32 +400,78 @@ fn as_submitter<T: Send>(
     }
     let Submitter { uid, gid } = *submitter;
     std::thread::scope(|scope| {
-        let checker = scope.spawn(move || {
-            // SAFETY: setgroups(2), setfsgid(2) and setfsuid(2) as raw system calls change only
-            // this thread's credentials; an id of -1 changes nothing and returns the current one.
-            let took_their_rights = unsafe {
-                libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) == 0
-                    && {
-                        libc::syscall(libc::SYS_setfsgid, gid);
-                        libc::syscall(libc::SYS_setfsgid, u32::MAX) == i64::from(gid)
-                    }
-                    && {
-                        libc::syscall(libc::SYS_setfsuid, uid);
-                        libc::syscall(libc::SYS_setfsuid, u32::MAX) == i64::from(uid)
-                    }
-            };
-            if !took_their_rights {
-                return Err(format!(
-                    "cannot take uid {uid}'s rights to check its paths: {}",
-                    std::io::Error::last_os_error()
-                ));
-            }
-            check()
-        });
+        let checker = std::thread::Builder::new()
+            .name("gangway-check".into())
+            .spawn_scoped(scope, move || {
+                take_rights(uid, gid)?;
+                check()
+            })
+            .map_err(|e| format!("cannot start a thread to check uid {uid}'s paths: {e}"))?;
         checker
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// Makes this thread's file-system identity `uid` and `gid`, with no other group and no
+/// capability (see [`as_submitter`]); says why not where one step did not hold.
+fn take_rights(uid: u32, gid: u32) -> Result<(), String> {
+    /// `struct __user_cap_header_struct`.
+    #[repr(C)]
+    struct CapHeader {
+        version: u32,
+        pid: i32,
+    }
+    /// `struct __user_cap_data_struct`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct CapData {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    /// `_LINUX_CAPABILITY_VERSION_3`: two data structs, 64 capabilities.
+    const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let failed = |what: &str| {
+        Err(format!(
+            "cannot take uid {uid}'s rights to check its paths ({what}): {}",
+            std::io::Error::last_os_error()
+        ))
+    };
+    // SAFETY: setgroups(2), setfsgid(2) and setfsuid(2) as raw system calls change only this
+    // thread's credentials; an id of -1 changes nothing and returns the current one.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0 {
+            return failed("setgroups");
+        }
+        libc::syscall(libc::SYS_setfsgid, gid);
+        if libc::syscall(libc::SYS_setfsgid, u32::MAX) != i64::from(gid) {
+            return failed("setfsgid");
+        }
+        libc::syscall(libc::SYS_setfsuid, uid);
+        if libc::syscall(libc::SYS_setfsuid, u32::MAX) != i64::from(uid) {
+            return failed("setfsuid");
+        }
+    }
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut caps = [CapData::default(); 2];
+    // SAFETY: capset(2) and capget(2) as raw system calls, on this thread (pid 0), with a version 3
+    // header and the two data structs it reads and writes.
+    unsafe {
+        if libc::syscall(libc::SYS_capset, &mut header, caps.as_ptr()) != 0 {
+            return failed("capset");
+        }
+        caps[0].effective = u32::MAX;
+        if libc::syscall(libc::SYS_capget, &mut header, caps.as_mut_ptr()) != 0
+            || caps.iter().any(|c| c.effective != 0)
+        {
+            return failed("capget");
+        }
+    }
+    Ok(())
 }
 
 /// Whether `submitter` may reach `path`: enter every directory above its last name, as a process
@@ -495,6 +565,14 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
         let meta = stat(&entry).map_err(|e| format!("{}: {e}", here.display()))?;
         match meta.st_mode & libc::S_IFMT {
             libc::S_IFLNK => {
+                // A link there names what a process holds (its directory, its open files: the
+                // daemon's own, through `/proc/self`), not a place in the file system.
+                if on_proc(dir) {
+                    return Err(format!(
+                        "{} is a link in /proc, which is not followed",
+                        here.display()
+                    ));
+                }
                 if walk == Walk::Program {
                     check_owner(&meta, submitter, &format!("the link {}", here.display()))?;
                 }
@@ -603,6 +681,15 @@ fn open_at(dir: RawFd, name: &OsStr, flags: libc::c_int) -> std::io::Result<Owne
     }
     // SAFETY: openat(2) just returned this open descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether `dir` is on a proc file system.
+fn on_proc(dir: &OwnedFd) -> bool {
+    // SAFETY: an all-zero statfs is a valid value for fstatfs(2) to overwrite.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs(2) on an open descriptor into a statfs of ours.
+    let read = unsafe { libc::fstatfs(dir.as_raw_fd(), &mut fs) } == 0;
+    read && fs.f_type == libc::PROC_SUPER_MAGIC
 }
 
 fn stat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
@@ -929,6 +1016,22 @@ mod tests {
         // Root's own checks are root's: nothing above stops them.
         let root = Submitter { uid: 0, gid: 0 };
         assert!(open_program("run.args", &shut, &run, &root).is_ok());
+        // The checking thread holds no capability: a new file-system uid drops only the
+        // file-system ones, and CAP_SYS_PTRACE would open other users' /proc entries.
+        let status = as_submitter(&nobody, || {
+            std::fs::read_to_string("/proc/thread-self/status").map_err(|e| e.to_string())
+        })
+        .unwrap();
+        assert!(
+            status.lines().any(|l| l == "CapEff:\t0000000000000000"),
+            "{status}"
+        );
+        // A link in /proc names what a process holds (the daemon's own open files, through
+        // /proc/self), not a place in the file system: never followed.
+        for path in ["/proc/self/cwd/absent", "/proc/1/cwd"] {
+            let e = reachable_by(Path::new(path), &nobody).unwrap_err();
+            assert!(e.contains("is a link in /proc"), "{e}");
+        }
     }
 
     #[test]
