@@ -171,7 +171,8 @@ pub struct ServeArgs {
     )]
     pub stop_patience: f64,
     /// The most processes and threads one job's attempt may have, where cgroups bound them
-    /// (default: a quarter of the machine's pids; all jobs together have at most half).
+    /// (default: a quarter of what the daemon's cgroup may hold; all jobs together have at most
+    /// half).
     #[arg(long, value_name = "N")]
     pub max_tasks_per_job: Option<u64>,
     /// Who runs the jobs: real `processes` (through `elastic-run`; the default on NVML GPUs), or

@@ -512,8 +512,9 @@ impl ControlPlaneBuilder {
     }
 
     /// The most tasks (processes and threads) one attempt of a job may have, where cgroups bound
-    /// them (process workers on this machine; `None`: a quarter of the machine's pids, see
-    /// [`gangway_launcher::confine::default_max_tasks`]). All attempts together have at most half.
+    /// them (process workers on this machine; `None`: a quarter of what the daemon's cgroup may
+    /// hold, see [`gangway_launcher::confine::Cgroups::default_max_tasks`]). All attempts together
+    /// have at most half, and no attempt more than that.
     pub fn max_tasks_per_job(mut self, tasks: Option<u64>) -> Self {
         self.max_tasks_per_job = tasks;
         self

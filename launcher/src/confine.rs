@@ -11,7 +11,7 @@
 //!   to the workers (`GANGWAY_MEMORY_GB`), and the reason is kept for the operator.
 //! - **Tasks**: the same cgroup (v2) or one of its own in v1's pids hierarchy bounds how many
 //!   processes and threads an attempt may have (`pids.max`), and all attempts together leave the
-//!   machine half its pids ([`Tasks`]): jobs run through a root daemon escape their users' own
+//!   daemon's cgroup half of what it may hold ([`Tasks`]): jobs run through a root daemon escape their users' own
 //!   limits (no login session sets them), so without it one job forking without end would take
 //!   every pid, the daemon's next fork included.
 
@@ -186,16 +186,35 @@ impl Version {
     }
 }
 
-/// Where the number of an attempt's tasks (processes and threads) is bounded.
+/// Where the number of an attempt's tasks (processes and threads) is bounded, and how many all
+/// attempts together may have.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tasks {
     /// In the attempt's cgroup itself (cgroup v2 with the pids controller).
-    InCgroup,
-    /// In a cgroup of the attempt's own under this directory, in cgroup v1's pids hierarchy (v1
-    /// keeps each controller in a hierarchy of its own).
-    Apart(PathBuf),
+    InCgroup {
+        /// The bound on all attempts together.
+        all: u64,
+    },
+    /// In a cgroup of the attempt's own in cgroup v1's pids hierarchy (v1 keeps each controller in
+    /// a hierarchy of its own).
+    Apart {
+        /// The directory under which each attempt's is made.
+        root: PathBuf,
+        /// The bound on all attempts together.
+        all: u64,
+    },
     /// Nowhere, and why.
     Unbounded(String),
+}
+
+impl Tasks {
+    /// The bound on all attempts together, where there is one.
+    pub fn all(&self) -> Option<u64> {
+        match self {
+            Tasks::InCgroup { all } | Tasks::Apart { all, .. } => Some(*all),
+            Tasks::Unbounded(_) => None,
+        }
+    }
 }
 
 /// The file that bounds a cgroup's tasks, in both versions.
@@ -210,11 +229,23 @@ pub fn machine_tasks() -> u64 {
         .unwrap_or(32_768)
 }
 
-/// The default bound on one attempt's tasks: a quarter of the machine's, so that no one job takes
-/// more than the two or three others running beside it leave (the largest torch jobs, eight
-/// workers of a hundred threads and their data loaders, need a few thousand).
-pub fn default_max_tasks() -> u64 {
-    machine_tasks() / 4
+/// The most tasks the daemon's cgroup `dir` may hold: the smallest `pids.max` of it and of the
+/// cgroups above it (a service manager bounds the daemon's unit: systemd's `TasksMax`), and the
+/// machine's. Its jobs' tasks count against every one of them.
+fn available_tasks(dir: &Path) -> u64 {
+    let mut least = machine_tasks();
+    let mut at = Some(dir);
+    // Up to the hierarchy's root, the last directory with cgroup files.
+    while let Some(dir) = at.filter(|d| d.join("cgroup.procs").exists()) {
+        if let Some(max) = std::fs::read_to_string(dir.join(TASKS_LIMIT_FILE))
+            .ok()
+            .and_then(|t| t.trim().parse::<u64>().ok())
+        {
+            least = least.min(max);
+        }
+        at = dir.parent();
+    }
+    least
 }
 
 /// Cgroups for the attempts of jobs: each attempt gets one, which holds every process it starts (a
@@ -253,12 +284,10 @@ impl Cgroups {
             match find_cgroup(version, memory).and_then(|dir| prepare_root(&dir, version, memory)) {
                 Ok(root) => {
                     let tasks = match version {
-                        Version::V2 => bound_all_tasks(&root, Tasks::InCgroup),
+                        Version::V2 => bound_all_tasks(&root, true),
                         Version::V1 => find_v1("pids")
                             .and_then(|dir| prepare_root(&dir, version, false))
-                            .map_or_else(Tasks::Unbounded, |apart| {
-                                bound_all_tasks(&apart, Tasks::Apart(apart.clone()))
-                            }),
+                            .map_or_else(Tasks::Unbounded, |apart| bound_all_tasks(&apart, false)),
                     };
                     return Cgroups::Made {
                         root,
@@ -313,9 +342,32 @@ impl Cgroups {
         matches!(self, Cgroups::Made { memory: true, .. })
     }
 
+    /// The default bound on one attempt's tasks: a quarter of what the daemon's cgroup may hold, so
+    /// that no one job takes more than the others running beside it leave (the largest torch jobs,
+    /// eight workers of a hundred threads and their data loaders, need a few thousand).
+    pub fn default_max_tasks(&self) -> u64 {
+        match self {
+            Cgroups::Made { tasks, .. } => tasks.all().map_or(machine_tasks(), |all| all * 2) / 4,
+            Cgroups::Unavailable(_) => machine_tasks() / 4,
+        }
+    }
+
+    /// Whether an attempt's tasks are bounded in a cgroup apart from its own (cgroup v1's pids
+    /// hierarchy), which a warm pool's workers do not join.
+    pub fn bounds_tasks_apart(&self) -> bool {
+        matches!(
+            self,
+            Cgroups::Made {
+                tasks: Tasks::Apart { .. },
+                ..
+            }
+        )
+    }
+
     /// Bounds the tasks of the attempt whose cgroup [`Cgroups::create`] made as `cgroup` (named
-    /// `name`) to `max`: in that cgroup, or in one it makes in v1's pids hierarchy, which it
-    /// returns (the attempt joins it too, and it goes when the attempt has).
+    /// `name`) to `max` (at most what all attempts together may have): in that cgroup, or in one
+    /// it makes in v1's pids hierarchy, which it returns (the attempt joins it too, and it goes
+    /// when the attempt has; it is removed again where its bound cannot be written).
     pub fn bound_tasks(
         &self,
         name: &str,
@@ -325,19 +377,24 @@ impl Cgroups {
         let Cgroups::Made { tasks, .. } = self else {
             return Ok(None);
         };
-        let (dir, apart) = match tasks {
-            Tasks::InCgroup => (cgroup.to_owned(), None),
-            Tasks::Apart(root) => {
+        let (dir, apart, all) = match tasks {
+            Tasks::InCgroup { all } => (cgroup.to_owned(), None, *all),
+            Tasks::Apart { root, all } => {
                 let dir = root.join(name);
                 match std::fs::create_dir(&dir) {
                     Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
                     _ => {}
                 }
-                (dir.clone(), Some(dir))
+                (dir.clone(), Some(dir), *all)
             }
             Tasks::Unbounded(_) => return Ok(None),
         };
-        std::fs::write(dir.join(TASKS_LIMIT_FILE), max.to_string())?;
+        if let Err(e) = std::fs::write(dir.join(TASKS_LIMIT_FILE), max.min(all).to_string()) {
+            if let Some(apart) = &apart {
+                remove(apart);
+            }
+            return Err(e);
+        }
         Ok(apart)
     }
 
@@ -346,7 +403,7 @@ impl Cgroups {
         matches!(
             self,
             Cgroups::Made {
-                tasks: Tasks::InCgroup | Tasks::Apart(_),
+                tasks: Tasks::InCgroup { .. } | Tasks::Apart { .. },
                 ..
             }
         )
@@ -355,8 +412,13 @@ impl Cgroups {
     /// A one-line description for the operator.
     pub fn describe(&self) -> String {
         let tasks = |tasks: &Tasks| match tasks {
-            Tasks::InCgroup => "its tasks are bounded there (pids.max)".to_owned(),
-            Tasks::Apart(root) => format!("its tasks are bounded in {} (pids.max)", root.display()),
+            Tasks::InCgroup { all } => {
+                format!("its tasks are bounded there (pids.max; all jobs' together to {all})")
+            }
+            Tasks::Apart { root, all } => format!(
+                "its tasks are bounded in {} (pids.max; all jobs' together to {all})",
+                root.display()
+            ),
             Tasks::Unbounded(why) => format!(
                 "its tasks are not bounded ({why}): a job that forks without end can take every \
                  pid of the machine"
@@ -558,26 +620,35 @@ fn enable(dir: &Path, controller: &str) -> std::io::Result<()> {
     std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}"))
 }
 
-/// Bounds the tasks of all attempts together, under `root`, to half the machine's, so that the
-/// daemon and everything else keep the other half: `bound` where that holds (for v2, with the pids
-/// controller turned on for `root`'s parent and `root`, so that each attempt's cgroup has its own
-/// bound too), else why not.
-fn bound_all_tasks(root: &Path, bound: Tasks) -> Tasks {
+/// Bounds the tasks of all attempts together, under `root` (made in the daemon's own cgroup), to
+/// half of what the daemon's cgroup may hold, so that the daemon and everything else keep the other
+/// half; `in_cgroup` (v2) with the pids controller turned on for the daemon's cgroup and `root`,
+/// so that each attempt's cgroup has its own bound too. Where that does not hold, says why.
+fn bound_all_tasks(root: &Path, in_cgroup: bool) -> Tasks {
     let shown = root.display();
-    let turned_on = match (&bound, root.parent()) {
-        (Tasks::InCgroup, Some(parent)) => enable(parent, "pids")
-            .and_then(|()| enable(root, "pids"))
-            .map_err(|e| format!("cannot turn on the pids controller for {shown}: {e}")),
-        _ => Ok(()),
+    let Some(daemons) = root.parent() else {
+        return Tasks::Unbounded(format!("{shown} has no parent"));
     };
+    let turned_on = if in_cgroup {
+        enable(daemons, "pids")
+            .and_then(|()| enable(root, "pids"))
+            .map_err(|e| format!("cannot turn on the pids controller for {shown}: {e}"))
+    } else {
+        Ok(())
+    };
+    let all = available_tasks(daemons) / 2;
     let written = turned_on.and_then(|()| {
-        std::fs::write(
-            root.join(TASKS_LIMIT_FILE),
-            (machine_tasks() / 2).to_string(),
-        )
-        .map_err(|e| format!("cannot bound the tasks of {shown}: {e}"))
+        std::fs::write(root.join(TASKS_LIMIT_FILE), all.to_string())
+            .map_err(|e| format!("cannot bound the tasks of {shown}: {e}"))
     });
-    written.map_or_else(Tasks::Unbounded, |()| bound)
+    match written {
+        Err(why) => Tasks::Unbounded(why),
+        Ok(()) if in_cgroup => Tasks::InCgroup { all },
+        Ok(()) => Tasks::Apart {
+            root: root.to_owned(),
+            all,
+        },
+    }
 }
 
 #[cfg(test)]
@@ -752,16 +823,40 @@ mod tests {
         let Cgroups::Made { root, tasks, .. } = &cgroups else {
             unreachable!()
         };
-        let all = match tasks {
-            Tasks::Apart(root) => root,
+        let bounded = match tasks {
+            Tasks::Apart { root, .. } => root,
             _ => root,
         };
+        let all = std::fs::read_to_string(bounded.join(TASKS_LIMIT_FILE)).unwrap();
+        assert_eq!(Some(all.trim().parse().unwrap()), tasks.all());
         assert_eq!(
-            std::fs::read_to_string(all.join(TASKS_LIMIT_FILE))
-                .unwrap()
-                .trim(),
-            (machine_tasks() / 2).to_string()
+            tasks.all(),
+            Some(available_tasks(bounded.parent().unwrap()) / 2)
         );
+    }
+
+    /// A job's tasks count against every cgroup above the daemon's (systemd's `TasksMax` on its
+    /// unit): the smallest bound on the way up is what the daemon's cgroup may hold.
+    #[test]
+    fn what_the_daemons_cgroup_may_hold_is_the_least_bound_above_it() {
+        let tree = tempfile::tempdir().unwrap();
+        let unit = tree.path().join("system.slice/gangway.service");
+        let daemons = unit.join("daemon");
+        std::fs::create_dir_all(&daemons).unwrap();
+        for (dir, max) in [
+            (tree.path().join("system.slice"), Some("max")),
+            (unit.clone(), Some("40")),
+            (daemons.clone(), None),
+        ] {
+            std::fs::write(dir.join("cgroup.procs"), "").unwrap();
+            if let Some(max) = max {
+                std::fs::write(dir.join(TASKS_LIMIT_FILE), max).unwrap();
+            }
+        }
+        assert_eq!(available_tasks(&daemons), 40.min(machine_tasks()));
+        // Above the hierarchy's root (no cgroup files) nothing is read.
+        std::fs::write(tree.path().join(TASKS_LIMIT_FILE), "7").unwrap();
+        assert_eq!(available_tasks(&daemons), 40.min(machine_tasks()));
     }
 
     #[test]

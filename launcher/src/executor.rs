@@ -587,7 +587,7 @@ pub struct ProcessExecutor {
     /// so that a job that takes its whole grace (or ignores the stop) holds no other job's start.
     pub stop_patience: Duration,
     /// The most tasks (processes and threads) an attempt may have where cgroups bound them
-    /// (default: [`confine::default_max_tasks`]).
+    /// (default: [`Cgroups::default_max_tasks`]).
     pub max_tasks: u64,
     runs: HashMap<JobId, Run>,
     /// Stops that outlasted the patience, moved on at each poll.
@@ -647,7 +647,7 @@ impl ProcessExecutor {
             stop_margin: Duration::from_secs(60),
             max_grace: DEFAULT_MAX_GRACE,
             stop_patience: DEFAULT_STOP_PATIENCE,
-            max_tasks: confine::default_max_tasks(),
+            max_tasks: cgroups.default_max_tasks(),
             runs: HashMap::new(),
             stopping: Vec::new(),
             pending: Vec::new(),
@@ -692,12 +692,21 @@ impl ProcessExecutor {
             .cgroups
             .create(&name, memory)
             .map_err(|e| SpawnError::from_io("making the attempt's cgroup".into(), e))?;
+        // On cgroup v1 the bound is a cgroup in the pids hierarchy, which a warm pool's workers do
+        // not join; pools serve only the daemon's own user's jobs, who could fork as that user
+        // anyway: theirs go without it there.
+        let another_user = (launch.run.as_ref())
+            .and_then(|run| run.user)
+            .is_some_and(|user| user.uid != inherit::this_user());
         let tasks = match &cgroup {
-            Some(cgroup) => self
+            Some(cgroup) if another_user || !self.cgroups.bounds_tasks_apart() => self
                 .cgroups
                 .bound_tasks(&name, cgroup, self.max_tasks)
-                .map_err(|e| SpawnError::from_io("bounding the attempt's tasks".into(), e))?,
-            None => None,
+                .map_err(|e| {
+                    confine::remove(cgroup);
+                    SpawnError::from_io("bounding the attempt's tasks".into(), e)
+                })?,
+            _ => None,
         };
         let cores = match (launch.resources, &self.hosts) {
             (Some(resources), Hosts::Local(_)) => self.cores.take(resources.cores()),
