@@ -838,6 +838,25 @@ fn a_user_trickling_bodies_cannot_lock_out_another_user_on_a_socket() {
         failed.len()
     );
     drop(flood);
+    // Another user's job brings a command, by which the daemon bounds and runs it: one without
+    // (these simulated workers run none) is the operator's to submit.
+    let submit = |uid: u32| {
+        gangway()
+            .args(["submit", "--gpus", "1", "--work", "60", "--daemon", &listen])
+            .current_dir("/")
+            .uid(uid)
+            .gid(uid)
+            .output()
+            .unwrap()
+    };
+    let theirs = submit(NOBODY);
+    assert!(
+        !theirs.status.success() && stderr(&theirs).contains("another user's job brings a command"),
+        "{}",
+        stderr(&theirs)
+    );
+    let operators = submit(0);
+    assert!(operators.status.success(), "{}", stderr(&operators));
 }
 
 #[test]

@@ -578,6 +578,20 @@ fn check_submitter(
                     .into(),
             })));
         }
+        // Another user's jobs are bounded (how many, how large, the job types they name) by the
+        // user their command runs as: one without a command (simulated workers) would escape
+        // every bound, so such jobs are the operator's.
+        None if !operates => {
+            return Err(ApiError::from(Refusal::from(request::Invalid {
+                field: "run",
+                problem: format!(
+                    "uid {} is not this daemon's operator: another user's job brings a command, \
+                     which runs as them (elastic-run --daemon sends one); jobs without one are \
+                     the operator's",
+                    submitter.uid
+                ),
+            })));
+        }
         None => {}
     }
     Ok(request)
