@@ -12,7 +12,6 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -712,13 +711,10 @@ fn check_dir(field: &'static str, path: &Path, owner: Option<&Submitter>) -> Res
         return invalid(field, format!("{shown} is not an absolute path"));
     }
     let named: PathBuf = path.components().collect();
-    if let Some(owner) = owner {
-        gangway_protocol::command::reachable_by(&named, owner)
-            .or_else(|why| invalid(field, why))?;
-    }
-    let meta = metadata_as(field, &named, owner)?
-        .or_else(|_| invalid(field, format!("{shown} does not exist")))?;
-    if meta.file_type().is_symlink() {
+    let Some(meta) = look_up(field, &named, owner)? else {
+        return invalid(field, format!("{shown} does not exist"));
+    };
+    if meta.is_link() {
         return invalid(
             field,
             format!("{shown} is a symbolic link; name the directory itself"),
@@ -727,7 +723,7 @@ fn check_dir(field: &'static str, path: &Path, owner: Option<&Submitter>) -> Res
     if !meta.is_dir() {
         return invalid(field, format!("{shown} is not a directory"));
     }
-    check_owner(field, path, &meta, owner)
+    check_owner(field, path, meta, owner)
 }
 
 /// A log: an absolute path in an existing directory (the submitter's, if `owner`); if it exists, a
@@ -748,34 +744,33 @@ fn check_log(path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
         return invalid(FIELD, format!("{shown} is not a file path"));
     };
     check_dir(FIELD, parent, owner)?;
-    match metadata_as(FIELD, path, owner)? {
-        Ok(meta) if !meta.file_type().is_file() => invalid(
+    match look_up(FIELD, path, owner)? {
+        Some(meta) if !meta.is_file() => invalid(
             FIELD,
             format!("{shown} exists and is not a regular file (a link, a device or a pipe)"),
         ),
-        Ok(meta) => check_owner(FIELD, path, &meta, owner),
-        Err(_) => Ok(()),
+        Some(meta) => check_owner(FIELD, path, meta, owner),
+        None => Ok(()),
     }
 }
 
-/// `path`'s own metadata (a link's, not its target's), looked up with `owner`'s rights where a root
-/// daemon checks another user's path ([`gangway_protocol::command::as_submitter`]): a directory
-/// swapped for a link after [`gangway_protocol::command::reachable_by`] then tells them nothing they
-/// could not look up themselves.
-fn metadata_as(
+/// What `path`'s last name is (a link itself, not what it points to), looked up name by name with
+/// `owner`'s rights where a root daemon checks another user's path
+/// ([`gangway_protocol::command::look_up`]), so that nothing is said of a path they could not look
+/// up themselves; the operator's with the daemon's.
+fn look_up(
     field: &'static str,
     path: &Path,
     owner: Option<&Submitter>,
-) -> Result<std::io::Result<std::fs::Metadata>, Invalid> {
+) -> Result<Option<gangway_protocol::command::Entry>, Invalid> {
     let owner = owner.copied().unwrap_or_else(Submitter::this_process);
-    gangway_protocol::command::as_submitter(&owner, || Ok(std::fs::symlink_metadata(path)))
-        .or_else(|why| invalid(field, why))
+    gangway_protocol::command::look_up(path, &owner).or_else(|why| invalid(field, why))
 }
 
 fn check_owner(
     field: &'static str,
     path: &Path,
-    meta: &std::fs::Metadata,
+    meta: gangway_protocol::command::Entry,
     owner: Option<&Submitter>,
 ) -> Result<(), Invalid> {
     match owner {
@@ -1230,7 +1225,7 @@ mod tests {
     #[test]
     fn under_a_root_daemon_paths_must_be_the_submitters_and_the_job_runs_as_them() {
         let dir = tempfile::tempdir().unwrap();
-        let owner = std::fs::metadata(dir.path()).unwrap().uid();
+        let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(dir.path()).unwrap());
         let policy = RunPolicy::new(Submitter { uid: 0, gid: 0 });
         let stranger = Submitter {
             uid: owner.wrapping_add(4242),

@@ -193,11 +193,14 @@ pub fn open_program(
                 .join(if dir.is_empty() { "." } else { dir })
                 .join(program)
         });
-        // Where they may look, as their own search would, with their rights.
-        as_submitter(submitter, || {
-            Ok(candidates.into_iter().find(|c| c.is_file()))
-        })
-        .or_else(|why| invalid(field, why))?
+        // Where they may look, as their own search would, with their rights, name by name.
+        let is_file = |candidate: &PathBuf| {
+            walk_to(candidate, submitter, Walk::Reach).is_ok_and(|(dir, name)| {
+                stat_at(&dir, &name).is_ok_and(|m| Entry::of(&m).is_file())
+            })
+        };
+        as_submitter(submitter, || Ok(candidates.into_iter().find(is_file)))
+            .or_else(|why| invalid(field, why))?
     };
     let Some(found) = found else {
         return invalid(
@@ -476,23 +479,67 @@ fn take_rights(uid: u32, gid: u32) -> Result<(), String> {
 
 /// Whether `submitter` may reach `path`: enter every directory above its last name, as a process
 /// of theirs would, links followed one name at a time (the directories on a link's way count too).
-/// Says which directory stops them, or that one does not exist. A root daemon asks this before it
-/// says anything else of a path a submitter named, so that it tells them nothing of paths they
-/// could not look up themselves.
+/// Says which directory stops them. A root daemon asks this before it says anything else of a path
+/// a submitter named, so that it tells them nothing of paths they could not look up themselves.
 pub fn reachable_by(path: &Path, submitter: &Submitter) -> Result<(), String> {
-    if path.parent().is_none() {
-        return Ok(());
+    look_up(path, submitter).map(|_| ())
+}
+
+/// What a name is, as [`look_up`] finds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    mode: u32,
+    uid: u32,
+}
+
+impl Entry {
+    fn of(meta: &libc::stat) -> Entry {
+        Entry {
+            mode: meta.st_mode,
+            uid: meta.st_uid,
+        }
     }
-    // A path that ends in `..` names no last entry of its own: all of it is walked into.
-    let ends_above = path.components().next_back() == Some(std::path::Component::ParentDir);
-    let walked = if ends_above {
-        path.join("-")
-    } else {
-        path.to_owned()
-    };
-    // Links followed one by one, each from where it is: the directories on a link's way count too.
+
+    /// Whether it is a directory.
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+
+    /// Whether it is a regular file.
+    pub fn is_file(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFREG
+    }
+
+    /// Whether it is a symbolic link.
+    pub fn is_link(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFLNK
+    }
+
+    /// Whose it is.
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+}
+
+/// What `path`'s last name is (a link itself, not what it points to), or `None` where nothing is
+/// there, looked up as `submitter` would (with their rights, see [`as_submitter`]) and name by name
+/// as [`reachable_by`] walks, so that nothing is learnt through a link the kernel would follow
+/// (`/proc/self/cwd`: the daemon's own directory). Says which directory stops them.
+pub fn look_up(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, String> {
     as_submitter(submitter, || {
-        walk_to(&walked, submitter, Walk::Reach).map(|_| ())
+        let (dir, name) = match path.parent() {
+            Some(_) => walk_to(path, submitter, Walk::Name)?,
+            None => (
+                open_at(libc::AT_FDCWD, OsStr::new("/"), libc::O_PATH)
+                    .map_err(|e| e.to_string())?,
+                OsString::from("."),
+            ),
+        };
+        match stat_at(&dir, &name) {
+            Ok(meta) => Ok(Some(Entry::of(&meta))),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
     })
     .map_err(|why| format!("{}: {why}", path.display()))
 }
@@ -503,8 +550,11 @@ enum Walk {
     /// A program's way: each directory and link root's or the submitter's, writable by nobody
     /// else, and each directory one the submitter may enter.
     Program,
-    /// Only that the submitter may enter each directory.
+    /// Only that the submitter may enter each directory (a link at the end followed too).
     Reach,
+    /// As `Reach`, up to the last name, which is left as it is (a link not followed, a name that
+    /// may not be there).
+    Name,
 }
 
 /// The interpreter a script's first line names (`#!/usr/bin/python3 -u`: `/usr/bin/python3`).
@@ -552,6 +602,11 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
     push_front(&mut names, path);
     let mut links = 0;
     while let Some(name) = names.pop_front() {
+        // Left as it is, `..` too (the kernel takes it from the directory it is in).
+        if names.is_empty() && walk == Walk::Name {
+            let (dir, _) = dirs.pop().expect("the root stays");
+            return Ok((dir, name));
+        }
         if name == ".." {
             if dirs.len() > 1 {
                 dirs.pop();
@@ -560,8 +615,12 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
         }
         let (dir, dir_name) = dirs.last().expect("the root stays");
         let here = dir_name.join(&name);
-        let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
-            .map_err(|e| format!("{}: {e}", here.display()))?;
+        let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW).map_err(
+            |e| match e.raw_os_error() {
+                Some(libc::ENOENT) => format!("{} does not exist", here.display()),
+                _ => format!("{}: {e}", here.display()),
+            },
+        )?;
         let meta = stat(&entry).map_err(|e| format!("{}: {e}", here.display()))?;
         match meta.st_mode & libc::S_IFMT {
             libc::S_IFLNK => {
@@ -621,7 +680,7 @@ fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> R
         return Err(format!("uid {} may not enter {what}", submitter.uid));
     }
     let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
-    if walk == Walk::Reach {
+    if walk != Walk::Program {
         return Ok(());
     }
     check_owner(&meta, submitter, &what)?;
@@ -681,6 +740,27 @@ fn open_at(dir: RawFd, name: &OsStr, flags: libc::c_int) -> std::io::Result<Owne
     }
     // SAFETY: openat(2) just returned this open descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The entry `name` in `dir`, not followed if it is a link.
+fn stat_at(dir: &OwnedFd, name: &OsStr) -> std::io::Result<libc::stat> {
+    use std::os::unix::ffi::OsStrExt;
+    let name = CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: an all-zero stat is a valid value for fstatat(2) to overwrite.
+    let mut meta: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatat(2) on an open directory, a NUL-terminated name, into a stat of ours.
+    let found = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut meta,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if found != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(meta)
 }
 
 /// Whether `dir` is on a proc file system.
@@ -1028,10 +1108,20 @@ mod tests {
         );
         // A link in /proc names what a process holds (the daemon's own open files, through
         // /proc/self), not a place in the file system: never followed.
-        for path in ["/proc/self/cwd/absent", "/proc/1/cwd"] {
+        for path in ["/proc/self/cwd/absent", "/proc/1/cwd/absent"] {
             let e = reachable_by(Path::new(path), &nobody).unwrap_err();
             assert!(e.contains("is a link in /proc"), "{e}");
         }
+        // Nor through a PATH: /proc/self/root/bin/sh is there for the kernel, not for the search.
+        let mut through_proc = run.clone();
+        through_proc
+            .env
+            .insert("PATH".into(), "/proc/self/root/bin".into());
+        let e = open_program("run.args", Path::new("sh"), &through_proc, &nobody).unwrap_err();
+        assert!(e.problem.contains("is not on the submitted PATH"), "{e}");
+        assert!(look_up(Path::new("/proc/self/root/etc"), &nobody).is_err());
+        assert!(look_up(Path::new("/etc/passwd"), &nobody).unwrap().unwrap().is_file());
+        assert_eq!(look_up(Path::new("/etc/absent"), &nobody), Ok(None));
     }
 
     #[test]
