@@ -564,9 +564,15 @@ pub fn slurm_job_name(marker: &str) -> String {
     format!("gangway-{marker}")
 }
 
-/// Slurm's queue of this user's jobs (id, name), being listed.
-type QueueListing =
-    std::thread::JoinHandle<Result<Vec<(String, String)>, crate::slurm::SlurmError>>;
+/// Where the sweep of Slurm's queue for steps no attempt accounts for is.
+enum QueueSweep {
+    /// To list at the next poll.
+    Due,
+    /// Being listed: every user's jobs (id, name).
+    Listing(std::thread::JoinHandle<Result<Vec<(String, String)>, crate::slurm::SlurmError>>),
+    /// Listed and swept (or not on Slurm).
+    Done,
+}
 
 /// Runs each job as an `elastic-run` child process of this one, on this machine's GPUs or, through
 /// Slurm, on its nodes'.
@@ -607,10 +613,10 @@ pub struct ProcessExecutor {
     /// answers, even through SIGKILL), and the `scancel`s of Slurm steps that ended or that no
     /// attempt accounts for.
     unreaped: Vec<Child>,
-    /// Slurm's queue of this user's jobs, being listed at the first poll (on a thread of its own: a
-    /// controller that does not answer holds `squeue` for its timeout and retries), so that steps
-    /// no attempt accounts for are cancelled once it is in.
-    slurm_queue: Option<QueueListing>,
+    /// Slurm's queue, listed after the first poll (on a thread of its own: a controller that does
+    /// not answer holds `squeue` for its timeout and retries), so that steps no attempt accounts
+    /// for are cancelled once it is in.
+    slurm_queue: QueueSweep,
     /// Whether what an earlier life of this executor left that no attempt accounts for has been
     /// ended (at the first poll, after the control plane re-adopted what it knows).
     swept: bool,
@@ -655,7 +661,7 @@ impl ProcessExecutor {
             cgroups,
             lingering: Vec::new(),
             unreaped: Vec::new(),
-            slurm_queue: None,
+            slurm_queue: QueueSweep::Done,
             instance,
         })
     }
@@ -1108,7 +1114,7 @@ impl ProcessExecutor {
         self.swept = true;
         self.end_unaccounted_attempts();
         if matches!(self.hosts, Hosts::Slurm(_)) {
-            self.slurm_queue = Some(std::thread::spawn(crate::slurm::my_jobs));
+            self.slurm_queue = QueueSweep::Due;
         }
     }
 
@@ -1164,15 +1170,32 @@ impl ProcessExecutor {
         }
     }
 
-    /// Once Slurm's queue is listed, starts cancelling this executor's jobs there that no attempt
-    /// accounts for (an attempt launched since the listing began accounts for its own), without
-    /// waiting for `scancel`: the children are reaped at later polls.
+    /// Lists Slurm's queue when due (a thread that cannot start now is tried again at the next
+    /// poll), and once it is in, starts cancelling this executor's jobs there that no attempt
+    /// accounts for (an attempt launched since the listing began accounts for its own), by id and
+    /// whoever's they are (another user's attempts run as them), without waiting for `scancel`:
+    /// the children are reaped at later polls.
     fn cancel_unaccounted_steps(&mut self) {
-        if !self.slurm_queue.as_ref().is_some_and(|l| l.is_finished()) {
-            return;
+        match &self.slurm_queue {
+            QueueSweep::Due => {
+                let listing = std::thread::Builder::new()
+                    .name("gangway-squeue".into())
+                    .spawn(crate::slurm::queue);
+                match listing {
+                    Ok(listing) => self.slurm_queue = QueueSweep::Listing(listing),
+                    Err(error) => tracing::warn!(%error, "starting to list Slurm's queue"),
+                }
+                return;
+            }
+            QueueSweep::Listing(listing) if listing.is_finished() => {}
+            QueueSweep::Listing(_) | QueueSweep::Done => return,
         }
-        let listed = self.slurm_queue.take().expect("finished").join();
-        let jobs = match listed {
+        let QueueSweep::Listing(listing) =
+            std::mem::replace(&mut self.slurm_queue, QueueSweep::Done)
+        else {
+            unreachable!("matched above")
+        };
+        let jobs = match listing.join() {
             Ok(Ok(jobs)) => jobs,
             Ok(Err(error)) => {
                 tracing::warn!(%error, "listing Slurm's jobs to cancel orphans");
@@ -1188,7 +1211,7 @@ impl ProcessExecutor {
         for (id, name) in jobs {
             if name.starts_with(&prefix) && !known.contains(&name) {
                 tracing::warn!(slurm_job = %id, %name, "cancelling a Slurm job no attempt accounts for");
-                match crate::slurm::start_cancel(&name) {
+                match crate::slurm::start_cancel_id(&id) {
                     Ok(scancel) => self.unreaped.push(scancel),
                     Err(error) => tracing::warn!(%error, %name, "starting scancel for an orphan"),
                 }

@@ -165,19 +165,15 @@ pub fn partition_nodes(partition: Option<&str>) -> Result<Vec<SlurmNode>, SlurmE
     })
 }
 
-/// This user's Slurm jobs: (job id, name).
-pub fn my_jobs() -> Result<Vec<(String, String)>, SlurmError> {
-    // SAFETY: getuid(2) cannot fail.
-    let uid = unsafe { libc::getuid() }.to_string();
-    Ok(
-        run("squeue", &["--noheader", "--user", &uid, "--format=%i %j"])?
-            .lines()
-            .filter_map(|l| {
-                let (id, name) = l.trim().split_once(' ')?;
-                Some((id.to_owned(), name.trim().to_owned()))
-            })
-            .collect(),
-    )
+/// Every user's Slurm jobs: (job id, name). A root daemon's attempts of another user run as them.
+pub fn queue() -> Result<Vec<(String, String)>, SlurmError> {
+    Ok(run("squeue", &["--noheader", "--format=%i %j"])?
+        .lines()
+        .filter_map(|l| {
+            let (id, name) = l.trim().split_once(' ')?;
+            Some((id.to_owned(), name.trim().to_owned()))
+        })
+        .collect())
 }
 
 /// The names in a Slurm host list (`node[1-3],gpu7`), as `scontrol show hostnames` expands them.
@@ -337,12 +333,12 @@ impl Allocation {
     }
 }
 
-/// Cancels this user's Slurm jobs named `name` (best effort: at worst they have ended already).
+/// Cancels the Slurm jobs named `name` (best effort: at worst they have ended already).
 pub fn cancel(name: &str) {
     let _ = cancel_command(name).status();
 }
 
-/// Starts cancelling this user's Slurm jobs named `name`, without waiting for `scancel`: a
+/// Starts cancelling the Slurm jobs named `name`, without waiting for `scancel`: a
 /// controller that does not answer holds `scancel` for its message timeout and retries, and the
 /// daemon's control plane must not wait that long. The caller reaps the child.
 pub fn start_cancel(name: &str) -> std::io::Result<std::process::Child> {
@@ -352,15 +348,21 @@ pub fn start_cancel(name: &str) -> std::io::Result<std::process::Child> {
         .spawn()
 }
 
-/// `scancel` of this user's Slurm jobs named `name`.
+/// Starts cancelling the Slurm job `id`, as [`start_cancel`] does.
+pub fn start_cancel_id(id: &str) -> std::io::Result<std::process::Child> {
+    Command::new("scancel")
+        .args(["--quiet", id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+}
+
+/// `scancel` of the Slurm jobs named `name`, whoever's they are: a root daemon's attempt of
+/// another user runs as them (an attempt's name is its daemon's alone: see
+/// `executor::slurm_job_name`; as another user, `scancel` can cancel only that user's).
 fn cancel_command(name: &str) -> Command {
-    // SAFETY: getuid(2) cannot fail.
-    let uid = unsafe { libc::getuid() };
     let mut command = Command::new("scancel");
-    command
-        .arg(format!("--name={name}"))
-        .arg(format!("--user={uid}"))
-        .arg("--quiet");
+    command.arg(format!("--name={name}")).arg("--quiet");
     command
 }
 
