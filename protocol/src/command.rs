@@ -1120,7 +1120,12 @@ mod tests {
         let e = open_program("run.args", Path::new("sh"), &through_proc, &nobody).unwrap_err();
         assert!(e.problem.contains("is not on the submitted PATH"), "{e}");
         assert!(look_up(Path::new("/proc/self/root/etc"), &nobody).is_err());
-        assert!(look_up(Path::new("/etc/passwd"), &nobody).unwrap().unwrap().is_file());
+        assert!(
+            look_up(Path::new("/etc/passwd"), &nobody)
+                .unwrap()
+                .unwrap()
+                .is_file()
+        );
         assert_eq!(look_up(Path::new("/etc/absent"), &nobody), Ok(None));
     }
 
