@@ -624,14 +624,6 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
         let meta = stat(&entry).map_err(|e| format!("{}: {e}", here.display()))?;
         match meta.st_mode & libc::S_IFMT {
             libc::S_IFLNK => {
-                // A link there names what a process holds (its directory, its open files: the
-                // daemon's own, through `/proc/self`), not a place in the file system.
-                if on_proc(dir) {
-                    return Err(format!(
-                        "{} is a link in /proc, which is not followed",
-                        here.display()
-                    ));
-                }
                 if walk == Walk::Program {
                     check_owner(&meta, submitter, &format!("the link {}", here.display()))?;
                 }
@@ -674,6 +666,14 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
 /// submitter may enter it).
 fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> Result<(), String> {
     let what = format!("the directory {}", name.display());
+    // What is in /proc names what processes hold (their directories, their open files), not places,
+    // and the kernel lets every thread of a process into that process's own entries, whatever its
+    // ids: the daemon's, for a thread checking as the submitter.
+    if on_proc(dir) {
+        return Err(format!(
+            "{what} is in /proc, which names processes, not places: it is not walked into"
+        ));
+    }
     // Before anything else is said of it or of what is in it (a root daemon walks with the
     // submitter's rights, `as_submitter`).
     if !may_enter(dir) {
@@ -1106,11 +1106,20 @@ mod tests {
             status.lines().any(|l| l == "CapEff:\t0000000000000000"),
             "{status}"
         );
-        // A link in /proc names what a process holds (the daemon's own open files, through
-        // /proc/self), not a place in the file system: never followed.
-        for path in ["/proc/self/cwd/absent", "/proc/1/cwd/absent"] {
+        // /proc names what processes hold (the daemon's own open files and descriptors, which
+        // the kernel lets any thread of the daemon see), not places: never walked into, and a
+        // link there from elsewhere is stopped at /proc.
+        let into_proc = dir.path().join("into-proc");
+        symlink("/proc/self/fd", &into_proc).unwrap();
+        let daemons = format!("/proc/{}/fd/0", std::process::id());
+        for path in [
+            "/proc/self/cwd/absent",
+            "/proc/1/cwd/absent",
+            daemons.as_str(),
+            &format!("{}/0", into_proc.display()),
+        ] {
             let e = reachable_by(Path::new(path), &nobody).unwrap_err();
-            assert!(e.contains("is a link in /proc"), "{e}");
+            assert!(e.contains("/proc is in /proc"), "{e}");
         }
         // Nor through a PATH: /proc/self/root/bin/sh is there for the kernel, not for the search.
         let mut through_proc = run.clone();
