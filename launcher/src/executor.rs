@@ -464,14 +464,23 @@ impl Run {
 }
 
 /// FNV-1a: a stable hash (the same in every build and run) for names.
-fn fnv1a(bytes: &std::ffi::OsStr) -> u64 {
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The hash an executor's names carry: this machine's id (systemd's `/etc/machine-id`, else its
+/// host name) and its state directory's path, so that daemons on two machines with the same
+/// journal path never take each other's Slurm steps for their own.
+fn instance_hash(state_dir: &Path) -> u64 {
     use std::os::unix::ffi::OsStrExt;
-    bytes
-        .as_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        })
+    let mut named = std::fs::read("/etc/machine-id")
+        .or_else(|_| std::fs::read("/proc/sys/kernel/hostname"))
+        .unwrap_or_default();
+    named.push(0);
+    named.extend(state_dir.as_os_str().as_bytes());
+    fnv1a(&named)
 }
 
 fn marker(job: JobId, attempt: u64) -> String {
@@ -602,8 +611,10 @@ pub struct ProcessExecutor {
     pending: Vec<WorkerEvent>,
     cores: CorePool,
     cgroups: Cgroups,
-    /// Tells this executor's processes and cgroups apart from another daemon's on the same machine
-    /// (which stops by marker): a hash of its state directory, the same after a restart.
+    /// Tells this executor's processes, cgroups and Slurm steps apart from another daemon's, on the
+    /// same machine (which stops by marker) or another sharing the same Slurm cluster (whose
+    /// journal may have the same path): a hash of this machine's id and its state directory, the
+    /// same after a restart.
     instance: String,
     /// Ended attempts some of whose processes had not yet gone: their markers and cgroups, swept
     /// again at every poll.
@@ -636,7 +647,7 @@ impl ProcessExecutor {
     /// Jobs on `hosts`' GPUs.
     pub fn on(elastic_run: PathBuf, hosts: Hosts, state_dir: PathBuf) -> std::io::Result<Self> {
         make_private_dir(&state_dir)?;
-        let instance = format!("{:016x}", fnv1a(state_dir.canonicalize()?.as_os_str()));
+        let instance = format!("{:016x}", instance_hash(&state_dir.canonicalize()?));
         // Slurm tracks a remote step's processes and binds its memory; this machine's cgroups are
         // left alone.
         let cgroups = match hosts {
