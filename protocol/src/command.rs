@@ -553,7 +553,7 @@ enum Walk {
     /// Only that the submitter may enter each directory (a link at the end followed too).
     Reach,
     /// As `Reach`, up to the last name, which is left as it is (a link not followed, a name that
-    /// may not be there).
+    /// may not be there; where a directory on the way is not there, its name is given instead).
     Name,
 }
 
@@ -615,12 +615,18 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
         }
         let (dir, dir_name) = dirs.last().expect("the root stays");
         let here = dir_name.join(&name);
-        let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW).map_err(
-            |e| match e.raw_os_error() {
-                Some(libc::ENOENT) => format!("{} does not exist", here.display()),
-                _ => format!("{}: {e}", here.display()),
-            },
-        )?;
+        let entry = match open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW) {
+            Ok(entry) => entry,
+            // Nothing there, on the way to a name looked up as it is: what it is, is nothing.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && walk == Walk::Name => {
+                let (dir, _) = dirs.pop().expect("the root stays");
+                return Ok((dir, name));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                return Err(format!("{} does not exist", here.display()));
+            }
+            Err(e) => return Err(format!("{}: {e}", here.display())),
+        };
         let meta = stat(&entry).map_err(|e| format!("{}: {e}", here.display()))?;
         match meta.st_mode & libc::S_IFMT {
             libc::S_IFLNK => {
