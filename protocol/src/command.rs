@@ -668,8 +668,8 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
     ))
 }
 
-/// Checks a directory on a program's path (or, walking to [`Walk::Reach`], only that the
-/// submitter may enter it).
+/// Checks a directory on a program's path (or, for [`Walk::Reach`] and [`Walk::Name`], only that
+/// the submitter may enter it); none under /proc is entered.
 fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> Result<(), String> {
     let what = format!("the directory {}", name.display());
     // What is in /proc names what processes hold (their directories, their open files), not places,
@@ -685,10 +685,10 @@ fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> R
     if !may_enter(dir) {
         return Err(format!("uid {} may not enter {what}", submitter.uid));
     }
-    let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
     if walk != Walk::Program {
         return Ok(());
     }
+    let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
     check_owner(&meta, submitter, &what)?;
     // A sticky directory lets its users replace only their own entries (which are checked in turn).
     if meta.st_mode & libc::S_ISVTX == 0 {
