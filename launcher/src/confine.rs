@@ -346,10 +346,12 @@ impl Cgroups {
     /// that no one job takes more than the others running beside it leave (the largest torch jobs,
     /// eight workers of a hundred threads and their data loaders, need a few thousand).
     pub fn default_max_tasks(&self) -> u64 {
-        match self {
-            Cgroups::Made { tasks, .. } => tasks.all().map_or(machine_tasks(), |all| all * 2) / 4,
-            Cgroups::Unavailable(_) => machine_tasks() / 4,
-        }
+        let all = match self {
+            Cgroups::Made { tasks, .. } => tasks.all(),
+            Cgroups::Unavailable(_) => None,
+        };
+        // All attempts' bound is half of what the daemon's cgroup may hold.
+        all.map_or(machine_tasks() / 4, |all| all / 2)
     }
 
     /// Whether an attempt's tasks are bounded in a cgroup apart from its own (cgroup v1's pids
@@ -520,7 +522,7 @@ fn find_cgroup(version: Version, memory: bool) -> Result<PathBuf, String> {
             let mount =
                 mount_of(&|fstype, _| fstype == "cgroup2")?.ok_or("no cgroup v2 is mounted")?;
             let dir = mount.join(path.trim_start_matches('/'));
-            if memory && !controllers(&dir).contains(&"memory".to_owned()) {
+            if memory && !lists(&dir, "cgroup.controllers", "memory").unwrap_or(false) {
                 return Err("cgroup v2 has no memory controller here".into());
             }
             Ok(dir)
@@ -542,13 +544,11 @@ fn mount_of(wanted: &dyn Fn(&str, &str) -> bool) -> Result<Option<PathBuf>, Stri
     }))
 }
 
-/// The controllers a cgroup v2 directory's children may have.
-fn controllers(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("cgroup.controllers"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(str::to_owned)
-        .collect()
+/// Whether a cgroup v2 directory's list of controllers `file` (`cgroup.controllers`: those its
+/// children may have; `cgroup.subtree_control`: those they have) names `controller`.
+fn lists(dir: &Path, file: &str, controller: &str) -> std::io::Result<bool> {
+    let listed = std::fs::read_to_string(dir.join(file))?;
+    Ok(listed.split_whitespace().any(|c| c == controller))
 }
 
 /// This process's cgroup directory in cgroup v1's hierarchy of `controller`.
@@ -613,8 +613,7 @@ fn prepare_root(dir: &Path, version: Version, memory: bool) -> Result<PathBuf, S
 
 /// Turns on `controller` for `dir`'s children (cgroup v2).
 fn enable(dir: &Path, controller: &str) -> std::io::Result<()> {
-    let on = std::fs::read_to_string(dir.join("cgroup.subtree_control"))?;
-    if on.split_whitespace().any(|c| c == controller) {
+    if lists(dir, "cgroup.subtree_control", controller)? {
         return Ok(());
     }
     std::fs::write(dir.join("cgroup.subtree_control"), format!("+{controller}"))
