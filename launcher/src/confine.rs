@@ -448,8 +448,9 @@ impl Cgroups {
             ),
             Cgroups::Unavailable(why) => format!(
                 "no cgroup can be made ({why}): a job's processes are found by their environment \
-                 marker only, so one that clears its environment can outlive its job, and memory \
-                 allotments are advisory"
+                 marker only, so one that clears its environment can outlive its job, memory \
+                 allotments are advisory, and its tasks are not bounded: a job that forks without \
+                 end can take every pid of the machine"
             ),
         }
     }
