@@ -335,35 +335,33 @@ impl Allocation {
 
 /// Cancels the Slurm jobs named `name` (best effort: at worst they have ended already).
 pub fn cancel(name: &str) {
-    let _ = cancel_command(name).status();
+    let _ = scancel(&format!("--name={name}")).status();
 }
 
 /// Starts cancelling the Slurm jobs named `name`, without waiting for `scancel`: a
 /// controller that does not answer holds `scancel` for its message timeout and retries, and the
 /// daemon's control plane must not wait that long. The caller reaps the child.
 pub fn start_cancel(name: &str) -> std::io::Result<std::process::Child> {
-    cancel_command(name)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
+    started(scancel(&format!("--name={name}")))
 }
 
 /// Starts cancelling the Slurm job `id`, as [`start_cancel`] does.
 pub fn start_cancel_id(id: &str) -> std::io::Result<std::process::Child> {
-    Command::new("scancel")
-        .args(["--quiet", id])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
+    started(scancel(id))
 }
 
-/// `scancel` of the Slurm jobs named `name`, whoever's they are: a root daemon's attempt of
+/// `scancel` of `jobs` (an id, or `--name=NAME`), whoever's they are: a root daemon's attempt of
 /// another user runs as them (an attempt's name is its daemon's alone: see
 /// `executor::slurm_job_name`; as another user, `scancel` can cancel only that user's).
-fn cancel_command(name: &str) -> Command {
+fn scancel(jobs: &str) -> Command {
     let mut command = Command::new("scancel");
-    command.arg(format!("--name={name}")).arg("--quiet");
+    command.args(["--quiet", jobs]);
     command
+}
+
+/// `command` started without waiting for it, nothing to read from it.
+fn started(mut command: Command) -> std::io::Result<std::process::Child> {
+    command.stdin(Stdio::null()).stdout(Stdio::null()).spawn()
 }
 
 #[cfg(test)]
