@@ -1187,24 +1187,25 @@ impl ProcessExecutor {
     /// whoever's they are (another user's attempts run as them), without waiting for `scancel`:
     /// the children are reaped at later polls.
     fn cancel_unaccounted_steps(&mut self) {
-        match &self.slurm_queue {
+        let listing = match std::mem::replace(&mut self.slurm_queue, QueueSweep::Done) {
+            QueueSweep::Listing(listing) if listing.is_finished() => listing,
             QueueSweep::Due => {
                 let listing = std::thread::Builder::new()
                     .name("gangway-squeue".into())
                     .spawn(crate::slurm::queue);
-                match listing {
-                    Ok(listing) => self.slurm_queue = QueueSweep::Listing(listing),
-                    Err(error) => tracing::warn!(%error, "starting to list Slurm's queue"),
-                }
+                self.slurm_queue = match listing {
+                    Ok(listing) => QueueSweep::Listing(listing),
+                    Err(error) => {
+                        tracing::warn!(%error, "starting to list Slurm's queue");
+                        QueueSweep::Due
+                    }
+                };
                 return;
             }
-            QueueSweep::Listing(listing) if listing.is_finished() => {}
-            QueueSweep::Listing(_) | QueueSweep::Done => return,
-        }
-        let QueueSweep::Listing(listing) =
-            std::mem::replace(&mut self.slurm_queue, QueueSweep::Done)
-        else {
-            unreachable!("matched above")
+            waiting => {
+                self.slurm_queue = waiting;
+                return;
+            }
         };
         let jobs = match listing.join() {
             Ok(Ok(jobs)) => jobs,
