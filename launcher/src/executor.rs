@@ -19,7 +19,8 @@
 //!   batch pass through files the daemon makes in its private state directory and hands `elastic-run`
 //!   open ([`crate::inherit`]); the program `elastic-run` runs is checked at every launch, every
 //!   directory on its path included, and handed over open too, so that what runs is what was
-//!   checked.
+//!   checked. The check runs on a thread of its own, waited for [`DEFAULT_CHECK_PATIENCE`] at most:
+//!   a file system of the submitter's that never answers holds that thread, never the executor.
 //! - **CPUs and memory**: each attempt is pinned to whole cores of its own for the CPUs it was
 //!   allotted, and put in a memory cgroup with its allotment as the limit where this process may make
 //!   one (see [`crate::confine`]); the workers are told both (`GANGWAY_CPUS`, `GANGWAY_CPU_LIST`,
@@ -31,6 +32,8 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use gangway_protocol::command::{CheckedProgram, Invalid, Submitter, open_program};
@@ -137,6 +140,11 @@ pub const DEFAULT_STOP_PATIENCE: Duration = Duration::from_secs(10);
 /// The longest `--grace` a job may ask for unless the operator says otherwise
 /// ([`ProcessExecutor::max_grace`]).
 pub const DEFAULT_MAX_GRACE: Duration = Duration::from_secs(600);
+
+/// How long a launch waits for its program's check ([`checked_command`]) before the job waits for a
+/// later round ([`ProcessExecutor::check_patience`]): the check takes well under a millisecond,
+/// unless a file system on the program's path does not answer.
+pub const DEFAULT_CHECK_PATIENCE: Duration = Duration::from_secs(3);
 
 /// Checks a submitted command as the process executor will run it (its GPUs first): `elastic-run`
 /// must accept the command line, on this machine's GPUs (no `--backend slurm`), with a `--grace` of
@@ -245,6 +253,83 @@ fn checked(
         None
     };
     Ok((inv, CheckedCommand { program, script }))
+}
+
+/// The launches' program checks under way, by the uid they check for. Each runs on a thread of its
+/// own, which a file system of the submitter's that does not answer holds in the kernel for as long
+/// as it likes (not even SIGKILL ends the wait): the launch gives up on it after its patience, and
+/// that user's later launches fail at once while it is still under way, so that each user holds at
+/// most one such thread, and the executor (with every other job's launch) none.
+#[derive(Clone, Default)]
+struct ChecksUnderway(Arc<Mutex<HashMap<u32, usize>>>);
+
+/// One check of [`ChecksUnderway`], counted until dropped.
+struct CheckUnderway {
+    checks: ChecksUnderway,
+    uid: u32,
+}
+
+impl Drop for CheckUnderway {
+    fn drop(&mut self) {
+        let mut underway = (self.checks.0.lock()).unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = underway.get_mut(&self.uid) {
+            *count -= 1;
+            if *count == 0 {
+                underway.remove(&self.uid);
+            }
+        }
+    }
+}
+
+impl ChecksUnderway {
+    /// [`checked_command`] for `submitter`, on a thread of its own, waited for `patience` at most.
+    fn check(
+        &self,
+        run: &RunCommand,
+        submitter: Submitter,
+        patience: Duration,
+    ) -> Result<CheckedCommand, SpawnError> {
+        let uid = submitter.uid;
+        let underway = {
+            let mut underway = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if underway.get(&uid).is_some_and(|&count| count > 0) {
+                return Err(SpawnError::Failed(format!(
+                    "an earlier launch's check of uid {uid}'s program has not come back (a file \
+                     system on its path does not answer): their jobs wait until it does"
+                )));
+            }
+            *underway.entry(uid).or_default() += 1;
+            CheckUnderway {
+                checks: self.clone(),
+                uid,
+            }
+        };
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        let run = run.clone();
+        std::thread::Builder::new()
+            .name("gangway-launch-check".into())
+            .spawn(move || {
+                let checked = checked_command(&run, &submitter);
+                // Counted out before the answer, so that the launch that reads it finds it over.
+                drop(underway);
+                // Nobody reads it if the launch gave up on it; its program's file closes here.
+                let _ = answer.send(checked);
+            })
+            .map_err(|e| SpawnError::Failed(format!("starting its program's check: {e}")))?;
+        match answered.recv_timeout(patience) {
+            Ok(checked) => {
+                checked.map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))
+            }
+            Err(RecvTimeoutError::Timeout) => Err(SpawnError::Failed(format!(
+                "its program's check took longer than {} s (a file system on its path does not \
+                 answer): uid {uid}'s jobs wait until it comes back",
+                patience.as_secs_f64()
+            ))),
+            Err(RecvTimeoutError::Disconnected) => Err(SpawnError::Failed(
+                "its program's check ended without an answer".into(),
+            )),
+        }
+    }
 }
 
 /// Makes `dir` (and its parents) with only this process's user let in (0700), or makes it so if it
@@ -604,6 +689,11 @@ pub struct ProcessExecutor {
     /// The most tasks (processes and threads) an attempt may have where cgroups bound them
     /// (default: [`Cgroups::default_max_tasks`]).
     pub max_tasks: u64,
+    /// How long a launch waits for its program's check (default: [`DEFAULT_CHECK_PATIENCE`]); one
+    /// that outlasts it fails (the job waits for a later round), and so does every later launch of
+    /// the same user's until the check comes back.
+    pub check_patience: Duration,
+    checks: ChecksUnderway,
     runs: HashMap<JobId, Run>,
     /// Stops that outlasted the patience, moved on at each poll.
     stopping: Vec<Stopping>,
@@ -665,6 +755,8 @@ impl ProcessExecutor {
             max_grace: DEFAULT_MAX_GRACE,
             stop_patience: DEFAULT_STOP_PATIENCE,
             max_tasks: cgroups.default_max_tasks(),
+            check_patience: DEFAULT_CHECK_PATIENCE,
+            checks: ChecksUnderway::default(),
             runs: HashMap::new(),
             stopping: Vec::new(),
             pending: Vec::new(),
@@ -822,8 +914,7 @@ impl ProcessExecutor {
                 uid: u.uid,
                 gid: u.gid,
             });
-        let checked = checked_command(run, &submitter)
-            .map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))?;
+        let checked = self.checks.check(run, submitter, self.check_patience)?;
         let mut handover = files
             .create(launch.batch)
             .map_err(|e| SpawnError::from_io("making the attempt's files".to_owned(), e))?;

@@ -709,3 +709,95 @@ impl Drop for KillAtEnd {
         }
     }
 }
+
+/// A job whose program is on a directory that never answers holds neither the executor nor another
+/// user's launch: its launch gives up on the check after the patience, that user's later launches
+/// fail at once while the check is still under way (so that they hold no more threads), and once the
+/// file system answers, their launches are checked again. Needs root to mount, as CI runs.
+#[test]
+fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, fake) = setup();
+    // Where `nobody` may look.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let hanging = dir.path().join("hanging");
+    std::fs::create_dir(&hanging).unwrap();
+    let Some(mount) = Swallowing::mount(&hanging) else {
+        // As in the test above: the kernel's to allow, so this skips even under CI=true.
+        eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+        return;
+    };
+    let mut exec = executor(dir.path(), &fake);
+    exec.check_patience = Duration::from_millis(500);
+    let mut theirs = launch(1, 1, &[0], Some("finish"), dir.path());
+    let run = theirs.run.as_mut().unwrap();
+    run.args = ["--grace", "1", "--python"]
+        .map(String::from)
+        .into_iter()
+        .chain([
+            hanging.join("python").display().to_string(),
+            "train.py".into(),
+        ])
+        .collect();
+    run.user = Some(gangway_protocol::worker::RunAs {
+        uid: 65534,
+        gid: 65534,
+    });
+    // Bounded only so that a regression fails instead of hanging.
+    let (done, finished) = std::sync::mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let began = Instant::now();
+        let first = exec.launch(&theirs, 0.0).unwrap_err().to_string();
+        let first_took = began.elapsed();
+        let began = Instant::now();
+        let again = exec.launch(&theirs, 1.0).unwrap_err().to_string();
+        let again_took = began.elapsed();
+        let _ = done.send(());
+        (exec, theirs, first, first_took, again, again_took)
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the launch waited on the program's directory");
+    let (mut exec, theirs, first, first_took, again, again_took) = worker.join().unwrap();
+    assert!(first.contains("took longer than 0.5 s"), "{first}");
+    assert!(first_took < Duration::from_secs(10), "{first_took:?}");
+    assert!(again.contains("has not come back"), "{again}");
+    assert!(again_took < Duration::from_millis(400), "{again_took:?}");
+    assert!(mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) > 0);
+    // The daemon's own job launches meanwhile.
+    exec.launch(&launch(2, 1, &[1], Some("finish"), dir.path()), 2.0)
+        .unwrap();
+    assert!(matches!(
+        wait_for_event(&mut exec),
+        WorkerEvent::Finished { job: JobId(2), .. }
+    ));
+    // Let go, the check ends (its file system now errs), and their next launch is checked again: a
+    // refusal, which fails the job, instead of a wait.
+    drop(mount);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match exec.launch(&theirs, 3.0) {
+            Err(e) if e.to_string().contains("has not come back") => {
+                assert!(Instant::now() < deadline, "the check never came back");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            launched => {
+                assert_eq!(format!("{launched:?}"), "Ok(())");
+                break;
+            }
+        }
+    }
+    match wait_for_event(&mut exec) {
+        WorkerEvent::Failed {
+            job,
+            error,
+            retryable,
+            ..
+        } => {
+            assert_eq!(job, JobId(1));
+            assert!(error.contains("its program may not run"), "{error}");
+            assert!(!retryable);
+        }
+        other => panic!("{other:?}"),
+    }
+}
