@@ -10,16 +10,19 @@ use std::sync::{Arc, Mutex};
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{ClusterActor, JobRequest, LearnedSteps, Poll, Round, ShowJob};
 use gangway_actors::executor::{Executor, ExecutorError, Launch, Measured, Segment, WorkerEvent};
+use gangway_actors::lifecycle::Phase;
 use gangway_core::job::JobId;
 
-/// The last launch, and the steps to report at the next poll.
+/// The last launch, the steps to report at the next poll, and why launches fail, while they do.
 #[derive(Default)]
 struct Reports {
     launched: Option<(JobId, u64)>,
     due: Option<(f64, Option<Measured>)>,
+    refusing: Option<String>,
 }
 
-/// Simulated workers that also report the progress the test gives them.
+/// Simulated workers that also report the progress the test gives them, and fail launches while
+/// the test says so.
 #[derive(Clone, Default)]
 struct Reporting {
     inner: support::Outliving,
@@ -34,7 +37,14 @@ impl Reporting {
 
 impl Executor for Reporting {
     fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
-        self.reports.lock().unwrap().launched = Some((launch.job, launch.attempt));
+        let mut reports = self.reports.lock().unwrap();
+        if let Some(reason) = reports.refusing.clone() {
+            return Err(ExecutorError::Launch {
+                job: launch.job,
+                reason,
+            });
+        }
+        reports.launched = Some((launch.job, launch.attempt));
         self.inner.launch(launch, now)
     }
     fn stop(&mut self, job: JobId, now: f64) -> Result<f64, ExecutorError> {
@@ -86,6 +96,32 @@ async fn submit(cluster: &actix::Addr<ClusterActor>) -> JobId {
         ..JobRequest::new("toy", 2, 1000.0)
     };
     support::submit(cluster, request).await
+}
+
+/// A job whose start failed (its program's check did not come back, say) waits, and says why, until a
+/// start succeeds.
+#[actix::test]
+async fn a_job_whose_start_failed_says_why_while_it_waits() {
+    let workers = Reporting::default();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let cluster = start(&clock, &workers, None);
+    let job = submit(&cluster).await;
+    let why = "its program's check took longer than 3 s";
+    workers.reports.lock().unwrap().refusing = Some(why.into());
+    cluster.send(Round).await.unwrap();
+    let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert_eq!(shown.phase, Phase::Pending);
+    let waiting = shown.waiting.expect("it says why it waits");
+    assert!(
+        waiting.ends_with(&format!("its last start failed: {why}")),
+        "{waiting}"
+    );
+    workers.reports.lock().unwrap().refusing = None;
+    clock.set(60.0);
+    cluster.send(Round).await.unwrap();
+    let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert_eq!(shown.phase, Phase::Running);
+    assert_eq!(shown.waiting, None);
 }
 
 #[actix::test]

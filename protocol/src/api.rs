@@ -240,7 +240,8 @@ pub struct JobInfo {
     /// mid-run (`gw.retuned()`) take it at their next launch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub batch: Option<u32>,
-    /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them.
+    /// Why it waits, when it does: the policy gave it no GPUs, or the placer could not place them;
+    /// and, until a start succeeds, why its last start failed (its program may not run now, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting: Option<String>,
 }

@@ -267,7 +267,11 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
             let mut exec = exec.lock().expect("executor");
             ready
                 .iter()
-                .filter_map(|l| exec.launch(l, now).err().map(|e| (l.job, e.to_string())))
+                .filter_map(|l| {
+                    exec.launch(l, now)
+                        .err()
+                        .map(|e| (l.job, launch_failure(e)))
+                })
                 .collect()
         })
         .await
@@ -360,6 +364,14 @@ pub(super) async fn lease_all<'a>(
         });
     }
     (leases, in_order)
+}
+
+/// Why a launch failed, as the job's view says it (the job is named beside it).
+fn launch_failure(e: ExecutorError) -> String {
+    match e {
+        ExecutorError::Launch { reason, .. } => reason,
+        other => other.to_string(),
+    }
 }
 
 /// Runs `f` on tokio's blocking pool.

@@ -32,6 +32,8 @@ pub(super) struct JobHandle {
     pub gpu_history: Arc<Vec<GpuCount>>,
     /// The count its GPU history ends on (none while it is empty).
     gpus_noted: Option<u32>,
+    /// Why its last start failed, until a start succeeds: shown with why it waits.
+    pub start_failed: Option<Box<str>>,
 }
 
 impl JobHandle {
@@ -47,6 +49,7 @@ impl JobHandle {
             batch: None,
             gpu_history: Arc::default(),
             gpus_noted: None,
+            start_failed: None,
         }
     }
 

@@ -314,6 +314,7 @@ impl ClusterActor {
                 }
                 continue;
             }
+            handle.start_failed = None;
             handle
                 .restarts
                 .carried(outcome.stopped_at, outcome.launched_at);
@@ -362,6 +363,7 @@ impl ClusterActor {
                 handle.note_gpus(now, 0);
                 // A restart that did not start is not one.
                 handle.restarts.abandon();
+                handle.start_failed = Some(why.as_str().into());
             }
             self.views.touch(*job);
         }

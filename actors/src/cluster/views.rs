@@ -699,7 +699,16 @@ impl ClusterActor {
         // A job whose stop goes on in the background waits too, for its workers to go.
         let held = phase == Phase::Checkpointing && self.stopping.contains_key(&id);
         let waiting = (matches!(phase, Phase::Pending | Phase::Preempted) || held)
-            .then(|| engine.waiting_reason(id))
+            .then(|| {
+                let failed = handle.and_then(|h| h.start_failed.as_deref());
+                match (engine.waiting_reason(id), failed) {
+                    (Some(why), Some(failed)) => {
+                        Some(format!("{why}; its last start failed: {failed}"))
+                    }
+                    (None, Some(failed)) => Some(format!("its last start failed: {failed}")),
+                    (why, None) => why,
+                }
+            })
             .flatten();
         let resources = status.as_ref().and_then(|s| s.resources);
         let (done, started, finished, placement, preemptions, migrations) = match &status {
