@@ -14,7 +14,9 @@ use serde_json::{Value, json};
 
 mod support;
 
+// Its file-holding server is for the launcher's tests alone.
 #[path = "../launcher/tests/fuse/mod.rs"]
+#[allow(dead_code)]
 mod fuse;
 
 use support::Api;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 mod fuse;
 
-use fuse::Swallowing;
+use fuse::{FUSE_FLUSH, FUSE_READ, Swallowing};
 use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, reported};
 use gangway_launcher::process::processes_with_env;
@@ -794,5 +794,67 @@ fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
             assert!(!retryable);
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// A program on a file system that answers its lookup and its opening but never its reading or
+/// never the request that closes it: the check reads its first line and closes it on a thread whose
+/// descriptors are its own, so that neither the executor (which closed the readable descriptor the
+/// check handed it, after a launch) nor a child it starts meanwhile (which inherited the descriptor
+/// the stuck check held, and closed it at its `exec`, which then never returned, nor the spawn
+/// waiting for it) waits on that file system. Needs root to mount, as CI runs.
+#[test]
+fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
+    use std::os::unix::fs::PermissionsExt;
+    for (swallow, what) in [
+        (&[FUSE_READ, FUSE_FLUSH][..], "reading"),
+        (&[FUSE_FLUSH][..], "closing"),
+    ] {
+        let (dir, fake) = setup();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mounted = dir.path().join("mounted");
+        std::fs::create_dir(&mounted).unwrap();
+        let Some(mount) = Swallowing::holding(&mounted, b"\x7fELF, not really", swallow) else {
+            eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+            return;
+        };
+        let mut exec = executor(dir.path(), &fake);
+        exec.check_patience = Duration::from_millis(500);
+        let mut theirs = launch(1, 1, &[0], Some("finish"), dir.path());
+        let run = theirs.run.as_mut().unwrap();
+        run.args = ["--grace", "1", "--python"]
+            .map(String::from)
+            .into_iter()
+            .chain([
+                mounted.join("program").display().to_string(),
+                "train.py".into(),
+            ])
+            .collect();
+        run.user = Some(gangway_protocol::worker::RunAs {
+            uid: 65534,
+            gid: 65534,
+        });
+        let ours = launch(2, 1, &[1], Some("finish"), dir.path());
+        // Bounded only so that a regression fails instead of hanging.
+        let (done, finished) = std::sync::mpsc::channel();
+        let worker = std::thread::spawn(move || {
+            let said = [&theirs, &ours].map(|job| format!("{:?}", exec.launch(job, 0.0)));
+            let _ = done.send(());
+            (exec, said)
+        });
+        finished
+            .recv_timeout(Duration::from_secs(30))
+            .unwrap_or_else(|_| panic!("{what}: a launch waited on the program's file system"));
+        let (mut exec, [theirs, ours]) = worker.join().unwrap();
+        assert!(
+            theirs.contains("took longer than 0.5 s"),
+            "{what}: {theirs}"
+        );
+        assert_eq!(ours, "Ok(())", "{what}");
+        assert!(matches!(
+            wait_for_event(&mut exec),
+            WorkerEvent::Finished { job: JobId(2), .. }
+        ));
+        assert!(mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) > 0);
     }
 }

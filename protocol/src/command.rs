@@ -153,7 +153,8 @@ pub struct CheckedProgram {
     /// Where it was found (absolute, as named: links are not resolved, so that a virtualenv's
     /// interpreter keeps its name).
     pub path: PathBuf,
-    /// The file itself, open.
+    /// The file itself, open path-only (`O_PATH`: never read through, and closed without a request
+    /// to its file system, which may never answer one).
     pub file: OwnedFd,
     /// Whether it is a script (`#!`), which the kernel runs through the interpreter its first line
     /// names (checked too) and which must therefore be run by its path.
@@ -175,8 +176,9 @@ const MAX_INTERPRETERS: u32 = 4;
 /// - the program is a regular, executable file of root's or the submitter's, writable by nobody else;
 /// - a script's interpreter (its `#!` line) passes the same checks.
 ///
-/// The file is returned open (without blocking: a FIFO is refused, never waited on): the launcher
-/// runs that descriptor, so a file swapped after the check never runs.
+/// The file is returned open, path-only (a FIFO is refused, never waited on): the launcher runs that
+/// descriptor, so a file swapped after the check never runs. What reading it takes (its first line)
+/// is done on a thread with descriptors of its own ([`read_head`]'s reasons).
 pub fn open_program(
     field: &'static str,
     program: &Path,
@@ -244,19 +246,14 @@ fn directory_checked(path: &Path, owner: &Submitter) -> Result<(), String> {
 /// [`open_program`]'s checks of the file at `path`, and of its interpreter while `depth` allows.
 fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<CheckedProgram, String> {
     let found = as_submitter(submitter, || find_program(path, submitter))?;
-    // A file its submitter may not read is handed over unread (it runs from the descriptor above:
-    // root's 0711 binary), unless it is a script, whose interpreter would read it as them and fail,
-    // and which would be run through an interpreter nobody checked: looked at here, as this
-    // process.
-    let interpreter = match &found.readable {
-        Some(file) => shebang(file),
-        None => {
-            let file = open_at(
-                found.dir.as_raw_fd(),
-                &found.name,
-                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-            );
-            if file.is_ok_and(|file| same_file(&file, &found.meta) && shebang(&file).is_some()) {
+    let interpreter = match found.head {
+        Head::Script(interpreter) => Some(interpreter),
+        Head::Binary => None,
+        // A file its submitter may not read runs all the same (root's 0711 binary), unless it is
+        // a script, whose interpreter would read it as them and fail, and which would be run
+        // through an interpreter nobody checked: looked at here, as this process.
+        Head::Unreadable => {
+            if matches!(read_head(&found), Ok(Head::Script(_))) {
                 return Err("is a script its submitter may not read, so it could not run".into());
             }
             None
@@ -280,7 +277,7 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
     }
     Ok(CheckedProgram {
         path: path.to_owned(),
-        file: found.readable.unwrap_or(found.link),
+        file: found.link,
         script: interpreter.is_some(),
     })
 }
@@ -295,8 +292,64 @@ struct Found {
     link: OwnedFd,
     /// What it was when checked.
     meta: libc::stat,
-    /// It, open for reading, where its submitter may read it.
-    readable: Option<OwnedFd>,
+    /// What its first line says, as its submitter read it.
+    head: Head,
+}
+
+/// What a program's first line says ([`read_head`]).
+enum Head {
+    /// A script, run through this interpreter.
+    Script(PathBuf),
+    /// Not a script.
+    Binary,
+    /// It may not be read.
+    Unreadable,
+}
+
+/// Reads the first line of `found` with this thread's rights, on a thread whose descriptors are its
+/// own (`unshare(CLONE_FILES)`). A file open for reading on a FUSE mount is closed with a request
+/// its server may never answer: in the process's own table, it would be closed so by whichever
+/// thread drops it (the executor's, at a launch) and by every child the process starts while it is
+/// open (inherited, closed at their `exec`, which then never returns, nor the spawn waiting for
+/// it). On a thread of its own, only that thread waits. The path-only descriptors the checks keep
+/// are closed without a request.
+fn read_head(found: &Found) -> Result<Head, String> {
+    std::thread::scope(|scope| {
+        let reader = std::thread::Builder::new()
+            .name("gangway-check".into())
+            .spawn_scoped(scope, || {
+                // SAFETY: unshare(2) of this thread's descriptor table, which it then uses alone.
+                if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
+                    let e = std::io::Error::last_os_error();
+                    return Err(format!("cannot read it apart from the daemon's files: {e}"));
+                }
+                // The table is a copy of the process's: all but the directory closed, so that a
+                // read that never returns keeps none of the daemon's files open with it (kernels
+                // before 5.9 lack close_range, and keep them).
+                let dir = u32::try_from(found.dir.as_raw_fd()).unwrap_or(0);
+                // SAFETY: close_range(2) as a raw system call, on this thread's own table, whose
+                // descriptors nothing else here uses (the directory's is kept).
+                unsafe {
+                    if dir > 0 {
+                        libc::syscall(libc::SYS_close_range, 0u32, dir - 1, 0u32);
+                    }
+                    libc::syscall(libc::SYS_close_range, dir + 1, u32::MAX, 0u32);
+                }
+                let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
+                match open_at(found.dir.as_raw_fd(), &found.name, flags) {
+                    Ok(file) if same_file(&file, &found.meta) => {
+                        Ok(shebang(&file).map_or(Head::Binary, Head::Script))
+                    }
+                    Ok(_) => Err("changed while it was checked".into()),
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(Head::Unreadable),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .map_err(|e| format!("cannot start a thread to read it: {e}"))?;
+        reader
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// Walks to the program at `path` and checks it (see [`open_program`]), as [`as_submitter`] runs
@@ -317,21 +370,17 @@ fn find_program(path: &Path, submitter: &Submitter) -> Result<Found, String> {
         return Err(format!("is not a file uid {} may run", submitter.uid));
     }
     check_writers(&meta, "the program")?;
-    // Opened for reading to see whether it is a script, the same file (a script must be readable to
-    // run; a binary need not be, and then runs from the descriptor above).
-    let readable = match at(libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK) {
-        Ok(file) if same_file(&file, &meta) => Some(file),
-        Ok(_) => return Err("changed while it was checked".into()),
-        Err(e) if e.raw_os_error() == Some(libc::EACCES) => None,
-        Err(e) => return Err(e.to_string()),
-    };
-    Ok(Found {
+    let mut found = Found {
         dir,
         name,
         link,
         meta,
-        readable,
-    })
+        head: Head::Unreadable,
+    };
+    // Read to see whether it is a script (which must be readable to run; a binary need not be):
+    // the same file, and it runs from the path-only descriptor above either way.
+    found.head = read_head(&found)?;
+    Ok(found)
 }
 
 /// Whether `file` is the file `meta` describes.
@@ -897,9 +946,9 @@ mod tests {
         Some((dir, nobody, run))
     }
 
-    /// A root daemon hands a submitter's `elastic-run` the program's descriptor: one the submitter
-    /// may not read (root's 0711 binary) goes as a path-only descriptor, never a readable one. Only
-    /// root can make such a file another user may run; CI runs as root.
+    /// A root daemon hands a submitter's `elastic-run` the program's descriptor, path-only: never a
+    /// readable one, which for a file the submitter may not read (root's 0711 binary) would let
+    /// them read it. Only root can make such a file another user may run; CI runs as root.
     #[test]
     fn a_program_the_submitter_may_not_read_is_handed_over_unreadable() {
         let Some((dir, nobody, run)) = roots_tree_for_nobody() else {
@@ -917,7 +966,12 @@ mod tests {
             libc::O_PATH,
             "root's alone to read"
         );
-        assert_eq!(flags(0o755) & libc::O_PATH, 0, "readable by anyone");
+        // Path-only as well: a readable one could not be closed without asking its file system.
+        assert_eq!(
+            flags(0o755) & libc::O_PATH,
+            libc::O_PATH,
+            "readable by anyone"
+        );
         // A script they may not read could not run, and its interpreter would go unchecked.
         let script = with_program(dir.path(), "scripts", "#!/bin/sh\necho secret\n");
         mode(&script, 0o711);
@@ -1092,8 +1146,8 @@ mod tests {
         let flags = unsafe { libc::fcntl(checked.file.as_raw_fd(), libc::F_GETFL) };
         assert_eq!(
             flags & libc::O_PATH,
-            0,
-            "they may read it, so it goes readable"
+            libc::O_PATH,
+            "it goes path-only, readable or not"
         );
         // A program whose ACL denies them running it, whatever its mode says.
         set_acl(&let_in, 0, 5);

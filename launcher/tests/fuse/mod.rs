@@ -17,8 +17,22 @@ pub struct Swallowing {
     server: Option<std::thread::JoinHandle<()>>,
 }
 
-/// FUSE's opcode for the handshake, and the sizes of a request's and an answer's headers.
+/// FUSE's opcodes: the handshake, and those [`Swallowing::holding`] answers or may swallow.
 const FUSE_INIT: u32 = 26;
+const FUSE_LOOKUP: u32 = 1;
+const FUSE_GETATTR: u32 = 3;
+const FUSE_OPEN: u32 = 14;
+/// Reading a file.
+pub const FUSE_READ: u32 = 15;
+const FUSE_RELEASE: u32 = 18;
+/// Closing a descriptor of a file (every `close(2)` of one open for reading asks it).
+pub const FUSE_FLUSH: u32 = 25;
+const FUSE_STATFS: u32 = 17;
+const FUSE_ACCESS: u32 = 34;
+/// Requests the kernel expects no answer to (forgets, interrupts).
+const UNANSWERED: [u32; 3] = [2, 36, 42];
+/// The node of the one file a [`Swallowing::holding`] file system holds (its root is 1).
+const PROGRAM_NODE: u64 = 2;
 const IN_HEADER: usize = 40;
 const OUT_HEADER: usize = 16;
 
@@ -26,6 +40,18 @@ impl Swallowing {
     /// Mounts one at `dir`; `None` where this process may not mount (not root, or not allowed to
     /// by its container).
     pub fn mount(dir: &Path) -> Option<Swallowing> {
+        Self::serving(dir, None)
+    }
+
+    /// Mounts one at `dir` that holds one file, `program` (root's, mode 0755), and answers what
+    /// looking it up, checking it, opening, reading and closing it take, except the requests in
+    /// `swallow` ([`FUSE_READ`], [`FUSE_FLUSH`]), which it swallows with every other. `None` as for
+    /// [`Self::mount`].
+    pub fn holding(dir: &Path, program: &[u8], swallow: &[u32]) -> Option<Swallowing> {
+        Self::serving(dir, Some((program.to_vec(), swallow.to_vec())))
+    }
+
+    fn serving(dir: &Path, program: Option<(Vec<u8>, Vec<u32>)>) -> Option<Swallowing> {
         use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
         use std::os::unix::fs::OpenOptionsExt;
@@ -60,7 +86,7 @@ impl Swallowing {
         let swallowed = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let server = {
             let (released, swallowed) = (released.clone(), swallowed.clone());
-            std::thread::spawn(move || serve_swallowing(fuse, &released, &swallowed))
+            std::thread::spawn(move || serve_swallowing(fuse, &released, &swallowed, program))
         };
         Some(Swallowing {
             dir: dir.to_owned(),
@@ -71,12 +97,85 @@ impl Swallowing {
     }
 }
 
-/// The server of a [`Swallowing`] file system: the handshake answered, every other request read and
-/// kept unanswered until `released`, then answered with EIO.
+/// `struct fuse_attr` (protocol 7.9 on) of node `node`: the root directory or the program of `size`
+/// bytes, both root's and writable by root alone.
+fn attributes(node: u64, size: usize) -> Vec<u8> {
+    let mode = if node == PROGRAM_NODE {
+        libc::S_IFREG | 0o755
+    } else {
+        libc::S_IFDIR | 0o755
+    };
+    let mut attr = Vec::with_capacity(88);
+    // ino, size, blocks, atime, mtime, ctime
+    for value in [node, size as u64, 1, 0, 0, 0] {
+        attr.extend_from_slice(&value.to_ne_bytes());
+    }
+    // atimensec, mtimensec, ctimensec, mode, nlink, uid, gid, rdev, blksize, flags
+    for value in [0, 0, 0, mode, 1, 0, 0, 0, 4096, 0u32] {
+        attr.extend_from_slice(&value.to_ne_bytes());
+    }
+    attr
+}
+
+/// The answer a [`Swallowing::holding`] file system gives `opcode` about `node` (`name`: a lookup's
+/// body), or `None` to swallow it.
+fn answer_for(
+    opcode: u32,
+    node: u64,
+    body: &[u8],
+    (program, swallow): &(Vec<u8>, Vec<u32>),
+) -> Option<(i32, Vec<u8>)> {
+    if swallow.contains(&opcode) {
+        return None;
+    }
+    // A minute's validity: asked once.
+    let valid = 60u64.to_ne_bytes();
+    Some(match opcode {
+        FUSE_LOOKUP if body.split(|&b| b == 0).next() == Some(b"program") => {
+            let mut entry = Vec::with_capacity(128);
+            for value in [PROGRAM_NODE, 0] {
+                entry.extend_from_slice(&value.to_ne_bytes());
+            }
+            entry.extend_from_slice(&valid);
+            entry.extend_from_slice(&valid);
+            entry.extend_from_slice(&[0; 8]);
+            entry.extend(attributes(PROGRAM_NODE, program.len()));
+            (0, entry)
+        }
+        FUSE_LOOKUP => (-libc::ENOENT, Vec::new()),
+        FUSE_GETATTR => {
+            let mut out = valid.to_vec();
+            out.extend_from_slice(&[0; 8]);
+            out.extend(attributes(node, program.len()));
+            (0, out)
+        }
+        FUSE_ACCESS | FUSE_RELEASE | FUSE_FLUSH => (0, Vec::new()),
+        FUSE_OPEN => (0, vec![0; 16]),
+        // `struct fuse_kstatfs`, all but the block size and the longest name zero.
+        FUSE_STATFS => {
+            let mut out = vec![0; 80];
+            out[40..44].copy_from_slice(&4096u32.to_ne_bytes());
+            out[44..48].copy_from_slice(&255u32.to_ne_bytes());
+            (0, out)
+        }
+        FUSE_READ => {
+            let offset = u64::from_ne_bytes(body[8..16].try_into().unwrap()) as usize;
+            let size = u32::from_ne_bytes(body[16..20].try_into().unwrap()) as usize;
+            let from = offset.min(program.len());
+            (0, program[from..(from + size).min(program.len())].to_vec())
+        }
+        _ => return None,
+    })
+}
+
+/// The server of a [`Swallowing`] file system: the handshake answered, and with a `program` what
+/// [`answer_for`] answers; every other request read and kept unanswered until `released`, then
+/// answered with EIO.
 fn serve_swallowing(
     mut fuse: std::fs::File,
     released: &std::sync::atomic::AtomicBool,
     count: &std::sync::atomic::AtomicUsize,
+    program: Option<(Vec<u8>, Vec<u32>)>,
 ) {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
@@ -117,6 +216,12 @@ fn serve_swallowing(
             init[4..8].copy_from_slice(&31u32.to_ne_bytes());
             init[20..24].copy_from_slice(&4096u32.to_ne_bytes());
             answer(&mut fuse, unique, 0, &init);
+        } else if UNANSWERED.contains(&opcode) {
+        } else if let Some((error, body)) = program.as_ref().and_then(|program| {
+            let node = u64::from_ne_bytes(request[16..24].try_into().unwrap());
+            answer_for(opcode, node, &request[IN_HEADER..n], program)
+        }) {
+            answer(&mut fuse, unique, error, &body);
         } else {
             swallowed.push(unique);
             count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
