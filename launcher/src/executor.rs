@@ -32,8 +32,6 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::RecvTimeoutError;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use gangway_protocol::command::{CheckedProgram, Invalid, Submitter, open_program};
@@ -43,17 +41,18 @@ use gangway_protocol::worker::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::apart::Apart;
 use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
-use crate::process::{kill_all_with_env, process_has_env, processes_with_env};
+use crate::process::{Owner, kill_all_with_env, process_has_env, processes_with_env};
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
 /// that carry its marker.
-fn attempt_processes(marker: &str, cgroup: Option<&Path>) -> Vec<i32> {
-    match cgroup {
+fn attempt_processes(marker: &str, confinement: &Confinement) -> Vec<i32> {
+    match &confinement.cgroup {
         Some(cgroup) => confine::processes(cgroup),
-        None => processes_with_env(ATTEMPT_VAR, marker),
+        None => processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).unwrap_or_default(),
     }
 }
 
@@ -255,80 +254,26 @@ fn checked(
     Ok((inv, CheckedCommand { program, script }))
 }
 
-/// The launches' program checks under way, by the uid they check for. Each runs on a thread of its
-/// own, which a file system of the submitter's that does not answer holds in the kernel for as long
-/// as it likes (not even SIGKILL ends the wait): the launch gives up on it after its patience, and
-/// that user's later launches fail at once while it is still under way, so that each user holds at
-/// most one such thread, and the executor (with every other job's launch) none.
-#[derive(Clone, Default)]
-struct ChecksUnderway(Arc<Mutex<HashMap<u32, usize>>>);
-
-/// One check of [`ChecksUnderway`], counted until dropped.
-struct CheckUnderway {
-    checks: ChecksUnderway,
-    uid: u32,
-}
-
-impl Drop for CheckUnderway {
-    fn drop(&mut self) {
-        let mut underway = (self.checks.0.lock()).unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = underway.get_mut(&self.uid) {
-            *count -= 1;
-            if *count == 0 {
-                underway.remove(&self.uid);
-            }
+/// [`checked_command`] for `submitter`, apart ([`Apart`]): a file system of theirs that never
+/// answers holds that check's thread, neither the executor nor another user's launch.
+fn check_apart(
+    checks: &Apart,
+    run: &RunCommand,
+    submitter: Submitter,
+    patience: Duration,
+) -> Result<CheckedCommand, SpawnError> {
+    let run = run.clone();
+    let checked = checks.run(submitter.uid, "gangway-launch-check", patience, move || {
+        checked_command(&run, &submitter)
+    });
+    match checked {
+        Ok(checked) => {
+            checked.map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))
         }
-    }
-}
-
-impl ChecksUnderway {
-    /// [`checked_command`] for `submitter`, on a thread of its own, waited for `patience` at most.
-    fn check(
-        &self,
-        run: &RunCommand,
-        submitter: Submitter,
-        patience: Duration,
-    ) -> Result<CheckedCommand, SpawnError> {
-        let uid = submitter.uid;
-        let underway = {
-            let mut underway = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            if underway.get(&uid).is_some_and(|&count| count > 0) {
-                return Err(SpawnError::Failed(format!(
-                    "an earlier launch's check of uid {uid}'s program has not come back (a file \
-                     system on its path does not answer): their jobs wait until it does"
-                )));
-            }
-            *underway.entry(uid).or_default() += 1;
-            CheckUnderway {
-                checks: self.clone(),
-                uid,
-            }
-        };
-        let (answer, answered) = std::sync::mpsc::sync_channel(1);
-        let run = run.clone();
-        std::thread::Builder::new()
-            .name("gangway-launch-check".into())
-            .spawn(move || {
-                let checked = checked_command(&run, &submitter);
-                // Counted out before the answer, so that the launch that reads it finds it over.
-                drop(underway);
-                // Nobody reads it if the launch gave up on it; its program's file closes here.
-                let _ = answer.send(checked);
-            })
-            .map_err(|e| SpawnError::Failed(format!("starting its program's check: {e}")))?;
-        match answered.recv_timeout(patience) {
-            Ok(checked) => {
-                checked.map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))
-            }
-            Err(RecvTimeoutError::Timeout) => Err(SpawnError::Failed(format!(
-                "its program's check took longer than {} s (a file system on its path does not \
-                 answer): uid {uid}'s jobs wait until it comes back",
-                patience.as_secs_f64()
-            ))),
-            Err(RecvTimeoutError::Disconnected) => Err(SpawnError::Failed(
-                "its program's check ended without an answer".into(),
-            )),
-        }
+        Err(e) => Err(SpawnError::Failed(format!(
+            "its program's check: {e}; uid {}'s jobs wait until it comes back",
+            submitter.uid
+        ))),
     }
 }
 
@@ -425,8 +370,8 @@ fn write_run_file(path: &Path, record: &RunRecord) {
 
 /// The process leading its own group among those whose [`ATTEMPT_VAR`] is `marker`: the attempt's
 /// `elastic-run` (started in a group of its own; torchrun and the workers are in it).
-fn marked_leader(marker: &str, cgroup: Option<&Path>) -> Option<i32> {
-    attempt_processes(marker, cgroup)
+fn marked_leader(marker: &str, confinement: &Confinement) -> Option<i32> {
+    attempt_processes(marker, confinement)
         .into_iter()
         // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
         .find(|&pid| unsafe { libc::getpgid(pid) } == pid)
@@ -443,6 +388,17 @@ struct Confinement {
     /// (none in run files of before the bound).
     #[serde(default)]
     tasks: Option<PathBuf>,
+    /// Whose its processes are: without a cgroup, only theirs are looked for (none in run files of
+    /// before it, nor for an attempt whose run file cannot be read: every process is).
+    #[serde(default)]
+    owner: Option<u32>,
+}
+
+impl Confinement {
+    /// Whose processes are looked for by its marker.
+    fn owner(&self) -> Owner {
+        self.owner.map_or(Owner::Any, Owner::User)
+    }
 }
 
 /// One running attempt.
@@ -522,7 +478,7 @@ impl Run {
     fn exited(&mut self) -> bool {
         match &mut self.child {
             Some(child) => !matches!(child.try_wait(), Ok(None)),
-            None => !attempt_has(self.pid, &self.marker, self.confinement.cgroup.as_deref()),
+            None => !attempt_has(self.pid, &self.marker, &self.confinement),
         }
     }
 
@@ -573,11 +529,12 @@ fn marker(job: JobId, attempt: u64) -> String {
 }
 
 /// Whether `pid` is a live process of the attempt (not a reused pid): in its cgroup, where it has
-/// one (read from the cgroup, never from the job's own memory), else carrying its marker.
-fn attempt_has(pid: i32, marker: &str, cgroup: Option<&Path>) -> bool {
-    match cgroup {
+/// one (read from the cgroup, never from the job's own memory), else carrying its marker (and
+/// taken to be, while its environment does not answer).
+fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> bool {
+    match &confinement.cgroup {
         Some(cgroup) => pid > 0 && confine::processes(cgroup).contains(&pid),
-        None => process_has_env(pid, ATTEMPT_VAR, marker),
+        None => process_has_env(pid, ATTEMPT_VAR, marker, confinement.owner()).unwrap_or(true),
     }
 }
 
@@ -693,7 +650,8 @@ pub struct ProcessExecutor {
     /// that outlasts it fails (the job waits for a later round), and so does every later launch of
     /// the same user's until the check comes back.
     pub check_patience: Duration,
-    checks: ChecksUnderway,
+    /// The launches' program checks that have not come back.
+    checks: Apart,
     runs: HashMap<JobId, Run>,
     /// Stops that outlasted the patience, moved on at each poll.
     stopping: Vec<Stopping>,
@@ -756,7 +714,7 @@ impl ProcessExecutor {
             stop_patience: DEFAULT_STOP_PATIENCE,
             max_tasks: cgroups.default_max_tasks(),
             check_patience: DEFAULT_CHECK_PATIENCE,
-            checks: ChecksUnderway::default(),
+            checks: Apart::default(),
             runs: HashMap::new(),
             stopping: Vec::new(),
             pending: Vec::new(),
@@ -825,6 +783,13 @@ impl ProcessExecutor {
             cores,
             cgroup,
             tasks,
+            owner: Some(
+                launch
+                    .run
+                    .as_ref()
+                    .and_then(|run| run.user)
+                    .map_or_else(inherit::this_user, |user| user.uid),
+            ),
         })
     }
 
@@ -853,13 +818,15 @@ impl ProcessExecutor {
     fn sweep_once(&self, marker: &str, confinement: &Confinement) -> bool {
         let ended = match confinement.cgroup.as_deref() {
             Some(cgroup) => confine::kill(cgroup) && confine::remove(cgroup),
+            // Not known to be over while its owner's processes do not answer.
             None => {
-                let pids = processes_with_env(ATTEMPT_VAR, marker);
-                for &pid in &pids {
-                    // SAFETY: kill(2) of a process that carries the attempt's marker.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-                pids.is_empty()
+                processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).is_some_and(|pids| {
+                    for &pid in &pids {
+                        // SAFETY: kill(2) of a process that carries the attempt's marker.
+                        unsafe { libc::kill(pid, libc::SIGKILL) };
+                    }
+                    pids.is_empty()
+                })
             }
         };
         // The pids hierarchy's cgroup empties with the other.
@@ -914,7 +881,7 @@ impl ProcessExecutor {
                 uid: u.uid,
                 gid: u.gid,
             });
-        let checked = self.checks.check(run, submitter, self.check_patience)?;
+        let checked = check_apart(&self.checks, run, submitter, self.check_patience)?;
         let mut handover = files
             .create(launch.batch)
             .map_err(|e| SpawnError::from_io("making the attempt's files".to_owned(), e))?;
@@ -1116,9 +1083,7 @@ impl ProcessExecutor {
     /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_is_over` for what follows).
     fn signal_stop(run: &Run) {
         // An adopted run is not our child: its pid may have been reused since it exited.
-        if run.child.is_none()
-            && !attempt_has(run.pid, &run.marker, run.confinement.cgroup.as_deref())
-        {
+        if run.child.is_none() && !attempt_has(run.pid, &run.marker, &run.confinement) {
             return;
         }
         // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
@@ -1147,7 +1112,7 @@ impl ProcessExecutor {
                     confine::kill(cgroup);
                 }
                 None => {
-                    kill_all_with_env(ATTEMPT_VAR, &run.marker);
+                    kill_all_with_env(ATTEMPT_VAR, &run.marker, run.confinement.owner());
                 }
             }
             if let Some(child) = &mut run.child {
@@ -1505,7 +1470,7 @@ impl Executor for ProcessExecutor {
         // Re-pinned in place: the workers keep running, on the new cores from their next slice.
         self.cores.give_back(&run.confinement.cores);
         let cores = self.cores.take(resources.cores());
-        let pids = attempt_processes(&run.marker, run.confinement.cgroup.as_deref());
+        let pids = attempt_processes(&run.marker, &run.confinement);
         let threads = confine::repin(&pids, &cores);
         if let (Some(cgroup), Some(bytes)) = (&run.confinement.cgroup, resources.memory_bytes())
             && let Err(e) = self.cgroups.set_limit(cgroup, bytes)
@@ -1535,14 +1500,13 @@ impl Executor for ProcessExecutor {
         if record.pid == 0 {
             // The daemon stopped between writing the record and learning the pid: its marked
             // process-group leader is the attempt's `elastic-run`.
-            record.pid = marked_leader(&marker, record.confinement.cgroup.as_deref()).unwrap_or(0);
+            record.pid = marked_leader(&marker, &record.confinement).unwrap_or(0);
         }
         let files = record
             .files
             .take()
             .unwrap_or_else(|| self.legacy_files(&record.launch));
-        let cgroup = record.confinement.cgroup.as_deref();
-        if !attempt_has(record.pid, &marker, cgroup) && !files.ended() {
+        if !attempt_has(record.pid, &marker, &record.confinement) && !files.ended() {
             return false;
         }
         self.cores.hold(&record.confinement.cores);

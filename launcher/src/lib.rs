@@ -27,6 +27,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod apart;
 pub mod cli;
 pub mod client;
 pub mod confine;

@@ -13,42 +13,115 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::apart::Apart;
+
 /// The environment variable that marks a launch's processes.
 pub const TOKEN_VAR: &str = "GANGWAY_RUN_TOKEN";
 
 /// The guardian's hidden command-line flag.
 pub const GUARD_FLAG: &str = "--gangway-guard";
 
+/// How long a scan of processes' environments waits for the kernel ([`processes_with_env`]).
+const SCAN_PATIENCE: Duration = Duration::from_secs(2);
+
+/// The scans that have not come back, by the user whose processes they read.
+static SCANS: std::sync::LazyLock<Apart> = std::sync::LazyLock::new(Apart::default);
+
+/// Whose processes a scan reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// Those whose `/proc` entry is this uid's (a process that made itself undumpable shows as
+    /// root's).
+    User(u32),
+    /// Every process (where whose they are is not known).
+    Any,
+}
+
+impl Owner {
+    /// This process's own user's.
+    pub fn this_user() -> Owner {
+        Owner::User(crate::inherit::this_user())
+    }
+
+    fn has(self, pid: i32) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        match self {
+            Owner::Any => true,
+            Owner::User(uid) => {
+                std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|meta| meta.uid() == uid)
+            }
+        }
+    }
+
+    /// The key its scans are counted under in [`SCANS`].
+    fn key(self) -> u32 {
+        match self {
+            Owner::User(uid) => uid,
+            Owner::Any => u32::MAX,
+        }
+    }
+}
+
 /// Whether process `pid` is alive and its environment has `name=value` (so a reused pid is told
 /// apart). Processes come and go, and some are not ours to read: those are simply not matches.
-pub fn process_has_env(pid: i32, name: &str, value: &str) -> bool {
-    let needle = format!("{name}={value}");
+fn has_env(pid: i32, needle: &[u8]) -> bool {
     std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+        .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle))
 }
 
-/// Pids (other than this process) whose environment has `name=value`.
-pub fn processes_with_env(name: &str, value: &str) -> Vec<i32> {
+/// Reads `owner`'s processes' environments apart ([`Apart`]): the kernel holds a read of a
+/// process's environment while the process is in `execve`, which it can make last as long as a
+/// file system of its user's likes (a FUSE server that never answers the close of a close-on-exec
+/// descriptor). Only `owner`'s are read, so no other user's process can hold a scan, and one of
+/// `owner`'s that has not come back leaves their later scans unanswered (`None`) at once.
+fn scan<T: Send + 'static>(owner: Owner, scan: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    match SCANS.run(owner.key(), "gangway-scan", SCAN_PATIENCE, scan) {
+        Ok(found) => Some(found),
+        Err(e) => {
+            tracing::warn!(?owner, error = %e, "reading processes' environments");
+            None
+        }
+    }
+}
+
+/// Whether process `pid`, `owner`'s, is alive and its environment has `name=value` (so a reused
+/// pid is told apart); `None` where its environment did not answer in time ([`processes_with_env`]).
+pub fn process_has_env(pid: i32, name: &str, value: &str, owner: Owner) -> Option<bool> {
+    let needle = format!("{name}={value}").into_bytes();
+    scan(owner, move || owner.has(pid) && has_env(pid, &needle))
+}
+
+/// Pids of `owner`'s processes (other than this process) whose environment has `name=value`, or
+/// `None` where the scan did not answer in time. Only `owner`'s are read, apart
+/// ([`Apart`]): the kernel holds a read of a process's environment while the process is in
+/// `execve`, which it can make last as long as a file system of its user's likes; so no other
+/// user's process can hold the scan, and one of `owner`'s that has not come back leaves their
+/// later scans unanswered at once.
+pub fn processes_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i32>> {
     let me = std::process::id() as i32;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != me && process_has_env(pid, name, value))
-        .collect()
+    let needle = format!("{name}={value}").into_bytes();
+    scan(owner, move || {
+        let Ok(entries) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|&pid| pid != me && owner.has(pid) && has_env(pid, &needle))
+            .collect()
+    })
 }
 
-/// SIGKILLs every process with the token until none is left (bounded: about 2 s).
+/// SIGKILLs every process of this user's with the token until none is left (bounded: about 2 s).
 pub fn kill_all(token: &str) -> usize {
-    kill_all_with_env(TOKEN_VAR, token)
+    kill_all_with_env(TOKEN_VAR, token, Owner::this_user())
 }
 
-/// SIGKILLs every process whose environment has `name=value` until none is left (bounded: about 2 s).
-pub fn kill_all_with_env(name: &str, value: &str) -> usize {
+/// SIGKILLs every process of `owner`'s whose environment has `name=value` until none is left
+/// (bounded: about 2 s, and by scans that do not answer: see [`processes_with_env`]).
+pub fn kill_all_with_env(name: &str, value: &str, owner: Owner) -> usize {
     let mut killed = 0;
     for _ in 0..100 {
-        let pids = processes_with_env(name, value);
+        let pids = processes_with_env(name, value, owner).unwrap_or_default();
         if pids.is_empty() {
             break;
         }

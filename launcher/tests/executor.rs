@@ -9,7 +9,7 @@ mod fuse;
 use fuse::{FUSE_FLUSH, FUSE_READ, Swallowing};
 use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, reported};
-use gangway_launcher::process::processes_with_env;
+use gangway_launcher::process::{Owner, processes_with_env};
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
 use gangway_protocol::worker::{
     Executor, ExecutorError, Launch, Measured, Resources, RunCommand, WorkerEvent,
@@ -109,7 +109,7 @@ fn gone_within(marker: &str, what: &str) {
 
 /// The processes of an attempt, by the marker its executor gave them.
 fn attempt_processes(marker: &str) -> Vec<i32> {
-    processes_with_env(ATTEMPT_VAR, marker)
+    processes_with_env(ATTEMPT_VAR, marker, Owner::Any).expect("the processes answer")
 }
 
 /// A job's `elastic-run` starts a session of its own: in the daemon's, a job of another user's
@@ -857,4 +857,70 @@ fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
         ));
         assert!(mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) > 0);
     }
+}
+
+/// A process whose `execve` never ends (it closes a descriptor on a file system that never answers
+/// the close) holds every read of its environment, which the executor makes to find an attempt's
+/// processes where it has no cgroup (Slurm's, always): a scan of its user's processes gives up on
+/// it after a while, their later scans answer at once that they cannot tell, and another user's
+/// processes are scanned as ever, never reading it. Needs root to mount, as CI runs.
+#[test]
+fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
+    use std::os::unix::ffi::OsStrExt;
+    let (dir, _) = setup();
+    let mounted = dir.path().join("mounted");
+    std::fs::create_dir(&mounted).unwrap();
+    let Some(mount) = Swallowing::holding(&mounted, b"data", &[FUSE_FLUSH]) else {
+        eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+        return;
+    };
+    let file = std::ffi::CString::new(mounted.join("program").as_os_str().as_bytes()).unwrap();
+    let program = c"/bin/true";
+    let argv = [program.as_ptr(), std::ptr::null()];
+    let envp = [c"GANGWAY_STUCK=1".as_ptr(), std::ptr::null()];
+    // SAFETY: the child calls only async-signal-safe system calls, on memory made before the fork,
+    // and ends with exec or _exit.
+    let child = unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            // Nothing of the test's stays open (the FUSE server's own descriptor among them).
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            if libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) < 0 {
+                libc::_exit(3);
+            }
+            libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(4);
+        }
+        pid
+    };
+    assert!(child > 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "its exec never closed the file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Bounded only so that a regression fails instead of hanging.
+    let (done, finished) = std::sync::mpsc::channel();
+    let scans = std::thread::spawn(move || {
+        let nobodys = processes_with_env("GANGWAY_STUCK", "1", Owner::User(65534));
+        let roots = processes_with_env("GANGWAY_STUCK", "1", Owner::User(0));
+        let again = processes_with_env("GANGWAY_STUCK", "1", Owner::User(0));
+        let _ = done.send(());
+        (nobodys, roots, again)
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("a scan waited on the process in its exec");
+    let (nobodys, roots, again) = scans.join().unwrap();
+    assert_eq!(nobodys, Some(Vec::new()), "nobody's processes, as ever");
+    assert_eq!(
+        roots, None,
+        "root's: the read of the stuck one was given up on"
+    );
+    assert_eq!(again, None, "and the next one did not start another");
+    // Let go, its exec goes on and it ends.
+    drop(mount);
+    let mut status = 0;
+    // SAFETY: waitpid(2) of this test's own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
 }

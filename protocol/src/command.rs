@@ -178,7 +178,9 @@ const MAX_INTERPRETERS: u32 = 4;
 ///
 /// The file is returned open, path-only (a FIFO is refused, never waited on): the launcher runs that
 /// descriptor, so a file swapped after the check never runs. What reading it takes (its first line)
-/// is done on a thread with descriptors of its own ([`read_head`]'s reasons).
+/// is done on a thread with descriptors of its own: FUSE asks its server at every close of a file
+/// open for reading, and a server that never answers would hold whoever closed it, or any child the
+/// process started meanwhile (which inherits the descriptor and closes it at its `exec`).
 pub fn open_program(
     field: &'static str,
     program: &Path,
