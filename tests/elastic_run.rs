@@ -108,7 +108,7 @@ fn wait_for_progress(files: impl Fn() -> Vec<PathBuf>, step: u64, mut check: imp
 /// Processes whose environment names this job.
 fn processes_of(job: &str) -> Vec<i32> {
     use gangway_launcher::process::{Owner, processes_with_env};
-    processes_with_env("GANGWAY_JOB_ID", job, Owner::Any).expect("the processes answer")
+    processes_with_env("GANGWAY_JOB_ID", job, Owner::this_user()).expect("the processes answer")
 }
 
 /// A JSON file the toy wrote in `dir` (its `--out`).

@@ -45,7 +45,7 @@ use crate::apart::Apart;
 use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
-use crate::process::{Owner, kill_all_with_env, process_has_env, processes_with_env};
+use crate::process::{Owner, process_has_env, processes_with_env};
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
 /// that carry its marker.
@@ -270,9 +270,9 @@ fn check_apart(
         Ok(checked) => {
             checked.map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))
         }
+        // Every API user reads why a job waits: its user's id is not said.
         Err(e) => Err(SpawnError::Failed(format!(
-            "its program's check: {e}; uid {}'s jobs wait until it comes back",
-            submitter.uid
+            "its program's check: {e}; its user's jobs wait until it comes back"
         ))),
     }
 }
@@ -478,7 +478,8 @@ impl Run {
     fn exited(&mut self) -> bool {
         match &mut self.child {
             Some(child) => !matches!(child.try_wait(), Ok(None)),
-            None => !attempt_has(self.pid, &self.marker, &self.confinement),
+            // Taken to be alive while its processes do not answer.
+            None => attempt_has(self.pid, &self.marker, &self.confinement) == Some(false),
         }
     }
 
@@ -529,13 +530,28 @@ fn marker(job: JobId, attempt: u64) -> String {
 }
 
 /// Whether `pid` is a live process of the attempt (not a reused pid): in its cgroup, where it has
-/// one (read from the cgroup, never from the job's own memory), else carrying its marker (and
-/// taken to be, while its environment does not answer).
-fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> bool {
-    match &confinement.cgroup {
-        Some(cgroup) => pid > 0 && confine::processes(cgroup).contains(&pid),
-        None => process_has_env(pid, ATTEMPT_VAR, marker, confinement.owner()).unwrap_or(true),
+/// one (read from the cgroup, never from the job's own memory), else carrying its marker; `None`
+/// where its environment did not answer (see [`processes_with_env`]).
+fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> Option<bool> {
+    if pid <= 0 {
+        return Some(false);
     }
+    match &confinement.cgroup {
+        Some(cgroup) => Some(confine::processes(cgroup).contains(&pid)),
+        None => process_has_env(pid, ATTEMPT_VAR, marker, confinement.owner()),
+    }
+}
+
+/// SIGKILLs the processes carrying `marker` (its owner's: see [`processes_with_env`]), in one pass:
+/// whether none was found, and so the attempt is over (not while they do not answer).
+fn kill_marked(marker: &str, confinement: &Confinement) -> bool {
+    processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).is_some_and(|pids| {
+        for &pid in &pids {
+            // SAFETY: kill(2) of a process that carries the attempt's marker.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        pids.is_empty()
+    })
 }
 
 /// Where the control plane's GPUs are.
@@ -818,16 +834,7 @@ impl ProcessExecutor {
     fn sweep_once(&self, marker: &str, confinement: &Confinement) -> bool {
         let ended = match confinement.cgroup.as_deref() {
             Some(cgroup) => confine::kill(cgroup) && confine::remove(cgroup),
-            // Not known to be over while its owner's processes do not answer.
-            None => {
-                processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).is_some_and(|pids| {
-                    for &pid in &pids {
-                        // SAFETY: kill(2) of a process that carries the attempt's marker.
-                        unsafe { libc::kill(pid, libc::SIGKILL) };
-                    }
-                    pids.is_empty()
-                })
-            }
+            None => kill_marked(marker, confinement),
         };
         // The pids hierarchy's cgroup empties with the other.
         ended && confinement.tasks.as_deref().is_none_or(confine::remove)
@@ -1082,8 +1089,10 @@ impl ProcessExecutor {
 
     /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_is_over` for what follows).
     fn signal_stop(run: &Run) {
-        // An adopted run is not our child: its pid may have been reused since it exited.
-        if run.child.is_none() && !attempt_has(run.pid, &run.marker, &run.confinement) {
+        // An adopted run is not our child: its pid may have been reused since it exited, so it
+        // is signalled only where it is known to be the attempt's.
+        if run.child.is_none() && attempt_has(run.pid, &run.marker, &run.confinement) != Some(true)
+        {
             return;
         }
         // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
@@ -1111,8 +1120,9 @@ impl ProcessExecutor {
                 Some(cgroup) => {
                     confine::kill(cgroup);
                 }
+                // One pass, on the control plane's thread: what is left is swept at later polls.
                 None => {
-                    kill_all_with_env(ATTEMPT_VAR, &run.marker, run.confinement.owner());
+                    kill_marked(&run.marker, &run.confinement);
                 }
             }
             if let Some(child) = &mut run.child {
@@ -1506,7 +1516,8 @@ impl Executor for ProcessExecutor {
             .files
             .take()
             .unwrap_or_else(|| self.legacy_files(&record.launch));
-        if !attempt_has(record.pid, &marker, &record.confinement) && !files.ended() {
+        // Adopted while its processes do not answer (it is signalled only once they do).
+        if attempt_has(record.pid, &marker, &record.confinement) == Some(false) && !files.ended() {
             return false;
         }
         self.cores.hold(&record.confinement.cores);

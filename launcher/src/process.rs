@@ -22,7 +22,7 @@ pub const TOKEN_VAR: &str = "GANGWAY_RUN_TOKEN";
 pub const GUARD_FLAG: &str = "--gangway-guard";
 
 /// How long a scan of processes' environments waits for the kernel ([`processes_with_env`]).
-const SCAN_PATIENCE: Duration = Duration::from_secs(2);
+const SCAN_PATIENCE: Duration = Duration::from_secs(1);
 
 /// The scans that have not come back, by the user whose processes they read.
 static SCANS: std::sync::LazyLock<Apart> = std::sync::LazyLock::new(Apart::default);
@@ -30,8 +30,8 @@ static SCANS: std::sync::LazyLock<Apart> = std::sync::LazyLock::new(Apart::defau
 /// Whose processes a scan reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
-    /// Those whose `/proc` entry is this uid's (a process that made itself undumpable shows as
-    /// root's).
+    /// This uid's: those whose effective uid is it (their `/proc` entry is theirs), and those
+    /// that run as root for it (a setuid program it started, whose real uid is still it).
     User(u32),
     /// Every process (where whose they are is not known).
     Any,
@@ -47,9 +47,12 @@ impl Owner {
         use std::os::unix::fs::MetadataExt;
         match self {
             Owner::Any => true,
-            Owner::User(uid) => {
-                std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|meta| meta.uid() == uid)
-            }
+            Owner::User(uid) => match std::fs::metadata(format!("/proc/{pid}")) {
+                Ok(meta) if meta.uid() == uid => true,
+                // Neither takes the lock an `execve` holds.
+                Ok(meta) if meta.uid() == 0 => real_uid(pid) == Some(uid),
+                _ => false,
+            },
         }
     }
 
@@ -60,6 +63,13 @@ impl Owner {
             Owner::Any => u32::MAX,
         }
     }
+}
+
+/// The real uid of process `pid`, from its status.
+fn real_uid(pid: i32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let ids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    ids.split_whitespace().next()?.parse().ok()
 }
 
 /// Whether process `pid` is alive and its environment has `name=value` (so a reused pid is told

@@ -109,7 +109,7 @@ fn gone_within(marker: &str, what: &str) {
 
 /// The processes of an attempt, by the marker its executor gave them.
 fn attempt_processes(marker: &str) -> Vec<i32> {
-    processes_with_env(ATTEMPT_VAR, marker, Owner::Any).expect("the processes answer")
+    processes_with_env(ATTEMPT_VAR, marker, Owner::this_user()).expect("the processes answer")
 }
 
 /// A job's `elastic-run` starts a session of its own: in the daemon's, a job of another user's
@@ -863,7 +863,9 @@ fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
 /// the close) holds every read of its environment, which the executor makes to find an attempt's
 /// processes where it has no cgroup (Slurm's, always): a scan of its user's processes gives up on
 /// it after a while, their later scans answer at once that they cannot tell, and another user's
-/// processes are scanned as ever, never reading it. Needs root to mount, as CI runs.
+/// processes are scanned as ever, never reading it. The process is `nobody`'s, which no other test
+/// scans (any scan that read it would wait too, in whatever test process). Needs root to mount, as
+/// CI runs.
 #[test]
 fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
     use std::os::unix::ffi::OsStrExt;
@@ -885,7 +887,12 @@ fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
         if pid == 0 {
             // Nothing of the test's stays open (the FUSE server's own descriptor among them).
             libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-            if libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) < 0 {
+            // Opened as root (the mount lets in its owner alone), then run as nobody.
+            if libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) < 0
+                || libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534) != 0
+                || libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) != 0
+            {
                 libc::_exit(3);
             }
             libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
@@ -902,20 +909,20 @@ fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
     // Bounded only so that a regression fails instead of hanging.
     let (done, finished) = std::sync::mpsc::channel();
     let scans = std::thread::spawn(move || {
-        let nobodys = processes_with_env("GANGWAY_STUCK", "1", Owner::User(65534));
         let roots = processes_with_env("GANGWAY_STUCK", "1", Owner::User(0));
-        let again = processes_with_env("GANGWAY_STUCK", "1", Owner::User(0));
+        let nobodys = processes_with_env("GANGWAY_STUCK", "1", Owner::User(65534));
+        let again = processes_with_env("GANGWAY_STUCK", "1", Owner::User(65534));
         let _ = done.send(());
-        (nobodys, roots, again)
+        (roots, nobodys, again)
     });
     finished
         .recv_timeout(Duration::from_secs(30))
         .expect("a scan waited on the process in its exec");
-    let (nobodys, roots, again) = scans.join().unwrap();
-    assert_eq!(nobodys, Some(Vec::new()), "nobody's processes, as ever");
+    let (roots, nobodys, again) = scans.join().unwrap();
+    assert_eq!(roots, Some(Vec::new()), "root's processes, as ever");
     assert_eq!(
-        roots, None,
-        "root's: the read of the stuck one was given up on"
+        nobodys, None,
+        "nobody's: the read of the stuck one was given up on"
     );
     assert_eq!(again, None, "and the next one did not start another");
     // Let go, its exec goes on and it ends.

@@ -321,21 +321,13 @@ fn read_head(found: &Found) -> Result<Head, String> {
             .name("gangway-check".into())
             .spawn_scoped(scope, || {
                 // SAFETY: unshare(2) of this thread's descriptor table, which it then uses alone.
-                if unsafe { libc::unshare(libc::CLONE_FILES) } != 0 {
-                    let e = std::io::Error::last_os_error();
-                    return Err(format!("cannot read it apart from the daemon's files: {e}"));
-                }
-                // The table is a copy of the process's: all but the directory closed, so that a
-                // read that never returns keeps none of the daemon's files open with it (kernels
-                // before 5.9 lack close_range, and keep them).
-                let dir = u32::try_from(found.dir.as_raw_fd()).unwrap_or(0);
-                // SAFETY: close_range(2) as a raw system call, on this thread's own table, whose
-                // descriptors nothing else here uses (the directory's is kept).
-                unsafe {
-                    if dir > 0 {
-                        libc::syscall(libc::SYS_close_range, 0u32, dir - 1, 0u32);
-                    }
-                    libc::syscall(libc::SYS_close_range, dir + 1, u32::MAX, 0u32);
+                // A container's seccomp profile may refuse it (Docker's, without CAP_SYS_ADMIN):
+                // the file is then read in the process's table, as where no user may mount a FUSE
+                // file system (nor there) nothing can hold its close.
+                if unsafe { libc::unshare(libc::CLONE_FILES) } == 0 {
+                    // A copy of the process's table: all but the directory closed, so that a read
+                    // that never returns keeps none of the daemon's files open with it.
+                    close_all_but(found.dir.as_raw_fd());
                 }
                 let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
                 match open_at(found.dir.as_raw_fd(), &found.name, flags) {
@@ -352,6 +344,34 @@ fn read_head(found: &Found) -> Result<Head, String> {
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
     })
+}
+
+/// Closes every descriptor of this thread's own descriptor table but `keep` (see [`read_head`]).
+fn close_all_but(keep: RawFd) {
+    let keep_u32 = u32::try_from(keep).unwrap_or(0);
+    // SAFETY: close_range(2) as a raw system call, on this thread's own table, whose descriptors
+    // nothing else uses.
+    let closed =
+        |from: u32, to: u32| unsafe { libc::syscall(libc::SYS_close_range, from, to, 0u32) == 0 };
+    if !((keep_u32 == 0 || closed(0, keep_u32 - 1)) && closed(keep_u32 + 1, u32::MAX)) {
+        // Kernels before 5.9.
+        close_listed_but(keep);
+    }
+}
+
+/// [`close_all_but`] without `close_range`: this table's descriptors, as /proc lists this thread's
+/// (the listing's own is closed as it ends, and closing it again fails harmlessly).
+fn close_listed_but(keep: RawFd) {
+    let Ok(listing) = std::fs::read_dir("/proc/thread-self/fd") else {
+        return;
+    };
+    let open: Vec<RawFd> = listing
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open.into_iter().filter(|&fd| fd != keep) {
+        // SAFETY: close(2) of a descriptor of this thread's own table.
+        unsafe { libc::close(fd) };
+    }
 }
 
 /// Walks to the program at `path` and checks it (see [`open_program`]), as [`as_submitter`] runs
@@ -982,6 +1002,37 @@ mod tests {
             e.problem.contains("is a script its submitter may not read"),
             "{e}"
         );
+    }
+
+    /// A thread that reads a program's first line keeps none of the process's descriptors but the
+    /// directory's: with `close_range`, and by the listing older kernels need.
+    #[test]
+    fn a_thread_with_its_own_table_keeps_only_the_directory() {
+        for close in [close_all_but, close_listed_but] {
+            let files: Vec<std::fs::File> = (0..3)
+                .map(|_| std::fs::File::open("/dev/null").unwrap())
+                .collect();
+            let keep = files[1].as_raw_fd();
+            let open_there = std::thread::scope(|scope| {
+                let thread = scope.spawn(|| {
+                    // SAFETY: unshare(2) of this thread's descriptor table.
+                    assert_eq!(unsafe { libc::unshare(libc::CLONE_FILES) }, 0);
+                    close(keep);
+                    // SAFETY: fcntl(2) F_GETFD: whether a descriptor is open in this table.
+                    files
+                        .iter()
+                        .map(|f| unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFD) } >= 0)
+                        .collect::<Vec<_>>()
+                });
+                thread.join().unwrap()
+            });
+            assert_eq!(open_there, [false, true, false]);
+            // The process's own table keeps them all.
+            for file in &files {
+                // SAFETY: as above, in this thread's (the process's) table.
+                assert!(unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFD) } >= 0);
+            }
+        }
     }
 
     #[test]
