@@ -108,7 +108,15 @@ fn wait_for_progress(files: impl Fn() -> Vec<PathBuf>, step: u64, mut check: imp
 /// Processes whose environment names this job.
 fn processes_of(job: &str) -> Vec<i32> {
     use gangway_launcher::process::{Owner, processes_with_env};
-    processes_with_env("GANGWAY_JOB_ID", job, Owner::this_user()).expect("the processes answer")
+    // Asked again while a scan does not answer within its patience, as on a loaded machine.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match processes_with_env("GANGWAY_JOB_ID", job, Owner::this_user()) {
+            Some(pids) => return pids,
+            None => assert!(Instant::now() < deadline, "the processes never answered"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A JSON file the toy wrote in `dir` (its `--out`).

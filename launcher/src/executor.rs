@@ -129,6 +129,9 @@ fn write_atomically_as(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<
     std::fs::rename(temp, path)
 }
 
+/// How long a poll sweeps what ended attempts left before it leaves the rest to the next poll.
+const LINGERING_SWEEP_BUDGET: Duration = Duration::from_millis(200);
+
 /// How long a stop waits for a killed `elastic-run` to end before it goes on without it.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
@@ -1131,8 +1134,9 @@ impl ProcessExecutor {
             now
         });
         let Some(child) = &mut run.child else {
-            // Not our child (re-adopted): nothing to reap.
-            return true;
+            // Not our child (re-adopted): nothing to reap. Without a cgroup, over once none of its
+            // processes is found (not while they do not answer: its GPUs stay its own meanwhile).
+            return run.confinement.cgroup.is_some() || kill_marked(&run.marker, &run.confinement);
         };
         if !matches!(child.try_wait(), Ok(None)) {
             return true;
@@ -1575,11 +1579,21 @@ impl Executor for ProcessExecutor {
                 self.stopping.push(stop);
             }
         }
-        let lingering = std::mem::take(&mut self.lingering);
-        self.lingering = lingering
-            .into_iter()
-            .filter(|(marker, confinement)| !self.sweep_once(marker, confinement))
-            .collect();
+        // Swept for a while at each poll, on the control plane's thread: a sweep without a cgroup
+        // may take up to a scan's patience, and users whose processes answer slowly could
+        // otherwise make a poll last as long as they have attempts lingering.
+        // Those not reached go first at the next.
+        let began = Instant::now();
+        let (mut unreached, mut left) = (Vec::new(), Vec::new());
+        for (marker, confinement) in std::mem::take(&mut self.lingering) {
+            if began.elapsed() >= LINGERING_SWEEP_BUDGET {
+                unreached.push((marker, confinement));
+            } else if !self.sweep_once(&marker, &confinement) {
+                left.push((marker, confinement));
+            }
+        }
+        unreached.append(&mut left);
+        self.lingering = unreached;
         events
     }
 

@@ -108,30 +108,31 @@ pub fn process_has_env(pid: i32, name: &str, value: &str, owner: Owner) -> Optio
 /// user's process can hold the scan, and one of `owner`'s that has not come back leaves their
 /// later scans unanswered at once.
 pub fn processes_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i32>> {
-    let me = std::process::id() as i32;
     let needle = format!("{name}={value}").into_bytes();
-    scan(owner, move || {
-        let Ok(entries) = std::fs::read_dir("/proc") else {
-            return Vec::new();
-        };
-        entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|&pid| pid != me && owner.has(pid) && has_env(pid, &needle))
-            .collect()
-    })
+    scan(owner, move || matching(&needle, owner))
+}
+
+/// Pids of `owner`'s processes (other than this process) whose environment holds `needle`, read on
+/// this thread.
+fn matching(needle: &[u8], owner: Owner) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| pid != me && owner.has(pid) && has_env(pid, needle))
+        .collect()
 }
 
 /// SIGKILLs every process of this user's with the token until none is left (bounded: about 2 s).
+/// For a launch's own teardown, whose processes are its user's: it reads them on this thread, and
+/// only that user can make it wait (see [`processes_with_env`]).
 pub fn kill_all(token: &str) -> usize {
-    kill_all_with_env(TOKEN_VAR, token, Owner::this_user())
-}
-
-/// SIGKILLs every process of `owner`'s whose environment has `name=value` until none is left
-/// (bounded: about 2 s, and by scans that do not answer: see [`processes_with_env`]).
-pub fn kill_all_with_env(name: &str, value: &str, owner: Owner) -> usize {
+    let needle = format!("{TOKEN_VAR}={token}").into_bytes();
     let mut killed = 0;
     for _ in 0..100 {
-        let pids = processes_with_env(name, value, owner).unwrap_or_default();
+        let pids = matching(&needle, Owner::this_user());
         if pids.is_empty() {
             break;
         }
