@@ -718,6 +718,22 @@ impl Drop for KillAtEnd {
     }
 }
 
+/// Job 1, `nobody`'s, whose workers would run `program` (its `--python`), in `dir`.
+fn nobodys_launch(program: &Path, dir: &Path) -> Launch {
+    let mut theirs = launch(1, 1, &[0], Some("finish"), dir);
+    let run = theirs.run.as_mut().unwrap();
+    run.args = ["--grace", "1", "--python"]
+        .map(String::from)
+        .into_iter()
+        .chain([program.display().to_string(), "train.py".into()])
+        .collect();
+    run.user = Some(gangway_protocol::worker::RunAs {
+        uid: 65534,
+        gid: 65534,
+    });
+    theirs
+}
+
 /// A job whose program is on a directory that never answers holds neither the executor nor another
 /// user's launch: its launch gives up on the check after the patience, that user's later launches
 /// fail at once while the check is still under way (so that they hold no more threads), and once the
@@ -737,20 +753,7 @@ fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
     };
     let mut exec = executor(dir.path(), &fake);
     exec.check_patience = Duration::from_millis(500);
-    let mut theirs = launch(1, 1, &[0], Some("finish"), dir.path());
-    let run = theirs.run.as_mut().unwrap();
-    run.args = ["--grace", "1", "--python"]
-        .map(String::from)
-        .into_iter()
-        .chain([
-            hanging.join("python").display().to_string(),
-            "train.py".into(),
-        ])
-        .collect();
-    run.user = Some(gangway_protocol::worker::RunAs {
-        uid: 65534,
-        gid: 65534,
-    });
+    let theirs = nobodys_launch(&hanging.join("python"), dir.path());
     // Bounded only so that a regression fails instead of hanging.
     let (done, finished) = std::sync::mpsc::channel();
     let worker = std::thread::spawn(move || {
@@ -830,20 +833,7 @@ fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
         };
         let mut exec = executor(dir.path(), &fake);
         exec.check_patience = Duration::from_millis(500);
-        let mut theirs = launch(1, 1, &[0], Some("finish"), dir.path());
-        let run = theirs.run.as_mut().unwrap();
-        run.args = ["--grace", "1", "--python"]
-            .map(String::from)
-            .into_iter()
-            .chain([
-                mounted.join("program").display().to_string(),
-                "train.py".into(),
-            ])
-            .collect();
-        run.user = Some(gangway_protocol::worker::RunAs {
-            uid: 65534,
-            gid: 65534,
-        });
+        let theirs = nobodys_launch(&mounted.join("program"), dir.path());
         let ours = launch(2, 1, &[1], Some("finish"), dir.path());
         // Bounded only so that a regression fails instead of hanging.
         let (done, finished) = std::sync::mpsc::channel();
