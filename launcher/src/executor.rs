@@ -18,8 +18,8 @@
 //! - **Nothing a job can change is opened by the daemon**: the exit report, the progress and a retuned
 //!   batch pass through files the daemon makes in its private state directory and hands `elastic-run`
 //!   open ([`crate::inherit`]); the program `elastic-run` runs is checked at every launch, every
-//!   directory on its path included, and handed over open too, so that what runs is what was
-//!   checked. The check runs on a thread of its own, waited for [`DEFAULT_CHECK_PATIENCE`] at most:
+//!   directory on its path included, and handed over open too (path-only), so that what runs is what
+//!   was checked. The check runs on a thread of its own, waited for [`DEFAULT_CHECK_PATIENCE`] at most:
 //!   a file system of the submitter's that never answers holds that thread, never the executor.
 //! - **CPUs and memory**: each attempt is pinned to whole cores of its own for the CPUs it was
 //!   allotted, and put in a memory cgroup with its allotment as the limit where this process may make
@@ -1123,7 +1123,8 @@ impl ProcessExecutor {
                 Some(cgroup) => {
                     confine::kill(cgroup);
                 }
-                // One pass, on the control plane's thread: what is left is swept at later polls.
+                // One pass (a poll runs this on the control plane's thread): what is left is swept
+                // at later polls.
                 None => {
                     kill_marked(&run.marker, &run.confinement);
                 }
