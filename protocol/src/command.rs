@@ -322,8 +322,8 @@ fn read_head(found: &Found) -> Result<Head, String> {
             .spawn_scoped(scope, || {
                 // SAFETY: unshare(2) of this thread's descriptor table, which it then uses alone.
                 // A container's seccomp profile may refuse it (Docker's, without CAP_SYS_ADMIN):
-                // the file is then read in the process's table, as where no user may mount a FUSE
-                // file system (nor there) nothing can hold its close.
+                // the file is then read in the process's table. Its users cannot mount a FUSE file
+                // system there either, so nothing can hold the close.
                 if unsafe { libc::unshare(libc::CLONE_FILES) } == 0 {
                     // A copy of the process's table: all but the directory closed, so that a read
                     // that never returns keeps none of the daemon's files open with it.
