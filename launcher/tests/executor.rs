@@ -653,21 +653,19 @@ fn neither_launch_nor_stop_waits_on_a_directory_that_never_answers() {
     let marker = exec.attempt_marker(JobId(1), 1);
     // Whatever happens below, the attempt's processes do not outlive the test.
     let _reaper = KillAtEnd(marker.clone());
-    // Each step on a thread, bounded only so that a regression fails instead of hanging.
-    let in_time = |exec: ProcessExecutor,
+    // Each step on a thread of its own (see `bounded`).
+    let in_time = |mut exec: ProcessExecutor,
                    step: fn(&mut ProcessExecutor, &Launch) -> String,
                    job: &Launch,
                    what: &str| {
-        let (done, finished) = std::sync::mpsc::channel();
         let job = job.clone();
-        std::thread::spawn(move || {
-            let mut exec = exec;
-            let said = step(&mut exec, &job);
-            let _ = done.send((exec, said));
-        });
-        finished
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("the {what} waited on the job's directory"))
+        bounded(
+            &format!("the {what} waited on the job's directory"),
+            move || {
+                let said = step(&mut exec, &job);
+                (exec, said)
+            },
+        )
     };
     let (mut exec, launched) = in_time(
         exec,
@@ -718,6 +716,18 @@ impl Drop for KillAtEnd {
     }
 }
 
+/// What `step` answers, run on a thread of its own and waited for 30 s: bounded only so that a
+/// regression fails (saying `waited`) instead of hanging.
+fn bounded<T: Send + 'static>(waited: &str, step: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(step());
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("{waited}"))
+}
+
 /// Job 1, `nobody`'s, whose workers would run `program` (its `--python`), in `dir`.
 fn nobodys_launch(program: &Path, dir: &Path) -> Launch {
     let mut theirs = launch(1, 1, &[0], Some("finish"), dir);
@@ -754,18 +764,12 @@ fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
     let mut exec = executor(dir.path(), &fake);
     exec.check_patience = Duration::from_millis(500);
     let theirs = nobodys_launch(&hanging.join("python"), dir.path());
-    // Bounded only so that a regression fails instead of hanging.
-    let (done, finished) = std::sync::mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        let first = exec.launch(&theirs, 0.0).unwrap_err().to_string();
-        let again = exec.launch(&theirs, 1.0).unwrap_err().to_string();
-        let _ = done.send(());
-        (exec, theirs, first, again)
-    });
-    finished
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the launch waited on the program's directory");
-    let (mut exec, theirs, first, again) = worker.join().unwrap();
+    let (mut exec, theirs, first, again) =
+        bounded("the launch waited on the program's directory", move || {
+            let first = exec.launch(&theirs, 0.0).unwrap_err().to_string();
+            let again = exec.launch(&theirs, 1.0).unwrap_err().to_string();
+            (exec, theirs, first, again)
+        });
     // The first waited for its check as long as the patience; the second did not start one.
     assert!(first.contains("took longer than 0.5 s"), "{first}");
     assert!(again.contains("has not come back"), "{again}");
@@ -835,20 +839,14 @@ fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
         exec.check_patience = Duration::from_millis(500);
         let theirs = nobodys_launch(&mounted.join("program"), dir.path());
         let ours = launch(2, 1, &[1], Some("finish"), dir.path());
-        // Bounded only so that a regression fails instead of hanging.
-        let (done, finished) = std::sync::mpsc::channel();
-        let worker = std::thread::spawn(move || {
+        let waited = format!("{what}: a launch waited on the program's file system");
+        let (mut exec, [theirs, ours]) = bounded(&waited, move || {
             let theirs = format!("{:?}", exec.launch(&theirs, 0.0));
             // Patience enough for an answering check on a loaded machine.
             exec.check_patience = Duration::from_secs(30);
             let said = [theirs, format!("{:?}", exec.launch(&ours, 0.0))];
-            let _ = done.send(());
             (exec, said)
         });
-        finished
-            .recv_timeout(Duration::from_secs(30))
-            .unwrap_or_else(|_| panic!("{what}: a launch waited on the program's file system"));
-        let (mut exec, [theirs, ours]) = worker.join().unwrap();
         assert!(
             theirs.contains("took longer than 0.5 s"),
             "{what}: {theirs}"
@@ -909,22 +907,15 @@ fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
         assert!(Instant::now() < deadline, "its exec never closed the file");
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Bounded only so that a regression fails instead of hanging.
-    let (done, finished) = std::sync::mpsc::channel();
-    let scans = std::thread::spawn(move || {
+    let (roots, nobodys, again) = bounded("a scan waited on the process in its exec", || {
         // Asked again if it does not answer within its patience, as on a loaded machine.
         let roots =
             std::iter::repeat_with(|| processes_with_env("GANGWAY_STUCK", "1", Owner::User(0)))
                 .find_map(|found| found);
         let nobodys = processes_with_env("GANGWAY_STUCK", "1", Owner::User(65534));
         let again = processes_with_env("GANGWAY_STUCK", "1", Owner::User(65534));
-        let _ = done.send(());
         (roots, nobodys, again)
     });
-    finished
-        .recv_timeout(Duration::from_secs(30))
-        .expect("a scan waited on the process in its exec");
-    let (roots, nobodys, again) = scans.join().unwrap();
     assert_eq!(roots, Some(Vec::new()), "root's processes, as ever");
     assert_eq!(
         nobodys, None,
