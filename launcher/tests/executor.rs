@@ -638,12 +638,7 @@ fn elastic_run_starts_in_the_root_told_where_the_jobs_directory_log_and_script_a
 #[test]
 fn neither_launch_nor_stop_waits_on_a_directory_that_never_answers() {
     let (dir, fake) = setup();
-    let hanging = dir.path().join("hanging");
-    std::fs::create_dir(&hanging).unwrap();
-    let Some(mount) = Swallowing::mount(&hanging) else {
-        // Mounting is the kernel's to allow (root, and a container that lets it): no set-up step can
-        // provide it, so this skips even under CI=true, saying why.
-        eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+    let Some((hanging, mount)) = mounted_in(dir.path(), "hanging", Swallowing::mount) else {
         return;
     };
     let mut exec = executor(dir.path(), &fake);
@@ -716,6 +711,24 @@ impl Drop for KillAtEnd {
     }
 }
 
+/// A directory `name` in `dir` with the FUSE file system `mount` makes mounted on it; `None`, said on
+/// stderr, where this process may not mount one. Mounting is the kernel's to allow (root, and a
+/// container that lets it): no set-up step can provide it, so the tests that need it skip even
+/// under CI=true, saying why.
+fn mounted_in(
+    dir: &Path,
+    name: &str,
+    mount: impl FnOnce(&Path) -> Option<Swallowing>,
+) -> Option<(PathBuf, Swallowing)> {
+    let at = dir.join(name);
+    std::fs::create_dir(&at).unwrap();
+    let Some(mounted) = mount(&at) else {
+        eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+        return None;
+    };
+    Some((at, mounted))
+}
+
 /// What `step` answers, run on a thread of its own and waited for 30 s: bounded only so that a
 /// regression fails (saying `waited`) instead of hanging.
 fn bounded<T: Send + 'static>(waited: &str, step: impl FnOnce() -> T + Send + 'static) -> T {
@@ -754,11 +767,7 @@ fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
     let (dir, fake) = setup();
     // Where `nobody` may look.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let hanging = dir.path().join("hanging");
-    std::fs::create_dir(&hanging).unwrap();
-    let Some(mount) = Swallowing::mount(&hanging) else {
-        // As in the test above: the kernel's to allow, so this skips even under CI=true.
-        eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+    let Some((hanging, mount)) = mounted_in(dir.path(), "hanging", Swallowing::mount) else {
         return;
     };
     let mut exec = executor(dir.path(), &fake);
@@ -829,10 +838,8 @@ fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
     ] {
         let (dir, fake) = setup();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mounted = dir.path().join("mounted");
-        std::fs::create_dir(&mounted).unwrap();
-        let Some(mount) = Swallowing::holding(&mounted, b"\x7fELF, not really", swallow) else {
-            eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+        let holding = |at: &Path| Swallowing::holding(at, b"\x7fELF, not really", swallow);
+        let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
             return;
         };
         let mut exec = executor(dir.path(), &fake);
@@ -871,10 +878,8 @@ fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
 fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
     use std::os::unix::ffi::OsStrExt;
     let (dir, _) = setup();
-    let mounted = dir.path().join("mounted");
-    std::fs::create_dir(&mounted).unwrap();
-    let Some(mount) = Swallowing::holding(&mounted, b"data", &[FUSE_FLUSH]) else {
-        eprintln!("skipped: this process may not mount a FUSE file system (root, /dev/fuse)");
+    let holding = |at: &Path| Swallowing::holding(at, b"data", &[FUSE_FLUSH]);
+    let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
         return;
     };
     let file = std::ffi::CString::new(mounted.join("program").as_os_str().as_bytes()).unwrap();
