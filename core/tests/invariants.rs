@@ -5,7 +5,7 @@
 //! varied CPUs and memory, no server ever holds more CPUs or memory than it has (the audit again).
 
 use gangway_core::cluster::{Cluster, GpuTypeId};
-use gangway_core::engine::EngineConfig;
+use gangway_core::engine::{Engine, EngineConfig};
 use gangway_core::job::{Job, JobId, Trace, WorkUnit};
 use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, Grant, Policy, PolicyConfig, RoundInput};
@@ -169,6 +169,45 @@ proptest! {
             let json = |r: &SimResult| serde_json::to_string(&r.records).unwrap();
             prop_assert_eq!(json(&a), json(&b), "{} is not deterministic", name);
             prop_assert_eq!(&a.utilization, &b.utilization);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// A live engine's pauses (`Engine::defer`, after starts that failed) under every policy, shown
+    /// every job or keeping a queue of its own: the engine's audit holds after every pass, and a
+    /// paused job runs on no GPU before its pause is over.
+    #[test]
+    fn every_policy_leaves_a_paused_job_out_until_its_pause_is_over(
+        trace in trace(),
+        cluster in cluster(),
+        pauses in prop::collection::vec((0usize..50, 1.0f64..900.0), 1..20),
+    ) {
+        let model: Arc<dyn ThroughputModel> = Arc::new(TestModel);
+        for name in runnable_on(&TestModel) {
+            let config = EngineConfig { audit: true, ..EngineConfig::default() };
+            let cluster = Arc::new(cluster.clone());
+            let mut engine = Engine::new(cluster, model.clone(), config, trace.names.clone(), 0.0);
+            let mut policy = policy::build(name, &PolicyConfig::seeded(0), &TestModel).unwrap();
+            for job in &trace.jobs {
+                let _ = engine.submit(job.clone(), 0.0);
+            }
+            let mut paused = std::collections::HashMap::new();
+            for (k, &(pick, pause)) in pauses.iter().enumerate() {
+                let now = 60.0 * k as f64;
+                let id = trace.jobs[pick % trace.jobs.len()].id;
+                if engine.defer(id, now, now + pause).is_ok() {
+                    paused.insert(id, now + pause);
+                }
+                engine.schedule(policy.as_mut(), &mut PackingPlacer, now);
+                engine.audit();
+                for (id, &until) in &paused {
+                    let runs = engine.status(*id).is_some_and(|s| s.gpus.is_some());
+                    prop_assert!(until <= now || !runs, "{}: job {} runs while paused", name, id);
+                }
+            }
         }
     }
 }

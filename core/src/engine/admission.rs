@@ -206,6 +206,7 @@ impl Engine<'_> {
             active: false,
             touched: false,
             held: false,
+            deferred_until: None,
             grant: None,
         };
         let record = new_record(&job, self.type_name(job.job_type), self.types());

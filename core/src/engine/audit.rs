@@ -6,7 +6,8 @@ use crate::cluster::GpuTypeId;
 impl Engine<'_> {
     /// Panics if an invariant does not hold: every running job holds exactly its gang, of one type it can
     /// run on; no GPU is held twice, except by two packing partners; the free count matches; nothing
-    /// finished is running; no server holds more CPUs or memory than it has.
+    /// finished is running; no server holds more CPUs or memory than it has; the paused jobs are
+    /// listed once each.
     pub fn audit(&self) {
         let cluster = &self.cluster;
         let mut holder: Vec<Option<usize>> = vec![None; cluster.num_gpus() as usize];
@@ -96,6 +97,19 @@ impl Engine<'_> {
             held_per_type.iter().sum::<u32>(),
             self.busy.gpus,
             "busy count drifted"
+        );
+        // The paused jobs are listed once each, active and waiting: the policy's count of the jobs
+        // it sees depends on it.
+        let paused = (self.active.iter())
+            .filter(|&&(_, i)| self.states[i].deferred_until.is_some())
+            .count();
+        assert!(
+            paused == self.deferred.len()
+                && self.deferred.iter().all(|&i| {
+                    let state = &self.states[i];
+                    state.active && state.run.is_none() && state.deferred_until.is_some()
+                }),
+            "the paused jobs drifted from their list"
         );
     }
 }

@@ -18,7 +18,7 @@ struct Waiting<'e, 'm> {
 
 impl Backlog for Waiting<'_, '_> {
     fn len(&self) -> usize {
-        self.engine.active.len()
+        self.engine.active.len() - self.engine.deferred.len()
     }
 
     fn left(&self) -> &[JobId] {
@@ -27,9 +27,7 @@ impl Backlog for Waiting<'_, '_> {
 
     fn view(&self, id: JobId) -> Option<JobView<'_>> {
         let &i = self.engine.index_of.get(&id)?;
-        self.engine.states[i]
-            .active
-            .then(|| self.engine.view(i, self.now))
+        self.engine.shown(i).then(|| self.engine.view(i, self.now))
     }
 
     fn views(&self) -> Vec<JobView<'_>> {
@@ -63,10 +61,17 @@ impl Engine<'_> {
         }
     }
 
-    /// Every active job's view, in arrival order.
+    /// Whether the policy sees job `i`: it is active and not paused ([`Engine::defer`]).
+    fn shown(&self, i: usize) -> bool {
+        let state = &self.states[i];
+        state.active && state.deferred_until.is_none()
+    }
+
+    /// Every active job's view, in arrival order, but those paused ([`Engine::defer`]).
     fn active_views(&self, now: f64) -> Vec<JobView<'_>> {
         self.active
             .iter()
+            .filter(|&&(_, i)| self.states[i].deferred_until.is_none())
             .map(|&(_, i)| self.view(i, now))
             .collect()
     }
@@ -78,7 +83,7 @@ impl Engine<'_> {
             .iter()
             .filter_map(|&i| {
                 let state = &self.states[i];
-                (state.active && state.run.is_none()).then_some((state.order, i))
+                (self.shown(i) && state.run.is_none()).then_some((state.order, i))
             })
             .collect();
         // A slot forgotten and reused since the last call may be listed twice.

@@ -377,6 +377,49 @@ impl Engine<'_> {
         Ok(())
     }
 
+    /// Waiting job `id` may not start before `until`, and its policy does not see it until then:
+    /// a pause after starts that failed, so that a job whose launches keep failing does not take
+    /// the GPUs it is granted from the jobs behind it round after round. The policy hears of it as
+    /// of a job that left, and of it again as a new one once the pause is over (the first pass at
+    /// or after `until`); it waits meanwhile, saying so ([`Unplaced::Deferred`]). A running job is
+    /// stopped first, as by [`Engine::requeue`]. A later pause replaces an earlier one.
+    pub fn defer(&mut self, id: JobId, now: f64, until: f64) -> Result<(), Rejected> {
+        let i = self.active_index(id)?;
+        if self.states[i].run.is_some() {
+            self.stop(i, now);
+            self.note_utilization(now);
+        }
+        if self.states[i].deferred_until.replace(until).is_none() {
+            self.deferred.push(i);
+            self.left.push(id);
+            self.jobs_changed = true;
+        }
+        self.explain_wait(i, Unplaced::Deferred { until });
+        Ok(())
+    }
+
+    /// Ends the pauses ([`Engine::defer`]) that are over at `now`: their jobs are shown to the
+    /// policy again, as new.
+    pub(super) fn end_pauses(&mut self, now: f64) {
+        let mut k = 0;
+        while k < self.deferred.len() {
+            let i = self.deferred[k];
+            if self.states[i]
+                .deferred_until
+                .is_some_and(|until| until > now)
+            {
+                k += 1;
+                continue;
+            }
+            self.deferred.swap_remove(k);
+            self.states[i].deferred_until = None;
+            self.states[i].waiting = Some(Unplaced::NotGranted);
+            self.unexplained.push(i);
+            self.touch(i);
+            self.jobs_changed = true;
+        }
+    }
+
     /// Takes GPU `gpu` out of service at `now` (it failed, or an operator cordoned it). A job running
     /// on it stops, and waits with its work saved, as if preempted.
     pub fn disable_gpu(&mut self, gpu: GpuId, now: f64) {
@@ -430,6 +473,8 @@ mod tests {
     use crate::engine::{Engine, EngineConfig};
     use crate::job::{Job, Names};
     use crate::placement::PackingPlacer;
+    use crate::policy::Policy;
+    use crate::policy::ordered::Ordered;
     use crate::throughput::DurationModel;
 
     /// An engine on the cluster `spec` (servers of 4), every job at one step a second.
@@ -593,5 +638,64 @@ mod tests {
             "placed once released"
         );
         assert_eq!(engine.hold(JobId(9)), Err(Rejected::Unknown(JobId(9))));
+    }
+
+    /// A paused job is out of its policy's sight: the GPUs it would have had go to the job behind
+    /// it, and it is shown again (as new) at the first pass after its pause, whether its policy is
+    /// shown every job or keeps a queue of its own.
+    #[test]
+    fn a_deferred_job_leaves_its_gpus_to_the_next_and_is_shown_again_after_its_pause() {
+        for queue in [false, true] {
+            let mut engine = uniform_engine("v100=1x4");
+            let toy = engine.intern_job_type("toy");
+            for id in 1..=3 {
+                let job = Job::new(JobId(id), 0.0, 4, 100.0).with_type(toy);
+                engine.submit(job, 0.0).unwrap();
+            }
+            let mut shown = Shown::default();
+            let mut fifo = Ordered::fifo();
+            let policy: &mut dyn Policy = if queue { &mut fifo } else { &mut shown };
+            engine.schedule(policy, &mut PackingPlacer, 0.0);
+            assert!(engine.status(JobId(1)).unwrap().gpus.is_some());
+            engine.defer(JobId(1), 1.0, 10.0).unwrap();
+            engine.defer(JobId(3), 1.0, 10.0).unwrap();
+            assert!(engine.status(JobId(1)).unwrap().gpus.is_none(), "stopped");
+            engine.schedule(policy, &mut PackingPlacer, 2.0);
+            assert!(
+                engine.status(JobId(2)).unwrap().gpus.is_some(),
+                "the next job has the GPUs (queue: {queue})"
+            );
+            let why = engine.waiting_reason(JobId(1)).expect("a reason");
+            assert!(why.contains("pauses before its next try"), "{why}");
+            // A paused job may end meanwhile.
+            engine.audit();
+            engine.cancel(JobId(3), 3.0).unwrap();
+            engine.audit();
+            engine.schedule(policy, &mut PackingPlacer, 9.0);
+            assert!(
+                engine.status(JobId(1)).unwrap().gpus.is_none(),
+                "paused still"
+            );
+            engine.cancel(JobId(2), 9.5).unwrap();
+            engine.schedule(policy, &mut PackingPlacer, 10.0);
+            assert!(
+                engine.status(JobId(1)).unwrap().gpus.is_some(),
+                "placed after its pause (queue: {queue})"
+            );
+            engine.audit();
+            if !queue {
+                let seen: Vec<Vec<u32>> = shown
+                    .0
+                    .iter()
+                    .map(|p| p.iter().map(|j| j.0).collect())
+                    .collect();
+                assert_eq!(seen, [vec![1, 2, 3], vec![2], vec![2], vec![1]]);
+            }
+        }
+        let mut engine = uniform_engine("v100=1x4");
+        assert_eq!(
+            engine.defer(JobId(9), 0.0, 1.0),
+            Err(Rejected::Unknown(JobId(9)))
+        );
     }
 }

@@ -109,6 +109,9 @@ struct JobState {
     /// It may not start until released ([`Engine::hold`]): its last run's workers are still
     /// stopping.
     held: bool,
+    /// It may not start before this time, and its policy does not see it until then
+    /// ([`Engine::defer`]): a pause after starts that failed.
+    deferred_until: Option<f64>,
     /// While a pass runs: its grant, by position in [`Engine::grants`] (none, or taken once placed
     /// or claimed as a partner's).
     grant: Option<u32>,
@@ -158,6 +161,9 @@ pub struct Engine<'m> {
     /// stopped, or given a reason by the last pass. The next pass resets them, instead of every
     /// waiting job.
     unexplained: Vec<usize>,
+    /// Active jobs paused by [`Engine::defer`], each listed once: every pass releases those whose
+    /// pause is over.
+    deferred: Vec<usize>,
     free: FreeGpus,
     /// CPUs and memory in use per server.
     ledger: Ledger,
@@ -219,6 +225,7 @@ impl<'m> Engine<'m> {
             touched: Vec::new(),
             left: Vec::new(),
             unexplained: Vec::new(),
+            deferred: Vec::new(),
             free: FreeGpus::new(&cluster),
             ledger: Ledger::new(&cluster),
             disabled: vec![false; cluster.num_gpus() as usize],
@@ -303,6 +310,18 @@ impl<'m> Engine<'m> {
     }
 
     /// Job `i`'s view may have changed while it waits: the policy's next call hears of it.
+    /// Why job `i` may not start whatever it is granted, if it may not.
+    fn barred(&self, i: usize) -> Option<Unplaced> {
+        let state = &self.states[i];
+        if state.held {
+            Some(Unplaced::Stopping)
+        } else {
+            state
+                .deferred_until
+                .map(|until| Unplaced::Deferred { until })
+        }
+    }
+
     fn touch(&mut self, i: usize) {
         let state = &mut self.states[i];
         if !state.touched {

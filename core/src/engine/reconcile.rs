@@ -28,6 +28,7 @@ impl Engine<'_> {
         placer: &mut dyn Placer,
         now: f64,
     ) -> Result<(), PolicyPanic> {
+        self.end_pauses(now);
         // Only running jobs have anything to settle.
         let running = self.running_now();
         for &i in &running {
@@ -54,13 +55,12 @@ impl Engine<'_> {
         // Every waiting job is not granted until a placement below says otherwise; only those that
         // may say something else now are visited (the rest already say so).
         for i in std::mem::take(&mut self.unexplained) {
-            let state = &mut self.states[i];
+            let state = &self.states[i];
             if state.active && state.run.is_none() {
-                if state.held {
+                match self.barred(i) {
                     // Whatever it is granted, that is why it waits.
-                    self.explain_wait(i, Unplaced::Stopping);
-                } else {
-                    state.waiting = Some(Unplaced::NotGranted);
+                    Some(why) => self.explain_wait(i, why),
+                    None => self.states[i].waiting = Some(Unplaced::NotGranted),
                 }
             }
         }
@@ -119,8 +119,8 @@ impl Engine<'_> {
             {
                 continue;
             }
-            if self.states[i].held {
-                self.explain_wait(i, Unplaced::Stopping);
+            if let Some(why) = self.barred(i) {
+                self.explain_wait(i, why);
                 continue;
             }
             let partner = match g.partner() {
@@ -315,7 +315,11 @@ impl Engine<'_> {
             g,
             self.grant_of(p).as_ref(),
         );
-        if !runs || state.run.is_some() || state.held || self.records[p].finish.is_some() {
+        if !runs
+            || state.run.is_some()
+            || self.barred(p).is_some()
+            || self.records[p].finish.is_some()
+        {
             return None;
         }
         self.states[p].grant = None;

@@ -431,7 +431,11 @@ impl Engine<'_> {
         self.active.remove(&(state.order, i));
         state.active = false;
         state.waiting = None;
-        self.left.push(self.jobs[i].id);
+        if state.deferred_until.take().is_some() {
+            self.deferred.retain(|&d| d != i);
+        } else {
+            self.left.push(self.jobs[i].id);
+        }
         self.jobs_changed = true;
     }
 }

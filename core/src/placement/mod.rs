@@ -146,6 +146,11 @@ pub enum Unplaced {
     /// Its last run's workers have not stopped yet (they still checkpoint, or ignore the stop
     /// until they are killed): it may start again once they have.
     Stopping,
+    /// It pauses before its next try to start, until `until` (its last starts failed).
+    Deferred {
+        /// When it may start again (the control plane's clock).
+        until: f64,
+    },
     /// It cannot run on this cluster at all (its gang is larger than any type's capacity, or the
     /// throughput model has no rate for it).
     Unschedulable,
@@ -205,6 +210,7 @@ impl Unplaced {
             Unplaced::Stopping => {
                 "its last run's workers have not stopped yet; it starts again once they have".into()
             }
+            Unplaced::Deferred { .. } => "it pauses before its next try to start".into(),
             Unplaced::Unschedulable => "no GPU type can run its gang on this cluster".into(),
         }
     }
