@@ -19,6 +19,8 @@ struct Reports {
     launched: Option<(JobId, u64)>,
     due: Option<(f64, Option<Measured>)>,
     refusing: Option<String>,
+    /// Launches of this job alone fail, while `refusing` says why (without it, every job's do).
+    refused: Option<JobId>,
 }
 
 /// Simulated workers that also report the progress the test gives them, and fail launches while
@@ -38,7 +40,9 @@ impl Reporting {
 impl Executor for Reporting {
     fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
         let mut reports = self.reports.lock().unwrap();
-        if let Some(reason) = reports.refusing.clone() {
+        if let Some(reason) = reports.refusing.clone()
+            && reports.refused.is_none_or(|job| job == launch.job)
+        {
             return Err(ExecutorError::Launch {
                 job: launch.job,
                 reason,
@@ -122,6 +126,68 @@ async fn a_job_whose_start_failed_says_why_while_it_waits() {
     let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
     assert_eq!(shown.phase, Phase::Running);
     assert_eq!(shown.waiting, None);
+}
+
+/// A job whose starts keep failing pauses before each next try, longer each time, out of its
+/// policy's sight: the GPUs it was granted go to the job behind it meanwhile, instead of idling
+/// round after round.
+#[actix::test]
+async fn a_job_whose_starts_keep_failing_leaves_its_gpus_to_the_next_meanwhile() {
+    let workers = Reporting::default();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let cluster = start(&clock, &workers, None);
+    let first = submit(&cluster).await;
+    let request = JobRequest {
+        tenant: "b".into(),
+        ..JobRequest::new("toy", 2, 5000.0)
+    };
+    let next = support::submit(&cluster, request).await;
+    {
+        let mut reports = workers.reports.lock().unwrap();
+        reports.refusing = Some("its program's file system did not answer".into());
+        reports.refused = Some(first);
+    }
+    // Shortest first: the first job is granted both GPUs, and its start fails.
+    cluster.send(Round).await.unwrap();
+    assert_eq!(phase(&cluster, next).await, Phase::Pending);
+    clock.set(1.0);
+    cluster.send(Round).await.unwrap();
+    assert_eq!(
+        phase(&cluster, next).await,
+        Phase::Running,
+        "the next job runs while the first pauses"
+    );
+    let shown = cluster.send(ShowJob(first)).await.unwrap().unwrap();
+    let waiting = shown.waiting.expect("it says why it waits");
+    assert!(
+        waiting.contains("pauses before its next try")
+            && waiting.ends_with("its last start failed: its program's file system did not answer"),
+        "{waiting}"
+    );
+    // Past its first pause (15 s) it is granted again, preempting the longer job, and fails again;
+    // its next pause is 30 s, and the longer job has the GPUs back meanwhile.
+    for (at, next_phase) in [
+        (20.0, Phase::Preempted),
+        (30.0, Phase::Running),
+        (40.0, Phase::Running),
+    ] {
+        clock.set(at);
+        cluster.send(Round).await.unwrap();
+        assert_eq!(phase(&cluster, first).await, Phase::Pending, "at {at} s");
+        assert_eq!(phase(&cluster, next).await, next_phase, "at {at} s");
+    }
+    workers.reports.lock().unwrap().refusing = None;
+    // The second pause (30 s from 20 s) is over at 50 s: it starts.
+    clock.set(51.0);
+    cluster.send(Round).await.unwrap();
+    cluster.send(Round).await.unwrap();
+    assert_eq!(phase(&cluster, first).await, Phase::Running);
+    let shown = cluster.send(ShowJob(first)).await.unwrap().unwrap();
+    assert_eq!(shown.waiting, None);
+}
+
+async fn phase(cluster: &actix::Addr<ClusterActor>, job: JobId) -> Phase {
+    cluster.send(ShowJob(job)).await.unwrap().unwrap().phase
 }
 
 #[actix::test]

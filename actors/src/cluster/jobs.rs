@@ -32,8 +32,38 @@ pub(super) struct JobHandle {
     pub gpu_history: Arc<Vec<GpuCount>>,
     /// The count its GPU history ends on (none while it is empty).
     gpus_noted: Option<u32>,
-    /// Why its last start failed, until a start succeeds: shown with why it waits.
-    pub start_failed: Option<Box<str>>,
+    /// Its starts that failed since it last started, until a start succeeds.
+    pub start_failed: Option<FailedStarts>,
+}
+
+/// A job's starts that failed in a row: why the last did (shown with why it waits), and how many,
+/// which set how long it pauses before the next try.
+pub(super) struct FailedStarts {
+    pub why: Box<str>,
+    pub count: u32,
+}
+
+impl FailedStarts {
+    /// The pause after the first failed start, in seconds: about a round, so that a failure that
+    /// passes costs little.
+    pub const FIRST_PAUSE: f64 = 15.0;
+    /// The longest pause, in seconds: a job whose launches fail for good (its user's file system
+    /// does not answer, say) tries about four times an hour, and leaves its GPUs to others between.
+    pub const LONGEST_PAUSE: f64 = 900.0;
+
+    /// One more failed start, for `why`, after `earlier` ones.
+    pub fn after(earlier: Option<FailedStarts>, why: &str) -> Self {
+        FailedStarts {
+            why: why.into(),
+            count: earlier.map_or(0, |f| f.count).saturating_add(1),
+        }
+    }
+
+    /// How long the job pauses before its next try: doubled at each failure in a row.
+    pub fn pause(&self) -> f64 {
+        let doublings = self.count.saturating_sub(1).min(16) as i32;
+        (Self::FIRST_PAUSE * 2f64.powi(doublings)).min(Self::LONGEST_PAUSE)
+    }
 }
 
 impl JobHandle {
@@ -165,5 +195,26 @@ mod tests {
         // Running cannot go back to Placing: refused, and the job stays Running.
         assert!(job.advance(Phase::Placing, 2.0).is_err());
         assert_eq!(job.phase(), Phase::Running);
+    }
+
+    /// Each failure in a row doubles the pause, up to the longest.
+    #[test]
+    fn the_pause_doubles_with_each_failure_in_a_row_up_to_the_longest() {
+        let mut failed = None;
+        let mut pauses = Vec::new();
+        for _ in 0..9 {
+            let now = FailedStarts::after(failed.take(), "no answer");
+            pauses.push(now.pause());
+            failed = Some(now);
+        }
+        assert_eq!(
+            pauses,
+            [15.0, 30.0, 60.0, 120.0, 240.0, 480.0, 900.0, 900.0, 900.0]
+        );
+        let many = FailedStarts {
+            why: "".into(),
+            count: u32::MAX,
+        };
+        assert_eq!(FailedStarts::after(Some(many), "again").pause(), 900.0);
     }
 }

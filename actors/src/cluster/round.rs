@@ -14,6 +14,7 @@ use gangway_core::job::JobId;
 use tokio::sync::oneshot;
 
 use super::carry::{Gang, Outcome, StartStep, Steps, StopStep, blocking, carry_out};
+use super::jobs::FailedStarts;
 use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
 use super::plan::{self, Retune};
 use super::stopping::held_by;
@@ -363,7 +364,11 @@ impl ClusterActor {
                 handle.note_gpus(now, 0);
                 // A restart that did not start is not one.
                 handle.restarts.abandon();
-                handle.start_failed = Some(why.as_str().into());
+                let failed = FailedStarts::after(handle.start_failed.take(), why);
+                let pause = failed.pause();
+                handle.start_failed = Some(failed);
+                // Out of its policy's sight for a while, so that its grants go to others.
+                let _ = self.engine().defer(*job, now, now + pause);
             }
             self.views.touch(*job);
         }

@@ -700,7 +700,9 @@ impl ClusterActor {
         let held = phase == Phase::Checkpointing && self.stopping.contains_key(&id);
         let waiting = (matches!(phase, Phase::Pending | Phase::Preempted) || held)
             .then(|| {
-                let failed = handle.and_then(|h| h.start_failed.as_deref());
+                let failed = handle
+                    .and_then(|h| h.start_failed.as_ref())
+                    .map(|f| &*f.why);
                 match (engine.waiting_reason(id), failed) {
                     (Some(why), Some(failed)) => {
                         Some(format!("{why}; its last start failed: {failed}"))
