@@ -5,16 +5,31 @@
 //! descriptor on such a mount. A daemon that did either on a thread the control plane waits for
 //! would be held with it. [`Apart::run`] does it on a thread of its own, waits a while, and while
 //! such a thread of a user's has not come back, refuses that user's next at once: each user holds
-//! at most one thread in the kernel, and nobody else waits.
+//! at most one thread in the kernel, and nobody else waits. A server that answers, but just before
+//! the wait gives up, would still cost whoever waits that long each time: with
+//! [`Apart::resting`], a user whose work took long rests a while before their next is done.
 
 use std::collections::HashMap;
 use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-/// The work under way apart, by the uid it is done for (users with none are not kept).
+/// The work under way apart, and the users resting after slow work, by uid (users with neither
+/// are not kept).
 #[derive(Clone, Debug, Default)]
-pub struct Apart(Arc<Mutex<HashMap<u32, usize>>>);
+pub struct Apart {
+    users: Arc<Mutex<HashMap<u32, User>>>,
+    /// Work that takes the first or longer rests its user for the second ([`Apart::resting`]).
+    rest: Option<(Duration, Duration)>,
+}
+
+/// What [`Apart`] keeps of one user.
+#[derive(Debug, Default)]
+struct User {
+    underway: usize,
+    /// When a piece of their work that took long ended: the rest is counted from then.
+    slow_ended: Option<Instant>,
+}
 
 /// Why [`Apart::run`] has no answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +38,14 @@ pub enum NotDone {
     Underway,
     /// It took longer than its patience (it goes on, and is counted until it ends).
     Late(Duration),
+    /// An earlier piece of work for the same user took this long or longer, and they rest for
+    /// this much more ([`Apart::resting`]).
+    Resting {
+        /// How long their earlier work took, at least.
+        slow: Duration,
+        /// How much longer they rest.
+        left: Duration,
+    },
     /// Its thread could not start, or ended without an answer.
     Lost(String),
 }
@@ -40,6 +63,13 @@ impl std::fmt::Display for NotDone {
                 "it took longer than {} s (a file system of its user's does not answer)",
                 patience.as_secs_f64()
             ),
+            NotDone::Resting { slow, left } => write!(
+                f,
+                "an earlier one for the same user took over {} s (a file system of theirs answers \
+                 slowly): theirs wait {} s more",
+                slow.as_secs_f64(),
+                left.as_secs().max(1)
+            ),
             NotDone::Lost(why) => write!(f, "{why}"),
         }
     }
@@ -49,23 +79,42 @@ impl std::fmt::Display for NotDone {
 struct Underway {
     apart: Apart,
     uid: u32,
+    began: Instant,
+    /// Its user rests if it takes this long: the rest's `slow`, or its patience if shorter.
+    slow: Duration,
 }
 
 impl Drop for Underway {
     fn drop(&mut self) {
-        let mut underway = (self.apart.0.lock()).unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = underway.get_mut(&self.uid) {
-            *count -= 1;
-            if *count == 0 {
-                underway.remove(&self.uid);
+        let took = self.began.elapsed();
+        let mut users = (self.apart.users.lock()).unwrap_or_else(PoisonError::into_inner);
+        if let Some(user) = users.get_mut(&self.uid) {
+            user.underway -= 1;
+            if self.apart.rest.is_some() && took >= self.slow {
+                user.slow_ended = Some(Instant::now());
+            }
+            if user.underway == 0 && user.slow_ended.is_none() {
+                users.remove(&self.uid);
             }
         }
     }
 }
 
 impl Apart {
+    /// This work apart (the same users, counted together), where a user whose piece of work took
+    /// `slow` or longer, or outlasted its patience, rests for `rest`: their next is refused at once
+    /// until then
+    /// ([`NotDone::Resting`]). A file system that answers just before the patience then costs its
+    /// user's waiter that long once per `rest`, not every time.
+    pub fn resting(&self, slow: Duration, rest: Duration) -> Self {
+        Apart {
+            users: self.users.clone(),
+            rest: Some((slow, rest)),
+        }
+    }
+
     /// `work` for `uid`, on a thread of its own (`name`), waited for `patience` at most; refused at
-    /// once while an earlier piece of work for `uid` is still under way.
+    /// once while an earlier piece of work for `uid` is still under way, or while `uid` rests.
     pub fn run<T: Send + 'static>(
         &self,
         uid: u32,
@@ -74,14 +123,27 @@ impl Apart {
         work: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, NotDone> {
         let underway = {
-            let mut underway = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-            if underway.get(&uid).is_some_and(|&count| count > 0) {
+            let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
+            let user = users.entry(uid).or_default();
+            if user.underway > 0 {
                 return Err(NotDone::Underway);
             }
-            *underway.entry(uid).or_default() += 1;
+            let began = Instant::now();
+            if let (Some(ended), Some((slow, rest))) = (user.slow_ended, self.rest)
+                && ended + rest > began
+            {
+                return Err(NotDone::Resting {
+                    slow,
+                    left: ended + rest - began,
+                });
+            }
+            user.slow_ended = None;
+            user.underway += 1;
             Underway {
                 apart: self.clone(),
                 uid,
+                began,
+                slow: self.rest.map_or(patience, |(slow, _)| slow.min(patience)),
             }
         };
         let (answer, answered) = std::sync::mpsc::sync_channel(1);
@@ -137,5 +199,44 @@ mod tests {
             Err::<(), _>(NotDone::Lost("it ended without an answer".into()))
         );
         assert_eq!(apart.run(9, "t", long, || 5), Ok(5));
+    }
+
+    #[test]
+    fn a_user_whose_work_took_long_rests_and_nobody_else_does() {
+        // Slow well above what quick work takes on a loaded machine; a rest far longer than the
+        // test.
+        let (slow, rest) = (Duration::from_millis(500), Duration::from_secs(600));
+        let apart = Apart::default().resting(slow, rest);
+        let long = Duration::from_secs(30);
+        assert_eq!(apart.run(7, "t", long, || 1), Ok(1));
+        assert_eq!(apart.run(7, "t", long, || 2), Ok(2), "quick work: no rest");
+        assert_eq!(
+            apart.run(7, "t", long, move || std::thread::sleep(slow)),
+            Ok(())
+        );
+        match apart.run(7, "t", long, || 3) {
+            Err(NotDone::Resting { slow: said, left }) => {
+                assert_eq!(said, slow);
+                assert!(left <= rest, "{left:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(apart.run(8, "t", long, || 4), Ok(4), "others do not rest");
+        // A rest that is over lets the user's work run again.
+        let brief = Apart::default().resting(slow, Duration::ZERO);
+        assert_eq!(
+            brief.run(7, "t", long, move || std::thread::sleep(slow)),
+            Ok(())
+        );
+        assert_eq!(brief.run(7, "t", long, || 5), Ok(5));
+        assert!(brief.users.lock().unwrap().is_empty(), "nothing kept");
+        // Without a rest, slow work is not remembered.
+        let plain = Apart::default();
+        assert_eq!(
+            plain.run(7, "t", long, move || std::thread::sleep(slow)),
+            Ok(())
+        );
+        assert_eq!(plain.run(7, "t", long, || 6), Ok(6));
+        assert!(plain.users.lock().unwrap().is_empty(), "nothing kept");
     }
 }

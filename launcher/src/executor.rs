@@ -41,7 +41,7 @@ use gangway_protocol::worker::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::apart::Apart;
+use crate::apart::{Apart, NotDone};
 use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
@@ -147,6 +147,15 @@ pub const DEFAULT_MAX_GRACE: Duration = Duration::from_secs(600);
 /// later round ([`ProcessExecutor::check_patience`]): the check takes well under a millisecond,
 /// unless a file system on the program's path does not answer.
 pub const DEFAULT_CHECK_PATIENCE: Duration = Duration::from_secs(3);
+
+/// A launch's program check that takes this long or longer rests its user's launches for
+/// [`ProcessExecutor::check_rest`]: a file system that answers just before the patience would
+/// otherwise cost the executor that long at each of their launches.
+pub const SLOW_CHECK: Duration = Duration::from_secs(1);
+
+/// How long a user's launches fail at once after a slow check of theirs ([`SLOW_CHECK`]), unless
+/// the operator says otherwise ([`ProcessExecutor::check_rest`]).
+pub const DEFAULT_CHECK_REST: Duration = Duration::from_secs(60);
 
 /// Checks a submitted command as the process executor will run it (its GPUs first): `elastic-run`
 /// must accept the command line, on this machine's GPUs (no `--backend slurm`), with a `--grace` of
@@ -274,6 +283,9 @@ fn check_apart(
             checked.map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))
         }
         // Every API user reads why a job waits: its user's id is not said.
+        Err(e @ NotDone::Resting { .. }) => {
+            Err(SpawnError::Failed(format!("its program's check: {e}")))
+        }
         Err(e) => Err(SpawnError::Failed(format!(
             "its program's check: {e}; its user's jobs wait until it comes back"
         ))),
@@ -669,7 +681,11 @@ pub struct ProcessExecutor {
     /// that outlasts it fails (the job waits for a later round), and so does every later launch of
     /// the same user's until the check comes back.
     pub check_patience: Duration,
-    /// The launches' program checks that have not come back.
+    /// How long a user's launches fail at once after a check of theirs took [`SLOW_CHECK`] or
+    /// longer (default: [`DEFAULT_CHECK_REST`]); their jobs pause meanwhile, and the executor
+    /// waits on a slow file system of theirs once per rest at most.
+    pub check_rest: Duration,
+    /// The launches' program checks that have not come back, and the users resting.
     checks: Apart,
     runs: HashMap<JobId, Run>,
     /// Stops that outlasted the patience, moved on at each poll.
@@ -733,6 +749,7 @@ impl ProcessExecutor {
             stop_patience: DEFAULT_STOP_PATIENCE,
             max_tasks: cgroups.default_max_tasks(),
             check_patience: DEFAULT_CHECK_PATIENCE,
+            check_rest: DEFAULT_CHECK_REST,
             checks: Apart::default(),
             runs: HashMap::new(),
             stopping: Vec::new(),
@@ -891,7 +908,8 @@ impl ProcessExecutor {
                 uid: u.uid,
                 gid: u.gid,
             });
-        let checked = check_apart(&self.checks, run, submitter, self.check_patience)?;
+        let checks = self.checks.resting(SLOW_CHECK, self.check_rest);
+        let checked = check_apart(&checks, run, submitter, self.check_patience)?;
         let mut handover = files
             .create(launch.batch)
             .map_err(|e| SpawnError::from_io("making the attempt's files".to_owned(), e))?;

@@ -24,8 +24,18 @@ pub const GUARD_FLAG: &str = "--gangway-guard";
 /// How long a scan of processes' environments waits for the kernel ([`processes_with_env`]).
 const SCAN_PATIENCE: Duration = Duration::from_secs(1);
 
+/// A scan that takes this long or longer rests its user's scans for [`SCAN_REST`]: a user whose
+/// processes answer just before the patience would otherwise cost every poll up to a second. A
+/// scan of a user's processes takes milliseconds (their `/proc` entries and environments).
+const SLOW_SCAN: Duration = Duration::from_millis(500);
+
+/// How long a user's scans rest after a slow one ([`SLOW_SCAN`]): meanwhile they answer at once
+/// that they cannot tell, and their attempts' leftovers are swept later.
+const SCAN_REST: Duration = Duration::from_secs(30);
+
 /// The scans that have not come back, by the user whose processes they read.
-static SCANS: std::sync::LazyLock<Apart> = std::sync::LazyLock::new(Apart::default);
+static SCANS: std::sync::LazyLock<Apart> =
+    std::sync::LazyLock::new(|| Apart::default().resting(SLOW_SCAN, SCAN_REST));
 
 /// Whose processes a scan reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -760,7 +760,8 @@ fn nobodys_launch(program: &Path, dir: &Path) -> Launch {
 /// A job whose program is on a directory that never answers holds neither the executor nor another
 /// user's launch: its launch gives up on the check after the patience, that user's later launches
 /// fail at once while the check is still under way (so that they hold no more threads), and once the
-/// file system answers, their launches are checked again. Needs root to mount, as CI runs.
+/// file system answers, for the rest that a slow check earns them ([`ProcessExecutor::check_rest`]),
+/// then are checked again. Needs root to mount, as CI runs.
 #[test]
 fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
     use std::os::unix::fs::PermissionsExt;
@@ -792,22 +793,26 @@ fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
         wait_for_event(&mut exec),
         WorkerEvent::Finished { job: JobId(2), .. }
     ));
-    // Let go, the check ends (its file system now errs), and their next launch is checked again: a
-    // refusal, which fails the job, instead of a wait.
+    // Let go, the check ends (its file system now errs), having taken long: their launches fail at
+    // once for a while, so that a file system that answers just before the patience costs the
+    // executor that wait once per rest, not at every launch.
     drop(mount);
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let resting = loop {
         match exec.launch(&theirs, 3.0) {
             Err(e) if e.to_string().contains("has not come back") => {
                 assert!(Instant::now() < deadline, "the check never came back");
                 std::thread::sleep(Duration::from_millis(20));
             }
-            launched => {
-                assert_eq!(format!("{launched:?}"), "Ok(())");
-                break;
-            }
+            other => break format!("{other:?}"),
         }
-    }
+    };
+    assert!(resting.contains("answers slowly"), "{resting}");
+    // Once the rest is over, their next launch is checked again: a refusal, which fails the job,
+    // instead of a wait.
+    exec.check_rest = Duration::ZERO;
+    let launched = exec.launch(&theirs, 4.0);
+    assert_eq!(format!("{launched:?}"), "Ok(())");
     match wait_for_event(&mut exec) {
         WorkerEvent::Failed {
             job,
