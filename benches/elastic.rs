@@ -198,6 +198,7 @@ fn sia_solves(c: &mut Criterion) {
             type_order: &type_order,
             model: model.as_ref(),
             usage: &[],
+            paused: &[],
         };
         let mut sia = policy::builtin()
             .build("sia", &PolicyConfig::seeded(0), &policy::Capabilities::ALL)

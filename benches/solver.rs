@@ -74,6 +74,7 @@ fn bench_solves(c: &mut Criterion) {
             type_order: &type_order,
             model: model.as_ref(),
             usage: &[],
+            paused: &[],
         };
         for name in ["max_min_fairness_perf", "max_min_fairness_packed"] {
             group.bench_with_input(BenchmarkId::new(name, jobs), &input, |b, input| {

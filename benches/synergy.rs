@@ -69,6 +69,7 @@ fn bench_round(c: &mut Criterion) {
         type_order: &[GpuTypeId(0)],
         model: model.as_ref(),
         usage: &[],
+        paused: &[],
     };
     let mut group = c.benchmark_group("synergy_round");
     group.sample_size(20);

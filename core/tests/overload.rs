@@ -77,6 +77,7 @@ impl Policy for Counting {
             type_order: input.type_order,
             model: input.model,
             usage: input.usage,
+            paused: input.paused,
         };
         let grants = self.inner.allocate(&counted);
         self.calls.push(Work {

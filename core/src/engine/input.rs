@@ -125,6 +125,8 @@ impl Engine<'_> {
         } else {
             self.active_views(now)
         };
+        let mut paused: Vec<JobId> = (self.deferred.iter()).map(|&i| self.jobs[i].id).collect();
+        paused.sort_unstable();
         let backlog = Waiting {
             engine: self,
             now,
@@ -143,6 +145,7 @@ impl Engine<'_> {
             type_order: self.type_order.order(),
             model: &*self.model,
             usage: &usage,
+            paused: &paused,
         };
         let asked = std::panic::catch_unwind(AssertUnwindSafe(|| policy.allocate(&input)));
         drop(views);

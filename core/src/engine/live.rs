@@ -382,12 +382,14 @@ impl Engine<'_> {
     /// the GPUs it is granted from the jobs behind it round after round. The policy hears of it as
     /// of a job that left, and of it again as a new one once the pause is over (the first pass at
     /// or after `until`); it waits meanwhile, saying so ([`Unplaced::Deferred`]). A running job is
-    /// stopped first, as by [`Engine::requeue`]. A later pause replaces an earlier one.
+    /// stopped first and queued from `now`, as by [`Engine::requeue`]. A later pause replaces an
+    /// earlier one.
     pub fn defer(&mut self, id: JobId, now: f64, until: f64) -> Result<(), Rejected> {
         let i = self.active_index(id)?;
         if self.states[i].run.is_some() {
             self.stop(i, now);
             self.note_utilization(now);
+            self.states[i].queued_since = now;
         }
         if self.states[i].deferred_until.replace(until).is_none() {
             self.deferred.push(i);

@@ -309,19 +309,17 @@ impl<'m> Engine<'m> {
         self.running.iter().map(|&(_, i)| i).collect()
     }
 
-    /// Job `i`'s view may have changed while it waits: the policy's next call hears of it.
-    /// Why job `i` may not start whatever it is granted, if it may not.
+    /// Why job `i` may not start whatever it is granted, if it may not (a pause says so before a
+    /// hold: it usually lasts longer).
     fn barred(&self, i: usize) -> Option<Unplaced> {
         let state = &self.states[i];
-        if state.held {
-            Some(Unplaced::Stopping)
-        } else {
-            state
-                .deferred_until
-                .map(|until| Unplaced::Deferred { until })
+        match state.deferred_until {
+            Some(until) => Some(Unplaced::Deferred { until }),
+            None => state.held.then_some(Unplaced::Stopping),
         }
     }
 
+    /// Job `i`'s view may have changed while it waits: the policy's next call hears of it.
     fn touch(&mut self, i: usize) {
         let state = &mut self.states[i];
         if !state.touched {

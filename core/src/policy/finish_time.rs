@@ -119,7 +119,9 @@ impl IsolatedClock {
             });
         }
         let present: IdMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
-        self.isolated.retain(|j, _| present.contains_key(j));
+        // A paused job keeps its isolated clock: it comes back.
+        self.isolated
+            .retain(|j, _| present.contains_key(j) || input.is_paused(*j));
         rows
     }
 }

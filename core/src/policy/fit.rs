@@ -145,6 +145,7 @@ mod tests {
             type_order: &[GpuTypeId(0)],
             model: &model,
             usage: &[],
+            paused: &[],
         };
         let ids: Vec<JobId> = views.iter().map(|v| v.id()).collect();
         make_placeable(&input, &ids, program, picked, |_| 4);

@@ -106,8 +106,9 @@ pub trait Policy: Send {
 /// The active jobs a policy that keeps its own queue ([`Policy::keeps_queue`]) was not given in
 /// [`RoundInput::jobs`] this round: waiting jobs whose view has not changed since its last call.
 pub trait Backlog {
-    /// Active jobs in all, those in [`RoundInput::jobs`] included: a policy whose queue holds another
-    /// number has lost track, and rebuilds it from [`Backlog::views`].
+    /// Active jobs in all, those in [`RoundInput::jobs`] included and those paused
+    /// ([`RoundInput::paused`]) not: a policy whose queue holds another number has lost track, and
+    /// rebuilds it from [`Backlog::views`].
     fn len(&self) -> usize;
 
     /// Whether no job is active.
@@ -118,10 +119,11 @@ pub trait Backlog {
     /// Jobs that ended since the policy's last call.
     fn left(&self) -> &[JobId];
 
-    /// The view of an active job; `None` for a job that is not active.
+    /// The view of an active job; `None` for a job that is not active, or paused.
     fn view(&self, id: JobId) -> Option<JobView<'_>>;
 
-    /// Every active job, in arrival order (the whole backlog, for a queue rebuilt from scratch).
+    /// Every active job but those paused, in arrival order (the whole backlog, for a queue rebuilt
+    /// from scratch).
     fn views(&self) -> Vec<JobView<'_>>;
 }
 
@@ -137,7 +139,8 @@ pub struct RoundInput<'a> {
     /// GPUs of each type that can be allocated (healthy capacity), indexed by `GpuTypeId`.
     pub capacity: &'a [u32],
     /// Active jobs (arrived, not finished), in arrival order: all of them, or, with a
-    /// [`RoundInput::backlog`], the running ones and those that changed since the policy's last call.
+    /// [`RoundInput::backlog`], the running ones and those that changed since the policy's last call;
+    /// never those paused ([`RoundInput::paused`]).
     pub jobs: &'a [JobView<'a>],
     /// The other active jobs, for a policy that keeps its own queue ([`Policy::keeps_queue`]); `None`
     /// when `jobs` holds every active job.
@@ -155,6 +158,19 @@ pub struct RoundInput<'a> {
     pub model: &'a dyn ThroughputModel,
     /// What ran where since the previous call, slice by slice (the mechanism charges time shares by it).
     pub usage: &'a [Usage],
+    /// Active jobs left out of `jobs` (and of the backlog) for a while, by id, sorted: their starts
+    /// failed, and they pause before the next (`Engine::defer`). They have not ended: a policy that
+    /// forgets the jobs it is no longer shown, or learns from those that end, keeps what it knows of
+    /// these ([`RoundInput::is_paused`]). A policy that keeps a queue heard of each as of a job
+    /// that left, and hears of it again as of a new one.
+    pub paused: &'a [JobId],
+}
+
+impl RoundInput<'_> {
+    /// Whether job `id` is paused ([`RoundInput::paused`]): active, though not shown.
+    pub fn is_paused(&self, id: JobId) -> bool {
+        self.paused.binary_search(&id).is_ok()
+    }
 }
 
 /// One stretch of running: `job` (with `partner`, when packed) held GPUs of `gpu_type` for `seconds`.

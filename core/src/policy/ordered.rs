@@ -523,6 +523,7 @@ mod tests {
             type_order: &[GpuTypeId(0)],
             model,
             usage: &[],
+            paused: &[],
         }
     }
 

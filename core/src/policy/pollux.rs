@@ -193,7 +193,10 @@ impl Policy for Pollux {
         let Some(elastic) = input.model.elastic() else {
             return super::unmet("pollux", Needs::GOODPUT, &mut self.unmet_said, input);
         };
-        let active: IdSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        // Forget the jobs that have ended (not those paused: they come back).
+        let active: IdSet<JobId> = (input.jobs.iter().map(|v| v.id()))
+            .chain(input.paused.iter().copied())
+            .collect();
         self.learned.retain(|job, _| active.contains(job));
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));

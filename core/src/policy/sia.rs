@@ -298,8 +298,10 @@ impl Policy for Sia {
         let Some(elastic) = input.model.elastic() else {
             return super::unmet("sia", Needs::GOODPUT, &mut self.unmet_said, input);
         };
-        // Forget the jobs that have ended.
-        let active: IdSet<JobId> = input.jobs.iter().map(|v| v.id()).collect();
+        // Forget the jobs that have ended (not those paused: they come back).
+        let active: IdSet<JobId> = (input.jobs.iter().map(|v| v.id()))
+            .chain(input.paused.iter().copied())
+            .collect();
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
         self.most.retain(|job, _| active.contains(job));

@@ -165,13 +165,13 @@ impl Tiresias {
         queue_for(&self.thresholds, service)
     }
 
-    /// Records the services of jobs that left since the last round.
+    /// Records the services of jobs that left since the last round (ended: a paused job has not).
     fn learn(&mut self, input: &RoundInput<'_>) {
         let present: IdMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
         let mut gone: Vec<JobId> = self
             .last_seen
             .keys()
-            .filter(|j| !present.contains_key(j))
+            .filter(|j| !present.contains_key(j) && !input.is_paused(**j))
             .copied()
             .collect();
         // In id order: the services learned are a bounded window, and which leave it first decides
@@ -518,5 +518,34 @@ mod tests {
         // Exactly: from 0 over 200, 8 of 10 finish, expected work = (8*100 + 2*200)/10 -> 0.8 / 120.
         assert!((fresh - 0.8 / 120.0).abs() < 1e-12, "{fresh}");
         assert_eq!(t.gittins_index(20_000.0, 100.0), 0.0);
+    }
+
+    /// A paused job (its starts failed) is not shown for a while, but has not ended: the learned
+    /// distribution does not take its service as a finished job's.
+    #[test]
+    fn a_paused_job_is_not_learned_as_finished() {
+        use crate::engine::{Engine, EngineConfig};
+        use crate::job::{Job, Names};
+        let cluster = crate::cluster::Cluster::parse_spec("v100=1x4", 4).unwrap();
+        let model = std::sync::Arc::new(crate::throughput::DurationModel::uniform(1));
+        let config = EngineConfig::default();
+        let mut engine = Engine::new(cluster.into(), model, config, Names::default(), 0.0);
+        let toy = engine.intern_job_type("toy");
+        for id in [1, 2] {
+            engine
+                .submit(Job::new(JobId(id), 0.0, 2, 100.0).with_type(toy), 0.0)
+                .unwrap();
+        }
+        let mut policy = Tiresias::new(Service::GpuTime, true);
+        let mut placer = crate::placement::PackingPlacer;
+        engine.schedule(&mut policy, &mut placer, 0.0);
+        engine.defer(JobId(1), 10.0, 100.0).unwrap();
+        engine.schedule(&mut policy, &mut placer, 20.0);
+        assert!(policy.learned.is_empty(), "{:?}", policy.learned);
+        assert!(policy.last_seen.contains_key(&JobId(1)), "still known");
+        // A job that ends is learned.
+        engine.cancel(JobId(2), 30.0).unwrap();
+        engine.schedule(&mut policy, &mut placer, 40.0);
+        assert_eq!(policy.learned.len(), 1);
     }
 }

@@ -356,6 +356,7 @@ mod tests {
             type_order: &[GpuTypeId(0)],
             model: &model,
             usage: &[],
+            paused: &[],
         };
         let mut grants = [Grant::new(JobId(0), GpuTypeId(0), 4)];
         assert!(pack(&input, &mut grants, |_| Some(Allotment::new(
