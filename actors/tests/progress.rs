@@ -21,6 +21,8 @@ struct Reports {
     refusing: Option<String>,
     /// Launches of this job alone fail, while `refusing` says why (without it, every job's do).
     refused: Option<JobId>,
+    /// Launches are put off this many seconds, while `refusing` says why.
+    put_off: Option<f64>,
 }
 
 /// Simulated workers that also report the progress the test gives them, and fail launches while
@@ -43,9 +45,10 @@ impl Executor for Reporting {
         if let Some(reason) = reports.refusing.clone()
             && reports.refused.is_none_or(|job| job == launch.job)
         {
-            return Err(ExecutorError::Launch {
-                job: launch.job,
-                reason,
+            let job = launch.job;
+            return Err(match reports.put_off {
+                Some(after) => ExecutorError::Later { job, reason, after },
+                None => ExecutorError::Launch { job, reason },
             });
         }
         reports.launched = Some((launch.job, launch.attempt));
@@ -184,6 +187,40 @@ async fn a_job_whose_starts_keep_failing_leaves_its_gpus_to_the_next_meanwhile()
     assert_eq!(phase(&cluster, first).await, Phase::Running);
     let shown = cluster.send(ShowJob(first)).await.unwrap().unwrap();
     assert_eq!(shown.waiting, None);
+}
+
+/// A launch the executor puts off (it rests the job's user) is not the job's failure: the job
+/// waits as long as the executor says, and its next failure of its own pauses it for the first
+/// pause, not a doubled one.
+#[actix::test]
+async fn a_launch_put_off_waits_as_long_as_the_executor_says_and_is_not_counted() {
+    let workers = Reporting::default();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let cluster = start(&clock, &workers, None);
+    let job = submit(&cluster).await;
+    {
+        let mut reports = workers.reports.lock().unwrap();
+        reports.refusing = Some("its user rests".into());
+        reports.put_off = Some(100.0);
+    }
+    cluster.send(Round).await.unwrap();
+    for at in [50.0, 99.0] {
+        clock.set(at);
+        cluster.send(Round).await.unwrap();
+        assert_eq!(phase(&cluster, job).await, Phase::Pending, "at {at} s");
+    }
+    // Granted again at 100 s, and its own launch fails: its first pause, 15 s.
+    workers.reports.lock().unwrap().put_off = None;
+    clock.set(100.0);
+    cluster.send(Round).await.unwrap();
+    assert_eq!(phase(&cluster, job).await, Phase::Pending);
+    workers.reports.lock().unwrap().refusing = None;
+    clock.set(114.0);
+    cluster.send(Round).await.unwrap();
+    assert_eq!(phase(&cluster, job).await, Phase::Pending, "paused still");
+    clock.set(115.0);
+    cluster.send(Round).await.unwrap();
+    assert_eq!(phase(&cluster, job).await, Phase::Running);
 }
 
 async fn phase(cluster: &actix::Addr<ClusterActor>, job: JobId) -> Phase {

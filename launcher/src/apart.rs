@@ -63,11 +63,10 @@ impl std::fmt::Display for NotDone {
                 "it took longer than {} s (a file system of its user's does not answer)",
                 patience.as_secs_f64()
             ),
-            NotDone::Resting { slow, left } => write!(
+            NotDone::Resting { left, .. } => write!(
                 f,
-                "an earlier one for the same user took over {} s (a file system of theirs answers \
-                 slowly): theirs wait {} s more",
-                slow.as_secs_f64(),
+                "an earlier one for the same user was slow (a file system of theirs answers \
+                 slowly, or did not answer): theirs wait {} s more",
                 left.as_secs().max(1)
             ),
             NotDone::Lost(why) => write!(f, "{why}"),

@@ -148,13 +148,14 @@ pub const DEFAULT_MAX_GRACE: Duration = Duration::from_secs(600);
 /// unless a file system on the program's path does not answer.
 pub const DEFAULT_CHECK_PATIENCE: Duration = Duration::from_secs(3);
 
-/// A launch's program check that takes this long or longer rests its user's launches for
-/// [`ProcessExecutor::check_rest`]: a file system that answers just before the patience would
-/// otherwise cost the executor that long at each of their launches.
+/// A launch's program check that takes this long or longer (or outlasts the patience) rests its
+/// user's launches for [`ProcessExecutor::check_rest`]: a file system that answers just before the
+/// patience would otherwise cost the executor that long at each of their launches. The daemon's own
+/// user's never rest: their files are the operator's.
 pub const SLOW_CHECK: Duration = Duration::from_secs(1);
 
-/// How long a user's launches fail at once after a slow check of theirs ([`SLOW_CHECK`]), unless
-/// the operator says otherwise ([`ProcessExecutor::check_rest`]).
+/// How long a user's launches are put off after a slow check of theirs ([`SLOW_CHECK`]): the
+/// default of [`ProcessExecutor::check_rest`].
 pub const DEFAULT_CHECK_REST: Duration = Duration::from_secs(60);
 
 /// Checks a submitted command as the process executor will run it (its GPUs first): `elastic-run`
@@ -283,8 +284,8 @@ fn check_apart(
             checked.map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))
         }
         // Every API user reads why a job waits: its user's id is not said.
-        Err(e @ NotDone::Resting { .. }) => {
-            Err(SpawnError::Failed(format!("its program's check: {e}")))
+        Err(e @ NotDone::Resting { left, .. }) => {
+            Err(SpawnError::Later(format!("its program's check: {e}"), left))
         }
         Err(e) => Err(SpawnError::Failed(format!(
             "its program's check: {e}; its user's jobs wait until it comes back"
@@ -341,6 +342,8 @@ enum SpawnError {
     Refused(String),
     /// It could not now (out of processes, memory or file descriptors, a storage hiccup).
     Failed(String),
+    /// It was not tried, and would not be for this long: its user rests ([`SLOW_CHECK`]).
+    Later(String, Duration),
 }
 
 impl SpawnError {
@@ -681,9 +684,9 @@ pub struct ProcessExecutor {
     /// that outlasts it fails (the job waits for a later round), and so does every later launch of
     /// the same user's until the check comes back.
     pub check_patience: Duration,
-    /// How long a user's launches fail at once after a check of theirs took [`SLOW_CHECK`] or
-    /// longer (default: [`DEFAULT_CHECK_REST`]); their jobs pause meanwhile, and the executor
-    /// waits on a slow file system of theirs once per rest at most.
+    /// How long a user's launches are put off ([`ExecutorError::Later`]) after a check of theirs
+    /// took [`SLOW_CHECK`] or longer (default: [`DEFAULT_CHECK_REST`]); their jobs wait meanwhile,
+    /// and the executor waits on a slow file system of theirs once per rest at most.
     pub check_rest: Duration,
     /// The launches' program checks that have not come back, and the users resting.
     checks: Apart,
@@ -908,7 +911,12 @@ impl ProcessExecutor {
                 uid: u.uid,
                 gid: u.gid,
             });
-        let checks = self.checks.resting(SLOW_CHECK, self.check_rest);
+        // The daemon's own user's files are the operator's: only other users rest.
+        let checks = if submitter.uid == inherit::this_user() {
+            self.checks.clone()
+        } else {
+            self.checks.resting(SLOW_CHECK, self.check_rest)
+        };
         let checked = check_apart(&checks, run, submitter, self.check_patience)?;
         let mut handover = files
             .create(launch.batch)
@@ -1397,6 +1405,11 @@ impl Executor for ProcessExecutor {
             Err(SpawnError::Failed(reason)) => Err(ExecutorError::Launch {
                 job: launch.job,
                 reason,
+            }),
+            Err(SpawnError::Later(reason, after)) => Err(ExecutorError::Later {
+                job: launch.job,
+                reason,
+                after: after.as_secs_f64(),
             }),
             // Retrying cannot help: the job fails, and says why.
             Err(SpawnError::Refused(reason)) => {

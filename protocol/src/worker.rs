@@ -296,6 +296,19 @@ pub enum ExecutorError {
         /// Why, in words.
         reason: String,
     },
+    /// The workers were not started, and a launch before `after` seconds have passed would not
+    /// start them either (the process executor rests a user whose file system answered its last
+    /// check slowly): the job is not at fault, and waits that long.
+    #[error("job {job}: launch put off for {after:.0} s: {reason}")]
+    Later {
+        /// The job.
+        job: JobId,
+        /// Why, in words.
+        reason: String,
+        /// Seconds to wait before launching it again (the control plane waits 15 minutes at
+        /// most).
+        after: f64,
+    },
 }
 
 /// Runs and stops a job's workers.

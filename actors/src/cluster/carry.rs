@@ -184,8 +184,8 @@ pub(super) struct Outcome {
     /// when the new ones had all been launched.
     pub stopped_at: f64,
     pub launched_at: f64,
-    /// Starts whose gang could not be leased or whose workers could not launch, with why.
-    pub failed_starts: Vec<(JobId, String)>,
+    /// Starts whose gang could not be leased or whose workers could not launch.
+    pub failed_starts: Vec<FailedStart>,
     /// Stops whose workers had not exited within the executor's patience, with their gangs (still
     /// leased): they go on, and the executor's poll reports their end.
     pub still_stopping: Vec<(JobId, Option<Gang>)>,
@@ -256,29 +256,25 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
     for (step, lease) in starts.iter().zip(leased) {
         match lease {
             Ok(()) => ready.push(step.launch.clone()),
-            Err(e) => outcome.failed_starts.push((step.launch.job, e)),
+            Err(why) => (outcome.failed_starts).push(FailedStart::by_cluster(step.launch.job, why)),
         }
     }
     let exec = Arc::clone(executor);
-    let launch_failures: Vec<(JobId, String)> = if ready.is_empty() {
+    let launch_failures: Vec<FailedStart> = if ready.is_empty() {
         Vec::new()
     } else {
         blocking(move || {
             let mut exec = exec.lock().expect("executor");
             ready
                 .iter()
-                .filter_map(|l| {
-                    exec.launch(l, now)
-                        .err()
-                        .map(|e| (l.job, launch_failure(e)))
-                })
+                .filter_map(|l| exec.launch(l, now).err().map(launch_failure))
                 .collect()
         })
         .await
     };
     outcome.launched_at = clock.now();
     outcome.failed_starts.extend(launch_failures);
-    let failed: IdSet<JobId> = outcome.failed_starts.iter().map(|(j, _)| *j).collect();
+    let failed: IdSet<JobId> = outcome.failed_starts.iter().map(|f| f.job).collect();
     for step in starts.iter().filter(|s| failed.contains(&s.launch.job)) {
         step.gang.release();
     }
@@ -310,13 +306,13 @@ fn set_aside(
             .collect();
         if still_stopping.contains(&job) {
             let why = "its last attempt's workers have not stopped yet";
-            outcome.failed_starts.push((job, why.to_owned()));
+            (outcome.failed_starts).push(FailedStart::by_cluster(job, why.to_owned()));
         } else if !taken.is_empty() {
             let why = format!(
                 "GPUs {} are still held by workers that have not stopped yet",
                 taken.join(", ")
             );
-            outcome.failed_starts.push((job, why));
+            (outcome.failed_starts).push(FailedStart::by_cluster(job, why));
         } else {
             ready.push(step);
         }
@@ -367,11 +363,45 @@ pub(super) async fn lease_all<'a>(
 }
 
 /// Why a launch failed, as the job's view says it (the job is named beside it).
-fn launch_failure(e: ExecutorError) -> String {
-    match e {
-        ExecutorError::Launch { reason, .. } => reason,
-        other => other.to_string(),
+fn launch_failure(e: ExecutorError) -> FailedStart {
+    let (job, why, retry) = match e {
+        ExecutorError::Launch { job, reason } => (job, reason, Retry::AfterPause),
+        ExecutorError::Later { job, reason, after } => (job, reason, Retry::After(after)),
+        ExecutorError::NotRunning(job) | ExecutorError::StillStopping(job) => {
+            (job, e.to_string(), Retry::AfterPause)
+        }
+    };
+    FailedStart { job, why, retry }
+}
+
+/// A start that did not happen.
+pub(super) struct FailedStart {
+    pub job: JobId,
+    /// Why, in words (shown while the job waits).
+    pub why: String,
+    pub retry: Retry,
+}
+
+impl FailedStart {
+    /// A start the cluster could not give `job` (its GPUs still held by a stop, a lease refused).
+    pub(super) fn by_cluster(job: JobId, why: String) -> Self {
+        FailedStart {
+            job,
+            why,
+            retry: Retry::NextRound,
+        }
     }
+}
+
+/// When a job whose start failed may be tried again.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Retry {
+    /// At the next round: the cluster failed it, not the job.
+    NextRound,
+    /// After a pause that doubles with each of its failures in a row: its launch failed.
+    AfterPause,
+    /// After this many seconds, which the executor asked for: not the job's failure either.
+    After(f64),
 }
 
 /// Runs `f` on tokio's blocking pool.

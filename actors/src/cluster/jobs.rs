@@ -59,6 +59,15 @@ impl FailedStarts {
         }
     }
 
+    /// A failed start, for `why`, that was not the job's own (the cluster's, or put off by the
+    /// executor): shown, not counted.
+    pub fn not_counted(earlier: Option<FailedStarts>, why: &str) -> Self {
+        FailedStarts {
+            why: why.into(),
+            count: earlier.map_or(0, |f| f.count),
+        }
+    }
+
     /// How long the job pauses before its next try: doubled at each failure in a row.
     pub fn pause(&self) -> f64 {
         let doublings = self.count.saturating_sub(1).min(16) as i32;

@@ -13,7 +13,9 @@ use gangway_core::engine::Change;
 use gangway_core::job::JobId;
 use tokio::sync::oneshot;
 
-use super::carry::{Gang, Outcome, StartStep, Steps, StopStep, blocking, carry_out};
+use super::carry::{
+    FailedStart, Gang, Outcome, Retry, StartStep, Steps, StopStep, blocking, carry_out,
+};
 use super::jobs::FailedStarts;
 use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
 use super::plan::{self, Retune};
@@ -163,7 +165,10 @@ impl ClusterActor {
                 continue;
             };
             if !journaled {
-                refused.push((job, "the journal refused the start".to_owned()));
+                refused.push(FailedStart::by_cluster(
+                    job,
+                    "the journal refused the start".to_owned(),
+                ));
                 if let Some(stopped) = settling.stopped.iter_mut().find(|(j, _)| *j == job) {
                     stopped.1 = Phase::Preempted;
                 }
@@ -306,7 +311,7 @@ impl ClusterActor {
             let Some(handle) = self.jobs.get_mut(&job) else {
                 continue;
             };
-            if outcome.failed_starts.iter().any(|(j, _)| *j == job) {
+            if outcome.failed_starts.iter().any(|f| f.job == job) {
                 if still_stopping(job) {
                     // Stopped to move or resize, and not started: it waits, once stopped.
                     next_after.insert(job, Phase::Preempted);
@@ -346,9 +351,11 @@ impl ClusterActor {
 
     /// Starts that did not happen go back to the queue; a failed start's partner runs alone, and the
     /// executor follows.
-    pub(super) fn fail_starts(&mut self, failed: &[(JobId, String)], now: f64) {
+    pub(super) fn fail_starts(&mut self, failed: &[FailedStart], now: f64) {
         let mut records = Vec::new();
-        for (job, why) in failed {
+        // Pauses count from when the starts failed, after the batch's stops and checks.
+        let failed_at = self.clock.now().max(now);
+        for FailedStart { job, why, retry } in failed {
             tracing::warn!(job = job.0, %why, "start failed; back to the queue");
             let running = matches!(
                 self.store.ledger.jobs.get(job).map(|e| &e.standing),
@@ -364,11 +371,26 @@ impl ClusterActor {
                 handle.note_gpus(now, 0);
                 // A restart that did not start is not one.
                 handle.restarts.abandon();
-                let failed = FailedStarts::after(handle.start_failed.take(), why);
-                let pause = failed.pause();
+                let earlier = handle.start_failed.take();
+                let (failed, pause) = match *retry {
+                    Retry::NextRound => (FailedStarts::not_counted(earlier, why), None),
+                    // As the executor asks, within the longest pause (it may be anyone's code).
+                    Retry::After(seconds) => {
+                        let seconds = if seconds.is_nan() { 0.0 } else { seconds };
+                        let pause = seconds.clamp(0.0, FailedStarts::LONGEST_PAUSE);
+                        (FailedStarts::not_counted(earlier, why), Some(pause))
+                    }
+                    Retry::AfterPause => {
+                        let failed = FailedStarts::after(earlier, why);
+                        let pause = failed.pause();
+                        (failed, Some(pause))
+                    }
+                };
                 handle.start_failed = Some(failed);
                 // Out of its policy's sight for a while, so that its grants go to others.
-                let _ = self.engine().defer(*job, now, now + pause);
+                if let Some(pause) = pause {
+                    let _ = self.engine().defer(*job, now, failed_at + pause);
+                }
             }
             self.views.touch(*job);
         }

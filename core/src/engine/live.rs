@@ -383,9 +383,10 @@ impl Engine<'_> {
     /// of a job that left, and of it again as a new one once the pause is over (the first pass at
     /// or after `until`); it waits meanwhile, saying so ([`Unplaced::Deferred`]). A running job is
     /// stopped first and queued from `now`, as by [`Engine::requeue`]. A later pause replaces an
-    /// earlier one.
+    /// earlier one; an `until` that is not a number is `now` (the pause ends at the next pass).
     pub fn defer(&mut self, id: JobId, now: f64, until: f64) -> Result<(), Rejected> {
         let i = self.active_index(id)?;
+        let until = if until.is_nan() { now } else { until };
         if self.states[i].run.is_some() {
             self.stop(i, now);
             self.note_utilization(now);
