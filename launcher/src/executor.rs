@@ -154,6 +154,10 @@ pub const DEFAULT_CHECK_PATIENCE: Duration = Duration::from_secs(3);
 /// user's never rest: their files are the operator's.
 pub const SLOW_CHECK: Duration = Duration::from_secs(1);
 
+/// How long a launch this machine could not start (out of processes, memory or disk) is put off:
+/// not the job's doing, so it is not counted against it.
+pub const HOST_RETRY: Duration = Duration::from_secs(15);
+
 /// How long a user's launches are put off after a slow check of theirs ([`SLOW_CHECK`]): the
 /// default of [`ProcessExecutor::check_rest`].
 pub const DEFAULT_CHECK_REST: Duration = Duration::from_secs(60);
@@ -340,8 +344,12 @@ impl Drop for ProcessExecutor {
 enum SpawnError {
     /// It never can (no command, no such device, a missing directory or a permission).
     Refused(String),
-    /// It could not now (out of processes, memory or file descriptors, a storage hiccup).
+    /// It could not now, for a reason of its own (its user's file system did not answer, its
+    /// GPUs are spread unevenly): the job pauses before its next try.
     Failed(String),
+    /// This machine could not start it now (out of processes, memory, file descriptors or disk,
+    /// a storage hiccup): not the job's doing, tried again after [`HOST_RETRY`].
+    Host(String),
     /// It was not tried, and would not be for this long: its user rests ([`SLOW_CHECK`]).
     Later(String, Duration),
 }
@@ -352,7 +360,7 @@ impl SpawnError {
         let why = format!("{what}: {e}");
         match e.kind() {
             NotFound | PermissionDenied => SpawnError::Refused(why),
-            _ => SpawnError::Failed(why),
+            _ => SpawnError::Host(why),
         }
     }
 }
@@ -1346,10 +1354,7 @@ impl Executor for ProcessExecutor {
         }
         // Two attempts of a job never run at once (they would share its checkpoints).
         if self.still_stopping(launch.job) {
-            return Err(ExecutorError::Launch {
-                job: launch.job,
-                reason: "its last attempt's workers have not stopped yet".into(),
-            });
+            return Err(ExecutorError::StillStopping(launch.job));
         }
         let run_file = self.attempt_file(launch.job, launch.attempt, "run");
         let marker = self.attempt_marker(launch.job, launch.attempt);
@@ -1405,6 +1410,11 @@ impl Executor for ProcessExecutor {
             Err(SpawnError::Failed(reason)) => Err(ExecutorError::Launch {
                 job: launch.job,
                 reason,
+            }),
+            Err(SpawnError::Host(reason)) => Err(ExecutorError::Later {
+                job: launch.job,
+                reason,
+                after: HOST_RETRY.as_secs_f64(),
             }),
             Err(SpawnError::Later(reason, after)) => Err(ExecutorError::Later {
                 job: launch.job,

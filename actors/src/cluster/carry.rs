@@ -267,7 +267,7 @@ pub(super) async fn carry_out(steps: Steps, executor: &Arc<Mutex<Box<dyn Executo
             let mut exec = exec.lock().expect("executor");
             ready
                 .iter()
-                .filter_map(|l| exec.launch(l, now).err().map(launch_failure))
+                .filter_map(|l| exec.launch(l, now).err().map(|e| launch_failure(l.job, e)))
                 .collect()
         })
         .await
@@ -363,13 +363,17 @@ pub(super) async fn lease_all<'a>(
 }
 
 /// Why a launch failed, as the job's view says it (the job is named beside it).
-fn launch_failure(e: ExecutorError) -> FailedStart {
-    let (job, why, retry) = match e {
-        ExecutorError::Launch { job, reason } => (job, reason, Retry::AfterPause),
-        ExecutorError::Later { job, reason, after } => (job, reason, Retry::After(after)),
-        ExecutorError::NotRunning(job) | ExecutorError::StillStopping(job) => {
-            (job, e.to_string(), Retry::AfterPause)
-        }
+/// The failed start of `job` (whatever job the executor's error names).
+fn launch_failure(job: JobId, e: ExecutorError) -> FailedStart {
+    let (why, retry) = match e {
+        ExecutorError::Launch { reason, .. } => (reason, Retry::AfterPause),
+        ExecutorError::Later { reason, after, .. } => (reason, Retry::After(after)),
+        // Its last attempt still stopping is what the engine's hold is for.
+        ExecutorError::StillStopping(_) => (
+            "its last attempt's workers have not stopped yet".to_owned(),
+            Retry::NextRound,
+        ),
+        ExecutorError::NotRunning(_) => (e.to_string(), Retry::NextRound),
     };
     FailedStart { job, why, retry }
 }

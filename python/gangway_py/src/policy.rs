@@ -66,8 +66,12 @@ pub struct Round {
     type_order: Vec<u16>,
     /// Whether a job arrived or finished since the previous call.
     jobs_changed: bool,
-    /// Every active job (arrived, not finished), in arrival order.
+    /// Every active job (arrived, not finished), in arrival order, but those paused.
     jobs: Py<PyList>,
+    /// The ids of active jobs left out of `jobs` for a while, sorted: their starts failed, and they
+    /// pause before the next. They have not ended: a policy that keeps something of each job keeps
+    /// theirs.
+    paused: Vec<u32>,
 }
 
 /// A decision: `job` runs on `gpus` GPUs of `gpu_type` (an index into `Round.gpu_types`, or a
@@ -191,6 +195,7 @@ impl PythonPolicy {
                 type_order: input.type_order.iter().map(|t| t.0).collect(),
                 jobs_changed: input.jobs_changed,
                 jobs: jobs.unbind(),
+                paused: input.paused.iter().map(|j| j.0).collect(),
             },
         )
     }

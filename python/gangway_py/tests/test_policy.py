@@ -20,6 +20,8 @@ class Fifo:
     changes_with_time = False
 
     def allocate(self, round: Round) -> Sequence[Grant]:
+        # A simulation pauses no job (only a live control plane does, after failed starts).
+        assert round.paused == [], round.paused
         free = list(round.capacity)
         grants = []
         for job in round.jobs:
