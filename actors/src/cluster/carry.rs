@@ -362,8 +362,8 @@ pub(super) async fn lease_all<'a>(
     (leases, in_order)
 }
 
-/// Why a launch failed, as the job's view says it (the job is named beside it).
-/// The failed start of `job` (whatever job the executor's error names).
+/// The failed start of `job`, the job launched (whatever job the executor's error names): why, as
+/// its view says it, and when it may be tried again.
 fn launch_failure(job: JobId, e: ExecutorError) -> FailedStart {
     let (why, retry) = match e {
         ExecutorError::Launch { reason, .. } => (reason, Retry::AfterPause),
