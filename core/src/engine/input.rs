@@ -71,7 +71,7 @@ impl Engine<'_> {
     fn active_views(&self, now: f64) -> Vec<JobView<'_>> {
         self.active
             .iter()
-            .filter(|&&(_, i)| self.states[i].deferred_until.is_none())
+            .filter(|&&(_, i)| self.shown(i))
             .map(|&(_, i)| self.view(i, now))
             .collect()
     }

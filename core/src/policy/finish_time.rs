@@ -118,10 +118,9 @@ impl IsolatedClock {
                 iso_rate,
             });
         }
-        let present: IdMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
         // A paused job keeps its isolated clock: it comes back.
-        self.isolated
-            .retain(|j, _| present.contains_key(j) || input.is_paused(*j));
+        let active = input.not_ended();
+        self.isolated.retain(|j, _| active.contains(j));
         rows
     }
 }

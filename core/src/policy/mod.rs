@@ -54,7 +54,7 @@ pub mod tiresias;
 use serde::{Deserialize, Serialize};
 
 use crate::cluster::{Cluster, GpuId, GpuTypeId};
-use crate::job::{Job, JobId};
+use crate::job::{IdSet, Job, JobId};
 use crate::placement::{PlacementProbe, PlacementStep, Step};
 use crate::resources::Allotment;
 use crate::throughput::{BatchPlan, ThroughputModel};
@@ -170,6 +170,14 @@ impl RoundInput<'_> {
     /// Whether job `id` is paused ([`RoundInput::paused`]): active, though not shown.
     pub fn is_paused(&self, id: JobId) -> bool {
         self.paused.binary_search(&id).is_ok()
+    }
+
+    /// The jobs that have not ended, for a policy shown every job (without a backlog): those in
+    /// `jobs` and those paused. What such a policy keeps of any other job, it may forget.
+    pub fn not_ended(&self) -> IdSet<JobId> {
+        (self.jobs.iter().map(JobView::id))
+            .chain(self.paused.iter().copied())
+            .collect()
     }
 }
 

@@ -31,7 +31,7 @@ use rustc_hash::FxHashMap;
 use super::pick::{Candidate, Choices, pick};
 use super::{Grant, Intent, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
-use crate::job::{IdMap, IdSet, Job, JobId};
+use crate::job::{IdMap, Job, JobId};
 use crate::throughput::goodput::{
     Application, BatchPlan, Elastic, Learned, PerfParams, TypeProfile, batch_range, optimize,
     restart_factor,
@@ -194,9 +194,7 @@ impl Policy for Pollux {
             return super::unmet("pollux", Needs::GOODPUT, &mut self.unmet_said, input);
         };
         // Forget the jobs that have ended (not those paused: they come back).
-        let active: IdSet<JobId> = (input.jobs.iter().map(|v| v.id()))
-            .chain(input.paused.iter().copied())
-            .collect();
+        let active = input.not_ended();
         self.learned.retain(|job, _| active.contains(job));
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));

@@ -33,7 +33,7 @@ use super::{
     Grant, Intent, Knob, KnobRange, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput,
 };
 use crate::cluster::GpuTypeId;
-use crate::job::{IdMap, IdSet, Job, JobId};
+use crate::job::{IdMap, Job, JobId};
 use crate::throughput::goodput::{
     BatchPlan, Elastic, Learned, batch_range, optimize, restart_factor, search_batch,
 };
@@ -299,9 +299,7 @@ impl Policy for Sia {
             return super::unmet("sia", Needs::GOODPUT, &mut self.unmet_said, input);
         };
         // Forget the jobs that have ended (not those paused: they come back).
-        let active: IdSet<JobId> = (input.jobs.iter().map(|v| v.id()))
-            .chain(input.paused.iter().copied())
-            .collect();
+        let active = input.not_ended();
         self.previous.retain(|job, _| active.contains(job));
         self.restarts.retain(|job, _| active.contains(job));
         self.most.retain(|job, _| active.contains(job));

@@ -167,11 +167,11 @@ impl Tiresias {
 
     /// Records the services of jobs that left since the last round (ended: a paused job has not).
     fn learn(&mut self, input: &RoundInput<'_>) {
-        let present: IdMap<JobId, ()> = input.jobs.iter().map(|v| (v.id(), ())).collect();
+        let active = input.not_ended();
         let mut gone: Vec<JobId> = self
             .last_seen
             .keys()
-            .filter(|j| !present.contains_key(j) && !input.is_paused(**j))
+            .filter(|j| !active.contains(j))
             .copied()
             .collect();
         // In id order: the services learned are a bounded window, and which leave it first decides
