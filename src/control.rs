@@ -40,8 +40,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "600", value_name = "MODE", value_parser = parse_mode)]
     pub socket_mode: u32,
     /// Let submitted jobs set this start-up variable (LD_*, BASH_ENV, ENV, ...: variables that
-    /// change how a shell or the dynamic loader starts programs), refused otherwise. Repeatable; a
-    /// trailing `*` allows a prefix.
+    /// change how a shell or the dynamic loader starts programs), refused otherwise
+    /// (LD_LIBRARY_PATH is let through where nobody but root and the submitter can change its
+    /// directories; named here, it is not checked). Repeatable; a trailing `*` allows a prefix.
     #[arg(long, value_name = "NAME")]
     pub allow_env: Vec<String>,
     /// The longest `--grace` a submitted command may give its workers to checkpoint when stopped,

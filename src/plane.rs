@@ -51,7 +51,7 @@ use gangway_launcher::confine::{Cgroups, CorePool};
 use gangway_launcher::executor::{
     DEFAULT_MAX_GRACE, DEFAULT_STOP_PATIENCE, Hosts, ProcessExecutor, check_command,
 };
-use gangway_protocol::command::account_uid;
+use gangway_protocol::command::{LIBRARY_PATH_VAR, account_uid, env_allowed_by};
 use gangway_topology::topology::ClusterSpec;
 
 use crate::scenario::{self, Scenario, ScenarioArgs};
@@ -170,8 +170,9 @@ pub struct ApiOptions {
     pub token_file: Option<PathBuf>,
     /// The permissions of a Unix socket, in octal digits' value (0o600: this user only).
     pub socket_mode: u32,
-    /// Start-up variables (LD_*, BASH_ENV, ...) submitted jobs may set; a trailing `*` allows a
-    /// prefix.
+    /// Start-up variables (LD_*, BASH_ENV, ...) submitted jobs may set, unchecked; a trailing `*`
+    /// allows a prefix. Without it, `LD_LIBRARY_PATH` is let through where its directories pass
+    /// [`gangway_protocol::command::check_library_path`].
     pub allow_env: Vec<String>,
     /// The longest `--grace`, in seconds, a submitted command may give its workers to checkpoint
     /// when stopped, and the most of it a stop waits for before killing them (rounds wait for
@@ -644,6 +645,8 @@ impl ControlPlaneBuilder {
                 )?;
                 if let Some(api) = &self.api {
                     executor.max_grace = Duration::from_secs_f64(api.max_grace);
+                    executor.library_path_checked =
+                        !env_allowed_by(&api.allow_env, LIBRARY_PATH_VAR);
                 }
                 executor.stop_patience = Duration::from_secs_f64(self.stop_patience);
                 if let Some(tasks) = self.max_tasks_per_job {

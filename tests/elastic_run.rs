@@ -1322,7 +1322,8 @@ fn under_the_daemon_a_job_moves_off_cordoned_gpus_and_loses_no_work() {
     let mut client = toy("moved", &["--daemon", &addr])
         .args(["--step-sleep", "0.1"])
         .env("GANGWAY_TOKEN_FILE", journal.join("api-token"))
-        // cargo's library path for the tests: the daemon refuses loader variables by default.
+        // Not cargo's library path for the tests: the job needs none (the daemon would check each
+        // of its directories).
         .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -319,7 +319,8 @@ fn nobodys_submission(daemon: &Daemon, job: &str, options: &[&str]) -> Command {
         .current_dir(home_of_nobody(daemon))
         .uid(NOBODY)
         .gid(NOBODY)
-        // cargo's library path for the tests: the daemon refuses loader variables by default.
+        // Not cargo's library path for the tests: the job needs none (the daemon would check each
+        // of its directories).
         .env_remove("LD_LIBRARY_PATH");
     command
 }

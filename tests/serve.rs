@@ -1333,7 +1333,7 @@ fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
     support::stand_in_elastic_run(
         &fake,
         // Into the job's directory and log, as elastic-run goes.
-        "#!/bin/bash\ncd \"$GANGWAY_WORKDIR\" && exec >> \"$GANGWAY_LOG\" 2>&1\nid -u > \"$(pwd)/whoami\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
+        "#!/bin/bash\ncd \"$GANGWAY_WORKDIR\" && exec >> \"$GANGWAY_LOG\" 2>&1\nid -u > \"$(pwd)/whoami\"\necho \"$LD_LIBRARY_PATH\" > \"$(pwd)/libpath\"\necho \"ran $*\"\necho '{\"code\":0,\"why\":\"done\"}' >&\"$GANGWAY_EXIT_FD\"\n",
     );
     let socket = dir.path().join("gangway.sock");
     let listen = format!("unix:{}", socket.display());
@@ -1362,18 +1362,37 @@ fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
         assert!(Instant::now() < deadline, "the daemon did not listen");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_elastic-run"))
-        .args([
-            "--daemon", &listen, "--python", "/bin/sh", "--job-id", "mine",
-        ])
-        .args(["--expected-runtime", "60", "train.py"])
-        .current_dir(&home)
-        .uid(NOBODY)
-        .gid(NOBODY)
-        // cargo's library path for the tests: the daemon refuses loader variables by default.
-        .env_remove("LD_LIBRARY_PATH")
-        .output()
-        .unwrap();
+    // A library path of root's and the submitter's own directories, one of them not there (as
+    // CUDA's images set one), is theirs to set; one that others may write is refused, by name.
+    let lib = home.join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    std::os::unix::fs::chown(&lib, Some(NOBODY), Some(NOBODY)).unwrap();
+    let submit = |library_path: &str| {
+        Command::new(env!("CARGO_BIN_EXE_elastic-run"))
+            .args([
+                "--daemon", &listen, "--python", "/bin/sh", "--job-id", "mine",
+            ])
+            .args(["--expected-runtime", "60", "train.py"])
+            .current_dir(&home)
+            .uid(NOBODY)
+            .gid(NOBODY)
+            .env("LD_LIBRARY_PATH", library_path)
+            .output()
+            .unwrap()
+    };
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = submit(&format!("/usr/lib:{}", lib.display()));
+    assert!(!out.status.success());
+    for says in [
+        format!("LD_LIBRARY_PATH entry \"{}\" is refused", lib.display()),
+        "writable by everyone".into(),
+        "--allow-env LD_LIBRARY_PATH".into(),
+    ] {
+        assert!(stderr(&out).contains(&says), "{}", stderr(&out));
+    }
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let library_path = format!("/usr/lib:/usr/no-such-lib:{}", lib.display());
+    let out = submit(&library_path);
     assert!(out.status.success(), "{}", stderr(&out));
     let whoami = std::fs::read_to_string(home.join("whoami")).unwrap();
     assert_eq!(
@@ -1381,6 +1400,8 @@ fn a_root_daemon_runs_a_socket_peers_command_as_that_peer() {
         NOBODY.to_string(),
         "the job ran as its submitter"
     );
+    let libpath = std::fs::read_to_string(home.join("libpath")).unwrap();
+    assert_eq!(libpath.trim(), library_path);
     let log = home.join("checkpoints/mine/elastic-run.log");
     assert_eq!(std::fs::metadata(&log).unwrap().uid(), NOBODY);
     assert!(

@@ -7,7 +7,8 @@
 //!   cluster actor runs it too, for callers that submit without the API.
 //! - [`RunPolicy`] checks a real job's command against who submitted it: its directory and log
 //!   (absolute, existing, owned by the submitter when the daemon runs as root), its environment (no
-//!   variable that changes how a shell or the dynamic loader starts, see [`startup_variable`]), and
+//!   variable that changes how a shell or the dynamic loader starts, see [`startup_variable`], but
+//!   `LD_LIBRARY_PATH` with its directories checked), and
 //!   whatever the executor knows about its arguments ([`ArgsCheck`]).
 
 use std::cell::Cell;
@@ -19,6 +20,7 @@ use crate::cluster::Refusal;
 use crate::executor::{RunAs, RunCommand};
 use crate::ledger::{JobSpec, Shape};
 use gangway_core::job::Sizes;
+use gangway_protocol::command::{LIBRARY_PATH_VAR, check_library_path, env_allowed_by};
 
 pub use gangway_protocol::api::JobRequest;
 pub use gangway_protocol::command::{Invalid, Submitter, check_program, invalid};
@@ -554,7 +556,9 @@ pub(crate) fn same_request(spec: &JobSpec, request: &JobRequest) -> bool {
 
 /// Whether `name` changes how a shell, the dynamic loader or the C library starts a program, before
 /// the program itself runs. Such a variable would let a submission run code that is not its command
-/// (the `BASH_ENV` attack), so [`RunPolicy`] refuses it unless the operator allows it by name:
+/// (the `BASH_ENV` attack), so [`RunPolicy`] refuses it unless the operator allows it by name
+/// (`LD_LIBRARY_PATH` excepted: its directories are checked instead, see
+/// [`gangway_protocol::command::check_library_path`]):
 ///
 /// - every `LD_*` (the dynamic loader: `LD_PRELOAD`, `LD_LIBRARY_PATH`, `LD_AUDIT`, ...);
 /// - the others glibc ignores for set-user-ID programs (its `UNSECURE_ENVVARS`: `GCONV_PATH`,
@@ -642,12 +646,10 @@ impl RunPolicy {
         }
     }
 
-    fn allows_env(&self, name: &str) -> bool {
-        !startup_variable(name)
-            || self.allowed_env.iter().any(|a| match a.strip_suffix('*') {
-                Some(prefix) => name.starts_with(prefix),
-                None => a == name,
-            })
+    /// Whether the operator allows the start-up variable `name` ([`RunPolicy::allowed_env`]), so
+    /// that it is neither refused nor checked.
+    pub fn operator_allows(&self, name: &str) -> bool {
+        env_allowed_by(&self.allowed_env, name)
     }
 
     /// Checks `run` as `submitter` sent it, and says whom it runs as: a daemon that runs as root runs
@@ -676,7 +678,11 @@ impl RunPolicy {
         if let Some(log) = &run.log {
             check_log(log, owner)?;
         }
-        if let Some(name) = run.env.keys().find(|name| !self.allows_env(name)) {
+        // The loader's search path is checked instead of refused: CUDA's images set it.
+        let refused = |name: &&String| {
+            startup_variable(name) && *name != LIBRARY_PATH_VAR && !self.operator_allows(name)
+        };
+        if let Some(name) = run.env.keys().find(refused) {
             return Err(Invalid {
                 field: "run.env",
                 problem: format!(
@@ -687,6 +693,20 @@ impl RunPolicy {
                 ),
             }
             .into());
+        }
+        if let Some(value) = run.env.get(LIBRARY_PATH_VAR)
+            && !self.operator_allows(LIBRARY_PATH_VAR)
+        {
+            check_library_path(value, submitter).or_else(|why| {
+                invalid(
+                    "run.env",
+                    format!(
+                        "{why}; fix it or unset it (`elastic-run --daemon` sends the environment \
+                         it runs in), or the operator may start the daemon with --allow-env {}",
+                        LIBRARY_PATH_VAR
+                    ),
+                )
+            })?;
         }
         if let Some(args) = &self.args {
             args(run, submitter)?;
@@ -1142,6 +1162,47 @@ mod tests {
         policy.check(&mut run, &me).unwrap();
         run.env.insert("LD_PRELOAD".into(), "/tmp/x.so".into());
         assert!(policy.check(&mut run, &me).is_err());
+    }
+
+    #[test]
+    fn a_library_path_is_checked_and_the_operator_may_let_it_through_unchecked() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Submitter::this_process();
+        let mut policy = RunPolicy::new(me);
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        let with = |value: String| {
+            let mut run = command(dir.path());
+            run.env.insert("LD_LIBRARY_PATH".into(), value);
+            run
+        };
+        // CUDA's images: one of the two is there, root's; the other is not, and only root could
+        // make it.
+        policy
+            .check(&mut with("/usr/lib:/usr/local/nvidia/lib64".into()), &me)
+            .unwrap();
+        policy
+            .check(&mut with(lib.display().to_string()), &me)
+            .unwrap();
+        std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let refused = policy
+            .check(&mut with(format!("/usr/lib:{}", lib.display())), &me)
+            .unwrap_err();
+        let RunRefusal::Invalid(refused) = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!(refused.field, "run.env");
+        for says in [
+            format!("LD_LIBRARY_PATH entry \"{}\" is refused", lib.display()),
+            "writable by everyone".into(),
+            "--allow-env LD_LIBRARY_PATH".into(),
+        ] {
+            assert!(refused.problem.contains(&says), "{refused}");
+        }
+        policy.allowed_env = vec!["LD_*".into()];
+        policy
+            .check(&mut with(lib.display().to_string()), &me)
+            .unwrap();
     }
 
     #[test]

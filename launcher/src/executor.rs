@@ -34,7 +34,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gangway_protocol::command::{CheckedProgram, Invalid, Submitter, open_program};
+use gangway_protocol::command::{
+    CheckedProgram, Invalid, LIBRARY_PATH_VAR, Submitter, check_library_path, open_program,
+};
 use gangway_protocol::ids::{GpuId, JobId};
 use gangway_protocol::worker::{
     Executor, ExecutorError, Launch, Measured, Resources, RunCommand, Segment, WorkerEvent,
@@ -198,8 +200,19 @@ pub struct CheckedCommand {
 }
 
 /// [`check_command`]'s checks, made again at every launch (what was fine at submission may not be
-/// any more).
-pub fn checked_command(run: &RunCommand, submitter: &Submitter) -> Result<CheckedCommand, Invalid> {
+/// any more), with the directories of the command's `LD_LIBRARY_PATH` if `library_path_checked`
+/// ([`check_library_path`]; the control plane checked them at its submission).
+pub fn checked_command(
+    run: &RunCommand,
+    submitter: &Submitter,
+    library_path_checked: bool,
+) -> Result<CheckedCommand, Invalid> {
+    if library_path_checked && let Some(value) = run.env.get(LIBRARY_PATH_VAR) {
+        check_library_path(value, submitter).map_err(|problem| Invalid {
+            field: "run.env",
+            problem,
+        })?;
+    }
     checked(run, submitter).map(|(_, command)| command)
 }
 
@@ -278,10 +291,11 @@ fn check_apart(
     run: &RunCommand,
     submitter: Submitter,
     patience: Duration,
+    library_path_checked: bool,
 ) -> Result<CheckedCommand, SpawnError> {
     let run = run.clone();
     let checked = checks.run(submitter.uid, "gangway-launch-check", patience, move || {
-        checked_command(&run, &submitter)
+        checked_command(&run, &submitter, library_path_checked)
     });
     match checked {
         Ok(checked) => {
@@ -696,6 +710,10 @@ pub struct ProcessExecutor {
     /// took [`SLOW_CHECK`] or longer (default: [`DEFAULT_CHECK_REST`]); their jobs wait meanwhile,
     /// and the executor waits on a slow file system of theirs once per rest at most.
     pub check_rest: Duration,
+    /// Whether a job's `LD_LIBRARY_PATH` is checked again at each launch, as at its submission
+    /// ([`check_library_path`]; default true): false where the operator lets jobs set it unchecked
+    /// (`gangway serve --allow-env LD_LIBRARY_PATH`).
+    pub library_path_checked: bool,
     /// The launches' program checks that have not come back, and the users resting.
     checks: Apart,
     runs: HashMap<JobId, Run>,
@@ -761,6 +779,7 @@ impl ProcessExecutor {
             max_tasks: cgroups.default_max_tasks(),
             check_patience: DEFAULT_CHECK_PATIENCE,
             check_rest: DEFAULT_CHECK_REST,
+            library_path_checked: true,
             checks: Apart::default(),
             runs: HashMap::new(),
             stopping: Vec::new(),
@@ -925,7 +944,13 @@ impl ProcessExecutor {
         } else {
             self.checks.resting(SLOW_CHECK, self.check_rest)
         };
-        let checked = check_apart(&checks, run, submitter, self.check_patience)?;
+        let checked = check_apart(
+            &checks,
+            run,
+            submitter,
+            self.check_patience,
+            self.library_path_checked,
+        )?;
         let mut handover = files
             .create(launch.batch)
             .map_err(|e| SpawnError::from_io("making the attempt's files".to_owned(), e))?;

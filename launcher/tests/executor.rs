@@ -741,6 +741,57 @@ fn bounded<T: Send + 'static>(waited: &str, step: impl FnOnce() -> T + Send + 's
         .unwrap_or_else(|_| panic!("{waited}"))
 }
 
+/// A job's `LD_LIBRARY_PATH` is checked again at each launch, as its program is: a directory of it
+/// that others may write since is refused, unless the operator lets the variable through unchecked
+/// (`gangway serve --allow-env LD_LIBRARY_PATH`).
+#[test]
+fn a_library_path_is_checked_again_at_each_launch() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, fake) = setup();
+    let lib = dir.path().join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    let mut exec = executor(dir.path(), &fake);
+    let mut job = launch(1, 1, &[0], Some("finish"), dir.path());
+    let env = &mut job.run.as_mut().unwrap().env;
+    env.insert(
+        "LD_LIBRARY_PATH".into(),
+        format!("/usr/lib:{}", lib.display()),
+    );
+    let finished = |exec: &mut ProcessExecutor| {
+        let event = wait_for_event(exec);
+        assert!(
+            matches!(event, WorkerEvent::Finished { job: JobId(1), .. }),
+            "{event:?}"
+        );
+    };
+    exec.launch(&job, 0.0).unwrap();
+    finished(&mut exec);
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    job.attempt = 2;
+    // Refused: the job fails, for good.
+    exec.launch(&job, 1.0).unwrap();
+    let WorkerEvent::Failed {
+        error, retryable, ..
+    } = wait_for_event(&mut exec)
+    else {
+        panic!("the launch was not refused");
+    };
+    assert!(!retryable);
+    for says in [
+        format!(
+            "run.env: LD_LIBRARY_PATH entry \"{}\" is refused",
+            lib.display()
+        ),
+        "writable by everyone".into(),
+    ] {
+        assert!(error.contains(&says), "{error}");
+    }
+    exec.library_path_checked = false;
+    job.attempt = 3;
+    exec.launch(&job, 2.0).unwrap();
+    finished(&mut exec);
+}
+
 /// Job 1, `nobody`'s, whose workers would run `program` (its `--python`), in `dir`.
 fn nobodys_launch(program: &Path, dir: &Path) -> Launch {
     let mut theirs = launch(1, 1, &[0], Some("finish"), dir);
@@ -754,6 +805,8 @@ fn nobodys_launch(program: &Path, dir: &Path) -> Launch {
         uid: 65534,
         gid: 65534,
     });
+    // cargo's, whose directories `nobody` may not enter: the launch would be refused for it.
+    run.env.remove("LD_LIBRARY_PATH");
     theirs
 }
 

@@ -226,15 +226,23 @@ pub fn open_program(
 /// are writable by nobody else (a sticky directory excepted, as `/tmp` is). Nobody else can then
 /// change what is at `path`.
 pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
-    as_submitter(owner, || directory_checked(path, owner))
+    as_submitter(owner, || directory_checked(path, owner).map(drop))
 }
 
-/// [`check_directory`]'s checks, as [`as_submitter`] runs them.
-fn directory_checked(path: &Path, owner: &Submitter) -> Result<(), String> {
-    let (dir, name) = walk_to(path, owner, Walk::Program)?;
+/// [`check_directory`]'s checks, as [`as_submitter`] runs them; returns what the directory is.
+fn directory_checked(path: &Path, owner: &Submitter) -> Result<libc::stat, String> {
     let shown = path.display();
-    let entry = open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
-        .map_err(|e| format!("{shown}: {e}"))?;
+    let entry = if path.parent().is_none() {
+        open_at(
+            libc::AT_FDCWD,
+            OsStr::new("/"),
+            libc::O_PATH | libc::O_DIRECTORY,
+        )
+    } else {
+        let (dir, name) = walk_to(path, owner, Walk::Program)?;
+        open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
+    }
+    .map_err(|e| format!("{shown}: {e}"))?;
     let meta = stat(&entry).map_err(|e| format!("{shown}: {e}"))?;
     if meta.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(format!(
@@ -242,7 +250,80 @@ fn directory_checked(path: &Path, owner: &Submitter) -> Result<(), String> {
             kind(meta.st_mode)
         ));
     }
-    check_dir(&entry, path, owner, Walk::Program)
+    check_dir(&entry, path, owner, Walk::Program)?;
+    Ok(meta)
+}
+
+/// The dynamic loader's search path: the one loader variable a submission may set without the
+/// operator's leave (`gangway serve --allow-env`), its directories checked
+/// ([`check_library_path`]). CUDA's images set it, and `elastic-run --daemon` sends the
+/// environment it runs in.
+pub const LIBRARY_PATH_VAR: &str = "LD_LIBRARY_PATH";
+
+/// Checks an `LD_LIBRARY_PATH` that `submitter`'s job would run with, so that the libraries its
+/// programs load can be changed by nobody else, as the programs themselves ([`open_program`]):
+///
+/// - every entry is an absolute path, without the names the loader expands (`$ORIGIN`, `$LIB`,
+///   `$PLATFORM`); an empty entry (a `:` at an end, or two in a row) is refused, since the loader
+///   reads it as whatever directory the program is in when it loads a library;
+/// - each directory passes [`check_directory`]'s checks and, since the libraries in it are loaded
+///   as they are found, is writable by nobody else even where sticky;
+/// - a directory that is not there passes where nobody else could make it: the nearest directory
+///   above it that is there passes the same checks (CUDA's images name
+///   `/usr/local/nvidia/lib:/usr/local/nvidia/lib64`, often with only one of them there).
+///
+/// Says which entry is refused, and why.
+pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), String> {
+    // The loader splits it at both.
+    for entry in value.split([':', ';']) {
+        let refused = |why: &str| Err(format!("{LIBRARY_PATH_VAR} entry {entry:?} {why}"));
+        if entry.is_empty() {
+            return Err(format!(
+                "{LIBRARY_PATH_VAR} has an empty entry (a ':' at an end, or two in a row), which \
+                 the loader reads as the directory a program is in when it loads a library: \
+                 remove it"
+            ));
+        }
+        if !entry.starts_with('/') {
+            return refused("is not an absolute path");
+        }
+        if entry.contains('$') {
+            return refused("names what the loader expands ($ORIGIN, $LIB, $PLATFORM)");
+        }
+        as_submitter(submitter, || {
+            library_dir_checked(Path::new(entry), submitter)
+        })
+        .or_else(|why| refused(&format!("is refused: {why}")))?;
+    }
+    Ok(())
+}
+
+/// Whether the operator's `gangway serve --allow-env` patterns (`NAME`, or `PREFIX*` for a prefix)
+/// name the variable `name`.
+pub fn env_allowed_by(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|a| match a.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => a == name,
+    })
+}
+
+/// [`check_library_path`]'s checks of one directory, as [`as_submitter`] runs them.
+fn library_dir_checked(path: &Path, submitter: &Submitter) -> Result<(), String> {
+    // Where nothing is there, what could make it is the nearest directory above that is; "/" is.
+    let mut there = path;
+    while let Some(above) = there.parent()
+        && entry_at(there, submitter)?.is_none()
+    {
+        there = above;
+    }
+    let checked = directory_checked(there, submitter).and_then(|meta| {
+        let what = format!("the directory {}", there.display());
+        check_writers(&meta, &what)
+    });
+    if there == path {
+        return checked;
+    }
+    checked.map_err(|why| format!("{} is not there, and {why}", path.display()))
 }
 
 /// [`open_program`]'s checks of the file at `path`, and of its interpreter while `depth` allows.
@@ -617,22 +698,24 @@ impl Entry {
 /// as [`reachable_by`] walks, so that nothing is learnt through a link the kernel would follow
 /// (`/proc/self/cwd`: the daemon's own directory). Says which directory stops them.
 pub fn look_up(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, String> {
-    as_submitter(submitter, || {
-        let (dir, name) = match path.parent() {
-            Some(_) => walk_to(path, submitter, Walk::Name)?,
-            None => (
-                open_at(libc::AT_FDCWD, OsStr::new("/"), libc::O_PATH)
-                    .map_err(|e| e.to_string())?,
-                OsString::from("."),
-            ),
-        };
-        match stat_at(&dir, &name) {
-            Ok(meta) => Ok(Some(Entry::of(&meta))),
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .map_err(|why| format!("{}: {why}", path.display()))
+    as_submitter(submitter, || entry_at(path, submitter))
+        .map_err(|why| format!("{}: {why}", path.display()))
+}
+
+/// [`look_up`]'s walk, as [`as_submitter`] runs it.
+fn entry_at(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, String> {
+    let (dir, name) = match path.parent() {
+        Some(_) => walk_to(path, submitter, Walk::Name)?,
+        None => (
+            open_at(libc::AT_FDCWD, OsStr::new("/"), libc::O_PATH).map_err(|e| e.to_string())?,
+            OsString::from("."),
+        ),
+    };
+    match stat_at(&dir, &name) {
+        Ok(meta) => Ok(Some(Entry::of(&meta))),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// What [`walk_to`] checks of the directories and links on its way.
@@ -907,6 +990,72 @@ mod tests {
 
     fn mode(path: &Path, mode: u32) {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    #[test]
+    fn a_library_path_names_only_directories_nobody_else_can_change() {
+        let dir = tempfile::tempdir().unwrap();
+        mode(dir.path(), 0o755);
+        let me = Submitter::this_process();
+        let check = |value: &str| check_library_path(value, &me);
+        let lib = dir.path().join("lib");
+        std::fs::create_dir(&lib).unwrap();
+        let shown = lib.display().to_string();
+        // Its own, root's, and ones not there whose nearest directory is either: nobody else can
+        // put a library there. Both separators.
+        check(&format!(
+            "{shown}:/usr/lib;{shown}/gone/deeper:/usr/no-such-dir"
+        ))
+        .unwrap();
+        // A link is followed, and what it leads to checked.
+        symlink(&lib, dir.path().join("link")).unwrap();
+        check(&format!("{}/link", dir.path().display())).unwrap();
+        // Writable by everyone, sticky or not: the libraries in it are loaded unchecked (a
+        // program's directory may be sticky, since the program itself is checked).
+        for open in [0o777, 0o1777] {
+            mode(&lib, open);
+            for (value, says) in [
+                (
+                    shown.clone(),
+                    format!("the directory {shown} is writable by everyone"),
+                ),
+                (
+                    format!("{shown}/gone"),
+                    format!(
+                        "{shown}/gone is not there, and the directory {shown} is writable by everyone"
+                    ),
+                ),
+                (
+                    format!("/usr/lib:{}/link", dir.path().display()),
+                    format!("{}/link is writable by everyone", dir.path().display()),
+                ),
+            ] {
+                let e = check(&value).unwrap_err();
+                assert!(e.contains(&says), "{value}: {e}");
+            }
+        }
+        assert!(check("/tmp").unwrap_err().contains("writable by everyone"));
+        mode(&lib, 0o755);
+        // What the loader reads from wherever a program is, or expands, is refused by its entry.
+        for (value, says) in [
+            (format!("{shown}:"), "an empty entry"),
+            (format!("::{shown}"), "an empty entry"),
+            ("lib".to_owned(), "\"lib\" is not an absolute path"),
+            ("$ORIGIN/lib".to_owned(), "not an absolute path"),
+            (
+                "/usr/$LIB".to_owned(),
+                "\"/usr/$LIB\" names what the loader expands",
+            ),
+        ] {
+            let e = check(&value).unwrap_err();
+            assert!(e.contains(says), "{value}: {e}");
+        }
+        // Another user's directory: only root may give one away.
+        if me.uid == 0 {
+            std::os::unix::fs::chown(&lib, Some(65534), None).unwrap();
+            let e = check(&shown).unwrap_err();
+            assert!(e.contains("belongs to uid 65534"), "{e}");
+        }
     }
 
     /// A directory `dir/name` with an executable `prog` of this user's in it.
