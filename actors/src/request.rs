@@ -697,13 +697,14 @@ impl RunPolicy {
         if let Some(value) = run.env.get(LIBRARY_PATH_VAR)
             && !self.operator_allows(LIBRARY_PATH_VAR)
         {
-            check_library_path(value, submitter).or_else(|why| {
+            check_library_path(value, submitter).or_else(|refused| {
+                let Invalid { field, problem } = refused.invalid;
                 invalid(
-                    "run.env",
+                    field,
                     format!(
-                        "{why}; fix it or unset it (`elastic-run --daemon` sends the environment \
-                         it runs in), or the operator may start the daemon with --allow-env {}",
-                        LIBRARY_PATH_VAR
+                        "{problem}; fix it or unset it (`elastic-run --daemon` sends the \
+                         environment it runs in), or the operator may start the daemon with \
+                         --allow-env {LIBRARY_PATH_VAR}"
                     ),
                 )
             })?;

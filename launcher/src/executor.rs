@@ -35,7 +35,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gangway_protocol::command::{
-    CheckedProgram, Invalid, LIBRARY_PATH_VAR, Submitter, check_library_path, open_program,
+    CheckedProgram, Invalid, LIBRARY_PATH_VAR, Refused, Submitter, check_library_path, open_program,
 };
 use gangway_protocol::ids::{GpuId, JobId};
 use gangway_protocol::worker::{
@@ -173,7 +173,11 @@ pub fn check_command(
     submitter: &Submitter,
     max_grace: Duration,
 ) -> Result<(), Invalid> {
-    let grace = checked(run, submitter)?.0.options.grace();
+    let grace = checked(run, submitter)
+        .map_err(Invalid::from)?
+        .0
+        .options
+        .grace();
     if grace > max_grace {
         return Err(Invalid {
             field: "run.args",
@@ -201,17 +205,15 @@ pub struct CheckedCommand {
 
 /// [`check_command`]'s checks, made again at every launch (what was fine at submission may not be
 /// any more), with the directories of the command's `LD_LIBRARY_PATH` if `library_path_checked`
-/// ([`check_library_path`]; the control plane checked them at its submission).
+/// ([`check_library_path`]; the control plane checked them at its submission). A refusal says
+/// whether the file system did not answer ([`Refused::unanswered`]): the same check may pass later.
 pub fn checked_command(
     run: &RunCommand,
     submitter: &Submitter,
     library_path_checked: bool,
-) -> Result<CheckedCommand, Invalid> {
+) -> Result<CheckedCommand, Refused> {
     if library_path_checked && let Some(value) = run.env.get(LIBRARY_PATH_VAR) {
-        check_library_path(value, submitter).map_err(|problem| Invalid {
-            field: "run.env",
-            problem,
-        })?;
+        check_library_path(value, submitter)?;
     }
     checked(run, submitter).map(|(_, command)| command)
 }
@@ -220,7 +222,7 @@ pub fn checked_command(
 fn checked(
     run: &RunCommand,
     submitter: &Submitter,
-) -> Result<(crate::cli::Invocation, CheckedCommand), Invalid> {
+) -> Result<(crate::cli::Invocation, CheckedCommand), Refused> {
     const FIELD: &str = "run.args";
     let mut args = vec!["--devices".to_owned(), "0".to_owned()];
     args.extend(run.args.iter().cloned());
@@ -248,7 +250,8 @@ fn checked(
             problem: "the daemon places jobs on its own GPUs and nodes: leave out --backend, \
                       --nodes and --nodelist"
                 .into(),
-        });
+        }
+        .into());
     }
     if let Some((variable, option)) = (run.env.keys())
         .find_map(|v| crate::cli::hidden_program_option(v).map(|option| (v, option)))
@@ -259,7 +262,8 @@ fn checked(
                 "{variable} sets torchrun's {option} where elastic-run cannot see it (it changes \
                  the program that runs, which the daemon checks): give {option} on the command line"
             ),
-        });
+        }
+        .into());
     }
     if run.env.contains_key(crate::cli::WORKER_PROGRAM_VAR) {
         return Err(Invalid {
@@ -269,7 +273,8 @@ fn checked(
                  daemon checks: leave it out, and give the interpreter as --python",
                 crate::cli::WORKER_PROGRAM_VAR
             ),
-        });
+        }
+        .into());
     }
     let program = open_program(FIELD, &inv.options.python, run, submitter)?;
     let script = if inv
@@ -298,6 +303,11 @@ fn check_apart(
         checked_command(&run, &submitter, library_path_checked)
     });
     match checked {
+        // A file system that did not answer says nothing of the program: the job pauses and
+        // tries again, where a refusal ends it.
+        Ok(Err(e)) if e.unanswered => Err(SpawnError::Failed(format!(
+            "its program's check: {e}; it is checked again at its next try"
+        ))),
         Ok(checked) => {
             checked.map_err(|e| SpawnError::Refused(format!("its program may not run: {e}")))
         }

@@ -741,6 +741,40 @@ fn bounded<T: Send + 'static>(waited: &str, step: impl FnOnce() -> T + Send + 's
         .unwrap_or_else(|_| panic!("{waited}"))
 }
 
+/// A program whose file system fails while it is checked (EIO) is not refused, since that says
+/// nothing of it: its launch fails for now and is tried again (a retryable failure, which the
+/// control plane pauses), where a program found wanting fails its job for good. Needs root to
+/// mount, as CI runs.
+#[test]
+fn a_check_that_its_file_system_fails_is_tried_again_not_refused() {
+    let (dir, fake) = setup();
+    let Some((erring, _mount)) = mounted_in(dir.path(), "erring", |at| {
+        Swallowing::failing(at, b"#!/bin/sh\n", FUSE_READ)
+    }) else {
+        return;
+    };
+    let mut exec = executor(dir.path(), &fake);
+    let mut job = launch(1, 1, &[0], Some("finish"), dir.path());
+    job.run.as_mut().unwrap().args = ["--grace", "1", "--python"]
+        .map(String::from)
+        .into_iter()
+        .chain([
+            erring.join("program").display().to_string(),
+            "train.py".into(),
+        ])
+        .collect();
+    // A failed start of the job's own (which pauses it), not a refusal (a failed job).
+    match exec.launch(&job, 0.0) {
+        Err(ExecutorError::Launch { job, reason }) => {
+            assert_eq!(job, JobId(1));
+            for says in ["Input/output error", "it is checked again at its next try"] {
+                assert!(reason.contains(says), "{reason}");
+            }
+        }
+        other => panic!("{other:?}: {:?}", exec.poll(1.0)),
+    }
+}
+
 /// A job's `LD_LIBRARY_PATH` is checked again at each launch, as its program is: a directory of it
 /// that others may write since is refused, unless the operator lets the variable through unchecked
 /// (`gangway serve --allow-env LD_LIBRARY_PATH`).

@@ -27,6 +27,114 @@ pub fn invalid<T>(field: &'static str, problem: impl Into<String>) -> Result<T, 
     })
 }
 
+/// A command the checks refuse ([`open_program`], [`check_library_path`]), and whether
+/// the refusal says nothing of the command: its file system did not answer (an I/O error, a stale
+/// handle, a server gone), and the same check may pass when made again.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{invalid}")]
+pub struct Refused {
+    /// What is wrong, and where.
+    pub invalid: Invalid,
+    /// Whether the file system did not answer, rather than answered what fails the check.
+    pub unanswered: bool,
+}
+
+impl From<Invalid> for Refused {
+    fn from(invalid: Invalid) -> Refused {
+        Refused {
+            invalid,
+            unanswered: false,
+        }
+    }
+}
+
+impl From<Refused> for Invalid {
+    fn from(refused: Refused) -> Invalid {
+        refused.invalid
+    }
+}
+
+/// Why a path did not pass a check: what was found there, or that its file system did not answer
+/// ([`Refused::unanswered`]).
+#[derive(Debug)]
+struct NotPassed {
+    why: String,
+    unanswered: bool,
+}
+
+impl NotPassed {
+    /// `e`, met at `what`: unanswered where the error says nothing of what is there.
+    fn io(what: impl std::fmt::Display, e: &std::io::Error) -> NotPassed {
+        NotPassed {
+            why: format!("{what}: {e}"),
+            unanswered: unanswered(e),
+        }
+    }
+
+    /// The same, said of `what`.
+    fn of(self, what: impl std::fmt::Display) -> NotPassed {
+        NotPassed {
+            why: format!("{what}{}", self.why),
+            ..self
+        }
+    }
+
+    /// As a refusal of the request's `field`, `what` before its reason.
+    fn refusal(self, field: &'static str, what: impl std::fmt::Display) -> Refused {
+        Refused {
+            invalid: Invalid {
+                field,
+                problem: format!("{what}{}", self.why),
+            },
+            unanswered: self.unanswered,
+        }
+    }
+}
+
+/// What a check found: the path fails it.
+impl From<String> for NotPassed {
+    fn from(why: String) -> NotPassed {
+        NotPassed {
+            why,
+            unanswered: false,
+        }
+    }
+}
+
+impl From<&str> for NotPassed {
+    fn from(why: &str) -> NotPassed {
+        NotPassed::from(why.to_owned())
+    }
+}
+
+/// Whether an error of the file system's says nothing of the path it was asked about: a disk or a
+/// server that failed, a handle gone stale, a machine out of memory, threads or descriptors.
+fn unanswered(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EIO
+                | libc::ENOTCONN
+                | libc::ESTALE
+                | libc::ETIMEDOUT
+                | libc::EAGAIN
+                | libc::EINTR
+                | libc::ENOMEM
+                | libc::ENFILE
+                | libc::EMFILE
+                | libc::ECONNABORTED
+                | libc::ECONNRESET
+                | libc::EHOSTDOWN
+                | libc::EHOSTUNREACH
+                | libc::ENETDOWN
+                | libc::ENETUNREACH
+                | libc::ENOLINK
+                | libc::EREMOTEIO
+                | libc::ECOMM
+        )
+    )
+}
+
 /// Who submitted a request: the peer of a Unix socket, or, over TCP, the holder of the token (which
 /// only the daemon's user can read, so the daemon's user).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,7 +251,9 @@ pub fn check_program(
     run: &RunCommand,
     submitter: &Submitter,
 ) -> Result<PathBuf, Invalid> {
-    open_program(field, program, run, submitter).map(|checked| checked.path)
+    open_program(field, program, run, submitter)
+        .map(|checked| checked.path)
+        .map_err(Invalid::from)
 }
 
 /// A program found and checked, held open: what runs is this descriptor, whatever happens at its path
@@ -186,7 +296,7 @@ pub fn open_program(
     program: &Path,
     run: &RunCommand,
     submitter: &Submitter,
-) -> Result<CheckedProgram, Invalid> {
+) -> Result<CheckedProgram, Refused> {
     let found = if program.components().count() > 1 || program.is_absolute() {
         Some(run.cwd.join(program))
     } else {
@@ -197,23 +307,38 @@ pub fn open_program(
                 .join(if dir.is_empty() { "." } else { dir })
                 .join(program)
         });
-        // Where they may look, as their own search would, with their rights, name by name.
+        // Where they may look, as their own search would, with their rights, name by name; a
+        // directory whose file system does not answer is not passed over, since what it holds
+        // may be what the search would find.
         let is_file = |candidate: &PathBuf| {
-            walk_to(candidate, submitter, Walk::Reach).is_ok_and(|(dir, name)| {
-                stat_at(&dir, &name).is_ok_and(|m| Entry::of(&m).is_file())
-            })
+            let (dir, name) = walk_to(candidate, submitter, Walk::Reach)?;
+            match stat_at(&dir, &name) {
+                Ok(meta) => Ok(Entry::of(&meta).is_file()),
+                Err(e) if unanswered(&e) => Err(NotPassed::io(candidate.display(), &e)),
+                Err(_) => Ok(false),
+            }
         };
-        as_submitter(submitter, || Ok(candidates.into_iter().find(is_file)))
-            .or_else(|why| invalid(field, why))?
+        let search = || {
+            for candidate in candidates {
+                match is_file(&candidate) {
+                    Ok(true) => return Ok(Some(candidate)),
+                    Err(e) if e.unanswered => return Err(e),
+                    Ok(false) | Err(_) => {}
+                }
+            }
+            Ok(None)
+        };
+        as_submitter(submitter, search).map_err(|why| why.refusal(field, ""))?
     };
     let Some(found) = found else {
-        return invalid(
+        return Err(Invalid {
             field,
-            format!("{} is not on the submitted PATH", program.display()),
-        );
+            problem: format!("{} is not on the submitted PATH", program.display()),
+        }
+        .into());
     };
     let mut checked = open_checked(&found, submitter, MAX_INTERPRETERS)
-        .or_else(|why| invalid(field, format!("{}: {why}", found.display())))?;
+        .map_err(|why| why.refusal(field, format_args!("{}: ", found.display())))?;
     // Absolute, so that neither the program's name nor a worker started by it searches PATH again.
     if !checked.path.is_absolute() {
         checked.path = std::path::absolute(&checked.path).unwrap_or(checked.path);
@@ -226,11 +351,11 @@ pub fn open_program(
 /// are writable by nobody else (a sticky directory excepted, as `/tmp` is). Nobody else can then
 /// change what is at `path`.
 pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
-    as_submitter(owner, || directory_checked(path, owner).map(drop))
+    as_submitter(owner, || directory_checked(path, owner).map(drop)).map_err(|why| why.why)
 }
 
 /// [`check_directory`]'s checks, as [`as_submitter`] runs them; returns what the directory is.
-fn directory_checked(path: &Path, owner: &Submitter) -> Result<libc::stat, String> {
+fn directory_checked(path: &Path, owner: &Submitter) -> Result<libc::stat, NotPassed> {
     let shown = path.display();
     let entry = if path.parent().is_none() {
         open_at(
@@ -242,13 +367,10 @@ fn directory_checked(path: &Path, owner: &Submitter) -> Result<libc::stat, Strin
         let (dir, name) = walk_to(path, owner, Walk::Program)?;
         open_at(dir.as_raw_fd(), &name, libc::O_PATH | libc::O_NOFOLLOW)
     }
-    .map_err(|e| format!("{shown}: {e}"))?;
-    let meta = stat(&entry).map_err(|e| format!("{shown}: {e}"))?;
+    .map_err(|e| NotPassed::io(&shown, &e))?;
+    let meta = stat(&entry).map_err(|e| NotPassed::io(&shown, &e))?;
     if meta.st_mode & libc::S_IFMT != libc::S_IFDIR {
-        return Err(format!(
-            "{shown} is {}, not a directory",
-            kind(meta.st_mode)
-        ));
+        return Err(format!("{shown} is {}, not a directory", kind(meta.st_mode)).into());
     }
     check_dir(&entry, path, owner, Walk::Program)?;
     Ok(meta)
@@ -273,16 +395,24 @@ pub const LIBRARY_PATH_VAR: &str = "LD_LIBRARY_PATH";
 ///   `/usr/local/nvidia/lib:/usr/local/nvidia/lib64`, often with only one of them there).
 ///
 /// Says which entry is refused, and why.
-pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), String> {
+pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), Refused> {
+    const FIELD: &str = "run.env";
     // The loader splits it at both.
     for entry in value.split([':', ';']) {
-        let refused = |why: &str| Err(format!("{LIBRARY_PATH_VAR} entry {entry:?} {why}"));
+        let refused = |why: &str| {
+            invalid(FIELD, format!("{LIBRARY_PATH_VAR} entry {entry:?} {why}"))
+                .map_err(Refused::from)
+        };
         if entry.is_empty() {
-            return Err(format!(
-                "{LIBRARY_PATH_VAR} has an empty entry (a ':' at an end, or two in a row), which \
-                 the loader reads as the directory a program is in when it loads a library: \
-                 remove it"
-            ));
+            return invalid(
+                FIELD,
+                format!(
+                    "{LIBRARY_PATH_VAR} has an empty entry (a ':' at an end, or two in a row), \
+                     which the loader reads as the directory a program is in when it loads a \
+                     library: remove it"
+                ),
+            )
+            .map_err(Refused::from);
         }
         if !entry.starts_with('/') {
             return refused("is not an absolute path");
@@ -293,7 +423,12 @@ pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), Stri
         as_submitter(submitter, || {
             library_dir_checked(Path::new(entry), submitter)
         })
-        .or_else(|why| refused(&format!("is refused: {why}")))?;
+        .map_err(|why| {
+            why.refusal(
+                FIELD,
+                format_args!("{LIBRARY_PATH_VAR} entry {entry:?} is refused: "),
+            )
+        })?;
     }
     Ok(())
 }
@@ -308,7 +443,7 @@ pub fn env_allowed_by(patterns: &[String], name: &str) -> bool {
 }
 
 /// [`check_library_path`]'s checks of one directory, as [`as_submitter`] runs them.
-fn library_dir_checked(path: &Path, submitter: &Submitter) -> Result<(), String> {
+fn library_dir_checked(path: &Path, submitter: &Submitter) -> Result<(), NotPassed> {
     // Where nothing is there, what could make it is the nearest directory above that is; "/" is.
     let mut there = path;
     while let Some(above) = there.parent()
@@ -323,11 +458,15 @@ fn library_dir_checked(path: &Path, submitter: &Submitter) -> Result<(), String>
     if there == path {
         return checked;
     }
-    checked.map_err(|why| format!("{} is not there, and {why}", path.display()))
+    checked.map_err(|why| why.of(format_args!("{} is not there, and ", path.display())))
 }
 
 /// [`open_program`]'s checks of the file at `path`, and of its interpreter while `depth` allows.
-fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<CheckedProgram, String> {
+fn open_checked(
+    path: &Path,
+    submitter: &Submitter,
+    depth: u32,
+) -> Result<CheckedProgram, NotPassed> {
     let found = as_submitter(submitter, || find_program(path, submitter))?;
     let interpreter = match found.head {
         Head::Script(interpreter) => Some(interpreter),
@@ -350,13 +489,14 @@ fn open_checked(path: &Path, submitter: &Submitter, depth: u32) -> Result<Checke
                 "names a relative interpreter ({}), which the kernel looks for from the \
                  directory it runs in: give its absolute path",
                 interpreter.display()
-            ));
+            )
+            .into());
         }
         if depth == 0 {
             return Err("names scripts as interpreters too deeply".into());
         }
         open_checked(interpreter, submitter, depth - 1)
-            .map_err(|why| format!("its interpreter {}: {why}", interpreter.display()))?;
+            .map_err(|why| why.of(format_args!("its interpreter {}: ", interpreter.display())))?;
     }
     Ok(CheckedProgram {
         path: path.to_owned(),
@@ -396,7 +536,7 @@ enum Head {
 /// open (inherited, closed at their `exec`, which then never returns, nor the spawn waiting for
 /// it). On a thread of its own, only that thread waits. The path-only descriptors the checks keep
 /// are closed without a request.
-fn read_head(found: &Found) -> Result<Head, String> {
+fn read_head(found: &Found) -> Result<Head, NotPassed> {
     std::thread::scope(|scope| {
         let reader = std::thread::Builder::new()
             .name("gangway-check".into())
@@ -412,20 +552,24 @@ fn read_head(found: &Found) -> Result<Head, String> {
                 } else {
                     let e = std::io::Error::last_os_error();
                     if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
-                        return Err(format!("cannot read it apart from the daemon's files: {e}"));
+                        return Err(NotPassed::io(
+                            "cannot read it apart from the daemon's files",
+                            &e,
+                        ));
                     }
                 }
                 let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
                 match open_at(found.dir.as_raw_fd(), &found.name, flags) {
                     Ok(file) if same_file(&file, &found.meta) => {
-                        Ok(shebang(&file).map_or(Head::Binary, Head::Script))
+                        let head = shebang(&file).map_err(|e| NotPassed::io("reading it", &e))?;
+                        Ok(head.map_or(Head::Binary, Head::Script))
                     }
                     Ok(_) => Err("changed while it was checked".into()),
                     Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(Head::Unreadable),
-                    Err(e) => Err(e.to_string()),
+                    Err(e) => Err(NotPassed::io("reading it", &e)),
                 }
             })
-            .map_err(|e| format!("cannot start a thread to read it: {e}"))?;
+            .map_err(|e| NotPassed::io("cannot start a thread to read it", &e))?;
         reader
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -477,20 +621,20 @@ fn close_listed_but(keep: RawFd) {
 
 /// Walks to the program at `path` and checks it (see [`open_program`]), as [`as_submitter`] runs
 /// it: with their rights.
-fn find_program(path: &Path, submitter: &Submitter) -> Result<Found, String> {
+fn find_program(path: &Path, submitter: &Submitter) -> Result<Found, NotPassed> {
     let (dir, name) = walk_to(path, submitter, Walk::Program)?;
     let at = |flags| open_at(dir.as_raw_fd(), &name, flags);
-    let link = at(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| e.to_string())?;
-    let meta = stat(&link).map_err(|e| e.to_string())?;
+    let link = at(libc::O_PATH | libc::O_NOFOLLOW).map_err(|e| NotPassed::io("opening it", &e))?;
+    let meta = stat(&link).map_err(|e| NotPassed::io("looking at it", &e))?;
     check_owner(&meta, submitter, "the program")?;
     if meta.st_mode & libc::S_IFMT != libc::S_IFREG {
-        return Err(format!("is {}, not an executable file", kind(meta.st_mode)));
+        return Err(format!("is {}, not an executable file", kind(meta.st_mode)).into());
     }
     if meta.st_mode & 0o111 == 0 {
         return Err("is not an executable file".into());
     }
     if !may_run(&dir, &name, &meta, submitter) {
-        return Err(format!("is not a file uid {} may run", submitter.uid));
+        return Err(format!("is not a file uid {} may run", submitter.uid).into());
     }
     check_writers(&meta, "the program")?;
     let mut found = Found {
@@ -565,10 +709,10 @@ fn may_run(dir: &OwnedFd, name: &OsStr, meta: &libc::stat, submitter: &Submitter
 /// `SECBIT_NO_SETUID_FIXUP`), while `CAP_SYS_PTRACE` would open other users' `/proc` entries.
 /// The thread ends with the check. Elsewhere `check` runs here, with this process's rights, which
 /// are its jobs'. Refuses (rather than checks as root) where no such thread can be made.
-pub fn as_submitter<T: Send>(
+pub fn as_submitter<T: Send, E: Send + From<String>>(
     submitter: &Submitter,
-    check: impl FnOnce() -> Result<T, String> + Send,
-) -> Result<T, String> {
+    check: impl FnOnce() -> Result<T, E> + Send,
+) -> Result<T, E> {
     // SAFETY: geteuid(2) cannot fail.
     if unsafe { libc::geteuid() } != 0 || submitter.uid == 0 {
         return check();
@@ -699,22 +843,23 @@ impl Entry {
 /// (`/proc/self/cwd`: the daemon's own directory). Says which directory stops them.
 pub fn look_up(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, String> {
     as_submitter(submitter, || entry_at(path, submitter))
-        .map_err(|why| format!("{}: {why}", path.display()))
+        .map_err(|why: NotPassed| format!("{}: {}", path.display(), why.why))
 }
 
 /// [`look_up`]'s walk, as [`as_submitter`] runs it.
-fn entry_at(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, String> {
+fn entry_at(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, NotPassed> {
     let (dir, name) = match path.parent() {
         Some(_) => walk_to(path, submitter, Walk::Name)?,
         None => (
-            open_at(libc::AT_FDCWD, OsStr::new("/"), libc::O_PATH).map_err(|e| e.to_string())?,
+            open_at(libc::AT_FDCWD, OsStr::new("/"), libc::O_PATH)
+                .map_err(|e| NotPassed::io("/", &e))?,
             OsString::from("."),
         ),
     };
     match stat_at(&dir, &name) {
         Ok(meta) => Ok(Some(Entry::of(&meta))),
         Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(NotPassed::io(path.display(), &e)),
     }
 }
 
@@ -732,30 +877,37 @@ enum Walk {
 }
 
 /// The interpreter a script's first line names (`#!/usr/bin/python3 -u`: `/usr/bin/python3`).
-fn shebang(file: &OwnedFd) -> Option<PathBuf> {
+/// A file that cannot be read is no script's: what the kernel would run it through is not known.
+fn shebang(file: &OwnedFd) -> std::io::Result<Option<PathBuf>> {
     let mut head = [0u8; 256];
     // SAFETY: pread(2) into a buffer of the length given, on an open descriptor.
     let n = unsafe { libc::pread(file.as_raw_fd(), head.as_mut_ptr().cast(), head.len(), 0) };
-    let head = head.get(..usize::try_from(n).ok()?)?;
-    let line = head.strip_prefix(b"#!")?;
-    let line = &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())];
-    let interpreter = line
-        .split(|b| b.is_ascii_whitespace())
-        .find(|word| !word.is_empty())?;
+    let n = usize::try_from(n).map_err(|_| std::io::Error::last_os_error())?;
+    let interpreter = head[..n]
+        .strip_prefix(b"#!")
+        .map(|line| &line[..line.iter().position(|&b| b == b'\n').unwrap_or(line.len())])
+        .and_then(|line| {
+            line.split(|b| b.is_ascii_whitespace())
+                .find(|word| !word.is_empty())
+        });
     use std::os::unix::ffi::OsStrExt;
-    Some(PathBuf::from(std::ffi::OsStr::from_bytes(interpreter)))
+    Ok(interpreter.map(|i| PathBuf::from(std::ffi::OsStr::from_bytes(i))))
 }
 
 /// Follows `path` from `/` one name at a time, checking each directory and link on the way; returns
 /// the directory that holds its last name, open, and that name.
-fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, OsString), String> {
+fn walk_to(
+    path: &Path,
+    submitter: &Submitter,
+    walk: Walk,
+) -> Result<(OwnedFd, OsString), NotPassed> {
     use std::path::Component;
     let root = open_at(
         libc::AT_FDCWD,
         OsStr::new("/"),
         libc::O_PATH | libc::O_DIRECTORY,
     )
-    .map_err(|e| format!("/: {e}"))?;
+    .map_err(|e| NotPassed::io("/", &e))?;
     check_dir(&root, Path::new("/"), submitter, walk)?;
     // The directories walked into, from the root, with their names for messages.
     let mut dirs = vec![(root, PathBuf::from("/"))];
@@ -797,11 +949,11 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
                 return Ok((dir, name));
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
-                return Err(format!("{} does not exist", here.display()));
+                return Err(format!("{} does not exist", here.display()).into());
             }
-            Err(e) => return Err(format!("{}: {e}", here.display())),
+            Err(e) => return Err(NotPassed::io(here.display(), &e)),
         };
-        let meta = stat(&entry).map_err(|e| format!("{}: {e}", here.display()))?;
+        let meta = stat(&entry).map_err(|e| NotPassed::io(here.display(), &e))?;
         match meta.st_mode & libc::S_IFMT {
             libc::S_IFLNK => {
                 if walk == Walk::Program {
@@ -809,10 +961,10 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
                 }
                 links += 1;
                 if links > MAX_LINKS {
-                    return Err(format!("{}: too many links", path.display()));
+                    return Err(format!("{}: too many links", path.display()).into());
                 }
                 let target = read_link_at(dir.as_raw_fd(), &name)
-                    .map_err(|e| format!("{}: {e}", here.display()))?;
+                    .map_err(|e| NotPassed::io(here.display(), &e))?;
                 if target.is_absolute() {
                     dirs.truncate(1);
                 }
@@ -828,23 +980,23 @@ fn walk_to(path: &Path, submitter: &Submitter, walk: Walk) -> Result<(OwnedFd, O
                 dirs.push((entry, here));
             }
             mode => {
-                return Err(format!(
-                    "{} is {}, not a directory",
-                    here.display(),
-                    kind(mode)
-                ));
+                return Err(
+                    format!("{} is {}, not a directory", here.display(), kind(mode)).into(),
+                );
             }
         }
     }
-    Err(format!(
-        "{} names a directory, not a program",
-        path.display()
-    ))
+    Err(format!("{} names a directory, not a program", path.display()).into())
 }
 
 /// Checks a directory on a program's path (or, for [`Walk::Reach`] and [`Walk::Name`], only that
 /// the submitter may enter it); none under /proc is entered.
-fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> Result<(), String> {
+fn check_dir(
+    dir: &OwnedFd,
+    name: &Path,
+    submitter: &Submitter,
+    walk: Walk,
+) -> Result<(), NotPassed> {
     let what = format!("the directory {}", name.display());
     // What is in /proc names what processes hold (their directories, their open files), not places,
     // and the kernel lets every thread of a process into that process's own entries, whatever its
@@ -852,17 +1004,18 @@ fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> R
     if on_proc(dir) {
         return Err(format!(
             "{what} is in /proc, which names processes, not places: it is not walked into"
-        ));
+        )
+        .into());
     }
     // Before anything else is said of it or of what is in it (a root daemon walks with the
     // submitter's rights, `as_submitter`).
     if !may_enter(dir) {
-        return Err(format!("uid {} may not enter {what}", submitter.uid));
+        return Err(format!("uid {} may not enter {what}", submitter.uid).into());
     }
     if walk != Walk::Program {
         return Ok(());
     }
-    let meta = stat(dir).map_err(|e| format!("{}: {e}", name.display()))?;
+    let meta = stat(dir).map_err(|e| NotPassed::io(name.display(), &e))?;
     check_owner(&meta, submitter, &what)?;
     // A sticky directory lets its users replace only their own entries (which are checked in turn).
     if meta.st_mode & libc::S_ISVTX == 0 {
@@ -872,7 +1025,7 @@ fn check_dir(dir: &OwnedFd, name: &Path, submitter: &Submitter, walk: Walk) -> R
 }
 
 /// Refuses an entry that belongs to neither root nor the submitter.
-fn check_owner(meta: &libc::stat, submitter: &Submitter, what: &str) -> Result<(), String> {
+fn check_owner(meta: &libc::stat, submitter: &Submitter, what: &str) -> Result<(), NotPassed> {
     if meta.st_uid == 0 || meta.st_uid == submitter.uid {
         return Ok(());
     }
@@ -880,11 +1033,12 @@ fn check_owner(meta: &libc::stat, submitter: &Submitter, what: &str) -> Result<(
         "{what} belongs to uid {}: a program and the directories and links on its path must \
          belong to root or to the submitter (uid {})",
         meta.st_uid, submitter.uid
-    ))
+    )
+    .into())
 }
 
 /// Refuses an entry that someone other than its owner (and root's group) may write.
-fn check_writers(meta: &libc::stat, what: &str) -> Result<(), String> {
+fn check_writers(meta: &libc::stat, what: &str) -> Result<(), NotPassed> {
     let mode = meta.st_mode & 0o7777;
     let by = if mode & 0o002 != 0 {
         "everyone".to_owned()
@@ -893,9 +1047,7 @@ fn check_writers(meta: &libc::stat, what: &str) -> Result<(), String> {
     } else {
         return Ok(());
     };
-    Err(format!(
-        "{what} is writable by {by} (mode {mode:o}): they could change what runs"
-    ))
+    Err(format!("{what} is writable by {by} (mode {mode:o}): they could change what runs").into())
 }
 
 /// What kind of file a mode is, for messages.
@@ -997,7 +1149,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         mode(dir.path(), 0o755);
         let me = Submitter::this_process();
-        let check = |value: &str| check_library_path(value, &me);
+        let check = |value: &str| check_library_path(value, &me).map_err(|e| e.to_string());
         let lib = dir.path().join("lib");
         std::fs::create_dir(&lib).unwrap();
         let shown = lib.display().to_string();
@@ -1080,7 +1232,9 @@ mod tests {
         mode(prog.parent().unwrap(), 0o777);
         let e = check(&prog).unwrap_err();
         assert!(
-            e.problem.contains("bin is writable by everyone (mode 777)"),
+            e.invalid
+                .problem
+                .contains("bin is writable by everyone (mode 777)"),
             "{e}"
         );
         // Unless it is sticky, as /tmp is: then only the owner of an entry may replace it.
@@ -1092,12 +1246,12 @@ mod tests {
         if me.uid == 0 {
             std::os::unix::fs::chown(prog.parent().unwrap(), None, Some(65534)).unwrap();
             let e = check(&prog).unwrap_err();
-            assert!(e.problem.contains("writable by group 65534"), "{e}");
+            assert!(e.invalid.problem.contains("writable by group 65534"), "{e}");
             // A directory of another user's, on the way.
             mode(prog.parent().unwrap(), 0o755);
             std::os::unix::fs::chown(prog.parent().unwrap(), Some(65534), None).unwrap();
             let e = check(&prog).unwrap_err();
-            assert!(e.problem.contains("belongs to uid 65534"), "{e}");
+            assert!(e.invalid.problem.contains("belongs to uid 65534"), "{e}");
         }
         // Links are followed one by one, each checked where it is: a link in an open directory to a
         // program in a safe one is refused for the link's directory.
@@ -1108,14 +1262,20 @@ mod tests {
         assert!(check(&open.join("python")).is_ok());
         mode(&open, 0o777);
         let e = check(&open.join("python")).unwrap_err();
-        assert!(e.problem.contains("open is writable by everyone"), "{e}");
+        assert!(
+            e.invalid.problem.contains("open is writable by everyone"),
+            "{e}"
+        );
         // ... and a safe link to a program in an open directory, for the program's.
         mode(&open, 0o755);
         let unsafe_prog = with_program(&open, "loose", "\x7fELF");
         mode(unsafe_prog.parent().unwrap(), 0o777);
         symlink(&unsafe_prog, safe.parent().unwrap().join("python")).unwrap();
         let e = check(&safe.parent().unwrap().join("python")).unwrap_err();
-        assert!(e.problem.contains("loose is writable by everyone"), "{e}");
+        assert!(
+            e.invalid.problem.contains("loose is writable by everyone"),
+            "{e}"
+        );
         // A relative link with `..` resolves from where it is.
         symlink("../safe/prog", open.join("relative")).unwrap();
         assert!(check(&open.join("relative")).is_ok());
@@ -1168,7 +1328,9 @@ mod tests {
         mode(&script, 0o711);
         let e = open_program("run.args", &script, &run, &nobody).unwrap_err();
         assert!(
-            e.problem.contains("is a script its submitter may not read"),
+            e.invalid
+                .problem
+                .contains("is a script its submitter may not read"),
             "{e}"
         );
     }
@@ -1221,9 +1383,9 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o755) }, 0);
         // Refused without blocking on it.
         let e = check(&fifo).unwrap_err();
-        assert!(e.problem.contains("is a FIFO"), "{e}");
+        assert!(e.invalid.problem.contains("is a FIFO"), "{e}");
         let e = check(dir.path()).unwrap_err();
-        assert!(e.problem.contains("is a directory"), "{e}");
+        assert!(e.invalid.problem.contains("is a directory"), "{e}");
         // A script runs by its path, through an interpreter that passes the same checks.
         let interpreter = with_program(dir.path(), "interp", "\x7fELF");
         let script = dir.path().join("script");
@@ -1233,14 +1395,16 @@ mod tests {
         assert!(checked.script);
         mode(interpreter.parent().unwrap(), 0o777);
         let e = check(&script).unwrap_err();
-        assert!(e.problem.contains("its interpreter"), "{e}");
+        assert!(e.invalid.problem.contains("its interpreter"), "{e}");
         assert!(!check(Path::new("/bin/sh")).unwrap().script);
         // A relative interpreter is looked for from where the script runs, not where it was
         // checked: refused.
         std::fs::write(&script, "#!bin/sh\nbody\n").unwrap();
         let e = check(&script).unwrap_err();
         assert!(
-            e.problem.contains("names a relative interpreter (bin/sh)"),
+            e.invalid
+                .problem
+                .contains("names a relative interpreter (bin/sh)"),
             "{e}"
         );
     }
@@ -1261,11 +1425,11 @@ mod tests {
             prog.parent().unwrap().display()
         );
         let e = open_program("run.args", &prog, &run, &nobody).unwrap_err();
-        assert!(e.problem.contains(&hidden), "{e}");
+        assert!(e.invalid.problem.contains(&hidden), "{e}");
         // A name that is not there says the same as one that is.
         let e =
             open_program("run.args", &prog.with_file_name("absent"), &run, &nobody).unwrap_err();
-        assert!(e.problem.contains(&hidden), "{e}");
+        assert!(e.invalid.problem.contains(&hidden), "{e}");
         assert_eq!(
             reachable_by(&prog, &nobody).unwrap_err(),
             format!("{}: {hidden}", prog.display())
@@ -1294,7 +1458,12 @@ mod tests {
         mode(prog.parent().unwrap(), 0o755);
         mode(&prog, 0o744);
         let e = open_program("run.args", &prog, &run, &nobody).unwrap_err();
-        assert!(e.problem.contains("is not a file uid 65534 may run"), "{e}");
+        assert!(
+            e.invalid
+                .problem
+                .contains("is not a file uid 65534 may run"),
+            "{e}"
+        );
         // On a PATH, a directory they may not enter is passed over, as their own search would.
         mode(&prog, 0o755);
         mode(prog.parent().unwrap(), 0o700);
@@ -1305,7 +1474,10 @@ mod tests {
         );
         let found = open_program("run.args", Path::new("prog"), &on_path, &nobody).unwrap_err();
         assert!(
-            found.problem.contains("prog is not on the submitted PATH"),
+            found
+                .invalid
+                .problem
+                .contains("prog is not on the submitted PATH"),
             "{found}"
         );
     }
@@ -1358,7 +1530,7 @@ mod tests {
         set_acl(shut.parent().unwrap(), 0, 5);
         let e = open_program("run.args", &shut, &run, &nobody).unwrap_err();
         assert!(
-            e.problem.contains(&format!(
+            e.invalid.problem.contains(&format!(
                 "uid 65534 may not enter the directory {}",
                 shut.parent().unwrap().display()
             )),
@@ -1379,7 +1551,12 @@ mod tests {
         // A program whose ACL denies them running it, whatever its mode says.
         set_acl(&let_in, 0, 5);
         let e = open_program("run.args", &let_in, &run, &nobody).unwrap_err();
-        assert!(e.problem.contains("is not a file uid 65534 may run"), "{e}");
+        assert!(
+            e.invalid
+                .problem
+                .contains("is not a file uid 65534 may run"),
+            "{e}"
+        );
         // Root's own checks are root's: nothing above stops them.
         let root = Submitter { uid: 0, gid: 0 };
         assert!(open_program("run.args", &shut, &run, &root).is_ok());
@@ -1414,7 +1591,10 @@ mod tests {
             .env
             .insert("PATH".into(), "/proc/self/root/bin".into());
         let e = open_program("run.args", Path::new("sh"), &through_proc, &nobody).unwrap_err();
-        assert!(e.problem.contains("is not on the submitted PATH"), "{e}");
+        assert!(
+            e.invalid.problem.contains("is not on the submitted PATH"),
+            "{e}"
+        );
         assert!(look_up(Path::new("/proc/self/root/etc"), &nobody).is_err());
         assert!(
             look_up(Path::new("/etc/passwd"), &nobody)

@@ -48,10 +48,30 @@ impl Swallowing {
     /// `swallow` ([`FUSE_READ`], [`FUSE_FLUSH`]), which it swallows with every other. `None` as for
     /// [`Self::mount`].
     pub fn holding(dir: &Path, program: &[u8], swallow: &[u32]) -> Option<Swallowing> {
-        Self::serving(dir, Some((program.to_vec(), swallow.to_vec())))
+        Self::serving(
+            dir,
+            Some(Held {
+                program: program.to_vec(),
+                swallow: swallow.to_vec(),
+                failing: None,
+            }),
+        )
     }
 
-    fn serving(dir: &Path, program: Option<(Vec<u8>, Vec<u32>)>) -> Option<Swallowing> {
+    /// As [`Self::holding`], swallowing nothing but answering `opcode` ([`FUSE_READ`]) with EIO
+    /// at once, as a disk or a server that fails does.
+    pub fn failing(dir: &Path, program: &[u8], opcode: u32) -> Option<Swallowing> {
+        Self::serving(
+            dir,
+            Some(Held {
+                program: program.to_vec(),
+                swallow: Vec::new(),
+                failing: Some(opcode),
+            }),
+        )
+    }
+
+    fn serving(dir: &Path, program: Option<Held>) -> Option<Swallowing> {
         use std::os::fd::AsRawFd;
         use std::os::unix::ffi::OsStrExt;
         use std::os::unix::fs::OpenOptionsExt;
@@ -117,16 +137,33 @@ fn attributes(node: u64, size: usize) -> Vec<u8> {
     attr
 }
 
+/// What a [`Swallowing::holding`] file system holds, and how it answers.
+struct Held {
+    /// Its one file's contents.
+    program: Vec<u8>,
+    /// Requests it swallows.
+    swallow: Vec<u32>,
+    /// A request it answers with EIO.
+    failing: Option<u32>,
+}
+
 /// The answer a [`Swallowing::holding`] file system gives `opcode` about `node` (`name`: a lookup's
 /// body), or `None` to swallow it.
 fn answer_for(
     opcode: u32,
     node: u64,
     body: &[u8],
-    (program, swallow): &(Vec<u8>, Vec<u32>),
+    Held {
+        program,
+        swallow,
+        failing,
+    }: &Held,
 ) -> Option<(i32, Vec<u8>)> {
     if swallow.contains(&opcode) {
         return None;
+    }
+    if *failing == Some(opcode) {
+        return Some((-libc::EIO, Vec::new()));
     }
     // A minute's validity: asked once.
     let valid = 60u64.to_ne_bytes();
@@ -175,7 +212,7 @@ fn serve_swallowing(
     mut fuse: std::fs::File,
     released: &std::sync::atomic::AtomicBool,
     count: &std::sync::atomic::AtomicUsize,
-    program: Option<(Vec<u8>, Vec<u32>)>,
+    program: Option<Held>,
 ) {
     use std::io::{Read, Write};
     use std::os::fd::AsRawFd;
