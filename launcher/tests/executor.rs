@@ -915,6 +915,55 @@ fn a_program_check_that_never_answers_holds_only_its_own_users_launches() {
     }
 }
 
+/// The daemon's own user's launches never rest after a slow check of theirs (their files are the
+/// operator's): once the check comes back, their next launch is checked again at once, where another
+/// user's would be put off ([`ProcessExecutor::check_rest`]). Needs root to mount, as CI runs.
+#[test]
+fn the_daemons_own_launches_never_rest() {
+    let (dir, fake) = setup();
+    let Some((hanging, mount)) = mounted_in(dir.path(), "hanging", Swallowing::mount) else {
+        return;
+    };
+    let mut exec = executor(dir.path(), &fake);
+    exec.check_patience = Duration::from_millis(500);
+    let mut own = launch(1, 1, &[0], Some("finish"), dir.path());
+    own.run.as_mut().unwrap().args = ["--grace", "1", "--python"]
+        .map(String::from)
+        .into_iter()
+        .chain([
+            hanging.join("python").display().to_string(),
+            "train.py".into(),
+        ])
+        .collect();
+    let (mut exec, own, first) =
+        bounded("the launch waited on the program's directory", move || {
+            let first = exec.launch(&own, 0.0).unwrap_err().to_string();
+            (exec, own, first)
+        });
+    assert!(first.contains("took longer than 0.5 s"), "{first}");
+    // Let go, the check ends, having taken long.
+    drop(mount);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let after = loop {
+        match exec.launch(&own, 1.0) {
+            Err(e) if e.to_string().contains("has not come back") => {
+                assert!(Instant::now() < deadline, "the check never came back");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => break format!("{other:?}"),
+        }
+    };
+    // Checked again at once: the program is not there any more, a refusal.
+    assert_eq!(after, "Ok(())", "the daemon's own launch was put off");
+    match wait_for_event(&mut exec) {
+        WorkerEvent::Failed { job, error, .. } => {
+            assert_eq!(job, JobId(1));
+            assert!(error.contains("does not exist"), "{error}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// A program on a file system that answers its lookup and its opening but never its reading or
 /// never the request that closes it: the check reads its first line and closes it on a thread whose
 /// descriptors are its own, so that neither the executor (which closed the readable descriptor the
