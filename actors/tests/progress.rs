@@ -8,7 +8,9 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use gangway_actors::clock::VirtualClock;
-use gangway_actors::cluster::{ClusterActor, JobRequest, LearnedSteps, Poll, Round, ShowJob};
+use gangway_actors::cluster::{
+    ClusterActor, GetViews, JobRequest, LearnedSteps, Poll, Round, ShowJob,
+};
 use gangway_actors::executor::{Executor, ExecutorError, Launch, Measured, Segment, WorkerEvent};
 use gangway_actors::lifecycle::Phase;
 use gangway_core::job::JobId;
@@ -167,6 +169,12 @@ async fn a_job_whose_starts_keep_failing_leaves_its_gpus_to_the_next_meanwhile()
             && waiting.ends_with("its last start failed: its program's file system did not answer"),
         "{waiting}"
     );
+    // Out of the policy's queue while it pauses, but still among the jobs waiting (`GET /queue`,
+    // the dashboard's queue), after the policy's: the queue is taken at most once a second.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    cluster.send(Round).await.unwrap();
+    let views = cluster.send(GetViews).await.unwrap();
+    assert_eq!(views.latest().queue().jobs, [first]);
     // Past its first pause (15 s) it is granted again, preempting the longer job, and fails again;
     // its next pause is 30 s, and the longer job has the GPUs back meanwhile.
     for (at, next_phase) in [

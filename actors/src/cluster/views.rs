@@ -11,7 +11,7 @@
 //! next one, so publishing copies nothing.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound::{Excluded, Unbounded};
 use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
 use std::sync::{Arc, OnceLock};
@@ -529,32 +529,44 @@ impl ClusterActor {
         }
     }
 
-    /// The waiting jobs in the policy's order, or in arrival order when it keeps none.
+    /// The waiting jobs in the policy's order, then those its queue does not hold (paused after
+    /// failed starts, out of its sight) oldest first; or all in arrival order when it keeps none.
     fn queue_order(&self) -> QueueOrder {
         let waiting = |id: &JobId| {
             (self.jobs.get(id))
                 .is_some_and(|h| matches!(h.phase(), Phase::Pending | Phase::Preempted))
         };
+        let arrival = |id: &JobId| (self.store.ledger.jobs.get(id)).map_or(0.0, |e| e.spec.arrival);
+        let oldest_first = |among: Vec<JobId>, n: usize| {
+            first_in_order(among, n, |a, b| {
+                arrival(a).total_cmp(&arrival(b)).then(a.cmp(b))
+            })
+        };
         let policy = self.sched.as_ref().map(|s| &s.policy);
-        if let Some(order) = policy.and_then(|p| p.queue_order(self.jobs.len())) {
-            let jobs = order
-                .into_iter()
-                .filter(waiting)
-                .take(QUEUE_SHOWN)
-                .collect();
+        let Some(order) = policy.and_then(|p| p.queue_order(self.jobs.len())) else {
+            let jobs = oldest_first(
+                self.jobs.keys().copied().filter(waiting).collect(),
+                QUEUE_SHOWN,
+            );
             return QueueOrder {
-                by: QueueBy::Policy,
+                by: QueueBy::Arrival,
                 jobs,
             };
+        };
+        let mut jobs: Vec<JobId> = order
+            .iter()
+            .copied()
+            .filter(waiting)
+            .take(QUEUE_SHOWN)
+            .collect();
+        if jobs.len() < QUEUE_SHOWN {
+            let queued: HashSet<JobId> = order.into_iter().collect();
+            let unqueued = |id: &JobId| waiting(id) && !queued.contains(id);
+            let rest = self.jobs.keys().copied().filter(unqueued).collect();
+            jobs.extend(oldest_first(rest, QUEUE_SHOWN - jobs.len()));
         }
-        let arrival = |id: &JobId| (self.store.ledger.jobs.get(id)).map_or(0.0, |e| e.spec.arrival);
-        let jobs = first_in_order(
-            self.jobs.keys().copied().filter(waiting).collect(),
-            QUEUE_SHOWN,
-            |a, b| arrival(a).total_cmp(&arrival(b)).then(a.cmp(b)),
-        );
         QueueOrder {
-            by: QueueBy::Arrival,
+            by: QueueBy::Policy,
             jobs,
         }
     }
