@@ -699,14 +699,16 @@ impl RunPolicy {
         {
             check_library_path(value, submitter).or_else(|refused| {
                 let Invalid { field, problem } = refused.invalid;
-                invalid(
-                    field,
+                let advice = if refused.unanswered {
+                    "submit it again once its file system answers".to_owned()
+                } else {
                     format!(
-                        "{problem}; fix it or unset it (`elastic-run --daemon` sends the \
-                         environment it runs in), or the operator may start the daemon with \
-                         --allow-env {LIBRARY_PATH_VAR}"
-                    ),
-                )
+                        "fix it or unset it (`elastic-run --daemon` sends the environment it runs \
+                         in), or the operator may start the daemon with --allow-env \
+                         {LIBRARY_PATH_VAR}"
+                    )
+                };
+                invalid(field, format!("{problem}; {advice}"))
             })?;
         }
         if let Some(args) = &self.args {

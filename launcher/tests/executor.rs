@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 mod fuse;
 
-use fuse::{FUSE_FLUSH, FUSE_READ, Swallowing};
+use fuse::{FUSE_FLUSH, FUSE_LOOKUP, FUSE_READ, Swallowing};
 use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, reported};
 use gangway_launcher::process::{Owner, processes_with_env};
@@ -772,6 +772,25 @@ fn a_check_that_its_file_system_fails_is_tried_again_not_refused() {
             }
         }
         other => panic!("{other:?}: {:?}", exec.poll(1.0)),
+    }
+    // The same for a directory of its library path whose file system fails a lookup.
+    let Some((failing, _mount)) = mounted_in(dir.path(), "failing", |at| {
+        Swallowing::failing(at, b"", FUSE_LOOKUP)
+    }) else {
+        return;
+    };
+    let mut job = launch(2, 1, &[1], Some("finish"), dir.path());
+    let env = &mut job.run.as_mut().unwrap().env;
+    env.insert(
+        "LD_LIBRARY_PATH".into(),
+        failing.join("lib").display().to_string(),
+    );
+    match exec.launch(&job, 1.0) {
+        Err(ExecutorError::Launch { job, reason }) => {
+            assert_eq!(job, JobId(2));
+            assert!(reason.contains("Input/output error"), "{reason}");
+        }
+        other => panic!("{other:?}: {:?}", exec.poll(2.0)),
     }
 }
 

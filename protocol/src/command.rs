@@ -101,6 +101,13 @@ impl From<String> for NotPassed {
     }
 }
 
+/// For the checks that say only why ([`as_submitter`]'s).
+impl From<NotPassed> for String {
+    fn from(not: NotPassed) -> String {
+        not.why
+    }
+}
+
 impl From<&str> for NotPassed {
     fn from(why: &str) -> NotPassed {
         NotPassed::from(why.to_owned())
@@ -328,7 +335,7 @@ pub fn open_program(
             }
             Ok(None)
         };
-        as_submitter(submitter, search).map_err(|why| why.refusal(field, ""))?
+        with_rights(submitter, search).map_err(|why| why.refusal(field, ""))?
     };
     let Some(found) = found else {
         return Err(Invalid {
@@ -351,7 +358,8 @@ pub fn open_program(
 /// are writable by nobody else (a sticky directory excepted, as `/tmp` is). Nobody else can then
 /// change what is at `path`.
 pub fn check_directory(path: &Path, owner: &Submitter) -> Result<(), String> {
-    as_submitter(owner, || directory_checked(path, owner).map(drop)).map_err(|why| why.why)
+    with_rights(owner, || directory_checked(path, owner).map(drop))
+        .map_err(|why: NotPassed| why.why)
 }
 
 /// [`check_directory`]'s checks, as [`as_submitter`] runs them; returns what the directory is.
@@ -382,12 +390,15 @@ fn directory_checked(path: &Path, owner: &Submitter) -> Result<libc::stat, NotPa
 /// environment it runs in.
 pub const LIBRARY_PATH_VAR: &str = "LD_LIBRARY_PATH";
 
-/// Checks an `LD_LIBRARY_PATH` that `submitter`'s job would run with, so that the libraries its
-/// programs load can be changed by nobody else, as the programs themselves ([`open_program`]):
+/// Checks an `LD_LIBRARY_PATH` that `submitter`'s job would run with, so that nobody else can add,
+/// remove or rename what its programs load from those directories, as for the programs themselves
+/// ([`open_program`]; what the directories hold, files and subdirectories, is root's or the
+/// submitter's to keep, as the files a program opens are):
 ///
-/// - every entry is an absolute path, without the names the loader expands (`$ORIGIN`, `$LIB`,
-///   `$PLATFORM`); an empty entry (a `:` at an end, or two in a row) is refused, since the loader
-///   reads it as whatever directory the program is in when it loads a library;
+/// - every entry is an absolute path of at most `PATH_MAX` bytes, without `..`, control characters
+///   or the names the loader expands (`$ORIGIN`, `$LIB`, `$PLATFORM`); an empty entry (a `:` at an
+///   end, or two in a row) is refused, since the loader reads it as whatever directory the program
+///   is in when it loads a library (an empty value is no path at all, as for the loader);
 /// - each directory passes [`check_directory`]'s checks and, since the libraries in it are loaded
 ///   as they are found, is writable by nobody else even where sticky;
 /// - a directory that is not there passes where nobody else could make it: the nearest directory
@@ -397,7 +408,11 @@ pub const LIBRARY_PATH_VAR: &str = "LD_LIBRARY_PATH";
 /// Says which entry is refused, and why.
 pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), Refused> {
     const FIELD: &str = "run.env";
-    // The loader splits it at both.
+    // The loader ignores an empty one, as if it were not set.
+    if value.is_empty() {
+        return Ok(());
+    }
+    // glibc's loader splits it at both.
     for entry in value.split([':', ';']) {
         let refused = |why: &str| {
             invalid(FIELD, format!("{LIBRARY_PATH_VAR} entry {entry:?} {why}"))
@@ -420,7 +435,21 @@ pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), Refu
         if entry.contains('$') {
             return refused("names what the loader expands ($ORIGIN, $LIB, $PLATFORM)");
         }
-        as_submitter(submitter, || {
+        // musl's loader splits at a newline too.
+        if entry.chars().any(char::is_control) {
+            return refused("holds a control character");
+        }
+        // A directory that is not there yet, followed by `..`, would lead wherever it is made to.
+        if Path::new(entry)
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+        {
+            return refused("names `..`: name the directory itself");
+        }
+        if entry.len() > libc::PATH_MAX as usize {
+            return refused("is longer than a path may be");
+        }
+        with_rights(submitter, || {
             library_dir_checked(Path::new(entry), submitter)
         })
         .map_err(|why| {
@@ -467,7 +496,7 @@ fn open_checked(
     submitter: &Submitter,
     depth: u32,
 ) -> Result<CheckedProgram, NotPassed> {
-    let found = as_submitter(submitter, || find_program(path, submitter))?;
+    let found = with_rights(submitter, || find_program(path, submitter))?;
     let interpreter = match found.head {
         Head::Script(interpreter) => Some(interpreter),
         Head::Binary => None,
@@ -475,7 +504,7 @@ fn open_checked(
         // a script, whose interpreter would read it as them and fail, and which would be run
         // through an interpreter nobody checked: looked at here, as this process.
         Head::Unreadable => {
-            if matches!(read_head(&found), Ok(Head::Script(_))) {
+            if let Head::Script(_) = read_head(&found)? {
                 return Err("is a script its submitter may not read, so it could not run".into());
             }
             None
@@ -560,11 +589,14 @@ fn read_head(found: &Found) -> Result<Head, NotPassed> {
                 }
                 let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK;
                 match open_at(found.dir.as_raw_fd(), &found.name, flags) {
-                    Ok(file) if same_file(&file, &found.meta) => {
+                    Ok(file) => {
+                        let same = same_file(&file, &found.meta);
+                        if !same.map_err(|e| NotPassed::io("looking at it again", &e))? {
+                            return Err("changed while it was checked".into());
+                        }
                         let head = shebang(&file).map_err(|e| NotPassed::io("reading it", &e))?;
                         Ok(head.map_or(Head::Binary, Head::Script))
                     }
-                    Ok(_) => Err("changed while it was checked".into()),
                     Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(Head::Unreadable),
                     Err(e) => Err(NotPassed::io("reading it", &e)),
                 }
@@ -633,7 +665,8 @@ fn find_program(path: &Path, submitter: &Submitter) -> Result<Found, NotPassed> 
     if meta.st_mode & 0o111 == 0 {
         return Err("is not an executable file".into());
     }
-    if !may_run(&dir, &name, &meta, submitter) {
+    let runs = may_run(&dir, &name, &meta, submitter);
+    if !runs.map_err(|e| NotPassed::io("asking who may run it", &e))? {
         return Err(format!("is not a file uid {} may run", submitter.uid).into());
     }
     check_writers(&meta, "the program")?;
@@ -651,8 +684,8 @@ fn find_program(path: &Path, submitter: &Submitter) -> Result<Found, NotPassed> 
 }
 
 /// Whether `file` is the file `meta` describes.
-fn same_file(file: &OwnedFd, meta: &libc::stat) -> bool {
-    stat(file).is_ok_and(|again| (again.st_dev, again.st_ino) == (meta.st_dev, meta.st_ino))
+fn same_file(file: &OwnedFd, meta: &libc::stat) -> std::io::Result<bool> {
+    stat(file).map(|again| (again.st_dev, again.st_ino) == (meta.st_dev, meta.st_ino))
 }
 
 /// Whether the directory `dir` is one this thread may enter: looking up `.` in it asks the kernel
@@ -666,10 +699,16 @@ fn may_enter(dir: &OwnedFd) -> bool {
 /// (`faccessat2`, which checks this thread's file-system ids with `AT_EACCESS`). Kernels before
 /// 5.8 lack it, and the C library's stand-in decides by the effective uid, root's: there the mode
 /// bits are read for the submitter, as owner, group or other (the kernel still decides at launch).
-fn may_run(dir: &OwnedFd, name: &OsStr, meta: &libc::stat, submitter: &Submitter) -> bool {
+/// An error that says nothing of the file ([`unanswered`]) is given back.
+fn may_run(
+    dir: &OwnedFd,
+    name: &OsStr,
+    meta: &libc::stat,
+    submitter: &Submitter,
+) -> std::io::Result<bool> {
     use std::os::unix::ffi::OsStrExt;
     let Ok(name) = CString::new(name.as_bytes()) else {
-        return false;
+        return Ok(false);
     };
     // SAFETY: faccessat2(2) as a raw system call, with an open directory and a NUL-terminated name.
     let asked = unsafe {
@@ -682,13 +721,17 @@ fn may_run(dir: &OwnedFd, name: &OsStr, meta: &libc::stat, submitter: &Submitter
         )
     };
     if asked == 0 {
-        return true;
+        return Ok(true);
     }
-    if std::io::Error::last_os_error().raw_os_error() != Some(libc::ENOSYS) {
-        return false;
+    let e = std::io::Error::last_os_error();
+    if unanswered(&e) {
+        return Err(e);
+    }
+    if e.raw_os_error() != Some(libc::ENOSYS) {
+        return Ok(false);
     }
     let shift = if submitter.uid == 0 {
-        return true;
+        return Ok(true);
     } else if meta.st_uid == submitter.uid {
         6
     } else if meta.st_gid == submitter.gid {
@@ -696,7 +739,7 @@ fn may_run(dir: &OwnedFd, name: &OsStr, meta: &libc::stat, submitter: &Submitter
     } else {
         0
     };
-    (meta.st_mode >> shift) & 1 == 1
+    Ok((meta.st_mode >> shift) & 1 == 1)
 }
 
 /// Runs `check` with `submitter`'s rights on the file system where this process is root and they are
@@ -709,7 +752,16 @@ fn may_run(dir: &OwnedFd, name: &OsStr, meta: &libc::stat, submitter: &Submitter
 /// `SECBIT_NO_SETUID_FIXUP`), while `CAP_SYS_PTRACE` would open other users' `/proc` entries.
 /// The thread ends with the check. Elsewhere `check` runs here, with this process's rights, which
 /// are its jobs'. Refuses (rather than checks as root) where no such thread can be made.
-pub fn as_submitter<T: Send, E: Send + From<String>>(
+pub fn as_submitter<T: Send>(
+    submitter: &Submitter,
+    check: impl FnOnce() -> Result<T, String> + Send,
+) -> Result<T, String> {
+    with_rights(submitter, check)
+}
+
+/// [`as_submitter`], for checks that tell what they found from what did not answer: where no thread
+/// with the submitter's rights can be made, that says nothing of their paths either.
+fn with_rights<T: Send, E: Send + From<NotPassed>>(
     submitter: &Submitter,
     check: impl FnOnce() -> Result<T, E> + Send,
 ) -> Result<T, E> {
@@ -722,10 +774,13 @@ pub fn as_submitter<T: Send, E: Send + From<String>>(
         let checker = std::thread::Builder::new()
             .name("gangway-check".into())
             .spawn_scoped(scope, move || {
-                take_rights(uid, gid)?;
+                take_rights(uid, gid).map_err(|why| NotPassed {
+                    why,
+                    unanswered: true,
+                })?;
                 check()
             })
-            .map_err(|e| format!("cannot start a thread to check uid {uid}'s paths: {e}"))?;
+            .map_err(|e| NotPassed::io(format_args!("a thread to check uid {uid}'s paths"), &e))?;
         checker
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -842,7 +897,7 @@ impl Entry {
 /// as [`reachable_by`] walks, so that nothing is learnt through a link the kernel would follow
 /// (`/proc/self/cwd`: the daemon's own directory). Says which directory stops them.
 pub fn look_up(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, String> {
-    as_submitter(submitter, || entry_at(path, submitter))
+    with_rights(submitter, || entry_at(path, submitter))
         .map_err(|why: NotPassed| format!("{}: {}", path.display(), why.why))
 }
 
@@ -1058,6 +1113,7 @@ fn kind(mode: u32) -> &'static str {
         libc::S_IFSOCK => "a socket",
         libc::S_IFCHR | libc::S_IFBLK => "a device",
         libc::S_IFLNK => "a link",
+        libc::S_IFREG => "a regular file",
         _ => "a special file",
     }
 }
@@ -1187,6 +1243,8 @@ mod tests {
             }
         }
         assert!(check("/tmp").unwrap_err().contains("writable by everyone"));
+        // An empty value is none, for the loader too.
+        check("").unwrap();
         mode(&lib, 0o755);
         // What the loader reads from wherever a program is, or expands, is refused by its entry.
         for (value, says) in [
@@ -1197,6 +1255,13 @@ mod tests {
             (
                 "/usr/$LIB".to_owned(),
                 "\"/usr/$LIB\" names what the loader expands",
+            ),
+            // Once `gone` is made, this leads wherever it leads.
+            (format!("{shown}/gone/../../x"), "names `..`"),
+            (format!("/usr/lib\n{shown}"), "holds a control character"),
+            (
+                format!("/{}", "x/".repeat(4096)),
+                "is longer than a path may be",
             ),
         ] {
             let e = check(&value).unwrap_err();

@@ -19,7 +19,8 @@ pub struct Swallowing {
 
 /// FUSE's opcodes: the handshake, and those [`Swallowing::holding`] answers or may swallow.
 const FUSE_INIT: u32 = 26;
-const FUSE_LOOKUP: u32 = 1;
+/// Looking a name up.
+pub const FUSE_LOOKUP: u32 = 1;
 const FUSE_GETATTR: u32 = 3;
 const FUSE_OPEN: u32 = 14;
 /// Reading a file.
