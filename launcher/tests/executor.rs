@@ -41,8 +41,9 @@ case "$FAKE_MODE" in
   report)
     # 30 of 120 steps with what goodput needs, then 90 of 120 on the way out (its checkpoint at the
     # stop), with a measurement that does not check out (sync longer than the step).
-    put "$GANGWAY_PROGRESS_FD" '{"step":30,"total_steps":120,"goodput":{"steps":30,"step_seconds":0.5,"sync_seconds":0.125,"compute_seconds":0.375,"replica_batch":32,"replicas":4,"accum_steps":2,"grad_sqr":2.0,"grad_var":300.0,"noise_scale":150.0}}'
+    # The trap first: a stop may come as soon as the first report is read.
     trap 'put "$GANGWAY_PROGRESS_FD" "{\"step\":90,\"total_steps\":120,\"goodput\":{\"steps\":90,\"step_seconds\":0.5,\"sync_seconds\":0.75,\"replica_batch\":32,\"replicas\":4,\"accum_steps\":2}}"; put "$GANGWAY_EXIT_FD" "{\"code\":75,\"why\":\"stopped\"}"; exit 75' TERM
+    put "$GANGWAY_PROGRESS_FD" '{"step":30,"total_steps":120,"goodput":{"steps":30,"step_seconds":0.5,"sync_seconds":0.125,"compute_seconds":0.375,"replica_batch":32,"replicas":4,"accum_steps":2,"grad_sqr":2.0,"grad_var":300.0,"noise_scale":150.0}}'
     while true; do sleep 0.05; done ;;
 esac
 "#;

@@ -272,7 +272,9 @@ pub struct QueueOrder {
     /// Whose order: the policy's, or, for a policy that keeps none (one that shares time or solves
     /// a program each round), arrival.
     pub by: QueueBy,
-    /// The first waiting jobs in that order (at most [`QUEUE_SHOWN`]).
+    /// The first waiting jobs in that order (at most [`QUEUE_SHOWN`]); in the policy's, those its
+    /// queue does not hold (paused after failed starts, or arrived since its last round) follow,
+    /// oldest first.
     pub jobs: Vec<JobId>,
 }
 

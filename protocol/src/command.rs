@@ -101,13 +101,6 @@ impl From<String> for NotPassed {
     }
 }
 
-/// For the checks that say only why ([`as_submitter`]'s).
-impl From<NotPassed> for String {
-    fn from(not: NotPassed) -> String {
-        not.why
-    }
-}
-
 impl From<&str> for NotPassed {
     fn from(why: &str) -> NotPassed {
         NotPassed::from(why.to_owned())
@@ -395,14 +388,14 @@ pub const LIBRARY_PATH_VAR: &str = "LD_LIBRARY_PATH";
 /// ([`open_program`]; what the directories hold, files and subdirectories, is root's or the
 /// submitter's to keep, as the files a program opens are):
 ///
-/// - every entry is an absolute path of at most `PATH_MAX` bytes, without `..`, control characters
-///   or the names the loader expands (`$ORIGIN`, `$LIB`, `$PLATFORM`); an empty entry (a `:` at an
-///   end, or two in a row) is refused, since the loader reads it as whatever directory the program
-///   is in when it loads a library (an empty value is no path at all, as for the loader);
+/// - every entry is an absolute path of at most `PATH_MAX` bytes, without control characters or the
+///   names the loader expands (`$ORIGIN`, `$LIB`, `$PLATFORM`); an empty entry (a `:` at an end, or
+///   two in a row) is refused, since glibc's loader reads it as the working directory of the
+///   program when it loads a library (an empty value is no path at all, as for the loader);
 /// - each directory passes [`check_directory`]'s checks and, since the libraries in it are loaded
 ///   as they are found, is writable by nobody else even where sticky;
 /// - a directory that is not there passes where nobody else could make it: the nearest directory
-///   above it that is there passes the same checks (CUDA's images name
+///   above it that is there passes the same checks, and no `..` follows it (CUDA's images name
 ///   `/usr/local/nvidia/lib:/usr/local/nvidia/lib64`, often with only one of them there).
 ///
 /// Says which entry is refused, and why.
@@ -439,13 +432,6 @@ pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), Refu
         if entry.chars().any(char::is_control) {
             return refused("holds a control character");
         }
-        // A directory that is not there yet, followed by `..`, would lead wherever it is made to.
-        if Path::new(entry)
-            .components()
-            .any(|c| c == std::path::Component::ParentDir)
-        {
-            return refused("names `..`: name the directory itself");
-        }
         if entry.len() > libc::PATH_MAX as usize {
             return refused("is longer than a path may be");
         }
@@ -479,6 +465,16 @@ fn library_dir_checked(path: &Path, submitter: &Submitter) -> Result<(), NotPass
         && entry_at(there, submitter)?.is_none()
     {
         there = above;
+    }
+    // `..` after a directory that is not there would lead wherever that is made to lead (after one
+    // that is, it is walked as the kernel walks it, and checked on the way).
+    let beyond = path.strip_prefix(there).ok();
+    if beyond.is_some_and(|b| b.components().any(|c| c == std::path::Component::ParentDir)) {
+        return Err(format!(
+            "names `..` after {}, which is not there: name the directory itself",
+            path.display()
+        )
+        .into());
     }
     let checked = directory_checked(there, submitter).and_then(|meta| {
         let what = format!("the directory {}", there.display());
@@ -727,7 +723,8 @@ fn may_run(
     if unanswered(&e) {
         return Err(e);
     }
-    if e.raw_os_error() != Some(libc::ENOSYS) {
+    // EPERM: a seccomp profile older than the call (X_OK never answers it otherwise).
+    if !matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) {
         return Ok(false);
     }
     let shift = if submitter.uid == 0 {
@@ -756,7 +753,7 @@ pub fn as_submitter<T: Send>(
     submitter: &Submitter,
     check: impl FnOnce() -> Result<T, String> + Send,
 ) -> Result<T, String> {
-    with_rights(submitter, check)
+    with_rights(submitter, || check().map_err(NotPassed::from)).map_err(|not: NotPassed| not.why)
 }
 
 /// [`as_submitter`], for checks that tell what they found from what did not answer: where no thread
@@ -774,10 +771,8 @@ fn with_rights<T: Send, E: Send + From<NotPassed>>(
         let checker = std::thread::Builder::new()
             .name("gangway-check".into())
             .spawn_scoped(scope, move || {
-                take_rights(uid, gid).map_err(|why| NotPassed {
-                    why,
-                    unanswered: true,
-                })?;
+                // A daemon that cannot take the rights it needs says so, once per check.
+                take_rights(uid, gid).map_err(NotPassed::from)?;
                 check()
             })
             .map_err(|e| NotPassed::io(format_args!("a thread to check uid {uid}'s paths"), &e))?;
@@ -932,7 +927,7 @@ enum Walk {
 }
 
 /// The interpreter a script's first line names (`#!/usr/bin/python3 -u`: `/usr/bin/python3`).
-/// A file that cannot be read is no script's: what the kernel would run it through is not known.
+/// A read that fails is an error: what the kernel would run the file through is not known.
 fn shebang(file: &OwnedFd) -> std::io::Result<Option<PathBuf>> {
     let mut head = [0u8; 256];
     // SAFETY: pread(2) into a buffer of the length given, on an open descriptor.
@@ -1039,6 +1034,15 @@ fn walk_to(
                     format!("{} is {}, not a directory", here.display(), kind(mode)).into(),
                 );
             }
+        }
+    }
+    // Only a `..` at the end leaves the walk in a directory: where it is, by its parent and its
+    // name there.
+    if dirs.len() >= 2 {
+        let (_, here) = dirs.pop().expect("two");
+        let (parent, _) = dirs.pop().expect("one");
+        if let Some(name) = here.file_name() {
+            return Ok((parent, name.to_owned()));
         }
     }
     Err(format!("{} names a directory, not a program", path.display()).into())
@@ -1245,6 +1249,15 @@ mod tests {
         assert!(check("/tmp").unwrap_err().contains("writable by everyone"));
         // An empty value is none, for the loader too.
         check("").unwrap();
+        // `..` after directories that are there is walked as the kernel walks it (oneAPI's
+        // `env/../lib`), also where what follows is not there.
+        mode(&lib, 0o755);
+        std::fs::create_dir(lib.join("env")).unwrap();
+        check(&format!("{shown}/env/..:{shown}/env/../gone")).unwrap();
+        mode(&lib, 0o777);
+        let e = check(&format!("{shown}/env/../gone")).unwrap_err();
+        assert!(e.contains("writable by everyone"), "{e}");
+        mode(&lib, 0o755);
         mode(&lib, 0o755);
         // What the loader reads from wherever a program is, or expands, is refused by its entry.
         for (value, says) in [
@@ -1257,7 +1270,7 @@ mod tests {
                 "\"/usr/$LIB\" names what the loader expands",
             ),
             // Once `gone` is made, this leads wherever it leads.
-            (format!("{shown}/gone/../../x"), "names `..`"),
+            (format!("{shown}/gone/../../x"), "names `..` after"),
             (format!("/usr/lib\n{shown}"), "holds a control character"),
             (
                 format!("/{}", "x/".repeat(4096)),
