@@ -755,15 +755,7 @@ fn a_check_that_its_file_system_fails_is_tried_again_not_refused() {
         return;
     };
     let mut exec = executor(dir.path(), &fake);
-    let mut job = launch(1, 1, &[0], Some("finish"), dir.path());
-    job.run.as_mut().unwrap().args = ["--grace", "1", "--python"]
-        .map(String::from)
-        .into_iter()
-        .chain([
-            erring.join("program").display().to_string(),
-            "train.py".into(),
-        ])
-        .collect();
+    let job = launch_running(&erring.join("program"), dir.path());
     // A failed start of the job's own (which pauses it), not a refusal (a failed job).
     match exec.launch(&job, 0.0) {
         Err(ExecutorError::Launch { job, reason }) => {
@@ -846,15 +838,21 @@ fn a_library_path_is_checked_again_at_each_launch() {
     finished(&mut exec);
 }
 
-/// Job 1, `nobody`'s, whose workers would run `program` (its `--python`), in `dir`.
-fn nobodys_launch(program: &Path, dir: &Path) -> Launch {
-    let mut theirs = launch(1, 1, &[0], Some("finish"), dir);
-    let run = theirs.run.as_mut().unwrap();
-    run.args = ["--grace", "1", "--python"]
+/// Job 1, the daemon's user's, whose workers would run `program` (its `--python`), in `dir`.
+fn launch_running(program: &Path, dir: &Path) -> Launch {
+    let mut job = launch(1, 1, &[0], Some("finish"), dir);
+    job.run.as_mut().unwrap().args = ["--grace", "1", "--python"]
         .map(String::from)
         .into_iter()
         .chain([program.display().to_string(), "train.py".into()])
         .collect();
+    job
+}
+
+/// Job 1, `nobody`'s, whose workers would run `program` (its `--python`), in `dir`.
+fn nobodys_launch(program: &Path, dir: &Path) -> Launch {
+    let mut theirs = launch_running(program, dir);
+    let run = theirs.run.as_mut().unwrap();
     run.user = Some(gangway_protocol::worker::RunAs {
         uid: 65534,
         gid: 65534,
@@ -946,15 +944,7 @@ fn the_daemons_own_launches_never_rest() {
     };
     let mut exec = executor(dir.path(), &fake);
     exec.check_patience = Duration::from_millis(500);
-    let mut own = launch(1, 1, &[0], Some("finish"), dir.path());
-    own.run.as_mut().unwrap().args = ["--grace", "1", "--python"]
-        .map(String::from)
-        .into_iter()
-        .chain([
-            hanging.join("python").display().to_string(),
-            "train.py".into(),
-        ])
-        .collect();
+    let own = launch_running(&hanging.join("python"), dir.path());
     let (mut exec, own, first) =
         bounded("the launch waited on the program's directory", move || {
             let first = exec.launch(&own, 0.0).unwrap_err().to_string();

@@ -416,8 +416,7 @@ pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), Refu
                 FIELD,
                 format!(
                     "{LIBRARY_PATH_VAR} has an empty entry (a ':' at an end, or two in a row), \
-                     which the loader reads as the directory a program is in when it loads a \
-                     library: remove it"
+                     which the loader reads as the program's working directory: remove it"
                 ),
             )
             .map_err(Refused::from);
