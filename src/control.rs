@@ -404,14 +404,20 @@ pub struct CordonArgs {
 /// `gangway submit`: submits a job and prints its id.
 pub fn submit(args: SubmitArgs) -> Result<()> {
     let client = args.daemon.client()?;
+    let tenant = match args.tenant {
+        Some(tenant) => tenant,
+        None => gangway_protocol::command::own_tenant(
+            gangway_protocol::command::Submitter::this_process().uid,
+        )
+        .context(
+            "looking up your account's name, the tenant a job goes under unless given one \
+             (try again, or name a tenant with --tenant)",
+        )?,
+    };
     let request = JobRequest {
         id: None,
         job_type: args.job_type,
-        tenant: args.tenant.unwrap_or_else(|| {
-            gangway_protocol::command::own_tenant(
-                gangway_protocol::command::Submitter::this_process().uid,
-            )
-        }),
+        tenant,
         gpus: args.gpus.1,
         min_gpus: (args.gpus.0 < args.gpus.1).then_some(args.gpus.0),
         tp: args.tp,

@@ -1030,18 +1030,26 @@ fn read_tenants(path: &std::path::Path) -> Result<Tenants, InputError> {
         let line = record.position().map_or(0, |p| p.line());
         let field = |at: usize| record.get(at).map_or("", str::trim);
         let user = field(user_at);
-        let uid = user
-            .parse::<u32>()
-            .ok()
-            .or_else(|| account_uid(user))
-            .ok_or_else(|| {
-                InputError::field(
-                    &source,
-                    line,
-                    "user",
-                    format!("no account is named `{}`", escape(user)),
-                )
-            })?;
+        let uid = match user.parse::<u32>() {
+            Ok(uid) => uid,
+            Err(_) => account_uid(user)
+                .map_err(|e| {
+                    InputError::field(
+                        &source,
+                        line,
+                        "user",
+                        format!("looking up the account `{}`: {e}", escape(user)),
+                    )
+                })?
+                .ok_or_else(|| {
+                    InputError::field(
+                        &source,
+                        line,
+                        "user",
+                        format!("no account is named `{}`", escape(user)),
+                    )
+                })?,
+        };
         let tenant = field(tenant_at);
         check_name("tenant", tenant)
             .map_err(|e| InputError::field(&source, line, "tenant", e.problem))?;

@@ -58,7 +58,7 @@ use crate::lifecycle::Phase;
 use crate::listener::{BodyTimeout, Bound, Limits};
 use crate::request::{self, BodyError, RunPolicy, RunRefusal, Submitter};
 use crate::stats::{LATENCY_BUCKETS, StatsSnapshot};
-use crate::tenants::Tenants;
+use crate::tenants::{TenantRefusal, Tenants};
 
 /// The largest request body.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -159,6 +159,15 @@ impl From<actix::MailboxError> for ApiError {
             StatusCode::SERVICE_UNAVAILABLE,
             format!("the control plane is not answering: {e}"),
         )
+    }
+}
+
+impl From<TenantRefusal> for ApiError {
+    fn from(refusal: TenantRefusal) -> Self {
+        match refusal {
+            TenantRefusal::NotTheirs(why) => ApiError(StatusCode::FORBIDDEN, why),
+            TenantRefusal::Unanswered(why) => ApiError(StatusCode::SERVICE_UNAVAILABLE, why),
+        }
     }
 }
 
@@ -556,12 +565,11 @@ fn check_submitter(
     // request that names none goes under theirs.
     if !operates {
         if request.tenant == gangway_protocol::api::DEFAULT_NAME
-            && let Some(theirs) = tenants.default_for(submitter.uid)
+            && let Some(theirs) = tenants.default_for(submitter.uid)?
         {
             request.tenant = theirs;
         }
-        (tenants.check(submitter.uid, &request.tenant))
-            .map_err(|why| ApiError(StatusCode::FORBIDDEN, why))?;
+        tenants.check(submitter.uid, &request.tenant)?;
     }
     match &mut request.run {
         Some(run) => runs
@@ -569,6 +577,7 @@ fn check_submitter(
             .map_err(|refusal| match refusal {
                 RunRefusal::Invalid(i) => ApiError::from(Refusal::from(i)),
                 RunRefusal::Forbidden(why) => ApiError(StatusCode::FORBIDDEN, why),
+                RunRefusal::Unanswered(why) => ApiError(StatusCode::SERVICE_UNAVAILABLE, why),
             })?,
         None if runs.command_required => {
             return Err(ApiError::from(Refusal::from(request::Invalid {

@@ -23,7 +23,7 @@ use gangway_core::job::Sizes;
 use gangway_protocol::command::{LIBRARY_PATH_VAR, check_library_path, env_allowed_by};
 
 pub use gangway_protocol::api::JobRequest;
-pub use gangway_protocol::command::{Invalid, Submitter, check_program, invalid};
+pub use gangway_protocol::command::{Invalid, Refused, Submitter, check_program, invalid};
 
 /// The bounds on a submission. Each is far beyond any real job, and keeps a typo (or an attack) from
 /// making a job that never ends or a request that fills memory.
@@ -597,7 +597,8 @@ pub fn startup_variable(name: &str) -> bool {
 
 /// Executor-specific checks of a command's arguments (the launcher parses `elastic-run`'s command
 /// line, and checks the interpreter it names).
-pub type ArgsCheck = Arc<dyn Fn(&RunCommand, &Submitter) -> Result<(), Invalid> + Send + Sync>;
+/// Its refusal says whether the file system did not answer ([`Refused::unanswered`]).
+pub type ArgsCheck = Arc<dyn Fn(&RunCommand, &Submitter) -> Result<(), Refused> + Send + Sync>;
 
 /// Why a command may not run.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -608,6 +609,23 @@ pub enum RunRefusal {
     /// This submitter may not run commands here (a 403).
     #[error("{0}")]
     Forbidden(String),
+    /// A file system the command's paths are on did not answer its checks: the same submission may
+    /// pass later (a 503).
+    #[error("{0}")]
+    Unanswered(String),
+}
+
+impl From<Refused> for RunRefusal {
+    fn from(refused: Refused) -> RunRefusal {
+        if refused.unanswered {
+            RunRefusal::Unanswered(format!(
+                "{}; submit it again once its file system answers",
+                refused.invalid
+            ))
+        } else {
+            RunRefusal::Invalid(refused.invalid)
+        }
+    }
 }
 
 /// What a daemon lets a submitted command do.
@@ -697,18 +715,15 @@ impl RunPolicy {
         if let Some(value) = run.env.get(LIBRARY_PATH_VAR)
             && !self.operator_allows(LIBRARY_PATH_VAR)
         {
-            check_library_path(value, submitter).or_else(|refused| {
-                let Invalid { field, problem } = refused.invalid;
-                let advice = if refused.unanswered {
-                    "submit it again once its file system answers".to_owned()
-                } else {
-                    format!(
-                        "fix it or unset it (`elastic-run --daemon` sends the environment it runs \
-                         in), or the operator may start the daemon with --allow-env \
+            check_library_path(value, submitter).map_err(|mut refused| {
+                if !refused.unanswered {
+                    refused.invalid.problem += &format!(
+                        "; fix it or unset it (`elastic-run --daemon` sends the environment it \
+                         runs in), or the operator may start the daemon with --allow-env \
                          {LIBRARY_PATH_VAR}"
-                    )
-                };
-                invalid(field, format!("{problem}; {advice}"))
+                    );
+                }
+                RunRefusal::from(refused)
             })?;
         }
         if let Some(args) = &self.args {
@@ -1206,6 +1221,42 @@ mod tests {
         policy
             .check(&mut with(lib.display().to_string()), &me)
             .unwrap();
+    }
+
+    /// A check whose file system did not answer puts the submission off (a 503, "submit it again"),
+    /// rather than refuse it as wrong (a 422, "fix it").
+    #[test]
+    fn a_check_that_was_not_answered_puts_the_submission_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Submitter::this_process();
+        let mut policy = RunPolicy::new(me);
+        policy.args = Some(Arc::new(|_, _| {
+            Err(Refused {
+                invalid: Invalid {
+                    field: "run.args",
+                    problem: "/mnt/nfs/python: Input/output error".into(),
+                },
+                unanswered: true,
+            })
+        }));
+        let refused = policy.check(&mut command(dir.path()), &me).unwrap_err();
+        let RunRefusal::Unanswered(why) = refused else {
+            panic!("{refused:?}")
+        };
+        assert_eq!(
+            why,
+            "run.args: /mnt/nfs/python: Input/output error; submit it again once its file system \
+             answers"
+        );
+        // Found wanting: refused, as before.
+        policy.args = Some(Arc::new(|_, _| {
+            Err(Refused::from(Invalid {
+                field: "run.args",
+                problem: "no such interpreter".into(),
+            }))
+        }));
+        let refused = policy.check(&mut command(dir.path()), &me).unwrap_err();
+        assert!(matches!(refused, RunRefusal::Invalid(_)), "{refused:?}");
     }
 
     #[test]

@@ -13,7 +13,7 @@ use gangway_protocol::command::own_tenant;
 use crate::IdMap;
 
 /// The tenants each user other than the operator may submit under.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Tenants {
     /// By user id, the tenants the operator gave; a user not here submits under their account's
     /// name only.
@@ -21,6 +21,31 @@ pub struct Tenants {
     /// Account names looked up, by user id: once each, as a lookup may go to a directory server
     /// (LDAP) while the API's thread waits (a renamed account is seen after a restart).
     names: Arc<Mutex<IdMap<u32, String>>>,
+    /// How a user's own tenant is looked up: [`own_tenant`] (tests stand in for a directory server
+    /// that does not answer).
+    look_up: fn(u32) -> std::io::Result<String>,
+}
+
+/// Why a user may not submit under a tenant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TenantRefusal {
+    /// It is not one of theirs (a 403); the refusal says which are.
+    #[error("{0}")]
+    NotTheirs(String),
+    /// Their account's name, which theirs are, could not be looked up (a directory server that did
+    /// not answer): the same submission may pass later (a 503).
+    #[error("{0}")]
+    Unanswered(String),
+}
+
+impl Default for Tenants {
+    fn default() -> Tenants {
+        Tenants {
+            given: IdMap::default(),
+            names: Arc::default(),
+            look_up: own_tenant,
+        }
+    }
 }
 
 impl Tenants {
@@ -37,37 +62,42 @@ impl Tenants {
         }
         Tenants {
             given,
-            names: Arc::default(),
+            ..Tenants::default()
         }
     }
 
-    /// The tenant user `uid` submits under when given none ([`own_tenant`]), looked up once.
-    fn own_name(&self, uid: u32) -> String {
+    /// The tenant user `uid` submits under when given none ([`own_tenant`]), looked up once it is
+    /// found: a lookup that failed is made again at the next submission, not kept.
+    fn own_name(&self, uid: u32) -> Result<String, TenantRefusal> {
         let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(name) = names().get(&uid) {
-            return name.clone();
+            return Ok(name.clone());
         }
         // Looked up without the lock: another user's first submission need not wait for it.
-        let name = own_tenant(uid);
+        let name = (self.look_up)(uid).map_err(|e| {
+            TenantRefusal::Unanswered(format!(
+                "tenant: the name of uid {uid}'s account, its own tenant, could not be looked up                  ({e}); submit it again once the account database answers"
+            ))
+        })?;
         names().insert(uid, name.clone());
-        name
+        Ok(name)
     }
 
     /// The tenant user `uid`'s job goes under when its request names none (the API's `default`):
     /// their account's name, or the one tenant the operator gave them; `None` when given several.
-    pub fn default_for(&self, uid: u32) -> Option<String> {
+    pub fn default_for(&self, uid: u32) -> Result<Option<String>, TenantRefusal> {
         match self.given.get(&uid) {
-            Some(given) if given.len() == 1 => given.first().cloned(),
-            Some(_) => None,
-            None => Some(self.own_name(uid)),
+            Some(given) if given.len() == 1 => Ok(given.first().cloned()),
+            Some(_) => Ok(None),
+            None => self.own_name(uid).map(Some),
         }
     }
 
     /// Whether user `uid` may submit under `tenant`; the refusal says what they may.
-    pub fn check(&self, uid: u32, tenant: &str) -> Result<(), String> {
+    pub fn check(&self, uid: u32, tenant: &str) -> Result<(), TenantRefusal> {
         let theirs: Vec<String> = match self.given.get(&uid) {
             Some(given) => given.iter().cloned().collect(),
-            None => vec![self.own_name(uid)],
+            None => vec![self.own_name(uid)?],
         };
         if theirs.iter().any(|t| t == tenant) {
             return Ok(());
@@ -82,11 +112,11 @@ impl Tenants {
         } else {
             "its account's name; the operator gives others with gangway serve --tenants"
         };
-        Err(format!(
+        Err(TenantRefusal::NotTheirs(format!(
             "tenant: uid {uid} may submit under {listed} only ({why}), not `{}` (elastic-run \
              --daemon --tenant NAME, gangway submit --tenant NAME)",
             crate::request::escape(tenant)
-        ))
+        )))
     }
 }
 
@@ -96,9 +126,13 @@ mod tests {
 
     #[test]
     fn a_user_submits_under_their_accounts_name_unless_given_others() {
+        let not_theirs = |refusal: Result<(), TenantRefusal>| match refusal {
+            Err(TenantRefusal::NotTheirs(why)) => why,
+            other => panic!("{other:?}"),
+        };
         let own = Tenants::own_names();
         assert_eq!(own.check(0, "root"), Ok(()));
-        let refused = own.check(0, "team-a").unwrap_err();
+        let refused = not_theirs(own.check(0, "team-a"));
         assert!(
             refused.contains("uid 0 may submit under `root` only"),
             "{refused}"
@@ -109,17 +143,49 @@ mod tests {
 
         let given = Tenants::given([(0, "team-a".to_owned()), (0, "team-b".to_owned())]);
         assert_eq!(given.check(0, "team-b"), Ok(()));
-        let refused = given.check(0, "root").unwrap_err();
+        let refused = not_theirs(given.check(0, "root"));
         assert!(
             refused.contains("`team-a`, `team-b` only (the tenants the operator gave it"),
             "{refused}"
         );
         // A request that names no tenant goes under theirs, or the one they were given.
-        assert_eq!(own.default_for(0).as_deref(), Some("root"));
-        assert_eq!(given.default_for(0), None, "two given: name one");
+        assert_eq!(own.default_for(0), Ok(Some("root".into())));
+        assert_eq!(given.default_for(0), Ok(None), "two given: name one");
         let one = Tenants::given([(0, "team-a".to_owned())]);
-        assert_eq!(one.default_for(0).as_deref(), Some("team-a"));
+        assert_eq!(one.default_for(0), Ok(Some("team-a".into())));
         // Users the file does not name keep their own names.
         assert_eq!(given.check(4_000_000_000, "uid-4000000000"), Ok(()));
+    }
+
+    /// While the directory server does not answer, a user's own tenant is not known: their
+    /// submission is put off (not put under `uid-N`, another share), and the failure is not kept.
+    #[test]
+    fn an_account_that_could_not_be_looked_up_is_looked_up_again() {
+        static DOWN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+        let tenants = Tenants {
+            look_up: |uid| {
+                if DOWN.load(std::sync::atomic::Ordering::SeqCst) {
+                    Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT))
+                } else {
+                    Ok(format!("user-{uid}"))
+                }
+            },
+            ..Tenants::given([(7, "team-a".to_owned())])
+        };
+        for refused in [
+            tenants.check(1000, "uid-1000").unwrap_err(),
+            tenants.default_for(1000).unwrap_err(),
+        ] {
+            let TenantRefusal::Unanswered(why) = refused else {
+                panic!("{refused:?}");
+            };
+            assert!(why.contains("uid 1000's account"), "{why}");
+            assert!(why.contains("timed out"), "{why}");
+        }
+        // A user the operator gave tenants to is not looked up.
+        assert_eq!(tenants.check(7, "team-a"), Ok(()));
+        DOWN.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(tenants.default_for(1000), Ok(Some("user-1000".into())));
+        assert_eq!(tenants.check(1000, "user-1000"), Ok(()));
     }
 }

@@ -75,13 +75,23 @@ pub fn submit_and_follow(
     let log = checkpoint_dir.join("elastic-run.log");
     std::fs::write(&log, b"")
         .map_err(|e| daemon_error(format!("creating {}: {e}", log.display())))?;
+    // Its user's share unless it names another: a daemon lets another user name only theirs, or
+    // the tenants its operator gave them.
+    let tenant = match options.tenant.clone() {
+        Some(tenant) => tenant,
+        None => {
+            gangway_protocol::command::own_tenant(crate::inherit::this_user()).map_err(|e| {
+                daemon_error(format!(
+                    "looking up your account's name, the tenant a job goes under unless given one: \
+                 {e}; try again, or name a tenant with --tenant"
+                ))
+            })?
+        }
+    };
     let request = JobRequest {
         id: None,
         job_type: options.job_type.clone(),
-        // Its user's share unless it names another: a daemon lets another user name only theirs, or
-        // the tenants its operator gave them.
-        tenant: (options.tenant.clone())
-            .unwrap_or_else(|| gangway_protocol::command::own_tenant(crate::inherit::this_user())),
+        tenant,
         gpus: options.gpus.1,
         min_gpus: (options.gpus.0 < options.gpus.1).then_some(options.gpus.0),
         tp: options.tp,

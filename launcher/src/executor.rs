@@ -172,14 +172,10 @@ pub fn check_command(
     run: &RunCommand,
     submitter: &Submitter,
     max_grace: Duration,
-) -> Result<(), Invalid> {
-    let grace = checked(run, submitter)
-        .map_err(Invalid::from)?
-        .0
-        .options
-        .grace();
+) -> Result<(), Refused> {
+    let grace = checked(run, submitter)?.0.options.grace();
     if grace > max_grace {
-        return Err(Invalid {
+        return Err(Refused::from(Invalid {
             field: "run.args",
             problem: format!(
                 "--grace {} s is longer than this daemon allows ({} s, gangway serve --max-grace): \
@@ -187,7 +183,7 @@ pub fn check_command(
                 grace.as_secs_f64(),
                 max_grace.as_secs_f64()
             ),
-        });
+        }));
     }
     Ok(())
 }

@@ -8,8 +8,9 @@ mod fuse;
 
 use fuse::{FUSE_FLUSH, FUSE_LOOKUP, FUSE_READ, Swallowing};
 use gangway_launcher::confine::CorePool;
-use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, reported};
+use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, check_command, reported};
 use gangway_launcher::process::{Owner, processes_with_env};
+use gangway_protocol::command::Submitter;
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
 use gangway_protocol::worker::{
     Executor, ExecutorError, Launch, Measured, Resources, RunCommand, WorkerEvent,
@@ -756,6 +757,13 @@ fn a_check_that_its_file_system_fails_is_tried_again_not_refused() {
     };
     let mut exec = executor(dir.path(), &fake);
     let job = launch_running(&erring.join("program"), dir.path());
+    // At submission, the daemon's check of the command says so (the control plane puts it off).
+    let me = Submitter::this_process();
+    let refused = check_command(job.run.as_ref().unwrap(), &me, Duration::from_secs(60));
+    assert!(
+        refused.as_ref().is_err_and(|refused| refused.unanswered),
+        "{refused:?}"
+    );
     // A failed start of the job's own (which pauses it), not a refusal (a failed job).
     match exec.launch(&job, 0.0) {
         Err(ExecutorError::Launch { job, reason }) => {

@@ -155,26 +155,33 @@ impl Submitter {
 }
 
 /// The tenant a user without given ones submits under: their account's name, or `uid-N` for a user
-/// id with no account.
-pub fn own_tenant(uid: u32) -> String {
-    account_name(uid).unwrap_or_else(|| format!("uid-{uid}"))
+/// id with no account. An error is the account database's (a directory server that did not
+/// answer): the name is not known, and `uid-N` would put the user's jobs under another share.
+pub fn own_tenant(uid: u32) -> std::io::Result<String> {
+    Ok(account_name(uid)?.unwrap_or_else(|| format!("uid-{uid}")))
 }
 
-/// The name of user `uid`'s account, if it has one.
-pub fn account_name(uid: u32) -> Option<String> {
+/// The name of user `uid`'s account, if it has one; an error when the account database did not
+/// answer.
+pub fn account_name(uid: u32) -> std::io::Result<Option<String>> {
     // SAFETY: getpwuid_r(3) with the buffer `lookup` gives it.
     let entry = lookup(|entry, buffer, found| unsafe {
         libc::getpwuid_r(uid, entry, buffer.as_mut_ptr().cast(), buffer.len(), found)
     })?;
-    // SAFETY: on success pw_name points to a NUL-terminated string inside the buffer, which
-    // `lookup` returns alive beside the entry.
-    let name = unsafe { CStr::from_ptr(entry.0.pw_name) };
-    Some(name.to_string_lossy().into_owned())
+    Ok(entry.map(|(entry, _strings)| {
+        // SAFETY: on success pw_name points to a NUL-terminated string inside the buffer, which
+        // lives beside the entry until this closure returns.
+        let name = unsafe { CStr::from_ptr(entry.pw_name) };
+        name.to_string_lossy().into_owned()
+    }))
 }
 
-/// The user id of the account `name`, if there is one.
-pub fn account_uid(name: &str) -> Option<u32> {
-    let name = CString::new(name).ok()?;
+/// The user id of the account `name`, if there is one; an error when the account database did not
+/// answer.
+pub fn account_uid(name: &str) -> std::io::Result<Option<u32>> {
+    let Ok(name) = CString::new(name) else {
+        return Ok(None);
+    };
     // SAFETY: getpwnam_r(3) with a NUL-terminated name and the buffer `lookup` gives it.
     let entry = lookup(|entry, buffer, found| unsafe {
         libc::getpwnam_r(
@@ -185,28 +192,31 @@ pub fn account_uid(name: &str) -> Option<u32> {
             found,
         )
     })?;
-    Some(entry.0.pw_uid)
+    Ok(entry.map(|(entry, _strings)| entry.pw_uid))
 }
 
 /// Whether group `gid` is `uid`'s own (a user private group, as umask 002 systems make them): their
 /// primary group, with no member but them. A directory that group may write is then theirs alone
-/// to change, as OpenSSH's StrictModes allows on those systems.
-fn private_group(gid: u32, uid: u32) -> bool {
+/// to change, as OpenSSH's StrictModes allows on those systems. An error when the account
+/// database did not answer: a "no" then would refuse a user's directory for good.
+fn private_group(gid: u32, uid: u32) -> std::io::Result<bool> {
     // SAFETY: getpwuid_r(3) with the buffer `lookup` gives it.
     let Some((user, _user_strings)) = lookup(|entry: &mut libc::passwd, buffer, found| unsafe {
         libc::getpwuid_r(uid, entry, buffer.as_mut_ptr().cast(), buffer.len(), found)
-    }) else {
-        return false;
+    })?
+    else {
+        return Ok(false);
     };
+    if user.pw_gid != gid {
+        return Ok(false);
+    }
     // SAFETY: getgrgid_r(3) with the buffer `lookup` gives it.
     let Some((group, _group_strings)) = lookup(|entry: &mut libc::group, buffer, found| unsafe {
         libc::getgrgid_r(gid, entry, buffer.as_mut_ptr().cast(), buffer.len(), found)
-    }) else {
-        return false;
+    })?
+    else {
+        return Ok(false);
     };
-    if user.pw_gid != gid {
-        return false;
-    }
     // SAFETY: on success gr_mem is a NULL-terminated array of NUL-terminated strings, and pw_name
     // a NUL-terminated string, inside the buffers `lookup` returns alive beside the entries.
     unsafe {
@@ -214,21 +224,22 @@ fn private_group(gid: u32, uid: u32) -> bool {
         let mut member = group.gr_mem;
         while !member.is_null() && !(*member).is_null() {
             if CStr::from_ptr(*member) != owner {
-                return false;
+                return Ok(false);
             }
             member = member.add(1);
         }
     }
-    true
+    Ok(true)
 }
 
 /// A password- or group-database entry found by `call` (getpwuid_r(3), getpwnam_r(3) or
 /// getgrgid_r(3) given an entry, a buffer and where to say it found one), with the buffer its
 /// strings live in: the buffer grows while the entry does not fit (an account with many fields
-/// from LDAP, a large group), up to 1 MiB.
+/// from LDAP, a large group), up to 1 MiB. `None` where there is no such entry; an error where the
+/// database did not answer (a directory server down, out of descriptors or memory).
 fn lookup<E>(
     mut call: impl FnMut(&mut E, &mut [u8], &mut *mut E) -> libc::c_int,
-) -> Option<(E, Vec<u8>)> {
+) -> std::io::Result<Option<(E, Vec<u8>)>> {
     let mut buffer = vec![0u8; 4096];
     loop {
         // SAFETY: the entries asked for (passwd, group) are plain C structs, for which all zeroes
@@ -236,9 +247,11 @@ fn lookup<E>(
         let mut entry: E = unsafe { std::mem::zeroed() };
         let mut found: *mut E = std::ptr::null_mut();
         match call(&mut entry, &mut buffer, &mut found) {
-            0 if !found.is_null() => return Some((entry, buffer)),
+            0 if !found.is_null() => return Ok(Some((entry, buffer))),
+            // getpwnam_r(3): these say that there is no such entry, in one C library or another.
+            0 | libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
             libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 4, 0),
-            _ => return None,
+            e => return Err(std::io::Error::from_raw_os_error(e)),
         }
     }
 }
@@ -1098,9 +1111,20 @@ fn check_owner(meta: &libc::stat, submitter: &Submitter, what: &str) -> Result<(
 /// Refuses an entry that someone other than its owner (and root's group) may write.
 fn check_writers(meta: &libc::stat, what: &str) -> Result<(), NotPassed> {
     let mode = meta.st_mode & 0o7777;
+    let group_writes = mode & 0o020 != 0 && meta.st_gid != 0;
     let by = if mode & 0o002 != 0 {
         "everyone".to_owned()
-    } else if mode & 0o020 != 0 && meta.st_gid != 0 && !private_group(meta.st_gid, meta.st_uid) {
+    } else if group_writes
+        && !private_group(meta.st_gid, meta.st_uid).map_err(|e| {
+            NotPassed::io(
+                format_args!(
+                    "{what} is writable by group {} (mode {mode:o}), and whether that group is                      its owner's alone could not be looked up",
+                    meta.st_gid
+                ),
+                &e,
+            )
+        })?
+    {
         format!("group {}", meta.st_gid)
     } else {
         return Ok(());
@@ -1527,8 +1551,11 @@ mod tests {
         std::fs::write(&nobodys, "\x7fELF").unwrap();
         std::os::unix::fs::chown(&nobodys, Some(65534), Some(65534)).unwrap();
         mode(&nobodys, 0o755);
-        let private = super::private_group(65534, 65534);
-        assert!(!super::private_group(65534, 0), "not root's primary group");
+        let private = super::private_group(65534, 65534).unwrap();
+        assert!(
+            !super::private_group(65534, 0).unwrap(),
+            "not root's primary group"
+        );
         let checked = open_program("run.args", &nobodys, &run, &nobody);
         assert_eq!(checked.is_ok(), private, "{checked:?}");
         // Reachable, but runnable by its owner alone.
@@ -1684,10 +1711,36 @@ mod tests {
 
     #[test]
     fn accounts_are_found_by_name_and_by_id() {
-        assert_eq!(account_uid("root"), Some(0));
-        assert_eq!(account_name(0).as_deref(), Some("root"));
-        assert_eq!(own_tenant(0), "root");
-        assert_eq!(account_uid("no such user, surely"), None);
-        assert_eq!(own_tenant(4_000_000_000), "uid-4000000000");
+        assert_eq!(account_uid("root").unwrap(), Some(0));
+        assert_eq!(account_name(0).unwrap().as_deref(), Some("root"));
+        assert_eq!(own_tenant(0).unwrap(), "root");
+        assert_eq!(account_uid("no such user, surely").unwrap(), None);
+        assert_eq!(account_uid("nul\0inside").unwrap(), None);
+        assert_eq!(own_tenant(4_000_000_000).unwrap(), "uid-4000000000");
+    }
+
+    /// A directory server that does not answer is an error, not an account or group that is not
+    /// there: a user's tenant would change, or their own group's directory be refused for good.
+    #[test]
+    fn an_account_database_that_does_not_answer_is_not_a_missing_entry() {
+        let answering =
+            |rc: libc::c_int| lookup(|_: &mut libc::passwd, _, _| rc).map(|found| found.is_some());
+        for not_there in [0, libc::ENOENT, libc::ESRCH, libc::EBADF, libc::EPERM] {
+            assert!(matches!(answering(not_there), Ok(false)), "{not_there}");
+        }
+        for down in [libc::EIO, libc::ETIMEDOUT, libc::EAGAIN, libc::EMFILE] {
+            let e = answering(down).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(down));
+            assert!(super::unanswered(&e), "{e}");
+        }
+        // A buffer too small grows, up to 1 MiB.
+        let mut sizes = Vec::new();
+        let e = lookup(|_: &mut libc::group, buffer: &mut [u8], _| {
+            sizes.push(buffer.len());
+            libc::ERANGE
+        })
+        .unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ERANGE));
+        assert_eq!(sizes, [4096, 16384, 65536, 262_144, 1_048_576]);
     }
 }
