@@ -447,17 +447,18 @@ pub fn check_library_path(value: &str, submitter: &Submitter) -> Result<(), Refu
         if entry.len() > libc::PATH_MAX as usize {
             return refused("is longer than a path may be");
         }
-        with_rights(submitter, || {
-            library_dir_checked(Path::new(entry), submitter)
-        })
-        .map_err(|why| {
-            why.refusal(
-                FIELD,
-                format_args!("{LIBRARY_PATH_VAR} entry {entry:?} is refused: "),
-            )
-        })?;
     }
-    Ok(())
+    // Every directory on one thread with the submitter's rights, in order.
+    with_rights(submitter, || {
+        value.split([':', ';']).try_for_each(|entry| {
+            library_dir_checked(Path::new(entry), submitter).map_err(|why| {
+                why.of(format_args!(
+                    "{LIBRARY_PATH_VAR} entry {entry:?} is refused: "
+                ))
+            })
+        })
+    })
+    .map_err(|why: NotPassed| why.refusal(FIELD, ""))
 }
 
 /// Whether the operator's `gangway serve --allow-env` patterns (`NAME`, or `PREFIX*` for a prefix)
