@@ -197,6 +197,39 @@ async fn a_job_whose_starts_keep_failing_leaves_its_gpus_to_the_next_meanwhile()
     assert_eq!(shown.waiting, None);
 }
 
+/// A job whose own starts keep failing fails after [`FailedStarts::MOST_IN_A_ROW`] of them in a
+/// row (after about three and a half hours of pauses), rather than be granted GPUs, and preempt
+/// others for them, forever.
+#[actix::test]
+async fn a_job_whose_starts_fail_for_hours_fails() {
+    let workers = Reporting::default();
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let cluster = start(&clock, &workers, None);
+    let job = submit(&cluster).await;
+    workers.reports.lock().unwrap().refusing = Some("its file system did not answer".into());
+    let mut at = 0.0;
+    for failed in 1..=20 {
+        assert_eq!(
+            phase(&cluster, job).await,
+            Phase::Pending,
+            "after {failed} tries"
+        );
+        // Past the longest pause each time: every round grants it again.
+        at += 901.0;
+        clock.set(at);
+        cluster.send(Round).await.unwrap();
+    }
+    // The last failure's end is carried out after its round.
+    cluster.send(Round).await.unwrap();
+    let shown = cluster.send(ShowJob(job)).await.unwrap().unwrap();
+    assert_eq!(
+        phase(&cluster, job).await,
+        Phase::Failed,
+        "{:?}",
+        shown.waiting
+    );
+}
+
 /// A launch the executor puts off (it rests the job's user) is not the job's failure: the job
 /// waits as long as the executor says, and its next failure of its own pauses it for the first
 /// pause, not a doubled one.

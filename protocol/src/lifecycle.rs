@@ -25,8 +25,8 @@ pub enum Phase {
     Migrating,
     /// Its workers completed its work (terminal).
     Finished,
-    /// Its workers failed with a user error, could not be launched, or crashed more often than the
-    /// restart budget allows (terminal).
+    /// Its workers failed with a user error, could not be launched (their command was refused, or
+    /// its starts kept failing), or crashed more often than the restart budget allows (terminal).
     Failed,
     /// Cancelled before it ended (`DELETE /jobs/{id}`, or the embedded plane's `cancel`; terminal).
     Cancelled,
@@ -78,7 +78,8 @@ impl Phase {
             Checkpointing => self == Running,
             Preempted | Resizing | Migrating => self == Checkpointing,
             Finished => self == Running,
-            Failed => matches!(self, Starting | Running | Checkpointing),
+            // Its workers failed, or (waiting) its starts kept failing.
+            Failed => matches!(self, Pending | Starting | Running | Checkpointing),
         }
     }
 
@@ -131,7 +132,11 @@ mod tests {
 
     #[test]
     fn the_usual_lives_are_legal() {
-        let lives: [&[Phase]; 4] = [
+        let lives: [&[Phase]; 5] = [
+            // Its starts failed until it gave up.
+            &[
+                Placing, Starting, Pending, Placing, Starting, Pending, Failed,
+            ],
             &[Placing, Starting, Running, Finished],
             &[
                 Placing,

@@ -50,6 +50,10 @@ impl FailedStarts {
     /// The longest pause, in seconds: a job whose launches fail for good (its user's file system
     /// does not answer, say) tries about four times an hour, and leaves its GPUs to others between.
     pub const LONGEST_PAUSE: f64 = 900.0;
+    /// Failed starts in a row after which the job fails, three and a half hours of pauses after
+    /// its first: a start that fails for that long is not passing trouble, and each try (granted
+    /// first by a policy such as least attained service) preempts a running job for nothing.
+    pub const MOST_IN_A_ROW: u32 = 20;
 
     /// One more failed start, for `why`, after `earlier` ones.
     pub fn after(earlier: Option<FailedStarts>, why: &str) -> Self {
@@ -225,5 +229,13 @@ mod tests {
             count: u32::MAX,
         };
         assert_eq!(FailedStarts::after(Some(many), "again").pause(), 900.0);
+        // A job gives up after its pauses between its tries add up to a few hours.
+        let given_up_after: f64 = (1..FailedStarts::MOST_IN_A_ROW)
+            .map(|count| {
+                let why = "".into();
+                FailedStarts { why, count }.pause()
+            })
+            .sum();
+        assert_eq!(given_up_after, 945.0 + 13.0 * 900.0);
     }
 }

@@ -208,7 +208,7 @@ impl ClusterActor {
         self.stats
             .note_changes(preempted, moved, resized, starts.len());
         if !refused.is_empty() {
-            self.fail_starts(&refused, now);
+            self.fail_starts(&refused, now, ctx);
         }
         for retune in &plan.retunes {
             if let (Some(batch), Some(handle)) = (retune.batch, self.jobs.get_mut(&retune.job)) {
@@ -343,15 +343,50 @@ impl ClusterActor {
             .map(|&(job, steps_done)| Record::Checkpointed { job, steps_done })
             .collect();
         self.persist(&records);
-        self.fail_starts(&outcome.failed_starts, now);
+        self.fail_starts(&outcome.failed_starts, now, ctx);
         self.keep_stopping(lingering, |job| next_after.get(&job).copied(), ctx);
         self.stats.leases_in_order += outcome.report.leased_in_order as u64;
         outcome.report
     }
 
+    /// Ends unfinished job `job` as `record` says (cancelled, or failed), in `phase`: journaled
+    /// first, its workers stopped if it runs, then gone from the engine.
+    fn end(
+        &mut self,
+        job: JobId,
+        record: Record,
+        phase: Phase,
+        ctx: &mut Context<Self>,
+    ) -> oneshot::Receiver<RoundReport> {
+        let now = self.clock.now();
+        self.persist(&[record]);
+        self.stats.note_end(phase);
+        if let Err(e) = self.engine().cancel(job, now) {
+            tracing::error!(error = %e, "ending a job the engine does not hold");
+        }
+        let changes = self.engine().take_changes();
+        let running = changes
+            .iter()
+            .any(|c| matches!(c, Change::Stopped { job: j, .. } if *j == job));
+        if !running {
+            self.advance(job, phase, now);
+        }
+        let ending = IdMap::from_iter([(job, phase)]);
+        let carried = self.commit(changes, now, ending, None, ctx);
+        self.retire([job]);
+        self.publish();
+        carried
+    }
+
     /// Starts that did not happen go back to the queue; a failed start's partner runs alone, and the
-    /// executor follows.
-    pub(super) fn fail_starts(&mut self, failed: &[FailedStart], now: f64) {
+    /// executor follows. A job whose own starts failed [`FailedStarts::MOST_IN_A_ROW`] times in a
+    /// row fails.
+    pub(super) fn fail_starts(
+        &mut self,
+        failed: &[FailedStart],
+        now: f64,
+        ctx: &mut Context<Self>,
+    ) {
         let mut records = Vec::new();
         // Pauses count from when the starts failed, after the batch's stops and checks.
         let failed_at = self.clock.now().max(now);
@@ -382,6 +417,16 @@ impl ClusterActor {
                     }
                     Retry::AfterPause => {
                         let failed = FailedStarts::after(earlier, why);
+                        if failed.count >= FailedStarts::MOST_IN_A_ROW {
+                            ctx.notify(GiveUp {
+                                job: *job,
+                                why: format!(
+                                    "its last {} starts failed in a row, the last: {why}; submit \
+                                     it again once what fails them is fixed",
+                                    failed.count
+                                ),
+                            });
+                        }
                         let pause = failed.pause();
                         (failed, Some(pause))
                     }
@@ -566,25 +611,60 @@ impl Handler<Cancel> for ClusterActor {
             return refused(Refusal::Ended(job));
         }
         let now = self.clock.now();
-        self.persist(&[Record::Cancelled { job, at: now }]);
-        self.stats.note_end(Phase::Cancelled);
-        if let Err(e) = self.engine().cancel(job, now) {
-            tracing::error!(error = %e, "cancelling a job the engine does not hold");
-        }
-        let changes = self.engine().take_changes();
-        let running = changes
-            .iter()
-            .any(|c| matches!(c, Change::Stopped { job: j, .. } if *j == job));
-        if !running {
-            self.advance(job, Phase::Cancelled, now);
-        }
-        let ending = IdMap::from_iter([(job, Phase::Cancelled)]);
-        let carried = self.commit(changes, now, ending, None, ctx);
-        self.retire([job]);
-        self.publish();
+        let carried = self.end(
+            job,
+            Record::Cancelled { job, at: now },
+            Phase::Cancelled,
+            ctx,
+        );
         Box::pin(async move {
             let _ = carried.await;
             Ok(())
+        })
+    }
+}
+
+/// A job whose starts failed [`FailedStarts::MOST_IN_A_ROW`] times in a row fails, for the reason
+/// given: sent by the actor to itself, so that the job ends as a cancelled one does, after the
+/// round its last start failed in.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub(super) struct GiveUp {
+    pub job: JobId,
+    pub why: String,
+}
+
+impl Handler<GiveUp> for ClusterActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, GiveUp { job, why }: GiveUp, ctx: &mut Context<Self>) -> Self::Result {
+        // Unless it started (or ended) since.
+        let still_failing = self.jobs.get(&job).is_some_and(|handle| {
+            handle
+                .start_failed
+                .as_ref()
+                .is_some_and(|failed| failed.count >= FailedStarts::MOST_IN_A_ROW)
+        });
+        let unfinished =
+            (self.store.ledger.jobs.get(&job)).is_some_and(|e| !e.standing.is_terminal());
+        if !(still_failing && unfinished) {
+            return Box::pin(std::future::ready(()));
+        }
+        tracing::warn!(job = job.0, %why, "job failed: its starts kept failing");
+        let now = self.clock.now();
+        let error = why;
+        let carried = self.end(
+            job,
+            Record::Failed {
+                job,
+                at: now,
+                error,
+            },
+            Phase::Failed,
+            ctx,
+        );
+        Box::pin(async move {
+            let _ = carried.await;
         })
     }
 }
