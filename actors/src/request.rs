@@ -1237,6 +1237,7 @@ mod tests {
                     problem: "/mnt/nfs/python: Input/output error".into(),
                 },
                 unanswered: true,
+                host: false,
             })
         }));
         let refused = policy.check(&mut command(dir.path()), &me).unwrap_err();

@@ -299,6 +299,8 @@ fn check_apart(
         checked_command(&run, &submitter, library_path_checked)
     });
     match checked {
+        // This machine short of memory or descriptors: not the job's doing.
+        Ok(Err(e)) if e.host => Err(SpawnError::Host(format!("its program's check: {e}"))),
         // A file system that did not answer says nothing of the program: the job pauses and
         // tries again, where a refusal ends it.
         Ok(Err(e)) if e.unanswered => Err(SpawnError::Failed(format!(

@@ -8,7 +8,9 @@ mod fuse;
 
 use fuse::{FUSE_FLUSH, FUSE_LOOKUP, FUSE_READ, Swallowing};
 use gangway_launcher::confine::CorePool;
-use gangway_launcher::executor::{ATTEMPT_VAR, ProcessExecutor, check_command, reported};
+use gangway_launcher::executor::{
+    ATTEMPT_VAR, HOST_RETRY, ProcessExecutor, check_command, reported,
+};
 use gangway_launcher::process::{Owner, processes_with_env};
 use gangway_protocol::command::Submitter;
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
@@ -793,6 +795,53 @@ fn a_check_that_its_file_system_fails_is_tried_again_not_refused() {
         }
         other => panic!("{other:?}: {:?}", exec.poll(2.0)),
     }
+}
+
+/// A program check that this machine has no file descriptor left for (EMFILE) is this machine's
+/// trouble, not the job's: the launch is put off for [`HOST_RETRY`] and not counted against the
+/// job, where an I/O error of the job's file system pauses it, doubling.
+#[test]
+fn a_check_short_of_descriptors_is_the_machines_trouble_not_the_jobs() {
+    let (dir, fake) = setup();
+    let mut exec = executor(dir.path(), &fake);
+    let job = launch_running(Path::new("/bin/sh"), dir.path());
+    let me = Submitter::this_process();
+    let limit = |soft: u64| {
+        let mut now = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit(2) and setrlimit(2) on a struct of ours; this test's process alone
+        // (nextest runs each test in its own).
+        unsafe {
+            assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut now), 0);
+            let old = now.rlim_cur;
+            now.rlim_cur = soft;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &now), 0);
+            old
+        }
+    };
+    // No descriptor left: those open now (the listing's own closed) are all it may have.
+    let open = std::fs::read_dir("/proc/self/fd").unwrap().count() as u64 - 1;
+    let was = limit(open);
+    let checked = check_command(job.run.as_ref().unwrap(), &me, Duration::from_secs(60));
+    let launched = exec.launch(&job, 0.0);
+    limit(was);
+    let refused = checked.unwrap_err();
+    assert!(refused.host && refused.unanswered, "{refused:?}");
+    assert!(
+        refused.to_string().contains("Too many open files"),
+        "{refused}"
+    );
+    match launched {
+        Err(ExecutorError::Later { job, reason, after }) => {
+            assert_eq!(job, JobId(1));
+            assert_eq!(after, HOST_RETRY.as_secs_f64(), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // With descriptors again, it runs.
+    exec.launch(&job, 1.0).unwrap();
 }
 
 /// A job's `LD_LIBRARY_PATH` is checked again at each launch, as its program is: a directory of it

@@ -37,6 +37,9 @@ pub struct Refused {
     pub invalid: Invalid,
     /// Whether the file system did not answer, rather than answered what fails the check.
     pub unanswered: bool,
+    /// Whether this machine was short of what the check needed (memory, file descriptors, a
+    /// thread): unanswered too, and not the command's doing.
+    pub host: bool,
 }
 
 impl From<Invalid> for Refused {
@@ -44,6 +47,7 @@ impl From<Invalid> for Refused {
         Refused {
             invalid,
             unanswered: false,
+            host: false,
         }
     }
 }
@@ -60,6 +64,7 @@ impl From<Refused> for Invalid {
 struct NotPassed {
     why: String,
     unanswered: bool,
+    host: bool,
 }
 
 impl NotPassed {
@@ -68,6 +73,7 @@ impl NotPassed {
         NotPassed {
             why: format!("{what}: {e}"),
             unanswered: unanswered(e),
+            host: host_short(e),
         }
     }
 
@@ -87,6 +93,7 @@ impl NotPassed {
                 problem: format!("{what}{}", self.why),
             },
             unanswered: self.unanswered,
+            host: self.host,
         }
     }
 }
@@ -97,6 +104,7 @@ impl From<String> for NotPassed {
         NotPassed {
             why,
             unanswered: false,
+            host: false,
         }
     }
 }
@@ -105,6 +113,15 @@ impl From<&str> for NotPassed {
     fn from(why: &str) -> NotPassed {
         NotPassed::from(why.to_owned())
     }
+}
+
+/// Whether an error is this machine's shortage (memory, file descriptors, its own or the
+/// system's), which the checks meet whatever the paths: one of the [`unanswered`] ones.
+fn host_short(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOMEM | libc::ENFILE | libc::EMFILE)
+    )
 }
 
 /// Whether an error of the file system's says nothing of the path it was asked about: a disk or a
@@ -788,7 +805,11 @@ fn with_rights<T: Send, E: Send + From<NotPassed>>(
                 take_rights(uid, gid).map_err(NotPassed::from)?;
                 check()
             })
-            .map_err(|e| NotPassed::io(format_args!("a thread to check uid {uid}'s paths"), &e))?;
+            .map_err(|e| NotPassed {
+                // Out of threads (EAGAIN) or memory: this machine's.
+                host: true,
+                ..NotPassed::io(format_args!("a thread to check uid {uid}'s paths"), &e)
+            })?;
         checker
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
