@@ -618,10 +618,12 @@ pub enum RunRefusal {
 impl From<Refused> for RunRefusal {
     fn from(refused: Refused) -> RunRefusal {
         if refused.unanswered {
-            RunRefusal::Unanswered(format!(
-                "{}; submit it again once its file system answers",
-                refused.invalid
-            ))
+            let once = if refused.host {
+                "this machine has the memory and descriptors to check it"
+            } else {
+                "its file system answers"
+            };
+            RunRefusal::Unanswered(format!("{}; submit it again once {once}", refused.invalid))
         } else {
             RunRefusal::Invalid(refused.invalid)
         }

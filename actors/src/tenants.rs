@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use gangway_protocol::command::own_tenant;
+use gangway_protocol::command::account_name;
 
 use crate::IdMap;
 
@@ -21,9 +21,9 @@ pub struct Tenants {
     /// Account names looked up, by user id: once each, as a lookup may go to a directory server
     /// (LDAP) while the API's thread waits (a renamed account is seen after a restart).
     names: Arc<Mutex<IdMap<u32, String>>>,
-    /// How a user's own tenant is looked up: [`own_tenant`] (tests stand in for a directory server
-    /// that does not answer).
-    look_up: fn(u32) -> std::io::Result<String>,
+    /// How a user's account name is looked up: [`account_name`] (tests stand in for a directory
+    /// server that does not answer).
+    look_up: fn(u32) -> std::io::Result<Option<String>>,
 }
 
 /// Why a user may not submit under a tenant.
@@ -43,7 +43,7 @@ impl Default for Tenants {
         Tenants {
             given: IdMap::default(),
             names: Arc::default(),
-            look_up: own_tenant,
+            look_up: account_name,
         }
     }
 }
@@ -66,8 +66,10 @@ impl Tenants {
         }
     }
 
-    /// The tenant user `uid` submits under when given none ([`own_tenant`]), looked up once it is
-    /// found: a lookup that failed is made again at the next submission, not kept.
+    /// The tenant user `uid` submits under when given none
+    /// ([`own_tenant`](gangway_protocol::command::own_tenant)): their account's name, looked up
+    /// once found, or `uid-N` while they have none (looked up again at their next submission, as
+    /// is a lookup that failed).
     fn own_name(&self, uid: u32) -> Result<String, TenantRefusal> {
         let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(name) = names().get(&uid) {
@@ -76,9 +78,13 @@ impl Tenants {
         // Looked up without the lock: another user's first submission need not wait for it.
         let name = (self.look_up)(uid).map_err(|e| {
             TenantRefusal::Unanswered(format!(
-                "tenant: the name of uid {uid}'s account, its own tenant, could not be looked up                  ({e}); submit it again once the account database answers"
+                "tenant: the name of uid {uid}'s account, its own tenant, could not be looked up \
+                 ({e}); submit it again once the account database answers"
             ))
         })?;
+        let Some(name) = name else {
+            return Ok(format!("uid-{uid}"));
+        };
         names().insert(uid, name.clone());
         Ok(name)
     }
@@ -166,8 +172,10 @@ mod tests {
             look_up: |uid| {
                 if DOWN.load(std::sync::atomic::Ordering::SeqCst) {
                     Err(std::io::Error::from_raw_os_error(libc::ETIMEDOUT))
+                } else if uid == 2000 {
+                    Ok(None)
                 } else {
-                    Ok(format!("user-{uid}"))
+                    Ok(Some(format!("user-{uid}")))
                 }
             },
             ..Tenants::given([(7, "team-a".to_owned())])
@@ -187,5 +195,9 @@ mod tests {
         DOWN.store(false, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(tenants.default_for(1000), Ok(Some("user-1000".into())));
         assert_eq!(tenants.check(1000, "user-1000"), Ok(()));
+        // No account: `uid-N`, not kept (the account may be found at the next submission).
+        assert_eq!(tenants.default_for(2000), Ok(Some("uid-2000".into())));
+        assert!(!tenants.names.lock().unwrap().contains_key(&2000));
+        assert!(tenants.names.lock().unwrap().contains_key(&1000));
     }
 }

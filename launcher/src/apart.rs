@@ -46,8 +46,10 @@ pub enum NotDone {
         /// How much longer they rest.
         left: Duration,
     },
-    /// Its thread could not start, or ended without an answer.
+    /// Its thread ended without an answer.
     Lost(String),
+    /// Its thread could not start (this machine is out of threads or memory).
+    NoThread(String),
 }
 
 impl std::fmt::Display for NotDone {
@@ -69,7 +71,7 @@ impl std::fmt::Display for NotDone {
                  slowly, or did not answer): theirs wait {} s more",
                 left.as_secs().max(1)
             ),
-            NotDone::Lost(why) => write!(f, "{why}"),
+            NotDone::Lost(why) | NotDone::NoThread(why) => write!(f, "{why}"),
         }
     }
 }
@@ -158,7 +160,7 @@ impl Apart {
                     let _ = answer.send(done);
                 }
             })
-            .map_err(|e| NotDone::Lost(format!("cannot start a thread for it: {e}")))?;
+            .map_err(|e| NotDone::NoThread(format!("cannot start a thread for it: {e}")))?;
         answered.recv_timeout(patience).map_err(|e| match e {
             RecvTimeoutError::Timeout => NotDone::Late(patience),
             RecvTimeoutError::Disconnected => NotDone::Lost("it ended without an answer".into()),

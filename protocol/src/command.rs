@@ -37,8 +37,8 @@ pub struct Refused {
     pub invalid: Invalid,
     /// Whether the file system did not answer, rather than answered what fails the check.
     pub unanswered: bool,
-    /// Whether this machine was short of what the check needed (memory, file descriptors, a
-    /// thread): unanswered too, and not the command's doing.
+    /// Whether this machine was short of what the check needed (file descriptors, or a thread to
+    /// check on): unanswered too, and not the command's doing.
     pub host: bool,
 }
 
@@ -73,7 +73,16 @@ impl NotPassed {
         NotPassed {
             why: format!("{what}: {e}"),
             unanswered: unanswered(e),
-            host: host_short(e),
+            host: out_of_descriptors(e),
+        }
+    }
+
+    /// `e`, met starting a thread for the check (out of threads or memory): this machine's.
+    fn no_thread(what: impl std::fmt::Display, e: &std::io::Error) -> NotPassed {
+        NotPassed {
+            why: format!("{what}: {e}"),
+            unanswered: true,
+            host: true,
         }
     }
 
@@ -115,13 +124,12 @@ impl From<&str> for NotPassed {
     }
 }
 
-/// Whether an error is this machine's shortage (memory, file descriptors, its own or the
-/// system's), which the checks meet whatever the paths: one of the [`unanswered`] ones.
-fn host_short(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(libc::ENOMEM | libc::ENFILE | libc::EMFILE)
-    )
+/// Whether `e` says this process (EMFILE) or the system (ENFILE) is out of file descriptors, and
+/// it is: a file system may answer any error it likes (a user's FUSE server says EMFILE as easily
+/// as EIO), so the shortage is confirmed by opening `/dev/null`, which no user's server answers.
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    let short = |e: &std::io::Error| matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE));
+    short(e) && std::fs::File::open("/dev/null").is_err_and(|probe| short(&probe))
 }
 
 /// Whether an error of the file system's says nothing of the path it was asked about: a disk or a
@@ -252,8 +260,9 @@ fn private_group(gid: u32, uid: u32) -> std::io::Result<bool> {
 /// A password- or group-database entry found by `call` (getpwuid_r(3), getpwnam_r(3) or
 /// getgrgid_r(3) given an entry, a buffer and where to say it found one), with the buffer its
 /// strings live in: the buffer grows while the entry does not fit (an account with many fields
-/// from LDAP, a large group), up to 1 MiB. `None` where there is no such entry; an error where the
-/// database did not answer (a directory server down, out of descriptors or memory).
+/// from LDAP, a large group), up to 1 MiB (then ERANGE). `None` where there is no such entry; an
+/// error where the database did not answer (a directory server down, out of descriptors or
+/// memory).
 fn lookup<E>(
     mut call: impl FnMut(&mut E, &mut [u8], &mut *mut E) -> libc::c_int,
 ) -> std::io::Result<Option<(E, Vec<u8>)>> {
@@ -265,8 +274,10 @@ fn lookup<E>(
         let mut found: *mut E = std::ptr::null_mut();
         match call(&mut entry, &mut buffer, &mut found) {
             0 if !found.is_null() => return Ok(Some((entry, buffer))),
-            // getpwnam_r(3): these say that there is no such entry, in one C library or another.
-            0 | libc::ENOENT | libc::ESRCH | libc::EBADF | libc::EPERM => return Ok(None),
+            // No such entry: glibc and musl say so with 0 and no entry. (The other C libraries'
+            // ENOENT, ESRCH, EBADF or EPERM are, in glibc, a module's own error when its server is
+            // unavailable: sssd's and nslcd's say ENOENT then.)
+            0 => return Ok(None),
             libc::ERANGE if buffer.len() < 1 << 20 => buffer.resize(buffer.len() * 4, 0),
             e => return Err(std::io::Error::from_raw_os_error(e)),
         }
@@ -627,7 +638,7 @@ fn read_head(found: &Found) -> Result<Head, NotPassed> {
                     Err(e) => Err(NotPassed::io("reading it", &e)),
                 }
             })
-            .map_err(|e| NotPassed::io("cannot start a thread to read it", &e))?;
+            .map_err(|e| NotPassed::no_thread("cannot start a thread to read it", &e))?;
         reader
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -805,10 +816,8 @@ fn with_rights<T: Send, E: Send + From<NotPassed>>(
                 take_rights(uid, gid).map_err(NotPassed::from)?;
                 check()
             })
-            .map_err(|e| NotPassed {
-                // Out of threads (EAGAIN) or memory: this machine's.
-                host: true,
-                ..NotPassed::io(format_args!("a thread to check uid {uid}'s paths"), &e)
+            .map_err(|e| {
+                NotPassed::no_thread(format_args!("a thread to check uid {uid}'s paths"), &e)
             })?;
         checker
             .join()
@@ -1137,14 +1146,15 @@ fn check_writers(meta: &libc::stat, what: &str) -> Result<(), NotPassed> {
     let by = if mode & 0o002 != 0 {
         "everyone".to_owned()
     } else if group_writes
-        && !private_group(meta.st_gid, meta.st_uid).map_err(|e| {
-            NotPassed::io(
-                format_args!(
-                    "{what} is writable by group {} (mode {mode:o}), and whether that group is                      its owner's alone could not be looked up",
-                    meta.st_gid
-                ),
-                &e,
-            )
+        && !private_group(meta.st_gid, meta.st_uid).map_err(|e| NotPassed {
+            why: format!(
+                "{what} is writable by group {} (mode {mode:o}), and whether that group is its \
+                 owner's alone could not be looked up: {e}",
+                meta.st_gid
+            ),
+            // The account database did not answer, unless the group is past any buffer.
+            unanswered: e.raw_os_error() != Some(libc::ERANGE),
+            host: false,
         })?
     {
         format!("group {}", meta.st_gid)
@@ -1747,13 +1757,16 @@ mod tests {
     fn an_account_database_that_does_not_answer_is_not_a_missing_entry() {
         let answering =
             |rc: libc::c_int| lookup(|_: &mut libc::passwd, _, _| rc).map(|found| found.is_some());
-        for not_there in [0, libc::ENOENT, libc::ESRCH, libc::EBADF, libc::EPERM] {
-            assert!(matches!(answering(not_there), Ok(false)), "{not_there}");
-        }
-        for down in [libc::EIO, libc::ETIMEDOUT, libc::EAGAIN, libc::EMFILE] {
+        assert!(matches!(answering(0), Ok(false)));
+        for down in [
+            libc::EIO,
+            libc::ETIMEDOUT,
+            libc::EAGAIN,
+            libc::EMFILE,
+            libc::ENOENT,
+        ] {
             let e = answering(down).unwrap_err();
             assert_eq!(e.raw_os_error(), Some(down));
-            assert!(super::unanswered(&e), "{e}");
         }
         // A buffer too small grows, up to 1 MiB.
         let mut sizes = Vec::new();

@@ -349,16 +349,16 @@ impl ClusterActor {
         outcome.report
     }
 
-    /// Ends unfinished job `job` as `record` says (cancelled, or failed), in `phase`: journaled
-    /// first, its workers stopped if it runs, then gone from the engine.
+    /// Ends unfinished job `job` at `now` as `record` says (cancelled, or failed, at `now`), in
+    /// `phase`: journaled first, its workers stopped if it runs, then gone from the engine.
     fn end(
         &mut self,
         job: JobId,
         record: Record,
         phase: Phase,
+        now: f64,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
-        let now = self.clock.now();
         self.persist(&[record]);
         self.stats.note_end(phase);
         if let Err(e) = self.engine().cancel(job, now) {
@@ -611,12 +611,8 @@ impl Handler<Cancel> for ClusterActor {
             return refused(Refusal::Ended(job));
         }
         let now = self.clock.now();
-        let carried = self.end(
-            job,
-            Record::Cancelled { job, at: now },
-            Phase::Cancelled,
-            ctx,
-        );
+        let record = Record::Cancelled { job, at: now };
+        let carried = self.end(job, record, Phase::Cancelled, now, ctx);
         Box::pin(async move {
             let _ = carried.await;
             Ok(())
@@ -652,17 +648,12 @@ impl Handler<GiveUp> for ClusterActor {
         }
         tracing::warn!(job = job.0, %why, "job failed: its starts kept failing");
         let now = self.clock.now();
-        let error = why;
-        let carried = self.end(
+        let record = Record::Failed {
             job,
-            Record::Failed {
-                job,
-                at: now,
-                error,
-            },
-            Phase::Failed,
-            ctx,
-        );
+            at: now,
+            error: why,
+        };
+        let carried = self.end(job, record, Phase::Failed, now, ctx);
         Box::pin(async move {
             let _ = carried.await;
         })

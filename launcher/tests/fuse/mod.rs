@@ -59,15 +59,15 @@ impl Swallowing {
         )
     }
 
-    /// As [`Self::holding`], swallowing nothing but answering `opcode` ([`FUSE_READ`]) with EIO
-    /// at once, as a disk or a server that fails does.
-    pub fn failing(dir: &Path, program: &[u8], opcode: u32) -> Option<Swallowing> {
+    /// As [`Self::holding`], swallowing nothing but answering `opcode` ([`FUSE_READ`]) with
+    /// `errno` at once, as a disk or a server that fails does (EIO), or one that says what it likes.
+    pub fn failing(dir: &Path, program: &[u8], opcode: u32, errno: i32) -> Option<Swallowing> {
         Self::serving(
             dir,
             Some(Held {
                 program: program.to_vec(),
                 swallow: Vec::new(),
-                failing: Some(opcode),
+                failing: Some((opcode, errno)),
             }),
         )
     }
@@ -144,8 +144,8 @@ struct Held {
     program: Vec<u8>,
     /// Requests it swallows.
     swallow: Vec<u32>,
-    /// A request it answers with EIO.
-    failing: Option<u32>,
+    /// A request it answers with an error, and which.
+    failing: Option<(u32, i32)>,
 }
 
 /// The answer a [`Swallowing::holding`] file system gives `opcode` about `node` (`name`: a lookup's
@@ -163,8 +163,8 @@ fn answer_for(
     if swallow.contains(&opcode) {
         return None;
     }
-    if *failing == Some(opcode) {
-        return Some((-libc::EIO, Vec::new()));
+    if let Some((_, errno)) = failing.filter(|&(failing, _)| failing == opcode) {
+        return Some((-errno, Vec::new()));
     }
     // A minute's validity: asked once.
     let valid = 60u64.to_ne_bytes();
