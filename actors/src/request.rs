@@ -619,7 +619,7 @@ impl From<Refused> for RunRefusal {
     fn from(refused: Refused) -> RunRefusal {
         if refused.unanswered {
             let once = if refused.host {
-                "this machine has the memory and descriptors to check it"
+                "this machine has the descriptors and threads to check it"
             } else {
                 "its file system answers"
             };

@@ -299,7 +299,7 @@ fn check_apart(
         checked_command(&run, &submitter, library_path_checked)
     });
     match checked {
-        // This machine short of memory or descriptors: not the job's doing.
+        // This machine out of descriptors or threads: not the job's doing.
         Ok(Err(e)) if e.host => Err(SpawnError::Host(format!("its program's check: {e}"))),
         // A file system that did not answer says nothing of the program: the job pauses and
         // tries again, where a refusal ends it.
@@ -367,14 +367,13 @@ impl Drop for ProcessExecutor {
 enum SpawnError {
     /// It never can (no command, no such device, a missing directory or a permission).
     Refused(String),
-    /// It could not now, for a reason of its own (its user's file system did not answer): the job
-    /// pauses before its next try.
+    /// It could not now, for a reason of its own (its user's file system did not answer, its
+    /// GPUs are spread unevenly): the job pauses before its next try.
     Failed(String),
     /// This machine could not start it now (out of processes, memory, file descriptors or disk,
     /// a storage hiccup): not the job's doing, tried again after [`HOST_RETRY`].
     Host(String),
-    /// It was not tried, and would not be for this long: its user rests ([`SLOW_CHECK`]), or its
-    /// GPUs were placed as it cannot run (spread unevenly over Slurm's nodes).
+    /// It was not tried, and would not be for this long: its user rests ([`SLOW_CHECK`]).
     Later(String, Duration),
 }
 
@@ -640,19 +639,16 @@ impl Hosts {
                     }
                 }
                 // torchrun starts as many workers on every node. (The daemon's placer spreads gangs
-                // evenly on Slurm; should one come uneven, it goes back to the queue, not counted
-                // against it: the placement is not the job's doing.)
+                // evenly on Slurm; should one come uneven, it goes back to the queue and pauses,
+                // counted as its own failed start: a placement that comes back uneven every round
+                // would otherwise preempt others every round.)
                 if nodes.iter().any(|&(_, c)| c != nodes[0].1) {
                     let shape: Vec<String> =
                         nodes.iter().map(|(n, c)| format!("{c} on {n}")).collect();
-                    return Err(SpawnError::Later(
-                        format!(
-                            "its GPUs are spread unevenly ({}); torchrun needs as many on every \
-                             node",
-                            shape.join(", ")
-                        ),
-                        HOST_RETRY,
-                    ));
+                    return Err(SpawnError::Failed(format!(
+                        "its GPUs are spread unevenly ({}); torchrun needs as many on every node",
+                        shape.join(", ")
+                    )));
                 }
                 let names: Vec<&str> = nodes.iter().map(|&(n, _)| n).collect();
                 Ok(vec![
@@ -1700,10 +1696,10 @@ mod tests {
             ["--backend", "slurm", "--nodes", "2", "--nodelist", "a,b"]
         );
         assert_eq!(hosts.count(&gpus(&[0, 1, 2, 3])), 2);
-        // 2 on a, 1 on c: back to the queue, neither a failure nor counted against the job.
+        // 2 on a, 1 on c: back to the queue, not a failure of the job.
         assert!(matches!(
             hosts.placement_args(&gpus(&[0, 1, 4])),
-            Err(SpawnError::Later(why, after)) if why.contains("2 on a, 1 on c") && after == HOST_RETRY
+            Err(SpawnError::Failed(why)) if why.contains("2 on a, 1 on c")
         ));
         let local = Hosts::Local(vec![3, 5]);
         assert!(matches!(local.placement_args(&gpus(&[1])), Ok(a) if a == ["--devices", "5"]));

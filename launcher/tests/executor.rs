@@ -860,6 +860,7 @@ fn a_check_short_of_descriptors_is_the_machines_trouble_not_the_jobs() {
         Err(ExecutorError::Later { job, reason, after }) => {
             assert_eq!(job, JobId(1));
             assert_eq!(after, HOST_RETRY.as_secs_f64(), "{reason}");
+            assert!(reason.starts_with("its program's check: "), "{reason}");
         }
         other => panic!("{other:?}"),
     }

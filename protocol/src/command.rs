@@ -77,7 +77,8 @@ impl NotPassed {
         }
     }
 
-    /// `e`, met starting a thread for the check (out of threads or memory): this machine's.
+    /// `e`, met starting a thread for the check, or giving it a descriptor table of its own (out
+    /// of threads, memory or descriptors): this machine's.
     fn no_thread(what: impl std::fmt::Display, e: &std::io::Error) -> NotPassed {
         NotPassed {
             why: format!("{what}: {e}"),
@@ -617,8 +618,9 @@ fn read_head(found: &Found) -> Result<Head, NotPassed> {
                     close_all_but(found.dir.as_raw_fd());
                 } else {
                     let e = std::io::Error::last_os_error();
+                    // Out of memory or descriptors for the copy: this machine's.
                     if !matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS)) {
-                        return Err(NotPassed::io(
+                        return Err(NotPassed::no_thread(
                             "cannot read it apart from the daemon's files",
                             &e,
                         ));
@@ -1154,7 +1156,7 @@ fn check_writers(meta: &libc::stat, what: &str) -> Result<(), NotPassed> {
             ),
             // The account database did not answer, unless the group is past any buffer.
             unanswered: e.raw_os_error() != Some(libc::ERANGE),
-            host: false,
+            host: out_of_descriptors(&e),
         })?
     {
         format!("group {}", meta.st_gid)
