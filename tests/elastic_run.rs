@@ -1764,10 +1764,12 @@ fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
             .args(["--job-type", "res18"])
             .args(["--job-id", job, "--grace", "30", "--checkpoint-dir"])
             .arg(dir.path().join(job))
+            // 20 s of steps: the two must overlap, and under load one job's workers took longer to
+            // start than the other's 6 s of steps once did.
             .args([
                 TOY,
                 "--steps",
-                "60",
+                "200",
                 "--save-every",
                 "0",
                 "--step-sleep",
