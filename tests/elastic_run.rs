@@ -1797,7 +1797,12 @@ fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
                 .collect();
             // torchrun and its two workers (and elastic-run), all on one core.
             if pids.len() < 3 || lists.len() != 1 {
-                return Err(format!("{job}: pids {pids:?} allowed on {lists:?}"));
+                // What the daemon did, should it come to a timeout.
+                let log = std::fs::read_to_string(&daemon_log).unwrap_or_default();
+                let tail = log.lines().rev().take(20).collect::<Vec<_>>();
+                return Err(format!(
+                    "{job}: pids {pids:?} allowed on {lists:?}; the daemon's log ends: {tail:#?}"
+                ));
             }
             pinned.push((job, pids, lists.into_iter().next().unwrap()));
         }
