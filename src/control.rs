@@ -404,16 +404,11 @@ pub struct CordonArgs {
 /// `gangway submit`: submits a job and prints its id.
 pub fn submit(args: SubmitArgs) -> Result<()> {
     let client = args.daemon.client()?;
-    let tenant = match args.tenant {
-        Some(tenant) => tenant,
-        None => gangway_protocol::command::own_tenant(
-            gangway_protocol::command::Submitter::this_process().uid,
-        )
-        .context(
-            "looking up your account's name, the tenant a job goes under unless given one \
-             (try again, or name a tenant with --tenant)",
-        )?,
-    };
+    let tenant = gangway_protocol::command::tenant_to_submit(
+        args.tenant,
+        gangway_protocol::command::Submitter::this_process().uid,
+    )
+    .map_err(anyhow::Error::msg)?;
     let request = JobRequest {
         id: None,
         job_type: args.job_type,

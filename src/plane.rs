@@ -1030,25 +1030,12 @@ fn read_tenants(path: &std::path::Path) -> Result<Tenants, InputError> {
         let line = record.position().map_or(0, |p| p.line());
         let field = |at: usize| record.get(at).map_or("", str::trim);
         let user = field(user_at);
+        let bad_user = |problem: String| InputError::field(&source, line, "user", problem);
         let uid = match user.parse::<u32>() {
             Ok(uid) => uid,
             Err(_) => account_uid(user)
-                .map_err(|e| {
-                    InputError::field(
-                        &source,
-                        line,
-                        "user",
-                        format!("looking up the account `{}`: {e}", escape(user)),
-                    )
-                })?
-                .ok_or_else(|| {
-                    InputError::field(
-                        &source,
-                        line,
-                        "user",
-                        format!("no account is named `{}`", escape(user)),
-                    )
-                })?,
+                .map_err(|e| bad_user(format!("looking up the account `{}`: {e}", escape(user))))?
+                .ok_or_else(|| bad_user(format!("no account is named `{}`", escape(user))))?,
         };
         let tenant = field(tenant_at);
         check_name("tenant", tenant)

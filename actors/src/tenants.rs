@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
-use gangway_protocol::command::account_name;
+use gangway_protocol::command::{account_name, tenant_without_account};
 
 use crate::IdMap;
 
@@ -83,7 +83,7 @@ impl Tenants {
             ))
         })?;
         let Some(name) = name else {
-            return Ok(format!("uid-{uid}"));
+            return Ok(tenant_without_account(uid));
         };
         names().insert(uid, name.clone());
         Ok(name)

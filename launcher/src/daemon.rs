@@ -77,17 +77,11 @@ pub fn submit_and_follow(
         .map_err(|e| daemon_error(format!("creating {}: {e}", log.display())))?;
     // Its user's share unless it names another: a daemon lets another user name only theirs, or
     // the tenants its operator gave them.
-    let tenant = match options.tenant.clone() {
-        Some(tenant) => tenant,
-        None => {
-            gangway_protocol::command::own_tenant(crate::inherit::this_user()).map_err(|e| {
-                daemon_error(format!(
-                    "looking up your account's name, the tenant a job goes under unless given one: \
-                 {e}; try again, or name a tenant with --tenant"
-                ))
-            })?
-        }
-    };
+    let tenant = gangway_protocol::command::tenant_to_submit(
+        options.tenant.clone(),
+        crate::inherit::this_user(),
+    )
+    .map_err(daemon_error)?;
     let request = JobRequest {
         id: None,
         job_type: options.job_type.clone(),

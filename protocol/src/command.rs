@@ -184,7 +184,28 @@ impl Submitter {
 /// id with no account. An error is the account database's (a directory server that did not
 /// answer): the name is not known, and `uid-N` would put the user's jobs under another share.
 pub fn own_tenant(uid: u32) -> std::io::Result<String> {
-    Ok(account_name(uid)?.unwrap_or_else(|| format!("uid-{uid}")))
+    Ok(account_name(uid)?.unwrap_or_else(|| tenant_without_account(uid)))
+}
+
+/// The tenant of user `uid`, who has no account: `uid-N`.
+pub fn tenant_without_account(uid: u32) -> String {
+    format!("uid-{uid}")
+}
+
+/// The tenant a client submits a job under: the one `given`, else its user's own ([`own_tenant`]);
+/// the error says what to do.
+pub fn tenant_to_submit(given: Option<String>, uid: u32) -> Result<String, String> {
+    given.map_or_else(
+        || {
+            own_tenant(uid).map_err(|e| {
+                format!(
+                    "looking up your account's name, the tenant a job goes under unless given \
+                     one: {e}; try again, or name a tenant with --tenant"
+                )
+            })
+        },
+        Ok,
+    )
 }
 
 /// The name of user `uid`'s account, if it has one; an error when the account database did not
@@ -1751,6 +1772,11 @@ mod tests {
         assert_eq!(account_uid("no such user, surely").unwrap(), None);
         assert_eq!(account_uid("nul\0inside").unwrap(), None);
         assert_eq!(own_tenant(4_000_000_000).unwrap(), "uid-4000000000");
+        assert_eq!(
+            tenant_to_submit(Some("team-a".into()), 0).as_deref(),
+            Ok("team-a")
+        );
+        assert_eq!(tenant_to_submit(None, 0).as_deref(), Ok("root"));
     }
 
     /// A directory server that does not answer is an error, not an account or group that is not
