@@ -453,6 +453,78 @@ fn a_users_placement_step_places_the_grants_that_name_it() {
     }
 }
 
+/// A placement step may join several of the placer's answers, as Hadar's does for a gang across GPU
+/// types (each type's part placed apart): under a placer that keeps gangs even (Slurm's one torchrun
+/// agent per server), the whole gang is held to it too. A 4-GPU gang that a step splits 3 + 1 over
+/// two servers waits, fragmented, where 2 + 2 starts; without the even rule 3 + 1 starts.
+#[test]
+fn a_gang_a_step_joins_from_parts_keeps_the_placers_rules_for_a_whole_gang() {
+    use gangway_core::placement::even::Even;
+    use gangway_core::placement::{
+        PlaceRequest, Placed, PlacementStep, Placer, StepContext, Unplaced,
+    };
+    use gangway_core::policy::{Grant, Policy, RoundInput};
+
+    /// Places `.0` of a gang's GPUs on the first type and the rest on the second, each part by the
+    /// placer.
+    #[derive(Debug)]
+    struct Split(u32);
+    impl PlacementStep for Split {
+        fn name(&self) -> &'static str {
+            "split"
+        }
+        fn place(
+            &self,
+            cx: &mut StepContext<'_>,
+            request: &PlaceRequest<'_>,
+        ) -> Result<Placed, Unplaced> {
+            let mut first = cx.place(&PlaceRequest {
+                gpu_type: GpuTypeId(0),
+                gpus: self.0,
+                ..*request
+            })?;
+            let second = cx.place(&PlaceRequest {
+                gpu_type: GpuTypeId(1),
+                gpus: request.gpus - self.0,
+                ..*request
+            })?;
+            first.gpus.extend(second.gpus);
+            Ok(first)
+        }
+        fn spans_types(&self) -> bool {
+            true
+        }
+    }
+    static THREE_ONE: Split = Split(3);
+    static TWO_TWO: Split = Split(2);
+
+    /// FIFO's grants, each placed by the step.
+    struct Stepped(Box<dyn Policy>, &'static Split);
+    impl Policy for Stepped {
+        fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+            let grants = self.0.allocate(input);
+            grants.into_iter().map(|g| g.placed_by(self.1)).collect()
+        }
+    }
+
+    let cluster = Cluster::from_nodes([("v100", 4, 12, 1.0), ("p100", 4, 12, 1.0)]);
+    let trace = trace(&[(0.0, 4, 400.0)]);
+    let start = |step: &'static Split, placer: &mut dyn Placer| {
+        let mut sim = Simulation::new(&trace, &cluster, &Unit);
+        sim.config.engine.audit = true;
+        let fifo = policy::build("fifo", &PolicyConfig::seeded(1), &Unit).unwrap();
+        let result = sim.run(&mut Stepped(fifo, step), placer, &mut |_, _| {});
+        result.records[0].first_start
+    };
+    assert_eq!(start(&THREE_ONE, &mut PackingPlacer), Some(0.0));
+    assert_eq!(start(&TWO_TWO, &mut Even::new(PackingPlacer)), Some(0.0));
+    assert_eq!(
+        start(&THREE_ONE, &mut Even::new(PackingPlacer)),
+        None,
+        "an uneven gang never starts where gangs must be even"
+    );
+}
+
 /// Without a goodput model there is no size or batch for `ramp` to choose: it runs Gavel's packed sum
 /// of normalized throughputs, re-solved as soon as a job arrives or leaves (at most once a 360 s
 /// round), so it decides start for start as `max_sum_throughput_packed:realloc=360` does, and not as

@@ -88,6 +88,11 @@ impl<P: Placer> Placer for Even<P> {
     fn fork(&self) -> Option<Box<dyn Placer>> {
         Some(Box::new(Even::new(self.inner.fork()?)))
     }
+
+    fn accepts(&self, cluster: &Cluster, request: &PlaceRequest<'_>, gpus: &[GpuId]) -> bool {
+        is_even(cluster, gpus, request.job.group_on(request.gpu_type))
+            && self.inner.accepts(cluster, request, gpus)
+    }
 }
 
 #[cfg(test)]

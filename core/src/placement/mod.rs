@@ -245,6 +245,14 @@ pub trait Placer: Send {
     fn fork(&self) -> Option<Box<dyn Placer>> {
         None
     }
+
+    /// Whether `gpus`, which a placement step put together from several of its answers (a gang
+    /// across GPU types, each type's part placed apart), keep the rules it holds a whole gang to
+    /// ([`even::Even`]'s: as many GPUs on every server). Where they do not, the gang waits, fragmented.
+    /// The default, for placers with no rule over a whole gang: they do.
+    fn accepts(&self, _cluster: &Cluster, _request: &PlaceRequest<'_>, _gpus: &[GpuId]) -> bool {
+        true
+    }
 }
 
 impl<P: Placer + ?Sized> Placer for Box<P> {
@@ -267,6 +275,10 @@ impl<P: Placer + ?Sized> Placer for Box<P> {
 
     fn fork(&self) -> Option<Box<dyn Placer>> {
         (**self).fork()
+    }
+
+    fn accepts(&self, cluster: &Cluster, request: &PlaceRequest<'_>, gpus: &[GpuId]) -> bool {
+        (**self).accepts(cluster, request, gpus)
     }
 }
 
