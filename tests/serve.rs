@@ -1704,7 +1704,7 @@ fn submissions_whose_paths_never_answer_hold_none_of_the_apis_threads() {
                 let job = json!({"gpus": 1, "work": 60, "run": {
                     "args": ["--python", "/bin/sh", "train.py"], "cwd": cwd,
                 }});
-                status_and_body(api.post("/jobs", &job)).0
+                status_and_body(api.post("/jobs", &job))
             })
         })
         .collect();
@@ -1722,9 +1722,18 @@ fn submissions_whose_paths_never_answer_hold_none_of_the_apis_threads() {
         let (status, _) = status_and_body(prompt.get(path));
         assert_eq!(status, 200, "{path}");
     }
-    // Answered at last (with an error), the submissions are refused for their directory.
+    // Answered at last with an error that says nothing of the directory (its server went): the
+    // submissions are put off, to be made again (a 503), not refused for their directory.
     drop(mount);
     for submission in submissions {
-        assert_eq!(submission.join().unwrap(), 422);
+        let (status, body) = submission.join().unwrap();
+        assert_eq!(status, 503, "{body}");
+        let said = body["error"].as_str().unwrap_or_default();
+        let named = format!("run.cwd: {}: Input/output error", hanging.display());
+        assert!(said.starts_with(&named), "{body}");
+        assert!(
+            said.ends_with("submit it again once its file system answers"),
+            "{body}"
+        );
     }
 }

@@ -619,7 +619,8 @@ impl From<Refused> for RunRefusal {
     fn from(refused: Refused) -> RunRefusal {
         if refused.unanswered {
             let once = if refused.host {
-                "this machine has the descriptors and threads to check it"
+                "this machine can check it (it was short of descriptors or threads, or could not \
+                 take the submitter's rights)"
             } else {
                 "its file system answers"
             };
@@ -745,34 +746,34 @@ impl RunPolicy {
 /// The kernel follows a link whose name ends a path with `/`, `/.` or `//` (`link/` is the directory
 /// it points to), so the check is of `path` as it resolves: without `.` components and extra
 /// slashes, ending in a name, looked up without following it.
-fn check_dir(field: &'static str, path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
+fn check_dir(field: &'static str, path: &Path, owner: Option<&Submitter>) -> Result<(), Refused> {
     let shown = path.display();
     if !path.is_absolute() {
-        return invalid(field, format!("{shown} is not an absolute path"));
+        return refuse(field, format!("{shown} is not an absolute path"));
     }
     let named: PathBuf = path.components().collect();
     let Some(meta) = look_up(field, &named, owner)? else {
-        return invalid(field, format!("{shown} does not exist"));
+        return refuse(field, format!("{shown} does not exist"));
     };
     if meta.is_link() {
-        return invalid(
+        return refuse(
             field,
             format!("{shown} is a symbolic link; name the directory itself"),
         );
     }
     if !meta.is_dir() {
-        return invalid(field, format!("{shown} is not a directory"));
+        return refuse(field, format!("{shown} is not a directory"));
     }
     check_owner(field, path, meta, owner)
 }
 
 /// A log: an absolute path in an existing directory (the submitter's, if `owner`); if it exists, a
 /// regular file (not a link, a device or a pipe), the submitter's too.
-fn check_log(path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
+fn check_log(path: &Path, owner: Option<&Submitter>) -> Result<(), Refused> {
     const FIELD: &str = "run.log";
     let shown = path.display();
     if !path.is_absolute() {
-        return invalid(FIELD, format!("{shown} is not an absolute path"));
+        return refuse(FIELD, format!("{shown} is not an absolute path"));
     }
     // `x.log/` or `x.log/.` would name a directory (and make the kernel follow a link).
     let ends_in_name = path.file_name().is_some_and(|name| {
@@ -781,11 +782,11 @@ fn check_log(path: &Path, owner: Option<&Submitter>) -> Result<(), Invalid> {
             .ends_with(name.as_encoded_bytes())
     });
     let Some(parent) = path.parent().filter(|_| ends_in_name) else {
-        return invalid(FIELD, format!("{shown} is not a file path"));
+        return refuse(FIELD, format!("{shown} is not a file path"));
     };
     check_dir(FIELD, parent, owner)?;
     match look_up(FIELD, path, owner)? {
-        Some(meta) if !meta.is_file() => invalid(
+        Some(meta) if !meta.is_file() => refuse(
             FIELD,
             format!("{shown} exists and is not a regular file (a link, a device or a pipe)"),
         ),
@@ -802,9 +803,14 @@ fn look_up(
     field: &'static str,
     path: &Path,
     owner: Option<&Submitter>,
-) -> Result<Option<gangway_protocol::command::Entry>, Invalid> {
+) -> Result<Option<gangway_protocol::command::Entry>, Refused> {
     let owner = owner.copied().unwrap_or_else(Submitter::this_process);
-    gangway_protocol::command::look_up(path, &owner).or_else(|why| invalid(field, why))
+    gangway_protocol::command::look_up(field, path, &owner)
+}
+
+/// `field`'s path refused for what is there (a 422).
+fn refuse<T>(field: &'static str, problem: impl Into<String>) -> Result<T, Refused> {
+    invalid(field, problem).map_err(Refused::from)
 }
 
 fn check_owner(
@@ -812,9 +818,9 @@ fn check_owner(
     path: &Path,
     meta: gangway_protocol::command::Entry,
     owner: Option<&Submitter>,
-) -> Result<(), Invalid> {
+) -> Result<(), Refused> {
     match owner {
-        Some(owner) if meta.uid() != owner.uid => invalid(
+        Some(owner) if meta.uid() != owner.uid => refuse(
             field,
             format!(
                 "{} belongs to uid {}, not to the submitter (uid {})",

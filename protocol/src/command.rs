@@ -80,8 +80,13 @@ impl NotPassed {
     /// `e`, met starting a thread for the check, or giving it a descriptor table of its own (out
     /// of threads, memory or descriptors): this machine's.
     fn no_thread(what: impl std::fmt::Display, e: &std::io::Error) -> NotPassed {
+        NotPassed::host(format!("{what}: {e}"))
+    }
+
+    /// What kept this machine from checking: its own, not the path's.
+    fn host(why: String) -> NotPassed {
         NotPassed {
-            why: format!("{what}: {e}"),
+            why,
             unanswered: true,
             host: true,
         }
@@ -835,8 +840,10 @@ fn with_rights<T: Send, E: Send + From<NotPassed>>(
         let checker = std::thread::Builder::new()
             .name("gangway-check".into())
             .spawn_scoped(scope, move || {
-                // A daemon that cannot take the rights it needs says so, once per check.
-                take_rights(uid, gid).map_err(NotPassed::from)?;
+                // A daemon that cannot take the rights it needs (confined without CAP_SETGID or
+                // CAP_SETUID) says so, once per check: the trouble is this machine's, not the
+                // submitter's, whose command waits for an operator to fix it rather than fails.
+                take_rights(uid, gid).map_err(NotPassed::host)?;
                 check()
             })
             .map_err(|e| {
@@ -914,7 +921,9 @@ fn take_rights(uid: u32, gid: u32) -> Result<(), String> {
 /// Says which directory stops them. A root daemon asks this before it says anything else of a path
 /// a submitter named, so that it tells them nothing of paths they could not look up themselves.
 pub fn reachable_by(path: &Path, submitter: &Submitter) -> Result<(), String> {
-    look_up(path, submitter).map(|_| ())
+    with_rights(submitter, || entry_at(path, submitter))
+        .map(|_| ())
+        .map_err(|why: NotPassed| format!("{}: {}", path.display(), why.why))
 }
 
 /// What a name is, as [`look_up`] finds it.
@@ -956,10 +965,23 @@ impl Entry {
 /// What `path`'s last name is (a link itself, not what it points to), or `None` where nothing is
 /// there, looked up as `submitter` would (with their rights, see [`as_submitter`]) and name by name
 /// as [`reachable_by`] walks, so that nothing is learnt through a link the kernel would follow
-/// (`/proc/self/cwd`: the daemon's own directory). Says which directory stops them.
-pub fn look_up(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, String> {
-    with_rights(submitter, || entry_at(path, submitter))
-        .map_err(|why: NotPassed| format!("{}: {}", path.display(), why.why))
+/// (`/proc/self/cwd`: the daemon's own directory). A refusal of the request's `field` says which
+/// directory stops them, or that the file system did not answer ([`Refused::unanswered`]).
+pub fn look_up(
+    field: &'static str,
+    path: &Path,
+    submitter: &Submitter,
+) -> Result<Option<Entry>, Refused> {
+    with_rights(submitter, || entry_at(path, submitter)).map_err(|why: NotPassed| {
+        // Said of the path itself, or of a directory or link on its way (named before it).
+        let named = path.display().to_string();
+        let before = if why.why.starts_with(&named) {
+            String::new()
+        } else {
+            format!("{named}: ")
+        };
+        why.refusal(field, before)
+    })
 }
 
 /// [`look_up`]'s walk, as [`as_submitter`] runs it.
@@ -1453,6 +1475,33 @@ mod tests {
         Some((dir, nobody, run))
     }
 
+    /// A root daemon that cannot take a submitter's rights (confined without CAP_SETGID, as a
+    /// container may run it) cannot check their paths: that is its own trouble, put off as this
+    /// machine's (`host`), not a refusal that would fail their job. Root only, as CI runs.
+    #[test]
+    fn a_daemon_that_cannot_take_a_submitters_rights_says_the_trouble_is_its_own() {
+        let Some((dir, nobody, _)) = roots_tree_for_nobody() else {
+            return;
+        };
+        // A thread of the test's gives up its capabilities, and the checks' threads it starts
+        // inherit that.
+        let refused = std::thread::scope(|scope| {
+            let confined = scope.spawn(|| {
+                take_rights(65534, 65534).unwrap();
+                look_up("run.cwd", dir.path(), &nobody)
+            });
+            confined.join().unwrap().unwrap_err()
+        });
+        assert!(refused.unanswered && refused.host, "{refused:?}");
+        assert!(
+            refused
+                .invalid
+                .problem
+                .contains("cannot take uid 65534's rights to check its paths (setgroups)"),
+            "{refused:?}"
+        );
+    }
+
     /// A root daemon hands a submitter's `elastic-run` the program's descriptor, path-only: never a
     /// readable one, which for a file the submitter may not read (root's 0711 binary) would let
     /// them read it. Only root can make such a file another user may run; CI runs as root.
@@ -1754,14 +1803,17 @@ mod tests {
             e.invalid.problem.contains("is not on the submitted PATH"),
             "{e}"
         );
-        assert!(look_up(Path::new("/proc/self/root/etc"), &nobody).is_err());
+        assert!(look_up("run.cwd", Path::new("/proc/self/root/etc"), &nobody).is_err());
         assert!(
-            look_up(Path::new("/etc/passwd"), &nobody)
+            look_up("run.cwd", Path::new("/etc/passwd"), &nobody)
                 .unwrap()
                 .unwrap()
                 .is_file()
         );
-        assert_eq!(look_up(Path::new("/etc/absent"), &nobody), Ok(None));
+        assert_eq!(
+            look_up("run.cwd", Path::new("/etc/absent"), &nobody),
+            Ok(None)
+        );
     }
 
     #[test]
