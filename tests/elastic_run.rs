@@ -627,59 +627,77 @@ fn spawned_directly_one_failed_worker_stops_the_others_and_fails_the_launch_as_t
     assert!(text(&out).contains("takes no torchrun options (--standalone)"));
 }
 
+/// Preempted (SIGTERM) and resumed under torchrun's agent and under the warm pool, a job ends with
+/// the parameters of one uninterrupted run: made once, by the pool, as every way of starting the
+/// workers trains alike (`spawned_directly_or_by_the_pool_a_ddp_job_trains_exactly_as_under_torchrun`).
 #[test]
 fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
     let python = need_torch!();
+    let dir = tempfile::tempdir().unwrap();
+    let reference = run(&mut toy_for_preemption(
+        &python,
+        dir.path(),
+        "pool",
+        "reference",
+        "reference.json",
+        "0",
+    ));
+    assert!(reference.status.success(), "{}", text(&reference));
     for spawn in ["torchrun", "pool"] {
-        preempt_and_resume(&python, spawn);
+        preempt_and_resume(&python, dir.path(), spawn);
     }
 }
 
-fn preempt_and_resume(python: &str, spawn: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let toy = |job: &str, out: &str, sleep: &str| {
-        let mut command = elastic_run(python, dir.path(), job, &["--gpus", "2", "--spawn", spawn]);
-        command.args([
-            TOY,
-            "--steps",
-            "40",
-            "--save-every",
-            "15",
-            "--out",
-            out,
-            "--step-sleep",
-            sleep,
-        ]);
-        command
-    };
-    let reference = run(&mut toy("reference", "reference.json", "0"));
-    assert!(reference.status.success(), "{}", text(&reference));
+/// The toy, 40 steps on 2 GPUs saving every 15, started by `spawn`, writing its end to `out`.
+fn toy_for_preemption(
+    python: &str,
+    dir: &Path,
+    spawn: &str,
+    job: &str,
+    out: &str,
+    sleep: &str,
+) -> Command {
+    let mut command = elastic_run(python, dir, job, &["--gpus", "2", "--spawn", spawn]);
+    command.args([
+        TOY,
+        "--steps",
+        "40",
+        "--save-every",
+        "15",
+        "--out",
+        out,
+        "--step-sleep",
+        sleep,
+    ]);
+    command
+}
 
-    let mut child = toy("preempted", "resumed.json", "0.1")
+fn preempt_and_resume(python: &str, dir: &Path, spawn: &str) {
+    let job = format!("preempted-{spawn}");
+    let out = format!("resumed-{spawn}.json");
+    let toy = |sleep: &str| toy_for_preemption(python, dir, spawn, &job, &out, sleep);
+    let mut child = toy("0.1")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    wait_for_step(dir.path(), "preempted", 8, &mut child);
+    wait_for_step(dir, &job, 8, &mut child);
     // A scheduler's preemption: SIGTERM to elastic-run. The workers save at the next step and exit.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(75), "preempted, resumable");
-    assert!(
-        !dir.path().join("resumed.json").exists(),
-        "it stopped before the end"
-    );
+    assert!(!dir.join(&out).exists(), "it stopped before the end");
 
     // The same command resumes from the checkpoint and finishes.
-    let resumed = run(&mut toy("preempted", "resumed.json", "0"));
+    let resumed = run(&mut toy("0"));
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert!(
         text(&resumed).contains("resumed from step"),
         "{}",
         text(&resumed)
     );
-    let read = |name: &str| read_json(dir.path(), name);
-    let (a, b) = (read("reference.json"), read("resumed.json"));
+    let read = |name: &str| read_json(dir, name);
+    let (a, b) = (read("reference.json"), read(&out));
     assert_eq!(
         a["params"], b["params"],
         "bit-identical parameters ({spawn})"
