@@ -1,5 +1,6 @@
 # What building gangway needs beyond the Rust toolchain, installed when missing. Sourced by
-# scripts/simulate and scripts/test, which then call `ensure_build_deps`.
+# scripts/simulate, scripts/test and scripts/python-package, which then call `ensure_build_deps` and
+# `cache_cxx_builds`.
 #
 # The LP/MILP solver, HiGHS (through good_lp and highs-sys), is C++ built from source: it needs cmake
 # and a C++ compiler, and libclang for its generated bindings (bindgen). Where something is missing:
@@ -103,4 +104,31 @@ ensure_build_deps() {
         [[ " $missing " == *" g++ "* ]] && _deps_say "(a C++ compiler is not something pip can provide; or set CXX to one)"
         return 1
     fi
+}
+
+# HiGHS's C++ is most of a cold build: 6 of the 7 minutes of a cold `cargo clippy` on 2 cores
+# (docs/PERFORMANCE.md). Where ccache is installed, cmake compiles it through ccache, so that a fresh
+# clone, or `cargo clean`, on a machine that built it before takes seconds for it. A clone's build
+# directory is another path each time, so paths under the checkout (the first argument) are hashed
+# relative to it (CCACHE_BASEDIR). With `install`, as root or with passwordless sudo, apt installs
+# ccache where it is missing (about 2 MB). GANGWAY_CCACHE=no leaves ccache out; a launcher already set
+# is kept.
+cache_cxx_builds() {
+    local checkout="$1" install="${2:-}"
+    [[ "${GANGWAY_CCACHE:-}" == no ]] && return 0
+    if [[ "$install" == install ]] && ! command -v ccache >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        local sudo=""
+        [[ $(id -u) -eq 0 ]] || sudo="sudo"
+        if [[ -z "$sudo" ]] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; }; then
+            _deps_say "installing ccache with apt-get (HiGHS's C++ is then compiled once per machine)"
+            # From the package lists already there if they have it (seconds), else updated first.
+            { DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q ccache ||
+                { $sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q ccache; }; } >&2 ||
+                _deps_say "could not install ccache: HiGHS is compiled in full"
+        fi
+    fi
+    command -v ccache >/dev/null 2>&1 || return 0
+    export CMAKE_C_COMPILER_LAUNCHER="${CMAKE_C_COMPILER_LAUNCHER:-ccache}"
+    export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
+    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$checkout}"
 }
