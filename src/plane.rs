@@ -51,7 +51,7 @@ use gangway_launcher::confine::{Cgroups, CorePool};
 use gangway_launcher::executor::{
     DEFAULT_MAX_GRACE, DEFAULT_STOP_PATIENCE, Hosts, ProcessExecutor, check_command,
 };
-use gangway_protocol::command::{LIBRARY_PATH_VAR, account_uid, env_allowed_by};
+use gangway_protocol::command::{LIBRARY_PATH_VAR, account_uid, can_take_rights, env_allowed_by};
 use gangway_topology::topology::ClusterSpec;
 
 use crate::scenario::{self, Scenario, ScenarioArgs};
@@ -968,6 +968,16 @@ fn api(
     };
     let mut run_policy = RunPolicy::new(Submitter::this_process());
     run_policy.allowed_env = options.allow_env.clone();
+    if processes
+        && run_policy.daemon.uid == 0
+        && let Err(why) = can_take_rights()
+    {
+        note(&format!(
+            "WARNING: running as root, but {why}: other users' jobs cannot be checked, so their \
+             submissions are answered 503 and their launches put off until the daemon runs with \
+             CAP_SETUID and CAP_SETGID"
+        ));
+    }
     if processes {
         run_policy.command_required = true;
         let max_grace = Duration::from_secs_f64(options.max_grace);

@@ -825,6 +825,18 @@ pub fn as_submitter<T: Send>(
     with_rights(submitter, || check().map_err(NotPassed::from)).map_err(|not: NotPassed| not.why)
 }
 
+/// Whether this process, if root, can take another user's rights to check their paths
+/// ([`as_submitter`]): the reason it cannot otherwise (confined without CAP_SETUID or CAP_SETGID),
+/// for a daemon to say at its start. Until it can, another user's submissions are answered "submit
+/// it again" (503) and their launches are put off, as when the machine is short of threads.
+pub fn can_take_rights() -> Result<(), String> {
+    let nobody = Submitter {
+        uid: 65534,
+        gid: 65534,
+    };
+    with_rights(&nobody, || Ok::<_, NotPassed>(())).map_err(|why| why.why)
+}
+
 /// [`as_submitter`], for checks that tell what they found from what did not answer: where no thread
 /// with the submitter's rights can be made, that says nothing of their paths either.
 fn with_rights<T: Send, E: Send + From<NotPassed>>(
@@ -921,9 +933,9 @@ fn take_rights(uid: u32, gid: u32) -> Result<(), String> {
 /// Says which directory stops them. A root daemon asks this before it says anything else of a path
 /// a submitter named, so that it tells them nothing of paths they could not look up themselves.
 pub fn reachable_by(path: &Path, submitter: &Submitter) -> Result<(), String> {
-    with_rights(submitter, || entry_at(path, submitter))
+    entry_for(path, submitter)
         .map(|_| ())
-        .map_err(|why: NotPassed| format!("{}: {}", path.display(), why.why))
+        .map_err(|why| why.why)
 }
 
 /// What a name is, as [`look_up`] finds it.
@@ -972,19 +984,25 @@ pub fn look_up(
     path: &Path,
     submitter: &Submitter,
 ) -> Result<Option<Entry>, Refused> {
+    entry_for(path, submitter).map_err(|why| why.refusal(field, ""))
+}
+
+/// [`look_up`]'s and [`reachable_by`]'s walk with `submitter`'s rights; why it stopped names `path`
+/// first where it was a directory or a link on the way that stopped it.
+fn entry_for(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, NotPassed> {
     with_rights(submitter, || entry_at(path, submitter)).map_err(|why: NotPassed| {
-        // Said of the path itself, or of a directory or link on its way (named before it).
         let named = path.display().to_string();
-        let before = if why.why.starts_with(&named) {
-            String::new()
+        let of_itself =
+            (why.why.strip_prefix(named.as_str())).is_some_and(|rest| rest.starts_with(':'));
+        if of_itself {
+            why
         } else {
-            format!("{named}: ")
-        };
-        why.refusal(field, before)
+            why.of(format!("{named}: "))
+        }
     })
 }
 
-/// [`look_up`]'s walk, as [`as_submitter`] runs it.
+/// [`entry_for`]'s walk, on the thread with the submitter's rights.
 fn entry_at(path: &Path, submitter: &Submitter) -> Result<Option<Entry>, NotPassed> {
     let (dir, name) = match path.parent() {
         Some(_) => walk_to(path, submitter, Walk::Name)?,
@@ -1485,13 +1503,17 @@ mod tests {
         };
         // A thread of the test's gives up its capabilities, and the checks' threads it starts
         // inherit that.
-        let refused = std::thread::scope(|scope| {
+        assert_eq!(can_take_rights(), Ok(()));
+        let (probed, refused) = std::thread::scope(|scope| {
             let confined = scope.spawn(|| {
                 take_rights(65534, 65534).unwrap();
-                look_up("run.cwd", dir.path(), &nobody)
+                (can_take_rights(), look_up("run.cwd", dir.path(), &nobody))
             });
-            confined.join().unwrap().unwrap_err()
+            let (probed, looked) = confined.join().unwrap();
+            (probed, looked.unwrap_err())
         });
+        // The daemon's probe at its start says so too.
+        assert!(probed.unwrap_err().contains("(setgroups)"));
         assert!(refused.unanswered && refused.host, "{refused:?}");
         assert!(
             refused

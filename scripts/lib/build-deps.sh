@@ -110,13 +110,14 @@ ensure_build_deps() {
 # (docs/PERFORMANCE.md). Where ccache is installed, cmake compiles it through ccache, so that a fresh
 # clone, or `cargo clean`, on a machine that built it before takes seconds for it. A clone's build
 # directory is another path each time, so paths under the checkout (the first argument) are hashed
-# relative to it (CCACHE_BASEDIR). With `install`, as root or with passwordless sudo, apt installs
-# ccache where it is missing (about 2 MB). GANGWAY_CCACHE=no leaves ccache out; a launcher already set
-# is kept.
+# relative to it (CCACHE_BASEDIR). With `install`, as root or with passwordless sudo (and not
+# GANGWAY_BUILD_DEPS=user), apt installs ccache where it is missing (about 2 MB). GANGWAY_CCACHE=no
+# leaves ccache out; a launcher already set is kept.
 cache_cxx_builds() {
     local checkout="$1" install="${2:-}"
     [[ "${GANGWAY_CCACHE:-}" == no ]] && return 0
-    if [[ "$install" == install ]] && ! command -v ccache >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    if [[ "$install" == install && "${GANGWAY_BUILD_DEPS:-}" != user ]] && ! command -v ccache >/dev/null 2>&1 &&
+        command -v apt-get >/dev/null 2>&1; then
         local sudo=""
         [[ $(id -u) -eq 0 ]] || sudo="sudo"
         if [[ -z "$sudo" ]] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; }; then
@@ -130,5 +131,7 @@ cache_cxx_builds() {
     command -v ccache >/dev/null 2>&1 || return 0
     export CMAKE_C_COMPILER_LAUNCHER="${CMAKE_C_COMPILER_LAUNCHER:-ccache}"
     export CMAKE_CXX_COMPILER_LAUNCHER="${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}"
-    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$checkout}"
+    # Physical, as the build's own paths are (a checkout reached through a link would not match).
+    CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(cd "$checkout" && pwd -P)}"
+    export CCACHE_BASEDIR
 }

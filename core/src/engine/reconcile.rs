@@ -199,20 +199,16 @@ impl Engine<'_> {
             Some(step) if !packed => {
                 let rate = |t: GpuTypeId, gpus: u32| self.rate_at(i, t, gpus);
                 let mut cx = StepContext::new(&self.cluster, free, placer, &rate);
-                let placed = step.place(&mut cx, &request);
-                // A step may join several of the placer's answers (each GPU type's part of a gang
-                // across types): the whole gang must keep the placer's rules too (an even one's,
-                // which torchrun's one agent per server needs), or it waits.
-                match placed {
+                // A step may pick GPUs itself (Optimus' most free servers) or join several of the
+                // placer's answers (Hadar's, one per GPU type): the whole gang must keep the
+                // placer's rules too (an even one's, which torchrun's one agent per server needs).
+                // Where it does not, the placer places the grant itself, on its own type.
+                match step.place(&mut cx, &request) {
                     Ok(placed)
                         if placed.gpus.len() == g.gpus as usize
                             && !placer.accepts(&self.cluster, &request, &placed.gpus) =>
                     {
-                        Err(Unplaced::Fragmented {
-                            gpu_type: g.gpu_type,
-                            wanted: g.gpus,
-                            free: free.free_of_type(g.gpu_type),
-                        })
+                        placer.place(&self.cluster, free, &request)
                     }
                     other => other,
                 }

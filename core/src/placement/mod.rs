@@ -246,10 +246,11 @@ pub trait Placer: Send {
         None
     }
 
-    /// Whether `gpus`, which a placement step put together from several of its answers (a gang
-    /// across GPU types, each type's part placed apart), keep the rules it holds a whole gang to
-    /// ([`even::Even`]'s: as many GPUs on every server). Where they do not, the gang waits, fragmented.
-    /// The default, for placers with no rule over a whole gang: they do.
+    /// Whether `gpus`, which a placement step chose (by itself, or from several of this placer's
+    /// answers, as a gang across GPU types is placed one type at a time), keep the rules it holds a
+    /// whole gang to ([`even::Even`]'s: as many GPUs on every server). Where they do not, the engine
+    /// asks this placer to place the grant itself instead. The default, for placers with no rule
+    /// over a whole gang: they do.
     fn accepts(&self, _cluster: &Cluster, _request: &PlaceRequest<'_>, _gpus: &[GpuId]) -> bool {
         true
     }
