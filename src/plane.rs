@@ -903,6 +903,18 @@ fn process_executor(
         )));
     }
     gangway_launcher::inherit::check_elastic_run(&elastic_run).map_err(setting)?;
+    // Said once here rather than at each launch it puts off (jobs recovered from the journal too).
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } == 0
+        && let Err(why) = can_take_rights()
+    {
+        tracing::warn!(
+            %why,
+            "running as root without the rights to check other users' paths: their submissions \
+             are answered 503 and their launches put off until the daemon runs with CAP_SETUID \
+             and CAP_SETGID"
+        );
+    }
     let journal = journal.ok_or_else(|| {
         setting("process workers keep their runs in the journal's directory: give one (--journal)")
     })?;
@@ -968,16 +980,6 @@ fn api(
     };
     let mut run_policy = RunPolicy::new(Submitter::this_process());
     run_policy.allowed_env = options.allow_env.clone();
-    if processes
-        && run_policy.daemon.uid == 0
-        && let Err(why) = can_take_rights()
-    {
-        note(&format!(
-            "WARNING: running as root, but {why}: other users' jobs cannot be checked, so their \
-             submissions are answered 503 and their launches put off until the daemon runs with \
-             CAP_SETUID and CAP_SETGID"
-        ));
-    }
     if processes {
         run_policy.command_required = true;
         let max_grace = Duration::from_secs_f64(options.max_grace);

@@ -78,7 +78,9 @@ impl Engine<'_> {
                 g.gpu_type == run.gpu_type
                     && g.gpus as usize == run.gpus.len()
                     && g.partner() == partner
-                    && g.spans_types() == run.mixed
+                    // A gang across types needs a grant that allows it; one on the grant's type
+                    // alone (a step's uneven gang re-placed by the placer) keeps either.
+                    && (g.spans_types() || !run.mixed)
             });
             if keep && let Some(step) = grant.and_then(|g| g.step).filter(|s| s.revisits()) {
                 revisit.push((i, step));
