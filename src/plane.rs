@@ -418,7 +418,8 @@ impl ControlPlaneBuilder {
     }
 
     /// A placer of the caller's own, instead of the one `scenario`'s placement names: the same
-    /// [`Placer`] the simulator's builder takes.
+    /// [`Placer`] the simulator's builder takes. On Slurm it is made even, as the control plane's own
+    /// is (`gangway_core::placement::even::Even`).
     pub fn placer(mut self, placer: impl Placer + 'static) -> Self {
         self.placer = Some(Box::new(placer));
         self
@@ -692,7 +693,7 @@ impl ControlPlaneBuilder {
             model,
             names,
             policy,
-            placer: self.placer.unwrap_or_else(|| scenario.placer()),
+            placer: scenario.placer_around(self.placer),
             executor,
             probes,
             health_every: Duration::from_secs(5),

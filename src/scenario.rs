@@ -174,13 +174,20 @@ impl Scenario {
 
     /// A fresh placer for one run.
     pub fn placer(&self) -> Box<dyn Placer> {
-        let placer: Box<dyn Placer> = match &self.placement {
+        self.placer_around(None)
+    }
+
+    /// A placer for one run: `own`, a caller's, or else a fresh one of those the placement names;
+    /// either way made even where gangs must be (`even_gangs`: under Slurm a caller's placer keeps
+    /// the rule torchrun's one agent per node needs too).
+    pub fn placer_around(&self, own: Option<Box<dyn Placer>>) -> Box<dyn Placer> {
+        let placer: Box<dyn Placer> = own.unwrap_or_else(|| match &self.placement {
             None => Box::new(PackingPlacer),
             Some((topology, mode)) => Box::new(
                 TopologyPlacer::new(Arc::clone(topology), &self.cluster, *mode, self.seed)
                     .expect("checked when assembled"),
             ),
-        };
+        });
         if self.even_gangs {
             Box::new(Even::new(placer))
         } else {
@@ -428,4 +435,42 @@ pub fn load_service_distribution(path: &Path) -> Result<Vec<f64>> {
         bail!("{}: the distribution has no values", path.display());
     }
     Ok(values)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gangway_core::cluster::{GpuId, GpuTypeId};
+    use gangway_core::job::{Job, JobId};
+    use gangway_core::placement::PlaceRequest;
+
+    /// A caller's placer is held to even gangs where the scenario wants them (a control plane on
+    /// Slurm), and left as it is elsewhere.
+    #[test]
+    fn a_callers_placer_keeps_gangs_even_where_they_must_be() {
+        let accepts_three_and_one = |even_gangs: bool| {
+            let args = ScenarioArgs {
+                even_gangs,
+                ..ScenarioArgs::default()
+            };
+            let cluster = Cluster::parse_spec("gpu=2x4", 4).unwrap();
+            let scenario =
+                Scenario::assemble(&args, cluster, None, EngineConfig::default(), false).unwrap();
+            let placer = scenario.placer_around(Some(Box::new(PackingPlacer)));
+            let job = Job::new(JobId(0), 0.0, 4, 1.0);
+            let request = PlaceRequest {
+                job: &job,
+                gpu_type: GpuTypeId(0),
+                gpus: 4,
+                previous: &[],
+                waited: 0.0,
+                sensitivity: 0.0,
+                consolidate: false,
+            };
+            let three_and_one = [0, 1, 2, 4].map(GpuId);
+            placer.accepts(&scenario.cluster, &request, &three_and_one)
+        };
+        assert!(!accepts_three_and_one(true));
+        assert!(accepts_three_and_one(false));
+    }
 }
