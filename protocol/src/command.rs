@@ -1501,9 +1501,9 @@ mod tests {
         let Some((dir, nobody, _)) = roots_tree_for_nobody() else {
             return;
         };
+        assert_eq!(can_take_rights(), Ok(()));
         // A thread of the test's gives up its capabilities, and the checks' threads it starts
         // inherit that.
-        assert_eq!(can_take_rights(), Ok(()));
         let (probed, refused) = std::thread::scope(|scope| {
             let confined = scope.spawn(|| {
                 take_rights(65534, 65534).unwrap();
@@ -1512,7 +1512,7 @@ mod tests {
             let (probed, looked) = confined.join().unwrap();
             (probed, looked.unwrap_err())
         });
-        // The daemon's probe at its start says so too.
+        // The daemon's probe, where it makes its executor, says so too.
         assert!(probed.unwrap_err().contains("(setgroups)"));
         assert!(refused.unanswered && refused.host, "{refused:?}");
         assert!(
