@@ -648,7 +648,23 @@ fn preempting_and_resuming_gives_the_same_parameters_as_an_uninterrupted_run() {
     }
 }
 
-/// The toy, 40 steps on 2 GPUs saving every 15, started by `spawn`, writing its end to `out`.
+/// The toy the preemption tests move and compare: 40 steps, saving every 15, `sleep` seconds a
+/// step, its end written to `out`.
+fn preemptible_toy<'a>(command: &'a mut Command, out: &str, sleep: &str) -> &'a mut Command {
+    command.args([
+        TOY,
+        "--steps",
+        "40",
+        "--save-every",
+        "15",
+        "--step-sleep",
+        sleep,
+        "--out",
+        out,
+    ])
+}
+
+/// [`preemptible_toy`] on 2 GPUs, started by `spawn`.
 fn toy_for_preemption(
     python: &str,
     dir: &Path,
@@ -658,17 +674,7 @@ fn toy_for_preemption(
     sleep: &str,
 ) -> Command {
     let mut command = elastic_run(python, dir, job, &["--gpus", "2", "--spawn", spawn]);
-    command.args([
-        TOY,
-        "--steps",
-        "40",
-        "--save-every",
-        "15",
-        "--out",
-        out,
-        "--step-sleep",
-        sleep,
-    ]);
+    preemptible_toy(&mut command, out, sleep);
     command
 }
 
@@ -1817,7 +1823,8 @@ fn under_the_daemon_each_job_runs_on_the_cores_it_was_allotted() {
             if pids.len() < 3 || lists.len() != 1 {
                 // What the daemon did, should it come to a timeout.
                 let log = std::fs::read_to_string(&daemon_log).unwrap_or_default();
-                let tail = log.lines().rev().take(20).collect::<Vec<_>>();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(20)..];
                 return Err(format!(
                     "{job}: pids {pids:?} allowed on {lists:?}; the daemon's log ends: {tail:#?}"
                 ));
@@ -1995,26 +2002,11 @@ fn slurm_runs_one_agent_per_node_and_a_preempted_job_resumes_on_other_nodes() {
     );
 
     // Preempted on nodes 1-2, resumed on nodes 3-4: the same parameters as a run never interrupted.
-    let toy = |command: &mut Command, sleep: &str| {
-        command.args([
-            TOY,
-            "--steps",
-            "40",
-            "--save-every",
-            "15",
-            "--step-sleep",
-            sleep,
-            "--out",
-        ]);
-    };
     let mut reference = elastic_run(&python, dir.path(), "reference", &["--gpus", "2"]);
-    toy(&mut reference, "0");
-    let reference = run(reference.arg("reference.json"));
+    let reference = run(preemptible_toy(&mut reference, "reference.json", "0"));
     assert!(reference.status.success(), "{}", text(&reference));
     let mut first = on_slurm(&python, dir.path(), "moved", "node[1-2]");
-    toy(&mut first, "0.1");
-    let mut child = first
-        .arg("moved.json")
+    let mut child = preemptible_toy(&mut first, "moved.json", "0.1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -2034,8 +2026,7 @@ fn slurm_runs_one_agent_per_node_and_a_preempted_job_resumes_on_other_nodes() {
     );
 
     let mut second = on_slurm(&python, dir.path(), "moved", "node[3-4]");
-    toy(&mut second, "0");
-    let resumed = run(second.arg("moved.json"));
+    let resumed = run(preemptible_toy(&mut second, "moved.json", "0"));
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert!(
         text(&resumed).contains("node3:0 node4:0"),
