@@ -2070,8 +2070,8 @@ fn slurm_steps_are_cancelled_when_elastic_run_is_killed() {
     });
 }
 
-/// A `gangway serve --slurm` on the local Slurm cluster (scripts/slurm-up: node1..node4, 4 GPUs
-/// each, GPU ids 0-3 on node1, 4-7 on node2, ...), with `extra` options, killed when the test ends.
+/// A `gangway serve --slurm` on the local Slurm cluster (scripts/slurm-up: node1..node4, 2 GPUs
+/// each, GPU ids 0-1 on node1, 2-3 on node2, ...), with `extra` options, killed when the test ends.
 fn slurm_daemon(dir: &Path, addr: &str, policy: &str, extra: &[&str]) -> KillOnDrop {
     let child = Command::new(env!("CARGO_BIN_EXE_gangway"))
         .args([
@@ -2101,7 +2101,7 @@ fn slurm_daemon(dir: &Path, addr: &str, policy: &str, extra: &[&str]) -> KillOnD
 
 /// The Slurm node of a GPU id under [`slurm_daemon`].
 fn slurm_node_of(gpu: u64) -> String {
-    format!("node{}", gpu / 4 + 1)
+    format!("node{}", gpu / 2 + 1)
 }
 
 /// The Slurm jobs whose name starts with `prefix`.
@@ -2222,12 +2222,12 @@ fn assert_no_gpu_is_shared(jobs: &[&str]) {
     });
 }
 
-/// Issue 19: the daemon schedules a Slurm cluster under Tiresias. A 1-node job and a 2-node gang (8
-/// GPUs) run at once, each through Slurm on the nodes gangway chose. A third job (8 GPUs) arrives in
+/// Issue 19: the daemon schedules a Slurm cluster under Tiresias. A 1-node job and a 2-node gang (4
+/// GPUs) run at once, each through Slurm on the nodes gangway chose. A third job (4 GPUs) arrives in
 /// Tiresias' top queue: the gang, now lowest in line, is preempted (a checkpoint, then `scancel` of
 /// its step) and the newcomer takes its nodes. When the first job is cancelled the gang resumes, on
 /// nodes it did not have, from exactly the step it saved, and ends bit-identical to an uninterrupted
-/// 8-rank run. No Slurm step is left behind.
+/// 4-rank run. No Slurm step is left behind.
 #[test]
 fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() {
     let python = need_torch_and_slurm!();
@@ -2251,8 +2251,8 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
         "0.3",
     ];
     let addr = format!("127.0.0.1:{}", support::free_port());
-    // Queues at 32.5, 72 and 180 GPU-seconds: a test's jobs move down them in seconds.
-    let _daemon = slurm_daemon(dir.path(), &addr, "tiresias:queue_scale=0.01", &[]);
+    // Queues at 16.25, 36 and 90 GPU-seconds: a test's jobs move down them in seconds.
+    let _daemon = slurm_daemon(dir.path(), &addr, "tiresias:queue_scale=0.005", &[]);
     let api = support::Api::new(
         &format!("http://{addr}"),
         &dir.path().join("journal"),
@@ -2264,15 +2264,15 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
             .then(|| info.clone())
             .ok_or(format!("{info}"))
     };
-    let first = toy_under(&python, dir.path(), &addr, "first", 4, &endless);
+    let first = toy_under(&python, dir.path(), &addr, "first", 2, &endless);
     eventually(Duration::from_secs(120), || running(0).map(drop));
-    let gang = toy_under(&python, dir.path(), &addr, "gang", 8, &gang_args);
+    let gang = toy_under(&python, dir.path(), &addr, "gang", 4, &gang_args);
     // Both run at once: the gang on two whole nodes, the first job on a third.
     let mut seen = (Vec::new(), Vec::new());
     eventually(Duration::from_secs(240), || {
         let (f, g) = (running(0)?, running(1)?);
         seen = (placement_of(&f), placement_of(&g));
-        (seen.0.len() == 4 && seen.1.len() == 8)
+        (seen.0.len() == 2 && seen.1.len() == 4)
             .then_some(())
             .ok_or(format!("{f} {g}"))
     });
@@ -2286,7 +2286,7 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
         (steps.len() == 2).then_some(()).ok_or(format!("{steps:?}"))
     });
 
-    // Once the gang has saved and has over 180 GPU-seconds (the last queue, where the first job,
+    // Once the gang has saved and has over 90 GPU-seconds (the last queue, where the first job,
     // with less service or the earlier arrival, is ahead of it), a newcomer preempts it.
     eventually(Duration::from_secs(240), || {
         let g = running(1)?;
@@ -2295,7 +2295,7 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
             .ok_or(format!("{g}"))
     });
     std::thread::sleep(Duration::from_secs(25));
-    let newcomer = toy_under(&python, dir.path(), &addr, "newcomer", 8, &endless);
+    let newcomer = toy_under(&python, dir.path(), &addr, "newcomer", 4, &endless);
     eventually(Duration::from_secs(240), || {
         let (g, n) = (job_info(&api, 1), running(2)?);
         (g["phase"] != "running" && g["preemptions"].as_u64() >= Some(1))
@@ -2344,9 +2344,9 @@ fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() 
             .ok_or(format!("left behind: {left:?}"))
     });
 
-    // The same 8 ranks, never interrupted, on this machine.
+    // The same 4 ranks, never interrupted, on this machine.
     let reference = run(Command::new(env!("CARGO_BIN_EXE_elastic-run"))
-        .args(["--fake-gpus", "8", "--gpus", "8", "--python", &python])
+        .args(["--fake-gpus", "4", "--gpus", "4", "--python", &python])
         .args(["--job-id", "reference", "--checkpoint-dir"])
         .arg(dir.path().join("reference"))
         .arg(TOY)
@@ -2371,11 +2371,11 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     let python = need_torch_and_slurm!();
     let dir = tempfile::tempdir().unwrap();
     let addr = format!("127.0.0.1:{}", support::free_port());
-    // The placer scores sets on a topology file: two racks of two 4-GPU servers.
+    // The placer scores sets on a topology file: two racks of two 2-GPU servers.
     let racks = dir.path().join("racks.toml");
     std::fs::write(
         &racks,
-        "hosts_per_rack = 2\n[[servers]]\npreset = \"philly-4gpu\"\ncount = 4\n",
+        "hosts_per_rack = 2\n[[servers]]\npreset = \"philly-2gpu\"\ncount = 4\n",
     )
     .unwrap();
     let racks = racks.to_str().unwrap();
@@ -2391,7 +2391,7 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
         dir.path(),
         &addr,
         "survivor",
-        4,
+        2,
         &[
             "--steps",
             "150",
@@ -2411,7 +2411,7 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
         dir.path(),
         &addr,
         "neighbour",
-        4,
+        2,
         &["--steps", "120", "--step-sleep", "0.25"],
     );
     eventually(Duration::from_secs(240), || {
@@ -2502,7 +2502,7 @@ fn a_restarted_slurm_daemon_readopts_its_steps_and_moves_a_job_off_a_down_node()
     let gone = node(&down);
     assert_eq!(
         gone["out_of_service"].as_array().unwrap().len(),
-        4,
+        2,
         "{gone}"
     );
     assert!(
