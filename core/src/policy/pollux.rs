@@ -28,7 +28,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::pick::{Candidate, Choices, pick};
+use super::pick::{Candidate, Choices, pick_near};
 use super::{Grant, Intent, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput};
 use crate::cluster::GpuTypeId;
 use crate::job::{IdMap, Job, JobId};
@@ -283,15 +283,6 @@ impl Policy for Pollux {
                 rows.push((job.id, row));
             }
         }
-        let mut picked = match pick(&program, input.capacity) {
-            Ok(picked) => picked,
-            Err(e) => {
-                tracing::warn!(error = %e, jobs = input.jobs.len(), "Pollux's program failed; running jobs keep their GPUs this round");
-                return super::keep_running(input);
-            }
-        };
-        let ids: Vec<JobId> = rows.iter().map(|(job, _)| *job).collect();
-        super::fit::make_placeable(input, &ids, &program, &mut picked, |t| elastic.node_size(t));
         let current: IdMap<JobId, (GpuTypeId, u32)> = input
             .jobs
             .iter()
@@ -302,6 +293,24 @@ impl Policy for Pollux {
                 ))
             })
             .collect();
+        // What each job runs on now: most keep it, so that pick finds this one sooner.
+        let now: Vec<Option<usize>> = rows
+            .iter()
+            .map(|(job, row)| {
+                let held = current.get(job);
+                row.iter()
+                    .position(|&(t, gpus, _)| Some(&(t, gpus)) == held)
+            })
+            .collect();
+        let mut picked = match pick_near(&program, input.capacity, &now) {
+            Ok(picked) => picked,
+            Err(e) => {
+                tracing::warn!(error = %e, jobs = input.jobs.len(), "Pollux's program failed; running jobs keep their GPUs this round");
+                return super::keep_running(input);
+            }
+        };
+        let ids: Vec<JobId> = rows.iter().map(|(job, _)| *job).collect();
+        super::fit::make_placeable(input, &ids, &program, &mut picked, |t| elastic.node_size(t));
         let mut grants = Vec::new();
         for ((job, row), picked) in rows.into_iter().zip(picked) {
             let Some((gpu_type, replicas, plan)) = picked.map(|k| row[k]) else {

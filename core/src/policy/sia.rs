@@ -28,7 +28,7 @@
 
 use rustc_hash::FxHashMap;
 
-use super::pick::{Candidate, Choices, pick};
+use super::pick::{Candidate, Choices, pick_near};
 use super::{
     Grant, Intent, Knob, KnobRange, Needs, Policy, PolicyEntry, Registry, RegistryError, RoundInput,
 };
@@ -414,7 +414,15 @@ impl Policy for Sia {
             program.push(choices);
             rows.push((job.id, row));
         }
-        let mut picked = match pick(&program, input.capacity) {
+        // Each job's last configuration: most keep it, so their last pick finds this one sooner.
+        let last: Vec<Option<usize>> = rows
+            .iter()
+            .map(|(job, row)| {
+                let previous = self.previous.get(job);
+                row.iter().position(|(config, _)| Some(config) == previous)
+            })
+            .collect();
+        let mut picked = match pick_near(&program, input.capacity, &last) {
             Ok(picked) => picked,
             Err(e) => {
                 // Running jobs keep what they hold rather than all being stopped; waiting ones wait.

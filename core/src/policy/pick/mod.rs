@@ -57,19 +57,34 @@ pub const EXACT_UP_TO: usize = 1_000;
 /// else exactly where the table takes the program or up to [`EXACT_UP_TO`] candidates, by prices
 /// beyond (exactly where prices do not fit).
 pub fn pick(jobs: &[Choices], capacity: &[u32]) -> Result<Vec<Option<usize>>, SolveError> {
+    pick_near(jobs, capacity, &[])
+}
+
+/// [`pick`]'s answer, found sooner where `near` (an option index or `None` per job, in the jobs'
+/// order) costs little more than the optimum: a policy's pick of the round before, which most jobs
+/// keep, is such a pick. The exact table cuts off every partial pick that cannot beat the cheapest
+/// pick it knows (on Sia's newtrace workload 1 the last round's pick cut the states it visited by
+/// 36% under `sia` and 48% under `ramp`). `near` is repaired to fit first; the answer is the same
+/// whatever it is, and a `near` of another length, or naming an option a job lacks, is not used.
+pub fn pick_near(
+    jobs: &[Choices],
+    capacity: &[u32],
+    near: &[Option<usize>],
+) -> Result<Vec<Option<usize>>, SolveError> {
     let exact_up_to = if table::takes(jobs, capacity) {
         usize::MAX
     } else {
         EXACT_UP_TO
     };
-    pick_priced_past(jobs, capacity, exact_up_to)
+    pick_priced_past(jobs, capacity, exact_up_to, near)
 }
 
-/// [`pick`], pricing programs of more than `exact_up_to` candidates.
+/// [`pick_near`], pricing programs of more than `exact_up_to` candidates.
 fn pick_priced_past(
     jobs: &[Choices],
     capacity: &[u32],
     exact_up_to: usize,
+    near: &[Option<usize>],
 ) -> Result<Vec<Option<usize>>, SolveError> {
     // Where every job's cheapest choice fits, the capacity rows do not bind: that is the optimum.
     let alone = cheapest(jobs, &vec![0.0; capacity.len()]);
@@ -87,7 +102,25 @@ fn pick_priced_past(
             "the priced pick does not fit its capacity; solving exactly"
         );
     }
-    exact(jobs, capacity)
+    exact(jobs, capacity, near)
+}
+
+/// `near` repaired to fit `capacity`, where it names one choice a job has for each job.
+fn repaired(
+    jobs: &[Choices],
+    capacity: &[u32],
+    near: &[Option<usize>],
+) -> Option<Vec<Option<usize>>> {
+    let named = near.len() == jobs.len()
+        && jobs
+            .iter()
+            .zip(near)
+            .all(|(job, k)| k.is_none_or(|k| k < job.options.len()));
+    named.then(|| {
+        let mut picked = near.to_vec();
+        repair(jobs, capacity, &mut picked);
+        picked
+    })
 }
 
 /// Whether `picked` uses at most `capacity[t]` GPUs of each type and leaves out no job that must run.
@@ -338,8 +371,12 @@ fn repair(jobs: &[Choices], capacity: &[u32], picked: &mut [Option<usize>]) {
 }
 
 /// The exact answer: by the table of [`table::solve`] where it is small, else by the LP solver.
-fn exact(jobs: &[Choices], capacity: &[u32]) -> Result<Vec<Option<usize>>, SolveError> {
-    table::solve(jobs, capacity).unwrap_or_else(|| solved(jobs, capacity))
+fn exact(
+    jobs: &[Choices],
+    capacity: &[u32],
+    near: &[Option<usize>],
+) -> Result<Vec<Option<usize>>, SolveError> {
+    table::solve(jobs, capacity, near).unwrap_or_else(|| solved(jobs, capacity))
 }
 
 /// The answer of the LP solver (HiGHS by default) to the program as a MILP: optimal within its
@@ -447,7 +484,7 @@ mod tests {
             must(vec![option(0, 8, 0.01)]),
             must(vec![option(0, 3, 0.01)]),
         ];
-        let picked = pick_priced_past(&jobs, &[16, 8], 0).unwrap();
+        let picked = pick_priced_past(&jobs, &[16, 8], 0, &[]).unwrap();
         assert_eq!(
             picked,
             [Some(0), Some(0), Some(0), Some(0), Some(0), Some(0)]
@@ -547,7 +584,7 @@ mod priced {
         /// every other job.
         #[test]
         fn prices_fit_capacity((jobs, capacity) in pinned_program()) {
-            let Ok(exact) = exact(&jobs, &capacity) else {
+            let Ok(exact) = exact(&jobs, &capacity, &[]) else {
                 // Jobs that must run do not fit: nothing to compare.
                 return Ok(());
             };
@@ -561,10 +598,10 @@ mod priced {
         /// run have several options (there a priced pick that does not fit is solved exactly).
         #[test]
         fn the_priced_path_fits_whenever_the_solver_does((jobs, capacity) in program()) {
-            let Ok(exact) = exact(&jobs, &capacity) else {
+            let Ok(exact) = exact(&jobs, &capacity, &[]) else {
                 return Ok(());
             };
-            let picked = pick_priced_past(&jobs, &capacity, 0).unwrap();
+            let picked = pick_priced_past(&jobs, &capacity, 0, &[]).unwrap();
             let used = demand(&jobs, &picked, capacity.len());
             prop_assert!(fits(&jobs, &picked, &capacity), "{:?} over {:?}", used, capacity);
             prop_assert!(cost(&jobs, &picked) >= cost(&jobs, &exact) - 1e-9);
@@ -574,7 +611,7 @@ mod priced {
         /// (the solver stops within its relative gap).
         #[test]
         fn the_table_is_as_good_as_the_solver((jobs, capacity) in program()) {
-            let table = table::solve(&jobs, &capacity).expect("a small program");
+            let table = table::solve(&jobs, &capacity, &[]).expect("a small program");
             let Ok(solved) = solved(&jobs, &capacity) else {
                 prop_assert!(table.is_err());
                 return Ok(());
@@ -586,11 +623,22 @@ mod priced {
             prop_assert!(ours >= theirs * (1.0 - 1e-4) - 1e-9, "below the solver's bound: {}", ours);
         }
 
+        /// A near pick changes no answer (the table's property test holds it for the table's
+        /// programs); one that names an option a job lacks, or of another length, is not used.
+        #[test]
+        fn pick_near_gives_picks_answer((jobs, capacity) in program()) {
+            let answer = pick(&jobs, &capacity).ok();
+            let lacking: Vec<Option<usize>> = jobs.iter().map(|j| Some(j.options.len())).collect();
+            for near in [&lacking[..], &[Some(0)][..], &vec![None; jobs.len()][..]] {
+                prop_assert_eq!(pick_near(&jobs, &capacity, near).ok(), answer.clone());
+            }
+        }
+
         /// Pruning the table by its bound changes no answer, ties included.
         #[test]
         fn pruning_the_table_changes_no_answer((jobs, capacity) in program()) {
-            let pruned = table::solve_pruning_from(&jobs, &capacity, 0).expect("a small program");
-            let whole = table::solve_pruning_from(&jobs, &capacity, usize::MAX).expect("small");
+            let pruned = table::solve_pruning_from(&jobs, &capacity, 0, &[]).expect("a small program");
+            let whole = table::solve_pruning_from(&jobs, &capacity, usize::MAX, &[]).expect("small");
             prop_assert_eq!(pruned.ok(), whole.ok());
         }
 
@@ -598,7 +646,7 @@ mod priced {
         /// the solver's answer.
         #[test]
         fn pick_is_as_good_as_the_solver((jobs, capacity) in program()) {
-            let Ok(exact) = exact(&jobs, &capacity) else {
+            let Ok(exact) = exact(&jobs, &capacity, &[]) else {
                 return Ok(());
             };
             let picked = pick(&jobs, &capacity).unwrap();
@@ -638,7 +686,7 @@ mod priced {
                 })
                 .collect();
             let capacity = [256, 192];
-            let best = cost(&jobs, &exact(&jobs, &capacity).unwrap());
+            let best = cost(&jobs, &exact(&jobs, &capacity, &[]).unwrap());
             let ours = cost(&jobs, &by_prices(&jobs, &capacity));
             assert!(
                 ours >= best - 1e-9 && ours <= best * 1.02,

@@ -11,9 +11,11 @@
 //! lower bound on what the jobs still to come cost ([`Bound`]), exceeds a cutoff is dropped. The
 //! cutoff is first set a little above the bound on the whole program, where most optima lie and
 //! nearly everything is pruned; where nothing is found there, a narrow table (the most promising
-//! states after each job) finds a pick near the optimum, and its cost is the cutoff.
+//! states after each job) finds a pick near the optimum, and its cost, or the cheapest pick known
+//! before (a priced one, a greedy one, or the caller's: a policy's pick of the round before), is
+//! the cutoff.
 
-use super::{Choices, cost, fits, priced, prices, repair};
+use super::{Choices, cost, fits, priced, prices, repair, repaired};
 use crate::solver::SolveError;
 
 /// Most cells (states times each job's choices, leaving it out included) a table may visit, about
@@ -25,12 +27,14 @@ pub(super) const MOST_CELLS: usize = 8_000_000;
 const LEFT_OUT: u16 = u16::MAX;
 
 /// The pick of least total cost within `capacity`, or `None` where its table would be larger than
-/// [`MOST_CELLS`] (or a job has more options than a choice can name).
+/// [`MOST_CELLS`] (or a job has more options than a choice can name). `near`, a pick that may cost
+/// little more (see [`super::pick_near`]), prunes the table sooner; it changes no answer.
 pub(super) fn solve(
     jobs: &[Choices],
     capacity: &[u32],
+    near: &[Option<usize>],
 ) -> Option<Result<Vec<Option<usize>>, SolveError>> {
-    solve_pruning_from(jobs, capacity, PRUNE_FROM)
+    solve_pruning_from(jobs, capacity, PRUNE_FROM, near)
 }
 
 /// Whether [`solve`] takes the program: its table has at most [`MOST_CELLS`] cells.
@@ -54,13 +58,14 @@ pub(super) fn solve_pruning_from(
     jobs: &[Choices],
     capacity: &[u32],
     prune_from: usize,
+    near: &[Option<usize>],
 ) -> Option<Result<Vec<Option<usize>>, SolveError>> {
     let cells = cells(jobs)?;
     let mut table = Table::new(jobs, capacity, MOST_CELLS / cells.max(1))?;
     let picked = if table.space.states * cells < prune_from {
         table.fill(jobs, None, usize::MAX)
     } else {
-        let bound = Bound::new(jobs, capacity);
+        let bound = Bound::new(jobs, capacity, near);
         // Most optima lie a small part of the way from the lower bound to the known pick: a
         // table cut off that low prunes nearly everything and still finds the optimum.
         let low = bound
@@ -251,7 +256,8 @@ const PRUNE_FROM: usize = 20_000;
 const BOUND_SEARCH: (usize, usize) = (1, 16);
 
 /// A lower bound on what the jobs still to come into the table can cost from a state, and the cost
-/// of a pick known to fit: a state whose cost and bound together exceed that can lead to no optimum.
+/// of the cheapest pick known to fit (the priced one, a greedy one, and the caller's near one):
+/// a state whose cost and bound together exceed that can lead to no optimum.
 /// Two bounds, the higher counting. One is Lagrangian: with a price `p[t]` per GPU of each type, the
 /// jobs to come cost at least the sum of their cheapest priced choices less the price of the GPUs
 /// the state leaves free. The other pools the types: the jobs to come cost at least their least
@@ -276,7 +282,7 @@ struct Bound {
 }
 
 impl Bound {
-    fn new(jobs: &[Choices], capacity: &[u32]) -> Self {
+    fn new(jobs: &[Choices], capacity: &[u32], near: &[Option<usize>]) -> Self {
         let prices = prices(jobs, capacity, BOUND_SEARCH);
         let by_prices = priced(jobs, capacity, &prices);
         // Greedy from nothing: the jobs that may be left out are, the others get their fewest
@@ -293,8 +299,10 @@ impl Bound {
             })
             .collect();
         repair(jobs, capacity, &mut greedy);
-        let known = [by_prices, greedy]
+        let near = repaired(jobs, capacity, near);
+        let known = [Some(by_prices), Some(greedy), near]
             .iter()
+            .flatten()
             .filter(|pick| fits(jobs, pick, capacity))
             .map(|pick| cost(jobs, pick))
             .fold(f64::INFINITY, f64::min);
@@ -506,20 +514,41 @@ mod tests {
         /// tie, over three types.
         #[test]
         fn pruning_changes_no_answer_among_alike_jobs((jobs, capacity) in program()) {
-            let pruned = solve_pruning_from(&jobs, &capacity, 0).expect("a small program");
-            let whole = solve_pruning_from(&jobs, &capacity, usize::MAX).expect("small");
+            let pruned = solve_pruning_from(&jobs, &capacity, 0, &[]).expect("a small program");
+            let whole = solve_pruning_from(&jobs, &capacity, usize::MAX, &[]).expect("small");
             prop_assert_eq!(pruned.ok(), whole.ok());
+        }
+
+        /// A near pick changes no answer, ties included: any pick of the jobs' options (one that
+        /// does not fit, or leaves out a job that must run, is repaired first), the optimum itself,
+        /// or one of another length (not used).
+        #[test]
+        fn a_near_pick_changes_no_answer(
+            ((jobs, capacity), raw) in (program(), prop::collection::vec(0usize..8, 0..40))
+        ) {
+            let whole = solve_pruning_from(&jobs, &capacity, usize::MAX, &[]).expect("small").ok();
+            let near: Vec<Option<usize>> = raw
+                .iter()
+                .zip(&jobs)
+                .map(|(&r, job)| (r % (job.options.len() + 1) < job.options.len())
+                    .then_some(r % (job.options.len() + 1)))
+                .collect();
+            let optimum = whole.clone().unwrap_or_default();
+            for near in [&near[..], &optimum[..], &raw.iter().map(|_| Some(0)).collect::<Vec<_>>()] {
+                let from_near = solve_pruning_from(&jobs, &capacity, 0, near).expect("small");
+                prop_assert_eq!(from_near.ok(), whole.clone());
+            }
         }
 
         /// Along the optimum's own path, a state's cost and its bound never exceed the optimum's
         /// cost: the bound is a lower bound on what the jobs still to come cost.
         #[test]
         fn the_bound_stays_below_the_optimum((jobs, capacity) in program()) {
-            let Some(Ok(best)) = solve_pruning_from(&jobs, &capacity, usize::MAX) else {
+            let Some(Ok(best)) = solve_pruning_from(&jobs, &capacity, usize::MAX, &[]) else {
                 return Ok(());
             };
             let total = cost(&jobs, &best);
-            let bound = Bound::new(&jobs, &capacity);
+            let bound = Bound::new(&jobs, &capacity, &[]);
             prop_assert!(bound.known >= total - 1e-9);
             let space = Space::new(&jobs, &capacity, usize::MAX).expect("small");
             let (mut state, mut so_far) = (0, 0.0);
@@ -540,10 +569,10 @@ mod tests {
         /// A narrow table's pick, where it finds one, fits and costs no less than the optimum.
         #[test]
         fn a_narrow_table_finds_a_pick_that_fits((jobs, capacity) in program()) {
-            let Some(Ok(best)) = solve_pruning_from(&jobs, &capacity, usize::MAX) else {
+            let Some(Ok(best)) = solve_pruning_from(&jobs, &capacity, usize::MAX, &[]) else {
                 return Ok(());
             };
-            let bound = Bound::new(&jobs, &capacity);
+            let bound = Bound::new(&jobs, &capacity, &[]);
             let mut table = Table::new(&jobs, &capacity, usize::MAX).expect("small");
             if let Some(near) = table.fill(&jobs, Some((&bound, f64::INFINITY)), 2) {
                 prop_assert!(fits(&jobs, &near, &capacity));
