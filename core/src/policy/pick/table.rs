@@ -276,8 +276,8 @@ struct Bound {
     width: usize,
     /// The GPUs of all types.
     gpus: usize,
-    /// The cost of the cheaper of two picks that fit (infinite if neither does), with room for
-    /// rounding.
+    /// The cost of the cheapest pick known that fits (the priced one, the greedy one, the caller's
+    /// near one; infinite if none does), with room for rounding.
     known: f64,
 }
 
