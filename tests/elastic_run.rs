@@ -2222,12 +2222,12 @@ fn assert_no_gpu_is_shared(jobs: &[&str]) {
     });
 }
 
-/// Issue 19: the daemon schedules a Slurm cluster under Tiresias. A 1-node job and a 2-node gang (4
-/// GPUs) run at once, each through Slurm on the nodes gangway chose. A third job (4 GPUs) arrives in
-/// Tiresias' top queue: the gang, now lowest in line, is preempted (a checkpoint, then `scancel` of
-/// its step) and the newcomer takes its nodes. When the first job is cancelled the gang resumes, on
-/// nodes it did not have, from exactly the step it saved, and ends bit-identical to an uninterrupted
-/// 4-rank run. No Slurm step is left behind.
+/// Issue 19: the daemon schedules a Slurm cluster under Tiresias. A 1-node job and a 2-node gang
+/// (4 GPUs) run at once, each through Slurm on the nodes gangway chose. A third job (4 GPUs) arrives
+/// in Tiresias' top queue: the gang, now lowest in line, is preempted (a checkpoint, then `scancel`
+/// of its step) and the newcomer takes its nodes. When the first job is cancelled the gang resumes,
+/// on nodes it did not have, from exactly the step it saved, and ends bit-identical to an
+/// uninterrupted 4-rank run. No Slurm step is left behind.
 #[test]
 fn under_tiresias_a_preempted_slurm_gang_resumes_on_other_nodes_bit_identical() {
     let python = need_torch_and_slurm!();

@@ -64,8 +64,9 @@ pub fn pick(jobs: &[Choices], capacity: &[u32]) -> Result<Vec<Option<usize>>, So
 /// order) costs little more than the optimum: a policy's pick of the round before, which most jobs
 /// keep, is such a pick. The exact table cuts off every partial pick that cannot beat the cheapest
 /// pick it knows (on Sia's newtrace workload 1 the last round's pick cut the cells its tables
-/// visited by 36% under `sia` and 48% under `ramp`). `near` is repaired to fit first; the answer is the same
-/// whatever it is, and a `near` of another length, or naming an option a job lacks, is not used.
+/// visited by 36% under `sia` and 48% under `ramp`). `near` is repaired to fit first; the answer
+/// is the same whatever it is, and a `near` of another length, or naming an option a job lacks, is
+/// not used.
 pub fn pick_near(
     jobs: &[Choices],
     capacity: &[u32],
@@ -640,8 +641,9 @@ mod priced {
         /// Pruning the table by its bound changes no answer, ties included.
         #[test]
         fn pruning_the_table_changes_no_answer((jobs, capacity) in program()) {
-            let pruned = table::solve_pruning_from(&jobs, &capacity, 0, &[]).expect("a small program");
-            let whole = table::solve_pruning_from(&jobs, &capacity, usize::MAX, &[]).expect("small");
+            let pruned = table::solve_pruning_from(&jobs, &capacity, 0, &[]).expect("small");
+            let whole =
+                table::solve_pruning_from(&jobs, &capacity, usize::MAX, &[]).expect("small");
             prop_assert_eq!(pruned.ok(), whole.ok());
         }
 
