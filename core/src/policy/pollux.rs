@@ -207,6 +207,9 @@ impl Policy for Pollux {
         let scale = input.cluster.nodes().len() as f64 / f64::from(total.max(1));
         let mut rows: Vec<(JobId, Row)> = Vec::new();
         let mut program: Vec<Choices> = Vec::new();
+        // Each job's option for what it runs on now: most keep it, so that pick finds this
+        // round's sooner.
+        let mut now: Vec<Option<usize>> = Vec::new();
         for view in input.jobs {
             let job = view.job;
             let Some(app) = elastic.application(job) else {
@@ -253,6 +256,7 @@ impl Policy for Pollux {
                 left_out: Some(1.0 / FLOOR),
             };
             let mut row = Vec::new();
+            let mut kept = None;
             for (t, &capacity) in input.capacity.iter().enumerate() {
                 let gpu_type = GpuTypeId(t as u16);
                 let Some(profile) = elastic.profile(job, gpu_type) else {
@@ -267,7 +271,9 @@ impl Policy for Pollux {
                     let (nodes, replicas) = (gpus.div_ceil(size), job.replicas_on(gpu_type, gpus));
                     let best = standing.best(profile, nodes, replicas);
                     let mut value = speedup(best.map(|b| b.0), base, gpus, fair) * scale;
-                    if current != Some((gpu_type, gpus)) {
+                    if current == Some((gpu_type, gpus)) {
+                        kept = Some(row.len());
+                    } else {
                         value *= restart;
                     }
                     choices.options.push(Candidate {
@@ -280,9 +286,19 @@ impl Policy for Pollux {
             }
             if !row.is_empty() {
                 program.push(choices);
+                now.push(kept);
                 rows.push((job.id, row));
             }
         }
+        let mut picked = match pick_near(&program, input.capacity, &now) {
+            Ok(picked) => picked,
+            Err(e) => {
+                tracing::warn!(error = %e, jobs = input.jobs.len(), "Pollux's program failed; running jobs keep their GPUs this round");
+                return super::keep_running(input);
+            }
+        };
+        let ids: Vec<JobId> = rows.iter().map(|(job, _)| *job).collect();
+        super::fit::make_placeable(input, &ids, &program, &mut picked, |t| elastic.node_size(t));
         let current: IdMap<JobId, (GpuTypeId, u32)> = input
             .jobs
             .iter()
@@ -293,24 +309,6 @@ impl Policy for Pollux {
                 ))
             })
             .collect();
-        // What each job runs on now: most keep it, so that pick finds this one sooner.
-        let now: Vec<Option<usize>> = rows
-            .iter()
-            .map(|(job, row)| {
-                let held = current.get(job);
-                row.iter()
-                    .position(|&(t, gpus, _)| Some(&(t, gpus)) == held)
-            })
-            .collect();
-        let mut picked = match pick_near(&program, input.capacity, &now) {
-            Ok(picked) => picked,
-            Err(e) => {
-                tracing::warn!(error = %e, jobs = input.jobs.len(), "Pollux's program failed; running jobs keep their GPUs this round");
-                return super::keep_running(input);
-            }
-        };
-        let ids: Vec<JobId> = rows.iter().map(|(job, _)| *job).collect();
-        super::fit::make_placeable(input, &ids, &program, &mut picked, |t| elastic.node_size(t));
         let mut grants = Vec::new();
         for ((job, row), picked) in rows.into_iter().zip(picked) {
             let Some((gpu_type, replicas, plan)) = picked.map(|k| row[k]) else {

@@ -313,6 +313,9 @@ impl Policy for Sia {
         // Per job: its candidate configurations with their batch plans, and the program's row.
         let mut rows: Vec<(JobId, Vec<(Config, BatchPlan)>)> = Vec::new();
         let mut program: Vec<Choices> = Vec::new();
+        // Each job's option for its last configuration: most keep it, so their last pick finds
+        // this round's sooner.
+        let mut last: Vec<Option<usize>> = Vec::new();
         for view in input.jobs {
             let job = view.job;
             let Some(app) = elastic.application(job) else {
@@ -388,6 +391,7 @@ impl Policy for Sia {
             // A job still paying its restart delay keeps its configuration.
             let pinned = view.running.is_some_and(|r| r.restarting);
             let mut row = Vec::new();
+            let mut kept = None;
             let mut choices = Choices {
                 options: Vec::new(),
                 left_out: (!pinned).then_some(settings.left_out),
@@ -397,7 +401,9 @@ impl Policy for Sia {
                     continue;
                 }
                 let mut normalized = goodput / smallest;
-                if previous.is_some_and(|p| p != config) {
+                if previous == Some(config) {
+                    kept = Some(row.len());
+                } else if previous.is_some() {
                     normalized *= moved;
                 }
                 // A discounted (or tiny) goodput can cost more than leaving the job out.
@@ -412,16 +418,9 @@ impl Policy for Sia {
                 continue;
             }
             program.push(choices);
+            last.push(kept);
             rows.push((job.id, row));
         }
-        // Each job's last configuration: most keep it, so their last pick finds this one sooner.
-        let last: Vec<Option<usize>> = rows
-            .iter()
-            .map(|(job, row)| {
-                let previous = self.previous.get(job);
-                row.iter().position(|(config, _)| Some(config) == previous)
-            })
-            .collect();
         let mut picked = match pick_near(&program, input.capacity, &last) {
             Ok(picked) => picked,
             Err(e) => {
