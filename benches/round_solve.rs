@@ -7,6 +7,11 @@
 //! servers of 8 GPUs over three types, every job submitted before the first pass. Between passes,
 //! as in a live cluster, 60 s go by, 10 running jobs finish and 10 new jobs arrive; only the pass
 //! itself is timed.
+//!
+//! Criterion's samples each run on a later state of the cluster, so its estimates wander between
+//! runs of one binary. With `PASSES=N` in the environment, each policy instead runs N passes from
+//! the same start and prints their mean (`PASSES=400 cargo bench --bench round_solve`): the figures
+//! docs/PERFORMANCE.md pairs between builds.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -82,28 +87,39 @@ fn passes(c: &mut Criterion) {
         // The first pass places thousands of gangs at once; the benchmark measures the later ones.
         engine.schedule(&mut *policy, &mut placer, now);
         follow(&mut engine, &mut running);
+        // A round's churn, then its pass, timed.
+        let mut pass = || {
+            now += 60.0;
+            for job in running.drain(..CHURN.min(running.len())) {
+                engine.finish(job, now).unwrap();
+            }
+            for _ in 0..CHURN {
+                engine.submit(job(next_id, now), now).unwrap();
+                next_id += 1;
+            }
+            let began = Instant::now();
+            engine.schedule(&mut *policy, &mut placer, now);
+            let spent = began.elapsed();
+            follow(&mut engine, &mut running);
+            spent
+        };
+        if let Some(n) = fixed_passes() {
+            let spent: Duration = (0..n).map(|_| pass()).sum();
+            let mean = spent.as_secs_f64() * 1e3 / n as f64;
+            println!("pass_50000_jobs_16384_gpus/{name}: {n} passes, mean {mean:.3} ms");
+            continue;
+        }
         group.bench_function(BenchmarkId::from_parameter(name), |b| {
-            b.iter_custom(|iters| {
-                let mut spent = Duration::ZERO;
-                for _ in 0..iters {
-                    now += 60.0;
-                    for job in running.drain(..CHURN.min(running.len())) {
-                        engine.finish(job, now).unwrap();
-                    }
-                    for _ in 0..CHURN {
-                        engine.submit(job(next_id, now), now).unwrap();
-                        next_id += 1;
-                    }
-                    let began = Instant::now();
-                    engine.schedule(&mut *policy, &mut placer, now);
-                    spent += began.elapsed();
-                    follow(&mut engine, &mut running);
-                }
-                spent
-            })
+            b.iter_custom(|iters| (0..iters).map(|_| pass()).sum())
         });
     }
     group.finish();
+}
+
+/// `PASSES`, when set: how many passes to time from the same start, instead of criterion's samples.
+fn fixed_passes() -> Option<u32> {
+    let n = std::env::var("PASSES").ok()?;
+    Some(n.parse().expect("PASSES is a number of passes"))
 }
 
 criterion_group!(benches, passes);

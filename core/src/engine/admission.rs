@@ -108,7 +108,7 @@ impl Engine<'_> {
     /// Takes a job that arrives at `now`. A job that can never run is kept (its record stays
     /// unfinished) but never scheduled.
     pub fn submit(&mut self, job: Job, now: f64) -> Result<(), Rejected> {
-        if self.index_of.contains_key(&job.id) {
+        if self.index_of.contains(job.id) {
             return Err(Rejected::Duplicate(job.id));
         }
         let i = self.push(job);

@@ -26,7 +26,7 @@ impl Backlog for Waiting<'_, '_> {
     }
 
     fn view(&self, id: JobId) -> Option<JobView<'_>> {
-        let &i = self.engine.index_of.get(&id)?;
+        let i = self.engine.index_of.get(id)?;
         self.engine.shown(i).then(|| self.engine.view(i, self.now))
     }
 

@@ -166,7 +166,7 @@ impl Engine<'_> {
     /// Where job `id` stands (borrowed: the API's views ask for every job that changed, thousands
     /// a round, and copy only what they show).
     pub fn status(&self, id: JobId) -> Option<JobStatus<'_>> {
-        let &i = self.index_of.get(&id)?;
+        let i = self.index_of.get(id)?;
         let state = &self.states[i];
         Some(JobStatus {
             id,
@@ -187,7 +187,7 @@ impl Engine<'_> {
     /// many GPUs are free and out of service now. `None` when it runs, has ended, or no pass has
     /// looked at it yet.
     pub fn waiting_reason(&self, id: JobId) -> Option<String> {
-        let &i = self.index_of.get(&id)?;
+        let i = self.index_of.get(id)?;
         let state = &self.states[i];
         if state.run.is_some() || !state.active {
             return None;
@@ -213,7 +213,7 @@ impl Engine<'_> {
 
     /// Sets the progress of a job that has not started in this engine (recovery from a checkpoint).
     pub fn restore_progress(&mut self, id: JobId, steps_done: f64, preemptions: u32) {
-        if let Some(&i) = self.index_of.get(&id) {
+        if let Some(i) = self.index_of.get(id) {
             let state = &mut self.states[i];
             state.steps_done = steps_done.clamp(0.0, self.jobs[i].total_steps);
             state.progressed = steps_done > 0.0;
@@ -256,13 +256,13 @@ impl Engine<'_> {
     /// history elsewhere (the journal), and the engine's memory then follows the active jobs. Returns
     /// whether it was forgotten (an active job is not).
     pub fn forget(&mut self, id: JobId) -> bool {
-        let Some(&i) = self.index_of.get(&id) else {
+        let Some(i) = self.index_of.get(id) else {
             return false;
         };
         if self.states[i].active {
             return false;
         }
-        self.index_of.remove(&id);
+        self.index_of.remove(id);
         self.records[i] = new_record(&self.jobs[i], std::sync::Arc::from(""), 0);
         self.states[i].last_gpus = GpuSet::new();
         self.vacant.push(i);
@@ -316,7 +316,7 @@ impl Engine<'_> {
 
     /// The index of an active job (submitted and not ended).
     fn active_index(&self, id: JobId) -> Result<usize, Rejected> {
-        let &i = self.index_of.get(&id).ok_or(Rejected::Unknown(id))?;
+        let i = self.index_of.get(id).ok_or(Rejected::Unknown(id))?;
         if self.records[i].finish.is_some() || !self.states[i].active {
             return Err(Rejected::Finished(id));
         }

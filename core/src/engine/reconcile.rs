@@ -41,7 +41,7 @@ impl Engine<'_> {
         // once; a job granted twice keeps its first grant.
         let mut granted: Vec<Option<usize>> = Vec::with_capacity(grants.len());
         for (k, g) in grants.iter().enumerate() {
-            let i = self.index_of.get(&g.job).copied();
+            let i = self.index_of.get(g.job);
             granted.push(i.filter(|&i| {
                 let state = &mut self.states[i];
                 let first = state.grant.is_none();
@@ -320,7 +320,7 @@ impl Engine<'_> {
     /// Job `i`'s grant packs it with job `partner`: takes the partner's matching grant and returns its
     /// index when the pair can run (both waiting, same gang, a packed rate for both on the type).
     fn claim_partner(&mut self, i: usize, partner: crate::job::JobId, g: &Grant) -> Option<usize> {
-        let p = *self.index_of.get(&partner)?;
+        let p = self.index_of.get(partner)?;
         let state = &self.states[p];
         let runs = placement::packed::pair_runs(
             &*self.model,

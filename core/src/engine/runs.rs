@@ -175,7 +175,7 @@ impl Engine<'_> {
         state.waiting = None;
         self.records[i].first_start.get_or_insert(now);
         self.running.insert((state.order, i));
-        state.run = Some(Box::new(Run {
+        state.run = Some(Run {
             gpu_type,
             mixed,
             gpus: placed.gpus.clone(),
@@ -188,7 +188,7 @@ impl Engine<'_> {
             settled_to: now,
             progress_from: now + overhead,
             started: now,
-        }));
+        });
         if self.changes.is_some() {
             let change = Change::Started {
                 job: self.jobs[i].id,
@@ -301,7 +301,7 @@ impl Engine<'_> {
                 self.release_gpus(&run.gpus);
             }
         }
-        *run
+        run
     }
 
     /// Job `i`'s partner left: from `now` on it runs alone on the GPUs, at its rate alone there.
