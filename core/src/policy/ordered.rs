@@ -292,17 +292,22 @@ impl Queue {
                 .places
                 .get_at(id, slot)
                 .filter(|h| h.shown_in == self.round);
+            // A shown job's view is borrowed, not copied: most of the order is shown every round.
+            let asked;
             let view = match shown {
-                Some(held) => input.jobs[held.index].clone(),
+                Some(held) => &input.jobs[held.index],
                 None => match input.backlog.and_then(|b| b.view(id)) {
-                    Some(view) => view,
+                    Some(view) => {
+                        asked = view;
+                        &asked
+                    }
                     None => continue,
                 },
             };
-            if granter.kept(&view) {
+            if granter.kept(view) {
                 continue;
             }
-            if !granter.offer(&view) {
+            if !granter.offer(view) {
                 break;
             }
         }
