@@ -10,8 +10,8 @@
 //!
 //! Criterion's samples each run on a later state of the cluster, so its estimates wander between
 //! runs of one binary. With `PASSES=N` in the environment, each policy instead runs N passes from
-//! the same start and prints their mean (`PASSES=400 cargo bench --bench round_solve`): the figures
-//! docs/PERFORMANCE.md pairs between builds.
+//! the same start and prints their mean (`PASSES=400 cargo bench --bench round_solve`; every policy
+//! runs, whatever filter is given): the figures docs/PERFORMANCE.md pairs between builds.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -43,6 +43,7 @@ fn job(k: u32, arrival: f64) -> Job {
 }
 
 fn passes(c: &mut Criterion) {
+    let fixed = fixed_passes();
     let mut group = c.benchmark_group("pass_50000_jobs_16384_gpus");
     group
         .sample_size(20)
@@ -103,9 +104,9 @@ fn passes(c: &mut Criterion) {
             follow(&mut engine, &mut running);
             spent
         };
-        if let Some(n) = fixed_passes() {
+        if let Some(n) = fixed {
             let spent: Duration = (0..n).map(|_| pass()).sum();
-            let mean = spent.as_secs_f64() * 1e3 / n as f64;
+            let mean = spent.as_secs_f64() * 1e3 / f64::from(n);
             println!("pass_50000_jobs_16384_gpus/{name}: {n} passes, mean {mean:.3} ms");
             continue;
         }
@@ -119,7 +120,8 @@ fn passes(c: &mut Criterion) {
 /// `PASSES`, when set: how many passes to time from the same start, instead of criterion's samples.
 fn fixed_passes() -> Option<u32> {
     let n = std::env::var("PASSES").ok()?;
-    Some(n.parse().expect("PASSES is a number of passes"))
+    let n = n.parse().ok().filter(|&n| n > 0);
+    Some(n.expect("PASSES is a number of passes, at least 1"))
 }
 
 criterion_group!(benches, passes);

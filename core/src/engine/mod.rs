@@ -13,6 +13,7 @@
 //! - `runs`: starting and stopping runs, and what they cost;
 //! - `accounting`: attained service, GPU time, busy time and utilization, usage for policies;
 //! - `completions`: when runs finish, indexed by time;
+//! - `slots`: each job's slot, found by its id;
 //! - `live`: what only a live driver needs (adoption, requeues, failed GPUs, the change log);
 //! - `audit`: the invariants, checked on demand.
 

@@ -1,7 +1,7 @@
 //! Each job's slot in the engine, found by the job's id, with neighbouring ids side by side.
 //!
 //! A pass finds every grant's job by id: thousands a round on a large cluster. In a hash map each
-//! id lands in a bucket of its own, a miss in the cache per lookup (a fifth of a tiresias pass at
+//! id lands in a bucket of its own, a miss in the cache per lookup (a tenth of a tiresias pass at
 //! 16,384 GPUs). Ids are mostly handed out in order (a trace's numbering, the control plane's
 //! counter) and a round's grants come mostly in arrival order, so here an id's slot sits in a page
 //! beside its neighbours' and a round's lookups stay in a few cache lines. Pages are found by hash:
@@ -9,7 +9,7 @@
 
 use crate::job::{IdMap, JobId};
 
-/// Ids per page: a page's slots fill four cache lines.
+/// Ids per page: a page's slots fill about four cache lines.
 const PAGE: u32 = 64;
 /// An id without a job.
 const NONE: u32 = u32::MAX;
@@ -46,7 +46,7 @@ impl SlotIndex {
         let slot = u32::try_from(slot)
             .ok()
             .filter(|&s| s != NONE)
-            .expect("an engine holds fewer than 2^32 - 1 jobs");
+            .expect("an engine holds at most 2^32 - 1 jobs");
         let page = self.pages.entry(id.0 / PAGE).or_insert(Page {
             slots: [NONE; PAGE as usize],
             used: 0,
