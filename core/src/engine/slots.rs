@@ -47,7 +47,7 @@ impl SlotIndex {
             .ok()
             .filter(|&s| s != NONE)
             .expect("an engine holds at most 2^32 - 1 jobs");
-        let page = self.pages.entry(id.0 / PAGE).or_insert(Page {
+        let page = self.pages.entry(id.0 / PAGE).or_insert_with(|| Page {
             slots: [NONE; PAGE as usize],
             used: 0,
         });
