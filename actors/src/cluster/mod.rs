@@ -378,6 +378,20 @@ mod tests {
     use gangway_core::placement::PackingPlacer;
     use gangway_core::throughput::DurationModel;
 
+    /// Waits until the publications' tally tells `view`'s job list's length (it is counted on a
+    /// blocking thread after the view is published), and checks it against the length counted
+    /// entry by entry.
+    async fn told_length_is_counted(view: &View) {
+        for _ in 0..2000 {
+            if let (Some(told), counted) = view.told_and_counted_json_len() {
+                assert_eq!(told, counted, "the length the tally told");
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        panic!("the view's length was not told in 10 s");
+    }
+
     /// FIFO on one server of 4 V100s, simulated workers, in `clock`'s virtual time.
     fn fifo_on_four_gpus(clock: Arc<VirtualClock>) -> Addr<ClusterActor> {
         fifo_on("v100=1x4", clock)
@@ -600,6 +614,8 @@ mod tests {
         let view = cluster.send(GetViews).await.unwrap().latest();
         let listed: Vec<u32> = view.jobs().map(|j| j.id.0).collect();
         assert_eq!(listed.len(), crate::ledger::HISTORY, "the last ended jobs");
+        // Told from the views before it, forgotten jobs taken off.
+        told_length_is_counted(&view).await;
         assert_eq!(listed.first(), Some(&3), "the three oldest forgotten");
         assert_eq!(listed.last(), Some(&(total - 1)));
     }
@@ -717,6 +733,7 @@ mod tests {
         assert_eq!(view.job(id).unwrap().phase, Phase::Finished);
         assert_eq!(view.stats().running_jobs, 0);
         assert_eq!(view.stats().illegal_transitions, 0);
+        told_length_is_counted(&view).await;
         let listed = view.jobs_json();
         assert_eq!(listed.len(), view.jobs_json_len());
         let listed: serde_json::Value = serde_json::from_slice(&listed).unwrap();
