@@ -187,28 +187,46 @@ struct Tally {
     bytes: usize,
     /// Changes counted before those of publications before them.
     early: BTreeMap<u64, (isize, Arc<OnceLock<usize>>)>,
+    /// It miscounted, or one publication's count never came: it tells no more.
+    stopped: bool,
 }
+
+/// The most changes a [`Tally`] holds for publications whose predecessors have not been counted: far
+/// more than the threads counting at once, unless a count was lost (a thread that panicked).
+const TALLY_EARLY: usize = 4096;
 
 impl Tally {
     /// Publication `seq`'s entries differ from the last one's by `change` bytes: tells it (into
     /// `told`), and those after it that counted theirs first, once every earlier one is told. A
-    /// change that would make the sum negative (a miscount) stops the telling: readers then count
-    /// for themselves, rather than be told a wrong length.
+    /// change that would make the sum negative (a miscount), or more than [`TALLY_EARLY`] changes
+    /// waiting for one that never came, stops the telling: readers then count for themselves,
+    /// rather than be told a wrong length, and nothing more is kept.
     fn counted(&mut self, seq: u64, change: isize, told: Arc<OnceLock<usize>>) {
+        if self.stopped {
+            return;
+        }
         self.early.insert(seq, (change, told));
+        if self.early.len() > TALLY_EARLY {
+            return self.stop(self.next, "publication's count never came");
+        }
         while let Some((change, told)) = self.early.remove(&self.next) {
             let Some(bytes) = self.bytes.checked_add_signed(change) else {
-                tracing::error!(
-                    publication = seq,
-                    "the job list's length miscounted; no longer told"
-                );
-                return;
+                return self.stop(self.next, "publication's count is wrong");
             };
             self.bytes = bytes;
             // A reader that came first counted the same.
             let _ = told.set(bytes);
             self.next += 1;
         }
+    }
+
+    fn stop(&mut self, publication: u64, why: &str) {
+        tracing::error!(
+            publication,
+            "the job list's length is no longer told (each reader counts it): a {why}"
+        );
+        self.stopped = true;
+        self.early.clear();
     }
 }
 
@@ -1078,12 +1096,24 @@ mod tests {
         tally.counted(3, 5, Arc::clone(&cells[3]));
         tally.counted(2, -20, Arc::clone(&cells[2]));
         assert_eq!((told(2), told(3)), (Some(110), Some(115)));
-        // A change below nothing is a miscount: neither it nor any later one is told.
+        // A change below nothing is a miscount: neither it nor any later one is told, and
+        // nothing is kept for them.
         tally.counted(4, -200, Arc::clone(&cells[4]));
         assert_eq!(told(4), None);
         let later = Arc::default();
         tally.counted(5, 1, Arc::clone(&later));
         assert_eq!(later.get(), None);
+        assert!(tally.stopped && tally.early.is_empty());
+        // A count that never comes: those after it are kept up to a bound, then dropped.
+        let mut tally = Tally::default();
+        for seq in 1..=TALLY_EARLY as u64 {
+            tally.counted(seq, 1, Arc::default());
+        }
+        assert_eq!((tally.early.len(), tally.stopped), (TALLY_EARLY, false));
+        tally.counted(TALLY_EARLY as u64 + 1, 1, Arc::default());
+        assert!(tally.stopped && tally.early.is_empty());
+        tally.counted(0, 1, Arc::default());
+        assert!(tally.early.is_empty(), "a stopped tally keeps nothing");
     }
 
     #[test]
