@@ -282,8 +282,9 @@ impl View {
         Bytes::from(pieces.concat())
     }
 
-    /// The length in bytes of [`View::jobs_json`]: as the publications' [`Tally`] told it, or, if
-    /// it has not yet, counted over every entry (making each entry's JSON that is not made yet).
+    /// The length in bytes of [`View::jobs_json`]: as told from the view before this one and what
+    /// changed since (by the threads that make the changed entries' JSON), or, if it has not been
+    /// told yet, counted over every entry (making each entry's JSON that is not made yet).
     pub fn jobs_json_len(&self) -> usize {
         let entries = *self.json_bytes.get_or_init(|| self.entries_json_bytes());
         2 + entries + self.jobs.len().saturating_sub(1)
