@@ -537,13 +537,18 @@ impl ClusterActor {
         self.views.last = now;
         // This publication's shares of the sweeps over the running and the waiting jobs.
         let jobs = &self.jobs;
+        // In id order, so that a share's entries sit together in the persistent map: each of its
+        // nodes a publication changes is copied once (the last view shares it), and a share of
+        // ids in the map's hash order touched a node per entry.
         let running = |want: bool| {
             let of = move |h: &JobHandle| (h.phase() == Phase::Running) == want;
             move || {
-                jobs.iter()
+                let mut ids: Vec<JobId> = (jobs.iter())
                     .filter(|(_, h)| of(h))
                     .map(|(&id, _)| id)
-                    .collect()
+                    .collect();
+                ids.sort_unstable();
+                ids
             }
         };
         let (busy, idle) = (self.running, self.jobs.len() - self.running);
