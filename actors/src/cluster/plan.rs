@@ -256,15 +256,13 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
     if !one_decision || movers.is_empty() {
         return records;
     }
-    // The movers leaving each GPU (two, for a packed pair), by GPU id.
-    let mut left_by: Vec<[Option<usize>; 2]> = Vec::new();
+    // The movers leaving each GPU (two, for a packed pair): only the GPUs movers leave (a round
+    // moves a handful of jobs, or thousands), not a table of the whole cluster's built each round.
+    let mut left_by: IdMap<u32, [Option<usize>; 2]> = IdMap::default();
+    left_by.reserve(leaves.iter().map(|gpus| gpus.len()).sum());
     for (m, gpus) in leaves.iter().enumerate() {
         for g in gpus.iter() {
-            let at = g.0 as usize;
-            if left_by.len() <= at {
-                left_by.resize(at + 1, [None; 2]);
-            }
-            let holders = &mut left_by[at];
+            let holders = left_by.entry(g.0).or_default();
             holders[usize::from(holders[0].is_some())] = Some(m);
         }
     }
@@ -282,7 +280,7 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
         let own = movers.get(job).copied();
         theirs.clear();
         for g in gpus {
-            let holders = left_by.get(g.0 as usize).into_iter().flatten().flatten();
+            let holders = left_by.get(&g.0).into_iter().flatten().flatten();
             theirs.extend(holders.filter(|&&m| Some(m) != own));
         }
         theirs.sort_unstable();
