@@ -187,37 +187,82 @@ struct Tally {
     bytes: usize,
     /// Changes counted before those of publications before them.
     early: BTreeMap<u64, (isize, Arc<OnceLock<usize>>)>,
-    /// It miscounted, or one publication's count never came: it tells no more.
+    /// It miscounted, or a publication's count was lost: it tells no more.
     stopped: bool,
 }
 
 /// The most changes a [`Tally`] holds for publications whose predecessors have not been counted: far
-/// more than the threads counting at once, unless a count was lost (a thread that panicked).
+/// more than the threads counting at once (a count lost is reported by [`Counting`]; this is the
+/// backstop).
 const TALLY_EARLY: usize = 4096;
 
+fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
+    tally.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// One publication's count, owed to the tally by the thread that makes its JSON: if that thread
+/// ends without counting (it panicked), the tally hears the count is lost and stops, rather than
+/// wait for it.
+struct Counting {
+    tally: Arc<Mutex<Tally>>,
+    seq: u64,
+    told: Option<Arc<OnceLock<usize>>>,
+}
+
+impl Counting {
+    /// The publication's entries differ from the last one's by `change` bytes: tells it, and those
+    /// after it that were waiting on it. The cells are set outside the tally's lock: a reader
+    /// counting a view for itself holds that view's cell until done. A reader's count that differs
+    /// from the tally's stops the tally.
+    fn count(mut self, change: isize) {
+        let told = self.told.take().expect("counted once");
+        let ready = lock(&self.tally).counted(self.seq, change, told);
+        for (told, bytes) in ready {
+            if *told.get_or_init(|| bytes) != bytes {
+                lock(&self.tally).stop(self.seq, "reader counted another length");
+            }
+        }
+    }
+}
+
+impl Drop for Counting {
+    fn drop(&mut self) {
+        if self.told.is_some() {
+            lock(&self.tally).stop(self.seq, "publication's count was lost");
+        }
+    }
+}
+
 impl Tally {
-    /// Publication `seq`'s entries differ from the last one's by `change` bytes: tells it (into
-    /// `told`), and those after it that counted theirs first, once every earlier one is told. A
-    /// change that would make the sum negative (a miscount), or more than [`TALLY_EARLY`] changes
-    /// waiting for one that never came, stops the telling: readers then count for themselves,
-    /// rather than be told a wrong length, and nothing more is kept.
-    fn counted(&mut self, seq: u64, change: isize, told: Arc<OnceLock<usize>>) {
+    /// Publication `seq`'s entries differ from the last one's by `change` bytes: the cells to tell
+    /// now, with their sums (its own, and those after it that counted theirs first, once every
+    /// earlier one is counted). A change that would make the sum negative (a miscount), or more
+    /// than [`TALLY_EARLY`] changes waiting for one that never came, stops the telling: readers
+    /// then count for themselves, rather than be told a wrong length, and nothing more is kept.
+    fn counted(
+        &mut self,
+        seq: u64,
+        change: isize,
+        told: Arc<OnceLock<usize>>,
+    ) -> Vec<(Arc<OnceLock<usize>>, usize)> {
+        let mut ready = Vec::new();
         if self.stopped {
-            return;
+            return ready;
         }
         self.early.insert(seq, (change, told));
-        if self.early.len() > TALLY_EARLY {
-            return self.stop(self.next, "publication's count never came");
-        }
         while let Some((change, told)) = self.early.remove(&self.next) {
             let Some(bytes) = self.bytes.checked_add_signed(change) else {
-                return self.stop(self.next, "publication's count is wrong");
+                self.stop(self.next, "publication's count is wrong");
+                return Vec::new();
             };
             self.bytes = bytes;
-            // A reader that came first counted the same.
-            let _ = told.set(bytes);
+            ready.push((told, bytes));
             self.next += 1;
         }
+        if self.early.len() > TALLY_EARLY {
+            self.stop(self.next, "publication's count never came");
+        }
+        ready
     }
 
     fn stop(&mut self, publication: u64, why: &str) {
@@ -617,11 +662,14 @@ impl ClusterActor {
         if changed {
             let (seq, told) = (self.views.changed, Arc::clone(&self.views.json_bytes));
             self.views.changed += 1;
-            let tally = Arc::clone(&self.views.tally);
+            let counting = Counting {
+                tally: Arc::clone(&self.views.tally),
+                seq,
+                told: Some(told),
+            };
             tokio::task::spawn_blocking(move || {
                 make_json(&mut fresh);
-                let change = json_bytes_changed(&fresh, &removed);
-                (tally.lock().unwrap_or_else(PoisonError::into_inner)).counted(seq, change, told);
+                counting.count(json_bytes_changed(&fresh, &removed));
                 drop((fresh, removed, replaced));
             });
         }
@@ -1088,38 +1136,69 @@ mod tests {
 
     #[test]
     fn the_tally_tells_each_publication_in_order_whatever_order_its_changes_come_in() {
+        let tally = Arc::new(Mutex::new(Tally::default()));
         let cells: Vec<Arc<OnceLock<usize>>> = (0..5).map(|_| Arc::default()).collect();
+        let count = |seq: u64, change: isize, cell: &Arc<OnceLock<usize>>| {
+            let counting = Counting {
+                tally: Arc::clone(&tally),
+                seq,
+                told: Some(Arc::clone(cell)),
+            };
+            counting.count(change);
+        };
         let told = |k: usize| cells[k].get().copied();
-        let mut tally = Tally::default();
+        let stopped = || lock(&tally).stopped;
         // Publication 1 counted before 0: told only once 0 is.
-        tally.counted(1, 30, Arc::clone(&cells[1]));
+        count(1, 30, &cells[1]);
         assert_eq!(told(1), None);
-        tally.counted(0, 100, Arc::clone(&cells[0]));
+        count(0, 100, &cells[0]);
         assert_eq!((told(0), told(1)), (Some(100), Some(130)));
-        // A reader that counted publication 2 for itself first: the tally's count goes on from
-        // its own sum (and they agree, which the actor's tests check).
+        // A reader that counted publication 2 for itself first, and agrees.
         cells[2].set(110).unwrap();
-        tally.counted(3, 5, Arc::clone(&cells[3]));
-        tally.counted(2, -20, Arc::clone(&cells[2]));
+        count(3, 5, &cells[3]);
+        count(2, -20, &cells[2]);
         assert_eq!((told(2), told(3)), (Some(110), Some(115)));
-        // A change below nothing is a miscount: neither it nor any later one is told, and
-        // nothing is kept for them.
-        tally.counted(4, -200, Arc::clone(&cells[4]));
-        assert_eq!(told(4), None);
+        assert!(!stopped());
+        // A reader that counted another length: the tally stops, and keeps nothing more.
+        cells[4].set(1).unwrap();
+        count(4, 0, &cells[4]);
+        assert!(stopped());
         let later = Arc::default();
-        tally.counted(5, 1, Arc::clone(&later));
+        count(5, 1, &later);
         assert_eq!(later.get(), None);
+        assert!(lock(&tally).early.is_empty());
+    }
+
+    #[test]
+    fn a_miscount_or_a_lost_count_stops_the_tally() {
+        // A change below nothing is a miscount: neither it nor any later one is told.
+        let mut tally = Tally::default();
+        assert!(tally.counted(0, -1, Arc::default()).is_empty());
         assert!(tally.stopped && tally.early.is_empty());
+        // A count whose thread ended without it (it panicked) is reported lost.
+        let tally = Arc::new(Mutex::new(Tally::default()));
+        drop(Counting {
+            tally: Arc::clone(&tally),
+            seq: 0,
+            told: Some(Arc::default()),
+        });
+        assert!(lock(&tally).stopped);
         // A count that never comes: those after it are kept up to a bound, then dropped.
         let mut tally = Tally::default();
         for seq in 1..=TALLY_EARLY as u64 {
             tally.counted(seq, 1, Arc::default());
         }
         assert_eq!((tally.early.len(), tally.stopped), (TALLY_EARLY, false));
-        tally.counted(TALLY_EARLY as u64 + 1, 1, Arc::default());
+        // The missing one comes as the bound is reached: every one is told.
+        let cell: Arc<OnceLock<usize>> = Arc::default();
+        let ready = tally.counted(0, 1, Arc::clone(&cell));
+        assert_eq!(ready.len(), TALLY_EARLY + 1);
+        assert_eq!(ready.last().map(|(_, bytes)| *bytes), Some(TALLY_EARLY + 1));
+        assert!(!tally.stopped && tally.early.is_empty());
+        for seq in TALLY_EARLY as u64 + 2..=2 * TALLY_EARLY as u64 + 2 {
+            tally.counted(seq, 1, Arc::default());
+        }
         assert!(tally.stopped && tally.early.is_empty());
-        tally.counted(0, 1, Arc::default());
-        assert!(tally.early.is_empty(), "a stopped tally keeps nothing");
     }
 
     #[test]
