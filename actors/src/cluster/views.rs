@@ -213,13 +213,14 @@ impl Counting {
     /// The publication's entries differ from the last one's by `change` bytes: tells it, and those
     /// after it that were waiting on it. The cells are set outside the tally's lock: a reader
     /// counting a view for itself holds that view's cell until done. A reader's count that differs
-    /// from the tally's stops the tally.
+    /// from the tally's stops the tally, and the views after it are left to their readers.
     fn count(mut self, change: isize) {
         let told = self.told.take().expect("counted once");
         let ready = lock(&self.tally).counted(self.seq, change, told);
         for (told, bytes) in ready {
             if *told.get_or_init(|| bytes) != bytes {
                 lock(&self.tally).stop(self.seq, "reader counted another length");
+                break;
             }
         }
     }
@@ -1159,12 +1160,16 @@ mod tests {
         count(2, -20, &cells[2]);
         assert_eq!((told(2), told(3)), (Some(110), Some(115)));
         assert!(!stopped());
-        // A reader that counted another length: the tally stops, and keeps nothing more.
+        // A reader that counted another length: the tally stops, tells none of the views
+        // waiting on that one, and keeps nothing more.
+        let waiting: Arc<OnceLock<usize>> = Arc::default();
+        count(5, 0, &waiting);
         cells[4].set(1).unwrap();
         count(4, 0, &cells[4]);
         assert!(stopped());
+        assert_eq!(waiting.get(), None);
         let later = Arc::default();
-        count(5, 1, &later);
+        count(6, 1, &later);
         assert_eq!(later.get(), None);
         assert!(lock(&tally).early.is_empty());
     }
