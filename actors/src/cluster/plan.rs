@@ -257,7 +257,7 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
         return records;
     }
     // The movers leaving each GPU (two, for a packed pair): only the GPUs movers leave (a round
-    // moves a handful of jobs, or thousands), not a table of the whole cluster's built each round.
+    // moves a handful of jobs, or thousands), not a table of the whole cluster built each round.
     let mut left_by: IdMap<u32, [Option<usize>; 2]> = IdMap::default();
     left_by.reserve(leaves.iter().map(|gpus| gpus.len()).sum());
     for (m, gpus) in leaves.iter().enumerate() {
