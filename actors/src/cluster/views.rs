@@ -332,8 +332,7 @@ impl View {
     /// changed since (by the threads that make the changed entries' JSON), or, if it has not been
     /// told yet, counted over every entry (making each entry's JSON that is not made yet).
     pub fn jobs_json_len(&self) -> usize {
-        let entries = *self.json_bytes.get_or_init(|| self.entries_json_bytes());
-        2 + entries + self.jobs.len().saturating_sub(1)
+        self.list_len(*self.json_bytes.get_or_init(|| self.entries_json_bytes()))
     }
 
     /// The bytes of every entry's JSON, summed, counted entry by entry.
@@ -341,13 +340,17 @@ impl View {
         self.jobs.values().map(|e| e.json().len()).sum()
     }
 
+    /// The length of the list whose entries' JSON sums to `entries` bytes: `[`, `]` and the commas.
+    fn list_len(&self, entries: usize) -> usize {
+        2 + entries + self.jobs.len().saturating_sub(1)
+    }
+
     /// [`View::jobs_json_len`] as the tally told it (`None` until it has), and as counted entry by
     /// entry.
     #[cfg(test)]
     pub(super) fn told_and_counted_json_len(&self) -> (Option<usize>, usize) {
-        let commas = self.jobs.len().saturating_sub(1);
-        let told = self.json_bytes.get().map(|bytes| 2 + bytes + commas);
-        (told, 2 + self.entries_json_bytes() + commas)
+        let told = self.json_bytes.get().map(|&bytes| self.list_len(bytes));
+        (told, self.list_len(self.entries_json_bytes()))
     }
 
     /// Every job as a JSON array, in pieces of up to [`JOBS_PER_PIECE`] jobs each, made as they
