@@ -50,11 +50,16 @@ use crate::pool;
 use crate::process::{Owner, process_has_env, processes_with_env};
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
-/// that carry its marker.
+/// that carry its marker (none where their environments did not answer).
 fn attempt_processes(marker: &str, confinement: &Confinement) -> Vec<i32> {
+    attempt_processes_answered(marker, confinement).unwrap_or_default()
+}
+
+/// [`attempt_processes`], or `None` where their environments did not answer ([`processes_with_env`]).
+fn attempt_processes_answered(marker: &str, confinement: &Confinement) -> Option<Vec<i32>> {
     match &confinement.cgroup {
-        Some(cgroup) => confine::processes(cgroup),
-        None => processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).unwrap_or_default(),
+        Some(cgroup) => Some(confine::processes(cgroup)),
+        None => processes_with_env(ATTEMPT_VAR, marker, confinement.owner()),
     }
 }
 
@@ -418,12 +423,15 @@ fn write_run_file(path: &Path, record: &RunRecord) {
 }
 
 /// The process leading its own group among those whose [`ATTEMPT_VAR`] is `marker`: the attempt's
-/// `elastic-run` (started in a group of its own; torchrun and the workers are in it).
-fn marked_leader(marker: &str, confinement: &Confinement) -> Option<i32> {
-    attempt_processes(marker, confinement)
-        .into_iter()
-        // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
-        .find(|&pid| unsafe { libc::getpgid(pid) } == pid)
+/// `elastic-run` (started in a group of its own; torchrun and the workers are in it). `Some(None)`:
+/// none leads one (its `elastic-run` is gone); `None`: their environments did not answer.
+fn marked_leader(marker: &str, confinement: &Confinement) -> Option<Option<i32>> {
+    let pids = attempt_processes_answered(marker, confinement)?;
+    // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
+    Some(
+        pids.into_iter()
+            .find(|&pid| unsafe { libc::getpgid(pid) } == pid),
+    )
 }
 
 /// Where an attempt's CPUs and memory are held.
@@ -528,8 +536,30 @@ impl Run {
         match &mut self.child {
             Some(child) => !matches!(child.try_wait(), Ok(None)),
             // Taken to be alive while its processes do not answer.
-            None => attempt_has(self.pid, &self.marker, &self.confinement) == Some(false),
+            None => self.leader_gone() == Some(true),
         }
+    }
+
+    /// Whether a run that is not our child (re-adopted) is over: its `elastic-run` is no longer
+    /// the process of the attempt its pid names; `None` while its processes do not answer. A run
+    /// adopted without its pid (its daemon stopped between writing the record and learning the
+    /// pid) looks for it by marker first, and keeps it in its run file once found.
+    fn leader_gone(&mut self) -> Option<bool> {
+        if self.pid == 0 {
+            match marked_leader(&self.marker, &self.confinement)? {
+                Some(pid) => {
+                    tracing::info!(
+                        job = self.launch.job.0,
+                        pid,
+                        "found the adopted attempt's elastic-run"
+                    );
+                    self.pid = pid;
+                    self.save_record();
+                }
+                None => return Some(true),
+            }
+        }
+        attempt_has(self.pid, &self.marker, &self.confinement).map(|has| !has)
     }
 
     /// Removes the attempt's files once its ending is known.
@@ -1161,11 +1191,10 @@ impl ProcessExecutor {
     }
 
     /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_is_over` for what follows).
-    fn signal_stop(run: &Run) {
+    fn signal_stop(run: &mut Run) {
         // An adopted run is not our child: its pid may have been reused since it exited, so it
         // is signalled only where it is known to be the attempt's.
-        if run.child.is_none() && attempt_has(run.pid, &run.marker, &run.confinement) != Some(true)
-        {
+        if run.child.is_none() && run.leader_gone() != Some(false) {
             return;
         }
         // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
@@ -1481,8 +1510,8 @@ impl Executor for ProcessExecutor {
         let mut answers = Vec::new();
         for &job in jobs {
             match self.runs.remove(&job) {
-                Some(run) => {
-                    Self::signal_stop(&run);
+                Some(mut run) => {
+                    Self::signal_stop(&mut run);
                     stopping.push(run);
                 }
                 None => answers.push((job, Err(ExecutorError::NotRunning(job)))),
@@ -1588,39 +1617,34 @@ impl Executor for ProcessExecutor {
         let Some(mut record) = record else {
             return false;
         };
-        let marker = record.marker.take().unwrap_or_else(|| marker(job, attempt));
-        if record.pid == 0 {
-            // The daemon stopped between writing the record and learning the pid: its marked
-            // process-group leader is the attempt's `elastic-run`.
-            record.pid = marked_leader(&marker, &record.confinement).unwrap_or(0);
-        }
         let files = record
             .files
             .take()
             .unwrap_or_else(|| self.legacy_files(&record.launch));
-        // Adopted while its processes do not answer (it is signalled only once they do).
-        if attempt_has(record.pid, &marker, &record.confinement) == Some(false) && !files.ended() {
+        let mut run = Run {
+            attempt,
+            stop_timeout: self.capped_stop_timeout(record.stop_timeout),
+            child: None,
+            // 0 where the daemon stopped between writing the record and learning the pid: the
+            // run then finds its `elastic-run` by marker (see `Run::leader_gone`).
+            pid: record.pid,
+            files,
+            run_file: self.attempt_file(job, attempt, "run"),
+            launched: Instant::now(),
+            launched_at: record.launched_at,
+            launch: record.launch,
+            reported: None,
+            unreadable: false,
+            confinement: record.confinement,
+            marker: record.marker.unwrap_or_else(|| marker(job, attempt)),
+        };
+        // Adopted while its processes do not answer (it is signalled only once they do, and
+        // launched again only once they answer that it is gone).
+        if run.leader_gone() == Some(true) && !run.files.ended() {
             return false;
         }
-        self.cores.hold(&record.confinement.cores);
-        self.runs.insert(
-            job,
-            Run {
-                attempt,
-                stop_timeout: self.capped_stop_timeout(record.stop_timeout),
-                child: None,
-                pid: record.pid,
-                files,
-                run_file: self.attempt_file(job, attempt, "run"),
-                launched: Instant::now(),
-                launched_at: record.launched_at,
-                launch: record.launch,
-                reported: None,
-                unreadable: false,
-                confinement: record.confinement,
-                marker,
-            },
-        );
+        self.cores.hold(&run.confinement.cores);
+        self.runs.insert(job, run);
         true
     }
 

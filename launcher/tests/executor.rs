@@ -1165,3 +1165,124 @@ fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
     // SAFETY: waitpid(2) of this test's own child.
     assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
 }
+
+/// A daemon that stopped between writing an attempt's run file and learning its `elastic-run`'s
+/// pid leaves a record without one, and a restarted daemon looks for the attempt's process-group
+/// leader by marker (where it has no cgroup). Where that look cannot answer (here the leader is stuck in its exec on a file
+/// system that does not answer, which holds every read of its environment), the attempt is adopted
+/// all the same, not taken for gone: the control plane would launch it again beside itself. Once
+/// its processes answer, a poll finds the leader and keeps its pid in the run file, and a stop
+/// sends it SIGTERM, as to any adopted attempt. The stand-in attempt is uid 65533's, which no other
+/// test scans. Needs root to mount, as CI runs.
+#[test]
+fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_answer() {
+    use std::os::unix::ffi::OsStrExt;
+    const OWNER: u32 = 65533;
+    let (dir, fake) = setup();
+    let holding = |at: &Path| Swallowing::holding(at, b"data", &[FUSE_FLUSH]);
+    let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
+        return;
+    };
+    // The first daemon launches the attempt, then dies; its record is then made one written
+    // before the pid was known, of an attempt of OWNER's.
+    let mut first = executor(dir.path(), &fake);
+    first
+        .launch(&launch(1, 1, &[0], Some("run"), dir.path()), 0.0)
+        .unwrap();
+    let marker = first.attempt_marker(JobId(1), 1);
+    drop(first);
+    drop(KillAtEnd(marker.clone()));
+    gone_within(&marker, "the first daemon's attempt outlived its SIGKILL");
+    let run_file = dir.path().join("runs/1.1.run");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
+    record["pid"] = 0.into();
+    // Found by marker, as where there are no cgroups (Slurm's nodes, a daemon not root).
+    record["confinement"]["cgroup"] = serde_json::Value::Null;
+    record["confinement"]["owner"] = OWNER.into();
+    std::fs::write(&run_file, serde_json::to_vec(&record).unwrap()).unwrap();
+    let recorded_pid = || {
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
+        record["pid"].as_i64().unwrap()
+    };
+
+    // The attempt's elastic-run, leading its own group, held in its exec by a close-on-exec
+    // descriptor whose close the file system never answers.
+    let file = std::ffi::CString::new(mounted.join("program").as_os_str().as_bytes()).unwrap();
+    let program = c"/bin/sleep";
+    let argv = [c"sleep".as_ptr(), c"600".as_ptr(), std::ptr::null()];
+    let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
+    let envp = [attempt_var.as_ptr(), std::ptr::null()];
+    // SAFETY: the child calls only async-signal-safe system calls, on memory made before the fork,
+    // and ends with exec or _exit.
+    let child = unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            if libc::setpgid(0, 0) != 0
+                || libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) < 0
+                || libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setresgid, OWNER, OWNER, OWNER) != 0
+                || libc::syscall(libc::SYS_setresuid, OWNER, OWNER, OWNER) != 0
+            {
+                libc::_exit(3);
+            }
+            libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(4);
+        }
+        pid
+    };
+    assert!(child > 0);
+    let mut reaper = KillPidAtEnd(Some(child));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "its exec never closed the file");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let (mut second, adopted, events) = bounded("the adoption waited on the stuck process", {
+        let (dir, fake) = (dir.path().to_path_buf(), fake.clone());
+        move || {
+            let mut second = executor(&dir, &fake);
+            let adopted = second.alive(JobId(1), 1);
+            let events = second.poll(1.0);
+            (second, adopted, events)
+        }
+    });
+    assert!(adopted, "taken for gone while its processes did not answer");
+    assert!(events.is_empty(), "no ending while they do not: {events:?}");
+    assert_eq!(recorded_pid(), 0);
+
+    // Let go, its exec goes on; once its user's scans answer again (after their rest), a poll
+    // finds the leader and keeps its pid.
+    drop(mount);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while recorded_pid() != i64::from(child) {
+        assert!(Instant::now() < deadline, "its elastic-run was never found");
+        let events = second.poll(2.0);
+        assert!(events.is_empty(), "it runs: {events:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    second.stop(JobId(1), 3.0).unwrap();
+    let mut status = 0;
+    // SAFETY: waitpid(2) of this test's own child.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    reaper.0 = None;
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM,
+        "stopped by SIGTERM, as an adopted attempt is: status {status:#x}"
+    );
+}
+
+/// SIGKILLs a child of the test's, until it is reaped (`None`), when dropped.
+struct KillPidAtEnd(Option<i32>);
+
+impl Drop for KillPidAtEnd {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            // SAFETY: kill(2) of the test's own child, not reaped yet (its pid is still its own).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
