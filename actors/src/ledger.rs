@@ -180,6 +180,19 @@ pub enum Record {
     /// `Stopped` and a `Started` would be. Refused, changing nothing, unless the job runs and, its own
     /// GPUs released, no job but its partner holds the new ones.
     Moved(Start),
+    /// A start of the job's failed for a reason of its own (its launch): `count` in a row since it
+    /// last started, the last for `why`, at `at`. What its pause before the next try, and its
+    /// failure after too many, count from: a restart keeps them. A later start clears them.
+    StartFailed {
+        /// The job.
+        job: JobId,
+        /// When, in control-plane seconds.
+        at: f64,
+        /// Its starts that failed in a row, this one included.
+        count: u32,
+        /// Why this one did.
+        why: String,
+    },
 }
 
 /// A run's start, as [`Record::Started`] and [`Record::Moved`] journal it.
@@ -329,7 +342,8 @@ impl Record {
             | Record::ShapedV1 { job, .. }
             | Record::ShapedV2 { job, .. }
             | Record::Shaped { job, .. }
-            | Record::Moved(Start { job, .. }) => Some(*job),
+            | Record::Moved(Start { job, .. })
+            | Record::StartFailed { job, .. } => Some(*job),
         }
     }
 
@@ -342,7 +356,7 @@ impl Record {
     }
 
     /// The kinds of record, in the order of the enum's variants (as the encoding numbers them).
-    pub const KINDS: [&'static str; 15] = [
+    pub const KINDS: [&'static str; 16] = [
         "epoch",
         "submitted",
         "started",
@@ -358,6 +372,7 @@ impl Record {
         "shaped",
         "shaped",
         "moved",
+        "start_failed",
     ];
 
     /// The record's kind, as a word for reports.
@@ -378,6 +393,7 @@ impl Record {
             Record::ShapedV2 { .. } => 12,
             Record::Shaped { .. } => 13,
             Record::Moved(_) => 14,
+            Record::StartFailed { .. } => 15,
         }]
     }
 }
@@ -714,12 +730,13 @@ impl Ledger {
                     }
                 }
             }
-            // What was learned, and sizes, live beside the ledger (in the store): only a live job
-            // learns or is shaped.
+            // What was learned, sizes and failed starts live beside the ledger (in the store):
+            // only a live job learns, is shaped or fails to start.
             Record::Learned { job, .. }
             | Record::ShapedV1 { job, .. }
             | Record::ShapedV2 { job, .. }
-            | Record::Shaped { job, .. } => {
+            | Record::Shaped { job, .. }
+            | Record::StartFailed { job, .. } => {
                 live(&mut self.jobs, seq, *job)?;
             }
             Record::Failed { job, at, error } => self.end(

@@ -25,6 +25,8 @@ struct Reports {
     refused: Option<JobId>,
     /// Launches are put off this many seconds, while `refusing` says why.
     put_off: Option<f64>,
+    /// Launches asked for, whatever came of them.
+    tries: u32,
 }
 
 /// Simulated workers that also report the progress the test gives them, and fail launches while
@@ -44,6 +46,7 @@ impl Reporting {
 impl Executor for Reporting {
     fn launch(&mut self, launch: &Launch, now: f64) -> Result<(), ExecutorError> {
         let mut reports = self.reports.lock().unwrap();
+        reports.tries += 1;
         if let Some(reason) = reports.refusing.clone()
             && reports.refused.is_none_or(|job| job == launch.job)
         {
@@ -227,6 +230,62 @@ async fn a_job_whose_starts_fail_for_hours_fails() {
         Phase::Failed,
         "{:?}",
         shown.waiting
+    );
+}
+
+/// A restart keeps a job's starts that failed in a row (journaled, and in the snapshots): the
+/// pause its last failure left it is kept, and it fails at its
+/// [`FailedStarts::MOST_IN_A_ROW`]th failure, not as many more after each restart.
+#[test]
+fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let workers = Reporting::default();
+    let why = "its file system did not answer";
+    workers.reports.lock().unwrap().refusing = Some(why.into());
+    let tries = || workers.reports.lock().unwrap().tries;
+
+    // 19 failures in a row, each past the longest pause.
+    let (job, last) = actix::System::new().block_on(async {
+        let cluster = start(&clock, &workers, Some(&journal));
+        let job = submit(&cluster).await;
+        let mut at = 0.0;
+        for _ in 0..19 {
+            at += 901.0;
+            clock.set(at);
+            cluster.send(Round).await.unwrap();
+        }
+        assert_eq!(phase(&cluster, job).await, Phase::Pending);
+        (job, at)
+    });
+    assert_eq!(tries(), 19);
+
+    // Restarted within the last pause (the longest, 900 s): not tried before it ends, and its
+    // next failure is its 20th in a row.
+    let (waiting, tried_in_pause, ended) = actix::System::new().block_on(async {
+        clock.set(last + 100.0);
+        let cluster = start(&clock, &workers, Some(&journal));
+        cluster.send(Round).await.unwrap();
+        let waiting = cluster.send(ShowJob(job)).await.unwrap().unwrap().waiting;
+        let tried_in_pause = tries() > 19;
+        clock.set(last + 901.0);
+        cluster.send(Round).await.unwrap();
+        // The failure's end is carried out after its round.
+        cluster.send(Round).await.unwrap();
+        (waiting, tried_in_pause, phase(&cluster, job).await)
+    });
+    let waiting = waiting.expect("it says why it waits");
+    assert!(
+        waiting.ends_with(&format!("its last start failed: {why}")),
+        "{waiting}"
+    );
+    assert!(!tried_in_pause, "tried within its pause");
+    assert_eq!(tries(), 20);
+    assert_eq!(
+        ended,
+        Phase::Failed,
+        "not failed at its 20th failure in a row"
     );
 }
 

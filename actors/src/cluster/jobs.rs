@@ -63,6 +63,14 @@ impl FailedStarts {
         }
     }
 
+    /// `count` failed starts in a row, the last for `why`, as the journal kept them.
+    pub fn recorded(count: u32, why: &str) -> Self {
+        FailedStarts {
+            why: why.into(),
+            count,
+        }
+    }
+
     /// A failed start, for `why`, that was not the job's own (the cluster's, or put off by the
     /// executor): shown, not counted.
     pub fn not_counted(earlier: Option<FailedStarts>, why: &str) -> Self {

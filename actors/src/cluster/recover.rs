@@ -6,6 +6,7 @@ use gangway_core::job::JobId;
 use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 
+use super::jobs::FailedStarts;
 use super::{ClusterActor, Scheduler, job_of};
 use crate::IdMap;
 use crate::executor::ExecutorError;
@@ -112,9 +113,21 @@ impl ClusterActor {
                     requeued.push(Record::Stopped { job: id, at: now });
                 }
             }
+            // Its starts that failed in a row: it pauses as long as the last left it to, and
+            // fails after as many more as it would have.
+            let failed = (phase == Phase::Pending)
+                .then(|| self.store.failed_starts.get(&id))
+                .flatten()
+                .map(|f| (FailedStarts::recorded(f.count, &f.why), f.at));
+            if let Some((failed, at)) = &failed
+                && at + failed.pause() > now
+            {
+                let _ = engine.defer(id, now, at + failed.pause());
+            }
             self.add_job(id, phase);
             if let Some(handle) = self.jobs.get_mut(&id) {
                 handle.crashes = entry.crashes;
+                handle.start_failed = failed.map(|(failed, _)| failed);
             }
         }
         let lingering = self.stop_unadopted(to_stop, &mut engine, &mut requeued, now);

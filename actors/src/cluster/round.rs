@@ -417,6 +417,14 @@ impl ClusterActor {
                     }
                     Retry::AfterPause => {
                         let failed = FailedStarts::after(earlier, why);
+                        // Journaled, so that a restart neither forgets the pause nor starts the
+                        // count again.
+                        records.push(Record::StartFailed {
+                            job: *job,
+                            at: failed_at,
+                            count: failed.count,
+                            why: why.clone(),
+                        });
                         if failed.count >= FailedStarts::MOST_IN_A_ROW {
                             ctx.notify(GiveUp {
                                 job: *job,

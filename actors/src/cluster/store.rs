@@ -8,7 +8,7 @@ use gangway_core::job::JobId;
 use gangway_core::throughput::goodput::{Learned, Reports};
 use gangway_journal::{Journal, JournalError, Options};
 
-use crate::ledger::{Ledger, Record, Shape, Violation, open_journal_with};
+use crate::ledger::{Ledger, Record, Shape, Start, Violation, open_journal_with};
 
 /// One user's unfinished jobs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -40,6 +40,18 @@ pub(super) fn load_of(spec: &crate::ledger::JobSpec) -> Option<(u32, Unfinished)
     ))
 }
 
+/// A live job's starts that failed in a row since it last started, as its last
+/// [`Record::StartFailed`] says.
+#[derive(Clone, Debug)]
+pub(super) struct StartsFailed {
+    /// When the last failed, in control-plane seconds.
+    pub at: f64,
+    /// How many.
+    pub count: u32,
+    /// Why the last did.
+    pub why: String,
+}
+
 /// The durable state and where it is written.
 pub(super) struct Store {
     journal: Option<Journal<Record>>,
@@ -48,6 +60,8 @@ pub(super) struct Store {
     pub learned: BTreeMap<JobId, Learned>,
     /// What each live job asked beyond its GPUs, folded from `Shaped` records.
     pub shapes: BTreeMap<JobId, Shape>,
+    /// Live jobs whose starts failed since they last started, folded from `StartFailed` records.
+    pub failed_starts: BTreeMap<JobId, StartsFailed>,
     /// Where each job's learned model is published, as it changes.
     reports: Reports,
     /// Unfinished jobs by the user their commands run as, where that is another user than the
@@ -89,6 +103,7 @@ impl Store {
             ledger,
             learned: BTreeMap::new(),
             shapes: BTreeMap::new(),
+            failed_starts: BTreeMap::new(),
             reports,
             unfinished_by_user: crate::IdMap::default(),
             memory_seq: 0,
@@ -152,7 +167,8 @@ impl Store {
         }
     }
 
-    /// Folds one record into what the store keeps beside the ledger: learned models and sizes.
+    /// Folds one record into what the store keeps beside the ledger: learned models, sizes and
+    /// failed starts.
     fn fold_beside(&mut self, record: &Record) {
         match record {
             Record::Learned {
@@ -177,11 +193,28 @@ impl Store {
             Record::ShapedV1 { job, shape } => {
                 self.shapes.insert(*job, Shape::from(*shape));
             }
+            Record::StartFailed {
+                job,
+                at,
+                count,
+                why,
+            } => {
+                let failed = StartsFailed {
+                    at: *at,
+                    count: *count,
+                    why: why.clone(),
+                };
+                self.failed_starts.insert(*job, failed);
+            }
+            Record::Started(Start { job, .. }) | Record::Moved(Start { job, .. }) => {
+                self.failed_starts.remove(job);
+            }
             Record::Finished { job, .. }
             | Record::Cancelled { job, .. }
             | Record::Failed { job, .. } => {
                 self.learned.remove(job);
                 self.shapes.remove(job);
+                self.failed_starts.remove(job);
                 self.reports.forget(*job);
             }
             _ => {}
@@ -221,7 +254,16 @@ impl Store {
                     grad: learned.grad,
                 })
         });
-        shapes.chain(learned).collect()
+        let failed_starts = self.failed_starts.iter().map(|(&job, failed)| {
+            let StartsFailed { at, count, why } = failed.clone();
+            Record::StartFailed {
+                job,
+                at,
+                count,
+                why,
+            }
+        });
+        shapes.chain(learned).chain(failed_starts).collect()
     }
 
     /// Appends `records` to the journal (fsynced) and folds them into the ledger and what was
