@@ -984,8 +984,8 @@ fn api(
     if processes {
         run_policy.command_required = true;
         let max_grace = Duration::from_secs_f64(options.max_grace);
-        run_policy.args = Some(Arc::new(move |run, submitter| {
-            check_command(run, submitter, max_grace)
+        run_policy.args = Some(Arc::new(move |run, runs_as| {
+            check_command(run, runs_as, max_grace)
         }));
     }
     let open_files = gangway_actors::listener::raise_open_files_limit();

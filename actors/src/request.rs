@@ -596,8 +596,8 @@ pub fn startup_variable(name: &str) -> bool {
 }
 
 /// Executor-specific checks of a command's arguments (the launcher parses `elastic-run`'s command
-/// line, and checks the interpreter it names).
-/// Its refusal says whether the file system did not answer ([`Refused::unanswered`]).
+/// line, and checks the interpreter it names), made with the rights of the user the command runs
+/// as (its submitter on a root daemon, else the daemon's own user). Its refusal says whether the file system did not answer ([`Refused::unanswered`]).
 pub type ArgsCheck = Arc<dyn Fn(&RunCommand, &Submitter) -> Result<(), Refused> + Send + Sync>;
 
 /// Why a command may not run.
@@ -695,6 +695,9 @@ impl RunPolicy {
         }
         // Root may name any path (it could write there anyway); another submitter only their own.
         let owner = (as_root && submitter.uid != 0).then_some(submitter);
+        // What the job reads at its launches is checked with the rights of whom it runs as: on a
+        // daemon that is not root, the daemon's own user, whoever submitted it (root included).
+        let runs_as = if as_root { submitter } else { &self.daemon };
         check_dir("run.cwd", &run.cwd, owner)?;
         if let Some(log) = &run.log {
             check_log(log, owner)?;
@@ -718,7 +721,7 @@ impl RunPolicy {
         if let Some(value) = run.env.get(LIBRARY_PATH_VAR)
             && !self.operator_allows(LIBRARY_PATH_VAR)
         {
-            check_library_path(value, submitter).map_err(|mut refused| {
+            check_library_path(value, runs_as).map_err(|mut refused| {
                 if !refused.unanswered {
                     refused.invalid.problem += &format!(
                         "; fix it or unset it (`elastic-run --daemon` sends the environment it \
@@ -730,7 +733,7 @@ impl RunPolicy {
             })?;
         }
         if let Some(args) = &self.args {
-            args(run, submitter)?;
+            args(run, runs_as)?;
         }
         run.user = owner.map(|owner| RunAs {
             uid: owner.uid,
@@ -1390,6 +1393,23 @@ mod tests {
             )
             .unwrap_err();
         assert!(matches!(refused, RunRefusal::Forbidden(_)), "{refused:?}");
+        // Root may, and what the command will read is checked as whom it runs as: the daemon's
+        // user, not root (whose rights would pass a program the job cannot read).
+        let checked_as = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut policy = policy;
+        policy.args = Some(Arc::new({
+            let checked_as = checked_as.clone();
+            move |_, as_whom: &Submitter| {
+                checked_as.lock().unwrap().push(as_whom.uid);
+                Ok(())
+            }
+        }));
+        let mut run = command(dir.path());
+        policy
+            .check(&mut run, &Submitter { uid: 0, gid: 0 })
+            .unwrap();
+        assert_eq!(run.user, None, "it runs as the daemon");
+        assert_eq!(*checked_as.lock().unwrap(), [1000]);
     }
 
     /// A root daemon looks paths up as root: of a path another user names in a directory they may
