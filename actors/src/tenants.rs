@@ -19,11 +19,27 @@ pub struct Tenants {
     /// name only.
     given: IdMap<u32, BTreeSet<String>>,
     /// Account names looked up, by user id: once each, as a lookup may go to a directory server
-    /// (LDAP) while the API's thread waits (a renamed account is seen after a restart).
-    names: Arc<Mutex<IdMap<u32, String>>>,
+    /// (LDAP) while the API's thread waits (a renamed account is seen after a restart). A user
+    /// found without an account is looked up again after [`NO_ACCOUNT_KEPT`].
+    names: Arc<Mutex<IdMap<u32, Looked>>>,
     /// How a user's account name is looked up: [`account_name`] (tests stand in for a directory
     /// server that does not answer).
     look_up: fn(u32) -> std::io::Result<Option<String>>,
+}
+
+/// How long a user found without an account is taken to have none before they are looked up
+/// again: a user of a container without a password entry submits many jobs, each of which would
+/// otherwise ask the directory server again; an account made meanwhile names their jobs this much
+/// later.
+pub const NO_ACCOUNT_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What a lookup of a user's account found.
+#[derive(Clone, Debug)]
+enum Looked {
+    /// Its name.
+    Named(String),
+    /// No account, as of this moment.
+    NoneAt(std::time::Instant),
 }
 
 /// Why a user may not submit under a tenant.
@@ -68,12 +84,16 @@ impl Tenants {
 
     /// The tenant user `uid` submits under when given none
     /// ([`own_tenant`](gangway_protocol::command::own_tenant)): their account's name, looked up
-    /// once found, or `uid-N` while they have none (looked up again at their next submission, as
-    /// is a lookup that failed).
+    /// once found, or `uid-N` while they have none (looked up again [`NO_ACCOUNT_KEPT`] later; a
+    /// lookup that failed, at their next submission).
     fn own_name(&self, uid: u32) -> Result<String, TenantRefusal> {
         let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(name) = names().get(&uid) {
-            return Ok(name.clone());
+        match names().get(&uid) {
+            Some(Looked::Named(name)) => return Ok(name.clone()),
+            Some(Looked::NoneAt(at)) if at.elapsed() < NO_ACCOUNT_KEPT => {
+                return Ok(tenant_without_account(uid));
+            }
+            _ => {}
         }
         // Looked up without the lock: another user's first submission need not wait for it.
         let name = (self.look_up)(uid).map_err(|e| {
@@ -83,9 +103,10 @@ impl Tenants {
             ))
         })?;
         let Some(name) = name else {
+            names().insert(uid, Looked::NoneAt(std::time::Instant::now()));
             return Ok(tenant_without_account(uid));
         };
-        names().insert(uid, name.clone());
+        names().insert(uid, Looked::Named(name.clone()));
         Ok(name)
     }
 
@@ -195,9 +216,45 @@ mod tests {
         DOWN.store(false, std::sync::atomic::Ordering::SeqCst);
         assert_eq!(tenants.default_for(1000), Ok(Some("user-1000".into())));
         assert_eq!(tenants.check(1000, "user-1000"), Ok(()));
-        // No account: `uid-N`, not kept (the account may be found at the next submission).
+        // No account: `uid-N`, kept for a while, then looked up again.
         assert_eq!(tenants.default_for(2000), Ok(Some("uid-2000".into())));
-        assert!(!tenants.names.lock().unwrap().contains_key(&2000));
         assert!(tenants.names.lock().unwrap().contains_key(&1000));
+    }
+
+    /// A user without an account is looked up once, not at each submission, until
+    /// [`NO_ACCOUNT_KEPT`] has passed; then again (an account made meanwhile names their jobs).
+    #[test]
+    fn a_user_without_an_account_is_looked_up_again_only_after_a_while() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static LOOKUPS: AtomicU32 = AtomicU32::new(0);
+        static MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        let tenants = Tenants {
+            look_up: |uid| {
+                LOOKUPS.fetch_add(1, Ordering::SeqCst);
+                Ok(MADE.load(Ordering::SeqCst).then(|| format!("user-{uid}")))
+            },
+            ..Tenants::default()
+        };
+        for _ in 0..3 {
+            assert_eq!(tenants.check(3000, "uid-3000"), Ok(()));
+        }
+        assert_eq!(
+            LOOKUPS.load(Ordering::SeqCst),
+            1,
+            "looked up at each submission"
+        );
+        // The account is made; once the absence found is old enough, the name is found.
+        MADE.store(true, Ordering::SeqCst);
+        let long_ago = std::time::Instant::now().checked_sub(NO_ACCOUNT_KEPT);
+        let Some(long_ago) = long_ago else {
+            return; // a clock too young to hold the instant (just after boot)
+        };
+        tenants
+            .names
+            .lock()
+            .unwrap()
+            .insert(3000, Looked::NoneAt(long_ago));
+        assert_eq!(tenants.default_for(3000), Ok(Some("user-3000".into())));
+        assert_eq!(LOOKUPS.load(Ordering::SeqCst), 2);
     }
 }
