@@ -180,17 +180,19 @@ pub enum Record {
     /// `Stopped` and a `Started` would be. Refused, changing nothing, unless the job runs and, its own
     /// GPUs released, no job but its partner holds the new ones.
     Moved(Start),
-    /// A start of the job's failed for a reason of its own (its launch): `count` in a row since it
-    /// last started, the last for `why`, at `at`. What its pause before the next try, and its
-    /// failure after too many, count from: a restart keeps them. A later start clears them.
+    /// The job's starts have failed `count` times in a row for reasons of its own (its launch),
+    /// the last of those at `at`; its last try failed for `why`. What its pause before the next
+    /// try, and its failure after too many, count from: a restart keeps them. Written at each
+    /// failed start while the count is not 0 (a try it is not blamed for goes through a `Started`
+    /// too, which clears it); a start that succeeds writes none.
     StartFailed {
         /// The job.
         job: JobId,
-        /// When, in control-plane seconds.
+        /// When the last failure of its own was, in control-plane seconds.
         at: f64,
-        /// Its starts that failed in a row, this one included.
+        /// Its starts that failed in a row for reasons of its own.
         count: u32,
-        /// Why this one did.
+        /// Why its last try failed.
         why: String,
     },
 }
@@ -1051,6 +1053,12 @@ pub(crate) mod tests {
                 at: 1.0,
             },
             moved(7, 2, &[1]),
+            Record::StartFailed {
+                job: JobId(7),
+                at: 1.0,
+                count: 2,
+                why: "x".into(),
+            },
         ];
         for record in samples {
             let batch = [spec(3), record.clone()];

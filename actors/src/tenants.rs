@@ -84,14 +84,18 @@ impl Tenants {
 
     /// The tenant user `uid` submits under when given none
     /// ([`own_tenant`](gangway_protocol::command::own_tenant)): their account's name, looked up
-    /// once found, or `uid-N` while they have none (looked up again [`NO_ACCOUNT_KEPT`] later; a
+    /// once found, or `uid-N` while they have none (looked up again [`NO_ACCOUNT_KEPT`] later,
+    /// or at once when they ask for another tenant than `uid-N`: their account may be new; a
     /// lookup that failed, at their next submission).
-    fn own_name(&self, uid: u32) -> Result<String, TenantRefusal> {
+    fn own_name(&self, uid: u32, asked: Option<&str>) -> Result<String, TenantRefusal> {
         let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
+        let without = tenant_without_account(uid);
         match names().get(&uid) {
             Some(Looked::Named(name)) => return Ok(name.clone()),
-            Some(Looked::NoneAt(at)) if at.elapsed() < NO_ACCOUNT_KEPT => {
-                return Ok(tenant_without_account(uid));
+            Some(Looked::NoneAt(at))
+                if at.elapsed() < NO_ACCOUNT_KEPT && asked.is_none_or(|t| t == without) =>
+            {
+                return Ok(without);
             }
             _ => {}
         }
@@ -104,7 +108,7 @@ impl Tenants {
         })?;
         let Some(name) = name else {
             names().insert(uid, Looked::NoneAt(std::time::Instant::now()));
-            return Ok(tenant_without_account(uid));
+            return Ok(without);
         };
         names().insert(uid, Looked::Named(name.clone()));
         Ok(name)
@@ -116,7 +120,7 @@ impl Tenants {
         match self.given.get(&uid) {
             Some(given) if given.len() == 1 => Ok(given.first().cloned()),
             Some(_) => Ok(None),
-            None => self.own_name(uid).map(Some),
+            None => self.own_name(uid, None).map(Some),
         }
     }
 
@@ -124,7 +128,7 @@ impl Tenants {
     pub fn check(&self, uid: u32, tenant: &str) -> Result<(), TenantRefusal> {
         let theirs: Vec<String> = match self.given.get(&uid) {
             Some(given) => given.iter().cloned().collect(),
-            None => vec![self.own_name(uid)?],
+            None => vec![self.own_name(uid, Some(tenant))?],
         };
         if theirs.iter().any(|t| t == tenant) {
             return Ok(());
@@ -222,12 +226,13 @@ mod tests {
     }
 
     /// A user without an account is looked up once, not at each submission, until
-    /// [`NO_ACCOUNT_KEPT`] has passed; then again (an account made meanwhile names their jobs).
+    /// [`NO_ACCOUNT_KEPT`] has passed, or until they ask for another tenant than `uid-N` (their
+    /// account may be new: `gangway submit` sends its name).
     #[test]
     fn a_user_without_an_account_is_looked_up_again_only_after_a_while() {
-        use std::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
         static LOOKUPS: AtomicU32 = AtomicU32::new(0);
-        static MADE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        static MADE: AtomicBool = AtomicBool::new(false);
         let tenants = Tenants {
             look_up: |uid| {
                 LOOKUPS.fetch_add(1, Ordering::SeqCst);
@@ -235,26 +240,30 @@ mod tests {
             },
             ..Tenants::default()
         };
+        let lookups = || LOOKUPS.load(Ordering::SeqCst);
         for _ in 0..3 {
             assert_eq!(tenants.check(3000, "uid-3000"), Ok(()));
         }
-        assert_eq!(
-            LOOKUPS.load(Ordering::SeqCst),
-            1,
-            "looked up at each submission"
-        );
-        // The account is made; once the absence found is old enough, the name is found.
+        assert_eq!(tenants.default_for(3000), Ok(Some("uid-3000".into())));
+        assert_eq!(lookups(), 1, "looked up at each submission");
+        // Asking for another tenant looks again: still no account.
+        assert!(tenants.check(3000, "user-3000").is_err());
+        assert_eq!(lookups(), 2);
+        // The account is made: asked for by its name, it is found at once.
         MADE.store(true, Ordering::SeqCst);
-        let long_ago = std::time::Instant::now().checked_sub(NO_ACCOUNT_KEPT);
-        let Some(long_ago) = long_ago else {
+        assert_eq!(tenants.check(3000, "user-3000"), Ok(()));
+        assert_eq!(lookups(), 3);
+        // Another user's absence is looked up again once it is old enough.
+        MADE.store(false, Ordering::SeqCst);
+        assert_eq!(tenants.default_for(3001), Ok(Some("uid-3001".into())));
+        MADE.store(true, Ordering::SeqCst);
+        assert_eq!(tenants.default_for(3001), Ok(Some("uid-3001".into())));
+        assert_eq!(lookups(), 4);
+        let Some(long_ago) = std::time::Instant::now().checked_sub(NO_ACCOUNT_KEPT) else {
             return; // a clock too young to hold the instant (just after boot)
         };
-        tenants
-            .names
-            .lock()
-            .unwrap()
-            .insert(3000, Looked::NoneAt(long_ago));
-        assert_eq!(tenants.default_for(3000), Ok(Some("user-3000".into())));
-        assert_eq!(LOOKUPS.load(Ordering::SeqCst), 2);
+        (tenants.names.lock().unwrap()).insert(3001, Looked::NoneAt(long_ago));
+        assert_eq!(tenants.default_for(3001), Ok(Some("user-3001".into())));
+        assert_eq!(lookups(), 5);
     }
 }

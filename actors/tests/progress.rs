@@ -235,7 +235,8 @@ async fn a_job_whose_starts_fail_for_hours_fails() {
 
 /// A restart keeps a job's starts that failed in a row (journaled, and in the snapshots): the
 /// pause its last failure left it is kept, and it fails at its
-/// [`FailedStarts::MOST_IN_A_ROW`]th failure, not as many more after each restart.
+/// [`FailedStarts::MOST_IN_A_ROW`]th failure, not as many more after each restart; also when a
+/// try it is not blamed for (put off by the executor) came between.
 #[test]
 fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
     let dir = tempfile::tempdir().unwrap();
@@ -261,19 +262,18 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
     });
     assert_eq!(tries(), 19);
 
-    // Restarted within the last pause (the longest, 900 s): not tried before it ends, and its
-    // next failure is its 20th in a row.
-    let (waiting, tried_in_pause, ended) = actix::System::new().block_on(async {
+    // Restarted within the last pause (the longest, 900 s): not tried before it ends. Then a try
+    // the executor puts off (not counted), and another restart.
+    let (waiting, tried_in_pause) = actix::System::new().block_on(async {
         clock.set(last + 100.0);
         let cluster = start(&clock, &workers, Some(&journal));
         cluster.send(Round).await.unwrap();
         let waiting = cluster.send(ShowJob(job)).await.unwrap().unwrap().waiting;
         let tried_in_pause = tries() > 19;
+        workers.reports.lock().unwrap().put_off = Some(100.0);
         clock.set(last + 901.0);
         cluster.send(Round).await.unwrap();
-        // The failure's end is carried out after its round.
-        cluster.send(Round).await.unwrap();
-        (waiting, tried_in_pause, phase(&cluster, job).await)
+        (waiting, tried_in_pause)
     });
     let waiting = waiting.expect("it says why it waits");
     assert!(
@@ -281,7 +281,19 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
         "{waiting}"
     );
     assert!(!tried_in_pause, "tried within its pause");
-    assert_eq!(tries(), 20);
+    assert_eq!(tries(), 20, "the put-off try");
+
+    // Its next failure of its own is its 20th in a row: it fails.
+    workers.reports.lock().unwrap().put_off = None;
+    let ended = actix::System::new().block_on(async {
+        clock.set(last + 1100.0);
+        let cluster = start(&clock, &workers, Some(&journal));
+        cluster.send(Round).await.unwrap();
+        // The failure's end is carried out after its round.
+        cluster.send(Round).await.unwrap();
+        phase(&cluster, job).await
+    });
+    assert_eq!(tries(), 21);
     assert_eq!(
         ended,
         Phase::Failed,

@@ -47,7 +47,7 @@ use crate::apart::{Apart, NotDone};
 use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
-use crate::process::{Owner, process_has_env, processes_with_env};
+use crate::process::{Owner, process_has_env, processes_with_env, stat_field};
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
 /// that carry its marker (none where their environments did not answer).
@@ -422,16 +422,19 @@ fn write_run_file(path: &Path, record: &RunRecord) {
     }
 }
 
-/// The process leading its own group among those whose [`ATTEMPT_VAR`] is `marker`: the attempt's
-/// `elastic-run` (started in a group of its own; torchrun and the workers are in it). `Some(None)`:
-/// none leads one (its `elastic-run` is gone); `None`: their environments did not answer.
+/// The attempt's `elastic-run` among the processes whose [`ATTEMPT_VAR`] is `marker`: the one that
+/// leads its own group (the daemon starts it in one) and whose parent carries no marker. Its
+/// guardian, torchrun and the workers lead groups or sessions of their own too, but each is a
+/// child of a marked process. `Some(None)`: none is (its `elastic-run` is gone); `None`: their
+/// environments did not answer.
 fn marked_leader(marker: &str, confinement: &Confinement) -> Option<Option<i32>> {
     let pids = attempt_processes_answered(marker, confinement)?;
-    // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
-    Some(
-        pids.into_iter()
-            .find(|&pid| unsafe { libc::getpgid(pid) } == pid),
-    )
+    let parent = |pid: i32| stat_field(&pid.to_string(), 4)?.parse::<i32>().ok();
+    Some(pids.iter().copied().find(|&pid| {
+        // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
+        let leads = unsafe { libc::getpgid(pid) } == pid;
+        leads && parent(pid).is_none_or(|p| !pids.contains(&p))
+    }))
 }
 
 /// Where an attempt's CPUs and memory are held.
@@ -491,6 +494,9 @@ struct Stopping {
     deadline: Instant,
     /// When they were killed, once they were.
     killed_at: Option<Instant>,
+    /// Whether its `elastic-run` was sent SIGTERM: an adopted run's is sent it only once its
+    /// processes answer that it is the attempt's, which may be after the stop was asked.
+    signalled: bool,
 }
 
 impl Run {
@@ -1191,14 +1197,16 @@ impl ProcessExecutor {
     }
 
     /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_is_over` for what follows).
-    fn signal_stop(run: &mut Run) {
+    /// Whether it was sent.
+    fn signal_stop(run: &mut Run) -> bool {
         // An adopted run is not our child: its pid may have been reused since it exited, so it
         // is signalled only where it is known to be the attempt's.
         if run.child.is_none() && run.leader_gone() != Some(false) {
-            return;
+            return false;
         }
         // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
+        true
     }
 
     /// Moves `stop` on without waiting: whether it is over (its run exited, or was killed at its
@@ -1208,6 +1216,9 @@ impl ProcessExecutor {
         let run = &mut stop.run;
         if run.exited() {
             return true;
+        }
+        if !stop.signalled {
+            stop.signalled = Self::signal_stop(run);
         }
         let now = Instant::now();
         if now < stop.deadline {
@@ -1511,8 +1522,8 @@ impl Executor for ProcessExecutor {
         for &job in jobs {
             match self.runs.remove(&job) {
                 Some(mut run) => {
-                    Self::signal_stop(&mut run);
-                    stopping.push(run);
+                    let signalled = Self::signal_stop(&mut run);
+                    stopping.push((run, signalled));
                 }
                 None => answers.push((job, Err(ExecutorError::NotRunning(job)))),
             }
@@ -1520,11 +1531,12 @@ impl Executor for ProcessExecutor {
         let began = Instant::now();
         let mut stopping: Vec<Stopping> = stopping
             .into_iter()
-            .map(|run| Stopping {
+            .map(|(run, signalled)| Stopping {
                 deadline: began + run.stop_timeout,
                 run,
                 asked_at: now,
                 killed_at: None,
+                signalled,
             })
             .collect();
         // The stops of one batch wait together, for the slowest, up to the patience.

@@ -75,6 +75,15 @@ impl Owner {
     }
 }
 
+/// Field `field` of `/proc/PID/stat` (`pid` a number or `self`), numbered as proc(5) does (from 1;
+/// the command's name, field 2, may hold spaces and parentheses, so fields are counted after its
+/// last `)`). Reading it never waits on the process (unlike its environment, during an `execve`).
+pub(crate) fn stat_field(pid: &str, field: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(field - 3).map(str::to_owned)
+}
+
 /// The real uid of process `pid`, from its status.
 fn real_uid(pid: i32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -36,11 +36,13 @@ pub(super) struct JobHandle {
     pub start_failed: Option<FailedStarts>,
 }
 
-/// A job's starts that failed in a row: why the last did (shown with why it waits), and how many,
-/// which set how long it pauses before the next try.
+/// A job's starts that failed in a row: why the last did (shown with why it waits), how many of
+/// them were its own, which set how long it pauses before the next try, and when the last of those
+/// failed, which the pause counts from.
 pub(super) struct FailedStarts {
     pub why: Box<str>,
     pub count: u32,
+    pub at: f64,
 }
 
 impl FailedStarts {
@@ -55,28 +57,33 @@ impl FailedStarts {
     /// first by a policy such as least attained service) preempts a running job for nothing.
     pub const MOST_IN_A_ROW: u32 = 20;
 
-    /// One more failed start, for `why`, after `earlier` ones.
-    pub fn after(earlier: Option<FailedStarts>, why: &str) -> Self {
+    /// One more failed start, at `at` for `why`, after `earlier` ones.
+    pub fn after(earlier: Option<FailedStarts>, why: &str, at: f64) -> Self {
         FailedStarts {
             why: why.into(),
             count: earlier.map_or(0, |f| f.count).saturating_add(1),
+            at,
         }
     }
 
-    /// `count` failed starts in a row, the last for `why`, as the journal kept them.
-    pub fn recorded(count: u32, why: &str) -> Self {
+    /// `count` failed starts in a row, the last of its own at `at`, the last for `why`, as the
+    /// journal kept them.
+    pub fn recorded(count: u32, why: &str, at: f64) -> Self {
         FailedStarts {
             why: why.into(),
             count,
+            at,
         }
     }
 
     /// A failed start, for `why`, that was not the job's own (the cluster's, or put off by the
     /// executor): shown, not counted.
     pub fn not_counted(earlier: Option<FailedStarts>, why: &str) -> Self {
+        let (count, at) = earlier.map_or((0, f64::NEG_INFINITY), |f| (f.count, f.at));
         FailedStarts {
             why: why.into(),
-            count: earlier.map_or(0, |f| f.count),
+            count,
+            at,
         }
     }
 
@@ -224,7 +231,7 @@ mod tests {
         let mut failed = None;
         let mut pauses = Vec::new();
         for _ in 0..9 {
-            let now = FailedStarts::after(failed.take(), "no answer");
+            let now = FailedStarts::after(failed.take(), "no answer", 0.0);
             pauses.push(now.pause());
             failed = Some(now);
         }
@@ -232,17 +239,11 @@ mod tests {
             pauses,
             [15.0, 30.0, 60.0, 120.0, 240.0, 480.0, 900.0, 900.0, 900.0]
         );
-        let many = FailedStarts {
-            why: "".into(),
-            count: u32::MAX,
-        };
-        assert_eq!(FailedStarts::after(Some(many), "again").pause(), 900.0);
+        let many = FailedStarts::recorded(u32::MAX, "", 0.0);
+        assert_eq!(FailedStarts::after(Some(many), "again", 0.0).pause(), 900.0);
         // A job gives up after its pauses between its tries add up to a few hours.
         let given_up_after: f64 = (1..FailedStarts::MOST_IN_A_ROW)
-            .map(|count| {
-                let why = "".into();
-                FailedStarts { why, count }.pause()
-            })
+            .map(|count| FailedStarts::recorded(count, "", 0.0).pause())
             .sum();
         assert_eq!(given_up_after, 945.0 + 13.0 * 900.0);
     }

@@ -118,16 +118,16 @@ impl ClusterActor {
             let failed = (phase == Phase::Pending)
                 .then(|| self.store.failed_starts.get(&id))
                 .flatten()
-                .map(|f| (FailedStarts::recorded(f.count, &f.why), f.at));
-            if let Some((failed, at)) = &failed
-                && at + failed.pause() > now
+                .map(|f| FailedStarts::recorded(f.count, &f.why, f.at));
+            if let Some(failed) = &failed
+                && failed.at + failed.pause() > now
             {
-                let _ = engine.defer(id, now, at + failed.pause());
+                let _ = engine.defer(id, now, failed.at + failed.pause());
             }
             self.add_job(id, phase);
             if let Some(handle) = self.jobs.get_mut(&id) {
                 handle.crashes = entry.crashes;
-                handle.start_failed = failed.map(|(failed, _)| failed);
+                handle.start_failed = failed;
             }
         }
         let lingering = self.stop_unadopted(to_stop, &mut engine, &mut requeued, now);

@@ -416,15 +416,7 @@ impl ClusterActor {
                         (FailedStarts::not_counted(earlier, why), Some(pause))
                     }
                     Retry::AfterPause => {
-                        let failed = FailedStarts::after(earlier, why);
-                        // Journaled, so that a restart neither forgets the pause nor starts the
-                        // count again.
-                        records.push(Record::StartFailed {
-                            job: *job,
-                            at: failed_at,
-                            count: failed.count,
-                            why: why.clone(),
-                        });
+                        let failed = FailedStarts::after(earlier, why, failed_at);
                         if failed.count >= FailedStarts::MOST_IN_A_ROW {
                             ctx.notify(GiveUp {
                                 job: *job,
@@ -439,6 +431,17 @@ impl ClusterActor {
                         (failed, Some(pause))
                     }
                 };
+                // Journaled whenever it counts failures of the job's own, so that a restart
+                // neither forgets the pause nor starts the count again: also after a try it is not
+                // blamed for, whose `Started` cleared what the journal kept.
+                if failed.count > 0 {
+                    records.push(Record::StartFailed {
+                        job: *job,
+                        at: failed.at,
+                        count: failed.count,
+                        why: failed.why.to_string(),
+                    });
+                }
                 handle.start_failed = Some(failed);
                 // Out of its policy's sight for a while, so that its grants go to others.
                 if let Some(pause) = pause {

@@ -34,6 +34,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use crate::inherit::{Program, python_command};
+use crate::process::stat_field;
 use crate::spawn::{Exit, Workers};
 
 /// Who owns the pool a launch uses (a pid): the daemon sets it to its own; else the `elastic-run`
@@ -447,14 +448,6 @@ fn hash(text: &str) -> u64 {
     let mut hasher = std::hash::DefaultHasher::new();
     text.hash(&mut hasher);
     hasher.finish()
-}
-
-/// Field `field` of `/proc/PID/stat`, numbered as proc(5) does (from 1; the command's name, field 2,
-/// may hold spaces and parentheses, so fields are counted after its last `)`).
-fn stat_field(pid: &str, field: usize) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    rest.split_whitespace().nth(field - 3).map(str::to_owned)
 }
 
 /// Field 22 of `/proc/PID/stat`, its start time: tells a process apart from a later one with its
