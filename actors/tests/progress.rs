@@ -12,6 +12,7 @@ use gangway_actors::cluster::{
     ClusterActor, GetViews, JobRequest, LearnedSteps, Poll, Round, ShowJob,
 };
 use gangway_actors::executor::{Executor, ExecutorError, Launch, Measured, Segment, WorkerEvent};
+use gangway_actors::ledger::Record;
 use gangway_actors::lifecycle::Phase;
 use gangway_core::job::JobId;
 
@@ -299,6 +300,43 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
         Phase::Failed,
         "not failed at its 20th failure in a row"
     );
+}
+
+/// A job whose last failed start, its 20th in a row, was journaled but whose failure was not (the
+/// daemon stopped in between) fails when the control plane starts again, without another try.
+#[test]
+fn a_job_that_failed_to_start_too_often_before_a_restart_fails_at_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let clock = Arc::new(VirtualClock::new(0.0));
+    let workers = Reporting::default();
+    let why = "its file system did not answer";
+    workers.reports.lock().unwrap().refusing = Some(why.into());
+    let tries = || workers.reports.lock().unwrap().tries;
+    let job = actix::System::new().block_on(async {
+        let cluster = start(&clock, &workers, Some(&journal));
+        submit(&cluster).await
+    });
+    // What the 20th failure journals, as if the daemon had stopped right after writing it.
+    let (mut written, _) = gangway_actors::ledger::open_journal(&journal).unwrap();
+    written
+        .append(&Record::StartFailed {
+            job,
+            at: 10.0,
+            count: 20,
+            why: why.into(),
+        })
+        .unwrap();
+    drop(written);
+    let shown = actix::System::new().block_on(async {
+        clock.set(20.0);
+        let cluster = start(&clock, &workers, Some(&journal));
+        // Any message first: the actor fails the job as it starts, after what was already sent.
+        cluster.send(Poll).await.unwrap();
+        cluster.send(ShowJob(job)).await.unwrap().unwrap()
+    });
+    assert_eq!(shown.phase, Phase::Failed, "{:?}", shown.waiting);
+    assert_eq!(tries(), 0, "tried again");
 }
 
 /// A launch the executor puts off (it rests the job's user) is not the job's failure: the job

@@ -417,15 +417,8 @@ impl ClusterActor {
                     }
                     Retry::AfterPause => {
                         let failed = FailedStarts::after(earlier, why, failed_at);
-                        if failed.count >= FailedStarts::MOST_IN_A_ROW {
-                            ctx.notify(GiveUp {
-                                job: *job,
-                                why: format!(
-                                    "its last {} starts failed in a row, the last: {why}; submit \
-                                     it again once what fails them is fixed",
-                                    failed.count
-                                ),
-                            });
+                        if let Some(give_up) = GiveUp::after(*job, &failed) {
+                            ctx.notify(give_up);
                         }
                         let pause = failed.pause();
                         (failed, Some(pause))
@@ -639,6 +632,21 @@ impl Handler<Cancel> for ClusterActor {
 pub(super) struct GiveUp {
     pub job: JobId,
     pub why: String,
+}
+
+impl GiveUp {
+    /// What gives `job` up, once its starts have failed [`FailedStarts::MOST_IN_A_ROW`] times in
+    /// a row (`failed`), saying why.
+    pub fn after(job: JobId, failed: &FailedStarts) -> Option<GiveUp> {
+        (failed.count >= FailedStarts::MOST_IN_A_ROW).then(|| GiveUp {
+            job,
+            why: format!(
+                "its last {} starts failed in a row, the last: {}; submit it again once what \
+                 fails them is fixed",
+                failed.count, failed.why
+            ),
+        })
+    }
 }
 
 impl Handler<GiveUp> for ClusterActor {
