@@ -33,6 +33,11 @@ pub struct Tenants {
 /// later.
 pub const NO_ACCOUNT_KEPT: std::time::Duration = std::time::Duration::from_secs(60);
 
+/// How long a user found without an account is taken to have none when they name another tenant
+/// than `uid-N` (a new account's name, which the clients send once it exists): a client that keeps
+/// naming one it does not have asks the account database at most this often.
+pub const NEW_ACCOUNT_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// What a lookup of a user's account found.
 #[derive(Clone, Debug)]
 enum Looked {
@@ -84,18 +89,23 @@ impl Tenants {
 
     /// The tenant user `uid` submits under when given none
     /// ([`own_tenant`](gangway_protocol::command::own_tenant)): their account's name, looked up
-    /// once found, or `uid-N` while they have none (looked up again [`NO_ACCOUNT_KEPT`] later,
-    /// or at once when they ask for another tenant than `uid-N`: their account may be new; a
-    /// lookup that failed, at their next submission).
+    /// once found, or `uid-N` while they have none (looked up again [`NO_ACCOUNT_KEPT`] later, or
+    /// [`NEW_ACCOUNT_RECHECK`] later when they ask for another tenant than `uid-N`: their account
+    /// may be new; a lookup that failed, at their next submission).
     fn own_name(&self, uid: u32, asked: Option<&str>) -> Result<String, TenantRefusal> {
         let names = || self.names.lock().unwrap_or_else(|e| e.into_inner());
         let without = tenant_without_account(uid);
         match names().get(&uid) {
             Some(Looked::Named(name)) => return Ok(name.clone()),
-            Some(Looked::NoneAt(at))
-                if at.elapsed() < NO_ACCOUNT_KEPT && asked.is_none_or(|t| t == without) =>
-            {
-                return Ok(without);
+            Some(Looked::NoneAt(at)) => {
+                let kept = if asked.is_none_or(|t| t == without) {
+                    NO_ACCOUNT_KEPT
+                } else {
+                    NEW_ACCOUNT_RECHECK
+                };
+                if at.elapsed() < kept {
+                    return Ok(without);
+                }
             }
             _ => {}
         }
@@ -226,8 +236,8 @@ mod tests {
     }
 
     /// A user without an account is looked up once, not at each submission, until
-    /// [`NO_ACCOUNT_KEPT`] has passed, or until they ask for another tenant than `uid-N` (their
-    /// account may be new: `gangway submit` sends its name).
+    /// [`NO_ACCOUNT_KEPT`] has passed, or [`NEW_ACCOUNT_RECHECK`] when they ask for another tenant
+    /// than `uid-N` (their account may be new: `gangway submit` sends its name).
     #[test]
     fn a_user_without_an_account_is_looked_up_again_only_after_a_while() {
         use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -241,29 +251,30 @@ mod tests {
             ..Tenants::default()
         };
         let lookups = || LOOKUPS.load(Ordering::SeqCst);
+        // The absence as if found `ago` before now (`None` on a clock too young to hold it).
+        let found_none = |uid: u32, ago| {
+            let at = std::time::Instant::now().checked_sub(ago)?;
+            (tenants.names.lock().unwrap()).insert(uid, Looked::NoneAt(at));
+            Some(())
+        };
         for _ in 0..3 {
             assert_eq!(tenants.check(3000, "uid-3000"), Ok(()));
         }
         assert_eq!(tenants.default_for(3000), Ok(Some("uid-3000".into())));
-        assert_eq!(lookups(), 1, "looked up at each submission");
-        // Asking for another tenant looks again: still no account.
         assert!(tenants.check(3000, "user-3000").is_err());
-        assert_eq!(lookups(), 2);
-        // The account is made: asked for by its name, it is found at once.
+        assert_eq!(lookups(), 1, "looked up at each submission");
+        // The account is made: asked for by its name, it is found once the absence found is a
+        // few seconds old; without it, a minute later.
         MADE.store(true, Ordering::SeqCst);
+        if found_none(3000, NEW_ACCOUNT_RECHECK).is_none() {
+            return;
+        }
+        assert_eq!(tenants.default_for(3000), Ok(Some("uid-3000".into())));
+        assert_eq!(lookups(), 1);
         assert_eq!(tenants.check(3000, "user-3000"), Ok(()));
-        assert_eq!(lookups(), 3);
-        // Another user's absence is looked up again once it is old enough.
-        MADE.store(false, Ordering::SeqCst);
-        assert_eq!(tenants.default_for(3001), Ok(Some("uid-3001".into())));
-        MADE.store(true, Ordering::SeqCst);
-        assert_eq!(tenants.default_for(3001), Ok(Some("uid-3001".into())));
-        assert_eq!(lookups(), 4);
-        let Some(long_ago) = std::time::Instant::now().checked_sub(NO_ACCOUNT_KEPT) else {
-            return; // a clock too young to hold the instant (just after boot)
-        };
-        (tenants.names.lock().unwrap()).insert(3001, Looked::NoneAt(long_ago));
+        assert_eq!(lookups(), 2);
+        assert!(found_none(3001, NO_ACCOUNT_KEPT).is_some());
         assert_eq!(tenants.default_for(3001), Ok(Some("user-3001".into())));
-        assert_eq!(lookups(), 5);
+        assert_eq!(lookups(), 3);
     }
 }

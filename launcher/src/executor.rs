@@ -422,19 +422,27 @@ fn write_run_file(path: &Path, record: &RunRecord) {
     }
 }
 
-/// The attempt's `elastic-run` among the processes whose [`ATTEMPT_VAR`] is `marker`: the one that
-/// leads its own group (the daemon starts it in one) and whose parent carries no marker. Its
-/// guardian, torchrun and the workers lead groups or sessions of their own too, but each is a
-/// child of a marked process. `Some(None)`: none is (its `elastic-run` is gone); `None`: their
-/// environments did not answer.
+/// The attempt's `elastic-run` among the processes whose [`ATTEMPT_VAR`] is `marker`: the oldest
+/// of those that lead their own group (the daemon starts it in one). Its guardian, torchrun, the
+/// workers and a pool's ranks lead groups or sessions of their own too, but all start after it;
+/// among those started in the same clock tick, one whose parent carries no marker goes first, then
+/// the lowest pid. `Some(None)`: none leads one (its `elastic-run`, and what it started, are gone);
+/// `None`: their environments did not answer.
 fn marked_leader(marker: &str, confinement: &Confinement) -> Option<Option<i32>> {
     let pids = attempt_processes_answered(marker, confinement)?;
-    let parent = |pid: i32| stat_field(&pid.to_string(), 4)?.parse::<i32>().ok();
-    Some(pids.iter().copied().find(|&pid| {
+    // A process whose stat cannot be read has ended.
+    let age = |pid: i32| {
+        let pid_text = pid.to_string();
+        let started: u64 = stat_field(&pid_text, 22)?.parse().ok()?;
+        let parent: i32 = stat_field(&pid_text, 4)?.parse().ok()?;
+        Some((started, pids.contains(&parent), pid))
+    };
+    let leaders = pids.iter().copied().filter(|&pid| {
         // SAFETY: getpgid(2) reads another process's group id; it changes nothing.
-        let leads = unsafe { libc::getpgid(pid) } == pid;
-        leads && parent(pid).is_none_or(|p| !pids.contains(&p))
-    }))
+        let group = unsafe { libc::getpgid(pid) };
+        group == pid
+    });
+    Some(leaders.filter_map(age).min().map(|(_, _, pid)| pid))
 }
 
 /// Where an attempt's CPUs and memory are held.
@@ -1719,6 +1727,43 @@ impl Executor for ProcessExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An attempt's `elastic-run` is found by marker as the oldest marked process leading its
+    /// group, not a process it started that leads a group or session of its own (its guardian,
+    /// torchrun, a worker).
+    #[test]
+    fn the_marked_leader_is_the_oldest_group_leader_of_the_attempt() {
+        use std::os::unix::process::CommandExt;
+        let marker = format!("leader-test-{}", std::process::id());
+        let mut elastic_run = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 30 & wait"])
+            .env(ATTEMPT_VAR, &marker)
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let confinement = Confinement {
+            owner: Some(crate::inherit::this_user()),
+            ..Confinement::default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let found = loop {
+            let pids = attempt_processes(&marker, &confinement);
+            if pids.len() == 2 {
+                break marked_leader(&marker, &confinement);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "its child never started: {pids:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for pid in attempt_processes(&marker, &confinement) {
+            // SAFETY: kill(2) of a process this test started (it carries the test's marker).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = elastic_run.wait();
+        assert_eq!(found, Some(Some(elastic_run.id() as i32)));
+    }
 
     #[test]
     fn slurm_gangs_run_on_their_nodes_and_only_evenly() {

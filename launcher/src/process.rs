@@ -77,10 +77,12 @@ impl Owner {
 
 /// Field `field` of `/proc/PID/stat` (`pid` a number or `self`), numbered as proc(5) does (from 1;
 /// the command's name, field 2, may hold spaces and parentheses, so fields are counted after its
-/// last `)`). Reading it never waits on the process (unlike its environment, during an `execve`).
+/// last `)`, and need not be UTF-8). Reading it never waits on the process (unlike its environment,
+/// during an `execve`).
 pub(crate) fn stat_field(pid: &str, field: usize) -> Option<String> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
+    let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    let name_ends = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(&stat[name_ends + 1..]).ok()?;
     rest.split_whitespace().nth(field - 3).map(str::to_owned)
 }
 

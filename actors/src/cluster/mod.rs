@@ -57,7 +57,6 @@ use carry::{Gang, GpuActors};
 use jobs::JobHandle;
 use plan::Retune;
 use round::Carrier;
-use round::GiveUp;
 use store::Store;
 use submit::{Unjournaled, job_of};
 
@@ -340,15 +339,6 @@ impl Actor for ClusterActor {
             }
         };
         ctx.wait(leases.into_actor(self));
-        // A job the journal says failed to start too often in a row, whose failure was not
-        // journaled before the daemon stopped, fails now rather than after one more try.
-        for (&job, handle) in &self.jobs {
-            if let Some(give_up) =
-                (handle.start_failed.as_ref()).and_then(|f| GiveUp::after(job, f))
-            {
-                ctx.notify(give_up);
-            }
-        }
         self.publish();
         if let TimeSource::Wall { time_scale } = self.settings.time {
             let round = Duration::from_secs_f64(

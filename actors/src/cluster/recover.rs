@@ -7,6 +7,7 @@ use gangway_core::placement::Placer;
 use gangway_core::policy::Policy;
 
 use super::jobs::FailedStarts;
+use super::round::GiveUp;
 use super::{ClusterActor, Scheduler, job_of};
 use crate::IdMap;
 use crate::executor::ExecutorError;
@@ -54,6 +55,19 @@ impl ClusterActor {
         // may take the executor's patience).
         let mut to_stop = Vec::new();
         for entry in &entries {
+            // Its starts that failed in a row, as journaled. A job whose last was its
+            // `FailedStarts::MOST_IN_A_ROW`th, whose failure the daemon stopped before writing,
+            // fails now, before a round can grant it again.
+            let failed = (self.store.failed_starts.get(&entry.spec.id))
+                .map(|f| FailedStarts::recorded(f.count, &f.why, f.at));
+            if let Some(give_up) = (failed.as_ref()).and_then(|f| GiveUp::after(entry.spec.id, f)) {
+                requeued.push(Record::Failed {
+                    job: entry.spec.id,
+                    at: now,
+                    error: give_up.why,
+                });
+                continue;
+            }
             let shape = self.store.shapes.get(&entry.spec.id);
             let job = job_of(&mut engine, &entry.spec, shape);
             let id = job.id;
@@ -113,12 +127,9 @@ impl ClusterActor {
                     requeued.push(Record::Stopped { job: id, at: now });
                 }
             }
-            // Its starts that failed in a row: it pauses as long as the last left it to, and
-            // fails after as many more as it would have.
-            let failed = (phase == Phase::Pending)
-                .then(|| self.store.failed_starts.get(&id))
-                .flatten()
-                .map(|f| FailedStarts::recorded(f.count, &f.why, f.at));
+            // A waiting job pauses as long as its last failed start left it to, and fails after
+            // as many more as it would have.
+            let failed = failed.filter(|_| phase == Phase::Pending);
             if let Some(failed) = &failed
                 && failed.at + failed.pause() > now
             {
