@@ -234,18 +234,31 @@ async fn a_job_whose_starts_fail_for_hours_fails() {
     );
 }
 
+/// A directory for a journal (kept while the first value lives), its path, a clock at 0, and
+/// workers whose launches fail for `why`.
+fn journaled_and_failing(
+    why: &str,
+) -> (
+    tempfile::TempDir,
+    std::path::PathBuf,
+    Arc<VirtualClock>,
+    Reporting,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal");
+    let workers = Reporting::default();
+    workers.reports.lock().unwrap().refusing = Some(why.into());
+    (dir, journal, Arc::new(VirtualClock::new(0.0)), workers)
+}
+
 /// A restart keeps a job's starts that failed in a row (journaled, and in the snapshots): the
 /// pause its last failure left it is kept, and it fails at its
 /// [`FailedStarts::MOST_IN_A_ROW`]th failure, not as many more after each restart; also when a
 /// try it is not blamed for (put off by the executor) came between.
 #[test]
 fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = dir.path().join("journal");
-    let clock = Arc::new(VirtualClock::new(0.0));
-    let workers = Reporting::default();
     let why = "its file system did not answer";
-    workers.reports.lock().unwrap().refusing = Some(why.into());
+    let (_dir, journal, clock, workers) = journaled_and_failing(why);
     let tries = || workers.reports.lock().unwrap().tries;
 
     // 19 failures in a row, each past the longest pause.
@@ -306,12 +319,8 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
 /// daemon stopped in between) fails when the control plane starts again, without another try.
 #[test]
 fn a_job_that_failed_to_start_too_often_before_a_restart_fails_at_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let journal = dir.path().join("journal");
-    let clock = Arc::new(VirtualClock::new(0.0));
-    let workers = Reporting::default();
     let why = "its file system did not answer";
-    workers.reports.lock().unwrap().refusing = Some(why.into());
+    let (_dir, journal, clock, workers) = journaled_and_failing(why);
     let tries = || workers.reports.lock().unwrap().tries;
     let job = actix::System::new().block_on(async {
         let cluster = start(&clock, &workers, Some(&journal));
