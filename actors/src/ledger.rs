@@ -181,18 +181,17 @@ pub enum Record {
     /// GPUs released, no job but its partner holds the new ones.
     Moved(Start),
     /// The job's starts have failed `count` times in a row for reasons of its own (its launch),
-    /// the last of those at `at`; its last try failed for `why`. What its pause before the next
-    /// try, and its failure after too many, count from: a restart keeps them. Written at each
-    /// failed start while the count is not 0 (a try it is not blamed for goes through a `Started`
-    /// too, which clears it); a start that succeeds writes none.
+    /// the last at `at`, for `why`: what its pause before the next try, and its failure after too
+    /// many, count from, so that a restart keeps them. Written at each such failure, and with
+    /// `count` 0 when the job starts after one (or is found running at a restart).
     StartFailed {
         /// The job.
         job: JobId,
-        /// When the last failure of its own was, in control-plane seconds.
+        /// When, in control-plane seconds.
         at: f64,
-        /// Its starts that failed in a row for reasons of its own.
+        /// Its starts that failed in a row for reasons of its own (0: none, since it started).
         count: u32,
-        /// Why its last try failed.
+        /// Why the last did (empty with `count` 0).
         why: String,
     },
 }

@@ -12,8 +12,9 @@ use gangway_actors::cluster::{
     ClusterActor, GetViews, JobRequest, LearnedSteps, Poll, Round, ShowJob,
 };
 use gangway_actors::executor::{Executor, ExecutorError, Launch, Measured, Segment, WorkerEvent};
-use gangway_actors::ledger::Record;
+use gangway_actors::ledger::{Record, Start};
 use gangway_actors::lifecycle::Phase;
+use gangway_core::cluster::{GpuId, GpuTypeId};
 use gangway_core::job::JobId;
 
 /// The last launch, the steps to report at the next poll, and why launches fail, while they do.
@@ -28,6 +29,8 @@ struct Reports {
     put_off: Option<f64>,
     /// Launches asked for, whatever came of them.
     tries: u32,
+    /// An attempt taken to be alive though never launched here (a restarted control plane's).
+    alive: Option<(JobId, u64)>,
 }
 
 /// Simulated workers that also report the progress the test gives them, and fail launches while
@@ -67,7 +70,7 @@ impl Executor for Reporting {
         self.inner.retune(job, steps_per_second, pace, now)
     }
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
-        self.inner.alive(job, attempt)
+        self.reports.lock().unwrap().alive == Some((job, attempt)) || self.inner.alive(job, attempt)
     }
     fn poll(&mut self, now: f64) -> Vec<WorkerEvent> {
         let mut events = self.inner.poll(now);
@@ -261,19 +264,7 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
     let (_dir, journal, clock, workers) = journaled_and_failing(why);
     let tries = || workers.reports.lock().unwrap().tries;
 
-    // 19 failures in a row, each past the longest pause.
-    let (job, last) = actix::System::new().block_on(async {
-        let cluster = start(&clock, &workers, Some(&journal));
-        let job = submit(&cluster).await;
-        let mut at = 0.0;
-        for _ in 0..19 {
-            at += 901.0;
-            clock.set(at);
-            cluster.send(Round).await.unwrap();
-        }
-        assert_eq!(phase(&cluster, job).await, Phase::Pending);
-        (job, at)
-    });
+    let (job, last) = fail_19_times(&journal, &clock, &workers);
     assert_eq!(tries(), 19);
 
     // Restarted within the last pause (the longest, 900 s): not tried before it ends. Then a try
@@ -299,14 +290,7 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
 
     // Its next failure of its own is its 20th in a row: it fails.
     workers.reports.lock().unwrap().put_off = None;
-    let ended = actix::System::new().block_on(async {
-        clock.set(last + 1100.0);
-        let cluster = start(&clock, &workers, Some(&journal));
-        cluster.send(Round).await.unwrap();
-        // The failure's end is carried out after its round.
-        cluster.send(Round).await.unwrap();
-        phase(&cluster, job).await
-    });
+    let ended = restart_and_try(&journal, &clock, &workers, job, last + 1100.0);
     assert_eq!(tries(), 21);
     assert_eq!(
         ended,
@@ -346,6 +330,138 @@ fn a_job_that_failed_to_start_too_often_before_a_restart_fails_at_it() {
     });
     assert_eq!(shown.phase, Phase::Failed, "{:?}", shown.waiting);
     assert_eq!(tries(), 0, "tried again");
+}
+
+/// The crash between a try's `Started` (journaled before its launch) and its failure: the count
+/// journaled before it stands at the restart, and the job fails at its 20th failure in a row.
+#[test]
+fn a_try_cut_short_by_a_crash_keeps_the_count() {
+    let why = "its file system did not answer";
+    let (_dir, journal, clock, workers) = journaled_and_failing(why);
+    let tries = || workers.reports.lock().unwrap().tries;
+    let (job, last) = fail_19_times(&journal, &clock, &workers);
+    // The 20th try's start, journaled; the daemon stopped before its launch.
+    journal_a_try(&journal, job, last + 901.0);
+    let ended = restart_and_try(&journal, &clock, &workers, job, last + 1000.0);
+    assert_eq!(tries(), 20);
+    assert_eq!(ended, Phase::Failed, "the count was lost with the try");
+}
+
+/// A job that starts after failed starts of its own journals its count back to 0: a restart later
+/// does not give it back (a job preempted afterwards would otherwise fail at its next failure).
+#[test]
+fn a_start_that_succeeds_ends_the_journaled_count() {
+    let (_dir, journal, clock, workers) = journaled_and_failing("its file system did not answer");
+    let (job, last) = fail_19_times(&journal, &clock, &workers);
+    workers.reports.lock().unwrap().refusing = None;
+    let running = actix::System::new().block_on(async {
+        clock.set(last + 901.0);
+        let cluster = start(&clock, &workers, Some(&journal));
+        cluster.send(Round).await.unwrap();
+        phase(&cluster, job).await
+    });
+    assert_eq!(running, Phase::Running);
+    let count = journaled_count(&journal, job);
+    assert!(
+        count.is_none_or(|count| count == 0),
+        "a count of {count:?} outlives the start"
+    );
+}
+
+/// A job found running at a restart (its start succeeded, and the daemon stopped before it
+/// journaled that the count ended) has no count: the recovery journals it back to 0.
+#[test]
+fn a_job_found_running_at_a_restart_has_no_count() {
+    let (_dir, journal, clock, workers) = journaled_and_failing("its file system did not answer");
+    let (job, last) = fail_19_times(&journal, &clock, &workers);
+    journal_a_try(&journal, job, last + 901.0);
+    workers.reports.lock().unwrap().alive = Some((job, TRIED));
+    let running = actix::System::new().block_on(async {
+        clock.set(last + 1000.0);
+        let cluster = start(&clock, &workers, Some(&journal));
+        phase(&cluster, job).await
+    });
+    assert_eq!(running, Phase::Running, "not re-adopted");
+    let count = journaled_count(&journal, job);
+    assert!(
+        count.is_none_or(|count| count == 0),
+        "a count of {count:?} outlives the start"
+    );
+}
+
+/// Starts the control plane again at `at` and runs a round (and the next, which carries out what
+/// a failure in the first ended); `job`'s phase then.
+fn restart_and_try(
+    journal: &std::path::Path,
+    clock: &Arc<VirtualClock>,
+    workers: &Reporting,
+    job: JobId,
+    at: f64,
+) -> Phase {
+    actix::System::new().block_on(async {
+        clock.set(at);
+        let cluster = start(clock, workers, Some(journal));
+        cluster.send(Round).await.unwrap();
+        cluster.send(Round).await.unwrap();
+        phase(&cluster, job).await
+    })
+}
+
+/// The attempt of the try [`journal_a_try`] journals.
+const TRIED: u64 = 1_000;
+
+/// Journals a start of `job` on both GPUs at `at` (attempt [`TRIED`]), as a round does before its
+/// launch, while no control plane runs.
+fn journal_a_try(journal: &std::path::Path, job: JobId, at: f64) {
+    let (mut written, _) = gangway_actors::ledger::open_journal(journal).unwrap();
+    let tried = Start {
+        job,
+        attempt: TRIED,
+        gpu_type: GpuTypeId(0),
+        gpus: [GpuId(0), GpuId(1)].into_iter().collect(),
+        partner: None,
+        at,
+    };
+    written.append(&Record::Started(tried)).unwrap();
+}
+
+/// The count of `job`'s failed starts a restart would read from `journal`: its last
+/// `StartFailed`, in the snapshot's records or the journal's after it.
+fn journaled_count(journal: &std::path::Path, job: JobId) -> Option<u32> {
+    let (_, recovered) = gangway_actors::ledger::open_journal(journal).unwrap();
+    let beside = recovered
+        .snapshot
+        .map(|(_, beside)| beside)
+        .unwrap_or_default();
+    beside
+        .iter()
+        .chain(recovered.records.iter().map(|(_, record)| record))
+        .rev()
+        .find_map(|record| match record {
+            Record::StartFailed { job: j, count, .. } if *j == job => Some(*count),
+            _ => None,
+        })
+}
+
+/// Submits a job and fails its starts 19 times in a row, each past the longest pause; returns it
+/// and when the last failed.
+fn fail_19_times(
+    journal: &std::path::Path,
+    clock: &Arc<VirtualClock>,
+    workers: &Reporting,
+) -> (JobId, f64) {
+    actix::System::new().block_on(async {
+        let cluster = start(clock, workers, Some(journal));
+        let job = submit(&cluster).await;
+        let mut at = 0.0;
+        for _ in 0..19 {
+            at += 901.0;
+            clock.set(at);
+            cluster.send(Round).await.unwrap();
+        }
+        assert_eq!(phase(&cluster, job).await, Phase::Pending);
+        (job, at)
+    })
 }
 
 /// A launch the executor puts off (it rests the job's user) is not the job's failure: the job

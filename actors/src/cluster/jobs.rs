@@ -10,6 +10,7 @@ use super::carry::Gang;
 use super::messages::{GpuCount, Resize, RestartPhases};
 use crate::executor::Measured;
 use crate::job::JobEvent;
+use crate::ledger::Record;
 use crate::lifecycle::{IllegalTransition, Phase};
 
 /// One job that has not ended (ended ones are forgotten: the ledger and the views keep how they
@@ -73,6 +74,16 @@ impl FailedStarts {
             why: why.into(),
             count,
             at,
+        }
+    }
+
+    /// The journal's record of it, for `job`.
+    pub fn record(&self, job: JobId) -> Record {
+        Record::StartFailed {
+            job,
+            at: self.at,
+            count: self.count,
+            why: self.why.to_string(),
         }
     }
 

@@ -128,7 +128,16 @@ impl ClusterActor {
                 }
             }
             // A waiting job pauses as long as its last failed start left it to, and fails after
-            // as many more as it would have.
+            // as many more as it would have. One whose last start succeeded before the daemon
+            // stopped, and was re-adopted, has no count: the journal says so now.
+            if phase == Phase::Running && failed.is_some() {
+                requeued.push(Record::StartFailed {
+                    job: id,
+                    at: now,
+                    count: 0,
+                    why: String::new(),
+                });
+            }
             let failed = failed.filter(|_| phase == Phase::Pending);
             if let Some(failed) = &failed
                 && failed.at + failed.pause() > now

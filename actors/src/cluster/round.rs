@@ -307,6 +307,8 @@ impl ClusterActor {
                 self.advance(job, next, now);
             }
         }
+        // Jobs that start after starts of their own failed: their count, as journaled, ends.
+        let mut counts_ended = Vec::new();
         for job in settling.started {
             let Some(handle) = self.jobs.get_mut(&job) else {
                 continue;
@@ -320,7 +322,14 @@ impl ClusterActor {
                 }
                 continue;
             }
-            handle.start_failed = None;
+            if handle.start_failed.take().is_some_and(|f| f.count > 0) {
+                counts_ended.push(Record::StartFailed {
+                    job,
+                    at: now,
+                    count: 0,
+                    why: String::new(),
+                });
+            }
             handle
                 .restarts
                 .carried(outcome.stopped_at, outcome.launched_at);
@@ -341,6 +350,7 @@ impl ClusterActor {
                     .is_some_and(|e| !e.standing.is_terminal())
             })
             .map(|&(job, steps_done)| Record::Checkpointed { job, steps_done })
+            .chain(counts_ended)
             .collect();
         self.persist(&records);
         self.fail_starts(&outcome.failed_starts, now, ctx);
@@ -417,6 +427,9 @@ impl ClusterActor {
                     }
                     Retry::AfterPause => {
                         let failed = FailedStarts::after(earlier, why, failed_at);
+                        // Journaled, so that a restart neither forgets the pause nor starts the
+                        // count again (a start that succeeds journals the count back to 0).
+                        records.push(failed.record(*job));
                         if let Some(give_up) = GiveUp::after(*job, &failed) {
                             ctx.notify(give_up);
                         }
@@ -424,17 +437,6 @@ impl ClusterActor {
                         (failed, Some(pause))
                     }
                 };
-                // Journaled whenever it counts failures of the job's own, so that a restart
-                // neither forgets the pause nor starts the count again: also after a try it is not
-                // blamed for, whose `Started` cleared what the journal kept.
-                if failed.count > 0 {
-                    records.push(Record::StartFailed {
-                        job: *job,
-                        at: failed.at,
-                        count: failed.count,
-                        why: failed.why.to_string(),
-                    });
-                }
                 handle.start_failed = Some(failed);
                 // Out of its policy's sight for a while, so that its grants go to others.
                 if let Some(pause) = pause {

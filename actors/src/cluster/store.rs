@@ -8,7 +8,7 @@ use gangway_core::job::JobId;
 use gangway_core::throughput::goodput::{Learned, Reports};
 use gangway_journal::{Journal, JournalError, Options};
 
-use crate::ledger::{Ledger, Record, Shape, Start, Violation, open_journal_with};
+use crate::ledger::{Ledger, Record, Shape, Violation, open_journal_with};
 
 /// One user's unfinished jobs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -193,6 +193,9 @@ impl Store {
             Record::ShapedV1 { job, shape } => {
                 self.shapes.insert(*job, Shape::from(*shape));
             }
+            Record::StartFailed { job, count: 0, .. } => {
+                self.failed_starts.remove(job);
+            }
             Record::StartFailed {
                 job,
                 at,
@@ -205,9 +208,6 @@ impl Store {
                     why: why.clone(),
                 };
                 self.failed_starts.insert(*job, failed);
-            }
-            Record::Started(Start { job, .. }) | Record::Moved(Start { job, .. }) => {
-                self.failed_starts.remove(job);
             }
             Record::Finished { job, .. }
             | Record::Cancelled { job, .. }
