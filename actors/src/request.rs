@@ -597,7 +597,8 @@ pub fn startup_variable(name: &str) -> bool {
 
 /// Executor-specific checks of a command's arguments (the launcher parses `elastic-run`'s command
 /// line, and checks the interpreter it names), made with the rights of the user the command runs
-/// as (its submitter on a root daemon, else the daemon's own user). Its refusal says whether the file system did not answer ([`Refused::unanswered`]).
+/// as (its submitter on a root daemon, else the daemon's own user). Its refusal says whether the
+/// file system did not answer ([`Refused::unanswered`]).
 pub type ArgsCheck = Arc<dyn Fn(&RunCommand, &Submitter) -> Result<(), Refused> + Send + Sync>;
 
 /// Why a command may not run.

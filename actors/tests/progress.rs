@@ -407,6 +407,32 @@ fn restart_and_try(
     })
 }
 
+/// A job the journal says runs, whose 20th failure in a row was journaled before its last start,
+/// is re-adopted at a restart, not failed while its workers run.
+#[test]
+fn a_job_found_running_after_its_20th_failure_is_re_adopted() {
+    let why = "its file system did not answer";
+    let (_dir, journal, clock, workers) = journaled_and_failing(why);
+    let (job, last) = fail_19_times(&journal, &clock, &workers);
+    let (mut written, _) = gangway_actors::ledger::open_journal(&journal).unwrap();
+    let failed = Record::StartFailed {
+        job,
+        at: last + 901.0,
+        count: 20,
+        why: why.into(),
+    };
+    written.append(&failed).unwrap();
+    drop(written);
+    journal_a_try(&journal, job, last + 902.0);
+    workers.reports.lock().unwrap().alive = Some((job, TRIED));
+    let running = actix::System::new().block_on(async {
+        clock.set(last + 1000.0);
+        let cluster = start(&clock, &workers, Some(&journal));
+        phase(&cluster, job).await
+    });
+    assert_eq!(running, Phase::Running);
+}
+
 /// The attempt of the try [`journal_a_try`] journals.
 const TRIED: u64 = 1_000;
 

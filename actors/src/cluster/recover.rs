@@ -55,12 +55,17 @@ impl ClusterActor {
         // may take the executor's patience).
         let mut to_stop = Vec::new();
         for entry in &entries {
-            // Its starts that failed in a row, as journaled. A job whose last was its
+            // Its starts that failed in a row, as journaled. A waiting job whose last was its
             // `FailedStarts::MOST_IN_A_ROW`th, whose failure the daemon stopped before writing,
-            // fails now, before a round can grant it again.
+            // fails now, before a round can grant it again (one the journal says runs is looked
+            // for below, as any other).
             let failed = (self.store.failed_starts.get(&entry.spec.id))
                 .map(|f| FailedStarts::recorded(f.count, &f.why, f.at));
-            if let Some(give_up) = (failed.as_ref()).and_then(|f| GiveUp::after(entry.spec.id, f)) {
+            let waits = !matches!(entry.standing, Standing::Running { .. });
+            if let Some(give_up) = (failed.as_ref())
+                .filter(|_| waits)
+                .and_then(|f| GiveUp::after(entry.spec.id, f))
+            {
                 requeued.push(Record::Failed {
                     job: entry.spec.id,
                     at: now,
