@@ -104,11 +104,16 @@ fn slurm_steps_are_listed_and_cancelled_without_poll_waiting_for_slurm() {
     );
     let log = dir.path().join("bin/scancel.log");
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !log.exists() {
-        assert!(Instant::now() < deadline, "scancel was never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let asked = std::fs::read_to_string(&log).unwrap();
+    // Until its line is whole: the shell creates the log before `echo` writes to it.
+    let asked = loop {
+        match std::fs::read_to_string(&log) {
+            Ok(asked) if asked.ends_with('\n') => break asked,
+            _ => {
+                assert!(Instant::now() < deadline, "scancel was never started");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    };
     assert!(
         asked.contains("--name=") && asked.contains("--quiet"),
         "scancel was asked {asked:?}"
