@@ -237,11 +237,12 @@ async fn a_job_whose_starts_fail_for_hours_fails() {
     );
 }
 
+/// Why the launches of [`journaled_and_failing`]'s workers fail.
+const WHY: &str = "its file system did not answer";
+
 /// A directory for a journal (kept while the first value lives), its path, a clock at 0, and
-/// workers whose launches fail for `why`.
-fn journaled_and_failing(
-    why: &str,
-) -> (
+/// workers whose launches fail for [`WHY`].
+fn journaled_and_failing() -> (
     tempfile::TempDir,
     std::path::PathBuf,
     Arc<VirtualClock>,
@@ -250,7 +251,7 @@ fn journaled_and_failing(
     let dir = tempfile::tempdir().unwrap();
     let journal = dir.path().join("journal");
     let workers = Reporting::default();
-    workers.reports.lock().unwrap().refusing = Some(why.into());
+    workers.reports.lock().unwrap().refusing = Some(WHY.into());
     (dir, journal, Arc::new(VirtualClock::new(0.0)), workers)
 }
 
@@ -260,8 +261,7 @@ fn journaled_and_failing(
 /// try it is not blamed for (put off by the executor) came between.
 #[test]
 fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
-    let why = "its file system did not answer";
-    let (_dir, journal, clock, workers) = journaled_and_failing(why);
+    let (_dir, journal, clock, workers) = journaled_and_failing();
     let tries = || workers.reports.lock().unwrap().tries;
 
     let (job, last) = fail_19_times(&journal, &clock, &workers);
@@ -282,7 +282,7 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
     });
     let waiting = waiting.expect("it says why it waits");
     assert!(
-        waiting.ends_with(&format!("its last start failed: {why}")),
+        waiting.ends_with(&format!("its last start failed: {WHY}")),
         "{waiting}"
     );
     assert!(!tried_in_pause, "tried within its pause");
@@ -290,7 +290,7 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
 
     // Its next failure of its own is its 20th in a row: it fails.
     workers.reports.lock().unwrap().put_off = None;
-    let ended = restart_and_try(&journal, &clock, &workers, job, last + 1100.0);
+    let ended = restart(&journal, &clock, &workers, (job, last + 1100.0), 2);
     assert_eq!(tries(), 21);
     assert_eq!(
         ended,
@@ -303,8 +303,7 @@ fn a_restart_keeps_a_jobs_failed_starts_and_its_pause() {
 /// daemon stopped in between) fails when the control plane starts again, without another try.
 #[test]
 fn a_job_that_failed_to_start_too_often_before_a_restart_fails_at_it() {
-    let why = "its file system did not answer";
-    let (_dir, journal, clock, workers) = journaled_and_failing(why);
+    let (_dir, journal, clock, workers) = journaled_and_failing();
     let tries = || workers.reports.lock().unwrap().tries;
     let job = actix::System::new().block_on(async {
         let cluster = start(&clock, &workers, Some(&journal));
@@ -317,7 +316,7 @@ fn a_job_that_failed_to_start_too_often_before_a_restart_fails_at_it() {
             job,
             at: 10.0,
             count: 20,
-            why: why.into(),
+            why: WHY.into(),
         })
         .unwrap();
     drop(written);
@@ -336,13 +335,12 @@ fn a_job_that_failed_to_start_too_often_before_a_restart_fails_at_it() {
 /// journaled before it stands at the restart, and the job fails at its 20th failure in a row.
 #[test]
 fn a_try_cut_short_by_a_crash_keeps_the_count() {
-    let why = "its file system did not answer";
-    let (_dir, journal, clock, workers) = journaled_and_failing(why);
+    let (_dir, journal, clock, workers) = journaled_and_failing();
     let tries = || workers.reports.lock().unwrap().tries;
     let (job, last) = fail_19_times(&journal, &clock, &workers);
     // The 20th try's start, journaled; the daemon stopped before its launch.
     journal_a_try(&journal, job, last + 901.0);
-    let ended = restart_and_try(&journal, &clock, &workers, job, last + 1000.0);
+    let ended = restart(&journal, &clock, &workers, (job, last + 1000.0), 2);
     assert_eq!(tries(), 20);
     assert_eq!(ended, Phase::Failed, "the count was lost with the try");
 }
@@ -351,7 +349,7 @@ fn a_try_cut_short_by_a_crash_keeps_the_count() {
 /// does not give it back (a job preempted afterwards would otherwise fail at its next failure).
 #[test]
 fn a_start_that_succeeds_ends_the_journaled_count() {
-    let (_dir, journal, clock, workers) = journaled_and_failing("its file system did not answer");
+    let (_dir, journal, clock, workers) = journaled_and_failing();
     let (job, last) = fail_19_times(&journal, &clock, &workers);
     workers.reports.lock().unwrap().refusing = None;
     let running = actix::System::new().block_on(async {
@@ -372,15 +370,11 @@ fn a_start_that_succeeds_ends_the_journaled_count() {
 /// journaled that the count ended) has no count: the recovery journals it back to 0.
 #[test]
 fn a_job_found_running_at_a_restart_has_no_count() {
-    let (_dir, journal, clock, workers) = journaled_and_failing("its file system did not answer");
+    let (_dir, journal, clock, workers) = journaled_and_failing();
     let (job, last) = fail_19_times(&journal, &clock, &workers);
     journal_a_try(&journal, job, last + 901.0);
     workers.reports.lock().unwrap().alive = Some((job, TRIED));
-    let running = actix::System::new().block_on(async {
-        clock.set(last + 1000.0);
-        let cluster = start(&clock, &workers, Some(&journal));
-        phase(&cluster, job).await
-    });
+    let running = restart(&journal, &clock, &workers, (job, last + 1000.0), 0);
     assert_eq!(running, Phase::Running, "not re-adopted");
     let count = journaled_count(&journal, job);
     assert!(
@@ -389,20 +383,21 @@ fn a_job_found_running_at_a_restart_has_no_count() {
     );
 }
 
-/// Starts the control plane again at `at` and runs a round (and the next, which carries out what
-/// a failure in the first ended); `job`'s phase then.
-fn restart_and_try(
+/// Starts the control plane again at `at` and runs `rounds` rounds (a failure in one is carried
+/// out in the next); `job`'s phase then.
+fn restart(
     journal: &std::path::Path,
     clock: &Arc<VirtualClock>,
     workers: &Reporting,
-    job: JobId,
-    at: f64,
+    (job, at): (JobId, f64),
+    rounds: usize,
 ) -> Phase {
     actix::System::new().block_on(async {
         clock.set(at);
         let cluster = start(clock, workers, Some(journal));
-        cluster.send(Round).await.unwrap();
-        cluster.send(Round).await.unwrap();
+        for _ in 0..rounds {
+            cluster.send(Round).await.unwrap();
+        }
         phase(&cluster, job).await
     })
 }
@@ -411,25 +406,20 @@ fn restart_and_try(
 /// is re-adopted at a restart, not failed while its workers run.
 #[test]
 fn a_job_found_running_after_its_20th_failure_is_re_adopted() {
-    let why = "its file system did not answer";
-    let (_dir, journal, clock, workers) = journaled_and_failing(why);
+    let (_dir, journal, clock, workers) = journaled_and_failing();
     let (job, last) = fail_19_times(&journal, &clock, &workers);
     let (mut written, _) = gangway_actors::ledger::open_journal(&journal).unwrap();
     let failed = Record::StartFailed {
         job,
         at: last + 901.0,
         count: 20,
-        why: why.into(),
+        why: WHY.into(),
     };
     written.append(&failed).unwrap();
     drop(written);
     journal_a_try(&journal, job, last + 902.0);
     workers.reports.lock().unwrap().alive = Some((job, TRIED));
-    let running = actix::System::new().block_on(async {
-        clock.set(last + 1000.0);
-        let cluster = start(&clock, &workers, Some(&journal));
-        phase(&cluster, job).await
-    });
+    let running = restart(&journal, &clock, &workers, (job, last + 1000.0), 0);
     assert_eq!(running, Phase::Running);
 }
 

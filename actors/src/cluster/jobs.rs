@@ -40,6 +40,7 @@ pub(super) struct JobHandle {
 /// A job's starts that failed in a row: why the last did (shown with why it waits), how many of
 /// them were its own, which set how long it pauses before the next try, and when the last of those
 /// failed, which the pause counts from.
+#[derive(Clone, Debug)]
 pub(super) struct FailedStarts {
     pub why: Box<str>,
     pub count: u32,
@@ -74,6 +75,16 @@ impl FailedStarts {
             why: why.into(),
             count,
             at,
+        }
+    }
+
+    /// The record that ends `job`'s count at `at`: it started (or was found running).
+    pub fn ended(job: JobId, at: f64) -> Record {
+        Record::StartFailed {
+            job,
+            at,
+            count: 0,
+            why: String::new(),
         }
     }
 

@@ -59,8 +59,7 @@ impl ClusterActor {
             // `FailedStarts::MOST_IN_A_ROW`th, whose failure the daemon stopped before writing,
             // fails now, before a round can grant it again (one the journal says runs is looked
             // for below, as any other).
-            let failed = (self.store.failed_starts.get(&entry.spec.id))
-                .map(|f| FailedStarts::recorded(f.count, &f.why, f.at));
+            let failed = self.store.failed_starts.get(&entry.spec.id).cloned();
             let waits = !matches!(entry.standing, Standing::Running { .. });
             if let Some(give_up) = (failed.as_ref())
                 .filter(|_| waits)
@@ -136,12 +135,7 @@ impl ClusterActor {
             // as many more as it would have. One whose last start succeeded before the daemon
             // stopped, and was re-adopted, has no count: the journal says so now.
             if phase == Phase::Running && failed.is_some() {
-                requeued.push(Record::StartFailed {
-                    job: id,
-                    at: now,
-                    count: 0,
-                    why: String::new(),
-                });
+                requeued.push(FailedStarts::ended(id, now));
             }
             let failed = failed.filter(|_| phase == Phase::Pending);
             if let Some(failed) = &failed

@@ -323,12 +323,7 @@ impl ClusterActor {
                 continue;
             }
             if handle.start_failed.take().is_some_and(|f| f.count > 0) {
-                counts_ended.push(Record::StartFailed {
-                    job,
-                    at: now,
-                    count: 0,
-                    why: String::new(),
-                });
+                counts_ended.push(FailedStarts::ended(job, now));
             }
             handle
                 .restarts

@@ -8,6 +8,7 @@ use gangway_core::job::JobId;
 use gangway_core::throughput::goodput::{Learned, Reports};
 use gangway_journal::{Journal, JournalError, Options};
 
+use super::jobs::FailedStarts;
 use crate::ledger::{Ledger, Record, Shape, Violation, open_journal_with};
 
 /// One user's unfinished jobs.
@@ -40,18 +41,6 @@ pub(super) fn load_of(spec: &crate::ledger::JobSpec) -> Option<(u32, Unfinished)
     ))
 }
 
-/// A live job's starts that failed in a row since it last started, as its last
-/// [`Record::StartFailed`] says.
-#[derive(Clone, Debug)]
-pub(super) struct StartsFailed {
-    /// When the last failed, in control-plane seconds.
-    pub at: f64,
-    /// How many.
-    pub count: u32,
-    /// Why the last did.
-    pub why: String,
-}
-
 /// The durable state and where it is written.
 pub(super) struct Store {
     journal: Option<Journal<Record>>,
@@ -61,7 +50,7 @@ pub(super) struct Store {
     /// What each live job asked beyond its GPUs, folded from `Shaped` records.
     pub shapes: BTreeMap<JobId, Shape>,
     /// Live jobs whose starts failed since they last started, folded from `StartFailed` records.
-    pub failed_starts: BTreeMap<JobId, StartsFailed>,
+    pub failed_starts: BTreeMap<JobId, FailedStarts>,
     /// Where each job's learned model is published, as it changes.
     reports: Reports,
     /// Unfinished jobs by the user their commands run as, where that is another user than the
@@ -202,11 +191,7 @@ impl Store {
                 count,
                 why,
             } => {
-                let failed = StartsFailed {
-                    at: *at,
-                    count: *count,
-                    why: why.clone(),
-                };
+                let failed = FailedStarts::recorded(*count, why, *at);
                 self.failed_starts.insert(*job, failed);
             }
             Record::Finished { job, .. }
@@ -254,15 +239,7 @@ impl Store {
                     grad: learned.grad,
                 })
         });
-        let failed_starts = self.failed_starts.iter().map(|(&job, failed)| {
-            let StartsFailed { at, count, why } = failed.clone();
-            Record::StartFailed {
-                job,
-                at,
-                count,
-                why,
-            }
-        });
+        let failed_starts = (self.failed_starts.iter()).map(|(&job, failed)| failed.record(job));
         shapes.chain(learned).chain(failed_starts).collect()
     }
 
