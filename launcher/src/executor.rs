@@ -47,7 +47,7 @@ use crate::apart::{Apart, NotDone};
 use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
-use crate::process::{Owner, process_has_env, processes_with_env, stat_field};
+use crate::process::{Owner, process_has_env, processes_with_env, stat_fields};
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
 /// that carry its marker (none where their environments did not answer).
@@ -432,9 +432,8 @@ fn marked_leader(marker: &str, confinement: &Confinement) -> Option<Option<i32>>
     let pids = attempt_processes_answered(marker, confinement)?;
     // A process whose stat cannot be read has ended.
     let age = |pid: i32| {
-        let pid_text = pid.to_string();
-        let started: u64 = stat_field(&pid_text, 22)?.parse().ok()?;
-        let parent: i32 = stat_field(&pid_text, 4)?.parse().ok()?;
+        let [parent, started] = stat_fields(&pid.to_string(), [4, 22])?;
+        let (parent, started): (i32, u64) = (parent.parse().ok()?, started.parse().ok()?);
         Some((started, pids.contains(&parent), pid))
     };
     let leaders = pids.iter().copied().filter(|&pid| {
@@ -507,6 +506,15 @@ struct Stopping {
     signalled: bool,
 }
 
+impl Stopping {
+    /// Notes the SIGTERM sent `at`, after the stop was asked (an adopted run's processes did not
+    /// answer until then): the workers get their whole grace from it to save their work.
+    fn signalled_at(&mut self, at: Instant) {
+        self.signalled = true;
+        self.deadline = self.deadline.max(at + self.run.stop_timeout);
+    }
+}
+
 impl Run {
     /// Work done by control-plane time `now`, as the scheduler counts it: what the workers last
     /// reported; without a report, the model's estimate from the launch.
@@ -547,10 +555,15 @@ impl Run {
     }
 
     fn exited(&mut self) -> bool {
+        // Taken to be alive while its processes do not answer.
+        self.ended() == Some(true)
+    }
+
+    /// Whether its `elastic-run` has ended; `None` while an adopted run's processes do not answer.
+    fn ended(&mut self) -> Option<bool> {
         match &mut self.child {
-            Some(child) => !matches!(child.try_wait(), Ok(None)),
-            // Taken to be alive while its processes do not answer.
-            None => self.leader_gone() == Some(true),
+            Some(child) => Some(!matches!(child.try_wait(), Ok(None))),
+            None => self.leader_gone(),
         }
     }
 
@@ -1212,9 +1225,15 @@ impl ProcessExecutor {
         if run.child.is_none() && run.leader_gone() != Some(false) {
             return false;
         }
+        Self::send_sigterm(run);
+        true
+    }
+
+    /// SIGTERM to `run`'s `elastic-run`, known to be the attempt's (our child, or found by its
+    /// marker just now).
+    fn send_sigterm(run: &Run) {
         // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
-        true
     }
 
     /// Moves `stop` on without waiting: whether it is over (its run exited, or was killed at its
@@ -1222,12 +1241,16 @@ impl ProcessExecutor {
     /// process of the attempt is killed (what it leaves behind is ended when it is released).
     fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
         let run = &mut stop.run;
-        if run.exited() {
-            return true;
+        // One look at the processes a call: for an adopted run, a scan of its user's.
+        match run.ended() {
+            Some(true) => return true,
+            Some(false) if !stop.signalled => {
+                Self::send_sigterm(run);
+                stop.signalled_at(Instant::now());
+            }
+            _ => {}
         }
-        if !stop.signalled {
-            stop.signalled = Self::signal_stop(run);
-        }
+        let run = &mut stop.run;
         let now = Instant::now();
         if now < stop.deadline {
             return false;

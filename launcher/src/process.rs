@@ -80,10 +80,23 @@ impl Owner {
 /// last `)`, and need not be UTF-8). Reading it never waits on the process (unlike its environment,
 /// during an `execve`).
 pub(crate) fn stat_field(pid: &str, field: usize) -> Option<String> {
+    stat_fields(pid, [field]).map(|[value]| value)
+}
+
+/// Fields `fields` of `/proc/PID/stat`, as [`stat_field`] numbers them, from one read (so that
+/// they describe the same moment of the same process).
+pub(crate) fn stat_fields<const N: usize>(pid: &str, fields: [usize; N]) -> Option<[String; N]> {
     let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
     let name_ends = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(&stat[name_ends + 1..]).ok()?;
-    rest.split_whitespace().nth(field - 3).map(str::to_owned)
+    let rest: Vec<&str> = std::str::from_utf8(&stat[name_ends + 1..])
+        .ok()?
+        .split_whitespace()
+        .collect();
+    let mut values = fields.map(|_| String::new());
+    for (value, field) in values.iter_mut().zip(fields) {
+        *value = (*rest.get(field.checked_sub(3)?)?).to_owned();
+    }
+    Some(values)
 }
 
 /// The real uid of process `pid`, from its status.

@@ -1200,6 +1200,8 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
     // Found by marker, as where there are no cgroups (Slurm's nodes, a daemon not root).
     record["confinement"]["cgroup"] = serde_json::Value::Null;
     record["confinement"]["owner"] = OWNER.into();
+    // A grace of 2 s, far shorter than the scans' rest: it must count from the SIGTERM.
+    record["stop_timeout"] = serde_json::json!({ "secs": 2, "nanos": 0 });
     std::fs::write(&run_file, serde_json::to_vec(&record).unwrap()).unwrap();
     let recorded_pid = || {
         let record: serde_json::Value =
@@ -1208,10 +1210,16 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
     };
 
     // The attempt's elastic-run, leading its own group, held in its exec by a close-on-exec
-    // descriptor whose close the file system never answers.
+    // descriptor whose close the file system never answers. Sent SIGTERM, it takes half a second
+    // to save its work, and exits 7.
     let file = std::ffi::CString::new(mounted.join("program").as_os_str().as_bytes()).unwrap();
-    let program = c"/bin/sleep";
-    let argv = [c"sleep".as_ptr(), c"600".as_ptr(), std::ptr::null()];
+    let program = c"/bin/sh";
+    let argv = [
+        c"sh".as_ptr(),
+        c"-c".as_ptr(),
+        c"trap 'sleep 0.5; exit 7' TERM; sleep 600 & wait".as_ptr(),
+        std::ptr::null(),
+    ];
     let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
     let envp = [attempt_var.as_ptr(), std::ptr::null()];
     // SAFETY: the child calls only async-signal-safe system calls, on memory made before the fork,
@@ -1235,6 +1243,7 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
     };
     assert!(child > 0);
     let mut reaper = KillPidAtEnd(Some(child));
+    let _left = KillAtEnd(marker.clone());
     let deadline = Instant::now() + Duration::from_secs(10);
     while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
         assert!(Instant::now() < deadline, "its exec never closed the file");
@@ -1256,7 +1265,8 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
 
     // Let go, its exec goes on. Its stop is asked before its user's scans answer again (after
     // their rest): it goes on in the background, and once they answer, a poll finds the leader,
-    // keeps its pid and sends it SIGTERM (not the SIGKILL of the stop's deadline, 61 s on).
+    // keeps its pid and sends it SIGTERM, with its whole grace from then (the stop's own deadline
+    // passed long before).
     drop(mount);
     second.stop_patience = Duration::from_millis(300);
     let asked = second.stop(JobId(1), 3.0);
@@ -1286,8 +1296,8 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
     assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
     reaper.0 = None;
     assert!(
-        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGTERM,
-        "stopped by SIGTERM, as an adopted attempt is: status {status:#x}"
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7,
+        "stopped by SIGTERM and given its grace to save its work: status {status:#x}"
     );
 }
 
