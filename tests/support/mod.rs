@@ -190,6 +190,10 @@ impl gangway::core::policy::Policy for Delegating {
         self.0.keeps_queue()
     }
 
+    fn look_again_at(&self, view: &gangway::core::policy::JobView<'_>, now: f64) -> f64 {
+        self.0.look_again_at(view, now)
+    }
+
     fn queue_order(&self, limit: usize) -> Option<Vec<gangway::core::job::JobId>> {
         self.0.queue_order(limit)
     }

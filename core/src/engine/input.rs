@@ -76,8 +76,8 @@ impl Engine<'_> {
             .collect()
     }
 
-    /// The views of the `running` jobs (in arrival order) and of the waiting jobs touched since the
-    /// policy's last call, in arrival order.
+    /// The views of the `running` jobs the policy is to look at again by `now` (in arrival order)
+    /// and of the waiting jobs touched since the policy's last call, in arrival order.
     fn changed_views(&self, running: &[usize], touched: &[usize], now: f64) -> Vec<JobView<'_>> {
         let mut waiting: Vec<(u64, usize)> = touched
             .iter()
@@ -93,14 +93,34 @@ impl Engine<'_> {
         let mut views = Vec::with_capacity(running.len() + waiting.len());
         let mut waiting = waiting.into_iter().peekable();
         for &i in running {
-            let order = self.states[i].order;
-            while let Some((_, w)) = waiting.next_if(|&(o, _)| o < order) {
+            let state = &self.states[i];
+            if state.run.as_ref().is_some_and(|r| r.look_again_at > now) {
+                continue;
+            }
+            while let Some((_, w)) = waiting.next_if(|&(o, _)| o < state.order) {
                 views.push(self.view(w, now));
             }
             views.push(self.view(i, now));
         }
         views.extend(waiting.map(|(_, w)| self.view(w, now)));
         views
+    }
+
+    /// The running jobs among `views` that a policy keeping its queue (`queued`) need not be shown
+    /// before a later time, by slot, with that time ([`Policy::look_again_at`]).
+    fn quiet_runs(
+        policy: &dyn Policy,
+        views: &[JobView<'_>],
+        queued: bool,
+        now: f64,
+    ) -> Vec<(usize, f64)> {
+        if !queued {
+            return Vec::new();
+        }
+        (views.iter().filter(|v| v.running.is_some()))
+            .map(|v| (v.slot, policy.look_again_at(v, now)))
+            .filter(|&(_, at)| at > now)
+            .collect()
     }
 
     /// Asks the policy for this pass's grants; its what-if placements go through `placer` (a fork of
@@ -120,6 +140,16 @@ impl Engine<'_> {
         let mut left = std::mem::take(&mut self.left);
         let jobs_changed = std::mem::take(&mut self.jobs_changed);
         let queued = policy.keeps_queue();
+        // A run's `look_again_at` is the answer of the policy that gave it: another policy (a
+        // driver may change it between passes) is shown every running job first.
+        let asker = (policy as *const dyn Policy).cast::<()>() as usize;
+        if std::mem::replace(&mut self.quiet_for, asker) != asker {
+            for &i in running {
+                if let Some(run) = self.states[i].run.as_mut() {
+                    run.look_again_at = f64::NEG_INFINITY;
+                }
+            }
+        }
         let views = if queued {
             self.changed_views(running, &touched, now)
         } else {
@@ -147,10 +177,20 @@ impl Engine<'_> {
             usage: &usage,
             paused: &paused,
         };
-        let asked = std::panic::catch_unwind(AssertUnwindSafe(|| policy.allocate(&input)));
+        let asked = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let grants = policy.allocate(&input);
+            (grants, Self::quiet_runs(policy, &views, queued, now))
+        }));
         drop(views);
         let grants = match asked {
-            Ok(grants) => grants,
+            Ok((grants, quiet)) => {
+                for (i, at) in quiet {
+                    if let Some(run) = self.states[i].run.as_mut() {
+                        run.look_again_at = at;
+                    }
+                }
+                grants
+            }
             Err(payload) => {
                 // Nothing of this round happened: what it would have seen is the next one's.
                 for &i in &touched {

@@ -79,6 +79,11 @@ struct Run {
     progress_from: f64,
     /// When this run started (for `last_run_seconds`).
     started: f64,
+    /// When a policy that keeps its queue needs to be shown it again ([`Policy::look_again_at`]):
+    /// until then its view changes only by what accrues as it runs.
+    ///
+    /// [`Policy::look_again_at`]: crate::policy::Policy::look_again_at
+    look_again_at: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -190,6 +195,9 @@ pub struct Engine<'m> {
     jobs_changed: bool,
     /// Starts and stops since the last [`Engine::take_changes`], when recording.
     changes: Option<Vec<Change>>,
+    /// The policy whose answers the runs' `look_again_at` are, by address: another one is shown
+    /// every running job.
+    quiet_for: usize,
 }
 
 impl<'m> Engine<'m> {
@@ -242,6 +250,7 @@ impl<'m> Engine<'m> {
             finished: 0,
             jobs_changed: false,
             changes: None,
+            quiet_for: 0,
             cluster,
             model,
             config,

@@ -188,6 +188,7 @@ impl Engine<'_> {
             settled_to: now,
             progress_from: now + overhead,
             started: now,
+            look_again_at: f64::NEG_INFINITY,
         });
         if self.changes.is_some() {
             let change = Change::Started {
@@ -326,6 +327,8 @@ impl Engine<'_> {
             return;
         };
         let progress_from = run.progress_from.max(now);
+        // Its batch or partner changed: the policy sees it at the next pass.
+        run.look_again_at = f64::NEG_INFINITY;
         let segment = run_segment(&*self.model, &self.cluster, &self.jobs[i], run, steps_done);
         run.rate = segment.rate * run.locality;
         run.until = segment.until;

@@ -93,6 +93,21 @@ pub trait Policy: Send {
         false
     }
 
+    /// For a policy that keeps its own queue: when it next needs to be shown running job `view`
+    /// (shown to it at `now` in the pass it just answered), if nothing of its run changes before.
+    /// Until then the engine leaves the job out of [`RoundInput::jobs`] (the
+    /// [`RoundInput::backlog`] still answers for it), so that a round costs what changed rather
+    /// than every running job. A running job left out keeps the view last shown but for what
+    /// accrues as it runs: its steps done and remaining, its attained service (at most its GPUs'
+    /// count in GPU-seconds, and one second, per second) and whether it is still restarting. A job
+    /// whose run starts, stops, moves or changes pace is shown at the next pass whatever this
+    /// says. The default, `f64::NEG_INFINITY`: at every pass. A wrapper passes its inner policy's
+    /// on only if it passes [`Policy::keeps_queue`] on.
+    fn look_again_at(&self, view: &JobView<'_>, now: f64) -> f64 {
+        let _ = (view, now);
+        f64::NEG_INFINITY
+    }
+
     /// Its active jobs in the order it serves them, the first `limit` (running ones among them), as of
     /// its last round: what a person reads as its queue (the dashboard's). `None`, the default: it
     /// keeps no such order (policies that share time or solve a program each round). A wrapper passes

@@ -168,6 +168,11 @@ struct Held {
     index: usize,
     /// The round in which the queue was last rebuilt with it in (see [`Queue::rebuild`]).
     rebuilt_in: u64,
+    /// The GPUs its gang takes, and the type it ran on (where it can run) when last shown: what
+    /// the grant walk needs of a running job the engine leaves out until its policy looks again
+    /// ([`Policy::look_again_at`]).
+    gpus: u32,
+    ran_on: Option<GpuTypeId>,
 }
 
 impl Queue {
@@ -236,6 +241,7 @@ impl Queue {
                 self.seen += 1;
                 held.place = place;
                 held.rebuilt_in = round;
+                held.saw(view);
                 self.order.insert((place, view.id(), held.slot));
                 held
             };
@@ -267,6 +273,7 @@ impl Queue {
         let held = self
             .places
             .entry(view, || Held::new((a, b, next), view.slot));
+        held.saw(view);
         let old = held.place;
         if old.2 == next {
             // New: last in arrival order.
@@ -285,13 +292,31 @@ impl Queue {
     /// each other job gets the type it runs on when that still has room, else the first type in cluster
     /// order (or the fastest, by its rates, with `rules.fastest`) with room for its whole gang. Walks
     /// the queue only as long as some GPU is left.
+    ///
+    /// A running job the engine left out of the input until its policy looks at it again
+    /// ([`Policy::look_again_at`]) keeps its type, as it last showed it, where that has room; only
+    /// otherwise is its view asked of the backlog. Rules without preemption need every running job
+    /// shown (they set the running jobs' GPUs aside before the walk).
     pub fn grant(&self, input: &RoundInput<'_>, rules: &GrantRules) -> Vec<Grant> {
         let mut granter = Granter::new(input, rules);
         for &(_, id, slot) in &self.order {
-            let shown = self
-                .places
-                .get_at(id, slot)
-                .filter(|h| h.shown_in == self.round);
+            let held = self.places.get_at(id, slot);
+            let shown = held.filter(|h| h.shown_in == self.round);
+            let quiet = held
+                .filter(|h| h.shown_in != self.round && h.ran_on.is_some())
+                .and_then(|h| Some((h.ran_on?, h.gpus)));
+            debug_assert!(
+                quiet.is_none() || rules.preemptive,
+                "job {id} left out while it runs, under rules that need every running job shown"
+            );
+            if let Some((gpu_type, gpus)) = quiet.filter(|_| !rules.fastest)
+                && let Some(more) = granter.offer_where_it_runs(id, gpu_type, gpus)
+            {
+                if !more {
+                    break;
+                }
+                continue;
+            }
             // A shown job's view is borrowed, not copied: most of the order is shown every round.
             let asked;
             let view = match shown {
@@ -338,7 +363,17 @@ impl Held {
             shown_in: 0,
             index: 0,
             rebuilt_in: 0,
+            gpus: 0,
+            ran_on: None,
         }
+    }
+
+    /// Notes what the grant walk needs of the job as `view` shows it.
+    fn saw(&mut self, view: &JobView<'_>) {
+        self.gpus = view.job.gpus;
+        self.ran_on = (view.running)
+            .map(|r| r.gpu_type)
+            .filter(|t| view.rates[t.0 as usize] > 0.0);
     }
 
     fn mark_shown(&mut self, round: u64, index: usize) {
@@ -404,6 +439,20 @@ impl<'r> Granter<'r> {
     /// Whether `view` is a running job that keeps its GPUs whatever the order (no preemption).
     fn kept(&self, view: &JobView<'_>) -> bool {
         view.running.is_some() && !self.rules.preemptive
+    }
+
+    /// Offers running job `id` its `gpus` GPUs of `gpu_type`, where it runs (and can run), without
+    /// its view: `None` when they are not free (it is then offered others by its view, as
+    /// [`Granter::offer`] would); else whether later jobs may still get GPUs.
+    fn offer_where_it_runs(&mut self, id: JobId, gpu_type: GpuTypeId, gpus: u32) -> Option<bool> {
+        let t = gpu_type.0 as usize;
+        if self.free[t] < gpus {
+            return None;
+        }
+        self.free[t] -= gpus;
+        let grant = Grant::new(id, gpu_type, gpus).with(self.rules.intent());
+        self.grants.push(grant);
+        Some(self.free.iter().any(|&f| f > 0))
     }
 
     /// Offers `view` the GPUs left; returns whether later jobs may still get some: not when a job that

@@ -272,6 +272,30 @@ impl Policy for Tiresias {
         !self.learns()
     }
 
+    /// A running job's place changes only when its service reaches its queue's threshold (under the
+    /// Gittins index, with every bit of service): it need not be shown before then.
+    fn look_again_at(&self, view: &JobView<'_>, now: f64) -> f64 {
+        let (Some(run), false) = (view.running, self.gittins) else {
+            return f64::NEG_INFINITY;
+        };
+        let promoted_at = self.tracked.get(view).map_or(0.0, |t| t.promoted_at);
+        let service = self.service_of(view) - promoted_at;
+        let Some(&next) = self.thresholds.get(self.queue_of(service)) else {
+            // In the last queue: there to stay while it runs.
+            return f64::INFINITY;
+        };
+        // Service accrues at most this fast (a packed pair's GPUs count half for each).
+        let pace = match self.service {
+            Service::GpuTime => run.gpus.len() as f64,
+            Service::Time => 1.0,
+        };
+        let wait = (next - service) / pace;
+        // The engine's sums of service, settled pass by pass, may reach the threshold a little
+        // before the exact time: look a little earlier (and again at each pass until it does).
+        let margin = 1e-3 + wait.abs() * 1e-6 + (next.abs() + service.abs()) * 1e-9 / pace;
+        now + wait - margin
+    }
+
     fn queue_order(&self, limit: usize) -> Option<Vec<JobId>> {
         Some(self.queue.first(limit))
     }
