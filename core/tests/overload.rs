@@ -3,9 +3,11 @@
 //! exactly as it does when shown every job.
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use gangway_core::cluster::Cluster;
-use gangway_core::job::{Job, JobId, Trace, WorkUnit};
+use gangway_core::engine::{Engine, EngineConfig};
+use gangway_core::job::{Job, JobId, Names, Trace, WorkUnit};
 use gangway_core::placement::PackingPlacer;
 use gangway_core::policy::{self, Backlog, Grant, JobView, Policy, PolicyConfig, RoundInput};
 use gangway_core::sim::{SimConfig, SimResult, Simulation};
@@ -123,9 +125,37 @@ fn trace(jobs: u32, every: f64, gpus: impl Fn(u32) -> u32, seconds: impl Fn(u32)
     trace
 }
 
+/// `spec`, built, counting its calls; with `queue` off it does not pass on its own queue.
+fn counting(spec: &str, queue: bool) -> Counting {
+    Counting {
+        inner: policy::builtin()
+            .build(spec, &PolicyConfig::default(), &policy::Capabilities::ALL)
+            .unwrap(),
+        queue,
+        calls: Vec::new(),
+    }
+}
+
 /// Runs `spec` on `cluster`, with the policy's own queue or without; returns the run and each call's
 /// work.
 fn run(spec: &str, cluster: &str, trace: &Trace, queue: bool) -> (SimResult, Vec<Work>) {
+    run_in_rounds(
+        spec,
+        cluster,
+        trace,
+        queue,
+        SimConfig::default().engine.round_length,
+    )
+}
+
+/// [`run`] with rounds of `round_length` seconds.
+fn run_in_rounds(
+    spec: &str,
+    cluster: &str,
+    trace: &Trace,
+    queue: bool,
+    round_length: f64,
+) -> (SimResult, Vec<Work>) {
     let cluster = Cluster::parse_spec(cluster, 1).unwrap();
     let model = DurationModel::uniform(cluster.num_gpu_types());
     let mut sim = Simulation::new(trace, &cluster, &model);
@@ -134,13 +164,8 @@ fn run(spec: &str, cluster: &str, trace: &Trace, queue: bool) -> (SimResult, Vec
         ..SimConfig::default()
     };
     sim.config.engine.audit = true;
-    let mut policy = Counting {
-        inner: policy::builtin()
-            .build(spec, &PolicyConfig::default(), &policy::Capabilities::ALL)
-            .unwrap(),
-        queue,
-        calls: Vec::new(),
-    };
+    sim.config.engine.round_length = round_length;
+    let mut policy = counting(spec, queue);
     let result = sim.run(&mut policy, &mut PackingPlacer, &mut |_, _| {});
     (result, policy.calls)
 }
@@ -215,6 +240,79 @@ fn a_policy_that_keeps_its_queue_decides_as_when_shown_every_job() {
         same(spec, "start or stop", &queued.changes, &shown_all.changes);
         same(spec, "record", &queued.records, &shown_all.records);
     }
+}
+
+#[test]
+fn running_jobs_left_out_are_looked_at_again_in_the_pass_their_queue_changes() {
+    // Rounds of 7 s: a running job looked at again even a few seconds after its service crossed
+    // a threshold would be decided on a round late. Jobs of 1 to 8 GPUs cross at every pace.
+    let gpus = |k: u32| [1, 2, 1, 4, 1, 8, 2, 1][k as usize % 8];
+    let seconds = |k: u32| f64::from(200 + (k * 7919) % 4000);
+    let trace = trace(120, 40.0, gpus, seconds);
+    for spec in ["tiresias", "dlas", "tiresias_pollux"] {
+        let (queued, calls) = run_in_rounds(spec, "v100=8,p100=4", &trace, true, 7.0);
+        let (shown_all, _) = run_in_rounds(spec, "v100=8,p100=4", &trace, false, 7.0);
+        assert!(
+            calls.iter().any(|w| w.granted_unshown > w.looked_up),
+            "{spec}: running jobs granted unseen"
+        );
+        same(spec, "start or stop", &queued.changes, &shown_all.changes);
+        same(spec, "record", &queued.records, &shown_all.records);
+    }
+}
+
+/// One pass of `policy` on `engine` at `now`; what it was shown.
+fn pass(engine: &mut Engine<'_>, policy: &mut Counting, now: f64) -> Work {
+    engine.schedule(policy, &mut PackingPlacer, now);
+    *policy.calls.last().unwrap()
+}
+
+/// An engine on 8 GPUs with `jobs` one-GPU jobs of days of work.
+fn busy_engine(jobs: u32) -> Engine<'static> {
+    let cluster = Arc::new(Cluster::parse_spec("v100=8", 8).unwrap());
+    let model = Arc::new(DurationModel::uniform(1));
+    let config = EngineConfig {
+        round_length: 60.0,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::new(cluster, model, config, Names::default(), 0.0);
+    engine.intern_job_type("model");
+    for k in 0..jobs {
+        engine.submit(Job::new(JobId(k), 0.0, 1, 1e6), 0.0).unwrap();
+    }
+    engine
+}
+
+#[test]
+fn a_policy_is_shown_every_running_job_after_another_ran_or_once_it_lost_track() {
+    let mut engine = busy_engine(16);
+    let mut tiresias = counting("tiresias", true);
+    pass(&mut engine, &mut tiresias, 0.0);
+    assert_eq!(
+        pass(&mut engine, &mut tiresias, 60.0).running,
+        8,
+        "new runs are shown"
+    );
+    assert_eq!(
+        pass(&mut engine, &mut tiresias, 120.0).running,
+        0,
+        "then left out until their service nears 3,250 GPU-seconds"
+    );
+    // Another policy is shown every running job (FIFO sets them aside before its walk: hidden,
+    // they would be preempted).
+    let mut fifo = counting("fifo", true);
+    assert_eq!(pass(&mut engine, &mut fifo, 180.0).running, 8);
+    assert_eq!(engine.busy_gpus(), 8, "FIFO preempts nothing");
+    // Back to the first: what it said of them was said before another policy ran.
+    assert_eq!(pass(&mut engine, &mut tiresias, 240.0).running, 8);
+    assert_eq!(pass(&mut engine, &mut tiresias, 300.0).running, 0);
+    // It runs a pass on another engine, and comes back having lost track of this one's jobs: it
+    // rebuilds its queue from every view, and is shown every running job at the next pass.
+    let mut other = busy_engine(4);
+    pass(&mut other, &mut tiresias, 300.0);
+    pass(&mut engine, &mut tiresias, 360.0);
+    assert_eq!(pass(&mut engine, &mut tiresias, 420.0).running, 8);
+    assert_eq!(engine.busy_gpus(), 8);
 }
 
 /// Asserts that two lists agree, naming the first place they differ.

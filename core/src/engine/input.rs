@@ -2,6 +2,7 @@
 //! ran since the last pass. A policy that keeps its own queue gets the running jobs and those that
 //! changed, and asks the [`Backlog`] for the rest, so that a round costs what it can start.
 
+use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 
 use super::{Engine, PolicyPanic};
@@ -14,6 +15,9 @@ struct Waiting<'e, 'm> {
     engine: &'e Engine<'m>,
     now: f64,
     left: &'e [JobId],
+    /// The policy asked for every view: it rebuilt its queue, and what it said of when to look
+    /// again at running jobs it was not shown may not hold any more.
+    rebuilt: Cell<bool>,
 }
 
 impl Backlog for Waiting<'_, '_> {
@@ -31,6 +35,7 @@ impl Backlog for Waiting<'_, '_> {
     }
 
     fn views(&self) -> Vec<JobView<'_>> {
+        self.rebuilt.set(true);
         self.engine.active_views(self.now)
     }
 }
@@ -106,6 +111,18 @@ impl Engine<'_> {
         views
     }
 
+    /// Shows the policy every active job at its next pass, as if each had changed (a running job
+    /// whatever it said of when to look at it again).
+    fn show_everything_again(&mut self) {
+        let active: Vec<usize> = self.active.iter().map(|&(_, i)| i).collect();
+        for i in active {
+            match self.states[i].run.as_mut() {
+                Some(run) => run.look_again_at = f64::NEG_INFINITY,
+                None => self.touch(i),
+            }
+        }
+    }
+
     /// The running jobs among `views` that a policy keeping its queue (`queued`) need not be shown
     /// before a later time, by slot, with that time ([`Policy::look_again_at`]).
     fn quiet_runs(
@@ -133,6 +150,13 @@ impl Engine<'_> {
         now: f64,
     ) -> Result<Vec<Grant>, PolicyPanic> {
         let usage = std::mem::take(&mut self.usage);
+        // A run's `look_again_at` is the answer of the policy that gave it, and what a policy
+        // keeping its queue knows of the waiting jobs is what its own passes showed it: another
+        // policy (a driver may change it between passes) is shown every active job as changed.
+        let asker = (policy as *const dyn Policy).cast::<()>() as usize;
+        if std::mem::replace(&mut self.quiet_for, asker) != asker {
+            self.show_everything_again();
+        }
         let mut touched = std::mem::take(&mut self.touched);
         for &i in &touched {
             self.states[i].touched = false;
@@ -140,16 +164,6 @@ impl Engine<'_> {
         let mut left = std::mem::take(&mut self.left);
         let jobs_changed = std::mem::take(&mut self.jobs_changed);
         let queued = policy.keeps_queue();
-        // A run's `look_again_at` is the answer of the policy that gave it: another policy (a
-        // driver may change it between passes) is shown every running job first.
-        let asker = (policy as *const dyn Policy).cast::<()>() as usize;
-        if std::mem::replace(&mut self.quiet_for, asker) != asker {
-            for &i in running {
-                if let Some(run) = self.states[i].run.as_mut() {
-                    run.look_again_at = f64::NEG_INFINITY;
-                }
-            }
-        }
         let views = if queued {
             self.changed_views(running, &touched, now)
         } else {
@@ -161,6 +175,7 @@ impl Engine<'_> {
             engine: self,
             now,
             left: &left,
+            rebuilt: Cell::new(false),
         };
         let probe = EngineProbe::new(&self.cluster, &self.disabled, placer);
         let input = RoundInput {
@@ -181,9 +196,17 @@ impl Engine<'_> {
             let grants = policy.allocate(&input);
             (grants, Self::quiet_runs(policy, &views, queued, now))
         }));
+        let rebuilt = backlog.rebuilt.get();
         drop(views);
         let grants = match asked {
             Ok((grants, quiet)) => {
+                if rebuilt {
+                    for &i in running {
+                        if let Some(run) = self.states[i].run.as_mut() {
+                            run.look_again_at = f64::NEG_INFINITY;
+                        }
+                    }
+                }
                 for (i, at) in quiet {
                     if let Some(run) = self.states[i].run.as_mut() {
                         run.look_again_at = at;

@@ -161,8 +161,9 @@ pub struct Engine<'m> {
     running: BTreeSet<(u64, usize)>,
     /// Admissions so far, the next job's `order`.
     admissions: u64,
-    /// Active jobs whose view may have changed since the policy's last call, apart from running ones:
-    /// admitted, stopped or put back in the queue (for a policy that keeps its own queue).
+    /// Active jobs whose view may have changed since the policy's last call, apart from running ones
+    /// (shown unless the policy is to look at them later): admitted, stopped or put back in the
+    /// queue (for a policy that keeps its own queue).
     touched: Vec<usize>,
     /// Jobs that ended since the policy's last call.
     left: Vec<JobId>,

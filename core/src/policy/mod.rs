@@ -85,8 +85,9 @@ pub trait Policy: Send {
 
     /// Whether it keeps its own queue of the jobs it has seen, and so needs to hear each round only of
     /// what changed. When it answers `true`, the engine fills [`RoundInput::jobs`] with the running
-    /// jobs and those whose view changed since its last call (arrived, stopped, put back in the queue),
-    /// and [`RoundInput::backlog`] answers for the rest: a round then costs what it can start and what
+    /// jobs (but those it is to look at later, [`Policy::look_again_at`]) and those whose view changed
+    /// since its last call (arrived, stopped, put back in the queue), and [`RoundInput::backlog`]
+    /// answers for the rest: a round then costs what it can start and what
     /// runs, not the whole backlog. A wrapper around a policy answers `false` unless it passes every
     /// input through unchanged. The default, `false`: every active job in `jobs`, every round.
     fn keeps_queue(&self) -> bool {
@@ -98,11 +99,17 @@ pub trait Policy: Send {
     /// Until then the engine leaves the job out of [`RoundInput::jobs`] (the
     /// [`RoundInput::backlog`] still answers for it), so that a round costs what changed rather
     /// than every running job. A running job left out keeps the view last shown but for what
-    /// accrues as it runs: its steps done and remaining, its attained service (at most its GPUs'
-    /// count in GPU-seconds, and one second, per second) and whether it is still restarting. A job
-    /// whose run starts, stops, moves or changes pace is shown at the next pass whatever this
-    /// says. The default, `f64::NEG_INFINITY`: at every pass. A wrapper passes its inner policy's
-    /// on only if it passes [`Policy::keeps_queue`] on.
+    /// accrues as it runs: its steps done and remaining (as it runs, and as its workers report), its
+    /// attained service (at most its GPUs' count in GPU-seconds, and one second, per second) and
+    /// whether it is still restarting. A job whose run starts, stops, moves or changes pace is
+    /// shown at the next pass whatever this says. Answer early rather than late: a late answer
+    /// changes decisions, an early one costs a look. The default, `f64::NEG_INFINITY`: at every
+    /// pass. A wrapper passes its inner policy's on only if it passes [`Policy::keeps_queue`] on
+    /// and does not itself read the running jobs from [`RoundInput::jobs`].
+    ///
+    /// The engine takes these as the answers of the policy object that gave them: a pass with
+    /// another (known by its address) shows it every active job as changed, and a policy that
+    /// rebuilds its queue from [`Backlog::views`] is shown every running job at its next pass.
     fn look_again_at(&self, view: &JobView<'_>, now: f64) -> f64 {
         let _ = (view, now);
         f64::NEG_INFINITY
@@ -119,7 +126,8 @@ pub trait Policy: Send {
 }
 
 /// The active jobs a policy that keeps its own queue ([`Policy::keeps_queue`]) was not given in
-/// [`RoundInput::jobs`] this round: waiting jobs whose view has not changed since its last call.
+/// [`RoundInput::jobs`] this round: waiting jobs whose view has not changed since its last call,
+/// and running jobs it is to look at later ([`Policy::look_again_at`]).
 pub trait Backlog {
     /// Active jobs in all, those in [`RoundInput::jobs`] included and those paused
     /// ([`RoundInput::paused`]) not: a policy whose queue holds another number has lost track, and
@@ -154,8 +162,9 @@ pub struct RoundInput<'a> {
     /// GPUs of each type that can be allocated (healthy capacity), indexed by `GpuTypeId`.
     pub capacity: &'a [u32],
     /// Active jobs (arrived, not finished), in arrival order: all of them, or, with a
-    /// [`RoundInput::backlog`], the running ones and those that changed since the policy's last call;
-    /// never those paused ([`RoundInput::paused`]).
+    /// [`RoundInput::backlog`], the running ones (but those the policy is to look at later,
+    /// [`Policy::look_again_at`]) and those that changed since the policy's last call; never those
+    /// paused ([`RoundInput::paused`]).
     pub jobs: &'a [JobView<'a>],
     /// The other active jobs, for a policy that keeps its own queue ([`Policy::keeps_queue`]); `None`
     /// when `jobs` holds every active job.

@@ -415,7 +415,8 @@ struct Granter<'r> {
 
 impl<'r> Granter<'r> {
     /// Starts from the capacity; without preemption, running jobs keep their GPUs first, in input
-    /// order (every running job is in `input.jobs`, with or without a backlog).
+    /// order (under such rules every running job is in `input.jobs`: none of this module's
+    /// policies without preemption leaves one out, [`Policy::look_again_at`]).
     fn new(input: &RoundInput<'_>, rules: &'r GrantRules) -> Self {
         let mut granter = Granter {
             rules,

@@ -1,7 +1,7 @@
 //! What a policy keeps of each job between rounds, found by the job's slot.
 //!
-//! A round shows a policy every running job: thousands at the scale of a large cluster, each looked
-//! up in the policy's own state. In a map keyed by job id, each lookup is a miss in the cache; in
+//! A round shows a policy every running job (but those it is to look at later): thousands at the
+//! scale of a large cluster, each looked up in the policy's own state. In a map keyed by job id, each lookup is a miss in the cache; in
 //! [`PerJob`], the state sits in a vector at the job's [`JobView::slot`], which the engine gives
 //! out densely (in arrival order, until it reuses the slots of jobs that left), so that a round
 //! reads it in the order the jobs are shown, most of it in sequence.

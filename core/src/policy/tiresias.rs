@@ -479,6 +479,46 @@ fn configured(config: &PolicyConfig, service: Service, gittins: bool) -> Tiresia
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::{GpuId, GpuTypeId};
+    use crate::job::Job;
+    use crate::policy::Running;
+
+    #[test]
+    fn a_running_job_is_looked_at_again_just_before_its_service_can_reach_the_next_queue() {
+        let job = Job::new(JobId(1), 0.0, 2, 1e6);
+        let rates = [1.0];
+        let gpus = [GpuId(0), GpuId(1)];
+        let running = Running {
+            gpu_type: GpuTypeId(0),
+            gpus: &gpus,
+            batch: None,
+            restarting: false,
+        };
+        let view = |gpu_seconds: f64, seconds: f64| JobView {
+            attained_gpu_seconds: gpu_seconds,
+            attained_seconds: seconds,
+            running: Some(running),
+            ..JobView::arrived(&job, &rates)
+        };
+        let now = 1000.0;
+        let tiresias = Tiresias::new(Service::GpuTime, false);
+        // 250 GPU-seconds short of 3,250 on 2 GPUs: 125 s on, a little before.
+        let at = tiresias.look_again_at(&view(3000.0, 1500.0), now);
+        assert!(at < now + 125.0 && at > now + 124.99, "{at}");
+        // Past the last threshold it stays in the last queue while it runs.
+        let at = tiresias.look_again_at(&view(20_000.0, 10_000.0), now);
+        assert_eq!(at, f64::INFINITY);
+        // 1-D LAS counts seconds, one a second: 3,250 - 3,000 s.
+        let dlas = Tiresias::new(Service::Time, false);
+        let at = dlas.look_again_at(&view(6000.0, 3000.0), now);
+        assert!(at < now + 250.0 && at > now + 249.99, "{at}");
+        // The Gittins index moves with every bit of service; a waiting job is no business of it.
+        let gittins = Tiresias::new(Service::GpuTime, true).with_distribution(&[100.0, 200.0]);
+        let at = gittins.look_again_at(&view(3000.0, 1500.0), now);
+        assert_eq!(at, f64::NEG_INFINITY);
+        let waiting = JobView::arrived(&job, &rates);
+        assert_eq!(tiresias.look_again_at(&waiting, now), f64::NEG_INFINITY);
+    }
 
     #[test]
     fn queues_follow_the_thresholds() {
