@@ -261,6 +261,36 @@ fn running_jobs_left_out_are_looked_at_again_in_the_pass_their_queue_changes() {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+
+    /// Any trace, any round length: with running jobs left out until their queue can change, the
+    /// same starts, stops and records as when shown every job.
+    #[test]
+    fn leaving_running_jobs_out_never_changes_a_decision(
+        jobs in proptest::collection::vec((0.0f64..300.0, 0usize..4, 1.0f64..5000.0), 5..60),
+        round_length in proptest::sample::select(vec![3.0, 45.0, 360.0]),
+        spec in proptest::sample::select(vec!["tiresias", "tiresias:promote=2", "dlas", "tiresias_pollux"]),
+    ) {
+        let mut trace = Trace::new("random", WorkUnit::Seconds);
+        let job_type = trace.intern_job_type("toy");
+        let tenant = trace.intern_tenant("default");
+        let mut arrival = 0.0;
+        for (k, &(gap, size, seconds)) in jobs.iter().enumerate() {
+            arrival += gap;
+            trace.jobs.push(
+                Job::new(JobId(k as u32), arrival, [1, 2, 4, 8][size], seconds)
+                    .with_type(job_type)
+                    .with_tenant(tenant),
+            );
+        }
+        let (queued, _) = run_in_rounds(spec, "v100=8,p100=4", &trace, true, round_length);
+        let (shown_all, _) = run_in_rounds(spec, "v100=8,p100=4", &trace, false, round_length);
+        same(spec, "start or stop", &queued.changes, &shown_all.changes);
+        same(spec, "record", &queued.records, &shown_all.records);
+    }
+}
+
 /// One pass of `policy` on `engine` at `now`; what it was shown.
 fn pass(engine: &mut Engine<'_>, policy: &mut Counting, now: f64) -> Work {
     engine.schedule(policy, &mut PackingPlacer, now);
