@@ -197,7 +197,7 @@ pub struct Engine<'m> {
     /// Starts and stops since the last [`Engine::take_changes`], when recording.
     changes: Option<Vec<Change>>,
     /// The policy whose answers the runs' `look_again_at` are, by address: another one is shown
-    /// every running job.
+    /// every active job as changed.
     quiet_for: usize,
 }
 

@@ -87,9 +87,9 @@ pub trait Policy: Send {
     /// what changed. When it answers `true`, the engine fills [`RoundInput::jobs`] with the running
     /// jobs (but those it is to look at later, [`Policy::look_again_at`]) and those whose view changed
     /// since its last call (arrived, stopped, put back in the queue), and [`RoundInput::backlog`]
-    /// answers for the rest: a round then costs what it can start and what
-    /// runs, not the whole backlog. A wrapper around a policy answers `false` unless it passes every
-    /// input through unchanged. The default, `false`: every active job in `jobs`, every round.
+    /// answers for the rest: a round then costs what it can start and what runs, not the whole
+    /// backlog. A wrapper around a policy answers `false` unless it passes every input through
+    /// unchanged. The default, `false`: every active job in `jobs`, every round.
     fn keeps_queue(&self) -> bool {
         false
     }
