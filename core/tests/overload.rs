@@ -333,8 +333,10 @@ fn a_policy_is_shown_every_running_job_after_another_ran_or_once_it_lost_track()
     let mut fifo = counting("fifo", true);
     assert_eq!(pass(&mut engine, &mut fifo, 180.0).running, 8);
     assert_eq!(engine.busy_gpus(), 8, "FIFO preempts nothing");
-    // Back to the first: what it said of them was said before another policy ran.
-    assert_eq!(pass(&mut engine, &mut tiresias, 240.0).running, 8);
+    // Back to the first: what it said of them was said before another policy ran, and what it
+    // knows of the waiting jobs is what it was shown before (FIFO's pass heard of their changes).
+    let back = pass(&mut engine, &mut tiresias, 240.0);
+    assert_eq!((back.running, back.shown), (8, 16));
     assert_eq!(pass(&mut engine, &mut tiresias, 300.0).running, 0);
     // It runs a pass on another engine, and comes back having lost track of this one's jobs: it
     // rebuilds its queue from every view, and is shown every running job at the next pass.
@@ -343,6 +345,49 @@ fn a_policy_is_shown_every_running_job_after_another_ran_or_once_it_lost_track()
     pass(&mut engine, &mut tiresias, 360.0);
     assert_eq!(pass(&mut engine, &mut tiresias, 420.0).running, 8);
     assert_eq!(engine.busy_gpus(), 8);
+}
+
+/// Passes a policy's calls on, and panics after the one it is cursed on (its state changed).
+struct Cursed {
+    inner: Counting,
+    curse_at: usize,
+}
+
+impl Policy for Cursed {
+    fn allocate(&mut self, input: &RoundInput<'_>) -> Vec<Grant> {
+        let grants = self.inner.allocate(input);
+        assert!(self.inner.calls.len() != self.curse_at, "cursed call");
+        grants
+    }
+
+    fn keeps_queue(&self) -> bool {
+        self.inner.keeps_queue()
+    }
+
+    fn look_again_at(&self, view: &JobView<'_>, now: f64) -> f64 {
+        self.inner.look_again_at(view, now)
+    }
+}
+
+#[test]
+fn after_a_pass_whose_policy_panicked_it_is_shown_every_running_job() {
+    let mut engine = busy_engine(16);
+    let mut tiresias = Cursed {
+        inner: counting("tiresias", true),
+        curse_at: 4,
+    };
+    for now in [0.0, 60.0, 120.0] {
+        engine.schedule(&mut tiresias, &mut PackingPlacer, now);
+    }
+    assert_eq!(
+        tiresias.inner.calls[2].running, 0,
+        "left out until they near 3,250"
+    );
+    let failed = engine.try_schedule(&mut tiresias, &mut PackingPlacer, 180.0);
+    assert!(failed.is_err(), "the fourth call panics");
+    engine.schedule(&mut tiresias, &mut PackingPlacer, 240.0);
+    assert_eq!(tiresias.inner.calls[4].running, 8);
+    assert_eq!(engine.busy_gpus(), 8, "the failed pass changed no run");
 }
 
 /// Asserts that two lists agree, naming the first place they differ.

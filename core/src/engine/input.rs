@@ -111,14 +111,25 @@ impl Engine<'_> {
         views
     }
 
-    /// Shows the policy every active job at its next pass, as if each had changed (a running job
-    /// whatever it said of when to look at it again).
+    /// Shows the policy every active job in this pass, as if each had changed (a running job
+    /// whatever it said of when to look at it again), and that jobs changed.
     fn show_everything_again(&mut self) {
         let active: Vec<usize> = self.active.iter().map(|&(_, i)| i).collect();
         for i in active {
             match self.states[i].run.as_mut() {
                 Some(run) => run.look_again_at = f64::NEG_INFINITY,
                 None => self.touch(i),
+            }
+        }
+        self.jobs_changed = true;
+    }
+
+    /// Shows the policy the `running` jobs at its next pass, whatever it said of when to look at
+    /// them again.
+    fn look_again_at_every_run(&mut self, running: &[usize]) {
+        for &i in running {
+            if let Some(run) = self.states[i].run.as_mut() {
+                run.look_again_at = f64::NEG_INFINITY;
             }
         }
     }
@@ -201,11 +212,7 @@ impl Engine<'_> {
         let grants = match asked {
             Ok((grants, quiet)) => {
                 if rebuilt {
-                    for &i in running {
-                        if let Some(run) = self.states[i].run.as_mut() {
-                            run.look_again_at = f64::NEG_INFINITY;
-                        }
-                    }
+                    self.look_again_at_every_run(running);
                 }
                 for (i, at) in quiet {
                     if let Some(run) = self.states[i].run.as_mut() {
@@ -215,7 +222,10 @@ impl Engine<'_> {
                 grants
             }
             Err(payload) => {
-                // Nothing of this round happened: what it would have seen is the next one's.
+                // Nothing of this round happened: what it would have seen is the next one's. The
+                // policy's own state may have changed before it failed (a queue rebuilt, say), so
+                // what it said of its running jobs holds no more.
+                self.look_again_at_every_run(running);
                 for &i in &touched {
                     self.states[i].touched = true;
                 }

@@ -217,7 +217,8 @@ impl Engine<'_> {
             let state = &mut self.states[i];
             state.steps_done = steps_done.clamp(0.0, self.jobs[i].total_steps);
             state.progressed = steps_done > 0.0;
-            // Its count of preemptions is not what accrues as it runs: a policy looks again.
+            // Its progress and count of preemptions are set, not accrued as it runs: a policy
+            // looks at it again.
             if let Some(run) = state.run.as_mut() {
                 run.look_again_at = f64::NEG_INFINITY;
             }

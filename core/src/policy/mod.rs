@@ -108,8 +108,10 @@ pub trait Policy: Send {
     /// and does not itself read the running jobs from [`RoundInput::jobs`].
     ///
     /// The engine takes these as the answers of the policy object that gave them: a pass with
-    /// another (known by its address) shows it every active job as changed, and a policy that
-    /// rebuilds its queue from [`Backlog::views`] is shown every running job at its next pass.
+    /// another (known by its address) shows it every active job as changed; after a pass in which
+    /// the policy asks for [`Backlog::views`] (it rebuilds its queue), its next shows it every
+    /// running job it did not answer for in that pass, and after one in which it panics, every
+    /// running job.
     fn look_again_at(&self, view: &JobView<'_>, now: f64) -> f64 {
         let _ = (view, now);
         f64::NEG_INFINITY
