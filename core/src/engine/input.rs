@@ -115,19 +115,19 @@ impl Engine<'_> {
     /// whatever it said of when to look at it again), and that jobs changed.
     fn show_everything_again(&mut self) {
         let active: Vec<usize> = self.active.iter().map(|&(_, i)| i).collect();
+        self.look_again_at_every_run(&active);
         for i in active {
-            match self.states[i].run.as_mut() {
-                Some(run) => run.look_again_at = f64::NEG_INFINITY,
-                None => self.touch(i),
+            if self.states[i].run.is_none() {
+                self.touch(i);
             }
         }
         self.jobs_changed = true;
     }
 
-    /// Shows the policy the `running` jobs at its next pass, whatever it said of when to look at
-    /// them again.
-    fn look_again_at_every_run(&mut self, running: &[usize]) {
-        for &i in running {
+    /// Shows the policy those of `jobs` that run at its next pass, whatever it said of when to
+    /// look at them again.
+    fn look_again_at_every_run(&mut self, jobs: &[usize]) {
+        for &i in jobs {
             if let Some(run) = self.states[i].run.as_mut() {
                 run.look_again_at = f64::NEG_INFINITY;
             }

@@ -303,7 +303,7 @@ impl Queue {
             let held = self.places.get_at(id, slot);
             let shown = held.filter(|h| h.shown_in == self.round);
             let quiet = held
-                .filter(|h| h.shown_in != self.round && h.ran_on.is_some())
+                .filter(|h| h.shown_in != self.round)
                 .and_then(|h| Some((h.ran_on?, h.gpus)));
             debug_assert!(
                 quiet.is_none() || rules.preemptive,
@@ -446,14 +446,23 @@ impl<'r> Granter<'r> {
     /// its view: `None` when they are not free (it is then offered others by its view, as
     /// [`Granter::offer`] would); else whether later jobs may still get GPUs.
     fn offer_where_it_runs(&mut self, id: JobId, gpu_type: GpuTypeId, gpus: u32) -> Option<bool> {
-        let t = gpu_type.0 as usize;
-        if self.free[t] < gpus {
+        if self.free[gpu_type.0 as usize] < gpus {
             return None;
         }
-        self.free[t] -= gpus;
+        self.grant_on(id, gpu_type, gpus);
+        Some(self.any_left())
+    }
+
+    /// Grants job `id` `gpus` GPUs of `gpu_type`, which are free.
+    fn grant_on(&mut self, id: JobId, gpu_type: GpuTypeId, gpus: u32) {
+        self.free[gpu_type.0 as usize] -= gpus;
         let grant = Grant::new(id, gpu_type, gpus).with(self.rules.intent());
         self.grants.push(grant);
-        Some(self.free.iter().any(|&f| f > 0))
+    }
+
+    /// Whether some GPU is still free (a grant takes at least one).
+    fn any_left(&self) -> bool {
+        self.free.iter().any(|&f| f > 0)
     }
 
     /// Offers `view` the GPUs left; returns whether later jobs may still get some: not when a job that
@@ -477,15 +486,11 @@ impl<'r> Granter<'r> {
             }
         };
         match current.or_else(fresh) {
-            Some(t) => {
-                free[t] -= gpus;
-                self.grants
-                    .push(Grant::new(view.id(), GpuTypeId(t as u16), gpus).with(rules.intent()));
-            }
+            Some(t) => self.grant_on(view.id(), GpuTypeId(t as u16), gpus),
             None if rules.head_of_line_blocking => return false,
             None => {}
         }
-        free.iter().any(|&f| f > 0)
+        self.any_left()
     }
 }
 
