@@ -164,6 +164,12 @@ fn main() {
         stats.finished
     );
     println!(
+        "solves: p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms (the policy's part of each round)",
+        stats.solve_seconds_p50 * 1e3,
+        stats.solve_seconds_p99 * 1e3,
+        stats.solve_seconds_sum / stats.rounds.max(1) as f64 * 1e3,
+    );
+    println!(
         "ledger: {} migrations, {} records refused; {} gangs leased GPU by GPU",
         stats.migrations, stats.violations, stats.leases_in_order
     );

@@ -1110,26 +1110,63 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         "Seconds the last start spent recovering the journal.",
         s.recovery_seconds.to_string(),
     );
-    out += "# HELP gangway_round_latency_seconds Scheduling round latency.\n";
-    out += "# TYPE gangway_round_latency_seconds histogram\n";
-    for (bound, count) in LATENCY_BUCKETS.iter().zip(&s.round_latency_buckets) {
-        out += &format!("gangway_round_latency_seconds_bucket{{le=\"{bound}\"}} {count}\n");
-    }
-    out += &format!(
-        "gangway_round_latency_seconds_bucket{{le=\"+Inf\"}} {}\n",
-        s.rounds
+    let mut histogram = |name: &str, help: &str, buckets: &[u64], sum: f64| {
+        out += &format!("# HELP gangway_{name} {help}\n# TYPE gangway_{name} histogram\n");
+        for (bound, count) in LATENCY_BUCKETS.iter().zip(buckets) {
+            out += &format!("gangway_{name}_bucket{{le=\"{bound}\"}} {count}\n");
+        }
+        out += &format!("gangway_{name}_bucket{{le=\"+Inf\"}} {}\n", s.rounds);
+        out += &format!(
+            "gangway_{name}_sum {sum}\ngangway_{name}_count {}\n",
+            s.rounds
+        );
+    };
+    histogram(
+        "round_latency_seconds",
+        "Scheduling round latency.",
+        &s.round_latency_buckets,
+        s.round_latency_sum,
     );
-    out += &format!(
-        "gangway_round_latency_seconds_sum {}\n",
-        s.round_latency_sum
+    histogram(
+        "round_solve_seconds",
+        "Seconds of each round the policy and the placer took to decide (the rest carries it out).",
+        &s.solve_seconds_buckets,
+        s.solve_seconds_sum,
     );
-    out += &format!("gangway_round_latency_seconds_count {}\n", s.rounds);
     out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    /// A round's latency and its solve are told apart: each in its own histogram, and as
+    /// percentiles in the JSON.
+    #[test]
+    fn metrics_tell_a_rounds_solve_from_the_whole_round() {
+        let mut stats = crate::stats::Stats::default();
+        for solve_ms in [1, 3] {
+            stats.note_round(Duration::from_millis(30), Duration::from_millis(solve_ms));
+        }
+        let s = stats.snapshot(0, 0, 0, 8);
+        assert_eq!((s.round_latency_p50, s.round_latency_p99), (0.03, 0.03));
+        assert_eq!(s.solve_seconds_p50, 0.002);
+        assert!((s.solve_seconds_sum - 0.004).abs() < 1e-12);
+        let text = prometheus_text(&s);
+        for line in [
+            "gangway_round_latency_seconds_bucket{le=\"0.02\"} 0",
+            "gangway_round_latency_seconds_bucket{le=\"0.05\"} 2",
+            "gangway_round_latency_seconds_count 2",
+            "gangway_round_solve_seconds_bucket{le=\"0.001\"} 1",
+            "gangway_round_solve_seconds_bucket{le=\"0.002\"} 1",
+            "gangway_round_solve_seconds_bucket{le=\"0.005\"} 2",
+            "gangway_round_solve_seconds_bucket{le=\"+Inf\"} 2",
+            "gangway_round_solve_seconds_count 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
+        }
+    }
 
     #[test]
     fn a_page_lists_each_phase_once_however_often_the_query_repeats_it() {

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use crate::lifecycle::Phase;
 
-/// Round latencies kept for percentiles.
+/// Latencies kept for percentiles.
 const LATENCY_WINDOW: usize = 4096;
 
 /// Upper bounds (seconds) of the round-latency histogram's buckets.
@@ -57,12 +57,50 @@ pub struct Stats {
     pub leases_in_order: u64,
     /// The last such failure: the control plane's time, and the policy's message.
     pub last_round_failure: Option<RoundFailure>,
-    latency_sum: f64,
-    latency_counts: [u64; LATENCY_BUCKETS.len()],
+    /// Each round, from the start of its solve until its changes were carried out.
+    round_latency: Latencies,
+    /// Each round's solve: the policy and the placer, on their own thread.
+    solve_time: Latencies,
+}
+
+/// Durations in seconds: a histogram of every one, and the median and 99th percentile of the
+/// latest ones.
+#[derive(Debug, Default)]
+struct Latencies {
+    sum: f64,
+    counts: [u64; LATENCY_BUCKETS.len()],
     recent: VecDeque<f64>,
-    /// The median and 99th percentile of `recent`, as of the last round (snapshots are taken far
-    /// more often than rounds run).
+    /// The median and 99th percentile of `recent`, as of the last one noted (snapshots are taken
+    /// far more often than rounds run).
     recent_p50_p99: (f64, f64),
+}
+
+impl Latencies {
+    fn note(&mut self, seconds: f64) {
+        self.sum += seconds;
+        if let Some(k) = LATENCY_BUCKETS.iter().position(|&b| seconds <= b) {
+            self.counts[k] += 1;
+        }
+        if self.recent.len() == LATENCY_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(seconds);
+        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let percentile = |p: f64| gangway_core::metrics::percentile(&sorted, p);
+        self.recent_p50_p99 = (percentile(50.0), percentile(99.0));
+    }
+
+    /// The histogram's counts, cumulative (each bucket counts those at or below its bound).
+    fn cumulative(&self) -> Vec<u64> {
+        let mut below = 0;
+        (self.counts.iter())
+            .map(|c| {
+                below += c;
+                below
+            })
+            .collect()
+    }
 }
 
 /// A round whose policy failed.
@@ -137,26 +175,24 @@ pub struct StatsSnapshot {
     pub round_latency_p50: f64,
     /// The 99th percentile round latency, in seconds, over the same rounds.
     pub round_latency_p99: f64,
+    /// Wall seconds of every round's solve (the policy and the placer deciding), summed: the part
+    /// of [`StatsSnapshot::round_latency_sum`] that is the policy's.
+    pub solve_seconds_sum: f64,
+    /// Cumulative counts of the solves per bucket of [`LATENCY_BUCKETS`].
+    pub solve_seconds_buckets: Vec<u64>,
+    /// The median solve, in seconds, over the last rounds (up to 4,096).
+    pub solve_seconds_p50: f64,
+    /// The 99th percentile solve, in seconds, over the same rounds.
+    pub solve_seconds_p99: f64,
 }
 
 impl Stats {
     /// Counts a round that took `took`, from the start of its solve until its changes were carried
-    /// out.
-    pub fn note_round(&mut self, took: Duration) {
-        let seconds = took.as_secs_f64();
+    /// out, of which its solve took `solve`.
+    pub fn note_round(&mut self, took: Duration, solve: Duration) {
         self.rounds += 1;
-        self.latency_sum += seconds;
-        if let Some(k) = LATENCY_BUCKETS.iter().position(|&b| seconds <= b) {
-            self.latency_counts[k] += 1;
-        }
-        if self.recent.len() == LATENCY_WINDOW {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(seconds);
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        let percentile = |p: f64| gangway_core::metrics::percentile(&sorted, p);
-        self.recent_p50_p99 = (percentile(50.0), percentile(99.0));
+        self.round_latency.note(took.as_secs_f64());
+        self.solve_time.note(solve.as_secs_f64());
     }
 
     /// Counts a round whose policy failed at `at` with `message`.
@@ -201,7 +237,6 @@ impl Stats {
         busy_gpus: u32,
         gpus: u32,
     ) -> StatsSnapshot {
-        let mut cumulative = 0;
         StatsSnapshot {
             queued_jobs: active.saturating_sub(running),
             running_jobs: running,
@@ -228,17 +263,14 @@ impl Stats {
             round_failures: self.round_failures,
             leases_in_order: self.leases_in_order,
             last_round_failure: self.last_round_failure.clone(),
-            round_latency_sum: self.latency_sum,
-            round_latency_buckets: self
-                .latency_counts
-                .iter()
-                .map(|c| {
-                    cumulative += c;
-                    cumulative
-                })
-                .collect(),
-            round_latency_p50: self.recent_p50_p99.0,
-            round_latency_p99: self.recent_p50_p99.1,
+            round_latency_sum: self.round_latency.sum,
+            round_latency_buckets: self.round_latency.cumulative(),
+            round_latency_p50: self.round_latency.recent_p50_p99.0,
+            round_latency_p99: self.round_latency.recent_p50_p99.1,
+            solve_seconds_sum: self.solve_time.sum,
+            solve_seconds_buckets: self.solve_time.cumulative(),
+            solve_seconds_p50: self.solve_time.recent_p50_p99.0,
+            solve_seconds_p99: self.solve_time.recent_p50_p99.1,
         }
     }
 }

@@ -64,23 +64,30 @@ fn events_publish(carrying: Option<Duration>, since_last: Duration) -> bool {
 /// Where a batch's jobs go once it is carried out: the stopped ones from Checkpointing to their
 /// next phase, and the started ones to Running (or back to Pending, if their start failed).
 struct Settling {
-    /// When the round whose batch this is began (other batches: cancels, worker events, cordons).
-    round_began: Option<Instant>,
+    /// The round whose batch this is (other batches: cancels, worker events, cordons).
+    round: Option<RoundTimes>,
     stopped: Vec<(JobId, Phase)>,
     started: Vec<JobId>,
+}
+
+/// When a round began, and how long its solve took.
+#[derive(Clone, Copy)]
+pub(super) struct RoundTimes {
+    began: Instant,
+    solve: Duration,
 }
 
 impl ClusterActor {
     /// Plans `changes`, journals the plan, moves the jobs it stops and starts into their phases, and
     /// queues its steps to be carried out; the receiver answers once they have been and the outcome
     /// is settled. `ending` names jobs whose stop ends them (finished, cancelled, failed);
-    /// `round_began`, when the round that decided them began, if one did.
+    /// `round`, the round that decided them, if one did.
     pub(super) fn commit(
         &mut self,
         changes: Vec<Change>,
         now: f64,
         ending: IdMap<JobId, Phase>,
-        round_began: Option<Instant>,
+        round: Option<RoundTimes>,
         ctx: &mut Context<Self>,
     ) -> oneshot::Receiver<RoundReport> {
         let sched = self
@@ -116,7 +123,7 @@ impl ClusterActor {
         };
         let mut stops = Vec::with_capacity(plan.stops.len());
         let mut settling = Settling {
-            round_began,
+            round,
             stopped: Vec::new(),
             started: Vec::new(),
         };
@@ -260,12 +267,12 @@ impl ClusterActor {
         });
         let work = async move { carry_out(steps, &executor).await };
         ctx.spawn(work.into_actor(self).map(move |outcome, actor, ctx| {
-            let round_began = settling.round_began;
+            let round = settling.round;
             let report = actor.settle(outcome, settling, now, ctx);
             // A round lasts from its start until its changes are carried out; publishing what it
             // changed for the readers comes after.
-            if let Some(began) = round_began {
-                actor.stats.note_round(began.elapsed());
+            if let Some(RoundTimes { began, solve }) = round {
+                actor.stats.note_round(began.elapsed(), solve);
             }
             actor.publish();
             let _ = answer.send(report);
@@ -521,31 +528,34 @@ impl ClusterActor {
             if failed.is_none() && engine.config().audit {
                 engine.audit();
             }
-            (sched, solving.elapsed().as_secs_f64(), failed)
+            (sched, solving.elapsed(), failed)
         });
         // Nothing else is handled while the engine is away.
-        ctx.wait(solve.into_actor(self).map(
-            move |(mut sched, solve_seconds, failed), actor, ctx| {
-                if let Some(failed) = failed {
-                    tracing::error!(
-                        now,
-                        error = %failed,
-                        "the round failed: every run keeps its GPUs, and the next round asks \
-                         the policy again"
-                    );
-                    actor.stats.note_round_failure(now, failed.message());
-                }
-                let changes = sched.engine.take_changes();
-                actor.sched = Some(sched);
-                let carried = actor.commit(changes, now, IdMap::default(), Some(began), ctx);
-                ctx.spawn(carried.into_actor(actor).map(move |report, _, _| {
-                    let _ = answer.send(RoundReport {
-                        solve_seconds,
-                        ..report.unwrap_or_default()
-                    });
-                }));
-            },
-        ));
+        ctx.wait(
+            solve
+                .into_actor(self)
+                .map(move |(mut sched, solve, failed), actor, ctx| {
+                    if let Some(failed) = failed {
+                        tracing::error!(
+                            now,
+                            error = %failed,
+                            "the round failed: every run keeps its GPUs, and the next round asks \
+                             the policy again"
+                        );
+                        actor.stats.note_round_failure(now, failed.message());
+                    }
+                    let changes = sched.engine.take_changes();
+                    actor.sched = Some(sched);
+                    let round = RoundTimes { began, solve };
+                    let carried = actor.commit(changes, now, IdMap::default(), Some(round), ctx);
+                    ctx.spawn(carried.into_actor(actor).map(move |report, _, _| {
+                        let _ = answer.send(RoundReport {
+                            solve_seconds: solve.as_secs_f64(),
+                            ..report.unwrap_or_default()
+                        });
+                    }));
+                }),
+        );
         answered
     }
 
