@@ -573,6 +573,22 @@ fn tenant_shares<'a>(held: impl Iterator<Item = (&'a str, u32)>) -> BTreeMap<Str
     tenants
 }
 
+/// The ids whose entries are read ahead of a publication's changes, from the first changed one: a
+/// few of the persistent map's leaves (jobs ids are handed out in turn, so they are dense).
+const WARM_SPAN: u32 = 256;
+
+/// Reads the reference counts of `jobs`' entries in `ids`. Changing an entry of a leaf the last
+/// view shares copies the leaf, which counts each of its entries once more: an atomic add on an
+/// entry's count, far apart in memory, that waits for its cache line and holds up the next one.
+/// Plain reads of the same counts go out together, so that the adds then find them in cache (a
+/// las round at 16,384 GPUs changes some 10,000 entries, and its publication copies nearly every
+/// leaf).
+fn warm(jobs: &imbl::OrdMap<JobId, Arc<Entry>>, ids: std::ops::Range<JobId>) {
+    for (_, entry) in jobs.range(ids) {
+        std::hint::black_box(Arc::strong_count(entry));
+    }
+}
+
 impl ClusterActor {
     /// Publishes a view with what changed since the last one (see the module's doc).
     pub(super) fn publish(&mut self) {
@@ -606,9 +622,16 @@ impl ClusterActor {
             .collect();
         stale.extend((self.views.waiting_sweep).share(elapsed, idle, running(false)));
         stale.extend(self.views.dirty.drain());
+        stale.sort_unstable();
+        stale.dedup();
         let mut fresh = Vec::with_capacity(stale.len());
         let mut removed = Vec::new();
+        let mut warm_until = JobId(0);
         for job in stale {
+            if job >= warm_until {
+                warm_until = JobId(job.0.saturating_add(WARM_SPAN));
+                warm(&self.views.jobs, job..warm_until);
+            }
             match self.info(job) {
                 Some(info) => {
                     // An ended job's handle is gone: its history is the one last published.
