@@ -573,9 +573,14 @@ fn tenant_shares<'a>(held: impl Iterator<Item = (&'a str, u32)>) -> BTreeMap<Str
     tenants
 }
 
-/// The ids whose entries are read ahead of a publication's changes, from the first changed one: a
-/// few of the persistent map's leaves (jobs ids are handed out in turn, so they are dense).
+/// The ids whose entries are read ahead of a publication's changes at a time: a few of the
+/// persistent map's leaves (of up to 64 entries; job ids are handed out in turn, so they are dense).
 const WARM_SPAN: u32 = 256;
+
+/// A publication that changes at least one entry in this many copies nearly every leaf, and reads
+/// their entries ahead ([`warm`]); one that changes fewer copies a leaf here and there, and would
+/// read many entries for nothing.
+const WARM_DENSITY: usize = 16;
 
 /// Reads the reference counts of `jobs`' entries in `ids`. Changing an entry of a leaf the last
 /// view shares copies the leaf, which counts each of its entries once more: an atomic add on an
@@ -626,9 +631,10 @@ impl ClusterActor {
         stale.dedup();
         let mut fresh = Vec::with_capacity(stale.len());
         let mut removed = Vec::new();
+        let dense = stale.len() * WARM_DENSITY >= self.views.jobs.len();
         let mut warm_until = JobId(0);
         for job in stale {
-            if job >= warm_until {
+            if dense && job >= warm_until {
                 warm_until = JobId(job.0.saturating_add(WARM_SPAN));
                 warm(&self.views.jobs, job..warm_until);
             }
