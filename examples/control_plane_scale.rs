@@ -165,9 +165,9 @@ fn main() {
     );
     println!(
         "solves: p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms (the policy's part of each round)",
-        stats.solve_seconds_p50 * 1e3,
-        stats.solve_seconds_p99 * 1e3,
-        stats.solve_seconds_sum / stats.rounds.max(1) as f64 * 1e3,
+        stats.round_solve_p50 * 1e3,
+        stats.round_solve_p99 * 1e3,
+        stats.round_solve_sum / stats.rounds.max(1) as f64 * 1e3,
     );
     println!(
         "ledger: {} migrations, {} records refused; {} gangs leased GPU by GPU",

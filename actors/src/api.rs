@@ -1110,6 +1110,7 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         "Seconds the last start spent recovering the journal.",
         s.recovery_seconds.to_string(),
     );
+    // Both count every round (`Stats::note_round` notes the two together).
     let mut histogram = |name: &str, help: &str, buckets: &[u64], sum: f64| {
         out += &format!("# HELP gangway_{name} {help}\n# TYPE gangway_{name} histogram\n");
         for (bound, count) in LATENCY_BUCKETS.iter().zip(buckets) {
@@ -1129,9 +1130,9 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
     );
     histogram(
         "round_solve_seconds",
-        "Seconds of each round the policy and the placer took to decide (the rest carries it out).",
-        &s.solve_seconds_buckets,
-        s.solve_seconds_sum,
+        "Seconds of each round the policy and the placer took to decide (the rest commits and carries out the decision).",
+        &s.round_solve_buckets,
+        s.round_solve_sum,
     );
     out
 }
@@ -1151,8 +1152,8 @@ mod tests {
         }
         let s = stats.snapshot(0, 0, 0, 8);
         assert_eq!((s.round_latency_p50, s.round_latency_p99), (0.03, 0.03));
-        assert_eq!(s.solve_seconds_p50, 0.002);
-        assert!((s.solve_seconds_sum - 0.004).abs() < 1e-12);
+        assert_eq!(s.round_solve_p50, 0.002);
+        assert!((s.round_solve_sum - 0.004).abs() < 1e-12);
         let text = prometheus_text(&s);
         for line in [
             "gangway_round_latency_seconds_bucket{le=\"0.02\"} 0",

@@ -10,7 +10,7 @@ use crate::lifecycle::Phase;
 /// Latencies kept for percentiles.
 const LATENCY_WINDOW: usize = 4096;
 
-/// Upper bounds (seconds) of the round-latency histogram's buckets.
+/// Upper bounds (seconds) of the buckets of the rounds' histograms (their latency, their solve).
 pub const LATENCY_BUCKETS: [f64; 10] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0, 5.0];
 
 /// The control plane's counters since it started (they are not journaled; after a restart, the ended
@@ -60,7 +60,7 @@ pub struct Stats {
     /// Each round, from the start of its solve until its changes were carried out.
     round_latency: Latencies,
     /// Each round's solve: the policy and the placer, on their own thread.
-    solve_time: Latencies,
+    round_solve: Latencies,
 }
 
 /// Durations in seconds: a histogram of every one, and the median and 99th percentile of the
@@ -177,22 +177,23 @@ pub struct StatsSnapshot {
     pub round_latency_p99: f64,
     /// Wall seconds of every round's solve (the policy and the placer deciding), summed: the part
     /// of [`StatsSnapshot::round_latency_sum`] that is the policy's.
-    pub solve_seconds_sum: f64,
+    pub round_solve_sum: f64,
     /// Cumulative counts of the solves per bucket of [`LATENCY_BUCKETS`].
-    pub solve_seconds_buckets: Vec<u64>,
+    pub round_solve_buckets: Vec<u64>,
     /// The median solve, in seconds, over the last rounds (up to 4,096).
-    pub solve_seconds_p50: f64,
+    pub round_solve_p50: f64,
     /// The 99th percentile solve, in seconds, over the same rounds.
-    pub solve_seconds_p99: f64,
+    pub round_solve_p99: f64,
 }
 
 impl Stats {
     /// Counts a round that took `took`, from the start of its solve until its changes were carried
-    /// out, of which its solve took `solve`.
+    /// out, of which its solve took `solve`. Both histograms count each round, as [`Stats::rounds`]
+    /// does.
     pub fn note_round(&mut self, took: Duration, solve: Duration) {
         self.rounds += 1;
         self.round_latency.note(took.as_secs_f64());
-        self.solve_time.note(solve.as_secs_f64());
+        self.round_solve.note(solve.as_secs_f64());
     }
 
     /// Counts a round whose policy failed at `at` with `message`.
@@ -267,10 +268,10 @@ impl Stats {
             round_latency_buckets: self.round_latency.cumulative(),
             round_latency_p50: self.round_latency.recent_p50_p99.0,
             round_latency_p99: self.round_latency.recent_p50_p99.1,
-            solve_seconds_sum: self.solve_time.sum,
-            solve_seconds_buckets: self.solve_time.cumulative(),
-            solve_seconds_p50: self.solve_time.recent_p50_p99.0,
-            solve_seconds_p99: self.solve_time.recent_p50_p99.1,
+            round_solve_sum: self.round_solve.sum,
+            round_solve_buckets: self.round_solve.cumulative(),
+            round_solve_p50: self.round_solve.recent_p50_p99.0,
+            round_solve_p99: self.round_solve.recent_p50_p99.1,
         }
     }
 }

@@ -8,7 +8,7 @@
 //! the active jobs a share at a time, so that a running job's progress is at most
 //! [`RUNNING_SWEEP_SECONDS`] old and a waiting job's reason (how many GPUs are free) at most
 //! [`WAITING_SWEEP_SECONDS`]. Entries live in a persistent map: a published view shares them with the
-//! next one, so publishing copies nothing.
+//! next one, so publishing copies only the map's nodes it changes (and never an entry).
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashSet};
@@ -144,6 +144,7 @@ type Fresh = (Arc<Entry>, Option<Arc<Entry>>);
 /// of every replaced entry (a cache miss each, thousands after a las round).
 fn make_json(fresh: &mut [Fresh]) {
     static CORES: OnceLock<usize> = OnceLock::new();
+    // The publication lists them in id order already; a guard, cheap on a sorted list.
     fresh.sort_unstable_by_key(|(e, _)| e.info.id);
     let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let threads = (fresh.len() / ENTRIES_PER_JSON_THREAD).clamp(1, cores.min(8));
@@ -577,9 +578,10 @@ fn tenant_shares<'a>(held: impl Iterator<Item = (&'a str, u32)>) -> BTreeMap<Str
 /// persistent map's leaves (of up to 64 entries; job ids are handed out in turn, so they are dense).
 const WARM_SPAN: u32 = 256;
 
-/// A publication that changes at least one entry in this many copies nearly every leaf, and reads
-/// their entries ahead ([`warm`]); one that changes fewer copies a leaf here and there, and would
-/// read many entries for nothing.
+/// A publication that changes at least one entry in this many usually copies most leaves (a las
+/// round's moves are spread over the ids), and reads their entries ahead ([`warm`]); one that
+/// changes fewer copies a leaf here and there, and would read many entries for nothing. Either
+/// way, only the [`WARM_SPAN`] ids from a changed one are read ahead.
 const WARM_DENSITY: usize = 16;
 
 /// Reads the reference counts of `jobs`' entries in `ids`. Changing an entry of a leaf the last
