@@ -69,7 +69,11 @@ pub struct Stats {
 struct Latencies {
     sum: f64,
     counts: [u64; LATENCY_BUCKETS.len()],
+    /// The latest ones, oldest first.
     recent: VecDeque<f64>,
+    /// The same, in order: kept so as they come and go (two moves of at most 32 KiB), rather than
+    /// sorted anew for each (a copy and a sort of 4,096 on the actor's thread, twice a round).
+    sorted: Vec<f64>,
     /// The median and 99th percentile of `recent`, as of the last one noted (snapshots are taken
     /// far more often than rounds run).
     recent_p50_p99: (f64, f64),
@@ -81,13 +85,17 @@ impl Latencies {
         if let Some(k) = LATENCY_BUCKETS.iter().position(|&b| seconds <= b) {
             self.counts[k] += 1;
         }
-        if self.recent.len() == LATENCY_WINDOW {
-            self.recent.pop_front();
+        let place = |sorted: &[f64], x: f64| sorted.partition_point(|&y| y.total_cmp(&x).is_lt());
+        if self.recent.len() == LATENCY_WINDOW
+            && let Some(oldest) = self.recent.pop_front()
+        {
+            let k = place(&self.sorted, oldest);
+            self.sorted.remove(k);
         }
         self.recent.push_back(seconds);
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        let percentile = |p: f64| gangway_core::metrics::percentile(&sorted, p);
+        let k = place(&self.sorted, seconds);
+        self.sorted.insert(k, seconds);
+        let percentile = |p: f64| gangway_core::metrics::percentile(&self.sorted, p);
         self.recent_p50_p99 = (percentile(50.0), percentile(99.0));
     }
 
@@ -273,5 +281,36 @@ impl Stats {
             round_solve_p50: self.round_solve.recent_p50_p99.0,
             round_solve_p99: self.round_solve.recent_p50_p99.1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The percentiles kept as latencies come and go are those of the latest window, sorted anew.
+    #[test]
+    fn the_percentiles_are_those_of_the_latest_window() {
+        let mut latencies = Latencies::default();
+        let mut all = Vec::new();
+        let mut x: u64 = 1;
+        for n in 1..=3 * LATENCY_WINDOW {
+            // Repeats among them, so that an evicted one has equals.
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            let seconds = (x >> 54) as f64 / 1000.0;
+            latencies.note(seconds);
+            all.push(seconds);
+            if n % 97 == 0 || n == LATENCY_WINDOW || n == LATENCY_WINDOW + 1 {
+                let mut window = all[all.len().saturating_sub(LATENCY_WINDOW)..].to_vec();
+                window.sort_by(f64::total_cmp);
+                let percentile = |p| gangway_core::metrics::percentile(&window, p);
+                assert_eq!(latencies.sorted, window, "after {n}");
+                assert_eq!(
+                    latencies.recent_p50_p99,
+                    (percentile(50.0), percentile(99.0))
+                );
+            }
+        }
+        assert_eq!(latencies.recent.len(), LATENCY_WINDOW);
     }
 }
