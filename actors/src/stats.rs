@@ -72,11 +72,9 @@ struct Latencies {
     /// The latest ones, oldest first.
     recent: VecDeque<f64>,
     /// The same, in order: kept so as they come and go (two moves of at most 32 KiB), rather than
-    /// sorted anew for each (a copy and a sort of 4,096 on the actor's thread, twice a round).
+    /// sorted anew for each (a copy and a sort of 4,096 on the actor's thread, twice a round), so
+    /// that a snapshot reads its percentiles off it.
     sorted: Vec<f64>,
-    /// The median and 99th percentile of `recent`, as of the last one noted (snapshots are taken
-    /// far more often than rounds run).
-    recent_p50_p99: (f64, f64),
 }
 
 impl Latencies {
@@ -95,8 +93,12 @@ impl Latencies {
         self.recent.push_back(seconds);
         let k = place(&self.sorted, seconds);
         self.sorted.insert(k, seconds);
+    }
+
+    /// The median and 99th percentile of the latest ones.
+    fn p50_p99(&self) -> (f64, f64) {
         let percentile = |p: f64| gangway_core::metrics::percentile(&self.sorted, p);
-        self.recent_p50_p99 = (percentile(50.0), percentile(99.0));
+        (percentile(50.0), percentile(99.0))
     }
 
     /// The histogram's counts, cumulative (each bucket counts those at or below its bound).
@@ -246,6 +248,8 @@ impl Stats {
         busy_gpus: u32,
         gpus: u32,
     ) -> StatsSnapshot {
+        let (round_latency_p50, round_latency_p99) = self.round_latency.p50_p99();
+        let (round_solve_p50, round_solve_p99) = self.round_solve.p50_p99();
         StatsSnapshot {
             queued_jobs: active.saturating_sub(running),
             running_jobs: running,
@@ -274,12 +278,12 @@ impl Stats {
             last_round_failure: self.last_round_failure.clone(),
             round_latency_sum: self.round_latency.sum,
             round_latency_buckets: self.round_latency.cumulative(),
-            round_latency_p50: self.round_latency.recent_p50_p99.0,
-            round_latency_p99: self.round_latency.recent_p50_p99.1,
+            round_latency_p50,
+            round_latency_p99,
             round_solve_sum: self.round_solve.sum,
             round_solve_buckets: self.round_solve.cumulative(),
-            round_solve_p50: self.round_solve.recent_p50_p99.0,
-            round_solve_p99: self.round_solve.recent_p50_p99.1,
+            round_solve_p50,
+            round_solve_p99,
         }
     }
 }
@@ -305,10 +309,7 @@ mod tests {
                 window.sort_by(f64::total_cmp);
                 let percentile = |p| gangway_core::metrics::percentile(&window, p);
                 assert_eq!(latencies.sorted, window, "after {n}");
-                assert_eq!(
-                    latencies.recent_p50_p99,
-                    (percentile(50.0), percentile(99.0))
-                );
+                assert_eq!(latencies.p50_p99(), (percentile(50.0), percentile(99.0)));
             }
         }
         assert_eq!(latencies.recent.len(), LATENCY_WINDOW);
