@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use gangway_actors::clock::VirtualClock;
 use gangway_actors::cluster::{
-    ClusterActor, Cordon, GetStats, JobRequest, ListJobs, Parts, Round, ShowJob, Submit,
+    ClusterActor, Cordon, GetStats, GetViews, JobRequest, ListJobs, Parts, Round, ShowJob, Submit,
 };
 use gangway_actors::executor::{
     Executor, ExecutorError, Launch, Segment, SimExecutor, WorkerEvent,
@@ -181,6 +181,13 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
     .expect("a submission waited for the worker's checkpoint")
     .unwrap()
     .unwrap();
+    // Answered with a view that shows it, though the batch being carried out has not ended.
+    let views = cluster.send(GetViews).await.unwrap();
+    assert_eq!(
+        views.latest().job(second).map(|j| j.phase),
+        Some(Phase::Pending),
+        "answered before a view showed it"
+    );
     assert!(
         !cordon.is_finished(),
         "the cordon must still wait on the worker"
@@ -215,6 +222,12 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
     );
     let waiting = cluster.send(ShowJob(second)).await.unwrap().unwrap();
     assert_eq!(waiting.phase, Phase::Pending, "{waiting:?}");
+    // The view published for the submission showed it alone; the batch's end shows the rest.
+    assert_eq!(
+        views.latest().job(job),
+        Some(&moved),
+        "the view lags the move"
+    );
 }
 
 /// A control plane on four GPUs whose first GPU's health probe hangs (the others have none), once

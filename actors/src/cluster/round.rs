@@ -294,6 +294,19 @@ impl ClusterActor {
         }
     }
 
+    /// Publishes for a batch of submissions, `submitted`, so that their submitters read them once
+    /// answered: everything that changed, or, while a batch is carried out, only them (the batch's
+    /// end publishes the rest). Submissions pour in while rounds are carried out: under las at
+    /// 16,384 GPUs, publishing everything for them built half of all the entries the views built,
+    /// each a moved job's, rebuilt at its round's end.
+    pub(super) fn publish_for_submissions(&mut self, submitted: &[JobId]) {
+        if self.carrier.carrying.is_some() {
+            self.publish_submitted(submitted);
+        } else {
+            self.publish();
+        }
+    }
+
     /// Moves the batch's jobs on, journals the checkpoints the stops saved, and requeues the starts
     /// that failed. A job whose stop goes on in the background stays in Checkpointing.
     fn settle(

@@ -290,7 +290,8 @@ impl Handler<JournalSubmissions> for ClusterActor {
         }
         answers.append(&mut self.key_waiters);
         // Published before answering: a client reads its own submission.
-        self.publish();
+        let submitted: Vec<JobId> = answers.iter().map(|&(id, _)| id).collect();
+        self.publish_for_submissions(&submitted);
         for (id, answer) in answers {
             let _ = answer.send(Ok(id));
         }

@@ -1,7 +1,8 @@
 //! Read-only views: what the API and an embedding program read, published by the actor after each
-//! round, each batch of worker events and each submission batch, and read without asking the actor
-//! (so a read never waits behind a round). Jobs' moves go out on the event stream right after the
-//! view that shows them: a client that hears of a move and reads finds it.
+//! round, each batch of worker events and each submission batch (one that comes while a round's
+//! changes are carried out adds only its jobs: the round's end publishes the rest), and read
+//! without asking the actor (so a read never waits behind a round). Jobs' moves go out on the event
+//! stream right after the view that shows them: a client that hears of a move and reads finds it.
 //!
 //! Publishing costs what changed: a job's entry (its [`JobInfo`] and that as JSON) is rebuilt when
 //! something of it changed, the servers' list when a lease or a GPU's service did, and the rest of
@@ -599,15 +600,22 @@ fn warm(jobs: &imbl::OrdMap<JobId, Arc<Entry>>, ids: std::ops::Range<JobId>) {
 impl ClusterActor {
     /// Publishes a view with what changed since the last one (see the module's doc).
     pub(super) fn publish(&mut self) {
-        // Between rounds only (the engine is away while one solves; nothing else runs then).
-        if self.sched.is_none() {
-            return;
-        }
-        let now = Instant::now();
+        self.publish_jobs(None);
+    }
+
+    /// Publishes a view that shows `submitted`, jobs just admitted, and is otherwise the last one
+    /// (its other entries, servers, history and queue; its counters are now's). For submissions
+    /// that come while a batch is carried out: publishing everything that changed then would
+    /// rebuild the entries of the jobs the batch moves, which its end rebuilds again.
+    pub(super) fn publish_submitted(&mut self, submitted: &[JobId]) {
+        self.publish_jobs(Some(submitted));
+    }
+
+    /// This publication's jobs to rebuild, in id order: those touched since the last, and its
+    /// shares of the sweeps over the running and the waiting jobs.
+    fn stale_jobs(&mut self, now: Instant) -> Vec<JobId> {
         let elapsed = now.duration_since(self.views.last).as_secs_f64();
-        self.stats.views_published += 1;
         self.views.last = now;
-        // This publication's shares of the sweeps over the running and the waiting jobs.
         let jobs = &self.jobs;
         // In id order, so that a share's entries sit together in the persistent map: each of its
         // nodes a publication changes is copied once (the last view shares it), and a share of
@@ -631,6 +639,30 @@ impl ClusterActor {
         stale.extend(self.views.dirty.drain());
         stale.sort_unstable();
         stale.dedup();
+        stale
+    }
+
+    /// Publishes a view with the entries of `only` rebuilt and nothing else refreshed, or, with
+    /// none, everything that changed since the last such view.
+    fn publish_jobs(&mut self, only: Option<&[JobId]>) {
+        // Between rounds only (the engine is away while one solves; nothing else runs then).
+        if self.sched.is_none() {
+            return;
+        }
+        let now = Instant::now();
+        self.stats.views_published += 1;
+        let stale = match only {
+            Some(jobs) => {
+                let mut stale = jobs.to_vec();
+                stale.sort_unstable();
+                stale.dedup();
+                for job in &stale {
+                    self.views.dirty.remove(job);
+                }
+                stale
+            }
+            None => self.stale_jobs(now),
+        };
         let mut fresh = Vec::with_capacity(stale.len());
         let mut removed = Vec::new();
         let dense = stale.len() * WARM_DENSITY >= self.views.jobs.len();
@@ -655,25 +687,10 @@ impl ClusterActor {
                 None => removed.extend(self.views.jobs.remove(&job)),
             }
         }
-        self.refresh_nodes();
         let stats = self.stats_now();
-        if (self.views.sampled)
-            .is_none_or(|at| now.duration_since(at).as_secs_f64() >= HISTORY_EVERY_SECONDS)
-        {
-            self.views.sampled = Some(now);
-            let sample = self.sample(&stats);
-            // Copy-on-write: readers of earlier views keep theirs.
-            let history = Arc::make_mut(&mut self.views.history);
-            if history.len() == HISTORY_SAMPLES {
-                history.remove(0);
-            }
-            history.push(sample);
-        }
-        if (self.views.queue_taken)
-            .is_none_or(|at| now.duration_since(at).as_secs_f64() >= RUNNING_SWEEP_SECONDS)
-        {
-            self.views.queue_taken = Some(now);
-            self.views.queue = Arc::new(self.queue_order());
+        if only.is_none() {
+            self.refresh_nodes();
+            self.refresh_history_and_queue(now, &stats);
         }
         let changed = !fresh.is_empty() || !removed.is_empty();
         if changed {
@@ -708,9 +725,34 @@ impl ClusterActor {
                 drop((fresh, removed, replaced));
             });
         }
-        // Nobody listening is fine: the stream is for observers.
-        for event in self.views.moves.drain(..) {
-            let _ = self.views.events.send(event);
+        // Nobody listening is fine: the stream is for observers. A view of submissions only
+        // shows none of the moves.
+        if only.is_none() {
+            for event in self.views.moves.drain(..) {
+                let _ = self.views.events.send(event);
+            }
+        }
+    }
+
+    /// Takes a sample of the cluster for its history, and the queue's order, when they are due.
+    fn refresh_history_and_queue(&mut self, now: Instant, stats: &StatsSnapshot) {
+        if (self.views.sampled)
+            .is_none_or(|at| now.duration_since(at).as_secs_f64() >= HISTORY_EVERY_SECONDS)
+        {
+            self.views.sampled = Some(now);
+            let sample = self.sample(stats);
+            // Copy-on-write: readers of earlier views keep theirs.
+            let history = Arc::make_mut(&mut self.views.history);
+            if history.len() == HISTORY_SAMPLES {
+                history.remove(0);
+            }
+            history.push(sample);
+        }
+        if (self.views.queue_taken)
+            .is_none_or(|at| now.duration_since(at).as_secs_f64() >= RUNNING_SWEEP_SECONDS)
+        {
+            self.views.queue_taken = Some(now);
+            self.views.queue = Arc::new(self.queue_order());
         }
     }
 
