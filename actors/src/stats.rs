@@ -43,7 +43,8 @@ pub struct Stats {
     pub illegal_transitions: u64,
     /// Views published for the readers.
     pub views_published: u64,
-    /// Wall seconds the actor spent publishing them (after rounds, not part of their latency).
+    /// Wall seconds the actor spent publishing them (not part of rounds' latency: after a round, or
+    /// beside the carrying out of its changes).
     pub publish_seconds: f64,
     /// Wall seconds the last start took to recover the journal and rebuild its state.
     pub recovery_seconds: f64,

@@ -222,7 +222,8 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
     );
     let waiting = cluster.send(ShowJob(second)).await.unwrap().unwrap();
     assert_eq!(waiting.phase, Phase::Pending, "{waiting:?}");
-    // The view published for the submission showed it alone; the batch's end shows the rest.
+    // The batch's end showed the move (`cluster::tests` checks what a view published in its middle
+    // shows).
     assert_eq!(
         views.latest().job(job),
         Some(&moved),

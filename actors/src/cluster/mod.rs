@@ -366,6 +366,32 @@ impl Handler<InternedIds> for ClusterActor {
     }
 }
 
+/// Runs a closure on the actor, in its context (tests: a state no message leads to).
+#[cfg(test)]
+pub(crate) struct OnActor<F>(pub F);
+
+#[cfg(test)]
+impl<F, R> Message for OnActor<F>
+where
+    F: FnOnce(&mut ClusterActor, &mut Context<ClusterActor>) -> R,
+    R: 'static,
+{
+    type Result = R;
+}
+
+#[cfg(test)]
+impl<F, R> Handler<OnActor<F>> for ClusterActor
+where
+    F: FnOnce(&mut ClusterActor, &mut Context<ClusterActor>) -> R,
+    R: 'static,
+{
+    type Result = MessageResult<OnActor<F>>;
+
+    fn handle(&mut self, OnActor(f): OnActor<F>, ctx: &mut Context<Self>) -> Self::Result {
+        MessageResult(f(self, ctx))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -738,6 +764,66 @@ mod tests {
         assert_eq!(listed.len(), view.jobs_json_len());
         let listed: serde_json::Value = serde_json::from_slice(&listed).unwrap();
         assert_eq!(listed[0]["phase"], "finished", "{listed}");
+    }
+
+    #[actix::test]
+    async fn a_submission_while_a_batch_is_carried_out_publishes_only_itself() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let cluster = fifo_on_four_gpus(Arc::clone(&clock));
+        let views = cluster.send(GetViews).await.unwrap();
+        let mut events = cluster.send(Subscribe).await.unwrap().subscribe();
+        let submit = || Submit {
+            request: JobRequest::new("toy", 2, 100.0),
+            at: None,
+            key: None,
+        };
+        let first = cluster.send(submit()).await.unwrap().unwrap();
+        cluster.send(Round).await.unwrap();
+        while events.try_recv().is_ok() {}
+        let before = views.latest();
+        assert_eq!(before.job(first).unwrap().phase, Phase::Running);
+        assert_eq!(before.stats().running_jobs, 1);
+
+        // A batch is being carried out; the first job finishes meanwhile, and its stop waits.
+        let hold = |held| {
+            OnActor(
+                move |actor: &mut ClusterActor, ctx: &mut Context<ClusterActor>| {
+                    actor.hold_carrier(held, ctx)
+                },
+            )
+        };
+        cluster.send(hold(true)).await.unwrap();
+        clock.set(200.0);
+        cluster.do_send(Poll);
+        let second = cluster.send(submit()).await.unwrap().unwrap();
+        let shown = views.latest();
+        let phase = shown.job(second).map(|j| j.phase);
+        assert_eq!(
+            phase,
+            Some(Phase::Pending),
+            "answered before a view showed it"
+        );
+        assert!(
+            std::ptr::eq(shown.job(first).unwrap(), before.job(first).unwrap()),
+            "the stopping job's entry was rebuilt in the batch's middle: {:?}",
+            shown.job(first)
+        );
+        assert_eq!(
+            shown.stats().running_jobs,
+            1,
+            "counters ahead of the entries"
+        );
+        assert!(events.try_recv().is_err(), "a move went out unshown");
+
+        // The batches go on: the stop's end shows the job finished, and its move goes out.
+        cluster.send(hold(false)).await.unwrap();
+        cluster.send(Round).await.unwrap();
+        let finished = views.latest().job(first).map(|j| j.phase);
+        assert_eq!(finished, Some(Phase::Finished));
+        let moves: Vec<(JobId, Phase)> = std::iter::from_fn(|| events.try_recv().ok())
+            .map(|e| (e.job, e.to))
+            .collect();
+        assert!(moves.contains(&(first, Phase::Finished)), "{moves:?}");
     }
 
     #[actix::test]

@@ -20,6 +20,7 @@ use super::jobs::FailedStarts;
 use super::messages::{Cancel, Cordon, Refusal, Resize, Round, RoundReport};
 use super::plan::{self, Retune};
 use super::stopping::held_by;
+use super::views::Scope;
 use super::{ClusterActor, Scheduler};
 use crate::IdMap;
 use crate::gpu::{HealthChanged, Holder};
@@ -54,9 +55,9 @@ struct Carrying {
 }
 
 /// Whether worker events publish a view now, with a batch carried out for `carrying` (if one is)
-/// and the last view published `since_last` ago: at once when none is; while one is, only once
-/// it has been for [`PUBLISH_WHILE_CARRYING`] and no view was published for as long (its end
-/// publishes it all).
+/// and the last full view published `since_last` ago: at once when none is; while one is, only
+/// once it has been for [`PUBLISH_WHILE_CARRYING`] and no full view was published for as long (its
+/// end publishes it all).
 fn events_publish(carrying: Option<Duration>, since_last: Duration) -> bool {
     carrying.is_none_or(|c| c >= PUBLISH_WHILE_CARRYING && since_last >= PUBLISH_WHILE_CARRYING)
 }
@@ -300,10 +301,26 @@ impl ClusterActor {
     /// 16,384 GPUs, publishing everything for them built half of all the entries the views built,
     /// each a moved job's, rebuilt at its round's end.
     pub(super) fn publish_for_submissions(&mut self, submitted: &[JobId]) {
-        if self.carrier.carrying.is_some() {
-            self.publish_submitted(submitted);
+        self.publish_view(match self.carrier.carrying {
+            Some(_) => Scope::Submitted(submitted),
+            None => Scope::Changed,
+        });
+    }
+
+    /// Tests: holds the carrier as if a batch were being carried out (batches committed meanwhile
+    /// wait behind it), or lets it go on to them.
+    #[cfg(test)]
+    pub(super) fn hold_carrier(&mut self, held: bool, ctx: &mut Context<Self>) {
+        if let Some(carried) = self.carrier.carrying.take() {
+            ctx.cancel_future(carried.publish_later);
+        }
+        if held {
+            self.carrier.carrying = Some(Carrying {
+                since: Instant::now(),
+                publish_later: ctx.run_later(Duration::from_secs(3600), |_, _| {}),
+            });
         } else {
-            self.publish();
+            self.pump(ctx);
         }
     }
 

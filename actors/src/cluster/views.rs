@@ -1,6 +1,6 @@
 //! Read-only views: what the API and an embedding program read, published by the actor after each
-//! round, each batch of worker events and each submission batch (one that comes while a round's
-//! changes are carried out adds only its jobs: the round's end publishes the rest), and read
+//! round, each batch of worker events and each submission batch (one that comes while a batch of
+//! changes is carried out adds only its jobs: that batch's end publishes the rest), and read
 //! without asking the actor (so a read never waits behind a round). Jobs' moves go out on the event
 //! stream right after the view that shows them: a client that hears of a move and reads finds it.
 //!
@@ -469,8 +469,8 @@ pub(super) struct Publisher {
     stale_gpus: Vec<GpuId>,
     /// Jobs whose entry is stale.
     dirty: IdSet<JobId>,
-    /// Running and waiting jobs still to refresh in their sweeps, and when the last publication
-    /// was.
+    /// Running and waiting jobs still to refresh in their sweeps, and when the last full
+    /// publication was ([`Scope::Changed`]).
     running_sweep: Sweep,
     waiting_sweep: Sweep,
     last: Instant,
@@ -533,7 +533,8 @@ impl Publisher {
         self.moves.push(event);
     }
 
-    /// How long ago the last view was published.
+    /// How long ago the last full view was published ([`Scope::Changed`]; a view of submissions
+    /// only shows none of the moves).
     pub fn since_last(&self) -> std::time::Duration {
         self.last.elapsed()
     }
@@ -597,23 +598,29 @@ fn warm(jobs: &imbl::OrdMap<JobId, Arc<Entry>>, ids: std::ops::Range<JobId>) {
     }
 }
 
+/// What a publication shows anew.
+pub(super) enum Scope<'a> {
+    /// Everything that changed since the last full publication, and the sweeps' shares: a full
+    /// publication.
+    Changed,
+    /// Only these jobs, just submitted, so that their submitters read them once answered: the
+    /// rest (the other entries, the servers, the counters, the history, the queue) is the last
+    /// view's, and the moves not shown yet wait for the next full publication. For submissions
+    /// that come while a batch is carried out: a full publication then would rebuild the entries
+    /// of the jobs the batch moves, which its end rebuilds again.
+    Submitted(&'a [JobId]),
+}
+
 impl ClusterActor {
     /// Publishes a view with what changed since the last one (see the module's doc).
     pub(super) fn publish(&mut self) {
-        self.publish_jobs(None);
+        self.publish_view(Scope::Changed);
     }
 
-    /// Publishes a view that shows `submitted`, jobs just admitted, and is otherwise the last one
-    /// (its other entries, servers, history and queue; its counters are now's). For submissions
-    /// that come while a batch is carried out: publishing everything that changed then would
-    /// rebuild the entries of the jobs the batch moves, which its end rebuilds again.
-    pub(super) fn publish_submitted(&mut self, submitted: &[JobId]) {
-        self.publish_jobs(Some(submitted));
-    }
-
-    /// This publication's jobs to rebuild, in id order: those touched since the last, and its
-    /// shares of the sweeps over the running and the waiting jobs.
-    fn stale_jobs(&mut self, now: Instant) -> Vec<JobId> {
+    /// Takes the jobs a full publication at `now` rebuilds, in id order: those touched since the
+    /// last one, and its shares of the sweeps over the running and the waiting jobs (which it
+    /// advances).
+    fn take_changed(&mut self, now: Instant) -> Vec<JobId> {
         let elapsed = now.duration_since(self.views.last).as_secs_f64();
         self.views.last = now;
         let jobs = &self.jobs;
@@ -642,26 +649,29 @@ impl ClusterActor {
         stale
     }
 
-    /// Publishes a view with the entries of `only` rebuilt and nothing else refreshed, or, with
-    /// none, everything that changed since the last such view.
-    fn publish_jobs(&mut self, only: Option<&[JobId]>) {
+    /// Takes `submitted` out of the jobs the next full publication rebuilds, in id order.
+    fn take_submitted(&mut self, submitted: &[JobId]) -> Vec<JobId> {
+        let mut ids = submitted.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        for id in &ids {
+            self.views.dirty.remove(id);
+        }
+        ids
+    }
+
+    /// Publishes a view of what `scope` says.
+    pub(super) fn publish_view(&mut self, scope: Scope) {
         // Between rounds only (the engine is away while one solves; nothing else runs then).
         if self.sched.is_none() {
             return;
         }
         let now = Instant::now();
         self.stats.views_published += 1;
-        let stale = match only {
-            Some(jobs) => {
-                let mut stale = jobs.to_vec();
-                stale.sort_unstable();
-                stale.dedup();
-                for job in &stale {
-                    self.views.dirty.remove(job);
-                }
-                stale
-            }
-            None => self.stale_jobs(now),
+        let full = matches!(scope, Scope::Changed);
+        let stale = match scope {
+            Scope::Changed => self.take_changed(now),
+            Scope::Submitted(ids) => self.take_submitted(ids),
         };
         let mut fresh = Vec::with_capacity(stale.len());
         let mut removed = Vec::new();
@@ -687,11 +697,16 @@ impl ClusterActor {
                 None => removed.extend(self.views.jobs.remove(&job)),
             }
         }
-        let stats = self.stats_now();
-        if only.is_none() {
+        let stats = if full {
             self.refresh_nodes();
+            let stats = self.stats_now();
             self.refresh_history_and_queue(now, &stats);
-        }
+            stats
+        } else {
+            // The counters a full view showed, as its entries: now's would count moves it does
+            // not show yet.
+            self.views.sender.borrow().stats.clone()
+        };
         let changed = !fresh.is_empty() || !removed.is_empty();
         if changed {
             self.views.json_bytes = Arc::new(OnceLock::new());
@@ -727,7 +742,7 @@ impl ClusterActor {
         }
         // Nobody listening is fine: the stream is for observers. A view of submissions only
         // shows none of the moves.
-        if only.is_none() {
+        if full {
             for event in self.views.moves.drain(..) {
                 let _ = self.views.events.send(event);
             }
