@@ -313,12 +313,16 @@ fn fold_moves(mut records: Vec<Record>, ledger: &Ledger) -> Vec<Record> {
             }
         }
     };
+    // No record before this one is a move still pending: a move only ever leaves `pending`, or
+    // becomes a start, so the search for a ring's first move goes on from where the last ended.
+    let mut rings_from = 0;
     for _ in 0..pending.len() {
         while ready.is_empty() {
             // A ring: its first move still pending stops here, and starts once its GPUs are free.
-            let k = (0..pending.len())
+            let k = (rings_from..pending.len())
                 .find(|&k| matches!(pending[k], Some(Record::Moved(_))))
                 .expect("only moves make others wait");
+            rings_from = k + 1;
             let Some(moved @ Record::Moved(Start { job, at, .. })) = pending[k].take() else {
                 unreachable!("found above");
             };
