@@ -139,7 +139,7 @@ fn write_atomically_as(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<
 /// How long a poll sweeps what ended attempts left before it leaves the rest to the next poll.
 const LINGERING_SWEEP_BUDGET: Duration = Duration::from_millis(200);
 
-/// How long a stop waits for a killed `elastic-run` to end before it goes on without it.
+/// How long a stop waits for a killed attempt's processes to end before it goes on without them.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How long a batch of stops waits for its workers before those still checkpointing go on in the
@@ -509,9 +509,12 @@ struct Stopping {
 impl Stopping {
     /// Notes the SIGTERM sent `at`, after the stop was asked (an adopted run's processes did not
     /// answer until then): the workers get their whole grace from it to save their work.
+    /// A kill before then found none of its processes (they did not answer), and is made again
+    /// at the new deadline.
     fn signalled_at(&mut self, at: Instant) {
         self.signalled = true;
         self.deadline = self.deadline.max(at + self.run.stop_timeout);
+        self.killed_at = None;
     }
 }
 
@@ -649,9 +652,9 @@ fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> Option<bool
 }
 
 /// SIGKILLs the processes carrying `marker` (its owner's: see [`processes_with_env`]), in one pass:
-/// whether none was found, and so the attempt is over (not while they do not answer).
-fn kill_marked(marker: &str, confinement: &Confinement) -> bool {
-    processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).is_some_and(|pids| {
+/// whether none was found, and so the attempt is over; `None` while they do not answer.
+fn kill_marked(marker: &str, confinement: &Confinement) -> Option<bool> {
+    processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).map(|pids| {
         for &pid in &pids {
             // SAFETY: kill(2) of a process that carries the attempt's marker.
             unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -952,7 +955,7 @@ impl ProcessExecutor {
     fn sweep_once(&self, marker: &str, confinement: &Confinement) -> bool {
         let ended = match confinement.cgroup.as_deref() {
             Some(cgroup) => confine::kill(cgroup) && confine::remove(cgroup),
-            None => kill_marked(marker, confinement),
+            None => kill_marked(marker, confinement) == Some(true),
         };
         // The pids hierarchy's cgroup empties with the other.
         ended && confinement.tasks.as_deref().is_none_or(confine::remove)
@@ -1236,51 +1239,53 @@ impl ProcessExecutor {
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
     }
 
-    /// Moves `stop` on without waiting: whether it is over (its run exited, or was killed at its
-    /// deadline and then ended or was given up on [`KILL_PATIENCE`] later). At the deadline every
-    /// process of the attempt is killed (what it leaves behind is ended when it is released).
+    /// Moves `stop` on without waiting: whether it is over. Before its deadline, once its run
+    /// exited (an `elastic-run` ends its workers before it exits). At the deadline every process of
+    /// the attempt is killed, and the stop is over once none is left, or given up on
+    /// [`KILL_PATIENCE`] later (what is left is swept at later polls).
     fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
         let run = &mut stop.run;
         // One look at the processes a call: for an adopted run, a scan of its user's.
         match run.ended() {
-            Some(true) => return true,
+            // Once killed, over only once nothing of it is left (below).
+            Some(true) if stop.killed_at.is_none() => return true,
             Some(false) if !stop.signalled => {
                 Self::send_sigterm(run);
                 stop.signalled_at(Instant::now());
             }
             _ => {}
         }
-        let run = &mut stop.run;
         let now = Instant::now();
         if now < stop.deadline {
             return false;
         }
+        let run = &mut stop.run;
         let killed_at = *stop.killed_at.get_or_insert_with(|| {
             tracing::warn!(
                 job = run.launch.job.0,
                 "the workers outlived the stop timeout; killing them"
             );
-            match &run.confinement.cgroup {
-                Some(cgroup) => {
-                    confine::kill(cgroup);
-                }
-                // One pass (a poll runs this on the control plane's thread): what is left is swept
-                // at later polls.
-                None => {
-                    kill_marked(&run.marker, &run.confinement);
-                }
-            }
             if let Some(child) = &mut run.child {
                 let _ = child.kill();
             }
             now
         });
-        let Some(child) = &mut run.child else {
-            // Not our child (re-adopted): nothing to reap. Without a cgroup, over once none of its
-            // processes is found (not while they do not answer: its GPUs stay its own meanwhile).
-            return run.confinement.cgroup.is_some() || kill_marked(&run.marker, &run.confinement);
+        // Killed again at each look, which catches a process forked meanwhile. Its end is not its
+        // elastic-run's: SIGKILL lands asynchronously, and workers tearing down their GPU contexts
+        // outlive their launcher, on GPUs the stop hands on. (One pass a call: this runs on the
+        // control plane's thread.)
+        let gone = match &run.confinement.cgroup {
+            Some(cgroup) => Some(confine::kill(cgroup)),
+            None => kill_marked(&run.marker, &run.confinement),
         };
-        if !matches!(child.try_wait(), Ok(None)) {
+        let reaped = match &mut run.child {
+            Some(child) => !matches!(child.try_wait(), Ok(None)),
+            // Not our child (re-adopted): nothing to reap, and not given up on while its processes
+            // do not answer (its GPUs stay its own meanwhile).
+            None if gone.is_none() => return false,
+            None => true,
+        };
+        if gone == Some(true) && reaped {
             return true;
         }
         // From the stop's own deadline, so that the stops of one batch give up together (a moment
@@ -1292,9 +1297,9 @@ impl ProcessExecutor {
         tracing::error!(
             job = run.launch.job.0,
             pid = run.pid,
-            "elastic-run has not ended {} s after SIGKILL: the kernel holds it, most likely \
-             waiting on a file system that does not answer (the job's own FUSE mount, say); the \
-             stop goes on without it",
+            "the attempt's processes have not all ended {} s after SIGKILL: the kernel holds them, \
+             most likely waiting on a file system that does not answer (the job's own FUSE mount, \
+             say); the stop goes on without them, and they are swept at later polls",
             KILL_PATIENCE.as_secs()
         );
         self.unreaped.extend(run.child.take());

@@ -36,7 +36,14 @@ case "$FAKE_MODE" in
     trap 'put "$GANGWAY_EXIT_FD" "{\"code\":75,\"why\":\"stopped\"}"; exit 75' TERM
     # What the daemon's policy chose last, as read through the descriptor.
     while true; do tr -d ' ' < "/proc/self/fd/$GANGWAY_POLICY_BATCH_FD" > "batch-seen-$GANGWAY_ATTEMPT"; sleep 0.05; done ;;
-  stubborn) trap '' TERM; while true; do sleep 0.05; done ;;
+  stubborn)
+    # Says once it ignores SIGTERM: one sent before then would end it at once.
+    trap '' TERM; : > "stubborn-$GANGWAY_ATTEMPT"
+    while true; do sleep 0.05; done ;;
+  worker)
+    # A worker of its own that reads $FAKE_HELD, and its pid.
+    trap '' TERM; cat "$FAKE_HELD" > /dev/null & echo $! > worker.pid
+    while true; do sleep 0.05; done ;;
   session)
     # Its pid and session (the sixth field of its stat; its name has no space).
     echo "$$ $(cut -d' ' -f6 /proc/$$/stat)" > session.log
@@ -98,6 +105,19 @@ fn wait_for_event(exec: &mut ProcessExecutor) -> WorkerEvent {
             return event;
         }
         assert!(Instant::now() < deadline, "no event within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the stubborn attempt `marker` ignores SIGTERM, for 10 s at most.
+fn ignoring_sigterm(dir: &Path, marker: &str) {
+    let said = dir.join(format!("stubborn-{marker}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !said.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the stubborn attempt never started"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -502,6 +522,7 @@ fn a_stop_waits_for_at_most_the_longest_grace_the_daemon_allows() {
     };
     let stopped_in_time = |mut exec: ProcessExecutor, job: u32| {
         let marker = exec.attempt_marker(JobId(job), 1);
+        ignoring_sigterm(dir.path(), &marker);
         let (done, stopped) = std::sync::mpsc::channel();
         std::thread::spawn(move || done.send(exec.stop(JobId(job), 5.0).is_ok()));
         // Bounded only so that a regression fails instead of hanging for a week.
@@ -549,10 +570,11 @@ fn a_stop_that_outlasts_the_patience_goes_on_in_the_background() {
     let obeying = dir
         .path()
         .join(format!("batch-seen-{}", exec.attempt_marker(JobId(1), 1)));
-    while !obeying.exists() || attempt_processes(&marker).is_empty() {
+    while !obeying.exists() {
         assert!(Instant::now() < deadline, "never started");
         std::thread::sleep(Duration::from_millis(20));
     }
+    ignoring_sigterm(dir.path(), &marker);
 
     let mut answers = exec.stop_many(&[JobId(0), JobId(1)], 1.0);
     answers.sort_by_key(|(job, _)| *job);
@@ -701,6 +723,63 @@ fn neither_launch_nor_stop_waits_on_a_directory_that_never_answers() {
         exec.poll(2.0);
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A stop that had to kill its attempt is over once the last of its processes is gone, not once
+/// its `elastic-run` is: a worker tearing down its GPU context outlives its launcher (here it waits
+/// in the kernel on a file system that answers late), and its GPUs are not handed on under it.
+/// Needs root to mount, as CI runs.
+#[test]
+fn a_killed_attempts_stop_waits_for_the_last_of_its_workers() {
+    let (dir, fake) = setup();
+    let Some((held, mount)) = mounted_in(dir.path(), "held", |at| {
+        Swallowing::holding(at, b"weights", &[FUSE_READ])
+    }) else {
+        return;
+    };
+    let mut exec = executor(dir.path(), &fake);
+    exec.max_grace = Duration::from_secs(1);
+    exec.stop_margin = Duration::from_millis(500);
+    let mut job = launch(2, 1, &[0], Some("worker"), dir.path());
+    let env = &mut job.run.as_mut().unwrap().env;
+    env.insert(
+        "FAKE_HELD".into(),
+        held.join("program").display().to_string(),
+    );
+    let marker = exec.attempt_marker(JobId(2), 1);
+    let _reaper = KillAtEnd(marker.clone());
+    exec.launch(&job, 0.0).unwrap();
+    let pid_file = dir.path().join("worker.pid");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 || !pid_file.exists() {
+        assert!(Instant::now() < deadline, "the worker never read");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let worker: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+
+    let stop = {
+        let marker = marker.clone();
+        std::thread::spawn(move || {
+            let stopped = exec.stop(JobId(2), 1.0).is_ok();
+            (stopped, attempt_processes(&marker))
+        })
+    };
+    // Killed at the end of its grace and margin, its elastic-run goes and its worker stays, held.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while attempt_processes(&marker) != [worker] {
+        assert!(Instant::now() < deadline, "the attempt was never killed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Let go, the worker dies of the SIGKILL it was sent.
+    drop(mount);
+    let (stopped, left) = bounded("the stop never ended", move || stop.join().unwrap());
+    assert!(stopped);
+    assert_eq!(left, [] as [i32; 0], "the stop ended before its worker");
 }
 
 /// Kills an attempt's processes when dropped.
