@@ -651,16 +651,21 @@ fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> Option<bool
     }
 }
 
-/// SIGKILLs the processes carrying `marker` (its owner's: see [`processes_with_env`]), in one pass:
-/// whether none was found, and so the attempt is over; `None` while they do not answer.
-fn kill_marked(marker: &str, confinement: &Confinement) -> Option<bool> {
-    processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).map(|pids| {
-        for &pid in &pids {
-            // SAFETY: kill(2) of a process that carries the attempt's marker.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-        }
-        pids.is_empty()
-    })
+/// SIGKILLs every process of an attempt, in one pass: its cgroup's, or without one those carrying
+/// `marker` (its owner's: see [`processes_with_env`]). Whether none was found, and so the attempt
+/// is over; `None` while they do not answer. A cgroup lists a process until late in its exit; a
+/// marker scan, only until the process has let its memory go.
+fn kill_attempt(marker: &str, confinement: &Confinement) -> Option<bool> {
+    let Some(cgroup) = &confinement.cgroup else {
+        return processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).map(|pids| {
+            for &pid in &pids {
+                // SAFETY: kill(2) of a process that carries the attempt's marker.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            pids.is_empty()
+        });
+    };
+    Some(confine::kill(cgroup))
 }
 
 /// Where the control plane's GPUs are.
@@ -953,12 +958,10 @@ impl ProcessExecutor {
     /// that bounds its tasks apart) or, without one, those carrying its marker. Whether nothing of
     /// it is left.
     fn sweep_once(&self, marker: &str, confinement: &Confinement) -> bool {
-        let ended = match confinement.cgroup.as_deref() {
-            Some(cgroup) => confine::kill(cgroup) && confine::remove(cgroup),
-            None => kill_marked(marker, confinement) == Some(true),
-        };
-        // The pids hierarchy's cgroup empties with the other.
-        ended && confinement.tasks.as_deref().is_none_or(confine::remove)
+        kill_attempt(marker, confinement) == Some(true)
+            && confinement.cgroup.as_deref().is_none_or(confine::remove)
+            // The pids hierarchy's cgroup empties with the other.
+            && confinement.tasks.as_deref().is_none_or(confine::remove)
     }
 
     fn attempt_file(&self, job: JobId, attempt: u64, what: &str) -> PathBuf {
@@ -1244,16 +1247,19 @@ impl ProcessExecutor {
     /// the attempt is killed, and the stop is over once none is left, or given up on
     /// [`KILL_PATIENCE`] later (what is left is swept at later polls).
     fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
-        let run = &mut stop.run;
-        // One look at the processes a call: for an adopted run, a scan of its user's.
-        match run.ended() {
-            // Once killed, over only once nothing of it is left (below).
-            Some(true) if stop.killed_at.is_none() => return true,
-            Some(false) if !stop.signalled => {
-                Self::send_sigterm(run);
-                stop.signalled_at(Instant::now());
+        // One look at the processes a call: for an adopted run, a scan of its user's. Once killed,
+        // only an adopted run's leader that had not answered is looked for (to be signalled).
+        if stop.killed_at.is_none() || !stop.signalled {
+            let run = &mut stop.run;
+            match run.ended() {
+                // Once killed, over only once nothing of it is left (below).
+                Some(true) if stop.killed_at.is_none() => return true,
+                Some(false) if !stop.signalled => {
+                    Self::send_sigterm(run);
+                    stop.signalled_at(Instant::now());
+                }
+                _ => {}
             }
-            _ => {}
         }
         let now = Instant::now();
         if now < stop.deadline {
@@ -1265,28 +1271,30 @@ impl ProcessExecutor {
                 job = run.launch.job.0,
                 "the workers outlived the stop timeout; killing them"
             );
+            kill_attempt(&run.marker, &run.confinement);
             if let Some(child) = &mut run.child {
                 let _ = child.kill();
             }
             now
         });
-        // Killed again at each look, which catches a process forked meanwhile. Its end is not its
-        // elastic-run's: SIGKILL lands asynchronously, and workers tearing down their GPU contexts
-        // outlive their launcher, on GPUs the stop hands on. (One pass a call: this runs on the
-        // control plane's thread.)
-        let gone = match &run.confinement.cgroup {
-            Some(cgroup) => Some(confine::kill(cgroup)),
-            None => kill_marked(&run.marker, &run.confinement),
-        };
         let reaped = match &mut run.child {
             Some(child) => !matches!(child.try_wait(), Ok(None)),
-            // Not our child (re-adopted): nothing to reap, and not given up on while its processes
-            // do not answer (its GPUs stay its own meanwhile).
-            None if gone.is_none() => return false,
             None => true,
         };
-        if gone == Some(true) && reaped {
-            return true;
+        // While our child lives (held in the kernel), nothing else could end the stop. After it,
+        // the stop is not over with it: SIGKILL lands asynchronously, and workers tearing down
+        // their GPU contexts outlive their launcher, on GPUs the stop hands on.
+        if reaped {
+            // Killed again at each look, which catches a process forked meanwhile.
+            match kill_attempt(&run.marker, &run.confinement) {
+                Some(true) => return true,
+                // A scan that did not answer tells nothing (its user's scans rest a while after a
+                // slow one): our child's stop is over with its elastic-run, its leftovers swept
+                // at later polls; an adopted run's is not given up on (its GPUs stay its own).
+                None if run.child.is_some() => return true,
+                None => return false,
+                Some(false) => {}
+            }
         }
         // From the stop's own deadline, so that the stops of one batch give up together (a moment
         // at least, for a SIGKILL that lands).

@@ -41,7 +41,8 @@ case "$FAKE_MODE" in
     trap '' TERM; : > "stubborn-$GANGWAY_ATTEMPT"
     while true; do sleep 0.05; done ;;
   worker)
-    # A worker of its own that reads $FAKE_HELD, and its pid.
+    # Ignores SIGTERM, so that its stop must kill it, and starts a worker that reads $FAKE_HELD
+    # (which the test holds) and says its pid.
     trap '' TERM; cat "$FAKE_HELD" > /dev/null & echo $! > worker.pid
     while true; do sleep 0.05; done ;;
   session)
@@ -771,7 +772,10 @@ fn a_killed_attempts_stop_waits_for_the_last_of_its_workers() {
     // Killed at the end of its grace and margin, its elastic-run goes and its worker stays, held.
     let deadline = Instant::now() + Duration::from_secs(20);
     while attempt_processes(&marker) != [worker] {
-        assert!(Instant::now() < deadline, "the attempt was never killed");
+        assert!(
+            Instant::now() < deadline,
+            "the attempt was never killed, or its worker not held through its SIGKILL"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     std::thread::sleep(Duration::from_millis(300));
