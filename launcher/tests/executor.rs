@@ -34,11 +34,11 @@ case "$FAKE_MODE" in
   crash) exit 9 ;;
   run)
     trap 'put "$GANGWAY_EXIT_FD" "{\"code\":75,\"why\":\"stopped\"}"; exit 75' TERM
+    : > "trapped-$GANGWAY_ATTEMPT"
     # What the daemon's policy chose last, as read through the descriptor.
     while true; do tr -d ' ' < "/proc/self/fd/$GANGWAY_POLICY_BATCH_FD" > "batch-seen-$GANGWAY_ATTEMPT"; sleep 0.05; done ;;
   stubborn)
-    # Says once it ignores SIGTERM: one sent before then would end it at once.
-    trap '' TERM; : > "stubborn-$GANGWAY_ATTEMPT"
+    trap '' TERM; : > "trapped-$GANGWAY_ATTEMPT"
     while true; do sleep 0.05; done ;;
   worker)
     # Ignores SIGTERM, so that its stop must kill it, and starts a worker that reads $FAKE_HELD
@@ -110,15 +110,13 @@ fn wait_for_event(exec: &mut ProcessExecutor) -> WorkerEvent {
     }
 }
 
-/// Waits until the stubborn attempt `marker` ignores SIGTERM, for 10 s at most.
-fn ignoring_sigterm(dir: &Path, marker: &str) {
-    let said = dir.join(format!("stubborn-{marker}"));
+/// Waits until attempt `marker` (running or stubborn) has set its SIGTERM trap, which it says in
+/// `dir`, for 10 s at most: a SIGTERM sent before then ends it at once.
+fn trapping_sigterm(dir: &Path, marker: &str) {
+    let said = dir.join(format!("trapped-{marker}"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while !said.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "the stubborn attempt never started"
-        );
+        assert!(Instant::now() < deadline, "the attempt never started");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -499,6 +497,8 @@ fn stopping_a_job_leaves_another_daemons_job_of_the_same_number_alone() {
     }
     let theirs_marker = theirs.attempt_marker(JobId(0), 0);
     assert_ne!(mine.attempt_marker(JobId(0), 0), theirs_marker);
+    trapping_sigterm(dir.path(), &mine.attempt_marker(JobId(0), 0));
+    trapping_sigterm(dir.path(), &theirs_marker);
     mine.stop(JobId(0), 1.0).unwrap();
     assert!(
         !attempt_processes(&theirs_marker).is_empty(),
@@ -523,7 +523,7 @@ fn a_stop_waits_for_at_most_the_longest_grace_the_daemon_allows() {
     };
     let stopped_in_time = |mut exec: ProcessExecutor, job: u32| {
         let marker = exec.attempt_marker(JobId(job), 1);
-        ignoring_sigterm(dir.path(), &marker);
+        trapping_sigterm(dir.path(), &marker);
         let (done, stopped) = std::sync::mpsc::channel();
         std::thread::spawn(move || done.send(exec.stop(JobId(job), 5.0).is_ok()));
         // Bounded only so that a regression fails instead of hanging for a week.
@@ -566,16 +566,9 @@ fn a_stop_that_outlasts_the_patience_goes_on_in_the_background() {
         .unwrap();
     let marker = exec.attempt_marker(JobId(0), 1);
     let _reaper = KillAtEnd(marker.clone());
-    // Both running (the script has set its trap) before they are stopped.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let obeying = dir
-        .path()
-        .join(format!("batch-seen-{}", exec.attempt_marker(JobId(1), 1)));
-    while !obeying.exists() {
-        assert!(Instant::now() < deadline, "never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ignoring_sigterm(dir.path(), &marker);
+    // Both running before they are stopped.
+    trapping_sigterm(dir.path(), &exec.attempt_marker(JobId(1), 1));
+    trapping_sigterm(dir.path(), &marker);
 
     let mut answers = exec.stop_many(&[JobId(0), JobId(1)], 1.0);
     answers.sort_by_key(|(job, _)| *job);
