@@ -471,8 +471,7 @@ pub fn processes(cgroup: &Path) -> Vec<i32> {
 pub fn kill(cgroup: &Path) -> bool {
     if std::fs::write(cgroup.join("cgroup.kill"), "1").is_err() {
         for pid in processes(cgroup) {
-            // SAFETY: kill(2) of a process in a cgroup only the daemon's jobs run in.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            crate::process::signal_if(pid, libc::SIGKILL, || processes(cgroup).contains(&pid));
         }
     }
     processes(cgroup).is_empty()

@@ -47,7 +47,9 @@ use crate::apart::{Apart, NotDone};
 use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
-use crate::process::{Owner, process_has_env, processes_with_env, stat_fields};
+use crate::process::{
+    Owner, kill_with_env, process_has_env, processes_with_env, signal_if, stat_fields,
+};
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
 /// that carry its marker (none where their environments did not answer).
@@ -656,16 +658,10 @@ fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> Option<bool
 /// is over; `None` while they do not answer. A cgroup lists a process until late in its exit; a
 /// marker scan, only until the process has let its memory go.
 fn kill_attempt(marker: &str, confinement: &Confinement) -> Option<bool> {
-    let Some(cgroup) = &confinement.cgroup else {
-        return processes_with_env(ATTEMPT_VAR, marker, confinement.owner()).map(|pids| {
-            for &pid in &pids {
-                // SAFETY: kill(2) of a process that carries the attempt's marker.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-            pids.is_empty()
-        });
-    };
-    Some(confine::kill(cgroup))
+    match &confinement.cgroup {
+        Some(cgroup) => Some(confine::kill(cgroup)),
+        None => kill_with_env(ATTEMPT_VAR, marker, confinement.owner()).map(|p| p.is_empty()),
+    }
 }
 
 /// Where the control plane's GPUs are.
@@ -1231,15 +1227,21 @@ impl ProcessExecutor {
         if run.child.is_none() && run.leader_gone() != Some(false) {
             return false;
         }
-        Self::send_sigterm(run);
-        true
+        Self::send_sigterm(run)
     }
 
-    /// SIGTERM to `run`'s `elastic-run`, known to be the attempt's (our child, or found by its
-    /// marker just now).
-    fn send_sigterm(run: &Run) {
-        // SAFETY: kill(2) on our child, or on a process that carries the attempt's marker.
+    /// SIGTERM to `run`'s `elastic-run`, known to be the attempt's: our child (whose pid stays
+    /// its own until we reap it), or found by its marker just now and checked again once pinned.
+    /// Whether it was sent (a check that does not answer is tried again at the next look).
+    fn send_sigterm(run: &Run) -> bool {
+        if run.child.is_none() {
+            return signal_if(run.pid, libc::SIGTERM, || {
+                attempt_has(run.pid, &run.marker, &run.confinement) == Some(true)
+            });
+        }
+        // SAFETY: kill(2) of our child, not reaped.
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
+        true
     }
 
     /// Moves `stop` on without waiting: whether it is over. Before its deadline, once its run
@@ -1254,8 +1256,7 @@ impl ProcessExecutor {
             match run.ended() {
                 // Once killed, over only once nothing of it is left (below).
                 Some(true) if stop.killed_at.is_none() => return true,
-                Some(false) if !stop.signalled => {
-                    Self::send_sigterm(run);
+                Some(false) if !stop.signalled && Self::send_sigterm(run) => {
                     stop.signalled_at(Instant::now());
                 }
                 _ => {}
