@@ -15,9 +15,12 @@
 //!   limits (no login session sets them), so without it one job forking without end would take
 //!   every pid, the daemon's next fork included.
 
+use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use crate::process::Pinned;
 
 /// How many cores the workers are pinned to.
 pub const CPUS_VAR: &str = "GANGWAY_CPUS";
@@ -466,12 +469,19 @@ pub fn processes(cgroup: &Path) -> Vec<i32> {
 }
 
 /// SIGKILLs every process in `cgroup`, without waiting: at once through `cgroup.kill` on cgroup v2
-/// (which also catches a process forked meanwhile), else one by one; `false` while some remain
-/// (call it again: a process forked between the listing and its parent's death is caught then).
+/// (which also catches a process forked meanwhile), else one by one, each pinned and then found in
+/// the cgroup still (its pid may have passed to a process outside); `false` while some remain (call
+/// it again: a process forked between the listing and its parent's death is caught then).
 pub fn kill(cgroup: &Path) -> bool {
     if std::fs::write(cgroup.join("cgroup.kill"), "1").is_err() {
-        for pid in processes(cgroup) {
-            crate::process::signal_if(pid, libc::SIGKILL, || processes(cgroup).contains(&pid));
+        let pinned: Vec<Pinned> = processes(cgroup)
+            .into_iter()
+            .filter_map(|pid| Pinned::open(pid).ok().flatten())
+            .collect();
+        let still: HashSet<i32> = processes(cgroup).into_iter().collect();
+        for process in pinned.iter().filter(|p| still.contains(&p.pid())) {
+            // One that could not be killed stays listed: this says so, and the next call tries again.
+            let _ = process.signal(libc::SIGKILL);
         }
     }
     processes(cgroup).is_empty()

@@ -48,7 +48,8 @@ use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
 use crate::process::{
-    Owner, kill_with_env, process_has_env, processes_with_env, signal_if, stat_fields,
+    Owner, kill_with_env, process_has_env, processes_with_env, signal_if, signal_with_env,
+    stat_fields,
 };
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
@@ -503,8 +504,9 @@ struct Stopping {
     deadline: Instant,
     /// When they were killed, once they were.
     killed_at: Option<Instant>,
-    /// Whether its `elastic-run` was sent SIGTERM: an adopted run's is sent it only once its
-    /// processes answer that it is the attempt's, which may be after the stop was asked.
+    /// Whether its `elastic-run` was sent SIGTERM, or needs none any more (it ended after a kill):
+    /// an adopted run's is sent it only once its processes answer that it is the attempt's, which
+    /// may be after the stop was asked.
     signalled: bool,
 }
 
@@ -577,21 +579,57 @@ impl Run {
     /// adopted without its pid (its daemon stopped between writing the record and learning the
     /// pid) looks for it by marker first, and keeps it in its run file once found.
     fn leader_gone(&mut self) -> Option<bool> {
-        if self.pid == 0 {
-            match marked_leader(&self.marker, &self.confinement)? {
-                Some(pid) => {
-                    tracing::info!(
-                        job = self.launch.job.0,
-                        pid,
-                        "found the adopted attempt's elastic-run"
-                    );
-                    self.pid = pid;
-                    self.save_record();
-                }
-                None => return Some(true),
-            }
+        if !self.knows_leader()? {
+            return Some(true);
         }
         attempt_has(self.pid, &self.marker, &self.confinement).map(|has| !has)
+    }
+
+    /// Whether a run that is not our child knows its `elastic-run`'s pid: one adopted without it
+    /// looks for it by marker, and keeps it in its run file once found. `Some(false)` where it
+    /// was not found (it has ended); `None` while its processes do not answer.
+    fn knows_leader(&mut self) -> Option<bool> {
+        if self.pid != 0 {
+            return Some(true);
+        }
+        let Some(pid) = marked_leader(&self.marker, &self.confinement)? else {
+            return Some(false);
+        };
+        tracing::info!(
+            job = self.launch.job.0,
+            pid,
+            "found the adopted attempt's elastic-run"
+        );
+        self.pid = pid;
+        self.save_record();
+        Some(true)
+    }
+
+    /// SIGTERM to the `elastic-run` of a run that is not our child, where it is still the
+    /// attempt's: checked once pinned, in one look at its processes (its pid may have passed to
+    /// another process since it ended). `Some(true)` sent; `Some(false)` it has ended; `None` while
+    /// its processes do not answer, or where it could not be signalled (tried again later).
+    fn signal_leader(&mut self) -> Option<bool> {
+        if !self.knows_leader()? {
+            return Some(false);
+        }
+        let pid = self.pid;
+        let sent = match &self.confinement.cgroup {
+            Some(cgroup) => signal_if(pid, libc::SIGTERM, || {
+                confine::processes(cgroup).contains(&pid)
+            }),
+            None => signal_with_env(
+                pid,
+                ATTEMPT_VAR,
+                &self.marker,
+                self.confinement.owner(),
+                libc::SIGTERM,
+            )?,
+        };
+        sent.inspect_err(|error| {
+            tracing::warn!(job = self.launch.job.0, pid, %error, "signalling the adopted elastic-run");
+        })
+        .ok()
     }
 
     /// Removes the attempt's files once its ending is known.
@@ -1222,24 +1260,10 @@ impl ProcessExecutor {
     /// Asks `run` to stop: SIGTERM to its `elastic-run` (see `stop_is_over` for what follows).
     /// Whether it was sent.
     fn signal_stop(run: &mut Run) -> bool {
-        // An adopted run is not our child: its pid may have been reused since it exited, so it
-        // is signalled only where it is known to be the attempt's.
-        if run.child.is_none() && run.leader_gone() != Some(false) {
-            return false;
-        }
-        Self::send_sigterm(run)
-    }
-
-    /// SIGTERM to `run`'s `elastic-run`, known to be the attempt's: our child (whose pid stays
-    /// its own until we reap it), or found by its marker just now and checked again once pinned.
-    /// Whether it was sent (a check that does not answer is tried again at the next look).
-    fn send_sigterm(run: &Run) -> bool {
         if run.child.is_none() {
-            return signal_if(run.pid, libc::SIGTERM, || {
-                attempt_has(run.pid, &run.marker, &run.confinement) == Some(true)
-            });
+            return run.signal_leader() == Some(true);
         }
-        // SAFETY: kill(2) of our child, not reaped.
+        // SAFETY: kill(2) of our child, not reaped (its pid is still its own).
         unsafe { libc::kill(run.pid, libc::SIGTERM) };
         true
     }
@@ -1250,17 +1274,19 @@ impl ProcessExecutor {
     /// [`KILL_PATIENCE`] later (what is left is swept at later polls).
     fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
         // One look at the processes a call: for an adopted run, a scan of its user's. Once killed,
-        // only an adopted run's leader that had not answered is looked for (to be signalled).
-        if stop.killed_at.is_none() || !stop.signalled {
-            let run = &mut stop.run;
-            match run.ended() {
-                // Once killed, over only once nothing of it is left (below).
-                Some(true) if stop.killed_at.is_none() => return true,
-                Some(false) if !stop.signalled && Self::send_sigterm(run) => {
-                    stop.signalled_at(Instant::now());
-                }
-                _ => {}
+        // over only once nothing of it is left (below), not once its elastic-run has ended.
+        if !stop.signalled {
+            // An adopted run whose elastic-run had not answered when the stop was asked.
+            match stop.run.signal_leader() {
+                Some(true) => stop.signalled_at(Instant::now()),
+                Some(false) if stop.killed_at.is_none() => return true,
+                // Ended, after a kill that found nothing: nothing is left to signal, and the
+                // looks go to the sweep below (a user's scans may answer one a look).
+                Some(false) => stop.signalled = true,
+                None => {}
             }
+        } else if stop.killed_at.is_none() && stop.run.ended() == Some(true) {
+            return true;
         }
         let now = Instant::now();
         if now < stop.deadline {

@@ -147,60 +147,134 @@ pub fn processes_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i
 }
 
 /// SIGKILLs `owner`'s processes (other than this process) whose environment has `name=value`, each
-/// checked again once pinned ([`signal_if`]): the pids found, or `None` where the scan did not
-/// answer in time (the kills then come once it does).
+/// pinned ([`Pinned`]) before its environment is read: the pids found, or `None` where the scan did
+/// not answer in time (the kills then come once it does).
 pub fn kill_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i32>> {
     let needle = format!("{name}={value}").into_bytes();
     scan(owner, move || {
-        let found = matching(&needle, owner);
-        for &pid in &found {
-            signal_if(pid, libc::SIGKILL, || {
-                owner.has(pid) && has_env(pid, &needle)
-            });
+        let mut found = Vec::new();
+        for pid in other_processes().filter(|&pid| owner.has(pid)) {
+            let pinned = Pinned::open(pid);
+            if !has_env(pid, &needle) {
+                continue;
+            }
+            found.push(pid);
+            // Found, so not gone: tried again at the next look if it could not be killed.
+            if let Err(error) =
+                pinned.and_then(|p| p.map_or(Ok(false), |p| p.signal(libc::SIGKILL)))
+            {
+                tracing::warn!(pid, %error, "killing a marked process");
+            }
         }
         found
     })
 }
 
-/// Sends `signal` to process `pid` if `still_it` holds once the process is pinned by a pidfd: a pid
-/// read from `/proc` may pass to another process between the read and the kill, and the daemon,
-/// often root, would signal that one. Through the pidfd the signal reaches the process that was
-/// checked or none. (Where the kernel has no pidfds, before Linux 5.3, checked and sent by pid.)
-/// Whether it was sent.
-pub fn signal_if(pid: i32, signal: i32, still_it: impl FnOnce() -> bool) -> bool {
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-    // SAFETY: pidfd_open(2) with no flags returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        let no_pidfds = std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS);
-        // SAFETY: kill(2), on a kernel that offers nothing better.
-        return no_pidfds && still_it() && unsafe { libc::kill(pid, signal) } == 0;
+/// A process held by a pidfd, so that a signal reaches it or, once it has ended, nothing: a pid read
+/// from `/proc` may pass to another process between the read and the kill, and the daemon, often
+/// root, would signal that one. Pinned first, checked after (its `/proc` entry then describes the
+/// pinned process, or the pinned one has ended and the signal goes nowhere).
+pub struct Pinned {
+    pid: i32,
+    /// `None` where the kernel offers no pidfds (before Linux 5.3, or a seccomp filter that
+    /// refuses the call): then it is signalled by pid, as before pidfds.
+    fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl Pinned {
+    /// Pins process `pid`; `Ok(None)` where it has ended.
+    pub fn open(pid: i32) -> std::io::Result<Option<Pinned>> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: pidfd_open(2) with no flags returns a new descriptor or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        if fd >= 0 {
+            // SAFETY: a descriptor pidfd_open just returned, owned here alone.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+            return Ok(Some(Pinned { pid, fd: Some(fd) }));
+        }
+        let error = std::io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::ESRCH) => Ok(None),
+            Some(libc::ENOSYS | libc::EPERM) => Ok(Some(Pinned { pid, fd: None })),
+            // Short of descriptors or memory: said, not taken for an ended process.
+            _ => Err(error),
+        }
     }
-    // SAFETY: a descriptor pidfd_open just returned, owned here alone.
-    let pinned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    still_it()
-        // SAFETY: pidfd_send_signal(2) through a descriptor we own, with no siginfo and no flags.
-        && unsafe {
-            libc::syscall(
-                libc::SYS_pidfd_send_signal,
-                pinned.as_raw_fd(),
-                signal,
-                std::ptr::null::<libc::siginfo_t>(),
-                0,
-            )
-        } == 0
+
+    /// Its pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Sends it `signal`; `Ok(false)` where it has ended.
+    pub fn signal(&self, signal: i32) -> std::io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let sent = match &self.fd {
+            // SAFETY: pidfd_send_signal(2) through a descriptor we own, with no siginfo and no
+            // flags.
+            Some(fd) => unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    signal,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                ) == 0
+            },
+            // SAFETY: kill(2), where the kernel offers nothing better.
+            None => unsafe { libc::kill(self.pid, signal) == 0 },
+        };
+        if sent {
+            return Ok(true);
+        }
+        let error = std::io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::ESRCH) => Ok(false),
+            _ => Err(error),
+        }
+    }
+}
+
+/// Sends `signal` to process `pid` if `still_it` holds once it is pinned ([`Pinned`]): whether it
+/// was sent.
+pub fn signal_if(pid: i32, signal: i32, still_it: impl FnOnce() -> bool) -> std::io::Result<bool> {
+    match Pinned::open(pid)? {
+        Some(pinned) if still_it() => pinned.signal(signal),
+        _ => Ok(false),
+    }
+}
+
+/// Sends `signal` to process `pid`, `owner`'s, where its environment has `name=value` once it is
+/// pinned ([`Pinned`]), in one scan: whether it was sent (`Err` where it could not be), or `None`
+/// where the scan did not answer in time.
+pub fn signal_with_env(
+    pid: i32,
+    name: &str,
+    value: &str,
+    owner: Owner,
+    signal: i32,
+) -> Option<std::io::Result<bool>> {
+    let needle = format!("{name}={value}").into_bytes();
+    scan(owner, move || {
+        signal_if(pid, signal, || owner.has(pid) && has_env(pid, &needle))
+    })
+}
+
+/// Every process's pid but this process's, from `/proc`.
+fn other_processes() -> impl Iterator<Item = i32> {
+    let me = std::process::id() as i32;
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(move |&pid| pid != me)
 }
 
 /// Pids of `owner`'s processes (other than this process) whose environment holds `needle`, read on
 /// this thread.
 fn matching(needle: &[u8], owner: Owner) -> Vec<i32> {
-    let me = std::process::id() as i32;
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&pid| pid != me && owner.has(pid) && has_env(pid, needle))
+    other_processes()
+        .filter(|&pid| owner.has(pid) && has_env(pid, needle))
         .collect()
 }
 
@@ -374,9 +448,10 @@ impl Drop for Launch {
 mod tests {
     use super::*;
 
-    /// Starts a copy of this process that waits to be killed, at pid `pid` (clone3's `set_tid`);
-    /// `None` where this process may not choose pids (it takes CAP_SYS_ADMIN).
-    fn start_at(pid: i32) -> Option<i32> {
+    /// Starts a copy of this process that waits to be killed, at pid `pid` (clone3's `set_tid`).
+    /// `Ok(None)` where this process may not choose pids: it takes CAP_SYS_ADMIN (EPERM) and Linux
+    /// 5.5 (ENOSYS, E2BIG).
+    fn start_at(pid: i32) -> std::io::Result<Option<i32>> {
         /// `struct clone_args` of clone3(2), up to `set_tid_size`.
         #[repr(C)]
         #[derive(Default)]
@@ -413,29 +488,37 @@ mod tests {
                 libc::pause();
                 libc::_exit(0)
             },
-            pid if pid > 0 => Some(pid as i32),
-            _ => None,
+            pid if pid > 0 => Ok(Some(pid as i32)),
+            _ => {
+                let error = std::io::Error::last_os_error();
+                match error.raw_os_error() {
+                    Some(libc::EPERM | libc::ENOSYS | libc::E2BIG) => Ok(None),
+                    _ => Err(error),
+                }
+            }
         }
     }
 
-    /// Whether our child `pid` has not ended (it is not reaped).
-    fn running(pid: i32) -> bool {
-        let mut status = 0;
+    /// Whether our child `pid` is still running 200 ms on (a SIGKILL lands asynchronously).
+    fn still_running(pid: i32) -> bool {
+        std::thread::sleep(Duration::from_millis(200));
         // SAFETY: waitpid(2) of our own child, without waiting.
-        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 }
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) == 0 }
     }
 
     #[test]
     fn a_signal_is_sent_only_to_a_process_that_is_still_the_one_checked() {
         let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
         let pid = sleeper.id() as i32;
-        assert!(!signal_if(pid, libc::SIGKILL, || false));
+        assert!(!signal_if(pid, libc::SIGKILL, || false).unwrap());
         assert!(matches!(sleeper.try_wait(), Ok(None)), "killed unchecked");
-        assert!(signal_if(pid, libc::SIGKILL, || true));
+        assert!(signal_if(pid, libc::SIGKILL, || true).unwrap());
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&sleeper.wait().unwrap()),
             Some(libc::SIGKILL)
         );
+        // Reaped: ended, not an error.
+        assert!(!signal_if(pid, libc::SIGKILL, || true).unwrap());
     }
 
     /// The race a pid read from `/proc` runs: the process checked ends, is reaped, and another
@@ -445,27 +528,27 @@ mod tests {
     fn a_signal_never_reaches_a_process_that_took_the_checked_ones_pid() {
         let mut checked = Command::new("sleep").arg("30").spawn().unwrap();
         let pid = checked.id() as i32;
-        let mut successor = None;
+        let mut successor = Ok(None);
         let sent = signal_if(pid, libc::SIGKILL, || {
             checked.kill().unwrap();
             checked.wait().unwrap();
             successor = start_at(pid);
             true
         });
-        let Some(successor) = successor else {
+        let Some(successor) = successor.unwrap() else {
             // The kernel's to allow (a container may refuse root): no set-up step can provide it,
             // so this skips even under CI=true, saying why, as the FUSE tests do.
             eprintln!("skipped: this process may not choose a pid (clone3's set_tid takes root)");
             return;
         };
-        let alive = running(successor);
+        let alive = still_running(successor);
         // SAFETY: kill(2) and waitpid(2) of our own child.
         unsafe {
             libc::kill(successor, libc::SIGKILL);
             libc::waitpid(successor, std::ptr::null_mut(), 0);
         }
         assert_eq!(successor, pid, "started at the pid it was given");
-        assert!(!sent, "said to be sent");
+        assert!(!sent.unwrap(), "said to be sent");
         assert!(alive, "the process that took the pid was killed");
     }
 }
