@@ -471,17 +471,22 @@ pub fn processes(cgroup: &Path) -> Vec<i32> {
 /// SIGKILLs every process in `cgroup`, without waiting: at once through `cgroup.kill` on cgroup v2
 /// (which also catches a process forked meanwhile), else one by one, each pinned and then found in
 /// the cgroup still (its pid may have passed to a process outside); `false` while some remain (call
-/// it again: a process forked between the listing and its parent's death is caught then).
+/// it again: a process forked between the listing and its parent's death, or one that could not be
+/// killed, is tried then).
 pub fn kill(cgroup: &Path) -> bool {
     if std::fs::write(cgroup.join("cgroup.kill"), "1").is_err() {
+        // One that cannot be pinned (ended, or the daemon short of descriptors) stays listed if
+        // it lives: the next call tries again.
         let pinned: Vec<Pinned> = processes(cgroup)
             .into_iter()
             .filter_map(|pid| Pinned::open(pid).ok().flatten())
             .collect();
         let still: HashSet<i32> = processes(cgroup).into_iter().collect();
         for process in pinned.iter().filter(|p| still.contains(&p.pid())) {
-            // One that could not be killed stays listed: this says so, and the next call tries again.
-            let _ = process.signal(libc::SIGKILL);
+            // One that could not be killed stays listed: the next call tries again.
+            if let Err(error) = process.signal(libc::SIGKILL) {
+                tracing::warn!(pid = process.pid(), %error, "killing a process of a cgroup");
+            }
         }
     }
     processes(cgroup).is_empty()

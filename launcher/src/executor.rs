@@ -504,21 +504,17 @@ struct Stopping {
     deadline: Instant,
     /// When they were killed, once they were.
     killed_at: Option<Instant>,
-    /// Whether its `elastic-run` was sent SIGTERM, or needs none any more (it ended after a kill):
-    /// an adopted run's is sent it only once its processes answer that it is the attempt's, which
-    /// may be after the stop was asked.
+    /// Whether its `elastic-run` was sent SIGTERM: an adopted run's is sent it only once its
+    /// processes answer that it is the attempt's, which may be after the stop was asked.
     signalled: bool,
 }
 
 impl Stopping {
     /// Notes the SIGTERM sent `at`, after the stop was asked (an adopted run's processes did not
     /// answer until then): the workers get their whole grace from it to save their work.
-    /// A kill before then found none of its processes (they did not answer), and is made again
-    /// at the new deadline.
     fn signalled_at(&mut self, at: Instant) {
         self.signalled = true;
         self.deadline = self.deadline.max(at + self.run.stop_timeout);
-        self.killed_at = None;
     }
 }
 
@@ -586,8 +582,9 @@ impl Run {
     }
 
     /// Whether a run that is not our child knows its `elastic-run`'s pid: one adopted without it
-    /// looks for it by marker, and keeps it in its run file once found. `Some(false)` where it
-    /// was not found (it has ended); `None` while its processes do not answer.
+    /// looks for it by marker (the attempt's process that leads its group), and keeps it in its
+    /// run file once found. `Some(false)` where none was found (taken for ended); `None` while its
+    /// processes do not answer.
     fn knows_leader(&mut self) -> Option<bool> {
         if self.pid != 0 {
             return Some(true);
@@ -606,26 +603,16 @@ impl Run {
     }
 
     /// SIGTERM to the `elastic-run` of a run that is not our child, where it is still the
-    /// attempt's: checked once pinned, in one look at its processes (its pid may have passed to
-    /// another process since it ended). `Some(true)` sent; `Some(false)` it has ended; `None` while
-    /// its processes do not answer, or where it could not be signalled (tried again later).
+    /// attempt's ([`attempt_signal`]; once its pid is known, in one look at its processes).
+    /// `Some(true)` sent; `Some(false)` it has ended (or, adopted without its pid, no process of
+    /// the attempt leads its group); `None` while its processes do not answer, or where it could
+    /// not be signalled (tried again later).
     fn signal_leader(&mut self) -> Option<bool> {
         if !self.knows_leader()? {
             return Some(false);
         }
         let pid = self.pid;
-        let sent = match &self.confinement.cgroup {
-            Some(cgroup) => signal_if(pid, libc::SIGTERM, || {
-                confine::processes(cgroup).contains(&pid)
-            }),
-            None => signal_with_env(
-                pid,
-                ATTEMPT_VAR,
-                &self.marker,
-                self.confinement.owner(),
-                libc::SIGTERM,
-            )?,
-        };
+        let sent = attempt_signal(pid, &self.marker, &self.confinement, libc::SIGTERM)?;
         sent.inspect_err(|error| {
             tracing::warn!(job = self.launch.job.0, pid, %error, "signalling the adopted elastic-run");
         })
@@ -688,6 +675,23 @@ fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> Option<bool
     match &confinement.cgroup {
         Some(cgroup) => Some(confine::processes(cgroup).contains(&pid)),
         None => process_has_env(pid, ATTEMPT_VAR, marker, confinement.owner()),
+    }
+}
+
+/// Sends `signal` to `pid` where it is a live process of the attempt ([`attempt_has`]), checked
+/// once pinned (its pid may have passed to another process since): whether it was sent, `Err`
+/// where it could not be; `None` where its environment did not answer.
+fn attempt_signal(
+    pid: i32,
+    marker: &str,
+    confinement: &Confinement,
+    signal: i32,
+) -> Option<std::io::Result<bool>> {
+    match &confinement.cgroup {
+        Some(cgroup) => Some(signal_if(pid, signal, || {
+            confine::processes(cgroup).contains(&pid)
+        })),
+        None => signal_with_env(pid, ATTEMPT_VAR, marker, confinement.owner(), signal),
     }
 }
 
@@ -1268,49 +1272,71 @@ impl ProcessExecutor {
         true
     }
 
-    /// Moves `stop` on without waiting: whether it is over. Before its deadline, once its run
-    /// exited (an `elastic-run` ends its workers before it exits). At the deadline every process of
-    /// the attempt is killed, and the stop is over once none is left, or given up on
-    /// [`KILL_PATIENCE`] later (what is left is swept at later polls).
+    /// Moves `stop` on without waiting, with one look at its processes (for an adopted run, a scan
+    /// of its user's): whether it is over. Before its deadline, once its run exited (an
+    /// `elastic-run` ends its workers before it exits). At the deadline every process of the
+    /// attempt is killed, and the stop is over once none is left, or given up on [`KILL_PATIENCE`]
+    /// after the kill (what is left is swept at later polls).
     fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
-        // One look at the processes a call: for an adopted run, a scan of its user's. Once killed,
-        // over only once nothing of it is left (below), not once its elastic-run has ended.
+        let now = Instant::now();
         if !stop.signalled {
-            // An adopted run whose elastic-run had not answered when the stop was asked.
+            // An adopted run whose elastic-run had not answered when the stop was asked: killed
+            // without its SIGTERM it would lose its grace, so nothing is done until it answers.
             match stop.run.signal_leader() {
-                Some(true) => stop.signalled_at(Instant::now()),
-                Some(false) if stop.killed_at.is_none() => return true,
-                // Ended, after a kill that found nothing: nothing is left to signal, and the
-                // looks go to the sweep below (a user's scans may answer one a look).
-                Some(false) => stop.signalled = true,
+                Some(true) => stop.signalled_at(now),
+                Some(false) => return true,
                 None => {}
             }
-        } else if stop.killed_at.is_none() && stop.run.ended() == Some(true) {
-            return true;
-        }
-        let now = Instant::now();
-        if now < stop.deadline {
             return false;
         }
+        match stop.killed_at {
+            None if now < stop.deadline => stop.run.ended() == Some(true),
+            None => Self::kill_at_deadline(stop, now),
+            Some(killed_at) => self.killed_stop_is_over(stop, killed_at, now),
+        }
+    }
+
+    /// SIGKILL to every process of `stop`'s attempt, its deadline passed: whether the stop is over
+    /// (its run had ended), else what is left is looked at from the next look.
+    fn kill_at_deadline(stop: &mut Stopping, now: Instant) -> bool {
         let run = &mut stop.run;
-        let killed_at = *stop.killed_at.get_or_insert_with(|| {
-            tracing::warn!(
-                job = run.launch.job.0,
-                "the workers outlived the stop timeout; killing them"
-            );
-            kill_attempt(&run.marker, &run.confinement);
-            if let Some(child) = &mut run.child {
+        // Our child's end costs no scan; an adopted run's look goes to the kill.
+        if run.child.is_some() && run.ended() == Some(true) {
+            return true;
+        }
+        let found_none = kill_attempt(&run.marker, &run.confinement);
+        match &mut run.child {
+            Some(child) => {
                 let _ = child.kill();
             }
-            now
-        });
+            // Not our child: killed once its processes answer.
+            None if found_none.is_none() => return false,
+            None if found_none == Some(true) => return true,
+            None => {}
+        }
+        tracing::warn!(
+            job = run.launch.job.0,
+            "the workers outlived the stop timeout; killed them"
+        );
+        stop.killed_at = Some(now);
+        false
+    }
+
+    /// Whether `stop`, whose attempt was killed at `killed_at`, is over: once nothing of it is
+    /// left, not once its elastic-run has ended. SIGKILL lands asynchronously, and workers tearing
+    /// down their GPU contexts outlive their launcher, on GPUs the stop hands on.
+    fn killed_stop_is_over(
+        &mut self,
+        stop: &mut Stopping,
+        killed_at: Instant,
+        now: Instant,
+    ) -> bool {
+        let run = &mut stop.run;
+        // While our child lives (held in the kernel), nothing else could end the stop.
         let reaped = match &mut run.child {
             Some(child) => !matches!(child.try_wait(), Ok(None)),
             None => true,
         };
-        // While our child lives (held in the kernel), nothing else could end the stop. After it,
-        // the stop is not over with it: SIGKILL lands asynchronously, and workers tearing down
-        // their GPU contexts outlive their launcher, on GPUs the stop hands on.
         if reaped {
             // Killed again at each look, which catches a process forked meanwhile.
             match kill_attempt(&run.marker, &run.confinement) {
@@ -1323,10 +1349,7 @@ impl ProcessExecutor {
                 Some(false) => {}
             }
         }
-        // From the stop's own deadline, so that the stops of one batch give up together (a moment
-        // at least, for a SIGKILL that lands).
-        let given_up = (stop.deadline + KILL_PATIENCE).max(killed_at + Duration::from_millis(200));
-        if now < given_up {
+        if now < killed_at + KILL_PATIENCE {
             return false;
         }
         tracing::error!(

@@ -132,7 +132,12 @@ fn scan<T: Send + 'static>(owner: Owner, scan: impl FnOnce() -> T + Send + 'stat
 /// pid is told apart); `None` where its environment did not answer in time ([`processes_with_env`]).
 pub fn process_has_env(pid: i32, name: &str, value: &str, owner: Owner) -> Option<bool> {
     let needle = format!("{name}={value}").into_bytes();
-    scan(owner, move || owner.has(pid) && has_env(pid, &needle))
+    scan(owner, move || marked(pid, &needle, owner))
+}
+
+/// Whether process `pid` is `owner`'s and its environment holds `needle`, read on this thread.
+fn marked(pid: i32, needle: &[u8], owner: Owner) -> bool {
+    owner.has(pid) && has_env(pid, needle)
 }
 
 /// Pids of `owner`'s processes (other than this process) whose environment has `name=value`, or
@@ -147,15 +152,15 @@ pub fn processes_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i
 }
 
 /// SIGKILLs `owner`'s processes (other than this process) whose environment has `name=value`, each
-/// pinned ([`Pinned`]) before its environment is read: the pids found, or `None` where the scan did
-/// not answer in time (the kills then come once it does).
+/// pinned ([`Pinned`]) before it is read: the pids found, or `None` where the scan did not answer
+/// in time (the kills then come once it does).
 pub fn kill_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i32>> {
     let needle = format!("{name}={value}").into_bytes();
     scan(owner, move || {
         let mut found = Vec::new();
-        for pid in other_processes().filter(|&pid| owner.has(pid)) {
+        for pid in other_processes() {
             let pinned = Pinned::open(pid);
-            if !has_env(pid, &needle) {
+            if !marked(pid, &needle, owner) {
                 continue;
             }
             found.push(pid);
@@ -256,7 +261,7 @@ pub fn signal_with_env(
 ) -> Option<std::io::Result<bool>> {
     let needle = format!("{name}={value}").into_bytes();
     scan(owner, move || {
-        signal_if(pid, signal, || owner.has(pid) && has_env(pid, &needle))
+        signal_if(pid, signal, || marked(pid, &needle, owner))
     })
 }
 
@@ -274,7 +279,7 @@ fn other_processes() -> impl Iterator<Item = i32> {
 /// this thread.
 fn matching(needle: &[u8], owner: Owner) -> Vec<i32> {
     other_processes()
-        .filter(|&pid| owner.has(pid) && has_env(pid, needle))
+        .filter(|&pid| marked(pid, needle, owner))
         .collect()
 }
 
