@@ -187,7 +187,7 @@ pub struct Pinned {
 }
 
 impl Pinned {
-    /// Pins process `pid`; `Ok(None)` where it has ended.
+    /// Pins process `pid`; `Ok(None)` where it has ended (or `pid` is no process's, a thread's).
     pub fn open(pid: i32) -> std::io::Result<Option<Pinned>> {
         use std::os::fd::FromRawFd;
         // SAFETY: pidfd_open(2) with no flags returns a new descriptor or -1.
@@ -199,7 +199,9 @@ impl Pinned {
         }
         let error = std::io::Error::last_os_error();
         match error.raw_os_error() {
-            Some(libc::ESRCH) => Ok(None),
+            // A thread's id (the pid passed to a thread of another process's): EINVAL on older
+            // kernels, ENOENT on newer ones (6.18 here).
+            Some(libc::ESRCH | libc::EINVAL | libc::ENOENT) => Ok(None),
             Some(libc::ENOSYS | libc::EPERM) => Ok(Some(Pinned { pid, fd: None })),
             // Short of descriptors or memory: said, not taken for an ended process.
             _ => Err(error),
@@ -524,6 +526,24 @@ mod tests {
         );
         // Reaped: ended, not an error.
         assert!(!signal_if(pid, libc::SIGKILL, || true).unwrap());
+    }
+
+    /// A pid that has passed to a thread (of this process, here) is no process's: not an error
+    /// that would leave the caller asking again for ever.
+    #[test]
+    fn a_pid_that_is_a_threads_is_no_process() {
+        let (told, tid) = std::sync::mpsc::channel();
+        let (done, end) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            // SAFETY: gettid(2) reads this thread's id.
+            told.send(unsafe { libc::gettid() }).unwrap();
+            let _ = end.recv();
+        });
+        let tid = tid.recv().unwrap();
+        // Signal 0 only asks: were it sent, nothing would happen to this process.
+        assert!(!signal_if(tid, 0, || true).unwrap());
+        drop(done);
+        thread.join().unwrap();
     }
 
     /// The race a pid read from `/proc` runs: the process checked ends, is reaped, and another

@@ -42,8 +42,8 @@ case "$FAKE_MODE" in
     while true; do sleep 0.05; done ;;
   worker)
     # Ignores SIGTERM, so that its stop must kill it, and starts a worker that reads $FAKE_HELD
-    # (which the test holds) and says its pid.
-    trap '' TERM; cat "$FAKE_HELD" > /dev/null & echo $! > worker.pid
+    # (which the test holds) and says its pid (whole, once the file is there).
+    trap '' TERM; cat "$FAKE_HELD" > /dev/null & echo $! > worker.pid.new; mv worker.pid.new worker.pid
     while true; do sleep 0.05; done ;;
   session)
     # Its pid and session (the sixth field of its stat; its name has no space).
