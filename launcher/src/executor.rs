@@ -1332,12 +1332,9 @@ impl ProcessExecutor {
         now: Instant,
     ) -> bool {
         let run = &mut stop.run;
-        // While our child lives (held in the kernel), nothing else could end the stop.
-        let reaped = match &mut run.child {
-            Some(child) => !matches!(child.try_wait(), Ok(None)),
-            None => true,
-        };
-        if reaped {
+        // While our child lives (held in the kernel), nothing else could end the stop. (Not our
+        // child: nothing to reap, and its look goes to the sweep.)
+        if run.child.is_none() || run.ended() == Some(true) {
             // Killed again at each look, which catches a process forked meanwhile.
             match kill_attempt(&run.marker, &run.confinement) {
                 Some(true) => return true,
