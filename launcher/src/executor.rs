@@ -48,8 +48,7 @@ use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
 use crate::process::{
-    Owner, kill_with_env, process_has_env, processes_with_env, signal_if, signal_with_env,
-    stat_fields,
+    Owner, Pinned, kill_with_env, pinned_with_env, processes_with_env, stat_fields,
 };
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
@@ -479,6 +478,10 @@ struct Run {
     /// `None` for an attempt re-adopted after a restart (not our child).
     child: Option<Child>,
     pid: i32,
+    /// An adopted run's `elastic-run`, pinned once a look at its processes found it the attempt's
+    /// ([`Run::live_leader`]): from then on its end and its signals need no look at its user's
+    /// processes, which they could make slow, nor at its cgroup.
+    leader: Option<Pinned>,
     /// The files it reports through.
     files: AttemptFiles,
     run_file: PathBuf,
@@ -575,10 +578,30 @@ impl Run {
     /// adopted without its pid (its daemon stopped between writing the record and learning the
     /// pid) looks for it by marker first, and keeps it in its run file once found.
     fn leader_gone(&mut self) -> Option<bool> {
-        if !self.knows_leader()? {
-            return Some(true);
+        self.live_leader().map(|leader| leader.is_none())
+    }
+
+    /// The `elastic-run` of a run that is not our child, pinned while it runs: `Some(None)` once it
+    /// has ended (or, adopted without its pid, where no process of the attempt leads its group);
+    /// `None` while its processes do not answer, or where it could not be pinned (tried again
+    /// later). Found and checked by one look at its processes, then told apart by its pidfd alone
+    /// (where the kernel offers none, looked at again each time).
+    fn live_leader(&mut self) -> Option<Option<&Pinned>> {
+        match self.leader.as_ref().and_then(Pinned::ended) {
+            Some(true) => return Some(None),
+            Some(false) => return Some(self.leader.as_ref()),
+            None => {}
         }
-        attempt_has(self.pid, &self.marker, &self.confinement).map(|has| !has)
+        if !self.knows_leader()? {
+            return Some(None);
+        }
+        let found = attempt_pinned(self.pid, &self.marker, &self.confinement)?;
+        self.leader = found
+            .inspect_err(|error| {
+                tracing::warn!(job = self.launch.job.0, pid = self.pid, %error, "pinning the adopted elastic-run");
+            })
+            .ok()?;
+        Some(self.leader.as_ref())
     }
 
     /// Whether a run that is not our child knows its `elastic-run`'s pid: one adopted without it
@@ -603,20 +626,20 @@ impl Run {
     }
 
     /// SIGTERM to the `elastic-run` of a run that is not our child, where it is still the
-    /// attempt's ([`attempt_signal`]; once its pid is known, in one look at its processes).
-    /// `Some(true)` sent; `Some(false)` it has ended (or, adopted without its pid, no process of
-    /// the attempt leads its group); `None` while its processes do not answer, or where it could
-    /// not be signalled (tried again later).
+    /// attempt's ([`Run::live_leader`]). `Some(true)` sent; `Some(false)` it has ended (or,
+    /// adopted without its pid, no process of the attempt leads its group); `None` while its
+    /// processes do not answer, or where it could not be signalled (tried again later).
     fn signal_leader(&mut self) -> Option<bool> {
-        if !self.knows_leader()? {
+        let job = self.launch.job.0;
+        let Some(leader) = self.live_leader()? else {
             return Some(false);
-        }
-        let pid = self.pid;
-        let sent = attempt_signal(pid, &self.marker, &self.confinement, libc::SIGTERM)?;
-        sent.inspect_err(|error| {
-            tracing::warn!(job = self.launch.job.0, pid, %error, "signalling the adopted elastic-run");
-        })
-        .ok()
+        };
+        leader
+            .signal(libc::SIGTERM)
+            .inspect_err(|error| {
+                tracing::warn!(job, pid = leader.pid(), %error, "signalling the adopted elastic-run");
+            })
+            .ok()
     }
 
     /// Removes the attempt's files once its ending is known.
@@ -665,33 +688,24 @@ fn marker(job: JobId, attempt: u64) -> String {
     format!("{}.{attempt}", job.0)
 }
 
-/// Whether `pid` is a live process of the attempt (not a reused pid): in its cgroup, where it has
-/// one (read from the cgroup, never from the job's own memory), else carrying its marker; `None`
-/// where its environment did not answer (see [`processes_with_env`]).
-fn attempt_has(pid: i32, marker: &str, confinement: &Confinement) -> Option<bool> {
-    if pid <= 0 {
-        return Some(false);
-    }
-    match &confinement.cgroup {
-        Some(cgroup) => Some(confine::processes(cgroup).contains(&pid)),
-        None => process_has_env(pid, ATTEMPT_VAR, marker, confinement.owner()),
-    }
-}
-
-/// Sends `signal` to `pid` where it is a live process of the attempt ([`attempt_has`]), checked
-/// once pinned (its pid may have passed to another process since): whether it was sent, `Err`
-/// where it could not be; `None` where its environment did not answer.
-fn attempt_signal(
+/// Process `pid` pinned ([`Pinned`]) where, once pinned, it is a live process of the attempt (its
+/// pid may have passed to another process since it was read): in its cgroup, where it has one
+/// (read from the cgroup, never from the job's own memory), else carrying its marker. `Ok(None)`
+/// where it is not (or has ended), `Err` where it could not be pinned, `None` where its
+/// environment did not answer (see [`processes_with_env`]).
+fn attempt_pinned(
     pid: i32,
     marker: &str,
     confinement: &Confinement,
-    signal: i32,
-) -> Option<std::io::Result<bool>> {
+) -> Option<std::io::Result<Option<Pinned>>> {
+    if pid <= 0 {
+        return Some(Ok(None));
+    }
     match &confinement.cgroup {
-        Some(cgroup) => Some(signal_if(pid, signal, || {
+        Some(cgroup) => Some(Pinned::checked(pid, || {
             confine::processes(cgroup).contains(&pid)
         })),
-        None => signal_with_env(pid, ATTEMPT_VAR, marker, confinement.owner(), signal),
+        None => pinned_with_env(pid, ATTEMPT_VAR, marker, confinement.owner()),
     }
 }
 
@@ -1561,6 +1575,7 @@ impl Executor for ProcessExecutor {
                     stop_timeout,
                     pid: child.id() as i32,
                     child: Some(child),
+                    leader: None,
                     files: files.clone(),
                     run_file,
                     launched: Instant::now(),
@@ -1731,6 +1746,7 @@ impl Executor for ProcessExecutor {
             // 0 where the daemon stopped between writing the record and learning the pid: the
             // run then finds its `elastic-run` by marker (see `Run::leader_gone`).
             pid: record.pid,
+            leader: None,
             files,
             run_file: self.attempt_file(job, attempt, "run"),
             launched: Instant::now(),

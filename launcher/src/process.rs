@@ -128,13 +128,6 @@ fn scan<T: Send + 'static>(owner: Owner, scan: impl FnOnce() -> T + Send + 'stat
     }
 }
 
-/// Whether process `pid`, `owner`'s, is alive and its environment has `name=value` (so a reused
-/// pid is told apart); `None` where its environment did not answer in time ([`processes_with_env`]).
-pub fn process_has_env(pid: i32, name: &str, value: &str, owner: Owner) -> Option<bool> {
-    let needle = format!("{name}={value}").into_bytes();
-    scan(owner, move || marked(pid, &needle, owner))
-}
-
 /// Whether process `pid` is `owner`'s and its environment holds `needle`, read on this thread.
 fn marked(pid: i32, needle: &[u8], owner: Owner) -> bool {
     owner.has(pid) && has_env(pid, needle)
@@ -208,9 +201,30 @@ impl Pinned {
         }
     }
 
+    /// Pins process `pid` where `still_it` holds once it is pinned (its `/proc` entry then
+    /// describes the pinned process): `Ok(None)` where it has ended or does not hold.
+    pub fn checked(pid: i32, still_it: impl FnOnce() -> bool) -> std::io::Result<Option<Pinned>> {
+        Ok(Pinned::open(pid)?.filter(|_| still_it()))
+    }
+
     /// Its pid.
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// Whether it has ended (exited, reaped or not), as its pidfd tells without a look at
+    /// `/proc`; `None` where it has no pidfd (then only a look at its pid can tell).
+    pub fn ended(&self) -> Option<bool> {
+        use std::os::fd::AsRawFd;
+        let mut ready = libc::pollfd {
+            fd: self.fd.as_ref()?.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: poll(2) of one descriptor we own, without waiting; a pidfd is readable once its
+        // process has ended.
+        let polled = unsafe { libc::poll(&mut ready, 1, 0) };
+        (polled >= 0).then_some(ready.revents & libc::POLLIN != 0)
     }
 
     /// Sends it `signal`; `Ok(false)` where it has ended.
@@ -245,25 +259,21 @@ impl Pinned {
 /// Sends `signal` to process `pid` if `still_it` holds once it is pinned ([`Pinned`]): whether it
 /// was sent.
 pub fn signal_if(pid: i32, signal: i32, still_it: impl FnOnce() -> bool) -> std::io::Result<bool> {
-    match Pinned::open(pid)? {
-        Some(pinned) if still_it() => pinned.signal(signal),
-        _ => Ok(false),
-    }
+    Pinned::checked(pid, still_it)?.map_or(Ok(false), |pinned| pinned.signal(signal))
 }
 
-/// Sends `signal` to process `pid`, `owner`'s, where its environment has `name=value` once it is
-/// pinned ([`Pinned`]), in one scan: whether it was sent (`Err` where it could not be), or `None`
-/// where the scan did not answer in time.
-pub fn signal_with_env(
+/// Process `pid`, `owner`'s, pinned ([`Pinned`]) where its environment has `name=value` once it
+/// is, in one scan: `Ok(None)` where it has ended or does not have it, `Err` where it could not be
+/// pinned, or `None` where the scan did not answer in time.
+pub fn pinned_with_env(
     pid: i32,
     name: &str,
     value: &str,
     owner: Owner,
-    signal: i32,
-) -> Option<std::io::Result<bool>> {
+) -> Option<std::io::Result<Option<Pinned>>> {
     let needle = format!("{name}={value}").into_bytes();
     scan(owner, move || {
-        signal_if(pid, signal, || marked(pid, &needle, owner))
+        Pinned::checked(pid, || marked(pid, &needle, owner))
     })
 }
 
@@ -526,6 +536,36 @@ mod tests {
         );
         // Reaped: ended, not an error.
         assert!(!signal_if(pid, libc::SIGKILL, || true).unwrap());
+    }
+
+    /// A pinned process's end is told by its pidfd, as soon as it exits (before it is reaped).
+    #[test]
+    fn a_pinned_process_is_seen_to_end_before_it_is_reaped() {
+        let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = sleeper.id() as i32;
+        let pinned = Pinned::open(pid).unwrap().expect("it runs");
+        assert_eq!(pinned.ended(), Some(false));
+        // SAFETY: kill(2) of our child, not reaped.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pinned.ended() != Some(true) {
+            assert!(std::time::Instant::now() < deadline, "its end was never told");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // SAFETY: waitid(2) of our own child, leaving it unreaped (WNOWAIT).
+        let exited = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            ) == 0
+                && info.si_pid() == pid
+        };
+        assert!(exited, "told before it had exited");
+        sleeper.wait().unwrap();
+        assert_eq!(pinned.ended(), Some(true), "and after it is reaped");
     }
 
     /// A pid that has passed to a thread (of this process, here) is no process's: not an error

@@ -1184,42 +1184,12 @@ fn a_program_whose_reading_or_closing_never_answers_holds_no_other_launch() {
 /// CI runs.
 #[test]
 fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
-    use std::os::unix::ffi::OsStrExt;
     let (dir, _) = setup();
     let holding = |at: &Path| Swallowing::holding(at, b"data", &[FUSE_FLUSH]);
     let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
         return;
     };
-    let file = std::ffi::CString::new(mounted.join("program").as_os_str().as_bytes()).unwrap();
-    let program = c"/bin/true";
-    let argv = [program.as_ptr(), std::ptr::null()];
-    let envp = [c"GANGWAY_STUCK=1".as_ptr(), std::ptr::null()];
-    // SAFETY: the child calls only async-signal-safe system calls, on memory made before the fork,
-    // and ends with exec or _exit.
-    let child = unsafe {
-        let pid = libc::fork();
-        if pid == 0 {
-            // Nothing of the test's stays open (the FUSE server's own descriptor among them).
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-            // Opened as root (the mount lets in its owner alone), then run as nobody.
-            if libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) < 0
-                || libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
-                || libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534) != 0
-                || libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) != 0
-            {
-                libc::_exit(3);
-            }
-            libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-            libc::_exit(4);
-        }
-        pid
-    };
-    assert!(child > 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "its exec never closed the file");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let child = stuck_in_exec(65534, &mounted, &mount, c"GANGWAY_STUCK=1");
     let (roots, nobodys, again) = bounded("a scan waited on the process in its exec", || {
         // Asked again if it does not answer within its patience, as on a loaded machine.
         let roots =
@@ -1252,7 +1222,6 @@ fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
 /// test scans. Needs root to mount, as CI runs.
 #[test]
 fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_answer() {
-    use std::os::unix::ffi::OsStrExt;
     const OWNER: u32 = 65533;
     let (dir, fake) = setup();
     let holding = |at: &Path| Swallowing::holding(at, b"data", &[FUSE_FLUSH]);
@@ -1288,43 +1257,17 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
     // The attempt's elastic-run, leading its own group, held in its exec by a close-on-exec
     // descriptor whose close the file system never answers. Sent SIGTERM, it takes half a second
     // to save its work, and exits 7.
-    let file = std::ffi::CString::new(mounted.join("program").as_os_str().as_bytes()).unwrap();
-    let program = c"/bin/sh";
-    let argv = [
-        c"sh".as_ptr(),
-        c"-c".as_ptr(),
-        c"trap 'sleep 0.5; exit 7' TERM; sleep 600 & wait".as_ptr(),
-        std::ptr::null(),
-    ];
     let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
-    let envp = [attempt_var.as_ptr(), std::ptr::null()];
-    // SAFETY: the child calls only async-signal-safe system calls, on memory made before the fork,
-    // and ends with exec or _exit.
-    let child = unsafe {
-        let pid = libc::fork();
-        if pid == 0 {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
-            if libc::setpgid(0, 0) != 0
-                || libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) < 0
-                || libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
-                || libc::syscall(libc::SYS_setresgid, OWNER, OWNER, OWNER) != 0
-                || libc::syscall(libc::SYS_setresuid, OWNER, OWNER, OWNER) != 0
-            {
-                libc::_exit(3);
-            }
-            libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
-            libc::_exit(4);
-        }
-        pid
-    };
-    assert!(child > 0);
+    let held = mounted.join("program");
+    let child = spawned_as(
+        OWNER,
+        Some(&held),
+        c"trap 'sleep 0.5; exit 7' TERM; sleep 600 & wait",
+        &attempt_var,
+    );
     let mut reaper = KillPidAtEnd(Some(child));
     let _left = KillAtEnd(marker.clone());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-        assert!(Instant::now() < deadline, "its exec never closed the file");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    swallowed_within(&mount, "its exec never closed the file");
 
     let (mut second, adopted, events) = bounded("the adoption waited on the stuck process", {
         let (dir, fake) = (dir.path().to_path_buf(), fake.clone());
@@ -1375,6 +1318,188 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7,
         "stopped by SIGTERM and given its grace to save its work: status {status:#x}"
     );
+}
+
+/// An adopted attempt's `elastic-run` is pinned once a look at its processes finds it the
+/// attempt's: from then on its end, and its stop's SIGTERM, need no look at its user's processes.
+/// Before, each poll looked at them once per adopted attempt of theirs, on the control plane's
+/// thread: a user whose processes answer slowly held every poll that long per attempt, and one
+/// whose processes do not answer (here one of theirs is stuck in its exec on a file system that
+/// does not answer) hid their attempts' ends and kept their stops from being sent. The stand-in
+/// attempts are uid 65532's, which no other test scans. Needs root to mount, as CI runs.
+#[test]
+fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
+    const OWNER: u32 = 65532;
+    let (dir, fake) = setup();
+    let holding = |at: &Path| Swallowing::holding(at, b"data", &[FUSE_FLUSH]);
+    let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
+        return;
+    };
+    // A first daemon launches two attempts, then dies; their records are then made those of
+    // OWNER's attempts without a cgroup, whose elastic-runs are stand-ins started here. Sent
+    // SIGTERM, a stand-in takes half a second to save its work, and exits 7.
+    let mut first = executor(dir.path(), &fake);
+    let jobs = [JobId(1), JobId(2)];
+    for job in jobs {
+        let gpu = job.0 - 1;
+        first
+            .launch(&launch(job.0, 1, &[gpu], Some("run"), dir.path()), 0.0)
+            .unwrap();
+    }
+    let markers = jobs.map(|job| first.attempt_marker(job, 1));
+    drop(first);
+    let mut reapers = Vec::new();
+    let mut leaders = Vec::new();
+    for (job, marker) in jobs.into_iter().zip(&markers) {
+        drop(KillAtEnd(marker.clone()));
+        gone_within(marker, "the first daemon's attempt outlived its SIGKILL");
+        let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
+        let leader = spawned_as(
+            OWNER,
+            None,
+            c"trap 'sleep 0.5; exit 7' TERM; while :; do sleep 0.05; done",
+            &attempt_var,
+        );
+        reapers.push(KillPidAtEnd(Some(leader)));
+        leaders.push(leader);
+        let run_file = dir.path().join(format!("runs/{}.1.run", job.0));
+        let mut record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
+        record["pid"] = leader.into();
+        record["confinement"]["cgroup"] = serde_json::Value::Null;
+        record["confinement"]["owner"] = OWNER.into();
+        std::fs::write(&run_file, serde_json::to_vec(&record).unwrap()).unwrap();
+    }
+    // Adopted while OWNER's processes answer (a stand-in carries its marker once its exec is
+    // done: looked for until then).
+    let mut second = executor(dir.path(), &fake);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !jobs.iter().all(|&job| second.alive(job, 1)) {
+        assert!(Instant::now() < deadline, "the stand-ins were not adopted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(second.poll(1.0).is_empty(), "both run");
+
+    // Then one of OWNER's processes is stuck in its exec, and their processes do not answer.
+    let stuck = stuck_in_exec(OWNER, &mounted, &mount, c"GANGWAY_STUCK=1");
+    let answered = bounded("a scan waited on the stuck process", || {
+        processes_with_env("GANGWAY_STUCK", "1", Owner::User(OWNER))
+    });
+    assert_eq!(answered, None, "OWNER's processes still answer");
+
+    // Job 1's elastic-run dies: a poll sees it.
+    // SAFETY: kill(2) and waitpid(2) of this test's own child.
+    unsafe {
+        libc::kill(leaders[0], libc::SIGKILL);
+        libc::waitpid(leaders[0], std::ptr::null_mut(), 0);
+    }
+    reapers[0].0 = None;
+    let ended = bounded("a poll waited on OWNER's processes", move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(event) = second.poll(2.0).pop() {
+                break (second, Some(event));
+            }
+            if Instant::now() >= deadline {
+                break (second, None);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    let (mut second, event) = ended;
+    assert!(
+        matches!(
+            event,
+            Some(WorkerEvent::Failed {
+                job: JobId(1),
+                retryable: true,
+                ..
+            })
+        ),
+        "job 1's end was not seen: {event:?}"
+    );
+
+    // Job 2 is stopped: its SIGTERM is sent, and the stop ends with its elastic-run.
+    let stopped = bounded("the stop waited on OWNER's processes", move || {
+        second.stop(JobId(2), 3.0)
+    });
+    assert!(stopped.is_ok(), "{stopped:?}");
+    let mut status = 0;
+    // SAFETY: waitpid(2) of this test's own child.
+    assert_eq!(
+        unsafe { libc::waitpid(leaders[1], &mut status, 0) },
+        leaders[1]
+    );
+    reapers[1].0 = None;
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7,
+        "stopped by SIGTERM and given its grace: status {status:#x}"
+    );
+    drop(mount);
+    // SAFETY: waitpid(2) of this test's own child, whose exec goes on once let go.
+    assert_eq!(unsafe { libc::waitpid(stuck, &mut status, 0) }, stuck);
+}
+
+/// Starts `sh -c script` as `owner` (all its ids, no groups), leading a process group of its own,
+/// with `var` its whole environment; where `held` is given, the child first opens it (as root, which
+/// a FUSE mount lets in alone) close-on-exec, so that its exec closes it. Returns its pid.
+fn spawned_as(
+    owner: u32,
+    held: Option<&Path>,
+    script: &std::ffi::CStr,
+    var: &std::ffi::CStr,
+) -> i32 {
+    use std::os::unix::ffi::OsStrExt;
+    let held = held.map(|path| std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap());
+    let program = c"/bin/sh";
+    let argv = [
+        c"sh".as_ptr(),
+        c"-c".as_ptr(),
+        script.as_ptr(),
+        std::ptr::null(),
+    ];
+    let envp = [var.as_ptr(), std::ptr::null()];
+    // SAFETY: the child calls only async-signal-safe system calls, on memory made before the fork,
+    // and ends with exec or _exit.
+    let child = unsafe {
+        let pid = libc::fork();
+        if pid == 0 {
+            // Nothing of the test's stays open (the FUSE server's own descriptor among them).
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32);
+            if libc::setpgid(0, 0) != 0
+                || held.as_ref().is_some_and(|file| {
+                    libc::open(file.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) < 0
+                })
+                || libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setresgid, owner, owner, owner) != 0
+                || libc::syscall(libc::SYS_setresuid, owner, owner, owner) != 0
+            {
+                libc::_exit(3);
+            }
+            libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            libc::_exit(4);
+        }
+        pid
+    };
+    assert!(child > 0, "fork: {}", std::io::Error::last_os_error());
+    child
+}
+
+/// A process of `owner`'s, with `var` its environment, stuck in its exec: it closes a descriptor on
+/// `mounted` (a [`Swallowing::holding`] of FUSE_FLUSH) that `mount` never answers. Its pid.
+fn stuck_in_exec(owner: u32, mounted: &Path, mount: &Swallowing, var: &std::ffi::CStr) -> i32 {
+    let child = spawned_as(owner, Some(&mounted.join("program")), c"true", var);
+    swallowed_within(mount, "its exec never closed the file");
+    child
+}
+
+/// Waits until `mount` has swallowed a request, for 10 s at most (failing with `what`).
+fn swallowed_within(mount: &Swallowing, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while mount.swallowed.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// SIGKILLs a child of the test's, until it is reaped (`None`), when dropped.
