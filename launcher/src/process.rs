@@ -149,23 +149,25 @@ pub fn processes_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i
 /// in time (the kills then come once it does).
 pub fn kill_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i32>> {
     let needle = format!("{name}={value}").into_bytes();
-    scan(owner, move || {
-        let mut found = Vec::new();
-        for pid in other_processes() {
-            let pinned = Pinned::open(pid);
-            if !marked(pid, &needle, owner) {
-                continue;
-            }
-            found.push(pid);
-            // Found, so not gone: tried again at the next look if it could not be killed.
-            if let Err(error) =
-                pinned.and_then(|p| p.map_or(Ok(false), |p| p.signal(libc::SIGKILL)))
-            {
-                tracing::warn!(pid, %error, "killing a marked process");
-            }
+    scan(owner, move || kill_marked(&needle, owner))
+}
+
+/// SIGKILLs `owner`'s processes (other than this process) whose environment holds `needle`, each
+/// pinned ([`Pinned`]) before it is read, on this thread: the pids found.
+fn kill_marked(needle: &[u8], owner: Owner) -> Vec<i32> {
+    let mut found = Vec::new();
+    for pid in other_processes() {
+        let pinned = Pinned::open(pid);
+        if !marked(pid, needle, owner) {
+            continue;
         }
-        found
-    })
+        found.push(pid);
+        // Found, so not gone: tried again at the next look if it could not be killed.
+        if let Err(error) = pinned.and_then(|p| p.map_or(Ok(false), |p| p.signal(libc::SIGKILL))) {
+            tracing::warn!(pid, %error, "killing a marked process");
+        }
+    }
+    found
 }
 
 /// A process held by a pidfd, so that a signal reaches it or, once it has ended, nothing: a pid read
@@ -295,26 +297,18 @@ fn matching(needle: &[u8], owner: Owner) -> Vec<i32> {
         .collect()
 }
 
-/// SIGKILLs every process of this user's with the token until none is left (bounded: about 2 s).
-/// For a launch's own teardown, whose processes are its user's: it reads them on this thread, and
-/// only that user can make it wait (see [`processes_with_env`]).
-pub fn kill_all(token: &str) -> usize {
+/// SIGKILLs every process of this user's with the token until none is left (bounded: about 2 s),
+/// each pinned before it is read ([`Pinned`]), so that a pid that passed to another process is not
+/// signalled. For a launch's own teardown, whose processes are its user's: it reads them on this
+/// thread, and only that user can make it wait (see [`processes_with_env`]).
+pub fn kill_all(token: &str) {
     let needle = format!("{TOKEN_VAR}={token}").into_bytes();
-    let mut killed = 0;
     for _ in 0..100 {
-        let pids = matching(&needle, Owner::this_user());
-        if pids.is_empty() {
+        if kill_marked(&needle, Owner::this_user()).is_empty() {
             break;
-        }
-        for pid in pids {
-            // SAFETY: kill(2) with a pid we just read; at worst the process is already gone.
-            if unsafe { libc::kill(pid, libc::SIGKILL) } == 0 {
-                killed += 1;
-            }
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    killed
 }
 
 /// The guardian's body: wait for the launcher's pipe to close, then kill the token's processes, and
@@ -549,7 +543,10 @@ mod tests {
         unsafe { libc::kill(pid, libc::SIGKILL) };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while pinned.ended() != Some(true) {
-            assert!(std::time::Instant::now() < deadline, "its end was never told");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "its end was never told"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
         // SAFETY: waitid(2) of our own child, leaving it unreaped (WNOWAIT).
