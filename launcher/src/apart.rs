@@ -7,7 +7,9 @@
 //! such a thread of a user's has not come back, refuses that user's next at once: each user holds
 //! at most one thread in the kernel, and nobody else waits. A server that answers, but just before
 //! the wait gives up, would still cost whoever waits that long each time: with
-//! [`Apart::resting`], a user whose work took long rests a while before their next is done.
+//! [`Apart::resting`], a user whose work took long rests a while before their next is done; and so
+//! does one whose work, in pieces each quick enough, takes more than a share of the clock in all
+//! (one slow piece per job of theirs, say).
 
 use std::collections::HashMap;
 use std::sync::mpsc::RecvTimeoutError;
@@ -19,8 +21,19 @@ use std::time::{Duration, Instant};
 #[derive(Clone, Debug, Default)]
 pub struct Apart {
     users: Arc<Mutex<HashMap<u32, User>>>,
-    /// Work that takes the first or longer rests its user for the second ([`Apart::resting`]).
-    rest: Option<(Duration, Duration)>,
+    /// When a user's work rests them ([`Apart::resting`]).
+    rest: Option<Rest>,
+}
+
+/// When a user's work rests them, and for how long ([`Apart::resting`]).
+#[derive(Clone, Copy, Debug)]
+struct Rest {
+    /// A piece of work that takes this long, or work that adds up to it beyond `share`.
+    slow: Duration,
+    /// The share of the clock a user's work may take for as long as it likes.
+    share: f64,
+    /// How long they rest.
+    rest: Duration,
 }
 
 /// What [`Apart`] keeps of one user.
@@ -29,6 +42,29 @@ struct User {
     underway: usize,
     /// When a piece of their work that took long ended: the rest is counted from then.
     slow_ended: Option<Instant>,
+    /// How much of their work's time was beyond the share at `owed_at`: it goes down at the share
+    /// of the clock ([`User::owed`]).
+    owed: Duration,
+    owed_at: Option<Instant>,
+}
+
+impl User {
+    /// How much of their work's time is beyond the share at `now`.
+    fn owed(&self, now: Instant, share: f64) -> Duration {
+        self.owed_at.map_or(Duration::ZERO, |at| {
+            let paid = now.saturating_duration_since(at).mul_f64(share);
+            self.owed.saturating_sub(paid)
+        })
+    }
+
+    /// Whether anything of theirs is worth keeping at `now`: work under way, a rest, or time owed.
+    fn kept(&self, now: Instant, rest: Option<Rest>) -> bool {
+        self.underway > 0
+            || rest.is_some_and(|r| {
+                self.slow_ended.is_some_and(|ended| ended + r.rest > now)
+                    || self.owed(now, r.share) > Duration::ZERO
+            })
+    }
 }
 
 /// Why [`Apart::run`] has no answer.
@@ -38,10 +74,10 @@ pub enum NotDone {
     Underway,
     /// It took longer than its patience (it goes on, and is counted until it ends).
     Late(Duration),
-    /// An earlier piece of work for the same user took this long or longer, and they rest for
-    /// this much more ([`Apart::resting`]).
+    /// An earlier piece of work for the same user took this long or longer, or their work took
+    /// this long beyond its share in all, and they rest for this much more ([`Apart::resting`]).
     Resting {
-        /// How long their earlier work took, at least.
+        /// How long their earlier work took, at least (in one piece, or beyond its share).
         slow: Duration,
         /// How much longer they rest.
         left: Duration,
@@ -67,7 +103,7 @@ impl std::fmt::Display for NotDone {
             ),
             NotDone::Resting { left, .. } => write!(
                 f,
-                "an earlier one for the same user was slow (a file system of theirs answers \
+                "earlier ones for the same user were slow (a file system of theirs answers \
                  slowly, or did not answer): theirs wait {} s more",
                 left.as_secs().max(1)
             ),
@@ -87,14 +123,21 @@ struct Underway {
 
 impl Drop for Underway {
     fn drop(&mut self) {
-        let took = self.began.elapsed();
+        let now = Instant::now();
+        let took = now.saturating_duration_since(self.began);
         let mut users = (self.apart.users.lock()).unwrap_or_else(PoisonError::into_inner);
         if let Some(user) = users.get_mut(&self.uid) {
             user.underway -= 1;
-            if self.apart.rest.is_some() && took >= self.slow {
-                user.slow_ended = Some(Instant::now());
+            if let Some(rest) = self.apart.rest {
+                let owed = user.owed(now, rest.share) + took;
+                if took >= self.slow || owed >= rest.slow {
+                    user.slow_ended = Some(now);
+                    (user.owed, user.owed_at) = (Duration::ZERO, None);
+                } else {
+                    (user.owed, user.owed_at) = (owed, Some(now));
+                }
             }
-            if user.underway == 0 && user.slow_ended.is_none() {
+            if !user.kept(now, self.apart.rest) {
                 users.remove(&self.uid);
             }
         }
@@ -102,15 +145,16 @@ impl Drop for Underway {
 }
 
 impl Apart {
-    /// This work apart (the same users, counted together), where a user whose piece of work took
-    /// `slow` or longer, or outlasted its patience, rests for `rest`: their next is refused at once
-    /// until then
-    /// ([`NotDone::Resting`]). A file system that answers just before the patience then costs its
-    /// user's waiter that long once per `rest`, not every time.
-    pub fn resting(&self, slow: Duration, rest: Duration) -> Self {
+    /// This work apart (the same users, counted together), where a user rests for `rest` (their
+    /// next is refused at once until then: [`NotDone::Resting`]) once a piece of their work took
+    /// `slow` or longer, or outlasted its patience, or once their work took `slow` beyond `share` of
+    /// the clock in all. A file system that answers just before the patience then costs its user's
+    /// waiter that long once per `rest`, not every time; and one that answers just before `slow`
+    /// costs it a `share` of its time, however many pieces of work the user has it do.
+    pub fn resting(&self, slow: Duration, share: f64, rest: Duration) -> Self {
         Apart {
             users: self.users.clone(),
-            rest: Some((slow, rest)),
+            rest: Some(Rest { slow, share, rest }),
         }
     }
 
@@ -125,12 +169,14 @@ impl Apart {
     ) -> Result<T, NotDone> {
         let underway = {
             let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
+            let began = Instant::now();
+            // Users with nothing left to keep go (one entry per user that has work done apart).
+            users.retain(|_, user| user.kept(began, self.rest));
             let user = users.entry(uid).or_default();
             if user.underway > 0 {
                 return Err(NotDone::Underway);
             }
-            let began = Instant::now();
-            if let (Some(ended), Some((slow, rest))) = (user.slow_ended, self.rest)
+            if let (Some(ended), Some(Rest { slow, rest, .. })) = (user.slow_ended, self.rest)
                 && ended + rest > began
             {
                 return Err(NotDone::Resting {
@@ -144,7 +190,7 @@ impl Apart {
                 apart: self.clone(),
                 uid,
                 began,
-                slow: self.rest.map_or(patience, |(slow, _)| slow.min(patience)),
+                slow: self.rest.map_or(patience, |r| r.slow.min(patience)),
             }
         };
         let (answer, answered) = std::sync::mpsc::sync_channel(1);
@@ -207,7 +253,7 @@ mod tests {
         // Slow well above what quick work takes on a loaded machine; a rest far longer than the
         // test.
         let (slow, rest) = (Duration::from_millis(500), Duration::from_secs(600));
-        let apart = Apart::default().resting(slow, rest);
+        let apart = Apart::default().resting(slow, 0.1, rest);
         let long = Duration::from_secs(30);
         assert_eq!(apart.run(7, "t", long, || 1), Ok(1));
         assert_eq!(apart.run(7, "t", long, || 2), Ok(2), "quick work: no rest");
@@ -224,13 +270,19 @@ mod tests {
         }
         assert_eq!(apart.run(8, "t", long, || 4), Ok(4), "others do not rest");
         // A rest that is over lets the user's work run again.
-        let brief = Apart::default().resting(slow, Duration::ZERO);
+        let brief = Apart::default().resting(slow, 1.0, Duration::ZERO);
         assert_eq!(
             brief.run(7, "t", long, move || std::thread::sleep(slow)),
             Ok(())
         );
         assert_eq!(brief.run(7, "t", long, || 5), Ok(5));
-        assert!(brief.users.lock().unwrap().is_empty(), "nothing kept");
+        // Once what it owes is paid back (at the whole clock here), nothing of the user is kept.
+        std::thread::sleep(Duration::from_millis(10));
+        assert_eq!(brief.run(8, "t", long, || 7), Ok(7));
+        assert!(
+            !brief.users.lock().unwrap().contains_key(&7),
+            "nothing kept"
+        );
         // Without a rest, slow work is not remembered.
         let plain = Apart::default();
         assert_eq!(
@@ -239,5 +291,43 @@ mod tests {
         );
         assert_eq!(plain.run(7, "t", long, || 6), Ok(6));
         assert!(plain.users.lock().unwrap().is_empty(), "nothing kept");
+    }
+
+    #[test]
+    fn a_user_whose_quick_work_adds_up_beyond_its_share_rests_and_nobody_else_does() {
+        let (slow, rest, long) = (
+            Duration::from_millis(300),
+            Duration::from_secs(600),
+            Duration::from_secs(30),
+        );
+        let apart = Apart::default().resting(slow, 0.1, rest);
+        // Pieces each well under `slow`, one after the other: the whole clock, beyond its tenth.
+        let piece = Duration::from_millis(50);
+        let mut pieces = 0;
+        loop {
+            match apart.run(7, "t", long, move || std::thread::sleep(piece)) {
+                Ok(()) => pieces += 1,
+                Err(NotDone::Resting { slow: said, left }) => {
+                    assert_eq!(said, slow);
+                    assert!(left <= rest, "{left:?}");
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(pieces <= 20, "never rested");
+        }
+        assert!(pieces > 1, "rested after one quick piece");
+        assert_eq!(apart.run(8, "t", long, || 1), Ok(1), "others do not rest");
+
+        // Within its share, work that adds up to far more than `slow` never rests its user: 20 ms
+        // pieces 300 ms apart (a sixteenth of the clock), 160 ms in all against a `slow` of 100.
+        let sharing = Apart::default().resting(Duration::from_millis(100), 0.1, rest);
+        for _ in 0..8 {
+            let took = sharing.run(7, "t", long, || {
+                std::thread::sleep(Duration::from_millis(20))
+            });
+            assert_eq!(took, Ok(()));
+            std::thread::sleep(Duration::from_millis(300));
+        }
     }
 }

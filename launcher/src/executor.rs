@@ -144,6 +144,11 @@ const LINGERING_SWEEP_BUDGET: Duration = Duration::from_millis(200);
 /// How long a stop waits for a killed attempt's processes to end before it goes on without them.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
+/// How often a killed attempt without a cgroup is looked for: each look is a scan of its user's
+/// processes (milliseconds on a busy machine) that the poll waits for, and that counts against the
+/// user's share of scans, while SIGKILLed workers take about as long to go.
+const SCANNED_KILL_LOOK_EVERY: Duration = Duration::from_millis(100);
+
 /// How long a batch of stops waits for its workers before those still checkpointing go on in the
 /// background ([`ProcessExecutor::stop_patience`]).
 pub const DEFAULT_STOP_PATIENCE: Duration = Duration::from_secs(10);
@@ -170,6 +175,10 @@ pub const HOST_RETRY: Duration = Duration::from_secs(15);
 /// How long a user's launches are put off after a slow check of theirs ([`SLOW_CHECK`]): the
 /// default of [`ProcessExecutor::check_rest`].
 pub const DEFAULT_CHECK_REST: Duration = Duration::from_secs(60);
+
+/// The share of the clock a user's launches' program checks may take for as long as they like:
+/// beyond it, checks that add up to [`SLOW_CHECK`] rest their launches as one slow check does.
+pub const CHECK_SHARE: f64 = 0.1;
 
 /// Checks a submitted command as the process executor will run it (its GPUs first): `elastic-run`
 /// must accept the command line, on this machine's GPUs (no `--backend slurm`), with a `--grace` of
@@ -507,6 +516,9 @@ struct Stopping {
     deadline: Instant,
     /// When they were killed, once they were.
     killed_at: Option<Instant>,
+    /// When what was killed was last looked for by a scan of its user's processes (an attempt
+    /// without a cgroup): looked for again [`SCANNED_KILL_LOOK_EVERY`] on.
+    scanned_at: Option<Instant>,
     /// Whether its `elastic-run` was sent SIGTERM: an adopted run's is sent it only once its
     /// processes answer that it is the attempt's, which may be after the stop was asked.
     signalled: bool,
@@ -1068,7 +1080,8 @@ impl ProcessExecutor {
         let checks = if submitter.uid == inherit::this_user() {
             self.checks.clone()
         } else {
-            self.checks.resting(SLOW_CHECK, self.check_rest)
+            self.checks
+                .resting(SLOW_CHECK, CHECK_SHARE, self.check_rest)
         };
         let checked = check_apart(
             &checks,
@@ -1333,6 +1346,7 @@ impl ProcessExecutor {
             "the workers outlived the stop timeout; killed them"
         );
         stop.killed_at = Some(now);
+        stop.scanned_at = stop.run.confinement.cgroup.is_none().then_some(now);
         false
     }
 
@@ -1346,18 +1360,24 @@ impl ProcessExecutor {
         now: Instant,
     ) -> bool {
         let run = &mut stop.run;
+        let scanned = run.confinement.cgroup.is_none();
+        let looked_lately = stop
+            .scanned_at
+            .is_some_and(|at| now < at + SCANNED_KILL_LOOK_EVERY);
         // While our child lives (held in the kernel), nothing else could end the stop. (Not our
         // child: nothing to reap, and its look goes to the sweep.)
-        if run.child.is_none() || run.ended() == Some(true) {
+        if (run.child.is_none() || run.ended() == Some(true)) && !(scanned && looked_lately) {
+            if scanned {
+                stop.scanned_at = Some(now);
+            }
             // Killed again at each look, which catches a process forked meanwhile.
             match kill_attempt(&run.marker, &run.confinement) {
                 Some(true) => return true,
-                // A scan that did not answer tells nothing (its user's scans rest a while after a
-                // slow one): our child's stop is over with its elastic-run, its leftovers swept
-                // at later polls; an adopted run's is not given up on (its GPUs stay its own).
-                None if run.child.is_some() => return true,
-                None => return false,
-                Some(false) => {}
+                // A scan that did not answer tells nothing (its user's scans rest a while after
+                // slow ones): our child's stop waits out its patience, as for processes seen
+                // not to end; an adopted run's is not given up on (its GPUs stay its own).
+                None if run.child.is_none() => return false,
+                None | Some(false) => {}
             }
         }
         if now < killed_at + KILL_PATIENCE {
@@ -1366,9 +1386,10 @@ impl ProcessExecutor {
         tracing::error!(
             job = run.launch.job.0,
             pid = run.pid,
-            "the attempt's processes have not all ended {} s after SIGKILL: the kernel holds them, \
-             most likely waiting on a file system that does not answer (the job's own FUSE mount, \
-             say); the stop goes on without them, and they are swept at later polls",
+            "the attempt's processes have not all been seen to end {} s after SIGKILL: the kernel \
+             holds them, or their user's processes do not answer a look, most likely waiting on a \
+             file system that does not answer (the job's own FUSE mount, say); the stop goes on \
+             without them, and they are swept at later polls",
             KILL_PATIENCE.as_secs()
         );
         self.unreaped.extend(run.child.take());
@@ -1642,6 +1663,7 @@ impl Executor for ProcessExecutor {
                 run,
                 asked_at: now,
                 killed_at: None,
+                scanned_at: None,
                 signalled,
             })
             .collect();

@@ -33,9 +33,16 @@ const SLOW_SCAN: Duration = Duration::from_millis(500);
 /// that they cannot tell, and their attempts' leftovers are swept later.
 const SCAN_REST: Duration = Duration::from_secs(30);
 
+/// The share of the clock a user's scans may take for as long as they like: beyond it, scans that
+/// add up to [`SLOW_SCAN`] rest them as one slow scan does. Each scan of theirs is waited for (on
+/// the control plane's thread, while it polls): a user whose processes answer just before
+/// `SLOW_SCAN`, with an attempt at each look, would otherwise hold every poll. A scan takes
+/// milliseconds, and a poll looks once per attempt that is being killed or swept.
+const SCAN_SHARE: f64 = 0.1;
+
 /// The scans that have not come back, by the user whose processes they read.
 static SCANS: std::sync::LazyLock<Apart> =
-    std::sync::LazyLock::new(|| Apart::default().resting(SLOW_SCAN, SCAN_REST));
+    std::sync::LazyLock::new(|| Apart::default().resting(SLOW_SCAN, SCAN_SHARE, SCAN_REST));
 
 /// Whose processes a scan reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
