@@ -57,12 +57,33 @@ impl User {
         })
     }
 
+    /// Charges them a piece of work that ended at `now` and took `took`, `slow_piece` or longer
+    /// being slow on its own: whether they rest from now.
+    fn charge(&mut self, now: Instant, took: Duration, slow_piece: Duration, rest: Rest) -> bool {
+        let owed = self.owed(now, rest.share).saturating_add(took);
+        if took >= slow_piece || owed >= rest.slow {
+            self.slow_ended = Some(now);
+            (self.owed, self.owed_at) = (Duration::ZERO, None);
+            true
+        } else {
+            (self.owed, self.owed_at) = (owed, Some(now));
+            false
+        }
+    }
+
+    /// How much longer they rest at `now`, if they do.
+    fn resting(&self, now: Instant, rest: Rest) -> Option<Duration> {
+        let until = self.slow_ended?.checked_add(rest.rest);
+        // A rest too long for the clock lasts for good.
+        Some(until.map_or(Duration::MAX, |until| until.saturating_duration_since(now)))
+            .filter(|left| !left.is_zero())
+    }
+
     /// Whether anything of theirs is worth keeping at `now`: work under way, a rest, or time owed.
     fn kept(&self, now: Instant, rest: Option<Rest>) -> bool {
         self.underway > 0
             || rest.is_some_and(|r| {
-                self.slow_ended.is_some_and(|ended| ended + r.rest > now)
-                    || self.owed(now, r.share) > Duration::ZERO
+                self.resting(now, r).is_some() || self.owed(now, r.share) > Duration::ZERO
             })
     }
 }
@@ -129,13 +150,7 @@ impl Drop for Underway {
         if let Some(user) = users.get_mut(&self.uid) {
             user.underway -= 1;
             if let Some(rest) = self.apart.rest {
-                let owed = user.owed(now, rest.share) + took;
-                if took >= self.slow || owed >= rest.slow {
-                    user.slow_ended = Some(now);
-                    (user.owed, user.owed_at) = (Duration::ZERO, None);
-                } else {
-                    (user.owed, user.owed_at) = (owed, Some(now));
-                }
+                user.charge(now, took, self.slow, rest);
             }
             if !user.kept(now, self.apart.rest) {
                 users.remove(&self.uid);
@@ -151,7 +166,15 @@ impl Apart {
     /// the clock in all. A file system that answers just before the patience then costs its user's
     /// waiter that long once per `rest`, not every time; and one that answers just before `slow`
     /// costs it a `share` of its time, however many pieces of work the user has it do.
+    ///
+    /// # Panics
+    ///
+    /// Where `share` is not above 0 and at most 1.
     pub fn resting(&self, slow: Duration, share: f64, rest: Duration) -> Self {
+        assert!(
+            share > 0.0 && share <= 1.0,
+            "a share of the clock is above 0 and at most 1, not {share}"
+        );
         Apart {
             users: self.users.clone(),
             rest: Some(Rest { slow, share, rest }),
@@ -169,19 +192,22 @@ impl Apart {
     ) -> Result<T, NotDone> {
         let underway = {
             let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
-            let began = Instant::now();
-            // Users with nothing left to keep go (one entry per user that has work done apart).
-            users.retain(|_, user| user.kept(began, self.rest));
+            let asked = Instant::now();
+            // Users with nothing left to keep go (one entry per user that has work done apart),
+            // judged where users rest (a handle that never rests them would forget every rest).
+            if self.rest.is_some() {
+                users.retain(|_, user| user.kept(asked, self.rest));
+            }
             let user = users.entry(uid).or_default();
             if user.underway > 0 {
                 return Err(NotDone::Underway);
             }
-            if let (Some(ended), Some(Rest { slow, rest, .. })) = (user.slow_ended, self.rest)
-                && ended + rest > began
+            if let Some(rest) = self.rest
+                && let Some(left) = user.resting(asked, rest)
             {
                 return Err(NotDone::Resting {
-                    slow,
-                    left: ended + rest - began,
+                    slow: rest.slow,
+                    left,
                 });
             }
             user.slow_ended = None;
@@ -189,7 +215,7 @@ impl Apart {
             Underway {
                 apart: self.clone(),
                 uid,
-                began,
+                began: asked,
                 slow: self.rest.map_or(patience, |r| r.slow.min(patience)),
             }
         };
@@ -197,6 +223,9 @@ impl Apart {
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                let mut underway = underway;
+                // Charged from here: a machine slow to start the thread is not the user's doing.
+                underway.began = Instant::now();
                 let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
                 // Counted out before the answer (or, after a panic, before the channel closes), so
                 // that whoever reads it finds it over.
@@ -277,7 +306,7 @@ mod tests {
         );
         assert_eq!(brief.run(7, "t", long, || 5), Ok(5));
         // Once what it owes is paid back (at the whole clock here), nothing of the user is kept.
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(50));
         assert_eq!(brief.run(8, "t", long, || 7), Ok(7));
         assert!(
             !brief.users.lock().unwrap().contains_key(&7),
@@ -300,7 +329,8 @@ mod tests {
             Duration::from_secs(600),
             Duration::from_secs(30),
         );
-        let apart = Apart::default().resting(slow, 0.1, rest);
+        let never_resting = Apart::default();
+        let apart = never_resting.resting(slow, 0.1, rest);
         // Pieces each well under `slow`, one after the other: the whole clock, beyond its tenth.
         let piece = Duration::from_millis(50);
         let mut pieces = 0;
@@ -318,16 +348,52 @@ mod tests {
         }
         assert!(pieces > 1, "rested after one quick piece");
         assert_eq!(apart.run(8, "t", long, || 1), Ok(1), "others do not rest");
+        // A handle on the same users that never rests them keeps the rests of those that do.
+        assert_eq!(never_resting.run(8, "t", long, || 2), Ok(2));
+        assert!(matches!(
+            apart.run(7, "t", long, || 3),
+            Err(NotDone::Resting { .. })
+        ));
+    }
 
-        // Within its share, work that adds up to far more than `slow` never rests its user: 20 ms
-        // pieces 300 ms apart (a sixteenth of the clock), 160 ms in all against a `slow` of 100.
-        let sharing = Apart::default().resting(Duration::from_millis(100), 0.1, rest);
-        for _ in 0..8 {
-            let took = sharing.run(7, "t", long, || {
-                std::thread::sleep(Duration::from_millis(20))
-            });
-            assert_eq!(took, Ok(()));
-            std::thread::sleep(Duration::from_millis(300));
+    /// What a user owes, on a clock of the test's own.
+    #[test]
+    fn work_beyond_its_share_is_owed_and_paid_back_at_the_share() {
+        let rest = Rest {
+            slow: Duration::from_millis(300),
+            share: 0.1,
+            rest: Duration::from_secs(30),
+        };
+        let ms = Duration::from_millis;
+        let start = Instant::now();
+        // 50 ms pieces back to back: 50 ms owed, then 45 more at each (5 paid back), 320 at the
+        // seventh.
+        let mut user = User::default();
+        for k in 1..=7 {
+            let rested = user.charge(start + ms(50 * k), ms(50), ms(500), rest);
+            assert_eq!(rested, k == 7, "piece {k}: owed {:?}", user.owed);
         }
+        assert_eq!(user.resting(start + ms(350), rest), Some(ms(30_000)));
+        assert_eq!(user.resting(start + ms(30_350), rest), None, "rested");
+        assert!(!user.kept(start + ms(30_350), Some(rest)));
+        // 20 ms pieces 320 ms apart (a sixteenth of the clock): each paid back before the next,
+        // however many.
+        let mut user = User::default();
+        for k in 1..=100 {
+            assert!(!user.charge(start + ms(320 * k), ms(20), ms(500), rest));
+            assert_eq!(user.owed, ms(20));
+        }
+        assert!(user.kept(start + ms(32_000), Some(rest)), "20 ms owed");
+        assert!(!user.kept(start + ms(32_200), Some(rest)), "paid back");
+        // One slow piece rests them, whatever they owe.
+        assert!(User::default().charge(start, ms(500), ms(500), rest));
+        // A rest too long for the clock lasts.
+        let forever = Rest {
+            rest: Duration::MAX,
+            ..rest
+        };
+        let mut user = User::default();
+        assert!(user.charge(start, ms(500), ms(500), forever));
+        assert_eq!(user.resting(start, forever), Some(Duration::MAX));
     }
 }

@@ -52,13 +52,9 @@ use crate::process::{
 };
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
-/// that carry its marker (none where their environments did not answer).
-fn attempt_processes(marker: &str, confinement: &Confinement) -> Vec<i32> {
-    attempt_processes_answered(marker, confinement).unwrap_or_default()
-}
-
-/// [`attempt_processes`], or `None` where their environments did not answer ([`processes_with_env`]).
-fn attempt_processes_answered(marker: &str, confinement: &Confinement) -> Option<Vec<i32>> {
+/// that carry its marker, or `None` where their environments did not answer
+/// ([`processes_with_env`]).
+fn attempt_processes(marker: &str, confinement: &Confinement) -> Option<Vec<i32>> {
     match &confinement.cgroup {
         Some(cgroup) => Some(confine::processes(cgroup)),
         None => processes_with_env(ATTEMPT_VAR, marker, confinement.owner()),
@@ -138,8 +134,12 @@ fn write_atomically_as(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<
     std::fs::rename(temp, path)
 }
 
-/// How long a poll sweeps what ended attempts left before it leaves the rest to the next poll.
+/// How long a poll sweeps what ended attempts left before it leaves the rest to the next sweep.
 const LINGERING_SWEEP_BUDGET: Duration = Duration::from_millis(200);
+
+/// How often what ended attempts left is swept again: without a cgroup each sweep is a scan of
+/// their user's processes, which the poll waits for and which counts against the user's share.
+const LINGERING_SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a stop waits for a killed attempt's processes to end before it goes on without them.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
@@ -440,7 +440,7 @@ fn write_run_file(path: &Path, record: &RunRecord) {
 /// the lowest pid. `Some(None)`: none leads one (its `elastic-run`, and what it started, are gone);
 /// `None`: their environments did not answer.
 fn marked_leader(marker: &str, confinement: &Confinement) -> Option<Option<i32>> {
-    let pids = attempt_processes_answered(marker, confinement)?;
+    let pids = attempt_processes(marker, confinement)?;
     // A process whose stat cannot be read has ended.
     let age = |pid: i32| {
         let [parent, started] = stat_fields(&pid.to_string(), [4, 22])?;
@@ -869,8 +869,10 @@ pub struct ProcessExecutor {
     /// same after a restart.
     instance: String,
     /// Ended attempts some of whose processes had not yet gone: their markers and cgroups, swept
-    /// again at every poll.
+    /// again every [`LINGERING_SWEEP_EVERY`].
     lingering: Vec<(String, Confinement)>,
+    /// When `lingering` was last swept.
+    lingering_swept_at: Option<Instant>,
     /// Children never waited for, reaped at later polls: those killed at a stop that had not ended
     /// [`KILL_PATIENCE`] later (the kernel holds a process waiting on a file system that never
     /// answers, even through SIGKILL), and the `scancel`s of Slurm steps that ended or that no
@@ -927,6 +929,7 @@ impl ProcessExecutor {
             cores: CorePool::of_this_process(),
             cgroups,
             lingering: Vec::new(),
+            lingering_swept_at: None,
             unreaped: Vec::new(),
             slurm_queue: QueueSweep::Done,
             instance,
@@ -1026,6 +1029,30 @@ impl ProcessExecutor {
             && confinement.cgroup.as_deref().is_none_or(confine::remove)
             // The pids hierarchy's cgroup empties with the other.
             && confinement.tasks.as_deref().is_none_or(confine::remove)
+    }
+
+    /// Sweeps what ended attempts left, every [`LINGERING_SWEEP_EVERY`], for a while: on the
+    /// control plane's thread, a sweep without a cgroup may take up to a scan's patience, and users
+    /// whose processes answer slowly could otherwise make a poll last as long as they have
+    /// attempts lingering. Those not reached go first at the next sweep.
+    fn sweep_lingering(&mut self) {
+        let began = Instant::now();
+        if self.lingering.is_empty()
+            || (self.lingering_swept_at).is_some_and(|at| began < at + LINGERING_SWEEP_EVERY)
+        {
+            return;
+        }
+        self.lingering_swept_at = Some(began);
+        let (mut unreached, mut left) = (Vec::new(), Vec::new());
+        for (marker, confinement) in std::mem::take(&mut self.lingering) {
+            if began.elapsed() >= LINGERING_SWEEP_BUDGET {
+                unreached.push((marker, confinement));
+            } else if !self.sweep_once(&marker, &confinement) {
+                left.push((marker, confinement));
+            }
+        }
+        unreached.append(&mut left);
+        self.lingering = unreached;
     }
 
     fn attempt_file(&self, job: JobId, attempt: u64, what: &str) -> PathBuf {
@@ -1299,11 +1326,13 @@ impl ProcessExecutor {
         true
     }
 
-    /// Moves `stop` on without waiting, with one look at its processes (for an adopted run, a scan
-    /// of its user's): whether it is over. Before its deadline, once its run exited (an
-    /// `elastic-run` ends its workers before it exits). At the deadline every process of the
-    /// attempt is killed, and the stop is over once none is left, or given up on [`KILL_PATIENCE`]
-    /// after the kill (what is left is swept at later polls).
+    /// Moves `stop` on without waiting, with one look at its processes at most: whether it is over.
+    /// Before its deadline, once its run exited (our child reaped, or an adopted run's pinned
+    /// `elastic-run` ended: an `elastic-run` ends its workers before it exits). At the deadline
+    /// every process of the attempt is killed, and the stop is over once none is left (its cgroup
+    /// empty, or, without one, a scan of its user's processes every [`SCANNED_KILL_LOOK_EVERY`]
+    /// finding none), or given up on at the first look [`KILL_PATIENCE`] after the kill (what is
+    /// left is swept at later polls), except an adopted run's while its processes do not answer.
     fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
         let now = Instant::now();
         if !stop.signalled {
@@ -1361,12 +1390,14 @@ impl ProcessExecutor {
     ) -> bool {
         let run = &mut stop.run;
         let scanned = run.confinement.cgroup.is_none();
-        let looked_lately = stop
-            .scanned_at
-            .is_some_and(|at| now < at + SCANNED_KILL_LOOK_EVERY);
+        // Where a look is a scan of its user's processes, one per SCANNED_KILL_LOOK_EVERY; the
+        // stop ends or is given up on only at a look.
+        if scanned && (stop.scanned_at).is_some_and(|at| now < at + SCANNED_KILL_LOOK_EVERY) {
+            return false;
+        }
         // While our child lives (held in the kernel), nothing else could end the stop. (Not our
-        // child: nothing to reap, and its look goes to the sweep.)
-        if (run.child.is_none() || run.ended() == Some(true)) && !(scanned && looked_lately) {
+        // child: nothing to reap, and the sweep is its look.)
+        if run.child.is_none() || run.ended() == Some(true) {
             if scanned {
                 stop.scanned_at = Some(now);
             }
@@ -1728,10 +1759,18 @@ impl Executor for ProcessExecutor {
         if run.launch.resources.is_none() {
             return;
         }
+        // Where its processes do not answer, none could be re-pinned: it keeps what it has (its
+        // old cores are not handed to another job while it runs on them).
+        let Some(pids) = attempt_processes(&run.marker, &run.confinement) else {
+            tracing::warn!(
+                job = job.0,
+                "its processes do not answer: it keeps its cores and memory until its next allotment"
+            );
+            return;
+        };
         // Re-pinned in place: the workers keep running, on the new cores from their next slice.
         self.cores.give_back(&run.confinement.cores);
         let cores = self.cores.take(resources.cores());
-        let pids = attempt_processes(&run.marker, &run.confinement);
         let threads = confine::repin(&pids, &cores);
         if let (Some(cgroup), Some(bytes)) = (&run.confinement.cgroup, resources.memory_bytes())
             && let Err(e) = self.cgroups.set_limit(cgroup, bytes)
@@ -1822,21 +1861,7 @@ impl Executor for ProcessExecutor {
                 self.stopping.push(stop);
             }
         }
-        // Swept for a while at each poll, on the control plane's thread: a sweep without a cgroup
-        // may take up to a scan's patience, and users whose processes answer slowly could
-        // otherwise make a poll last as long as they have attempts lingering.
-        // Those not reached go first at the next.
-        let began = Instant::now();
-        let (mut unreached, mut left) = (Vec::new(), Vec::new());
-        for (marker, confinement) in std::mem::take(&mut self.lingering) {
-            if began.elapsed() >= LINGERING_SWEEP_BUDGET {
-                unreached.push((marker, confinement));
-            } else if !self.sweep_once(&marker, &confinement) {
-                left.push((marker, confinement));
-            }
-        }
-        unreached.append(&mut left);
-        self.lingering = unreached;
+        self.sweep_lingering();
         events
     }
 
@@ -1868,7 +1893,7 @@ mod tests {
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         let found = loop {
-            let pids = attempt_processes(&marker, &confinement);
+            let pids = attempt_processes(&marker, &confinement).unwrap_or_default();
             if pids.len() == 2 {
                 break marked_leader(&marker, &confinement);
             }
@@ -1878,7 +1903,7 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(20));
         };
-        for pid in attempt_processes(&marker, &confinement) {
+        for pid in attempt_processes(&marker, &confinement).unwrap_or_default() {
             // SAFETY: kill(2) of a process this test started (it carries the test's marker).
             unsafe { libc::kill(pid, libc::SIGKILL) };
         }

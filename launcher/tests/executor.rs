@@ -11,7 +11,7 @@ use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{
     ATTEMPT_VAR, HOST_RETRY, ProcessExecutor, check_command, reported,
 };
-use gangway_launcher::process::{Owner, processes_with_env};
+use gangway_launcher::process::{Owner, Pinned, processes_with_env};
 use gangway_protocol::command::Submitter;
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
 use gangway_protocol::worker::{
@@ -1212,6 +1212,59 @@ fn a_process_stuck_in_its_exec_holds_no_scan_of_another_users_processes() {
     assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
 }
 
+/// A setuid program another user started runs as root, and its `/proc` entry is root's: it is
+/// theirs all the same (its real uid), not root's, to a scan. Uid 65531's, which no other test
+/// scans. Needs root, as CI runs.
+#[test]
+fn another_users_setuid_program_is_theirs_not_roots() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    const OWNER: u32 = 65531;
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can start another user's process");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    let program = dir.path().join("sleep");
+    std::fs::copy("/bin/sleep", &program).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let marker = format!("setuid-{}", std::process::id());
+    let mut theirs = std::process::Command::new(&program)
+        .arg("30")
+        .env_clear()
+        .env("GANGWAY_SETUID", &marker)
+        .uid(OWNER)
+        .gid(OWNER)
+        .spawn()
+        .unwrap();
+    let pid = theirs.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_link(format!("/proc/{pid}/exe")).ok().as_ref() != Some(&program) {
+        assert!(Instant::now() < deadline, "it never ran the program");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if std::fs::metadata(format!("/proc/{pid}")).unwrap().uid() != 0 {
+        let _ = theirs.kill();
+        let _ = theirs.wait();
+        // The mount's to allow (a nosuid temporary directory): no set-up step can provide it.
+        eprintln!("skipped: the temporary directory's file system ignores setuid");
+        return;
+    }
+    let scanned = |owner| {
+        std::iter::repeat_with(|| processes_with_env("GANGWAY_SETUID", &marker, owner))
+            .take(100)
+            .find_map(|found| found)
+            .expect("the scan never answered")
+    };
+    let (roots, owners) = (scanned(Owner::User(0)), scanned(Owner::User(OWNER)));
+    let _ = theirs.kill();
+    let _ = theirs.wait();
+    assert_eq!(roots, [] as [i32; 0], "taken for root's");
+    assert_eq!(owners, [pid], "not found as its user's");
+}
+
 /// A daemon that stopped between writing an attempt's run file and learning its `elastic-run`'s
 /// pid leaves a record without one, and a restarted daemon looks for the attempt's process-group
 /// leader by marker (where it has no cgroup). Where that look cannot answer (here the leader is stuck in its exec on a file
@@ -1242,8 +1295,7 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
     let mut record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
     record["pid"] = 0.into();
-    // Found by marker, as where there are no cgroups (Slurm's nodes, a daemon not root).
-    record["confinement"]["cgroup"] = serde_json::Value::Null;
+    without_cgroups(&mut record);
     record["confinement"]["owner"] = OWNER.into();
     // A grace of 2 s, far shorter than the scans' rest: it must count from the SIGTERM.
     record["stop_timeout"] = serde_json::json!({ "secs": 2, "nanos": 0 });
@@ -1330,16 +1382,30 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
 #[test]
 fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
     const OWNER: u32 = 65532;
+    if Pinned::open(std::process::id() as i32)
+        .unwrap()
+        .is_some_and(|me| me.ended().is_none())
+    {
+        // The kernel's to offer (Linux 5.3 on, and no seccomp filter refusing them).
+        eprintln!("skipped: this kernel offers no pidfds");
+        return;
+    }
     let (dir, fake) = setup();
     let holding = |at: &Path| Swallowing::holding(at, b"data", &[FUSE_FLUSH]);
     let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
         return;
     };
-    // A first daemon launches two attempts, then dies; their records are then made those of
+    // A first daemon launches three attempts, then dies; their records are then made those of
     // OWNER's attempts without a cgroup, whose elastic-runs are stand-ins started here. Sent
-    // SIGTERM, a stand-in takes half a second to save its work, and exits 7.
+    // SIGTERM, the first two take half a second to save their work, and exit 7; the third
+    // ignores it, and its stop may take half a second.
     let mut first = executor(dir.path(), &fake);
-    let jobs = [JobId(1), JobId(2)];
+    let jobs = [JobId(1), JobId(2), JobId(3)];
+    let scripts = [
+        c"trap 'sleep 0.5; exit 7' TERM; while :; do sleep 0.05; done",
+        c"trap 'sleep 0.5; exit 7' TERM; while :; do sleep 0.05; done",
+        c"trap '' TERM; while :; do sleep 0.05; done",
+    ];
     for job in jobs {
         let gpu = job.0 - 1;
         first
@@ -1350,24 +1416,22 @@ fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
     drop(first);
     let mut reapers = Vec::new();
     let mut leaders = Vec::new();
-    for (job, marker) in jobs.into_iter().zip(&markers) {
+    for ((job, marker), script) in jobs.into_iter().zip(&markers).zip(scripts) {
         drop(KillAtEnd(marker.clone()));
         gone_within(marker, "the first daemon's attempt outlived its SIGKILL");
         let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
-        let leader = spawned_as(
-            OWNER,
-            None,
-            c"trap 'sleep 0.5; exit 7' TERM; while :; do sleep 0.05; done",
-            &attempt_var,
-        );
+        let leader = spawned_as(OWNER, None, script, &attempt_var);
         reapers.push(KillPidAtEnd(Some(leader)));
         leaders.push(leader);
         let run_file = dir.path().join(format!("runs/{}.1.run", job.0));
         let mut record: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
         record["pid"] = leader.into();
-        record["confinement"]["cgroup"] = serde_json::Value::Null;
+        without_cgroups(&mut record);
         record["confinement"]["owner"] = OWNER.into();
+        if job == JobId(3) {
+            record["stop_timeout"] = serde_json::json!({ "secs": 0, "nanos": 500_000_000 });
+        }
         std::fs::write(&run_file, serde_json::to_vec(&record).unwrap()).unwrap();
     }
     // Adopted while OWNER's processes answer (a stand-in carries its marker once its exec is
@@ -1378,7 +1442,31 @@ fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
         assert!(Instant::now() < deadline, "the stand-ins were not adopted");
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert!(second.poll(1.0).is_empty(), "both run");
+    assert!(second.poll(1.0).is_empty(), "all run");
+
+    // Job 3's stop goes on in the background. Once its deadline has passed, a poll kills its
+    // processes, found by a scan of OWNER's, which still answer.
+    second.stop_patience = Duration::ZERO;
+    let asked = second.stop(JobId(3), 1.0);
+    assert!(
+        matches!(asked, Err(ExecutorError::StillStopping(JobId(3)))),
+        "{asked:?}"
+    );
+    second.stop_patience = Duration::from_secs(10);
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(second.poll(1.5).is_empty(), "killed, not yet seen gone");
+    let killed = leaders[2];
+    let status = bounded("job 3's stand-in was not killed", move || {
+        let mut status = 0;
+        // SAFETY: waitpid(2) of this test's own child.
+        unsafe { libc::waitpid(killed, &mut status, 0) };
+        status
+    });
+    reapers[2].0 = None;
+    assert!(
+        libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGKILL,
+        "status {status:#x}"
+    );
 
     // Then one of OWNER's processes is stuck in its exec, and their processes do not answer.
     let stuck = stuck_in_exec(OWNER, &mounted, &mount, c"GANGWAY_STUCK=1");
@@ -1420,8 +1508,9 @@ fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
     );
 
     // Job 2 is stopped: its SIGTERM is sent, and the stop ends with its elastic-run.
-    let stopped = bounded("the stop waited on OWNER's processes", move || {
-        second.stop(JobId(2), 3.0)
+    let (mut second, stopped) = bounded("the stop waited on OWNER's processes", move || {
+        let stopped = second.stop(JobId(2), 3.0);
+        (second, stopped)
     });
     assert!(stopped.is_ok(), "{stopped:?}");
     let mut status = 0;
@@ -1435,9 +1524,34 @@ fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
         libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7,
         "stopped by SIGTERM and given its grace: status {status:#x}"
     );
+
+    // Job 3's killed stop is not given up on while OWNER's processes do not answer whether all
+    // of it has gone: its GPUs stay its own, however long after the kill.
+    let events = bounded("a poll waited on OWNER's processes", move || {
+        let until = Instant::now() + Duration::from_secs(7);
+        let mut events = Vec::new();
+        while Instant::now() < until {
+            events.extend(second.poll(4.0));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        events
+    });
+    assert!(events.is_empty(), "{events:?}");
     drop(mount);
     // SAFETY: waitpid(2) of this test's own child, whose exec goes on once let go.
     assert_eq!(unsafe { libc::waitpid(stuck, &mut status, 0) }, stuck);
+}
+
+/// Makes an attempt's run record one of an attempt without cgroups, found by its marker (as on
+/// Slurm's nodes, or under a daemon that is not root), and removes the cgroups the daemon that
+/// launched it made (emptied: its processes are gone).
+fn without_cgroups(record: &mut serde_json::Value) {
+    for made in ["cgroup", "tasks"] {
+        if let Some(dir) = record["confinement"][made].as_str() {
+            let _ = std::fs::remove_dir(dir);
+        }
+        record["confinement"][made] = serde_json::Value::Null;
+    }
 }
 
 /// Starts `sh -c script` as `owner` (all its ids, no groups), leading a process group of its own,
