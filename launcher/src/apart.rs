@@ -16,8 +16,10 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// The work under way apart, and the users resting after slow work, by uid (users with neither
-/// are not kept).
+/// The work under way apart, and the users resting after slow work or owing time beyond their
+/// share, by uid (users with none of these are not kept). Handles made by [`Apart::resting`] share
+/// the users of the handle they were made from; a user's rest and debt are judged by what their
+/// work was last charged under, whichever handle asks.
 #[derive(Clone, Debug, Default)]
 pub struct Apart {
     users: Arc<Mutex<HashMap<u32, User>>>,
@@ -46,21 +48,28 @@ struct User {
     /// of the clock ([`User::owed`]).
     owed: Duration,
     owed_at: Option<Instant>,
+    /// What their work was last charged under: their rest and what they owe are judged by it,
+    /// whichever handle on the users looks.
+    rest: Option<Rest>,
 }
 
 impl User {
     /// How much of their work's time is beyond the share at `now`.
-    fn owed(&self, now: Instant, share: f64) -> Duration {
-        self.owed_at.map_or(Duration::ZERO, |at| {
-            let paid = now.saturating_duration_since(at).mul_f64(share);
-            self.owed.saturating_sub(paid)
-        })
+    fn owed(&self, now: Instant) -> Duration {
+        match (self.owed_at, self.rest) {
+            (Some(at), Some(rest)) => {
+                let paid = now.saturating_duration_since(at).mul_f64(rest.share);
+                self.owed.saturating_sub(paid)
+            }
+            _ => Duration::ZERO,
+        }
     }
 
     /// Charges them a piece of work that ended at `now` and took `took`, `slow_piece` or longer
     /// being slow on its own: whether they rest from now.
     fn charge(&mut self, now: Instant, took: Duration, slow_piece: Duration, rest: Rest) -> bool {
-        let owed = self.owed(now, rest.share).saturating_add(took);
+        let owed = self.owed(now).saturating_add(took);
+        self.rest = Some(rest);
         if took >= slow_piece || owed >= rest.slow {
             self.slow_ended = Some(now);
             (self.owed, self.owed_at) = (Duration::ZERO, None);
@@ -71,20 +80,18 @@ impl User {
         }
     }
 
-    /// How much longer they rest at `now`, if they do.
-    fn resting(&self, now: Instant, rest: Rest) -> Option<Duration> {
-        let until = self.slow_ended?.checked_add(rest.rest);
+    /// How much longer they rest at `now`, if they do: under `rest`, or else what their work was
+    /// last charged under.
+    fn resting(&self, now: Instant, rest: Option<Rest>) -> Option<Duration> {
+        let until = self.slow_ended?.checked_add(rest.or(self.rest)?.rest);
         // A rest too long for the clock lasts for good.
         Some(until.map_or(Duration::MAX, |until| until.saturating_duration_since(now)))
             .filter(|left| !left.is_zero())
     }
 
     /// Whether anything of theirs is worth keeping at `now`: work under way, a rest, or time owed.
-    fn kept(&self, now: Instant, rest: Option<Rest>) -> bool {
-        self.underway > 0
-            || rest.is_some_and(|r| {
-                self.resting(now, r).is_some() || self.owed(now, r.share) > Duration::ZERO
-            })
+    fn kept(&self, now: Instant) -> bool {
+        self.underway > 0 || self.resting(now, None).is_some() || self.owed(now) > Duration::ZERO
     }
 }
 
@@ -152,7 +159,7 @@ impl Drop for Underway {
             if let Some(rest) = self.apart.rest {
                 user.charge(now, took, self.slow, rest);
             }
-            if !user.kept(now, self.apart.rest) {
+            if !user.kept(now) {
                 users.remove(&self.uid);
             }
         }
@@ -193,18 +200,15 @@ impl Apart {
         let underway = {
             let mut users = self.users.lock().unwrap_or_else(PoisonError::into_inner);
             let asked = Instant::now();
-            // Users with nothing left to keep go (one entry per user that has work done apart),
-            // judged where users rest (a handle that never rests them would forget every rest).
-            if self.rest.is_some() {
-                users.retain(|_, user| user.kept(asked, self.rest));
-            }
+            // Users with nothing left to keep go (one entry per user that has work done apart).
+            users.retain(|_, user| user.kept(asked));
             let user = users.entry(uid).or_default();
             if user.underway > 0 {
                 return Err(NotDone::Underway);
             }
-            if let Some(rest) = self.rest
-                && let Some(left) = user.resting(asked, rest)
-            {
+            // This handle's rest where it has one (an operator may have changed it since).
+            let rest = self.rest.or(user.rest);
+            if let (Some(left), Some(rest)) = (user.resting(asked, rest), rest) {
                 return Err(NotDone::Resting {
                     slow: rest.slow,
                     left,
@@ -306,12 +310,12 @@ mod tests {
         );
         assert_eq!(brief.run(7, "t", long, || 5), Ok(5));
         // Once what it owes is paid back (at the whole clock here), nothing of the user is kept.
-        std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(brief.run(8, "t", long, || 7), Ok(7));
-        assert!(
-            !brief.users.lock().unwrap().contains_key(&7),
-            "nothing kept"
-        );
+        let deadline = Instant::now() + long;
+        while brief.users.lock().unwrap().contains_key(&7) {
+            assert!(Instant::now() < deadline, "kept");
+            std::thread::sleep(Duration::from_millis(20));
+            assert_eq!(brief.run(8, "t", long, || 7), Ok(7));
+        }
         // Without a rest, slow work is not remembered.
         let plain = Apart::default();
         assert_eq!(
@@ -348,12 +352,15 @@ mod tests {
         }
         assert!(pieces > 1, "rested after one quick piece");
         assert_eq!(apart.run(8, "t", long, || 1), Ok(1), "others do not rest");
-        // A handle on the same users that never rests them keeps the rests of those that do.
+        // A handle on the same users that never rests them keeps the rests of those that do, and
+        // a user's rest is theirs whichever handle asks.
         assert_eq!(never_resting.run(8, "t", long, || 2), Ok(2));
-        assert!(matches!(
-            apart.run(7, "t", long, || 3),
-            Err(NotDone::Resting { .. })
-        ));
+        for handle in [&apart, &never_resting] {
+            assert!(matches!(
+                handle.run(7, "t", long, || 3),
+                Err(NotDone::Resting { .. })
+            ));
+        }
     }
 
     /// What a user owes, on a clock of the test's own.
@@ -373,9 +380,18 @@ mod tests {
             let rested = user.charge(start + ms(50 * k), ms(50), ms(500), rest);
             assert_eq!(rested, k == 7, "piece {k}: owed {:?}", user.owed);
         }
-        assert_eq!(user.resting(start + ms(350), rest), Some(ms(30_000)));
-        assert_eq!(user.resting(start + ms(30_350), rest), None, "rested");
-        assert!(!user.kept(start + ms(30_350), Some(rest)));
+        assert_eq!(user.resting(start + ms(350), None), Some(ms(30_000)));
+        assert_eq!(user.resting(start + ms(30_350), None), None, "rested");
+        let brief = Some(Rest {
+            rest: ms(100),
+            ..rest
+        });
+        assert_eq!(
+            user.resting(start + ms(350), brief),
+            Some(ms(100)),
+            "as asked"
+        );
+        assert!(!user.kept(start + ms(30_350)));
         // 20 ms pieces 320 ms apart (a sixteenth of the clock): each paid back before the next,
         // however many.
         let mut user = User::default();
@@ -383,8 +399,8 @@ mod tests {
             assert!(!user.charge(start + ms(320 * k), ms(20), ms(500), rest));
             assert_eq!(user.owed, ms(20));
         }
-        assert!(user.kept(start + ms(32_000), Some(rest)), "20 ms owed");
-        assert!(!user.kept(start + ms(32_200), Some(rest)), "paid back");
+        assert!(user.kept(start + ms(32_000)), "20 ms owed");
+        assert!(!user.kept(start + ms(32_200)), "paid back");
         // One slow piece rests them, whatever they owe.
         assert!(User::default().charge(start, ms(500), ms(500), rest));
         // A rest too long for the clock lasts.
@@ -394,6 +410,6 @@ mod tests {
         };
         let mut user = User::default();
         assert!(user.charge(start, ms(500), ms(500), forever));
-        assert_eq!(user.resting(start, forever), Some(Duration::MAX));
+        assert_eq!(user.resting(start, None), Some(Duration::MAX));
     }
 }

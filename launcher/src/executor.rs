@@ -144,9 +144,14 @@ const LINGERING_SWEEP_EVERY: Duration = Duration::from_secs(1);
 /// How long a stop waits for a killed attempt's processes to end before it goes on without them.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 
-/// How often a killed attempt without a cgroup is looked for: each look is a scan of its user's
-/// processes (milliseconds on a busy machine) that the poll waits for, and that counts against the
-/// user's share of scans, while SIGKILLed workers take about as long to go.
+/// How long a killed attempt's stop waits for its user's processes to answer whether anything of it
+/// is left (a scan that took long rests their scans for 30 s), before it goes on without knowing.
+const UNANSWERED_KILL_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How often an attempt without a cgroup is looked for once its stop's deadline has passed: each
+/// look is a scan of its user's processes (milliseconds on a busy machine) that the poll waits
+/// for, and that counts against the user's share of scans, while SIGKILLed workers take about as
+/// long to go.
 const SCANNED_KILL_LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// How long a batch of stops waits for its workers before those still checkpointing go on in the
@@ -491,6 +496,8 @@ struct Run {
     /// ([`Run::live_leader`]): from then on its end and its signals need no look at its user's
     /// processes, which they could make slow, nor at its cgroup.
     leader: Option<Pinned>,
+    /// An allotment of CPUs and memory not yet carried out: its processes did not answer.
+    allotment_due: Option<Resources>,
     /// The files it reports through.
     files: AttemptFiles,
     run_file: PathBuf,
@@ -516,8 +523,8 @@ struct Stopping {
     deadline: Instant,
     /// When they were killed, once they were.
     killed_at: Option<Instant>,
-    /// When what was killed was last looked for by a scan of its user's processes (an attempt
-    /// without a cgroup): looked for again [`SCANNED_KILL_LOOK_EVERY`] on.
+    /// When the attempt, without a cgroup, was last looked for by a scan of its user's processes
+    /// after the deadline: looked for again [`SCANNED_KILL_LOOK_EVERY`] on.
     scanned_at: Option<Instant>,
     /// Whether its `elastic-run` was sent SIGTERM: an adopted run's is sent it only once its
     /// processes answer that it is the attempt's, which may be after the stop was asked.
@@ -525,6 +532,20 @@ struct Stopping {
 }
 
 impl Stopping {
+    /// Whether its attempt, without a cgroup, was looked for by a scan of its user's processes
+    /// less than [`SCANNED_KILL_LOOK_EVERY`] ago.
+    fn scanned_lately(&self, now: Instant) -> bool {
+        (self.scanned_at).is_some_and(|at| now < at + SCANNED_KILL_LOOK_EVERY)
+    }
+
+    /// Notes a look at its attempt's processes just made: where it was a scan (no cgroup), the
+    /// next waits [`SCANNED_KILL_LOOK_EVERY`] from its end.
+    fn looked(&mut self) {
+        if self.run.confinement.cgroup.is_none() {
+            self.scanned_at = Some(Instant::now());
+        }
+    }
+
     /// Notes the SIGTERM sent `at`, after the stop was asked (an adopted run's processes did not
     /// answer until then): the workers get their whole grace from it to save their work.
     fn signalled_at(&mut self, at: Instant) {
@@ -1003,7 +1024,7 @@ impl ProcessExecutor {
     }
 
     /// Gives back an ended attempt's cores, and ends whatever it left, without waiting: what does
-    /// not go at once is swept again at the next polls. (On Slurm, its step is cancelled by an
+    /// not go at once is swept again later ([`LINGERING_SWEEP_EVERY`]). (On Slurm, its step is cancelled by an
     /// `scancel` reaped at later polls: this runs in `poll`, on the control plane's thread.)
     fn release(&mut self, marker: &str, confinement: &Confinement) {
         self.cores.give_back(&confinement.cores);
@@ -1016,8 +1037,7 @@ impl ProcessExecutor {
             }
         }
         if !self.sweep_once(marker, confinement) {
-            self.lingering
-                .push((marker.to_owned(), confinement.clone()));
+            self.linger(marker.to_owned(), confinement.clone());
         }
     }
 
@@ -1029,6 +1049,15 @@ impl ProcessExecutor {
             && confinement.cgroup.as_deref().is_none_or(confine::remove)
             // The pids hierarchy's cgroup empties with the other.
             && confinement.tasks.as_deref().is_none_or(confine::remove)
+    }
+
+    /// Keeps an ended attempt that a sweep just left something of, to be swept again
+    /// [`LINGERING_SWEEP_EVERY`] on.
+    fn linger(&mut self, marker: String, confinement: Confinement) {
+        if self.lingering.is_empty() {
+            self.lingering_swept_at = Some(Instant::now());
+        }
+        self.lingering.push((marker, confinement));
     }
 
     /// Sweeps what ended attempts left, every [`LINGERING_SWEEP_EVERY`], for a while: on the
@@ -1053,6 +1082,38 @@ impl ProcessExecutor {
         }
         unreached.append(&mut left);
         self.lingering = unreached;
+    }
+
+    /// Carries out `job`'s allotment due ([`Executor::reallot`]), re-pinning its processes in
+    /// place: whether it was (or none was due). Where its processes do not answer, none could be
+    /// re-pinned, so it keeps what it has (its old cores are not handed to another job while it
+    /// runs on them), and the allotment waits for the next poll.
+    fn allot(&mut self, job: JobId) -> bool {
+        let Some(run) = self.runs.get_mut(&job) else {
+            return true;
+        };
+        let Some(resources) = run.allotment_due else {
+            return true;
+        };
+        let Some(pids) = attempt_processes(&run.marker, &run.confinement) else {
+            return false;
+        };
+        run.allotment_due = None;
+        // Re-pinned in place: the workers keep running, on the new cores from their next slice.
+        self.cores.give_back(&run.confinement.cores);
+        let cores = self.cores.take(resources.cores());
+        let threads = confine::repin(&pids, &cores);
+        if let (Some(cgroup), Some(bytes)) = (&run.confinement.cgroup, resources.memory_bytes())
+            && let Err(e) = self.cgroups.set_limit(cgroup, bytes)
+        {
+            // Lowering a limit below what the job already uses fails; it keeps the old one.
+            tracing::warn!(job = job.0, error = %e, "changing the memory limit");
+        }
+        tracing::info!(job = job.0, cores = %confine::core_list(&cores), threads, "re-pinned");
+        run.confinement.cores = cores;
+        run.launch.resources = Some(resources);
+        run.save_record();
+        true
     }
 
     fn attempt_file(&self, job: JobId, attempt: u64, what: &str) -> PathBuf {
@@ -1330,9 +1391,10 @@ impl ProcessExecutor {
     /// Before its deadline, once its run exited (our child reaped, or an adopted run's pinned
     /// `elastic-run` ended: an `elastic-run` ends its workers before it exits). At the deadline
     /// every process of the attempt is killed, and the stop is over once none is left (its cgroup
-    /// empty, or, without one, a scan of its user's processes every [`SCANNED_KILL_LOOK_EVERY`]
-    /// finding none), or given up on at the first look [`KILL_PATIENCE`] after the kill (what is
-    /// left is swept at later polls), except an adopted run's while its processes do not answer.
+    /// empty, or, without one, a scan of its user's processes, one every
+    /// [`SCANNED_KILL_LOOK_EVERY`], finding none). It is given up on (what is left is swept later)
+    /// [`KILL_PATIENCE`] after the kill where what was left was seen not to end (or our child not
+    /// to be reaped), [`UNANSWERED_KILL_PATIENCE`] after it where its processes did not answer.
     fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
         let now = Instant::now();
         if !stop.signalled {
@@ -1347,6 +1409,8 @@ impl ProcessExecutor {
         }
         match stop.killed_at {
             None if now < stop.deadline => stop.run.ended() == Some(true),
+            // The attempt is killed, and the stop ends or is given up on, only at a look.
+            _ if stop.scanned_lately(now) => false,
             None => Self::kill_at_deadline(stop, now),
             Some(killed_at) => self.killed_stop_is_over(stop, killed_at, now),
         }
@@ -1355,12 +1419,13 @@ impl ProcessExecutor {
     /// SIGKILL to every process of `stop`'s attempt, its deadline passed: whether the stop is over
     /// (its run had ended), else what is left is looked at from the next look.
     fn kill_at_deadline(stop: &mut Stopping, now: Instant) -> bool {
-        let run = &mut stop.run;
         // Our child's end costs no scan; an adopted run's look goes to the kill.
-        if run.child.is_some() && run.ended() == Some(true) {
+        if stop.run.child.is_some() && stop.run.ended() == Some(true) {
             return true;
         }
-        let found_none = kill_attempt(&run.marker, &run.confinement);
+        let found_none = kill_attempt(&stop.run.marker, &stop.run.confinement);
+        stop.looked();
+        let run = &mut stop.run;
         match &mut run.child {
             Some(child) => {
                 let _ = child.kill();
@@ -1375,7 +1440,6 @@ impl ProcessExecutor {
             "the workers outlived the stop timeout; killed them"
         );
         stop.killed_at = Some(now);
-        stop.scanned_at = stop.run.confinement.cgroup.is_none().then_some(now);
         false
     }
 
@@ -1388,40 +1452,32 @@ impl ProcessExecutor {
         killed_at: Instant,
         now: Instant,
     ) -> bool {
-        let run = &mut stop.run;
-        let scanned = run.confinement.cgroup.is_none();
-        // Where a look is a scan of its user's processes, one per SCANNED_KILL_LOOK_EVERY; the
-        // stop ends or is given up on only at a look.
-        if scanned && (stop.scanned_at).is_some_and(|at| now < at + SCANNED_KILL_LOOK_EVERY) {
-            return false;
-        }
         // While our child lives (held in the kernel), nothing else could end the stop. (Not our
         // child: nothing to reap, and the sweep is its look.)
-        if run.child.is_none() || run.ended() == Some(true) {
-            if scanned {
-                stop.scanned_at = Some(now);
-            }
+        if stop.run.child.is_none() || stop.run.ended() == Some(true) {
             // Killed again at each look, which catches a process forked meanwhile.
-            match kill_attempt(&run.marker, &run.confinement) {
+            let found_none = kill_attempt(&stop.run.marker, &stop.run.confinement);
+            stop.looked();
+            match found_none {
                 Some(true) => return true,
                 // A scan that did not answer tells nothing (its user's scans rest a while after
-                // slow ones): our child's stop waits out its patience, as for processes seen
-                // not to end; an adopted run's is not given up on (its GPUs stay its own).
-                None if run.child.is_none() => return false,
+                // slow ones): the stop waits for one that does, for a while.
+                None if now < killed_at + UNANSWERED_KILL_PATIENCE => return false,
                 None | Some(false) => {}
             }
         }
         if now < killed_at + KILL_PATIENCE {
             return false;
         }
+        let run = &mut stop.run;
         tracing::error!(
             job = run.launch.job.0,
             pid = run.pid,
             "the attempt's processes have not all been seen to end {} s after SIGKILL: the kernel \
              holds them, or their user's processes do not answer a look, most likely waiting on a \
              file system that does not answer (the job's own FUSE mount, say); the stop goes on \
-             without them, and they are swept at later polls",
-            KILL_PATIENCE.as_secs()
+             without them, and they are swept later",
+            now.saturating_duration_since(killed_at).as_secs()
         );
         self.unreaped.extend(run.child.take());
         true
@@ -1510,7 +1566,7 @@ impl ProcessExecutor {
                 ),
             };
             if !self.sweep_once(&marker, &confinement) {
-                self.lingering.push((marker, confinement));
+                self.linger(marker, confinement);
             }
             if let Some(files) = files {
                 files.remove();
@@ -1628,6 +1684,7 @@ impl Executor for ProcessExecutor {
                     pid: child.id() as i32,
                     child: Some(child),
                     leader: None,
+                    allotment_due: None,
                     files: files.clone(),
                     run_file,
                     launched: Instant::now(),
@@ -1759,29 +1816,13 @@ impl Executor for ProcessExecutor {
         if run.launch.resources.is_none() {
             return;
         }
-        // Where its processes do not answer, none could be re-pinned: it keeps what it has (its
-        // old cores are not handed to another job while it runs on them).
-        let Some(pids) = attempt_processes(&run.marker, &run.confinement) else {
+        run.allotment_due = Some(resources);
+        if !self.allot(job) {
             tracing::warn!(
                 job = job.0,
-                "its processes do not answer: it keeps its cores and memory until its next allotment"
+                "its processes do not answer: it keeps its cores until they do"
             );
-            return;
-        };
-        // Re-pinned in place: the workers keep running, on the new cores from their next slice.
-        self.cores.give_back(&run.confinement.cores);
-        let cores = self.cores.take(resources.cores());
-        let threads = confine::repin(&pids, &cores);
-        if let (Some(cgroup), Some(bytes)) = (&run.confinement.cgroup, resources.memory_bytes())
-            && let Err(e) = self.cgroups.set_limit(cgroup, bytes)
-        {
-            // Lowering a limit below what the job already uses fails; it keeps the old one.
-            tracing::warn!(job = job.0, error = %e, "changing the memory limit");
         }
-        tracing::info!(job = job.0, cores = %confine::core_list(&cores), threads, "re-pinned");
-        run.confinement.cores = cores;
-        run.launch.resources = Some(resources);
-        run.save_record();
     }
 
     fn alive(&mut self, job: JobId, attempt: u64) -> bool {
@@ -1808,6 +1849,7 @@ impl Executor for ProcessExecutor {
             // run then finds its `elastic-run` by marker (see `Run::leader_gone`).
             pid: record.pid,
             leader: None,
+            allotment_due: None,
             files,
             run_file: self.attempt_file(job, attempt, "run"),
             launched: Instant::now(),
@@ -1862,6 +1904,14 @@ impl Executor for ProcessExecutor {
             }
         }
         self.sweep_lingering();
+        // Allotments its processes did not answer for (each try a scan, refused at once while
+        // they rest).
+        let due: Vec<JobId> = (self.runs.iter())
+            .filter_map(|(&job, run)| run.allotment_due.is_some().then_some(job))
+            .collect();
+        for job in due {
+            self.allot(job);
+        }
         events
     }
 

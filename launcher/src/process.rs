@@ -13,7 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::apart::Apart;
+use crate::apart::{Apart, NotDone};
 
 /// The environment variable that marks a launch's processes.
 pub const TOKEN_VAR: &str = "GANGWAY_RUN_TOKEN";
@@ -42,7 +42,8 @@ const SCAN_REST: Duration = Duration::from_secs(30);
 /// of theirs. A scan takes milliseconds (a look at each process in `/proc`).
 const SCAN_SHARE: f64 = 0.1;
 
-/// The scans that have not come back, by the user whose processes they read.
+/// The scans that have not come back, and the users whose scans rest or owe time, by the user
+/// whose processes they read.
 static SCANS: std::sync::LazyLock<Apart> =
     std::sync::LazyLock::new(|| Apart::default().resting(SLOW_SCAN, SCAN_SHARE, SCAN_REST));
 
@@ -55,7 +56,8 @@ static OWN_SCANS: std::sync::LazyLock<Apart> =
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Owner {
     /// This uid's: those whose effective uid is it (their `/proc` entry is theirs), and those
-    /// that run as root for it (a setuid program it started, whose real uid is still it).
+    /// that run as root for it (a setuid program it started, whose real uid is still it). Root's
+    /// are those whose real and effective uids are both 0.
     User(u32),
     /// Every process (where whose they are is not known).
     Any,
@@ -82,7 +84,7 @@ impl Owner {
         }
     }
 
-    /// The key its scans are counted under in [`SCANS`].
+    /// The key its scans are counted under in [`SCANS`] (or [`OWN_SCANS`]).
     fn key(self) -> u32 {
         match self {
             Owner::User(uid) => uid,
@@ -142,6 +144,11 @@ fn scan<T: Send + 'static>(owner: Owner, scan: impl FnOnce() -> T + Send + 'stat
     };
     match scans.run(owner.key(), "gangway-scan", SCAN_PATIENCE, scan) {
         Ok(found) => Some(found),
+        // Refused at once after an earlier scan that was said: not said again at every look.
+        Err(e @ (NotDone::Underway | NotDone::Resting { .. })) => {
+            tracing::debug!(?owner, error = %e, "reading processes' environments");
+            None
+        }
         Err(e) => {
             tracing::warn!(?owner, error = %e, "reading processes' environments");
             None
