@@ -628,7 +628,7 @@ impl Run {
         if !self.knows_leader()? {
             return Some(None);
         }
-        let found = attempt_pinned(self.pid, &self.marker, &self.confinement)?;
+        let found = attempt_pinned(self.pid, &self.marker, &self.confinement, |found| found)?;
         self.leader = found
             .inspect_err(|error| {
                 tracing::warn!(job = self.launch.job.0, pid = self.pid, %error, "pinning the adopted elastic-run");
@@ -659,20 +659,35 @@ impl Run {
     }
 
     /// SIGTERM to the `elastic-run` of a run that is not our child, where it is still the
-    /// attempt's ([`Run::live_leader`]). `Some(true)` sent; `Some(false)` it has ended (or,
+    /// attempt's: through its pidfd once pinned ([`Run::live_leader`]), else checked and signalled
+    /// in one look at its processes. `Some(true)` sent; `Some(false)` it has ended (or,
     /// adopted without its pid, no process of the attempt leads its group); `None` while its
     /// processes do not answer, or where it could not be signalled (tried again later).
     fn signal_leader(&mut self) -> Option<bool> {
         let job = self.launch.job.0;
-        let Some(leader) = self.live_leader()? else {
-            return Some(false);
+        let warn = move |pid, error: &std::io::Error| {
+            tracing::warn!(job, pid, %error, "signalling the adopted elastic-run");
         };
-        leader
-            .signal(libc::SIGTERM)
-            .inspect_err(|error| {
-                tracing::warn!(job, pid = leader.pid(), %error, "signalling the adopted elastic-run");
-            })
-            .ok()
+        if self.leader.as_ref().and_then(Pinned::ended).is_some() {
+            // Held by its pidfd: the signal reaches it or, once it has ended, nothing.
+            let Some(leader) = self.live_leader()? else {
+                return Some(false);
+            };
+            return (leader.signal(libc::SIGTERM))
+                .inspect_err(|error| warn(leader.pid(), error))
+                .ok();
+        }
+        // Otherwise checked and signalled in one look: nothing else holds the pid between the two
+        // where the kernel offers no pidfds.
+        if !self.knows_leader()? {
+            return Some(false);
+        }
+        let pid = self.pid;
+        attempt_pinned(pid, &self.marker, &self.confinement, |found| {
+            found?.map_or(Ok(false), |leader| leader.signal(libc::SIGTERM))
+        })?
+        .inspect_err(|error| warn(pid, error))
+        .ok()
     }
 
     /// Removes the attempt's files once its ending is known.
@@ -723,22 +738,24 @@ fn marker(job: JobId, attempt: u64) -> String {
 
 /// Process `pid` pinned ([`Pinned`]) where, once pinned, it is a live process of the attempt (its
 /// pid may have passed to another process since it was read): in its cgroup, where it has one
-/// (read from the cgroup, never from the job's own memory), else carrying its marker. `Ok(None)`
-/// where it is not (or has ended), `Err` where it could not be pinned, `None` where its
-/// environment did not answer (see [`processes_with_env`]).
-fn attempt_pinned(
+/// (read from the cgroup, never from the job's own memory), else carrying its marker; handed to
+/// `then` in the same look: `Ok(None)` where it is not (or has ended), `Err` where it could not be
+/// pinned. What `then` answers, or `None` where its environment did not answer (see
+/// [`processes_with_env`]).
+fn attempt_pinned<T: Send + 'static>(
     pid: i32,
     marker: &str,
     confinement: &Confinement,
-) -> Option<std::io::Result<Option<Pinned>>> {
+    then: impl FnOnce(std::io::Result<Option<Pinned>>) -> T + Send + 'static,
+) -> Option<T> {
     if pid <= 0 {
-        return Some(Ok(None));
+        return Some(then(Ok(None)));
     }
     match &confinement.cgroup {
-        Some(cgroup) => Some(Pinned::checked(pid, || {
+        Some(cgroup) => Some(then(Pinned::checked(pid, || {
             confine::processes(cgroup).contains(&pid)
-        })),
-        None => pinned_with_env(pid, ATTEMPT_VAR, marker, confinement.owner()),
+        }))),
+        None => pinned_with_env(pid, ATTEMPT_VAR, marker, confinement.owner(), then),
     }
 }
 

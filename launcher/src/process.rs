@@ -293,17 +293,19 @@ pub fn signal_if(pid: i32, signal: i32, still_it: impl FnOnce() -> bool) -> std:
 }
 
 /// Process `pid`, `owner`'s, pinned ([`Pinned`]) where its environment has `name=value` once it
-/// is, in one scan: `Ok(None)` where it has ended or does not have it, `Err` where it could not be
-/// pinned, or `None` where the scan did not answer in time.
-pub fn pinned_with_env(
+/// is, handed to `then` in the same scan: `Ok(None)` where it has ended or does not have it, `Err`
+/// where it could not be pinned. What `then` answers, or `None` where the scan did not answer in
+/// time.
+pub fn pinned_with_env<T: Send + 'static>(
     pid: i32,
     name: &str,
     value: &str,
     owner: Owner,
-) -> Option<std::io::Result<Option<Pinned>>> {
+    then: impl FnOnce(std::io::Result<Option<Pinned>>) -> T + Send + 'static,
+) -> Option<T> {
     let needle = format!("{name}={value}").into_bytes();
     scan(owner, move || {
-        Pinned::checked(pid, || marked(pid, &needle, owner))
+        then(Pinned::checked(pid, || marked(pid, &needle, owner)))
     })
 }
 
