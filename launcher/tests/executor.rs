@@ -1291,25 +1291,13 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
     let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
         return;
     };
-    // The first daemon launches the attempt, then dies; its record is then made one written
-    // before the pid was known, of an attempt of OWNER's.
-    let mut first = executor(dir.path(), &fake);
-    first
-        .launch(&launch(1, 1, &[0], Some("run"), dir.path()), 0.0)
-        .unwrap();
-    let marker = first.attempt_marker(JobId(1), 1);
-    drop(first);
-    drop(KillAtEnd(marker.clone()));
-    gone_within(&marker, "the first daemon's attempt outlived its SIGKILL");
-    let run_file = dir.path().join("runs/1.1.run");
-    let mut record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
-    record["pid"] = 0.into();
-    without_cgroups(&mut record);
-    record["confinement"]["owner"] = OWNER.into();
-    // A grace of 2 s, far shorter than the scans' rest: it must count from the SIGTERM.
-    record["stop_timeout"] = serde_json::json!({ "secs": 2, "nanos": 0 });
-    std::fs::write(&run_file, serde_json::to_vec(&record).unwrap()).unwrap();
+    // Its record made one written before the pid was known. A grace of 2 s, far shorter than
+    // the scans' rest: it must count from the SIGTERM.
+    let (marker, run_file) = orphaned(dir.path(), &fake, 1);
+    made_owners(&run_file, OWNER, |record| {
+        record["pid"] = 0.into();
+        record["stop_timeout"] = serde_json::json!({ "secs": 2, "nanos": 0 });
+    });
     let recorded_pid = || {
         let record: serde_json::Value =
             serde_json::from_slice(&std::fs::read(&run_file).ok()?).unwrap();
@@ -1405,44 +1393,29 @@ fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
     let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
         return;
     };
-    // A first daemon launches three attempts, then dies; their records are then made those of
-    // OWNER's attempts without a cgroup, whose elastic-runs are stand-ins started here. Sent
-    // SIGTERM, the first two take half a second to save their work, and exit 7; the third
-    // ignores it, and its stop may take half a second.
-    let mut first = executor(dir.path(), &fake);
+    // Three attempts whose elastic-runs are stand-ins started here. Sent SIGTERM, the first two
+    // take half a second to save their work, and exit 7; the third ignores it, and its stop may
+    // take half a second.
     let jobs = [JobId(1), JobId(2), JobId(3)];
     let scripts = [
         c"trap 'sleep 0.5; exit 7' TERM; while :; do sleep 0.05; done",
         c"trap 'sleep 0.5; exit 7' TERM; while :; do sleep 0.05; done",
         c"trap '' TERM; while :; do sleep 0.05; done",
     ];
-    for job in jobs {
-        let gpu = job.0 - 1;
-        first
-            .launch(&launch(job.0, 1, &[gpu], Some("run"), dir.path()), 0.0)
-            .unwrap();
-    }
-    let markers = jobs.map(|job| first.attempt_marker(job, 1));
-    drop(first);
     let mut reapers = Vec::new();
     let mut leaders = Vec::new();
-    for ((job, marker), script) in jobs.into_iter().zip(&markers).zip(scripts) {
-        drop(KillAtEnd(marker.clone()));
-        gone_within(marker, "the first daemon's attempt outlived its SIGKILL");
+    for (job, script) in jobs.into_iter().zip(scripts) {
+        let (marker, run_file) = orphaned(dir.path(), &fake, job.0);
         let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
         let leader = spawned_as(OWNER, None, script, &attempt_var);
         reapers.push(KillPidAtEnd(Some(leader)));
         leaders.push(leader);
-        let run_file = dir.path().join(format!("runs/{}.1.run", job.0));
-        let mut record: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&run_file).unwrap()).unwrap();
-        record["pid"] = leader.into();
-        without_cgroups(&mut record);
-        record["confinement"]["owner"] = OWNER.into();
-        if job == JobId(3) {
-            record["stop_timeout"] = serde_json::json!({ "secs": 0, "nanos": 500_000_000 });
-        }
-        std::fs::write(&run_file, serde_json::to_vec(&record).unwrap()).unwrap();
+        made_owners(&run_file, OWNER, |record| {
+            record["pid"] = leader.into();
+            if job == JobId(3) {
+                record["stop_timeout"] = serde_json::json!({ "secs": 0, "nanos": 500_000_000 });
+            }
+        });
     }
     // Adopted while OWNER's processes answer (a stand-in carries its marker once its exec is
     // done: looked for until then).
@@ -1552,6 +1525,111 @@ fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
     drop(mount);
     // SAFETY: waitpid(2) of this test's own child, whose exec goes on once let go.
     assert_eq!(unsafe { libc::waitpid(stuck, &mut status, 0) }, stuck);
+}
+
+/// A re-allotment of CPUs to an attempt whose processes do not answer (without a cgroup they are
+/// found by a scan of its user's) cannot re-pin them: the job keeps its cores, and is re-pinned
+/// once they answer (here after the rest a slow scan earns its user), not forgotten. The stand-in
+/// attempt is uid 65530's, which no other test scans. Needs root to mount, as CI runs.
+#[test]
+fn a_reallotment_waits_for_its_attempts_processes_to_answer() {
+    const OWNER: u32 = 65530;
+    let cores = gangway_launcher::confine::usable_cores();
+    if cores.len() < 2 {
+        eprintln!("SKIP: this machine gives the tests fewer than 2 cores");
+        return;
+    }
+    let (dir, fake) = setup();
+    let holding = |at: &Path| Swallowing::holding(at, b"data", &[FUSE_FLUSH]);
+    let Some((mounted, mount)) = mounted_in(dir.path(), "mounted", holding) else {
+        return;
+    };
+    // An attempt on the first core, whose elastic-run is a stand-in started here.
+    let (marker, run_file) = orphaned(dir.path(), &fake, 1);
+    let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
+    let leader = spawned_as(OWNER, None, c"while :; do sleep 0.05; done", &attempt_var);
+    let _reaper = KillPidAtEnd(Some(leader));
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_setaffinity(2) of the test's child.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cores[0], &mut set);
+        assert_eq!(
+            libc::sched_setaffinity(leader, std::mem::size_of_val(&set), &set),
+            0
+        );
+    }
+    made_owners(&run_file, OWNER, |record| {
+        record["pid"] = leader.into();
+        record["confinement"]["cores"] = serde_json::json!([cores[0]]);
+        record["launch"]["resources"] = serde_json::json!({ "cpus": 1.0, "memory_gb": 1.0 });
+    });
+    let mut second = executor(dir.path(), &fake).with_cores(CorePool::new(cores[..2].to_vec()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !second.alive(JobId(1), 1) {
+        assert!(Instant::now() < deadline, "the stand-in was not adopted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // One of OWNER's processes is stuck in its exec: their processes do not answer, and the
+    // attempt, given both cores, keeps its one.
+    let stuck = stuck_in_exec(OWNER, &mounted, &mount, c"GANGWAY_STUCK=1");
+    let answered = bounded("a scan waited on the stuck process", || {
+        processes_with_env("GANGWAY_STUCK", "1", Owner::User(OWNER))
+    });
+    assert_eq!(answered, None, "OWNER's processes still answer");
+    second.reallot(
+        JobId(1),
+        Resources {
+            cpus: 2.0,
+            memory_gb: 1.0,
+        },
+    );
+    assert!(second.poll(1.0).is_empty());
+    assert_eq!(allowed_cores(leader), cores[0].to_string());
+
+    // Let go, their processes answer again after their rest, and a poll re-pins it.
+    drop(mount);
+    let both = if cores[1] == cores[0] + 1 {
+        format!("{}-{}", cores[0], cores[1])
+    } else {
+        format!("{},{}", cores[0], cores[1])
+    };
+    let mut status = 0;
+    // SAFETY: waitpid(2) of this test's own child, whose exec goes on once let go.
+    assert_eq!(unsafe { libc::waitpid(stuck, &mut status, 0) }, stuck);
+    let deadline = Instant::now() + Duration::from_secs(55);
+    while allowed_cores(leader) != both {
+        assert!(
+            Instant::now() < deadline,
+            "never re-pinned once its processes answered"
+        );
+        assert!(second.poll(2.0).is_empty());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Attempt 1 of job `job`, launched by a first daemon that then died, its processes then killed:
+/// its marker and run file, whose record a test makes another attempt's ([`made_owners`]).
+fn orphaned(dir: &Path, fake: &Path, job: u32) -> (String, PathBuf) {
+    let mut first = executor(dir, fake);
+    first
+        .launch(&launch(job, 1, &[job - 1], Some("run"), dir), 0.0)
+        .unwrap();
+    let marker = first.attempt_marker(JobId(job), 1);
+    drop(first);
+    drop(KillAtEnd(marker.clone()));
+    gone_within(&marker, "the first daemon's attempt outlived its SIGKILL");
+    (marker, dir.join(format!("runs/{job}.1.run")))
+}
+
+/// Makes the run record in `run_file` that of an attempt of `owner`'s without cgroups, then as
+/// `change` makes it.
+fn made_owners(run_file: &Path, owner: u32, change: impl FnOnce(&mut serde_json::Value)) {
+    let mut record = serde_json::from_slice(&std::fs::read(run_file).unwrap()).unwrap();
+    without_cgroups(&mut record);
+    record["confinement"]["owner"] = owner.into();
+    change(&mut record);
+    std::fs::write(run_file, serde_json::to_vec(&record).unwrap()).unwrap();
 }
 
 /// Makes an attempt's run record one of an attempt without cgroups, found by its marker (as on
