@@ -668,11 +668,13 @@ impl Run {
         let warn = move |pid, error: &std::io::Error| {
             tracing::warn!(job, pid, %error, "signalling the adopted elastic-run");
         };
-        if self.leader.as_ref().and_then(Pinned::ended).is_some() {
-            // Held by its pidfd: the signal reaches it or, once it has ended, nothing.
-            let Some(leader) = self.live_leader()? else {
+        // Held by its pidfd: the signal reaches it or, once it has ended, nothing.
+        if let Some(leader) = &self.leader
+            && let Some(ended) = leader.ended()
+        {
+            if ended {
                 return Some(false);
-            };
+            }
             return (leader.signal(libc::SIGTERM))
                 .inspect_err(|error| warn(leader.pid(), error))
                 .ok();
@@ -1041,8 +1043,9 @@ impl ProcessExecutor {
     }
 
     /// Gives back an ended attempt's cores, and ends whatever it left, without waiting: what does
-    /// not go at once is swept again later ([`LINGERING_SWEEP_EVERY`]). (On Slurm, its step is cancelled by an
-    /// `scancel` reaped at later polls: this runs in `poll`, on the control plane's thread.)
+    /// not go at once is swept again later ([`LINGERING_SWEEP_EVERY`]). (On Slurm, its step is
+    /// cancelled by an `scancel` reaped at later polls: this runs in `poll`, on the control plane's
+    /// thread.)
     fn release(&mut self, marker: &str, confinement: &Confinement) {
         self.cores.give_back(&confinement.cores);
         if let Hosts::Slurm(_) = self.hosts {

@@ -286,12 +286,6 @@ impl Pinned {
     }
 }
 
-/// Sends `signal` to process `pid` if `still_it` holds once it is pinned ([`Pinned`]): whether it
-/// was sent.
-pub fn signal_if(pid: i32, signal: i32, still_it: impl FnOnce() -> bool) -> std::io::Result<bool> {
-    Pinned::checked(pid, still_it)?.map_or(Ok(false), |pinned| pinned.signal(signal))
-}
-
 /// Process `pid`, `owner`'s, pinned ([`Pinned`]) where its environment has `name=value` once it
 /// is, handed to `then` in the same scan: `Ok(None)` where it has ended or does not have it, `Err`
 /// where it could not be pinned. What `then` answers, or `None` where the scan did not answer in
@@ -488,6 +482,11 @@ impl Drop for Launch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sends `signal` to process `pid` if `still_it` holds once it is pinned: whether it was sent.
+    fn signal_if(pid: i32, signal: i32, still_it: impl FnOnce() -> bool) -> std::io::Result<bool> {
+        Pinned::checked(pid, still_it)?.map_or(Ok(false), |pinned| pinned.signal(signal))
+    }
 
     /// Starts a copy of this process that waits to be killed, at pid `pid` (clone3's `set_tid`).
     /// `Ok(None)` where this process may not choose pids: it takes CAP_SYS_ADMIN (EPERM) and Linux

@@ -133,9 +133,20 @@ fn gone_within(marker: &str, what: &str) {
 /// The processes of an attempt, by the marker its executor gave them (asked again while a scan does
 /// not answer within its patience, as on a loaded machine).
 fn attempt_processes(marker: &str) -> Vec<i32> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    scanned(
+        ATTEMPT_VAR,
+        marker,
+        Owner::this_user(),
+        Duration::from_secs(30),
+    )
+}
+
+/// `owner`'s processes whose environment has `name=value`, asked again while a scan does not
+/// answer, for `within` at most.
+fn scanned(name: &str, value: &str, owner: Owner, within: Duration) -> Vec<i32> {
+    let deadline = Instant::now() + within;
     loop {
-        match processes_with_env(ATTEMPT_VAR, marker, Owner::this_user()) {
+        match processes_with_env(name, value, owner) {
             Some(pids) => return pids,
             None => assert!(Instant::now() < deadline, "the processes never answered"),
         }
@@ -1260,16 +1271,7 @@ fn another_users_setuid_program_is_theirs_not_roots() {
         return;
     }
     // Asked again while a scan does not answer, as on a loaded machine (for longer than a rest).
-    let scanned = |owner| {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            if let Some(found) = processes_with_env("GANGWAY_SETUID", &marker, owner) {
-                break found;
-            }
-            assert!(Instant::now() < deadline, "the scan never answered");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
+    let scanned = |owner| scanned("GANGWAY_SETUID", &marker, owner, Duration::from_secs(40));
     let (roots, owners) = (scanned(Owner::User(0)), scanned(Owner::User(OWNER)));
     assert_eq!(roots, [] as [i32; 0], "taken for root's");
     assert_eq!(owners, [pid], "not found as its user's");
