@@ -48,7 +48,7 @@ use crate::confine::{self, Cgroups, CorePool};
 use crate::inherit::{self, AttemptFiles};
 use crate::pool;
 use crate::process::{
-    Owner, Pinned, kill_with_env, pinned_with_env, processes_with_env, stat_fields,
+    Owner, Pinned, kill_with_any_env, pinned_with_env, processes_with_env, stat_fields,
 };
 
 /// An attempt's processes: those in its cgroup, where it has one (a job cannot leave it); else those
@@ -523,27 +523,18 @@ struct Stopping {
     deadline: Instant,
     /// When they were killed, once they were.
     killed_at: Option<Instant>,
-    /// When the attempt, without a cgroup, was last looked for by a scan of its user's processes
-    /// after the deadline: looked for again [`SCANNED_KILL_LOOK_EVERY`] on.
-    scanned_at: Option<Instant>,
     /// Whether its `elastic-run` was sent SIGTERM: an adopted run's is sent it only once its
     /// processes answer that it is the attempt's, which may be after the stop was asked.
     signalled: bool,
 }
 
 impl Stopping {
-    /// Whether its attempt, without a cgroup, was looked for by a scan of its user's processes
-    /// less than [`SCANNED_KILL_LOOK_EVERY`] ago.
-    fn scanned_lately(&self, now: Instant) -> bool {
-        (self.scanned_at).is_some_and(|at| now < at + SCANNED_KILL_LOOK_EVERY)
-    }
-
-    /// Notes a look at its attempt's processes just made: where it was a scan (no cgroup), the
-    /// next waits [`SCANNED_KILL_LOOK_EVERY`] from its end.
-    fn looked(&mut self) {
-        if self.run.confinement.cgroup.is_none() {
-            self.scanned_at = Some(Instant::now());
-        }
+    /// Whether its attempt's processes are killed by a scan of its user's at `now`: it has no
+    /// cgroup, and its deadline has passed.
+    fn kill_scanned(&self, now: Instant) -> bool {
+        self.signalled
+            && self.run.confinement.cgroup.is_none()
+            && (self.killed_at.is_some() || now >= self.deadline)
     }
 
     /// Notes the SIGTERM sent `at`, after the stop was asked (an adopted run's processes did not
@@ -768,7 +759,79 @@ fn attempt_pinned<T: Send + 'static>(
 fn kill_attempt(marker: &str, confinement: &Confinement) -> Option<bool> {
     match &confinement.cgroup {
         Some(cgroup) => Some(confine::kill(cgroup)),
-        None => kill_with_env(ATTEMPT_VAR, marker, confinement.owner()).map(|p| p.is_empty()),
+        None => kill_with_any_env(ATTEMPT_VAR, &[marker.to_owned()], confinement.owner())
+            .map(|found| found.is_empty()),
+    }
+}
+
+/// One pass over the stops' kills of attempts without a cgroup: each user's processes are scanned
+/// once for all of that user's attempts whose kill is due (stops past their deadline), rather
+/// than once per attempt, so that a wave of kills costs a user one scan a look against their
+/// share of scans ([`crate::apart::Apart::resting`]), and the poll one wait per user.
+#[derive(Default)]
+struct Kills {
+    users: HashMap<Owner, UserKills>,
+}
+
+/// One user's attempts whose kill is due in a [`Kills`] pass.
+#[derive(Default)]
+struct UserKills {
+    /// Whether their stops past the deadline are looked at in this pass: at most one look each
+    /// [`SCANNED_KILL_LOOK_EVERY`] per user.
+    due: bool,
+    markers: Vec<String>,
+    /// Once scanned: which of `markers` had processes (killed); `None` inside where the scan did
+    /// not answer.
+    found: Option<Option<Vec<bool>>>,
+}
+
+impl Kills {
+    /// The kills due in a pass over `stops` at `now`: users whose processes were looked at for a
+    /// kill less than [`SCANNED_KILL_LOOK_EVERY`] before (`looked_at`) are not due.
+    fn due(stops: &[Stopping], looked_at: &HashMap<Owner, Instant>, now: Instant) -> Self {
+        let mut kills = Kills::default();
+        for stop in stops.iter().filter(|s| s.kill_scanned(now)) {
+            let owner = stop.run.confinement.owner();
+            let user = kills.users.entry(owner).or_insert_with(|| UserKills {
+                due: looked_at
+                    .get(&owner)
+                    .is_none_or(|&at| now >= at + SCANNED_KILL_LOOK_EVERY),
+                ..UserKills::default()
+            });
+            user.markers.push(stop.run.marker.clone());
+        }
+        kills
+    }
+
+    /// Whether `stop`, past its deadline, is looked at in this pass (one with a cgroup always is).
+    fn look_due(&self, stop: &Stopping) -> bool {
+        let confinement = &stop.run.confinement;
+        confinement.cgroup.is_some()
+            || (self.users.get(&confinement.owner())).is_some_and(|user| user.due)
+    }
+
+    /// [`kill_attempt`], from its user's one scan in this pass where its kill is due in it.
+    fn kill(&mut self, marker: &str, confinement: &Confinement) -> Option<bool> {
+        let owner = confinement.owner();
+        let user = (self.users.get_mut(&owner)).filter(|user| {
+            confinement.cgroup.is_none() && user.markers.iter().any(|m| m == marker)
+        });
+        let Some(user) = user else {
+            return kill_attempt(marker, confinement);
+        };
+        let found = user.found.get_or_insert_with(|| {
+            let found = kill_with_any_env(ATTEMPT_VAR, &user.markers, owner)?;
+            let mut any = vec![false; user.markers.len()];
+            found.into_iter().for_each(|k| any[k] = true);
+            Some(any)
+        });
+        let k = user.markers.iter().position(|m| m == marker)?;
+        found.as_ref().map(|any| !any[k])
+    }
+
+    /// The users whose processes this pass scanned.
+    fn scanned(&self) -> impl Iterator<Item = Owner> + '_ {
+        (self.users.iter()).filter_map(|(&owner, user)| user.found.is_some().then_some(owner))
     }
 }
 
@@ -913,6 +976,9 @@ pub struct ProcessExecutor {
     lingering: Vec<(String, Confinement)>,
     /// When `lingering` was last swept.
     lingering_swept_at: Option<Instant>,
+    /// When each user's processes were last scanned for stops past their deadline ([`Kills`]):
+    /// looked at again [`SCANNED_KILL_LOOK_EVERY`] after the end of the last look.
+    kill_looked_at: HashMap<Owner, Instant>,
     /// Children never waited for, reaped at later polls: those killed at a stop that had not ended
     /// [`KILL_PATIENCE`] later (the kernel holds a process waiting on a file system that never
     /// answers, even through SIGKILL), and the `scancel`s of Slurm steps that ended or that no
@@ -970,6 +1036,7 @@ impl ProcessExecutor {
             cgroups,
             lingering: Vec::new(),
             lingering_swept_at: None,
+            kill_looked_at: HashMap::new(),
             unreaped: Vec::new(),
             slurm_queue: QueueSweep::Done,
             instance,
@@ -1047,6 +1114,11 @@ impl ProcessExecutor {
     /// cancelled by an `scancel` reaped at later polls: this runs in `poll`, on the control plane's
     /// thread.)
     fn release(&mut self, marker: &str, confinement: &Confinement) {
+        self.release_with(marker, confinement, &mut Kills::default());
+    }
+
+    /// [`ProcessExecutor::release`], its sweep one of `kills`' where that pass's scan covers it.
+    fn release_with(&mut self, marker: &str, confinement: &Confinement, kills: &mut Kills) {
         self.cores.give_back(&confinement.cores);
         if let Hosts::Slurm(_) = self.hosts {
             match crate::slurm::start_cancel(&slurm_job_name(marker)) {
@@ -1056,7 +1128,7 @@ impl ProcessExecutor {
                 }
             }
         }
-        if !self.sweep_once(marker, confinement) {
+        if !Self::sweep_once(marker, confinement, kills) {
             self.linger(marker.to_owned(), confinement.clone());
         }
     }
@@ -1064,8 +1136,8 @@ impl ProcessExecutor {
     /// One pass at ending an attempt's processes: its cgroup's (then the cgroup itself, and the one
     /// that bounds its tasks apart) or, without one, those carrying its marker. Whether nothing of
     /// it is left.
-    fn sweep_once(&self, marker: &str, confinement: &Confinement) -> bool {
-        kill_attempt(marker, confinement) == Some(true)
+    fn sweep_once(marker: &str, confinement: &Confinement, kills: &mut Kills) -> bool {
+        kills.kill(marker, confinement) == Some(true)
             && confinement.cgroup.as_deref().is_none_or(confine::remove)
             // The pids hierarchy's cgroup empties with the other.
             && confinement.tasks.as_deref().is_none_or(confine::remove)
@@ -1096,7 +1168,7 @@ impl ProcessExecutor {
         for (marker, confinement) in std::mem::take(&mut self.lingering) {
             if began.elapsed() >= LINGERING_SWEEP_BUDGET {
                 unreached.push((marker, confinement));
-            } else if !self.sweep_once(&marker, &confinement) {
+            } else if !Self::sweep_once(&marker, &confinement, &mut Kills::default()) {
                 left.push((marker, confinement));
             }
         }
@@ -1407,16 +1479,42 @@ impl ProcessExecutor {
         true
     }
 
-    /// Moves `stop` on without waiting, with one look at its processes at most: whether it is over.
-    /// Before its deadline, once its run exited (our child reaped, or an adopted run's pinned
-    /// `elastic-run` ended: an `elastic-run` ends its workers before it exits). At the deadline
-    /// every process of the attempt is killed, and the stop is over once none is left (its cgroup
-    /// empty, or, without one, a scan of its user's processes, one every
-    /// [`SCANNED_KILL_LOOK_EVERY`], finding none). It is given up on (what is left is swept later)
-    /// [`KILL_PATIENCE`] after the kill where what was left was seen not to end (or our child not
-    /// to be reaped), [`UNANSWERED_KILL_PATIENCE`] after it where its processes did not answer.
-    fn stop_is_over(&mut self, stop: &mut Stopping) -> bool {
+    /// Moves `stops` on by one look each at most ([`ProcessExecutor::stop_is_over`]), those of a
+    /// user's past their deadline by one scan of that user's processes ([`Kills`]): the jobs, attempts
+    /// and saved work of those that are over (their files and leftovers gone), and the stops left.
+    fn move_stops_on(&mut self, stops: Vec<Stopping>) -> (Vec<(JobId, u64, f64)>, Vec<Stopping>) {
         let now = Instant::now();
+        let mut kills = Kills::due(&stops, &self.kill_looked_at, now);
+        let (mut over, mut left) = (Vec::new(), Vec::new());
+        for mut stop in stops {
+            if self.stop_is_over(&mut stop, &mut kills, now) {
+                let (job, attempt) = (stop.run.launch.job, stop.run.attempt);
+                over.push((
+                    job,
+                    attempt,
+                    self.finish_stop(stop.run, stop.asked_at, &mut kills),
+                ));
+            } else {
+                left.push(stop);
+            }
+        }
+        // The next look waits from the end of this one.
+        let looked = Instant::now();
+        (self.kill_looked_at).retain(|_, at| looked < *at + SCANNED_KILL_LOOK_EVERY);
+        (self.kill_looked_at).extend(kills.scanned().map(|owner| (owner, looked)));
+        (over, left)
+    }
+
+    /// Moves `stop` on at `now` without waiting, with one look at its processes at most (from
+    /// `kills`): whether it is over. Before its deadline, once its run exited (our child reaped, or
+    /// an adopted run's pinned `elastic-run` ended: an `elastic-run` ends its workers before it
+    /// exits). At the deadline every process of the attempt is killed, and the stop is over once
+    /// none is left (its cgroup empty, or, without one, a scan of its user's processes, one every
+    /// [`SCANNED_KILL_LOOK_EVERY`] per user, finding none). It is given up on (what is left is
+    /// swept later) [`KILL_PATIENCE`] after the kill where what was left was seen not to end (or
+    /// our child not to be reaped), [`UNANSWERED_KILL_PATIENCE`] after it where its processes did
+    /// not answer.
+    fn stop_is_over(&mut self, stop: &mut Stopping, kills: &mut Kills, now: Instant) -> bool {
         if !stop.signalled {
             // An adopted run whose elastic-run had not answered when the stop was asked: killed
             // without its SIGTERM it would lose its grace, so nothing is done until it answers.
@@ -1430,21 +1528,20 @@ impl ProcessExecutor {
         match stop.killed_at {
             None if now < stop.deadline => stop.run.ended() == Some(true),
             // The attempt is killed, and the stop ends or is given up on, only at a look.
-            _ if stop.scanned_lately(now) => false,
-            None => Self::kill_at_deadline(stop, now),
-            Some(killed_at) => self.killed_stop_is_over(stop, killed_at, now),
+            _ if !kills.look_due(stop) => false,
+            None => Self::kill_at_deadline(stop, kills, now),
+            Some(killed_at) => self.killed_stop_is_over(stop, kills, killed_at, now),
         }
     }
 
     /// SIGKILL to every process of `stop`'s attempt, its deadline passed: whether the stop is over
     /// (its run had ended), else what is left is looked at from the next look.
-    fn kill_at_deadline(stop: &mut Stopping, now: Instant) -> bool {
+    fn kill_at_deadline(stop: &mut Stopping, kills: &mut Kills, now: Instant) -> bool {
         // Our child's end costs no scan; an adopted run's look goes to the kill.
         if stop.run.child.is_some() && stop.run.ended() == Some(true) {
             return true;
         }
-        let found_none = kill_attempt(&stop.run.marker, &stop.run.confinement);
-        stop.looked();
+        let found_none = kills.kill(&stop.run.marker, &stop.run.confinement);
         let run = &mut stop.run;
         match &mut run.child {
             Some(child) => {
@@ -1469,6 +1566,7 @@ impl ProcessExecutor {
     fn killed_stop_is_over(
         &mut self,
         stop: &mut Stopping,
+        kills: &mut Kills,
         killed_at: Instant,
         now: Instant,
     ) -> bool {
@@ -1476,8 +1574,7 @@ impl ProcessExecutor {
         // child: nothing to reap, and the sweep is its look.)
         if stop.run.child.is_none() || stop.run.ended() == Some(true) {
             // Killed again at each look, which catches a process forked meanwhile.
-            let found_none = kill_attempt(&stop.run.marker, &stop.run.confinement);
-            stop.looked();
+            let found_none = kills.kill(&stop.run.marker, &stop.run.confinement);
             match found_none {
                 Some(true) => return true,
                 // A scan that did not answer tells nothing (its user's scans rest a while after
@@ -1505,7 +1602,7 @@ impl ProcessExecutor {
 
     /// What a stop that is over comes to: the work its workers saved. Its files and whatever it
     /// left behind go.
-    fn finish_stop(&mut self, mut run: Run, now: f64) -> f64 {
+    fn finish_stop(&mut self, mut run: Run, now: f64, kills: &mut Kills) -> f64 {
         // The workers' last report: their checkpoint on the way out.
         run.progressed();
         tracing::info!(
@@ -1514,7 +1611,7 @@ impl ProcessExecutor {
             "workers stopped"
         );
         run.forget();
-        self.release(&run.marker, &run.confinement);
+        self.release_with(&run.marker, &run.confinement, kills);
         run.work_done(now)
     }
 
@@ -1585,7 +1682,7 @@ impl ProcessExecutor {
                     None,
                 ),
             };
-            if !self.sweep_once(&marker, &confinement) {
+            if !Self::sweep_once(&marker, &confinement, &mut Kills::default()) {
                 self.linger(marker, confinement);
             }
             if let Some(files) = files {
@@ -1771,22 +1868,14 @@ impl Executor for ProcessExecutor {
                 run,
                 asked_at: now,
                 killed_at: None,
-                scanned_at: None,
                 signalled,
             })
             .collect();
         // The stops of one batch wait together, for the slowest, up to the patience.
         loop {
-            let mut k = 0;
-            while k < stopping.len() {
-                if self.stop_is_over(&mut stopping[k]) {
-                    let run = stopping.swap_remove(k).run;
-                    let job = run.launch.job;
-                    answers.push((job, Ok(self.finish_stop(run, now))));
-                } else {
-                    k += 1;
-                }
-            }
+            let over;
+            (over, stopping) = self.move_stops_on(stopping);
+            answers.extend(over.into_iter().map(|(job, _, steps)| (job, Ok(steps))));
             if stopping.is_empty() || began.elapsed() >= self.stop_patience {
                 break;
             }
@@ -1910,19 +1999,17 @@ impl Executor for ProcessExecutor {
             run.forget();
             self.release(&run.marker, &run.confinement);
         }
-        for mut stop in std::mem::take(&mut self.stopping) {
-            if self.stop_is_over(&mut stop) {
-                let (job, attempt) = (stop.run.launch.job, stop.run.attempt);
-                let steps_done = self.finish_stop(stop.run, stop.asked_at);
-                events.push(WorkerEvent::Stopped {
+        let stopping = std::mem::take(&mut self.stopping);
+        let (over, left) = self.move_stops_on(stopping);
+        self.stopping = left;
+        events.extend(
+            over.into_iter()
+                .map(|(job, attempt, steps_done)| WorkerEvent::Stopped {
                     job,
                     attempt,
                     steps_done,
-                });
-            } else {
-                self.stopping.push(stop);
-            }
-        }
+                }),
+        );
         self.sweep_lingering();
         // Allotments its processes did not answer for (each try a scan, refused at once while
         // they rest).

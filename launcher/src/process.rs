@@ -11,6 +11,7 @@
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::PoisonError;
 use std::time::{Duration, Instant};
 
 use crate::apart::{Apart, NotDone};
@@ -52,8 +53,20 @@ static SCANS: std::sync::LazyLock<Apart> =
 static OWN_SCANS: std::sync::LazyLock<Apart> =
     std::sync::LazyLock::new(|| SCANS.resting(SLOW_SCAN, 1.0, SCAN_REST));
 
+/// How many scans of each user's processes were asked for, by [`Owner::key`] (see
+/// [`scans_asked`]).
+static SCANS_ASKED: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<u32, u64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// How many scans of `owner`'s processes this process has asked for, those refused included: what
+/// looks cost a user against their share of scans (one entry a user whose processes were scanned).
+pub fn scans_asked(owner: Owner) -> u64 {
+    let asked = SCANS_ASKED.lock().unwrap_or_else(PoisonError::into_inner);
+    asked.get(&owner.key()).copied().unwrap_or(0)
+}
+
 /// Whose processes a scan reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Owner {
     /// This uid's: those whose effective uid is it (their `/proc` entry is theirs), and those
     /// that run as root for it (a setuid program it started, whose real uid is still it). Root's
@@ -127,8 +140,15 @@ fn real_uid(pid: i32) -> Option<u32> {
 /// Whether process `pid` is alive and its environment has `name=value` (so a reused pid is told
 /// apart). Processes come and go, and some are not ours to read: those are simply not matches.
 fn has_env(pid: i32, needle: &[u8]) -> bool {
-    std::fs::read(format!("/proc/{pid}/environ"))
-        .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle))
+    env_holds(pid, std::slice::from_ref(&needle)).is_some()
+}
+
+/// Which of `needles` (each `name=value`) process `pid`'s environment holds, the first found; `None`
+/// where it holds none, or is gone or not ours to read.
+fn env_holds<N: AsRef<[u8]>>(pid: i32, needles: &[N]) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|var| needles.iter().position(|n| n.as_ref() == var))
 }
 
 /// Reads `owner`'s processes' environments apart ([`Apart`]): the kernel holds a read of a
@@ -137,6 +157,9 @@ fn has_env(pid: i32, needle: &[u8]) -> bool {
 /// descriptor). Only `owner`'s are read, so no other user's process can hold a scan, and one of
 /// `owner`'s that has not come back leaves their later scans unanswered (`None`) at once.
 fn scan<T: Send + 'static>(owner: Owner, scan: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    *(SCANS_ASKED.lock().unwrap_or_else(PoisonError::into_inner))
+        .entry(owner.key())
+        .or_default() += 1;
     let scans = if owner == Owner::this_user() {
         &OWN_SCANS
     } else {
@@ -172,24 +195,28 @@ pub fn processes_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i
     scan(owner, move || matching(&needle, owner))
 }
 
-/// SIGKILLs `owner`'s processes (other than this process) whose environment has `name=value`, each
-/// pinned ([`Pinned`]) before it is read: the pids found, or `None` where the scan did not answer
-/// in time (the kills then come once it does).
-pub fn kill_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i32>> {
-    let needle = format!("{name}={value}").into_bytes();
-    scan(owner, move || kill_marked(&needle, owner))
+/// SIGKILLs `owner`'s processes (other than this process) whose environment has `name=V` for any
+/// `V` of `values`, each pinned ([`Pinned`]) before it is read, in one scan: for each process
+/// found, the index in `values` of what it carries; or `None` where the scan did not answer in
+/// time (the kills then come once it does).
+pub fn kill_with_any_env(name: &str, values: &[String], owner: Owner) -> Option<Vec<usize>> {
+    let needles: Vec<Vec<u8>> = (values.iter())
+        .map(|value| format!("{name}={value}").into_bytes())
+        .collect();
+    scan(owner, move || kill_marked(&needles, owner))
 }
 
-/// SIGKILLs `owner`'s processes (other than this process) whose environment holds `needle`, each
-/// pinned ([`Pinned`]) before it is read, on this thread: the pids found.
-fn kill_marked(needle: &[u8], owner: Owner) -> Vec<i32> {
+/// SIGKILLs `owner`'s processes (other than this process) whose environment holds any of
+/// `needles`, each pinned ([`Pinned`]) before it is read, on this thread: for each process found,
+/// the index of the needle it holds.
+fn kill_marked<N: AsRef<[u8]>>(needles: &[N], owner: Owner) -> Vec<usize> {
     let mut found = Vec::new();
     for pid in other_processes() {
         let pinned = Pinned::open(pid);
-        if !marked(pid, needle, owner) {
+        let Some(needle) = owner.has(pid).then(|| env_holds(pid, needles)).flatten() else {
             continue;
-        }
-        found.push(pid);
+        };
+        found.push(needle);
         // Found, so not gone: tried again at the next look if it could not be killed.
         if let Err(error) = pinned.and_then(|p| p.map_or(Ok(false), |p| p.signal(libc::SIGKILL))) {
             tracing::warn!(pid, %error, "killing a marked process");
@@ -328,7 +355,7 @@ fn matching(needle: &[u8], owner: Owner) -> Vec<i32> {
 pub fn kill_all(token: &str) {
     let needle = format!("{TOKEN_VAR}={token}").into_bytes();
     for _ in 0..100 {
-        if kill_marked(&needle, Owner::this_user()).is_empty() {
+        if kill_marked(std::slice::from_ref(&needle), Owner::this_user()).is_empty() {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -11,7 +11,7 @@ use gangway_launcher::confine::CorePool;
 use gangway_launcher::executor::{
     ATTEMPT_VAR, HOST_RETRY, ProcessExecutor, check_command, reported,
 };
-use gangway_launcher::process::{Owner, Pinned, processes_with_env};
+use gangway_launcher::process::{Owner, Pinned, processes_with_env, scans_asked};
 use gangway_protocol::command::Submitter;
 use gangway_protocol::ids::{GpuId, GpuTypeId, JobId};
 use gangway_protocol::worker::{
@@ -1382,12 +1382,7 @@ fn an_attempt_recorded_without_its_pid_is_adopted_while_its_processes_do_not_ans
 #[test]
 fn adopted_attempts_end_and_stop_while_their_users_processes_do_not_answer() {
     const OWNER: u32 = 65532;
-    if Pinned::open(std::process::id() as i32)
-        .unwrap()
-        .is_some_and(|me| me.ended().is_none())
-    {
-        // The kernel's to offer (Linux 5.3 on, and no seccomp filter refusing them).
-        eprintln!("skipped: this kernel offers no pidfds");
+    if !pidfds_offered() {
         return;
     }
     let (dir, fake) = setup();
@@ -1622,6 +1617,67 @@ fn orphaned(dir: &Path, fake: &Path, job: u32) -> (String, PathBuf) {
     drop(KillAtEnd(marker.clone()));
     gone_within(&marker, "the first daemon's attempt outlived its SIGKILL");
     (marker, dir.join(format!("runs/{job}.1.run")))
+}
+
+/// A wave of kills costs a user one scan of their processes a look, not one per attempt: four
+/// adopted attempts of one user's, without cgroups, whose `elastic-run`s ignore SIGTERM, are stopped
+/// together; at their deadline one scan kills them all, and the next look, finding none, ends every
+/// stop and sweeps what each left. (Looked for one by one, each stop cost a scan at the kill, one
+/// at each look after it and one at its release: twelve here.) Needs root to start another user's
+/// processes, and pidfds (without them each look at an adopted run's `elastic-run` is a scan).
+#[test]
+fn a_wave_of_kills_costs_a_user_one_scan_a_look() {
+    const OWNER: u32 = 65529;
+    // SAFETY: geteuid(2) cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: only root can start another user's process");
+        return;
+    }
+    if !pidfds_offered() {
+        return;
+    }
+    let (dir, fake) = setup();
+    let jobs = [JobId(1), JobId(2), JobId(3), JobId(4)];
+    let mut reapers = Vec::new();
+    for job in jobs {
+        let (marker, run_file) = orphaned(dir.path(), &fake, job.0);
+        let attempt_var = std::ffi::CString::new(format!("{ATTEMPT_VAR}={marker}")).unwrap();
+        let script = c"trap '' TERM; while :; do sleep 0.05; done";
+        let leader = spawned_as(OWNER, None, script, &attempt_var);
+        reapers.push(KillPidAtEnd(Some(leader)));
+        made_owners(&run_file, OWNER, |record| record["pid"] = leader.into());
+    }
+    let mut exec = executor(dir.path(), &fake);
+    exec.max_grace = Duration::from_millis(500);
+    exec.stop_margin = Duration::from_millis(500);
+    // A stand-in carries its marker once its exec is done: looked for until then.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !jobs.iter().all(|&job| exec.alive(job, 1)) {
+        assert!(Instant::now() < deadline, "the stand-ins were not adopted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = scans_asked(Owner::User(OWNER));
+    let answers = bounded("the stops never ended", move || exec.stop_many(&jobs, 1.0));
+    assert!(answers.iter().all(|(_, a)| a.is_ok()), "{answers:?}");
+    let scans = scans_asked(Owner::User(OWNER)) - before;
+    // One at the kill and one at the look that found none, or a look more while SIGKILL lands.
+    assert!(
+        (1..=4).contains(&scans),
+        "{scans} scans of the user's processes to stop 4 attempts"
+    );
+}
+
+/// Whether this kernel offers pidfds, said on stderr where it does not: the kernel's to offer (Linux
+/// 5.3 on, and no seccomp filter refusing them), so the tests that need them skip even under
+/// CI=true, saying why.
+fn pidfds_offered() -> bool {
+    let offered = Pinned::open(std::process::id() as i32)
+        .unwrap()
+        .is_some_and(|me| me.ended().is_some());
+    if !offered {
+        eprintln!("skipped: this kernel offers no pidfds");
+    }
+    offered
 }
 
 /// Makes the run record in `run_file` that of an attempt of `owner`'s without cgroups, then as
