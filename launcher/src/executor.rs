@@ -764,10 +764,11 @@ fn kill_attempt(marker: &str, confinement: &Confinement) -> Option<bool> {
     }
 }
 
-/// One pass over the stops' kills of attempts without a cgroup: each user's processes are scanned
-/// once for all of that user's attempts whose kill is due (stops past their deadline), rather
-/// than once per attempt, so that a wave of kills costs a user one scan a look against their
-/// share of scans ([`crate::apart::Apart::resting`]), and the poll one wait per user.
+/// One pass's kills of attempts without a cgroup (stops past their deadline, or what ended attempts
+/// left): each user's processes are scanned once for all of that user's attempts whose kill is due
+/// in it, rather than once per attempt, so that a wave of kills costs a user one scan a look
+/// against their share of scans ([`crate::apart::Apart::resting`]), and the poll one wait per
+/// user.
 #[derive(Default)]
 struct Kills {
     users: HashMap<Owner, UserKills>,
@@ -776,8 +777,8 @@ struct Kills {
 /// One user's attempts whose kill is due in a [`Kills`] pass.
 #[derive(Default)]
 struct UserKills {
-    /// Whether their stops past the deadline are looked at in this pass: at most one look each
-    /// [`SCANNED_KILL_LOOK_EVERY`] per user.
+    /// Whether they are looked at in this pass (stops past the deadline: at most one look each
+    /// [`SCANNED_KILL_LOOK_EVERY`] per user).
     due: bool,
     markers: Vec<String>,
     /// Once scanned: which of `markers` had processes (killed); `None` inside where the scan did
@@ -786,21 +787,35 @@ struct UserKills {
 }
 
 impl Kills {
+    /// The kills of `attempts` (by marker and confinement) in one pass, each of whose users is
+    /// looked at in it where `due` says.
+    fn of<'a>(
+        attempts: impl IntoIterator<Item = (&'a str, &'a Confinement)>,
+        due: impl Fn(Owner) -> bool,
+    ) -> Self {
+        let mut kills = Kills::default();
+        for (marker, confinement) in attempts {
+            if confinement.cgroup.is_some() {
+                continue;
+            }
+            let owner = confinement.owner();
+            let user = (kills.users.entry(owner)).or_insert_with(|| UserKills {
+                due: due(owner),
+                ..UserKills::default()
+            });
+            user.markers.push(marker.to_owned());
+        }
+        kills
+    }
+
     /// The kills due in a pass over `stops` at `now`: users whose processes were looked at for a
     /// kill less than [`SCANNED_KILL_LOOK_EVERY`] before (`looked_at`) are not due.
     fn due(stops: &[Stopping], looked_at: &HashMap<Owner, Instant>, now: Instant) -> Self {
-        let mut kills = Kills::default();
-        for stop in stops.iter().filter(|s| s.kill_scanned(now)) {
-            let owner = stop.run.confinement.owner();
-            let user = kills.users.entry(owner).or_insert_with(|| UserKills {
-                due: looked_at
-                    .get(&owner)
-                    .is_none_or(|&at| now >= at + SCANNED_KILL_LOOK_EVERY),
-                ..UserKills::default()
-            });
-            user.markers.push(stop.run.marker.clone());
-        }
-        kills
+        let past_deadline = stops.iter().filter(|s| s.kill_scanned(now));
+        Kills::of(
+            past_deadline.map(|s| (s.run.marker.as_str(), &s.run.confinement)),
+            |owner| (looked_at.get(&owner)).is_none_or(|&at| now >= at + SCANNED_KILL_LOOK_EVERY),
+        )
     }
 
     /// Whether `stop`, past its deadline, is looked at in this pass (one with a cgroup always is).
@@ -827,6 +842,15 @@ impl Kills {
         });
         let k = user.markers.iter().position(|m| m == marker)?;
         found.as_ref().map(|any| !any[k])
+    }
+
+    /// Whether this pass's scan of its user's processes has looked for `marker` already (a kill of
+    /// it then costs no scan).
+    fn scanned_for(&self, marker: &str, confinement: &Confinement) -> bool {
+        confinement.cgroup.is_none()
+            && (self.users.get(&confinement.owner())).is_some_and(|user| {
+                user.found.is_some() && user.markers.iter().any(|m| m == marker)
+            })
     }
 
     /// The users whose processes this pass scanned.
@@ -1164,11 +1188,16 @@ impl ProcessExecutor {
             return;
         }
         self.lingering_swept_at = Some(began);
+        let lingering = std::mem::take(&mut self.lingering);
+        // One scan of each user's processes for all of what their ended attempts left.
+        let mut kills = Kills::of(lingering.iter().map(|(m, c)| (m.as_str(), c)), |_| true);
         let (mut unreached, mut left) = (Vec::new(), Vec::new());
-        for (marker, confinement) in std::mem::take(&mut self.lingering) {
-            if began.elapsed() >= LINGERING_SWEEP_BUDGET {
+        for (marker, confinement) in lingering {
+            if began.elapsed() >= LINGERING_SWEEP_BUDGET
+                && !kills.scanned_for(&marker, &confinement)
+            {
                 unreached.push((marker, confinement));
-            } else if !Self::sweep_once(&marker, &confinement, &mut Kills::default()) {
+            } else if !Self::sweep_once(&marker, &confinement, &mut kills) {
                 left.push((marker, confinement));
             }
         }
@@ -2030,6 +2059,50 @@ impl Executor for ProcessExecutor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One scan of a user's processes kills every attempt of theirs due in a pass, and the others'
+    /// kills read what it found (a fresh scan would find none of theirs left).
+    #[test]
+    fn a_pass_kills_a_users_attempts_by_one_scan() {
+        let confinement = Confinement {
+            owner: Some(crate::inherit::this_user()),
+            ..Confinement::default()
+        };
+        let markers = ["first", "second"].map(|m| format!("kills-test-{m}-{}", std::process::id()));
+        let mut children: Vec<Child> = (markers.iter())
+            .map(|marker| {
+                Command::new("sleep")
+                    .arg("30")
+                    .env(ATTEMPT_VAR, marker)
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        // Each carries its marker once its exec is done.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !(markers.iter())
+            .all(|m| attempt_processes(m, &confinement).is_some_and(|p| p.len() == 1))
+        {
+            assert!(Instant::now() < deadline, "the children never started");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let attempts = markers.iter().map(|m| (m.as_str(), &confinement));
+        let mut kills = Kills::of(attempts, |_| true);
+        assert!(!kills.scanned_for(&markers[1], &confinement));
+        // Asked again while the machine is too busy for the scan's patience.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while kills.kill(&markers[0], &confinement) != Some(false) {
+            assert!(Instant::now() < deadline, "the scan never answered");
+            kills = Kills::of(markers.iter().map(|m| (m.as_str(), &confinement)), |_| true);
+        }
+        assert!(kills.scanned_for(&markers[1], &confinement));
+        assert_eq!(kills.kill(&markers[1], &confinement), Some(false));
+        for child in &mut children {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        }
+        assert_eq!(kill_attempt(&markers[1], &confinement), Some(true));
+    }
 
     /// An attempt's `elastic-run` is found by marker as the oldest marked process leading its
     /// group, not a process it started that leads a group or session of its own (its guardian,
