@@ -530,7 +530,8 @@ struct Stopping {
 
 impl Stopping {
     /// Whether its attempt's processes are killed by a scan of its user's at `now`: it has no
-    /// cgroup, and its deadline has passed.
+    /// cgroup, its `elastic-run` was sent SIGTERM, and its deadline has passed (it may have been
+    /// killed already).
     fn kill_scanned(&self, now: Instant) -> bool {
         self.signalled
             && self.run.confinement.cgroup.is_none()
@@ -777,21 +778,31 @@ struct Kills {
 /// One user's attempts whose kill is due in a [`Kills`] pass.
 #[derive(Default)]
 struct UserKills {
-    /// Whether they are looked at in this pass (stops past the deadline: at most one look each
-    /// [`SCANNED_KILL_LOOK_EVERY`] per user).
-    due: bool,
+    /// Whether their stops past the deadline are looked at in this pass: at most one look each
+    /// [`SCANNED_KILL_LOOK_EVERY`] per user. (A sweep's always are.)
+    looked: bool,
     markers: Vec<String>,
-    /// Once scanned: which of `markers` had processes (killed); `None` inside where the scan did
-    /// not answer.
-    found: Option<Option<Vec<bool>>>,
+    scan: UserScan,
+}
+
+/// A [`Kills`] pass's scan of one user's processes.
+#[derive(Default)]
+enum UserScan {
+    /// Not made yet: made at the first kill of theirs the pass asks for.
+    #[default]
+    NotYet,
+    /// It did not answer in time.
+    Unanswered,
+    /// Which of the user's markers had processes (killed).
+    Found(Vec<bool>),
 }
 
 impl Kills {
     /// The kills of `attempts` (by marker and confinement) in one pass, each of whose users is
-    /// looked at in it where `due` says.
+    /// looked at in it where `looked` says.
     fn of<'a>(
         attempts: impl IntoIterator<Item = (&'a str, &'a Confinement)>,
-        due: impl Fn(Owner) -> bool,
+        looked: impl Fn(Owner) -> bool,
     ) -> Self {
         let mut kills = Kills::default();
         for (marker, confinement) in attempts {
@@ -800,7 +811,7 @@ impl Kills {
             }
             let owner = confinement.owner();
             let user = (kills.users.entry(owner)).or_insert_with(|| UserKills {
-                due: due(owner),
+                looked: looked(owner),
                 ..UserKills::default()
             });
             user.markers.push(marker.to_owned());
@@ -810,7 +821,11 @@ impl Kills {
 
     /// The kills due in a pass over `stops` at `now`: users whose processes were looked at for a
     /// kill less than [`SCANNED_KILL_LOOK_EVERY`] before (`looked_at`) are not due.
-    fn due(stops: &[Stopping], looked_at: &HashMap<Owner, Instant>, now: Instant) -> Self {
+    fn past_deadline(
+        stops: &[Stopping],
+        looked_at: &HashMap<Owner, Instant>,
+        now: Instant,
+    ) -> Self {
         let past_deadline = stops.iter().filter(|s| s.kill_scanned(now));
         Kills::of(
             past_deadline.map(|s| (s.run.marker.as_str(), &s.run.confinement)),
@@ -822,7 +837,7 @@ impl Kills {
     fn look_due(&self, stop: &Stopping) -> bool {
         let confinement = &stop.run.confinement;
         confinement.cgroup.is_some()
-            || (self.users.get(&confinement.owner())).is_some_and(|user| user.due)
+            || (self.users.get(&confinement.owner())).is_some_and(|user| user.looked)
     }
 
     /// [`kill_attempt`], from its user's one scan in this pass where its kill is due in it.
@@ -834,14 +849,21 @@ impl Kills {
         let Some(user) = user else {
             return kill_attempt(marker, confinement);
         };
-        let found = user.found.get_or_insert_with(|| {
-            let found = kill_with_any_env(ATTEMPT_VAR, &user.markers, owner)?;
-            let mut any = vec![false; user.markers.len()];
-            found.into_iter().for_each(|k| any[k] = true);
-            Some(any)
-        });
+        if let UserScan::NotYet = user.scan {
+            user.scan = match kill_with_any_env(ATTEMPT_VAR, &user.markers, owner) {
+                Some(found) => {
+                    let mut any = vec![false; user.markers.len()];
+                    found.into_iter().for_each(|k| any[k] = true);
+                    UserScan::Found(any)
+                }
+                None => UserScan::Unanswered,
+            };
+        }
         let k = user.markers.iter().position(|m| m == marker)?;
-        found.as_ref().map(|any| !any[k])
+        match &user.scan {
+            UserScan::Found(any) => Some(!any[k]),
+            UserScan::NotYet | UserScan::Unanswered => None,
+        }
     }
 
     /// Whether this pass's scan of its user's processes has looked for `marker` already (a kill of
@@ -849,13 +871,14 @@ impl Kills {
     fn scanned_for(&self, marker: &str, confinement: &Confinement) -> bool {
         confinement.cgroup.is_none()
             && (self.users.get(&confinement.owner())).is_some_and(|user| {
-                user.found.is_some() && user.markers.iter().any(|m| m == marker)
+                !matches!(user.scan, UserScan::NotYet) && user.markers.iter().any(|m| m == marker)
             })
     }
 
     /// The users whose processes this pass scanned.
     fn scanned(&self) -> impl Iterator<Item = Owner> + '_ {
-        (self.users.iter()).filter_map(|(&owner, user)| user.found.is_some().then_some(owner))
+        let scanned = |user: &UserKills| !matches!(user.scan, UserScan::NotYet);
+        (self.users.iter()).filter_map(move |(&owner, user)| scanned(user).then_some(owner))
     }
 }
 
@@ -1513,7 +1536,7 @@ impl ProcessExecutor {
     /// and saved work of those that are over (their files and leftovers gone), and the stops left.
     fn move_stops_on(&mut self, stops: Vec<Stopping>) -> (Vec<(JobId, u64, f64)>, Vec<Stopping>) {
         let now = Instant::now();
-        let mut kills = Kills::due(&stops, &self.kill_looked_at, now);
+        let mut kills = Kills::past_deadline(&stops, &self.kill_looked_at, now);
         let (mut over, mut left) = (Vec::new(), Vec::new());
         for mut stop in stops {
             if self.stop_is_over(&mut stop, &mut kills, now) {
@@ -2064,20 +2087,33 @@ mod tests {
     /// kills read what it found (a fresh scan would find none of theirs left).
     #[test]
     fn a_pass_kills_a_users_attempts_by_one_scan() {
+        use std::os::unix::process::ExitStatusExt;
+        /// Children SIGKILLed and reaped when dropped (a failed assertion leaves none behind).
+        struct Reaped(Vec<Child>);
+        impl Drop for Reaped {
+            fn drop(&mut self) {
+                for child in &mut self.0 {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+            }
+        }
         let confinement = Confinement {
             owner: Some(crate::inherit::this_user()),
             ..Confinement::default()
         };
         let markers = ["first", "second"].map(|m| format!("kills-test-{m}-{}", std::process::id()));
-        let mut children: Vec<Child> = (markers.iter())
-            .map(|marker| {
-                Command::new("sleep")
-                    .arg("30")
-                    .env(ATTEMPT_VAR, marker)
-                    .spawn()
-                    .unwrap()
-            })
-            .collect();
+        let mut children = Reaped(
+            (markers.iter())
+                .map(|marker| {
+                    Command::new("sleep")
+                        .arg("30")
+                        .env(ATTEMPT_VAR, marker)
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        );
         // Each carries its marker once its exec is done.
         let deadline = Instant::now() + Duration::from_secs(10);
         while !(markers.iter())
@@ -2086,21 +2122,20 @@ mod tests {
             assert!(Instant::now() < deadline, "the children never started");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let attempts = markers.iter().map(|m| (m.as_str(), &confinement));
-        let mut kills = Kills::of(attempts, |_| true);
+        let mut kills = Kills::of(markers.iter().map(|m| (m.as_str(), &confinement)), |_| true);
         assert!(!kills.scanned_for(&markers[1], &confinement));
-        // Asked again while the machine is too busy for the scan's patience.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while kills.kill(&markers[0], &confinement) != Some(false) {
-            assert!(Instant::now() < deadline, "the scan never answered");
-            kills = Kills::of(markers.iter().map(|m| (m.as_str(), &confinement)), |_| true);
-        }
+        // Not asked again on `None`: a scan that outlasts its patience still kills both.
+        assert_eq!(
+            kills.kill(&markers[0], &confinement),
+            Some(false),
+            "the first attempt's process was not found (None: the scan outlasted its patience)"
+        );
         assert!(kills.scanned_for(&markers[1], &confinement));
-        assert_eq!(kills.kill(&markers[1], &confinement), Some(false));
-        for child in &mut children {
-            use std::os::unix::process::ExitStatusExt;
+        // Both were killed by that one scan: the second, too, before its own kill was asked for.
+        for child in &mut children.0 {
             assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         }
+        assert_eq!(kills.kill(&markers[1], &confinement), Some(false));
         assert_eq!(kill_attempt(&markers[1], &confinement), Some(true));
     }
 

@@ -140,15 +140,20 @@ fn real_uid(pid: i32) -> Option<u32> {
 /// Whether process `pid` is alive and its environment has `name=value` (so a reused pid is told
 /// apart). Processes come and go, and some are not ours to read: those are simply not matches.
 fn has_env(pid: i32, needle: &[u8]) -> bool {
-    env_holds(pid, std::slice::from_ref(&needle)).is_some()
+    !env_holds(pid, std::slice::from_ref(&needle)).is_empty()
 }
 
-/// Which of `needles` (each `name=value`) process `pid`'s environment holds, the first found; `None`
-/// where it holds none, or is gone or not ours to read.
-fn env_holds<N: AsRef<[u8]>>(pid: i32, needles: &[N]) -> Option<usize> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|var| needles.iter().position(|n| n.as_ref() == var))
+/// Which of `needles` (each `name=value`) process `pid`'s environment holds, by index: none where
+/// it holds none, or is gone or not ours to read. (A process may carry several: a user's own,
+/// crafted to.)
+fn env_holds<N: AsRef<[u8]>>(pid: i32, needles: &[N]) -> Vec<usize> {
+    let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return Vec::new();
+    };
+    let vars: Vec<&[u8]> = env.split(|&b| b == 0).collect();
+    (0..needles.len())
+        .filter(|&k| vars.contains(&needles[k].as_ref()))
+        .collect()
 }
 
 /// Reads `owner`'s processes' environments apart ([`Apart`]): the kernel holds a read of a
@@ -196,9 +201,9 @@ pub fn processes_with_env(name: &str, value: &str, owner: Owner) -> Option<Vec<i
 }
 
 /// SIGKILLs `owner`'s processes (other than this process) whose environment has `name=V` for any
-/// `V` of `values`, each pinned ([`Pinned`]) before it is read, in one scan: for each process
-/// found, the index in `values` of what it carries; or `None` where the scan did not answer in
-/// time (the kills then come once it does).
+/// `V` of `values`, each pinned ([`Pinned`]) before it is read, in one scan: the index in `values`
+/// of each `V` a process found carries (once per process and value); or `None` where the scan did
+/// not answer in time (the kills then come once it does).
 pub fn kill_with_any_env(name: &str, values: &[String], owner: Owner) -> Option<Vec<usize>> {
     let needles: Vec<Vec<u8>> = (values.iter())
         .map(|value| format!("{name}={value}").into_bytes())
@@ -207,16 +212,20 @@ pub fn kill_with_any_env(name: &str, values: &[String], owner: Owner) -> Option<
 }
 
 /// SIGKILLs `owner`'s processes (other than this process) whose environment holds any of
-/// `needles`, each pinned ([`Pinned`]) before it is read, on this thread: for each process found,
-/// the index of the needle it holds.
+/// `needles`, each pinned ([`Pinned`]) before it is read, on this thread: the index of each needle
+/// a process found holds (once per process and needle).
 fn kill_marked<N: AsRef<[u8]>>(needles: &[N], owner: Owner) -> Vec<usize> {
     let mut found = Vec::new();
     for pid in other_processes() {
         let pinned = Pinned::open(pid);
-        let Some(needle) = owner.has(pid).then(|| env_holds(pid, needles)).flatten() else {
+        if !owner.has(pid) {
             continue;
-        };
-        found.push(needle);
+        }
+        let held = env_holds(pid, needles);
+        if held.is_empty() {
+            continue;
+        }
+        found.extend(held);
         // Found, so not gone: tried again at the next look if it could not be killed.
         if let Err(error) = pinned.and_then(|p| p.map_or(Ok(false), |p| p.signal(libc::SIGKILL))) {
             tracing::warn!(pid, %error, "killing a marked process");
