@@ -797,6 +797,13 @@ enum UserScan {
     Found(Vec<bool>),
 }
 
+impl UserScan {
+    /// Whether it was made (answered or not).
+    fn made(&self) -> bool {
+        !matches!(self, UserScan::NotYet)
+    }
+}
+
 impl Kills {
     /// The kills of `attempts` (by marker and confinement) in one pass, each of whose users is
     /// looked at in it where `looked` says.
@@ -840,16 +847,28 @@ impl Kills {
             || (self.users.get(&confinement.owner())).is_some_and(|user| user.looked)
     }
 
+    /// Its user's kills in this pass, and `marker`'s place among them, where its kill is due in
+    /// it.
+    fn covering(
+        &mut self,
+        marker: &str,
+        confinement: &Confinement,
+    ) -> Option<(&mut UserKills, usize)> {
+        if confinement.cgroup.is_some() {
+            return None;
+        }
+        let user = self.users.get_mut(&confinement.owner())?;
+        let k = user.markers.iter().position(|m| m == marker)?;
+        Some((user, k))
+    }
+
     /// [`kill_attempt`], from its user's one scan in this pass where its kill is due in it.
     fn kill(&mut self, marker: &str, confinement: &Confinement) -> Option<bool> {
         let owner = confinement.owner();
-        let user = (self.users.get_mut(&owner)).filter(|user| {
-            confinement.cgroup.is_none() && user.markers.iter().any(|m| m == marker)
-        });
-        let Some(user) = user else {
+        let Some((user, k)) = self.covering(marker, confinement) else {
             return kill_attempt(marker, confinement);
         };
-        if let UserScan::NotYet = user.scan {
+        if !user.scan.made() {
             user.scan = match kill_with_any_env(ATTEMPT_VAR, &user.markers, owner) {
                 Some(found) => {
                     let mut any = vec![false; user.markers.len()];
@@ -859,7 +878,6 @@ impl Kills {
                 None => UserScan::Unanswered,
             };
         }
-        let k = user.markers.iter().position(|m| m == marker)?;
         match &user.scan {
             UserScan::Found(any) => Some(!any[k]),
             UserScan::NotYet | UserScan::Unanswered => None,
@@ -868,17 +886,13 @@ impl Kills {
 
     /// Whether this pass's scan of its user's processes has looked for `marker` already (a kill of
     /// it then costs no scan).
-    fn scanned_for(&self, marker: &str, confinement: &Confinement) -> bool {
-        confinement.cgroup.is_none()
-            && (self.users.get(&confinement.owner())).is_some_and(|user| {
-                !matches!(user.scan, UserScan::NotYet) && user.markers.iter().any(|m| m == marker)
-            })
+    fn scanned_for(&mut self, marker: &str, confinement: &Confinement) -> bool {
+        (self.covering(marker, confinement)).is_some_and(|(user, _)| user.scan.made())
     }
 
     /// The users whose processes this pass scanned.
     fn scanned(&self) -> impl Iterator<Item = Owner> + '_ {
-        let scanned = |user: &UserKills| !matches!(user.scan, UserScan::NotYet);
-        (self.users.iter()).filter_map(move |(&owner, user)| scanned(user).then_some(owner))
+        (self.users.iter()).filter_map(|(&owner, user)| user.scan.made().then_some(owner))
     }
 }
 
