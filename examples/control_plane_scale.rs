@@ -155,23 +155,23 @@ fn main() {
     );
     println!(
         "rounds: {} (p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms); {} starts, {} preemptions, {} finished",
-        stats.rounds,
+        stats.counters.rounds,
         stats.round_latency_p50 * 1e3,
         stats.round_latency_p99 * 1e3,
-        stats.round_latency_sum / stats.rounds.max(1) as f64 * 1e3,
-        stats.starts,
-        stats.preemptions,
-        stats.finished
+        stats.round_latency_sum / stats.counters.rounds.max(1) as f64 * 1e3,
+        stats.counters.starts,
+        stats.counters.preemptions,
+        stats.counters.finished
     );
     println!(
         "solves: p50 {:.1} ms, p99 {:.1} ms, mean {:.1} ms (the policy's part of each round)",
         stats.round_solve_p50 * 1e3,
         stats.round_solve_p99 * 1e3,
-        stats.round_solve_sum / stats.rounds.max(1) as f64 * 1e3,
+        stats.round_solve_sum / stats.counters.rounds.max(1) as f64 * 1e3,
     );
     println!(
         "ledger: {} migrations, {} records refused; {} gangs leased GPU by GPU",
-        stats.migrations, stats.violations, stats.leases_in_order
+        stats.counters.migrations, stats.counters.violations, stats.counters.leases_in_order
     );
     // The rounds after the submissions, from the latency histogram's buckets.
     let buckets = gangway::actors::stats::LATENCY_BUCKETS;
@@ -179,12 +179,12 @@ fn main() {
         let k = buckets.iter().position(|&b| b >= limit).expect("a bucket");
         s.round_latency_buckets[k]
     };
-    let steady = stats.rounds - after_submissions.rounds;
+    let steady = stats.counters.rounds - after_submissions.counters.rounds;
     let steady_within = |limit| within(limit, &stats) - within(limit, &after_submissions);
     println!(
         "views: {} published, {:.2} ms each on average (after rounds, not in their latency)",
-        stats.views_published,
-        stats.publish_seconds / stats.views_published.max(1) as f64 * 1e3
+        stats.counters.views_published,
+        stats.counters.publish_seconds / stats.counters.views_published.max(1) as f64 * 1e3
     );
     println!(
         "rounds after the submissions: {steady}, of which {} within 10 ms, {} within 50 ms",

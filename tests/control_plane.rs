@@ -124,7 +124,7 @@ fn live_from(
         assert!(!report.stalled && report.refused.is_empty(), "{report:?}");
         let timeline = addr.send(gangway_actors::cluster::Timeline).await.unwrap();
         let stats = addr.send(GetStats).await.unwrap();
-        (timeline, stats.violations)
+        (timeline, stats.counters.violations)
     });
     let (_journal, recovered) = gangway_actors::ledger::open_journal(&journal).unwrap();
     let moves = (recovered.records.iter())

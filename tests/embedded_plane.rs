@@ -236,14 +236,14 @@ fn a_policy_that_panics_fails_its_round_alone_and_the_plane_serves_on() {
     let c = plane.submit(JobRequest::new("toy", 4, 600.0)).unwrap();
     let stats = loop {
         let stats = plane.stats().unwrap();
-        if stats.round_failures > 0 {
+        if stats.counters.round_failures > 0 {
             break stats;
         }
         assert!(std::time::Instant::now() < deadline, "no round failed");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(stats.round_failures, 1);
-    let failure = stats.last_round_failure.clone().unwrap();
+    assert_eq!(stats.counters.round_failures, 1);
+    let failure = stats.counters.last_round_failure.clone().unwrap();
     assert_eq!(failure.message, "round three is cursed");
     let metrics = gangway::actors::api::prometheus_text(&stats);
     assert!(
@@ -342,7 +342,7 @@ fn reads_answer_while_a_round_is_under_way() {
     assert_eq!(plane.job(first).unwrap().unwrap().placement, running);
     let nodes = plane.nodes().unwrap();
     assert_eq!(nodes.iter().map(|n| n.free).sum::<u32>(), 4, "{nodes:?}");
-    assert_eq!(plane.stats().unwrap().submitted, 2);
+    assert_eq!(plane.stats().unwrap().counters.submitted, 2);
     // Let go: this round and every later one go on at once.
     drop(release);
     plane.cancel(first).unwrap();

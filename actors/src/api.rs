@@ -961,6 +961,7 @@ async fn stats(State(state): State<ApiState>) -> Json<StatsSnapshot> {
 
 /// The Prometheus text exposition of `stats`.
 pub fn prometheus_text(s: &StatsSnapshot) -> String {
+    let c = &s.counters;
     let mut out = String::new();
     let mut metric = |name: &str, kind: &str, help: &str, value: String| {
         out += &format!("# HELP gangway_{name} {help}\n# TYPE gangway_{name} {kind}\n");
@@ -1018,97 +1019,97 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         "jobs_submitted_total",
         "counter",
         "Jobs submitted.",
-        s.submitted.to_string(),
+        c.submitted.to_string(),
     );
     metric(
         "jobs_finished_total",
         "counter",
         "Jobs finished.",
-        s.finished.to_string(),
+        c.finished.to_string(),
     );
     metric(
         "jobs_cancelled_total",
         "counter",
         "Jobs cancelled.",
-        s.cancelled.to_string(),
+        c.cancelled.to_string(),
     );
     metric(
         "jobs_failed_total",
         "counter",
         "Jobs failed.",
-        s.failed.to_string(),
+        c.failed.to_string(),
     );
     metric(
         "starts_total",
         "counter",
         "Gang starts.",
-        s.starts.to_string(),
+        c.starts.to_string(),
     );
     metric(
         "preemptions_total",
         "counter",
         "Jobs preempted.",
-        s.preemptions.to_string(),
+        c.preemptions.to_string(),
     );
     metric(
         "migrations_total",
         "counter",
         "Jobs moved to other GPUs at the same size.",
-        s.migrations.to_string(),
+        c.migrations.to_string(),
     );
     metric(
         "resizes_total",
         "counter",
         "Starts on another number of GPUs than the job's last run (a resize, or a resume at another size).",
-        s.resizes.to_string(),
+        c.resizes.to_string(),
     );
     metric(
         "restart_seconds_total",
         "counter",
         "Seconds resizes and moves took, from the decision to the first step after.",
-        s.restart_seconds.to_string(),
+        c.restart_seconds.to_string(),
     );
     metric(
         "invariant_violations_total",
         "counter",
         "Decisions that broke a ledger invariant (a bug if not 0).",
-        s.violations.to_string(),
+        c.violations.to_string(),
     );
     metric(
         "views_published_total",
         "counter",
         "Views of jobs, servers and counters published for the API's reads.",
-        s.views_published.to_string(),
+        c.views_published.to_string(),
     );
     metric(
         "view_publish_seconds_total",
         "counter",
         "Wall seconds the control plane spent publishing views (after rounds, not in their latency).",
-        s.publish_seconds.to_string(),
+        c.publish_seconds.to_string(),
     );
     metric(
         "illegal_transitions_total",
         "counter",
         "Job phase moves the state machine refused (a bug if not 0).",
-        s.illegal_transitions.to_string(),
+        c.illegal_transitions.to_string(),
     );
     metric(
         "leases_in_order_total",
         "counter",
         "Started gangs whose batched lease was refused and that leased GPU by GPU instead.",
-        s.leases_in_order.to_string(),
+        c.leases_in_order.to_string(),
     );
     metric(
         "round_failures_total",
         "counter",
         "Rounds whose policy failed (panicked); nothing of them was applied.",
-        s.round_failures.to_string(),
+        c.round_failures.to_string(),
     );
     metric(
         "recovery_seconds",
         "gauge",
         "Seconds the last start spent recovering the journal.",
-        s.recovery_seconds.to_string(),
+        c.recovery_seconds.to_string(),
     );
     // Both count every round (`Stats::note_round` notes the two together).
     let mut histogram = |name: &str, help: &str, buckets: &[u64], sum: f64| {
@@ -1116,10 +1117,10 @@ pub fn prometheus_text(s: &StatsSnapshot) -> String {
         for (bound, count) in LATENCY_BUCKETS.iter().zip(buckets) {
             out += &format!("gangway_{name}_bucket{{le=\"{bound}\"}} {count}\n");
         }
-        out += &format!("gangway_{name}_bucket{{le=\"+Inf\"}} {}\n", s.rounds);
+        out += &format!("gangway_{name}_bucket{{le=\"+Inf\"}} {}\n", c.rounds);
         out += &format!(
             "gangway_{name}_sum {sum}\ngangway_{name}_count {}\n",
-            s.rounds
+            c.rounds
         );
     };
     histogram(

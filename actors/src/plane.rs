@@ -531,7 +531,7 @@ mod tests {
         ));
         plane.cordon(&[3], true).unwrap();
         assert_eq!(plane.nodes().unwrap()[0].out_of_service.len(), 1);
-        assert_eq!(plane.stats().unwrap().finished, 1);
+        assert_eq!(plane.stats().unwrap().counters.finished, 1);
 
         plane.shutdown().unwrap();
         // Every move was published, in order; then the stream ends.

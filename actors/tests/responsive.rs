@@ -168,7 +168,7 @@ async fn the_api_answers_while_a_preemption_waits_on_a_slow_worker() {
         .await
         .expect("/metrics waited for the worker's checkpoint")
         .unwrap();
-    assert_eq!(stats.submitted, 1);
+    assert_eq!(stats.counters.submitted, 1);
     let second = tokio::time::timeout(
         PATIENCE,
         cluster.send(Submit {
@@ -289,7 +289,7 @@ async fn the_api_answers_while_a_gpus_health_probe_hangs() {
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, job);
     let stats = cluster.send(GetStats).await.unwrap();
-    assert_eq!(stats.submitted, 1);
+    assert_eq!(stats.counters.submitted, 1);
     cluster.send(Round).await.unwrap();
     let started = tokio::time::timeout(PATIENCE, async {
         loop {

@@ -130,7 +130,13 @@ async fn show(cluster: &actix::Addr<ClusterActor>, job: JobId) -> JobInfo {
 /// Nothing broke the ledger's invariants or the job state machine.
 async fn assert_consistent(cluster: &actix::Addr<ClusterActor>) {
     let stats = cluster.send(GetStats).await.unwrap();
-    assert_eq!((stats.violations, stats.illegal_transitions), (0, 0));
+    assert_eq!(
+        (
+            stats.counters.violations,
+            stats.counters.illegal_transitions
+        ),
+        (0, 0)
+    );
 }
 
 /// Polls the executor and runs rounds until `job` reaches `phase`.

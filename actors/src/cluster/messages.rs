@@ -221,7 +221,7 @@ pub struct RoundReport {
     /// Starts that could not lease their gang or launch, and went back to the queue.
     pub failed_starts: usize,
     /// Started gangs whose batched lease was refused and that leased GPU by GPU instead (see
-    /// [`crate::stats::Stats::leases_in_order`]).
+    /// [`crate::stats::Counters::leases_in_order`]).
     pub leased_in_order: usize,
     /// Seconds the policy and placer took (the rest of the round carries out their decisions).
     pub solve_seconds: f64,

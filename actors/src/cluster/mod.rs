@@ -220,9 +220,9 @@ impl ClusterActor {
                 next_event: None,
             };
             actor.recover(engine, policy, placer, now);
-            actor.stats.recovery_seconds = recovery.elapsed().as_secs_f64();
+            actor.stats.counters.recovery_seconds = recovery.elapsed().as_secs_f64();
             tracing::info!(
-                seconds = actor.stats.recovery_seconds,
+                seconds = actor.stats.counters.recovery_seconds,
                 jobs = actor.jobs.len(),
                 replayed,
                 "control plane recovered"
@@ -240,7 +240,7 @@ impl ClusterActor {
     /// Moves job `job` to phase `to`: the one place where jobs change phase. The move is published
     /// on the event stream with the next view, which shows it. A move the state
     /// machine refuses is a bug in the control plane, not in its input: it is logged loudly and
-    /// counted ([`Stats::illegal_transitions`]), and the job stays where it was.
+    /// counted ([`crate::stats::Counters::illegal_transitions`]), and the job stays where it was.
     fn advance(&mut self, job: JobId, to: Phase, at: f64) {
         let Some(handle) = self.jobs.get_mut(&job) else {
             return;
@@ -255,7 +255,7 @@ impl ClusterActor {
             }
             Err(e) => {
                 tracing::error!(job = job.0, error = %e, "job refused a transition");
-                self.stats.illegal_transitions += 1;
+                self.stats.counters.illegal_transitions += 1;
             }
         }
     }
@@ -271,7 +271,7 @@ impl ClusterActor {
     /// Journals `records` (fsynced) and folds them into the ledger; counts what the ledger refused.
     fn persist(&mut self, records: &[Record]) {
         let violations = self.store.persist(records);
-        self.stats.violations += violations.len() as u64;
+        self.stats.counters.violations += violations.len() as u64;
         // Ended jobs past the ledger's history (or a user's share of it): the views and the
         // endings kept forget them too.
         for job in self.store.ledger.take_forgotten() {
@@ -570,7 +570,7 @@ mod tests {
             placed_before = Some(placed);
         }
         let stats = cluster.send(GetStats).await.unwrap();
-        assert_eq!(stats.leases_in_order, 0);
+        assert_eq!(stats.counters.leases_in_order, 0);
     }
 
     #[actix::test]
@@ -658,11 +658,21 @@ mod tests {
         cluster.send(submit).await.unwrap().unwrap();
         let report = cluster.send(Round).await.unwrap();
         assert_eq!(report.starts, 1);
-        let published = cluster.send(GetStats).await.unwrap().views_published;
+        let published = cluster
+            .send(GetStats)
+            .await
+            .unwrap()
+            .counters
+            .views_published;
         // Past the time a batch still being carried out would be published: this one settled (and
         // was published then), so nothing is published again, in the middle of a later round.
         tokio::time::sleep(super::round::PUBLISH_WHILE_CARRYING * 2).await;
-        let after = cluster.send(GetStats).await.unwrap().views_published;
+        let after = cluster
+            .send(GetStats)
+            .await
+            .unwrap()
+            .counters
+            .views_published;
         assert_eq!(after, published, "a stale publication ran");
     }
 
@@ -758,7 +768,7 @@ mod tests {
         let view = views.latest();
         assert_eq!(view.job(id).unwrap().phase, Phase::Finished);
         assert_eq!(view.stats().running_jobs, 0);
-        assert_eq!(view.stats().illegal_transitions, 0);
+        assert_eq!(view.stats().counters.illegal_transitions, 0);
         told_length_is_counted(&view).await;
         let listed = view.jobs_json();
         assert_eq!(listed.len(), view.jobs_json_len());

@@ -387,7 +387,7 @@ impl ClusterActor {
         self.persist(&records);
         self.fail_starts(&outcome.failed_starts, now, ctx);
         self.keep_stopping(lingering, |job| next_after.get(&job).copied(), ctx);
-        self.stats.leases_in_order += outcome.report.leased_in_order as u64;
+        self.stats.counters.leases_in_order += outcome.report.leased_in_order as u64;
         outcome.report
     }
 

@@ -285,7 +285,7 @@ impl Handler<JournalSubmissions> for ClusterActor {
                 .submit(job, spec.arrival)
                 .expect("checked: new id, runnable");
             self.add_job(spec.id, Phase::Pending);
-            self.stats.submitted += 1;
+            self.stats.counters.submitted += 1;
             answers.push((spec.id, answer));
         }
         answers.append(&mut self.key_waiters);

@@ -667,7 +667,7 @@ impl ClusterActor {
             return;
         }
         let now = Instant::now();
-        self.stats.views_published += 1;
+        self.stats.counters.views_published += 1;
         let full = matches!(scope, Scope::Changed);
         let stale = match scope {
             Scope::Changed => self.take_changed(now),
@@ -720,7 +720,7 @@ impl ClusterActor {
             json_bytes: Arc::clone(&self.views.json_bytes),
         };
         let replaced = self.views.sender.send_replace(Arc::new(view));
-        self.stats.publish_seconds += now.elapsed().as_secs_f64();
+        self.stats.counters.publish_seconds += now.elapsed().as_secs_f64();
         // On a blocking thread, while the actor goes on: the new entries' JSON is made (rather than
         // by the first reader), and the view this one replaced is dropped (when no reader holds
         // it, that frees the entries they replace: thousands after a round that moves many jobs).
