@@ -614,6 +614,20 @@ pub enum Violation {
     },
 }
 
+impl Violation {
+    /// The job the refused record was about.
+    pub fn job(&self) -> JobId {
+        match self {
+            Violation::UnknownJob { job, .. }
+            | Violation::Resubmitted { job, .. }
+            | Violation::StartedTwice { job, .. }
+            | Violation::GpuHeldTwice { job, .. }
+            | Violation::AfterEnd { job, .. }
+            | Violation::MovedIdle { job, .. } => *job,
+        }
+    }
+}
+
 /// The jobs holding one GPU: one, or two packing partners.
 pub type Holders = smallvec::SmallVec<[JobId; 2]>;
 

@@ -50,7 +50,7 @@ use crate::clock::{Clock, WallClock};
 use crate::executor::Executor;
 use crate::gpu::{GpuActor, HealthChanged, Holder};
 use crate::health::HealthProbe;
-use crate::ledger::{Record, Standing};
+use crate::ledger::{Record, Standing, Violation};
 use crate::lifecycle::Phase;
 use crate::stats::Stats;
 use carry::{Gang, GpuActors};
@@ -269,7 +269,7 @@ impl ClusterActor {
     }
 
     /// Journals `records` (fsynced) and folds them into the ledger; counts what the ledger refused.
-    fn persist(&mut self, records: &[Record]) {
+    fn persist(&mut self, records: &[Record]) -> Vec<Violation> {
         let violations = self.store.persist(records);
         self.stats.counters.violations += violations.len() as u64;
         // Ended jobs past the ledger's history (or a user's share of it): the views and the
@@ -278,6 +278,7 @@ impl ClusterActor {
             self.ended.remove(&job);
             self.views.touch(job);
         }
+        violations
     }
 
     /// Jobs that ended (their ending committed): the API keeps how they ended, and the engine and the
@@ -621,6 +622,51 @@ mod tests {
         assert_eq!(points(&preempted), [(0.0, 2), (120.0, 0)], "a stop shows");
         let (resumed, _) = history_at(180.0).await;
         assert_eq!(points(&resumed), [(0.0, 2), (120.0, 0), (180.0, 2)]);
+    }
+
+    #[actix::test]
+    async fn a_start_the_ledger_refuses_is_not_carried_out_and_is_tried_again() {
+        let clock = Arc::new(VirtualClock::new(0.0));
+        let cluster = fifo_on_four_gpus(Arc::clone(&clock));
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let submit = Submit {
+                request: JobRequest::new("toy", 2, 1e6),
+                at: None,
+                key: None,
+            };
+            ids.push(cluster.send(submit).await.unwrap().unwrap());
+        }
+        // The ledger believes a job it does not know holds every GPU: each start breaks an
+        // invariant.
+        let phantom = OnActor(|actor: &mut ClusterActor, _: &mut Context<ClusterActor>| {
+            for gpu in 0..4 {
+                actor
+                    .store
+                    .ledger
+                    .holders
+                    .insert(gpu, smallvec::smallvec![JobId(999)]);
+            }
+        });
+        cluster.send(phantom).await.unwrap();
+        let report = cluster.send(Round).await.unwrap();
+        cluster.send(Poll).await.unwrap();
+        assert_eq!(report.starts, 0, "{report:?}");
+        let stats = cluster.send(GetStats).await.unwrap();
+        assert_eq!(stats.counters.violations, 2);
+        let jobs = cluster.send(ListJobs).await.unwrap();
+        assert!(jobs.iter().all(|j| j.phase == Phase::Pending), "{jobs:?}");
+        // Once the ledger holds the GPUs free, the next round starts both.
+        let free = OnActor(|actor: &mut ClusterActor, _: &mut Context<ClusterActor>| {
+            actor.store.ledger.holders.clear();
+        });
+        cluster.send(free).await.unwrap();
+        clock.set(60.0);
+        let report = cluster.send(Round).await.unwrap();
+        cluster.send(Poll).await.unwrap();
+        assert_eq!(report.starts, 2, "{report:?}");
+        let jobs = cluster.send(ListJobs).await.unwrap();
+        assert!(jobs.iter().all(|j| j.phase == Phase::Running), "{jobs:?}");
     }
 
     #[actix::test]

@@ -22,10 +22,10 @@ use super::plan::{self, Retune};
 use super::stopping::held_by;
 use super::views::Scope;
 use super::{ClusterActor, Scheduler};
-use crate::IdMap;
 use crate::gpu::{HealthChanged, Holder};
-use crate::ledger::{Record, Standing};
+use crate::ledger::{Record, Standing, Violation};
 use crate::lifecycle::Phase;
+use crate::{IdMap, IdSet};
 
 /// How long a batch is carried out before the views show its jobs stopping and starting.
 pub(super) const PUBLISH_WHILE_CARRYING: Duration = Duration::from_millis(50);
@@ -103,7 +103,12 @@ impl ClusterActor {
             (&self.store.shapes, sched.engine.cluster().gpu_types()),
             |job| self.jobs.get(&job).map(|h| h.phase()),
         );
-        self.persist(&plan.records);
+        // The jobs whose records the ledger refused (they break an invariant): a plan's records
+        // stop and start each job at most once, so these are the jobs whose start, if they have
+        // one, was refused.
+        let refused_jobs: IdSet<JobId> = (self.persist(&plan.records).iter())
+            .map(Violation::job)
+            .collect();
         let started = plan
             .starts
             .iter()
@@ -163,16 +168,12 @@ impl ClusterActor {
         for start in plan.starts {
             let launch = start.launch;
             let job = launch.job;
-            // A start the ledger refused (it breaks an invariant) is not carried out: it fails, and
-            // a job stopped to move waits instead.
-            let journaled = matches!(
-                self.store.ledger.jobs.get(&job).map(|e| &e.standing),
-                Some(Standing::Running { attempt, .. }) if *attempt == launch.attempt
-            );
             let Some(handle) = self.jobs.get_mut(&job) else {
                 continue;
             };
-            if !journaled {
+            // A start the ledger refused is not carried out: it fails, and a job stopped to move
+            // waits instead.
+            if refused_jobs.contains(&job) {
                 refused.push(FailedStart::by_cluster(
                     job,
                     "the journal refused the start".to_owned(),
