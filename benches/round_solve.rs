@@ -10,8 +10,9 @@
 //!
 //! Criterion's samples each run on a later state of the cluster, so its estimates wander between
 //! runs of one binary. With `PASSES=N` in the environment, each policy instead runs N passes from
-//! the same start and prints their mean (`PASSES=400 cargo bench --bench round_solve`; every policy
-//! runs, whatever filter is given): the figures docs/PERFORMANCE.md pairs between builds.
+//! the same start and prints their mean (`PASSES=400 cargo bench --bench round_solve`, or `-- las`
+//! for the policies whose benchmark's name holds `las` alone): the figures docs/PERFORMANCE.md pairs
+//! between builds.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -44,11 +45,20 @@ fn job(k: u32, arrival: f64) -> Job {
 
 fn passes(c: &mut Criterion) {
     let fixed = fixed_passes();
+    let only = filter();
     let mut group = c.benchmark_group("pass_50000_jobs_16384_gpus");
     group
         .sample_size(20)
         .measurement_time(Duration::from_secs(20));
     for name in ["fifo", "tiresias", "las"] {
+        let id = format!("pass_50000_jobs_16384_gpus/{name}");
+        if fixed.is_some()
+            && only
+                .as_ref()
+                .is_some_and(|only| !id.contains(only.as_str()))
+        {
+            continue;
+        }
         let cluster = Arc::new(Cluster::parse_spec(CLUSTER, 8).unwrap());
         assert_eq!(cluster.num_gpus(), 16_384);
         let model = Arc::new(DurationModel::uniform(cluster.num_gpu_types()));
@@ -107,7 +117,7 @@ fn passes(c: &mut Criterion) {
         if let Some(n) = fixed {
             let spent: Duration = (0..n).map(|_| pass()).sum();
             let mean = spent.as_secs_f64() * 1e3 / f64::from(n);
-            println!("pass_50000_jobs_16384_gpus/{name}: {n} passes, mean {mean:.3} ms");
+            println!("{id}: {n} passes, mean {mean:.3} ms");
             continue;
         }
         group.bench_function(BenchmarkId::from_parameter(name), |b| {
@@ -122,6 +132,13 @@ fn fixed_passes() -> Option<u32> {
     let n = std::env::var("PASSES").ok()?;
     let n = n.parse().ok().filter(|&n| n > 0);
     Some(n.expect("PASSES is a number of passes, at least 1"))
+}
+
+/// The filter on the command line (`cargo bench --bench round_solve -- las`), which criterion
+/// applies to its own samples: its first argument that is not an option (so given before any option
+/// that takes a value).
+fn filter() -> Option<String> {
+    std::env::args().skip(1).find(|arg| !arg.starts_with('-'))
 }
 
 criterion_group!(benches, passes);
