@@ -46,6 +46,26 @@ impl UserScan {
     }
 }
 
+/// When each user's processes were last scanned for stops past their deadline: each user is looked
+/// at again [`SCANNED_KILL_LOOK_EVERY`] after the end of their last look, not sooner, so that a user
+/// with many stops lingering past their deadline costs the poll one scan a tenth of a second.
+#[derive(Default)]
+pub(super) struct KillLooks(HashMap<Owner, Instant>);
+
+impl KillLooks {
+    /// Whether `owner`'s processes may be looked at in a pass at `now`.
+    fn due(&self, owner: Owner, now: Instant) -> bool {
+        (self.0.get(&owner)).is_none_or(|&at| now >= at + SCANNED_KILL_LOOK_EVERY)
+    }
+
+    /// A pass whose looks ended at `looked` scanned the processes of `scanned`: theirs wait from
+    /// then, and those whose wait is over are forgotten.
+    pub(super) fn looked(&mut self, scanned: impl Iterator<Item = Owner>, looked: Instant) {
+        (self.0).retain(|_, at| looked < *at + SCANNED_KILL_LOOK_EVERY);
+        (self.0).extend(scanned.map(|owner| (owner, looked)));
+    }
+}
+
 impl Kills {
     /// The kills of `attempts` (by marker and confinement) in one pass, each of whose users is
     /// looked at in it where `looked` says.
@@ -69,16 +89,12 @@ impl Kills {
     }
 
     /// The kills due in a pass over `stops` at `now`: users whose processes were looked at for a
-    /// kill less than [`SCANNED_KILL_LOOK_EVERY`] before (`looked_at`) are not due.
-    pub(super) fn past_deadline(
-        stops: &[Stopping],
-        looked_at: &HashMap<Owner, Instant>,
-        now: Instant,
-    ) -> Self {
+    /// kill less than [`SCANNED_KILL_LOOK_EVERY`] before (`looks`) are not due.
+    pub(super) fn past_deadline(stops: &[Stopping], looks: &KillLooks, now: Instant) -> Self {
         let past_deadline = stops.iter().filter(|s| s.kill_scanned(now));
         Kills::of(
             past_deadline.map(|s| (s.run.marker.as_str(), &s.run.confinement)),
-            |owner| (looked_at.get(&owner)).is_none_or(|&at| now >= at + SCANNED_KILL_LOOK_EVERY),
+            |owner| looks.due(owner, now),
         )
     }
 
@@ -145,6 +161,39 @@ mod tests {
 
     use super::*;
     use crate::executor::attempt::attempt_processes;
+
+    /// A user's processes are looked at for kills once a tenth of a second at most, counted from
+    /// the end of the pass that looked; other users' are not held back by it.
+    #[test]
+    fn a_users_processes_are_looked_at_once_a_tenth_of_a_second() {
+        let (alice, bob) = (Owner::User(65_533), Owner::User(65_534));
+        let confinement = |uid| Confinement {
+            owner: Some(uid),
+            ..Confinement::default()
+        };
+        let t0 = Instant::now();
+        let mut looks = KillLooks::default();
+        assert!(looks.due(alice, t0), "never looked at");
+        looks.looked([alice].into_iter(), t0);
+        let ms = |n| t0 + Duration::from_millis(n);
+        assert!(!looks.due(alice, ms(50)));
+        assert!(!looks.due(alice, ms(99)));
+        assert!(looks.due(alice, ms(100)));
+        assert!(
+            looks.due(bob, ms(50)),
+            "another user's look is not held back"
+        );
+        // A pass looks at the processes of the users due in it.
+        let (a, b) = (confinement(65_533), confinement(65_534));
+        let kills = Kills::of([("a", &a), ("b", &b)], |owner| looks.due(owner, ms(50)));
+        assert!(!kills.users[&alice].looked && kills.users[&bob].looked);
+        // A later pass that scanned only bob's: alice's wait is over and forgotten, bob's begins.
+        looks.looked([bob].into_iter(), ms(150));
+        assert!(looks.due(alice, ms(150)));
+        assert!(!looks.due(bob, ms(200)));
+        assert!(looks.due(bob, ms(250)));
+        assert_eq!(looks.0.len(), 1, "alice's look forgotten");
+    }
 
     /// One scan of a user's processes kills every attempt of theirs due in a pass, and the others'
     /// kills read what it found (a fresh scan would find none of theirs left).

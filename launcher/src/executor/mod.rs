@@ -335,9 +335,8 @@ pub struct ProcessExecutor {
     lingering: Vec<(String, Confinement)>,
     /// When `lingering` was last swept.
     lingering_swept_at: Option<Instant>,
-    /// When each user's processes were last scanned for stops past their deadline ([`kills::Kills`]):
-    /// looked at again [`SCANNED_KILL_LOOK_EVERY`] after the end of the last look.
-    kill_looked_at: HashMap<Owner, Instant>,
+    /// When each user's processes were last scanned for stops past their deadline ([`kills::Kills`]).
+    kill_looks: kills::KillLooks,
     /// Children never waited for, reaped at later polls: those killed at a stop that had not ended
     /// [`KILL_PATIENCE`] later (the kernel holds a process waiting on a file system that never
     /// answers, even through SIGKILL), and the `scancel`s of Slurm steps that ended or that no
@@ -395,7 +394,7 @@ impl ProcessExecutor {
             cgroups,
             lingering: Vec::new(),
             lingering_swept_at: None,
-            kill_looked_at: HashMap::new(),
+            kill_looks: kills::KillLooks::default(),
             unreaped: Vec::new(),
             slurm_queue: QueueSweep::Done,
             instance,

@@ -6,10 +6,7 @@ use std::time::Instant;
 use gangway_protocol::ids::JobId;
 
 use super::kills::Kills;
-use super::{
-    KILL_PATIENCE, ProcessExecutor, Run, SCANNED_KILL_LOOK_EVERY, Stopping,
-    UNANSWERED_KILL_PATIENCE,
-};
+use super::{KILL_PATIENCE, ProcessExecutor, Run, Stopping, UNANSWERED_KILL_PATIENCE};
 
 impl Stopping {
     /// Whether its attempt's processes are killed by a scan of its user's at `now`: it has no
@@ -49,7 +46,7 @@ impl ProcessExecutor {
         stops: Vec<Stopping>,
     ) -> (Vec<(JobId, u64, f64)>, Vec<Stopping>) {
         let now = Instant::now();
-        let mut kills = Kills::past_deadline(&stops, &self.kill_looked_at, now);
+        let mut kills = Kills::past_deadline(&stops, &self.kill_looks, now);
         let (mut over, mut left) = (Vec::new(), Vec::new());
         for mut stop in stops {
             if self.stop_is_over(&mut stop, &mut kills, now) {
@@ -64,9 +61,7 @@ impl ProcessExecutor {
             }
         }
         // The next look waits from the end of this one.
-        let looked = Instant::now();
-        (self.kill_looked_at).retain(|_, at| looked < *at + SCANNED_KILL_LOOK_EVERY);
-        (self.kill_looked_at).extend(kills.scanned().map(|owner| (owner, looked)));
+        (self.kill_looks).looked(kills.scanned(), Instant::now());
         (over, left)
     }
 
@@ -75,7 +70,7 @@ impl ProcessExecutor {
     /// an adopted run's pinned `elastic-run` ended: an `elastic-run` ends its workers before it
     /// exits). At the deadline every process of the attempt is killed, and the stop is over once
     /// none is left (its cgroup empty, or, without one, a scan of its user's processes, one every
-    /// [`SCANNED_KILL_LOOK_EVERY`] per user, finding none). It is given up on (what is left is
+    /// [`super::SCANNED_KILL_LOOK_EVERY`] per user, finding none). It is given up on (what is left is
     /// swept later) [`KILL_PATIENCE`] after the kill where what was left was seen not to end (or
     /// our child not to be reaped), [`UNANSWERED_KILL_PATIENCE`] after it where its processes did
     /// not answer.
