@@ -518,6 +518,14 @@ impl Standing {
         self.ended_phase().is_some()
     }
 
+    /// The GPUs it runs on; `None` unless it runs.
+    pub fn gpus(&self) -> Option<&GpuSet> {
+        match self {
+            Standing::Running { gpus, .. } => Some(gpus),
+            _ => None,
+        }
+    }
+
     /// The lifecycle phase a job that has ended ended in; `None` while it lives.
     pub fn ended_phase(&self) -> Option<Phase> {
         match self {
@@ -900,7 +908,7 @@ fn stop(holders: &mut IdMap<u32, Holders>, job: JobId, entry: &mut Entry) {
 
 /// Job `job`, standing as `standing`, lets go of the GPUs it runs on.
 fn release(holders: &mut IdMap<u32, Holders>, job: JobId, standing: &Standing) {
-    let Standing::Running { gpus, .. } = standing else {
+    let Some(gpus) = standing.gpus() else {
         return;
     };
     for g in gpus {

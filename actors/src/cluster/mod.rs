@@ -419,6 +419,15 @@ mod tests {
         panic!("the view's length was not told in 10 s");
     }
 
+    /// A submission, now and without a key, of a `toy` job of `gpus` GPUs and `work` seconds.
+    fn toy(gpus: u32, work: f64) -> Submit {
+        Submit {
+            request: JobRequest::new("toy", gpus, work),
+            at: None,
+            key: None,
+        }
+    }
+
     /// FIFO on one server of 4 V100s, simulated workers, in `clock`'s virtual time.
     fn fifo_on_four_gpus(clock: Arc<VirtualClock>) -> Addr<ClusterActor> {
         fifo_on("v100=1x4", clock)
@@ -544,12 +553,7 @@ mod tests {
         let cluster = start_on("v100=1x4,k80=1x4", model, policy, Arc::clone(&clock));
         let mut ids = Vec::new();
         for _ in 0..2 {
-            let submit = Submit {
-                request: JobRequest::new("toy", 4, 1e6),
-                at: None,
-                key: None,
-            };
-            ids.push(cluster.send(submit).await.unwrap().unwrap());
+            ids.push(cluster.send(toy(4, 1e6)).await.unwrap().unwrap());
         }
         let mut placed_before: Option<Vec<Vec<u32>>> = None;
         for round in 0..4 {
@@ -584,12 +588,7 @@ mod tests {
         });
         let model = DurationModel::uniform(2);
         let cluster = start_on("v100=1x4,k80=1x4", model, policy, Arc::clone(&clock));
-        let submit = Submit {
-            request: JobRequest::new("toy", 2, 1e6),
-            at: None,
-            key: None,
-        };
-        let id = cluster.send(submit).await.unwrap().unwrap();
+        let id = cluster.send(toy(2, 1e6)).await.unwrap().unwrap();
         let history_at = |t: f64| {
             let cluster = cluster.clone();
             let clock = Arc::clone(&clock);
@@ -630,12 +629,7 @@ mod tests {
         let cluster = fifo_on_four_gpus(Arc::clone(&clock));
         let mut ids = Vec::new();
         for _ in 0..2 {
-            let submit = Submit {
-                request: JobRequest::new("toy", 2, 1e6),
-                at: None,
-                key: None,
-            };
-            ids.push(cluster.send(submit).await.unwrap().unwrap());
+            ids.push(cluster.send(toy(2, 1e6)).await.unwrap().unwrap());
         }
         // The ledger believes a job it does not know holds every GPU: each start breaks an
         // invariant.
@@ -675,12 +669,7 @@ mod tests {
         let cluster = fifo_on_four_gpus(Arc::clone(&clock));
         let total = crate::ledger::HISTORY as u32 + 3;
         for _ in 0..total {
-            let submit = Submit {
-                request: JobRequest::new("toy", 2, 100.0),
-                at: None,
-                key: None,
-            };
-            let id = cluster.send(submit).await.unwrap().unwrap();
+            let id = cluster.send(toy(2, 100.0)).await.unwrap().unwrap();
             cluster.send(Cancel(id)).await.unwrap().unwrap();
         }
         let view = cluster.send(GetViews).await.unwrap().latest();
@@ -696,12 +685,7 @@ mod tests {
     async fn a_batch_carried_out_quickly_is_published_once_settled() {
         let clock = Arc::new(VirtualClock::new(0.0));
         let cluster = fifo_on_four_gpus(Arc::clone(&clock));
-        let submit = Submit {
-            request: JobRequest::new("toy", 2, 100.0),
-            at: None,
-            key: None,
-        };
-        cluster.send(submit).await.unwrap().unwrap();
+        cluster.send(toy(2, 100.0)).await.unwrap().unwrap();
         let report = cluster.send(Round).await.unwrap();
         assert_eq!(report.starts, 1);
         let published = cluster
@@ -727,11 +711,7 @@ mod tests {
         let clock = Arc::new(VirtualClock::new(0.0));
         let cluster = fifo_on("v100=3x2", Arc::clone(&clock));
         let views = cluster.send(GetViews).await.unwrap();
-        let submit = || Submit {
-            request: JobRequest::new("toy", 2, 1000.0),
-            at: None,
-            key: None,
-        };
+        let submit = || toy(2, 1000.0);
         // What is published is what a list built whole from the ledger says, at every step.
         let published = || {
             let view = views.latest();
@@ -778,12 +758,7 @@ mod tests {
         let cluster = fifo_on_four_gpus(Arc::clone(&clock));
         let views = cluster.send(GetViews).await.unwrap();
         let mut events = cluster.send(Subscribe).await.unwrap().subscribe();
-        let submit = Submit {
-            request: JobRequest::new("toy", 2, 100.0),
-            at: None,
-            key: None,
-        };
-        let id = cluster.send(submit).await.unwrap().unwrap();
+        let id = cluster.send(toy(2, 100.0)).await.unwrap().unwrap();
         assert_eq!(views.latest().job(id).unwrap().phase, Phase::Pending);
         cluster.send(Round).await.unwrap();
         let mut moves = Vec::new();
@@ -828,11 +803,7 @@ mod tests {
         let cluster = fifo_on_four_gpus(Arc::clone(&clock));
         let views = cluster.send(GetViews).await.unwrap();
         let mut events = cluster.send(Subscribe).await.unwrap().subscribe();
-        let submit = || Submit {
-            request: JobRequest::new("toy", 2, 100.0),
-            at: None,
-            key: None,
-        };
+        let submit = || toy(2, 100.0);
         let first = cluster.send(submit()).await.unwrap().unwrap();
         cluster.send(Round).await.unwrap();
         while events.try_recv().is_ok() {}

@@ -142,10 +142,7 @@ pub(super) fn plan(
                     at: now,
                 }));
                 let entry = ledger.jobs.get(&job);
-                held.push(entry.and_then(|e| match &e.standing {
-                    Standing::Running { gpus, .. } => Some(gpus),
-                    _ => None,
-                }));
+                held.push(entry.and_then(|e| e.standing.gpus()));
                 let spec = entry.map(|e| &e.spec);
                 let size = gpus.len() as u32;
                 let (batch, stages) = chosen(shapes.get(&job), gpu_types, gpu_type, size, batch);
@@ -741,10 +738,7 @@ mod tests {
                 Record::Started(start) => Some(start.job),
                 _ => None,
             })
-            .map(|job| match ledger.jobs.get(&job).map(|e| &e.standing) {
-                Some(Standing::Running { gpus, .. }) => Some(gpus),
-                _ => None,
-            })
+            .map(|job| ledger.jobs.get(&job).and_then(|e| e.standing.gpus()))
             .collect()
     }
 
